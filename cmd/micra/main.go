@@ -1,0 +1,93 @@
+// Command micra is the one binary of micra: the volunteer node, the indexer,
+// the emulated Internet and the tools around them, as subcommands.
+//
+// Usage:
+//
+//	micra <command> [arguments]
+//
+// Run "micra help" for the list of commands.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand of micra. run receives the arguments after the
+// command's name; it returns errUsage (possibly wrapped) when the arguments
+// are wrong, so that main prints the command's usage and exits with status 2.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// commands is the table of subcommands. Each lives in its own file of this
+// package and adds itself here.
+var commands = map[string]command{
+	"subnet": {"the IP-address hierarchy: import, lookup, stats", runSubnet},
+}
+
+// errUsage marks an error caused by wrong command-line arguments.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one invocation of micra and returns its exit status:
+// 0 on success, 1 on failure, 2 on a usage error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		printHelp(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "micra: unknown command %q; run \"micra help\"\n", args[0])
+		return 2
+	}
+	err := c.run(ctx, args[1:], stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "micra %s: %v\n", args[0], err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "micra %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprintln(w, "micra is a location-aware, peer-to-peer volunteer web crawler.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: micra <command> [arguments]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run \"micra <command> -h\" for a command's arguments.")
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package subnet
+
+const raceEnabled = false
