@@ -4,5 +4,51 @@
 // that the node can forward it to the owner of its subnet.
 //
 // crawl imports nothing of micra's and never libp2p; node wires it to the
-// overlay through the small interfaces this package declares.
+// overlay through the small interfaces this package declares: Router (does
+// a URL belong to this node?) and Sink (record batches out, URLs for other
+// nodes out).
+//
+// # Pipeline
+//
+// New starts a Crawler over a *badger.DB owned by the node. Requests enter
+// through Submit (seeds, and URLs other nodes forwarded: WebRACE's runtime
+// crawl requests {Link, ParentLink, Depth, Owners}) and through link
+// extraction. They pass, with bounded queues between the stages so that a
+// slow stage holds back the ones before it:
+//
+//   - frontier: per-host queues persisted under KeyPrefix, ordered by hops
+//     from the request and an in-link importance estimate; a ready index
+//     orders hosts by when politeness allows them next; the URL-seen test is
+//     a Bloom filter in RAM in front of the exact set on disk;
+//   - fetch: robots.txt (RFC 9309, cached ≤ 24 h), one connection and a
+//     minimum delay per host and per server address, Crawl-delay up to a
+//     cap, 429/503 Retry-After, conditional GET, same-host redirects (≤ 5);
+//   - detect and transform: HTML, XHTML, RSS, Atom, RDF/XML, sitemaps and
+//     plain text are parsed; other types are recorded, not parsed;
+//   - index: weighted stemmed keywords, SimHash, change detection that
+//     ignores counters, dates and link order: only new, modified and gone
+//     pages produce a Record;
+//   - extract: links are normalised (WHATWG, session ids and fragments
+//     removed); same-host links are queued, others are resolved and given to
+//     the Router, and non-local ones are batched to Sink.Forward.
+//
+// Records are batched by size and age, compressed with zstd and handed to
+// Sink.Results; DecodeBatch reads them back for indexers. Revisits are
+// scheduled per page from its observed change rate. Work happens only
+// inside the operator's Windows and Bandwidth caps; outside them the
+// crawler holds its state.
+//
+// # Egress safety
+//
+// Fetcher, also usable alone for probes, refuses loopback, private,
+// link-local, CGNAT, multicast, documentation, IPv6 local and metadata
+// addresses and every port but 80 and 443, on the resolved address at dial
+// time, so redirects and DNS rebinding cannot reach them.
+// AllowPrivateNetworks lifts this for the emulated Internet and tests.
+//
+// # Storage
+//
+// All keys live under KeyPrefix and are built in keys.go, whose comment
+// shows the layout. Values use a compact, versioned binary encoding whose
+// decoders are fuzzed.
 package crawl

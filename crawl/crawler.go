@@ -1,0 +1,825 @@
+package crawl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/dgraph-io/badger/v4"
+	"github.com/micra-net/micra/crawl/internal/parse"
+	"github.com/micra-net/micra/crawl/internal/textproc"
+	"github.com/micra-net/micra/crawl/internal/urlnorm"
+)
+
+// DefaultDepth in a Request means "use the crawler's MaxDepth".
+const DefaultDepth = -1
+
+// Request is a runtime crawl request, as in WebRACE: fetch Link (found on
+// ParentLink, "" for seeds), follow its links Depth hops further, on behalf
+// of Owners. The node submits seeds and URLs forwarded by other nodes; the
+// crawler hands URLs of other nodes' subnets to Sink.Forward in this form.
+type Request struct {
+	Link       string
+	ParentLink string
+	Depth      int
+	Owners     []string
+}
+
+// Router decides whether a discovered URL belongs to this node's subnets.
+// addr is the address the URL's host resolved to. Route is called from
+// several goroutines and must be safe for concurrent use; an error drops the
+// URL.
+type Router interface {
+	Route(ctx context.Context, u *url.URL, addr netip.Addr) (local bool, err error)
+}
+
+// Sink receives the crawler's output. Each method is called from a single
+// goroutine, never concurrently with itself.
+type Sink interface {
+	// Results receives a sealed batch of records. On error the crawler
+	// retries the same batch with backoff, so a node should store the batch
+	// in its outbox and return nil.
+	Results(ctx context.Context, b Batch) error
+	// Forward receives URLs that belong to other nodes. On error the URLs
+	// are retried twice, then dropped with a warning.
+	Forward(ctx context.Context, reqs []Request) error
+}
+
+// Stats are cumulative counters since New.
+type Stats struct {
+	Fetched, NotModified, FetchErrors, RobotsDenied int64
+	Records, Batches, Forwarded, Dropped            int64
+	WireBytes, RecordBytes                          int64
+}
+
+type stats struct {
+	fetched, notModified, fetchErrors, robotsDenied atomic.Int64
+	records, batches, forwarded, dropped            atomic.Int64
+	wireBytes, recordBytes                          atomic.Int64
+}
+
+// Crawler crawls the URLs submitted to it and those it discovers that the
+// Router keeps local, politely and persistently: fetch → detect →
+// transform → index → extract, with bounded queues between the stages.
+//
+// New starts it; Close stops it. All methods are safe for concurrent use.
+type Crawler struct {
+	cfg    *config
+	db     *badger.DB
+	sink   Sink
+	fetch  *Fetcher
+	front  *frontier
+	robots *robotsCache
+	polite *politeness
+	meter  *meter
+	sched  schedule
+	log    *slog.Logger
+	stats  stats
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // dispatcher and fetchers
+	pwg    sync.WaitGroup // processors
+	owg    sync.WaitGroup // batcher and forwarder
+
+	work    chan *job
+	fetched chan *job
+	records chan Record
+	forward chan Request
+	wake    chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// job is one URL moving through the pipeline.
+type job struct {
+	l    *lease
+	u    *url.URL
+	addr netip.Addr
+	res  *Response
+	st   pageState
+	seen bool
+}
+
+// New opens the crawler's state in db (under KeyPrefix) and starts
+// crawling. db stays owned by the caller and must outlive Close.
+func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
+	if db == nil || sink == nil {
+		return nil, errors.New("crawl: db and sink are required")
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		if err := o(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	front, err := openFrontier(db, cfg.expectedURLs, 2*cfg.fetchTO+time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	c := &Crawler{
+		cfg: cfg, db: db, sink: sink, front: front, log: cfg.logger,
+		fetch:   newFetcher(cfg),
+		polite:  newPoliteness(),
+		meter:   &meter{rate: float64(cfg.bwCap), daily: cfg.dailyCap, loc: cfg.location},
+		sched:   schedule{windows: cfg.windows, loc: cfg.location},
+		work:    make(chan *job),
+		fetched: make(chan *job, cfg.queueSize),
+		records: make(chan Record, cfg.queueSize),
+		forward: make(chan Request, cfg.queueSize*8),
+		wake:    make(chan struct{}, 1),
+	}
+	c.robots = newRobotsCache(db, c.fetch, cfg.product, cfg.robotsTTL, c.log)
+	_ = db.View(func(txn *badger.Txn) error {
+		if it, err := txn.Get(keyTraffic); err == nil {
+			_ = it.Value(func(v []byte) error { return c.meter.restore(v) })
+		}
+		return nil
+	})
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.wg.Go(c.dispatch)
+	for range cfg.workers {
+		c.wg.Go(c.fetcher)
+	}
+	for range cfg.procWorkers {
+		c.pwg.Go(c.processor)
+	}
+	c.owg.Go(c.batcher)
+	c.owg.Go(c.forwarder)
+	c.log.Info("crawler started", "workers", cfg.workers, "agent", cfg.userAgent())
+	return c, nil
+}
+
+// Close stops dispatching, aborts fetches in flight (they are retried after
+// a restart), lets the processors finish what was fetched, flushes the last
+// batch and forwarded URLs to the sink (waiting up to 10 s), and saves the
+// frontier's Bloom filter. It does not close the DB. Safe to call more than
+// once; later calls return the first result.
+func (c *Crawler) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.wg.Wait()
+		close(c.fetched)
+		c.pwg.Wait()
+		close(c.records)
+		close(c.forward)
+		c.owg.Wait()
+		err := c.front.close()
+		err = errors.Join(err, c.db.Update(func(txn *badger.Txn) error {
+			return txn.Set(keyTraffic, c.meter.state())
+		}))
+		c.closeErr = errors.Join(err, c.fetch.Close())
+		c.log.Info("crawler stopped")
+	})
+	return c.closeErr
+}
+
+// Stats returns the counters.
+func (c *Crawler) Stats() Stats {
+	s := &c.stats
+	return Stats{
+		Fetched: s.fetched.Load(), NotModified: s.notModified.Load(), FetchErrors: s.fetchErrors.Load(),
+		RobotsDenied: s.robotsDenied.Load(), Records: s.records.Load(), Batches: s.batches.Load(),
+		Forwarded: s.forwarded.Load(), Dropped: s.dropped.Load(), WireBytes: s.wireBytes.Load(),
+		RecordBytes: s.recordBytes.Load(),
+	}
+}
+
+// Fetcher returns the crawler's fetcher, so that the node can probe with
+// the same egress guard, source address and timing.
+func (c *Crawler) Fetcher() *Fetcher { return c.fetch }
+
+// Submit queues runtime crawl requests. Links are normalised; a link that
+// was crawled before is queued again (the fetch is conditional). Submit
+// does not consult the Router: the node routes before submitting.
+func (c *Crawler) Submit(ctx context.Context, reqs ...Request) error {
+	if c.ctx.Err() != nil {
+		return ErrClosed
+	}
+	var errs []error
+	for _, r := range reqs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		u, err := urlnorm.Parse(r.Link)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: %q: %w", ErrBadRequest, r.Link, err))
+			continue
+		}
+		d := r.Depth
+		if d < 0 {
+			d = c.cfg.maxDepth
+		}
+		if len(r.Owners) > maxRecOwners {
+			errs = append(errs, fmt.Errorf("%w: %d owners", ErrBadRequest, len(r.Owners)))
+			continue
+		}
+		e := entry{URL: u.String(), Parent: r.ParentLink, Depth: d, Owners: r.Owners}
+		if _, err := c.front.add(e, u, true, time.Now()); err != nil {
+			return err
+		}
+	}
+	c.poke()
+	return errors.Join(errs...)
+}
+
+func (c *Crawler) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits until t, a wake-up or shutdown; false on shutdown.
+func (c *Crawler) sleep(t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return c.ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-c.ctx.Done():
+		return false
+	case <-c.wake:
+		return true
+	case <-tm.C:
+		return true
+	}
+}
+
+// revisitPoll is how often due revisits are moved into the queues.
+const revisitPoll = 30 * time.Second
+
+// dispatch hands ready hosts to fetchers, honouring operator windows,
+// bandwidth caps and per-address politeness.
+func (c *Crawler) dispatch() {
+	lastRevisit := time.Time{}
+	for c.ctx.Err() == nil {
+		now := time.Now()
+		if !c.sched.open(now) {
+			next := c.sched.nextOpen(now)
+			c.log.Info("outside crawl window; holding", "until", next)
+			for time.Now().Before(next) && c.sleep(next) {
+			}
+			continue
+		}
+		if at := c.meter.wait(now); !at.IsZero() {
+			c.sleep(at)
+			continue
+		}
+		if now.Sub(lastRevisit) >= revisitPoll {
+			lastRevisit = now
+			if n, err := c.front.dueRevisits(now, 1000); err != nil {
+				c.log.Error("moving revisits failed", "error", err)
+			} else if n > 0 {
+				c.log.Debug("revisits queued", "count", n)
+			}
+		}
+		l, wait, err := c.front.next(now)
+		if err != nil {
+			c.log.Error("frontier failed", "error", err)
+			c.sleep(now.Add(time.Second))
+			continue
+		}
+		if l == nil {
+			if wait.IsZero() || wait.After(now.Add(revisitPoll)) {
+				wait = now.Add(revisitPoll)
+			}
+			c.sleep(wait)
+			continue
+		}
+		u, err := url.Parse(l.entry.URL)
+		if err != nil {
+			c.finish(l, false, now)
+			continue
+		}
+		addrs, err := c.fetch.Resolve(c.ctx, u.Hostname())
+		if err != nil {
+			if c.ctx.Err() != nil {
+				return
+			}
+			c.log.Debug("host not fetchable", "host", l.host, "error", err)
+			c.stats.fetchErrors.Add(1)
+			c.retryOrDrop(l, now, c.backoff(l.entry.Attempts))
+			continue
+		}
+		addr := addrs[0]
+		if at, ok := c.polite.acquire(addr, now); !ok {
+			if err := c.front.postpone(l.host, at); err != nil {
+				c.log.Error("frontier failed", "error", err)
+			}
+			continue
+		}
+		select {
+		case c.work <- &job{l: l, u: u, addr: addr}:
+		case <-c.ctx.Done():
+			c.polite.release(addr, now)
+			return
+		}
+	}
+}
+
+func (c *Crawler) backoff(attempts int) time.Duration {
+	d := time.Minute << min(attempts, 10)
+	return min(d, c.cfg.maxBackoff)
+}
+
+func (c *Crawler) finish(l *lease, retry bool, readyAt time.Time) {
+	if err := c.front.finish(l, retry, readyAt); err != nil {
+		c.log.Error("frontier failed", "error", err)
+	}
+	c.poke()
+}
+
+// retryOrDrop requeues a failed request with backoff, or drops it after
+// maxAttempts.
+func (c *Crawler) retryOrDrop(l *lease, now time.Time, backoff time.Duration) {
+	retry := l.entry.Attempts+1 < c.cfg.maxAttempts
+	if !retry {
+		c.stats.dropped.Add(1)
+		backoff = c.cfg.minDelay
+	}
+	c.finish(l, retry, now.Add(backoff))
+}
+
+// hostDelay is the pause after a fetch from a host: the minimum delay, the
+// robots.txt Crawl-delay (capped) and, when politeness is on, twice the
+// server's last response time.
+func (c *Crawler) hostDelay(crawlDelay time.Duration, t *Timing, host string) time.Duration {
+	d := c.cfg.minDelay
+	if crawlDelay > c.cfg.maxCrawlDelay {
+		c.log.Debug("crawl-delay capped", "host", host, "delay", crawlDelay, "cap", c.cfg.maxCrawlDelay)
+		crawlDelay = c.cfg.maxCrawlDelay
+	}
+	d = max(d, crawlDelay)
+	if c.cfg.minDelay > 0 && t != nil {
+		d = max(d, min(2*t.Total, c.cfg.maxCrawlDelay))
+	}
+	return d
+}
+
+// skipBody avoids downloading media that is never parsed.
+func skipBody(_ int, h http.Header) bool {
+	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	for _, p := range []string{"image/", "audio/", "video/", "font/", "model/"} {
+		if strings.HasPrefix(mt, p) {
+			return true
+		}
+	}
+	switch mt {
+	case "application/pdf", "application/zip", "application/x-tar", "application/x-7z-compressed",
+		"application/vnd.rar", "application/x-rar-compressed", "application/wasm", "application/java-archive",
+		"application/x-msdownload", "application/vnd.android.package-archive", "application/x-iso9660-image":
+		return true
+	}
+	return false
+}
+
+// fetcher runs robots checks and fetches for leased hosts.
+func (c *Crawler) fetcher() {
+	for {
+		var j *job
+		select {
+		case <-c.ctx.Done():
+			return
+		case j = <-c.work:
+		}
+		c.fetchOne(j)
+	}
+}
+
+func (c *Crawler) fetchOne(j *job) {
+	l := j.l
+	rules, err := c.robots.rules(c.ctx, j.u)
+	if err != nil {
+		c.polite.release(j.addr, time.Now())
+		c.finish(l, true, time.Now()) // shutting down; retried after restart
+		return
+	}
+	pq := j.u.RequestURI()
+	if !rules.Allowed(pq) {
+		c.stats.robotsDenied.Add(1)
+		now := time.Now()
+		c.polite.release(j.addr, now.Add(c.cfg.minDelay))
+		c.finish(l, false, now.Add(c.cfg.minDelay))
+		return
+	}
+	st, seen, err := c.front.state(l.entry.URL)
+	if err != nil {
+		c.log.Error("frontier failed", "error", err)
+	}
+	j.st, j.seen = st, seen
+	req := FetchRequest{URL: j.u, Addr: j.addr, SkipBody: skipBody}
+	if seen && st.Visits > 0 {
+		req.ETag, req.LastModified = st.ETag, st.LastModified
+	}
+	// Same-host redirects are followed (robots-checked); others become links.
+	req.CheckRedirect = func(_ context.Context, next *url.URL) error {
+		if !strings.EqualFold(next.Host, j.u.Host) || next.Scheme != j.u.Scheme {
+			return errOffHost
+		}
+		if !rules.Allowed(next.RequestURI()) {
+			return ErrRobotsDisallowed
+		}
+		return nil
+	}
+	res, err := c.fetch.Fetch(c.ctx, req)
+	now := time.Now()
+	var wire int64
+	if res != nil {
+		wire = res.WireBytes
+	}
+	c.meter.charge(wire+512, now)
+	c.stats.wireBytes.Add(wire)
+	delay := c.hostDelay(rules.CrawlDelay, timingOf(res), l.host)
+	c.polite.release(j.addr, now.Add(delay))
+	if c.ctx.Err() != nil {
+		c.finish(l, true, now) // aborted by Close: keep it queued
+		return
+	}
+	switch {
+	case err == nil, errors.Is(err, ErrBodyTooLarge):
+	case errors.Is(err, context.DeadlineExceeded) && res != nil && res.Truncated && len(res.Body) > 0:
+		// The total timeout cut a slow body: keep what arrived.
+	case errors.Is(err, ErrRedirectRefused) && res != nil && len(res.Header.Get("Location")) > 0:
+		// An off-host redirect: hand the target to extraction as a link.
+	default:
+		c.stats.fetchErrors.Add(1)
+		c.log.Debug("fetch failed", "url", l.entry.URL, "error", err)
+		if errors.Is(err, ErrForbiddenDestination) || errors.Is(err, ErrTooManyRedirects) || errors.Is(err, ErrContentEncoding) || errors.Is(err, ErrScheme) {
+			c.stats.dropped.Add(1)
+			c.finish(l, false, now.Add(delay))
+			return
+		}
+		c.retryOrDrop(l, now, max(delay, c.backoff(l.entry.Attempts)))
+		return
+	}
+	if res.Status == http.StatusTooManyRequests || res.Status == http.StatusServiceUnavailable {
+		wait, ok := RetryAfter(res.Header.Get("Retry-After"), now)
+		if !ok {
+			wait = c.backoff(l.entry.Attempts)
+		}
+		wait = min(max(wait, delay), c.cfg.maxBackoff)
+		c.log.Debug("server asks to back off", "host", l.host, "status", res.Status, "wait", wait)
+		c.retryOrDrop(l, now, wait)
+		return
+	}
+	c.stats.fetched.Add(1)
+	j.res = res
+	c.finish(l, false, now.Add(delay))
+	// Blocks while processors are busy: back-pressure. Processors run until
+	// every fetcher has returned, so this cannot deadlock at shutdown and a
+	// page already dequeued is never lost.
+	c.fetched <- j
+}
+
+var errOffHost = errors.New("redirect leaves the host")
+
+func timingOf(r *Response) *Timing {
+	if r == nil {
+		return nil
+	}
+	return r.Timing
+}
+
+// processor detects, transforms, indexes and extracts fetched pages.
+func (c *Crawler) processor() {
+	kw := textproc.NewBuilder()
+	for j := range c.fetched {
+		c.process(j, kw)
+	}
+}
+
+func (c *Crawler) process(j *job, kw *textproc.Builder) {
+	res, e := j.res, j.l.entry
+	now := time.Now()
+	st := j.st
+	var rec *Record
+	var links []parse.Link
+	changed := false
+	indexedBefore := st.Indexed
+	timing := FetchTiming{}
+	if t := res.Timing; t != nil {
+		t.mu.Lock()
+		timing = FetchTiming{DNS: t.DNS, Connect: t.Connect, TTFB: t.TTFB, Total: t.Total}
+		t.mu.Unlock()
+	}
+	mk := func(kind ChangeKind) *Record {
+		return &Record{URL: e.URL, FinalURL: res.URL.String(), Time: now, Status: res.Status, Change: kind, Timing: timing, Owners: e.Owners, Size: int64(len(res.Body)), Truncated: res.Truncated}
+	}
+	var digest, bodyHash uint64
+	switch {
+	case res.NotModified():
+		c.stats.notModified.Add(1)
+	case res.Status >= 300 && res.Status < 400:
+		if loc, err := res.URL.Parse(res.Header.Get("Location")); err == nil && loc.Host != "" {
+			links = append(links, parse.Link{URL: loc.String(), Source: parse.FromRedirect})
+		}
+	case res.Status == http.StatusNotFound || res.Status == http.StatusGone:
+		if indexedBefore {
+			rec = mk(ChangeGone)
+		}
+	case res.Status >= 200 && res.Status < 300:
+		bodyHash = xxhash.Sum64(res.Body)
+		if j.seen && st.Visits > 0 && bodyHash == st.BodyHash && indexedBefore {
+			break // identical bytes: nothing to do
+		}
+		typ := parse.Detect(res.Header.Get("Content-Type"), res.URL.Path, res.Body)
+		kw.Reset()
+		doc := parse.Parse(typ, res.URL.String(), res.Header.Get("Content-Type"), res.Body, kw, parse.Options{
+			Agent: c.cfg.product, MaxLinks: c.cfg.maxLinks, XRobotsTag: res.Header.Values("X-Robots-Tag"),
+		})
+		links = doc.Links
+		if doc.NoIndex {
+			if indexedBefore {
+				rec = mk(ChangeGone)
+			}
+			break
+		}
+		r := mk(ChangeNew)
+		r.Type, r.Title, r.Lang, r.Canonical = DocType(typ), doc.Title, doc.Lang, doc.Canonical
+		top := kw.Top(c.cfg.maxKeywords)
+		r.Keywords = make([]Keyword, len(top))
+		for i, k := range top {
+			r.Keywords[i] = Keyword(k)
+		}
+		urls := make([]string, len(doc.Links))
+		r.Links = make([]Link, len(doc.Links))
+		for i, l := range doc.Links {
+			r.Links[i] = Link{URL: l.URL, Anchor: l.Anchor}
+			urls[i] = l.URL
+		}
+		if typ.Parsed() {
+			r.Fingerprint = kw.SimHash()
+		}
+		digest = textproc.Digest(r.Title, top, urls)
+		switch {
+		case !indexedBefore:
+			rec = r
+		case digest != st.Digest:
+			r.Change = ChangeModified
+			rec, changed = r, true
+		}
+	}
+	if rec != nil {
+		select {
+		case c.records <- *rec:
+		case <-c.ctx.Done():
+			// Shutting down: the batcher still drains records.
+			c.records <- *rec
+		}
+	}
+	// Remember the page and schedule its revisit.
+	interval := c.nextInterval(st, changed || (rec != nil && rec.Change == ChangeModified), now)
+	revisit := entry{URL: e.URL, Depth: e.Depth, Hops: e.Hops, Owners: e.Owners}
+	err := c.front.update(e.URL, func(p *pageState) {
+		if p.FirstVisit.IsZero() {
+			p.FirstVisit = now
+		}
+		p.Visits++
+		p.LastVisit = now
+		p.Interval = interval
+		if changed {
+			p.Changes++
+		}
+		if res.Status >= 200 && res.Status < 300 {
+			p.ETag, p.LastModified = res.Header.Get("ETag"), res.Header.Get("Last-Modified")
+			p.BodyHash = bodyHash
+		}
+		if rec != nil {
+			switch rec.Change {
+			case ChangeNew, ChangeModified:
+				p.Indexed, p.Digest = true, digest
+			case ChangeGone:
+				p.Indexed, p.Digest = false, 0
+			}
+		}
+	}, now.Add(interval), &revisit)
+	if err != nil {
+		c.log.Error("frontier failed", "error", err)
+	}
+	c.extract(j, links)
+}
+
+// nextInterval adapts the revisit interval to the page's observed change
+// rate: the Cho–Garcia-Molina estimator over visits and detected changes,
+// growing at most twofold per unchanged visit and halving on a change.
+func (c *Crawler) nextInterval(st pageState, changed bool, now time.Time) time.Duration {
+	cur := st.Interval
+	if cur == 0 {
+		return c.cfg.revisitMin * 4
+	}
+	var next time.Duration
+	if changed {
+		next = cur / 2
+	} else {
+		next = cur * 2
+		n, x := float64(st.Visits+1), float64(st.Changes)
+		span := now.Sub(st.FirstVisit)
+		if x > 0 && span > 0 {
+			// λ ≈ -ln((n - X + 0.5)/(n + 0.5)) / (span/n)
+			lambda := -logf((n-x+0.5)/(n+0.5)) / (span.Seconds() / n)
+			if lambda > 0 {
+				next = min(next, time.Duration(float64(time.Second)/lambda))
+			}
+		}
+	}
+	return min(max(next, c.cfg.revisitMin), c.cfg.revisitMax)
+}
+
+// extract routes the links of a page: local ones into the frontier, others
+// to the forwarder.
+func (c *Crawler) extract(j *job, links []parse.Link) {
+	e := j.l.entry
+	if e.Depth <= 0 || len(links) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), 30*time.Second)
+	defer cancel()
+	now := time.Now()
+	for _, l := range links {
+		u, err := urlnorm.Parse(l.URL)
+		if err != nil {
+			continue
+		}
+		child := entry{URL: u.String(), Parent: e.URL, Depth: e.Depth - 1, Hops: e.Hops + 1, Owners: e.Owners}
+		if l.Source == parse.FromRedirect {
+			child.Depth = e.Depth
+		}
+		local := strings.EqualFold(u.Host, j.u.Host)
+		if !local {
+			addrs, err := c.fetch.Resolve(ctx, u.Hostname())
+			if err != nil {
+				c.stats.dropped.Add(1)
+				continue
+			}
+			local = c.cfg.router == nil
+			if c.cfg.router != nil {
+				local, err = c.cfg.router.Route(ctx, u, addrs[0])
+				if err != nil {
+					c.stats.dropped.Add(1)
+					continue
+				}
+			}
+		}
+		if !local {
+			select {
+			case c.forward <- Request{Link: child.URL, ParentLink: child.Parent, Depth: child.Depth, Owners: child.Owners}:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		if _, err := c.front.add(child, u, false, now); err != nil {
+			c.log.Error("frontier failed", "error", err)
+			return
+		}
+	}
+	c.poke()
+}
+
+// batcher groups records into batches by size and age and hands them to
+// the sink.
+func (c *Crawler) batcher() {
+	var raw []byte
+	var n int
+	var oldest time.Time
+	tick := time.NewTicker(min(c.cfg.batchAge/4+time.Millisecond, time.Second))
+	defer tick.Stop()
+	flush := func(final bool) {
+		if n == 0 {
+			return
+		}
+		b := sealBatch(raw, n, oldest)
+		c.deliver(b, final)
+		raw, n, oldest = nil, 0, time.Time{}
+	}
+	for {
+		select {
+		case r, ok := <-c.records:
+			if !ok {
+				flush(true)
+				return
+			}
+			var tmp []byte
+			tmp = appendRecord(tmp, &r)
+			if len(tmp) > maxRecordBytes {
+				c.stats.dropped.Add(1)
+				continue
+			}
+			if n > 0 && len(raw)+len(tmp)+10 > c.cfg.batchBytes {
+				flush(false)
+			}
+			raw = appendUvarint(raw, uint64(len(tmp)))
+			raw = append(raw, tmp...)
+			if n == 0 {
+				oldest = r.Time
+			}
+			n++
+			c.stats.records.Add(1)
+			if len(raw) >= c.cfg.batchBytes {
+				flush(false)
+			}
+		case <-tick.C:
+			if n > 0 && time.Since(oldest) >= c.cfg.batchAge {
+				flush(false)
+			}
+		}
+	}
+}
+
+func (c *Crawler) deliver(b Batch, final bool) {
+	ctx := c.ctx
+	if final || ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+	}
+	for attempt := 0; ; attempt++ {
+		err := c.sink.Results(ctx, b)
+		if err == nil {
+			c.stats.batches.Add(1)
+			c.stats.recordBytes.Add(int64(len(b.Data)))
+			return
+		}
+		if ctx.Err() != nil {
+			c.log.Error("result batch lost at shutdown", "records", b.Records, "error", err)
+			return
+		}
+		c.log.Warn("sink refused batch; retrying", "error", err, "attempt", attempt)
+		select {
+		case <-time.After(min(time.Second<<min(attempt, 6), time.Minute)):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// forwarder groups URLs for other nodes and hands them to the sink.
+func (c *Crawler) forwarder() {
+	var batch []Request
+	var first time.Time
+	tick := time.NewTicker(min(c.cfg.forwardAge/4+time.Millisecond, time.Second))
+	defer tick.Stop()
+	flush := func(final bool) {
+		if len(batch) == 0 {
+			return
+		}
+		ctx := c.ctx
+		if final || ctx.Err() != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+		}
+		for attempt := range 3 {
+			if err := c.sink.Forward(ctx, batch); err == nil {
+				c.stats.forwarded.Add(int64(len(batch)))
+				batch = nil
+				return
+			} else if attempt == 2 || ctx.Err() != nil {
+				c.log.Warn("forwarding failed; URLs dropped", "count", len(batch), "error", err)
+				c.stats.dropped.Add(int64(len(batch)))
+				batch = nil
+				return
+			}
+			select {
+			case <-time.After(time.Second << attempt):
+			case <-ctx.Done():
+			}
+		}
+	}
+	for {
+		select {
+		case r, ok := <-c.forward:
+			if !ok {
+				flush(true)
+				return
+			}
+			if len(batch) == 0 {
+				first = time.Now()
+			}
+			batch = append(batch, r)
+			if len(batch) >= c.cfg.forwardBatch {
+				flush(false)
+			}
+		case <-tick.C:
+			if len(batch) > 0 && time.Since(first) >= c.cfg.forwardAge {
+				flush(false)
+			}
+		}
+	}
+}

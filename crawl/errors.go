@@ -1,0 +1,38 @@
+package crawl
+
+import (
+	"errors"
+
+	"github.com/micra-net/micra/crawl/internal/egress"
+)
+
+// Errors returned by the crawler and the fetcher. Match them with errors.Is.
+var (
+	// ErrForbiddenDestination: the egress guard refused the address or port
+	// (special-purpose ranges, ports other than 80/443 by default).
+	ErrForbiddenDestination = egress.ErrForbidden
+	// ErrScheme: only http and https URLs are fetched.
+	ErrScheme = errors.New("unsupported url scheme")
+	// ErrTooManyRedirects: more than the configured redirects (at most 5).
+	ErrTooManyRedirects = errors.New("too many redirects")
+	// ErrRedirectRefused: the redirect check hook declined the next hop.
+	ErrRedirectRefused = errors.New("redirect refused")
+	// ErrBodyTooLarge: Content-Length exceeds the wire size cap.
+	ErrBodyTooLarge = errors.New("response body too large")
+	// ErrContentEncoding: an unsupported or malformed Content-Encoding.
+	ErrContentEncoding = errors.New("unsupported content encoding")
+	// ErrRobotsDisallowed: robots.txt forbids the URL.
+	ErrRobotsDisallowed = errors.New("disallowed by robots.txt")
+	// ErrClosed: the crawler was closed.
+	ErrClosed = errors.New("crawler closed")
+	// ErrBadRequest: a crawl request is malformed.
+	ErrBadRequest = errors.New("bad crawl request")
+	// ErrBatchVersion: a batch uses an encoding version this code cannot read.
+	ErrBatchVersion = errors.New("unsupported batch version")
+	// ErrBatchCorrupt: a batch is truncated, oversized or malformed.
+	ErrBatchCorrupt = errors.New("corrupt batch")
+	// ErrCorruptValue: a stored value cannot be decoded.
+	ErrCorruptValue = errors.New("corrupt stored value")
+	// ErrSchema: the stored data were written by an incompatible version.
+	ErrSchema = errors.New("unsupported crawl schema version")
+)

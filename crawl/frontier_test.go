@@ -1,0 +1,168 @@
+package crawl
+
+import (
+	"io"
+	"log/slog"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+func openMemDB(t testing.TB) *badger.DB {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions("").WithInMemory(true).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func openDiskDB(t testing.TB, dir string) *badger.DB {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil).WithNumVersionsToKeep(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func addURL(t *testing.T, f *frontier, raw, parent string, hops int, now time.Time) addResult {
+	t.Helper()
+	u, _ := url.Parse(raw)
+	r, err := f.add(entry{URL: raw, Parent: parent, Depth: 3, Hops: hops}, u, false, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestFrontierOrderAndSeen(t *testing.T) {
+	db := openMemDB(t)
+	f, err := openFrontier(db, 1000, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	addURL(t, f, "http://a.org/deep", "http://a.org/", 3, now)
+	addURL(t, f, "http://a.org/shallow", "http://a.org/", 1, now)
+	addURL(t, f, "http://a.org/popular", "http://a.org/", 2, now)
+	for range 20 { // many in-links raise its importance
+		if r := addURL(t, f, "http://a.org/popular", "http://a.org/p", 2, now); r != addSeen {
+			t.Fatalf("seen URL re-added: %v", r)
+		}
+	}
+	addURL(t, f, "http://b.org/", "", 0, now.Add(time.Second))
+
+	l, _, err := f.next(now)
+	if err != nil || l == nil || l.entry.URL != "http://a.org/shallow" {
+		t.Fatalf("first = %+v %v", l, err)
+	}
+	// The host is leased: nothing else ready at now from a.org, b.org not yet.
+	if l2, wait, _ := f.next(now); l2 != nil || !wait.Equal(now.Add(time.Second)) {
+		t.Fatalf("second = %+v wait %v", l2, wait)
+	}
+	if err := f.finish(l, false, now.Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	l, _, _ = f.next(now.Add(2 * time.Second))
+	if l == nil || l.entry.URL != "http://b.org/" {
+		t.Fatalf("expected b.org, got %+v", l)
+	}
+	f.finish(l, false, now.Add(2*time.Second))
+	l, _, _ = f.next(now.Add(5 * time.Second))
+	if l == nil || l.entry.URL != "http://a.org/popular" {
+		t.Fatalf("importance not used: %+v", l)
+	}
+	// Retry keeps the entry with attempts raised.
+	f.finish(l, true, now.Add(6*time.Second))
+	l, _, _ = f.next(now.Add(6 * time.Second))
+	if l == nil || l.entry.URL != "http://a.org/popular" || l.entry.Attempts != 1 {
+		t.Fatalf("retry: %+v", l)
+	}
+	f.finish(l, false, now.Add(6*time.Second))
+	if n, _ := f.queued(); n != 1 {
+		t.Fatalf("%d queued, want 1", n)
+	}
+	if r := addURL(t, f, "http://a.org/shallow", "http://a.org/x", 1, now); r != addSeen {
+		t.Fatalf("fetched URL re-queued: %v", r)
+	}
+}
+
+func TestFrontierSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Unix(1000, 0)
+	db := openDiskDB(t, dir)
+	f, err := openFrontier(db, 1000, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "b", "c"} {
+		addURL(t, f, "http://a.org/"+p, "http://a.org/", 1, now)
+	}
+	l, _, _ := f.next(now)
+	f.finish(l, false, now) // a is done
+	l, _, _ = f.next(now)   // b is leased when we "crash" (no clean close)
+	if l == nil {
+		t.Fatal("no lease")
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, clean := range []bool{false, true} {
+		db = openDiskDB(t, dir)
+		f, err = openFrontier(db, 1000, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The seen set (rebuilt or restored Bloom filter) still knows a.
+		if r := addURL(t, f, "http://a.org/a", "http://a.org/x", 1, now); r != addSeen {
+			t.Fatalf("clean=%v: seen set lost: %v", clean, r)
+		}
+		if n, _ := f.queued(); n != 2 {
+			t.Fatalf("clean=%v: %d queued, want 2", clean, n)
+		}
+		if clean {
+			// After the lease expires the interrupted request comes back.
+			l, _, _ = f.next(now.Add(2 * time.Minute))
+			if l == nil || l.entry.URL != "http://a.org/b" {
+				t.Fatalf("leased request lost: %+v", l)
+			}
+		}
+		if err := f.close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRevisits(t *testing.T) {
+	db := openMemDB(t)
+	f, _ := openFrontier(db, 100, time.Minute)
+	now := time.Unix(1000, 0)
+	e := entry{URL: "http://a.org/r", Depth: 1}
+	if err := f.update(e.URL, func(p *pageState) { p.Visits = 1 }, now.Add(time.Hour), &e); err != nil {
+		t.Fatal(err)
+	}
+	// Rescheduling replaces the earlier revisit.
+	if err := f.update(e.URL, func(p *pageState) {}, now.Add(2*time.Hour), &e); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.dueRevisits(now.Add(90*time.Minute), 10); n != 0 {
+		t.Fatalf("%d revisits due early", n)
+	}
+	if n, _ := f.dueRevisits(now.Add(3*time.Hour), 10); n != 1 {
+		t.Fatalf("%d revisits due, want 1", n)
+	}
+	l, _, _ := f.next(now.Add(3 * time.Hour))
+	if l == nil || l.entry.URL != e.URL || !l.entry.Revisit {
+		t.Fatalf("revisit not queued: %+v", l)
+	}
+}

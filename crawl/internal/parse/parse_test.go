@@ -1,0 +1,289 @@
+package parse
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/micra-net/micra/crawl/internal/textproc"
+)
+
+func TestDetect(t *testing.T) {
+	rss := []byte(`<?xml version="1.0"?><rss version="2.0"><channel></channel></rss>`)
+	atomFeed := []byte(`<feed xmlns="http://www.w3.org/2005/Atom"></feed>`)
+	rss1 := []byte(`<?xml version="1.0"?><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#" xmlns="http://purl.org/rss/1.0/"><channel/></rdf:RDF>`)
+	rdf := []byte(`<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"><rdf:Description rdf:about="http://a/"/></rdf:RDF>`)
+	sm := []byte("\xef\xbb\xbf  <urlset xmlns=\"http://www.sitemaps.org/schemas/sitemap/0.9\"></urlset>")
+	smi := []byte(`<?xml version="1.0"?><!-- c --><sitemapindex></sitemapindex>`)
+	xhtml := []byte(`<?xml version="1.0"?><!DOCTYPE html><html xmlns="http://www.w3.org/1999/xhtml"><head/></html>`)
+	page := []byte(`<!doctype html><html><body>x</body></html>`)
+	tests := []struct {
+		name, ct, path string
+		body           []byte
+		want           Type
+	}{
+		{"html header", "text/html; charset=utf-8", "/", page, HTML},
+		{"feed as text/html", "text/html", "/", rss, RSS},
+		{"xhtml header", "application/xhtml+xml", "/", xhtml, XHTML},
+		{"rss header", "application/rss+xml", "/f", rss, RSS},
+		{"atom header", "application/atom+xml", "/f", atomFeed, Atom},
+		{"rdf header rss1", "application/rdf+xml", "/f", rss1, RSS},
+		{"rdf header", "application/rdf+xml", "/f", rdf, RDF},
+		{"xml sitemap", "application/xml", "/sitemap.xml", sm, Sitemap},
+		{"xml sitemap index", "text/xml", "/s.xml", smi, SitemapIndex},
+		{"xml xhtml", "text/xml", "/p", xhtml, XHTML},
+		{"xml atom", "application/xml", "/p", atomFeed, Atom},
+		{"xml unknown", "application/xml", "/p", []byte(`<foo/>`), Other},
+		{"plain", "text/plain", "/r.txt", []byte("hello"), Text},
+		{"plain sitemap", "text/plain", "/s", sm, Sitemap},
+		{"no type ext html", "", "/a.HTML", []byte("x"), HTML},
+		{"no type ext rdf", "", "/a.rdf", rdf, RDF},
+		{"no type sniff html", "", "/a", page, HTML},
+		{"no type sniff rss", "application/octet-stream", "/a", rss, RSS},
+		{"no type sniff text", "", "/a", []byte("just words"), Text},
+		{"image", "image/png", "/a.png", []byte("\x89PNG"), Other},
+		{"pdf", "application/pdf", "/a.pdf", []byte("%PDF-1.4"), Other},
+		{"no type binary", "", "/a", []byte{0, 1, 2, 3, 0xff}, Other},
+		{"bad header", "text/html;;;=", "/a.txt", []byte("x"), Text},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Detect(tt.ct, tt.path, tt.body); got != tt.want {
+				t.Fatalf("Detect = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+const page = `<!DOCTYPE html>
+<html lang="en-GB"><head>
+<title>  Cyprus   volcanoes </title>
+<base href="http://example.com/docs/">
+<meta name="description" content="Geology of the island">
+<link rel="canonical" href="/docs/canon#x">
+<link rel="alternate" type="application/rss+xml" href="feed.xml" title="Feed">
+<script>var hidden = "scriptword";</script>
+<style>.stylerule{}</style>
+</head><body>
+<h1>Troodos ophiolite</h1>
+<p>Pillow lavas and gabbro. <a href="a.html">Gabbro <b>rocks</b></a>
+<a href="a.html#sec">more gabbro</a>
+<a href="http://other.org/x?PHPSESSID=abc&amp;q=1">elsewhere</a>
+<a href="b.html" rel="nofollow">paid</a>
+<a href="mailto:x@y.z">mail</a>
+<a href="javascript:void(0)">js</a>
+<iframe src="/frame.html"></iframe>
+<area href="map.html" alt="Map region">
+</body></html>`
+
+func TestHTML(t *testing.T) {
+	kw := textproc.NewBuilder()
+	d := Parse(HTML, "http://example.com/index.html", "text/html", []byte(page), kw, Options{Agent: "micra"})
+	if d.Title != "Cyprus volcanoes" {
+		t.Errorf("Title = %q", d.Title)
+	}
+	if d.Lang != "en-gb" {
+		t.Errorf("Lang = %q", d.Lang)
+	}
+	if d.Canonical != "http://example.com/docs/canon" {
+		t.Errorf("Canonical = %q", d.Canonical)
+	}
+	var urls []string
+	for _, l := range d.Links {
+		urls = append(urls, l.URL)
+	}
+	want := []string{
+		"http://example.com/docs/canon",
+		"http://example.com/docs/feed.xml",
+		"http://example.com/docs/a.html",
+		"http://other.org/x?q=1",
+		"http://example.com/frame.html",
+		"http://example.com/docs/map.html",
+	}
+	if !slices.Equal(urls, want) {
+		t.Fatalf("links\n got %q\nwant %q", urls, want)
+	}
+	if a := d.Links[2].Anchor; a != "Gabbro rocks more gabbro" {
+		t.Errorf("anchor = %q", a)
+	}
+	terms := map[string]bool{}
+	for _, k := range kw.Top(100) {
+		terms[k.Term] = true
+	}
+	for _, w := range []string{"cyprus", "volcano", "troodo", "ophiolit", "gabbro", "geolog"} {
+		if !terms[w] {
+			t.Errorf("keyword %q missing from %v", w, kw.Top(100))
+		}
+	}
+	for _, w := range []string{"scriptword", "stylerul", "hidden"} {
+		if terms[w] {
+			t.Errorf("invisible text %q indexed", w)
+		}
+	}
+}
+
+func TestMetaRobots(t *testing.T) {
+	tests := []struct {
+		name, head string
+		xrobots    []string
+		noindex    bool
+		nofollow   bool
+	}{
+		{"none", ``, nil, false, false},
+		{"noindex", `<meta name="robots" content="noindex">`, nil, true, false},
+		{"nofollow", `<meta name="ROBOTS" content="index, NOFOLLOW">`, nil, false, true},
+		{"none directive", `<meta name="robots" content="none">`, nil, true, true},
+		{"agent specific", `<meta name="micra" content="noindex">`, nil, true, false},
+		{"other agent", `<meta name="googlebot" content="noindex">`, nil, false, false},
+		{"header", ``, []string{"noindex, nofollow"}, true, true},
+		{"header other agent", ``, []string{"googlebot: noindex"}, false, false},
+		{"header our agent", ``, []string{"micra: nofollow"}, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := `<html><head>` + tt.head + `</head><body><a href="/x">x</a></body></html>`
+			d := Parse(HTML, "http://e.org/", "text/html", []byte(body), nil, Options{Agent: "micra", XRobotsTag: tt.xrobots})
+			if d.NoIndex != tt.noindex || d.NoFollow != tt.nofollow {
+				t.Fatalf("noindex=%v nofollow=%v", d.NoIndex, d.NoFollow)
+			}
+			if tt.nofollow != (len(d.Links) == 0) {
+				t.Fatalf("links = %v with nofollow=%v", d.Links, tt.nofollow)
+			}
+		})
+	}
+}
+
+func TestCharset(t *testing.T) {
+	body := []byte("<html><head><meta charset=\"iso-8859-1\"><title>Caf\xe9</title></head></html>")
+	d := Parse(HTML, "http://e.org/", "text/html", body, nil, Options{})
+	if d.Title != "Café" {
+		t.Fatalf("Title = %q", d.Title)
+	}
+}
+
+func TestFeeds(t *testing.T) {
+	rss2 := `<?xml version="1.0" encoding="UTF-8"?><rss version="2.0"><channel><title>Harbour news</title><link>http://e.org/</link>
+<description>All about &lt;b&gt;ships&lt;/b&gt;</description>
+<item><title>Ferry arrives</title><link>http://e.org/ferry</link><description>&lt;p&gt;The ferry &amp;amp; crew&lt;/p&gt;</description><pubDate>Mon, 02 Jan 2006 15:04:05 -0700</pubDate></item>
+<item><title>Guid only</title><guid>http://e.org/guid</guid></item>
+<item><title>Broken</title><link>http://e.org/broken
+</channel></rss>`
+	atomFeed := `<feed xmlns="http://www.w3.org/2005/Atom"><title>Atom news</title><link href="http://e.org/"/>
+<entry><title>Entry one</title><link rel="alternate" href="/one"/><link rel="edit" href="/edit"/><updated>2024-11-22T10:00:00Z</updated><summary>Sails</summary></entry>
+<entry><title>Entry two</title><id>tag:e.org,2024:2</id><link href="two"/></entry></feed>`
+	rss1 := `<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#" xmlns="http://purl.org/rss/1.0/">
+<channel rdf:about="http://e.org/"><title>RSS one</title></channel>
+<item rdf:about="http://e.org/r1"><title>R1</title></item></rdf:RDF>`
+	rdfDoc := `<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#" xmlns:foaf="http://xmlns.com/foaf/0.1/">
+<foaf:Person rdf:about="http://e.org/me"><foaf:knows rdf:resource="http://f.org/you"/></foaf:Person></rdf:RDF>`
+	sitemap := `<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+<url><loc>http://e.org/a</loc><lastmod>2024-11-01</lastmod></url>
+<url><loc> http://e.org/b </loc></url><url><loc>ftp://e.org/c</loc></url></urlset>`
+	index := `<sitemapindex><sitemap><loc>http://e.org/s1.xml</loc><lastmod>2024-10-01T00:00:00+00:00</lastmod></sitemap></sitemapindex>`
+	tests := []struct {
+		name  string
+		typ   Type
+		body  string
+		title string
+		links []string
+	}{
+		{"rss2", RSS, rss2, "Harbour news", []string{"http://e.org/", "http://e.org/ferry", "http://e.org/guid", "http://e.org/broken"}},
+		{"atom", Atom, atomFeed, "Atom news", []string{"http://e.org/", "http://e.org/one", "http://e.org/two"}},
+		{"rss1", RSS, rss1, "RSS one", []string{"http://e.org/r1"}},
+		{"rdf", RDF, rdfDoc, "", []string{"http://e.org/me", "http://f.org/you"}},
+		{"sitemap", Sitemap, sitemap, "", []string{"http://e.org/a", "http://e.org/b"}},
+		{"sitemap index", SitemapIndex, index, "", []string{"http://e.org/s1.xml"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kw := textproc.NewBuilder()
+			d := Parse(tt.typ, "http://e.org/feed", "", []byte(tt.body), kw, Options{})
+			if d.Title != tt.title {
+				t.Errorf("Title = %q", d.Title)
+			}
+			var got []string
+			for _, l := range d.Links {
+				got = append(got, l.URL)
+			}
+			if !slices.Equal(got, tt.links) {
+				t.Fatalf("links = %q, want %q", got, tt.links)
+			}
+		})
+	}
+	d := Parse(Sitemap, "http://e.org/s", "", []byte(sitemap), nil, Options{})
+	if !d.Links[0].LastMod.Equal(time.Date(2024, 11, 1, 0, 0, 0, 0, time.UTC)) || !d.Links[1].LastMod.IsZero() {
+		t.Errorf("lastmod = %v, %v", d.Links[0].LastMod, d.Links[1].LastMod)
+	}
+	kw := textproc.NewBuilder()
+	Parse(RSS, "http://e.org/f", "", []byte(rss2), kw, Options{})
+	terms := map[string]bool{}
+	for _, k := range kw.Top(50) {
+		terms[k.Term] = true
+	}
+	for _, w := range []string{"harbour", "ferri", "ship", "crew"} {
+		if !terms[w] {
+			t.Errorf("feed keyword %q missing: %v", w, kw.Top(50))
+		}
+	}
+}
+
+func TestLimits(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("<html><head><title>" + strings.Repeat("t", 2*MaxTitle) + "</title></head><body>")
+	for i := range 500 {
+		b.WriteString(`<a href="/p` + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + `">` + strings.Repeat("anchor ", 100) + `</a>`)
+		b.WriteString(`<a href="/q` + string(rune('0'+i%10)) + strings.Repeat("y", i) + `">z</a>`)
+	}
+	flat := b.String()
+	// Nesting deeper than x/net/html accepts takes the streaming path.
+	deep := flat + strings.Repeat("<div>", 5000) + "deep" + strings.Repeat("</div>", 5000)
+	for name, body := range map[string]string{"tree": flat, "stream": deep} {
+		t.Run(name, func(t *testing.T) {
+			kw := textproc.NewBuilder()
+			d := Parse(HTML, "http://e.org/", "text/html", []byte(body), kw, Options{MaxLinks: 100})
+			if d.Title == "" || len(d.Title) > MaxTitle || len(d.Links) != 100 || !d.Truncated {
+				t.Fatalf("title %d links %d truncated %v", len(d.Title), len(d.Links), d.Truncated)
+			}
+			for _, l := range d.Links {
+				if len(l.Anchor) > MaxAnchor {
+					t.Fatalf("anchor of %d bytes", len(l.Anchor))
+				}
+			}
+			if top := kw.Top(5); len(top) == 0 || top[0].Term != "anchor" {
+				t.Fatalf("keywords = %v", top)
+			}
+		})
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(uint8(HTML), page)
+	f.Add(uint8(RSS), `<rss><channel><item><link>http://a/</link></item></channel></rss>`)
+	f.Add(uint8(Sitemap), `<urlset><url><loc>/x</loc><lastmod>2024-01-01</lastmod></url></urlset>`)
+	f.Add(uint8(RDF), `<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"><x rdf:about="/a"/></rdf:RDF>`)
+	f.Fuzz(func(t *testing.T, typ uint8, body string) {
+		tt := Type(typ % 9)
+		Detect("", "/x", []byte(body))
+		d := Parse(tt, "http://e.org/dir/page", "", []byte(body), textproc.NewBuilder(), Options{MaxLinks: 50, Agent: "micra"})
+		if len(d.Links) > 50 || len(d.Title) > MaxTitle {
+			t.Fatalf("limits exceeded: %d links, title %d", len(d.Links), len(d.Title))
+		}
+		for _, l := range d.Links {
+			if !strings.HasPrefix(l.URL, "http://") && !strings.HasPrefix(l.URL, "https://") {
+				t.Fatalf("bad link %q", l.URL)
+			}
+		}
+	})
+}
+
+func BenchmarkParseHTML(b *testing.B) {
+	body := []byte(strings.Repeat(page, 20))
+	kw := textproc.NewBuilder()
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		kw.Reset()
+		Parse(HTML, "http://example.com/index.html", "text/html", body, kw, Options{})
+	}
+}

@@ -1,0 +1,192 @@
+package parse
+
+import (
+	"bytes"
+	"encoding/xml"
+	"strings"
+	"time"
+
+	"github.com/micra-net/micra/crawl/internal/textproc"
+	"golang.org/x/net/html"
+)
+
+// maxXMLTokens bounds the tokens read from one XML document.
+const maxXMLTokens = 4 << 20
+
+// item collects one feed item or sitemap entry.
+type item struct {
+	link, title, text string
+	lastmod           time.Time
+}
+
+// xml reads RSS (0.9x, 1.0 and 2.0), Atom, generic RDF/XML and sitemaps
+// with one streaming decoder, dispatching on the element path.
+func (p *parser) xml(body []byte) {
+	d := xml.NewDecoder(bytes.NewReader(body))
+	d.Strict = false
+	d.Entity = xml.HTMLEntity
+	d.CharsetReader = charsetReader
+	var stack []string
+	var cur *item
+	var text strings.Builder
+	inItem := func() bool { return cur != nil }
+	itemName := map[Type]string{RSS: "item", RDF: "item", Atom: "entry", Sitemap: "url", SitemapIndex: "sitemap"}[p.doc.Type]
+	for range maxXMLTokens {
+		tok, err := d.Token()
+		if err != nil {
+			break
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			if len(stack) >= maxDepth {
+				return
+			}
+			name := strings.ToLower(t.Name.Local)
+			stack = append(stack, name)
+			text.Reset()
+			switch {
+			case name == itemName && cur == nil:
+				cur = &item{}
+			case name == "link":
+				// Atom: <link rel="alternate" href="..."/>.
+				href, rel := "", "alternate"
+				for _, a := range t.Attr {
+					switch strings.ToLower(a.Name.Local) {
+					case "href":
+						href = a.Value
+					case "rel":
+						rel = strings.ToLower(a.Value)
+					}
+				}
+				if href != "" && rel == "alternate" {
+					if inItem() {
+						if cur.link == "" {
+							cur.link = href
+						}
+					} else if p.doc.Type == Atom {
+						p.link(href, "", FromFeed, zeroTime)
+					}
+				}
+			}
+			if p.doc.Type == RDF || p.doc.Type == RSS {
+				for _, a := range t.Attr {
+					if a.Name.Space != nsRDF || (a.Name.Local != "about" && a.Name.Local != "resource") {
+						continue
+					}
+					if inItem() && a.Name.Local == "about" && cur.link == "" {
+						cur.link = a.Value
+					} else if p.doc.Type == RDF {
+						p.link(a.Value, "", FromRDF, zeroTime)
+					}
+				}
+			}
+		case xml.CharData:
+			if text.Len() < 64<<10 {
+				text.Write(t)
+			}
+		case xml.EndElement:
+			if len(stack) == 0 {
+				continue
+			}
+			name := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			v := strings.TrimSpace(text.String())
+			text.Reset()
+			p.xmlEnd(name, v, cur, len(stack))
+			if name == itemName && cur != nil {
+				p.flushItem(cur)
+				cur = nil
+			}
+		}
+	}
+	if cur != nil {
+		p.flushItem(cur)
+	}
+}
+
+func (p *parser) xmlEnd(name, v string, cur *item, depth int) {
+	if v == "" {
+		return
+	}
+	if cur == nil {
+		switch name {
+		case "title":
+			if p.doc.Title == "" && depth <= 2 {
+				p.doc.Title = clip(collapse(v), MaxTitle)
+				p.add(p.doc.Title, textproc.Title)
+			}
+		case "description", "subtitle", "tagline":
+			p.add(stripTags(v), textproc.Meta)
+		case "link":
+			if p.doc.Type == RSS {
+				p.link(v, "", FromFeed, zeroTime)
+			}
+		}
+		return
+	}
+	switch name {
+	case "loc", "link":
+		cur.link = v
+	case "guid", "id":
+		if cur.link == "" && strings.HasPrefix(v, "http") {
+			cur.link = v
+		}
+	case "title":
+		cur.title = v
+	case "description", "summary", "content", "encoded":
+		if cur.text == "" {
+			cur.text = v
+		}
+	case "lastmod", "updated", "pubdate", "published", "date", "modified":
+		if t, ok := parseDate(v); ok && (cur.lastmod.IsZero() || t.After(cur.lastmod)) {
+			cur.lastmod = t
+		}
+	}
+}
+
+func (p *parser) flushItem(it *item) {
+	src := FromFeed
+	if p.doc.Type == Sitemap || p.doc.Type == SitemapIndex {
+		src = FromSitemap
+	}
+	title := clip(collapse(it.title), MaxAnchor)
+	p.link(it.link, title, src, it.lastmod)
+	p.add(title, textproc.Heading2)
+	if it.text != "" {
+		p.add(stripTags(it.text), textproc.Body)
+	}
+}
+
+// stripTags returns the text of an HTML fragment, as found in feed
+// descriptions.
+func stripTags(s string) string {
+	if !strings.ContainsAny(s, "<&") {
+		return s
+	}
+	z := html.NewTokenizer(strings.NewReader(s))
+	var b strings.Builder
+	for {
+		switch z.Next() {
+		case html.ErrorToken:
+			return b.String()
+		case html.TextToken:
+			b.Write(z.Text())
+			b.WriteByte(' ')
+		}
+	}
+}
+
+var dateLayouts = []string{
+	time.RFC3339Nano, time.RFC3339, "2006-01-02T15:04Z07:00", "2006-01-02",
+	time.RFC1123Z, time.RFC1123, time.RFC822Z, time.RFC822,
+	"Mon, 2 Jan 2006 15:04:05 -0700", "Mon, 2 Jan 2006 15:04:05 MST", "2 Jan 2006 15:04:05 -0700",
+}
+
+func parseDate(s string) (time.Time, bool) {
+	for _, l := range dateLayouts {
+		if t, err := time.Parse(l, s); err == nil {
+			return t.UTC(), true
+		}
+	}
+	return time.Time{}, false
+}

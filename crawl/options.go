@@ -1,0 +1,295 @@
+package crawl
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/micra-net/micra/crawl/internal/egress"
+)
+
+// Resolver resolves host names; *net.Resolver implements it. The node may
+// pass one that talks to a particular DNS server.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Option configures a Crawler or a Fetcher.
+type Option func(*config) error
+
+// config holds every setting; defaults are applied by defaults(), then
+// options, then validate().
+type config struct {
+	product, version, infoURL string
+
+	source       netip.Addr
+	resolver     Resolver
+	policy       egress.Policy
+	rootCAs      *x509.CertPool
+	connectTO    time.Duration
+	headerTO     time.Duration
+	fetchTO      time.Duration
+	maxWire      int64
+	maxDecoded   int64
+	maxRedirects int
+
+	minDelay      time.Duration
+	maxCrawlDelay time.Duration
+	robotsTTL     time.Duration
+	maxBackoff    time.Duration
+	maxAttempts   int
+
+	workers      int
+	procWorkers  int
+	queueSize    int
+	maxDepth     int
+	maxLinks     int
+	maxKeywords  int
+	expectedURLs uint
+	batchBytes   int
+	batchAge     time.Duration
+	forwardBatch int
+	forwardAge   time.Duration
+	revisitMin   time.Duration
+	revisitMax   time.Duration
+
+	windows  []Window
+	location *time.Location
+	bwCap    int64
+	dailyCap int64
+
+	router Router
+	logger *slog.Logger
+}
+
+func defaults() *config {
+	return &config{
+		product:       "micra",
+		version:       "0.1",
+		infoURL:       "https://github.com/micra-net/micra",
+		connectTO:     10 * time.Second,
+		headerTO:      15 * time.Second,
+		fetchTO:       60 * time.Second,
+		maxWire:       8 << 20,
+		maxDecoded:    16 << 20,
+		maxRedirects:  5,
+		minDelay:      time.Second,
+		maxCrawlDelay: 60 * time.Second,
+		robotsTTL:     24 * time.Hour,
+		maxBackoff:    6 * time.Hour,
+		maxAttempts:   3,
+		workers:       16,
+		procWorkers:   runtime.GOMAXPROCS(0),
+		queueSize:     64,
+		maxDepth:      16,
+		maxLinks:      5000,
+		maxKeywords:   64,
+		expectedURLs:  4 << 20,
+		batchBytes:    256 << 10,
+		batchAge:      5 * time.Minute,
+		forwardBatch:  512,
+		forwardAge:    30 * time.Second,
+		revisitMin:    time.Hour,
+		revisitMax:    30 * 24 * time.Hour,
+		location:      time.Local,
+		logger:        slog.Default().With("subsystem", "crawl"),
+	}
+}
+
+func (c *config) validate() error {
+	var errs []error
+	check := func(ok bool, format string, a ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, a...))
+		}
+	}
+	check(c.product != "" && !strings.ContainsAny(c.product, " /;()\t"), "user agent product %q is not a token", c.product)
+	check(c.connectTO > 0 && c.headerTO > 0 && c.fetchTO > 0, "timeouts must be positive")
+	check(c.maxWire > 0 && c.maxDecoded > 0, "size caps must be positive")
+	check(c.maxRedirects >= 0 && c.maxRedirects <= 5, "max redirects %d not in 0..5", c.maxRedirects)
+	check(c.minDelay >= 0 && c.maxCrawlDelay >= 0, "delays must not be negative")
+	check(c.robotsTTL > 0 && c.robotsTTL <= 24*time.Hour, "robots.txt cache TTL %v not in (0, 24h]", c.robotsTTL)
+	check(c.workers > 0 && c.procWorkers > 0 && c.queueSize > 0, "workers and queue sizes must be positive")
+	check(c.maxDepth >= 0 && c.maxLinks > 0 && c.maxKeywords > 0, "depth, links and keywords limits invalid")
+	check(c.batchBytes >= 1024 && c.batchBytes <= maxBatchRaw/2 && c.batchAge > 0, "batch limits invalid (bytes in 1 KiB..%d)", maxBatchRaw/2)
+	check(c.forwardBatch > 0 && c.forwardAge > 0, "forward batch limits invalid")
+	check(c.revisitMin > 0 && c.revisitMax >= c.revisitMin, "revisit interval bounds invalid")
+	check(c.bwCap >= 0 && c.dailyCap >= 0, "caps must not be negative")
+	check(c.expectedURLs > 0, "expected URLs must be positive")
+	check(c.logger != nil && c.location != nil, "logger and location must not be nil")
+	return errors.Join(errs...)
+}
+
+func (c *config) userAgent() string {
+	return fmt.Sprintf("%s/%s (+%s)", c.product, c.version, c.infoURL)
+}
+
+// UserAgent sets the robots.txt product token (also the first word of the
+// User-Agent header), the version and the info URL that tells site owners
+// who crawls them. Default: "micra/0.1 (+https://github.com/micra-net/micra)".
+func UserAgent(product, version, infoURL string) Option {
+	return func(c *config) error {
+		c.product, c.version, c.infoURL = strings.ToLower(product), version, infoURL
+		return nil
+	}
+}
+
+// SourceAddr binds every outgoing connection to the local address a, as a
+// multi-homed host or the emulated Internet needs. Default: any.
+func SourceAddr(a netip.Addr) Option {
+	return func(c *config) error {
+		if !a.IsValid() {
+			return errors.New("invalid source address")
+		}
+		c.source = a
+		return nil
+	}
+}
+
+// DNS sets the resolver used for every host name. Default: net.DefaultResolver.
+func DNS(r Resolver) Option {
+	return func(c *config) error { c.resolver = r; return nil }
+}
+
+// AllowPrivateNetworks lifts the egress guard: loopback, private,
+// link-local and other special-purpose addresses may be fetched (unspecified
+// and multicast never). With ports, only 80, 443 and those ports are
+// allowed; with none, every port. Off by default; meant for the emulated
+// Internet, demos and tests.
+func AllowPrivateNetworks(ports ...uint16) Option {
+	return func(c *config) error {
+		c.policy.AllowPrivate = true
+		c.policy.Ports = append(c.policy.Ports, ports...)
+		c.policy.AnyPort = len(ports) == 0
+		return nil
+	}
+}
+
+// RootCAs sets the certificate authorities trusted for https. Default: the
+// system pool.
+func RootCAs(p *x509.CertPool) Option {
+	return func(c *config) error { c.rootCAs = p; return nil }
+}
+
+// Timeouts sets the connect timeout, the time to wait for response headers
+// and the total time of one request including its body. Defaults: 10 s, 15 s,
+// 60 s.
+func Timeouts(connect, header, total time.Duration) Option {
+	return func(c *config) error {
+		c.connectTO, c.headerTO, c.fetchTO = connect, header, total
+		return nil
+	}
+}
+
+// MaxBodySize caps the bytes read from the wire (wire) and the bytes after
+// decompression (decoded). Longer bodies are truncated and flagged. Defaults:
+// 8 MiB and 16 MiB.
+func MaxBodySize(wire, decoded int64) Option {
+	return func(c *config) error { c.maxWire, c.maxDecoded = wire, decoded; return nil }
+}
+
+// MaxRedirects sets how many redirects one fetch follows, 0 to 5. Default 5.
+func MaxRedirects(n int) Option {
+	return func(c *config) error { c.maxRedirects = n; return nil }
+}
+
+// Politeness sets the minimum delay between two requests to one host and to
+// one server address, and the cap on a robots.txt Crawl-delay (longer
+// delays are logged and capped). Defaults: 1 s and 60 s. A zero minDelay is
+// for benchmarks against one's own server only.
+func Politeness(minDelay, maxCrawlDelay time.Duration) Option {
+	return func(c *config) error { c.minDelay, c.maxCrawlDelay = minDelay, maxCrawlDelay; return nil }
+}
+
+// RobotsTTL sets how long a robots.txt is cached, at most 24 h (RFC 9309).
+// Default 24 h.
+func RobotsTTL(d time.Duration) Option {
+	return func(c *config) error { c.robotsTTL = d; return nil }
+}
+
+// Workers sets the number of concurrent fetches and of processing
+// goroutines, and the capacity of the queues between pipeline stages.
+// Defaults: 16, GOMAXPROCS, 64.
+func Workers(fetch, process, queue int) Option {
+	return func(c *config) error { c.workers, c.procWorkers, c.queueSize = fetch, process, queue; return nil }
+}
+
+// MaxDepth sets the crawl depth of seeds that do not give one: how many link
+// hops to follow from them. Default 16.
+func MaxDepth(n int) Option {
+	return func(c *config) error { c.maxDepth = n; return nil }
+}
+
+// MaxLinks caps the out-links taken from one document. Default 5000.
+func MaxLinks(n int) Option {
+	return func(c *config) error { c.maxLinks = n; return nil }
+}
+
+// MaxKeywords caps the keywords in one record. Default 64.
+func MaxKeywords(n int) Option {
+	return func(c *config) error { c.maxKeywords = n; return nil }
+}
+
+// ExpectedURLs sizes the in-memory Bloom filter of the URL-seen test (about
+// 1.2 bytes per URL at 1 % false positives; more URLs only cost more disk
+// look-ups). Default 4 Mi.
+func ExpectedURLs(n uint) Option {
+	return func(c *config) error { c.expectedURLs = n; return nil }
+}
+
+// Batching sets when a batch of records is sealed: at maxBytes of encoded
+// records or when its oldest record is maxAge old. Defaults: 256 KiB, 5 min.
+func Batching(maxBytes int, maxAge time.Duration) Option {
+	return func(c *config) error { c.batchBytes, c.batchAge = maxBytes, maxAge; return nil }
+}
+
+// ForwardBatching sets when URLs for other nodes are handed to the sink: at
+// n URLs or maxAge. Defaults: 512, 30 s.
+func ForwardBatching(n int, maxAge time.Duration) Option {
+	return func(c *config) error { c.forwardBatch, c.forwardAge = n, maxAge; return nil }
+}
+
+// Revisit bounds the adaptive revisit interval of a page. Defaults: 1 h, 30 days.
+func Revisit(min, max time.Duration) Option {
+	return func(c *config) error { c.revisitMin, c.revisitMax = min, max; return nil }
+}
+
+// Windows restricts crawling to the given weekly time windows, interpreted
+// in loc (nil: local time). No windows: always.
+func Windows(loc *time.Location, w ...Window) Option {
+	return func(c *config) error {
+		for _, x := range w {
+			if err := x.validate(); err != nil {
+				return err
+			}
+		}
+		if loc != nil {
+			c.location = loc
+		}
+		c.windows = append(c.windows, w...)
+		return nil
+	}
+}
+
+// Bandwidth caps the average download rate in bytes per second and the bytes
+// downloaded per calendar day (in the Windows location). 0 means no cap.
+func Bandwidth(bytesPerSecond, bytesPerDay int64) Option {
+	return func(c *config) error { c.bwCap, c.dailyCap = bytesPerSecond, bytesPerDay; return nil }
+}
+
+// Routing sets the Router that decides which discovered URLs this node
+// crawls. Default: all of them.
+func Routing(r Router) Option {
+	return func(c *config) error { c.router = r; return nil }
+}
+
+// Logger sets the logger. Default: slog.Default() with subsystem=crawl.
+func Logger(l *slog.Logger) Option {
+	return func(c *config) error { c.logger = l; return nil }
+}

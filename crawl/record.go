@@ -1,0 +1,322 @@
+package crawl
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/micra-net/micra/crawl/internal/parse"
+)
+
+// DocType is the detected type of a document. Values are stable on the wire.
+type DocType uint8
+
+// Document types, as detected from headers, extension and content.
+const (
+	TypeOther        = DocType(parse.Other)
+	TypeHTML         = DocType(parse.HTML)
+	TypeXHTML        = DocType(parse.XHTML)
+	TypeRSS          = DocType(parse.RSS)
+	TypeAtom         = DocType(parse.Atom)
+	TypeRDF          = DocType(parse.RDF)
+	TypeSitemap      = DocType(parse.Sitemap)
+	TypeSitemapIndex = DocType(parse.SitemapIndex)
+	TypeText         = DocType(parse.Text)
+)
+
+func (t DocType) String() string { return parse.Type(t).String() }
+
+// ChangeKind says why a record was produced. Values are stable on the wire.
+type ChangeKind uint8
+
+// Change kinds. Only real changes produce records: unchanged pages (304,
+// identical bytes) and trivially changed ones (counters, dates, reordered
+// links) do not.
+const (
+	ChangeNew      ChangeKind = 1 // first time this page is indexed
+	ChangeModified ChangeKind = 2 // what an indexer stores has changed
+	ChangeGone     ChangeKind = 3 // previously indexed, now 404/410 or noindex
+)
+
+func (k ChangeKind) String() string {
+	switch k {
+	case ChangeNew:
+		return "new"
+	case ChangeModified:
+		return "modified"
+	case ChangeGone:
+		return "gone"
+	}
+	return fmt.Sprintf("change(%d)", uint8(k))
+}
+
+// Keyword is a stemmed term (Snowball English stemmer, lower case) and its
+// weight; the heaviest keyword of a record weighs 65535. Indexers must stem
+// query words the same way.
+type Keyword struct {
+	Term   string
+	Weight uint16
+}
+
+// Link is an out-link of a page with its anchor text.
+type Link struct {
+	URL    string
+	Anchor string
+}
+
+// FetchTiming is the compact timing of the fetch that produced a record.
+type FetchTiming struct {
+	DNS, Connect, TTFB, Total time.Duration
+}
+
+// Record is the processed result of one page: what the node publishes to
+// indexers instead of the page itself.
+type Record struct {
+	URL         string // the URL requested
+	FinalURL    string // after redirects; equal to URL when none
+	Time        time.Time
+	Status      int
+	Type        DocType
+	Title       string
+	Lang        string
+	Canonical   string
+	Keywords    []Keyword
+	Links       []Link
+	Fingerprint uint64 // 64-bit SimHash of the weighted stems
+	Change      ChangeKind
+	Timing      FetchTiming
+	Size        int64 // decoded body bytes
+	Truncated   bool  // the body hit a size cap
+	Owners      []string
+}
+
+// Batch is a sealed, compressed group of records, ready to be signed and
+// published by the node. Data is self-describing; decode it with
+// DecodeBatch.
+type Batch struct {
+	Data     []byte
+	Records  int
+	RawBytes int       // encoded records before compression
+	Oldest   time.Time // time of the oldest record
+}
+
+// Batch encoding, version 1:
+//
+//	magic "MCRB" | version u8 | flags u8 (bit 0: zstd) | count uvarint | rawLen uvarint | payload
+//
+// payload (after decompression, exactly rawLen bytes) is count records, each
+// uvarint length + record body (see appendRecord).
+const (
+	batchMagic   = "MCRB"
+	batchVersion = 1
+	flagZstd     = 1
+
+	maxBatchRaw     = 32 << 20 // decoded bytes of one batch
+	maxBatchRecords = 1 << 20
+	maxRecordBytes  = 4 << 20
+	maxStr          = 8 << 10 // one URL, title, anchor
+	maxRecKeywords  = 4096
+	maxRecLinks     = 100000
+	maxRecOwners    = 256
+)
+
+var (
+	zenc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBetterCompression), zstd.WithEncoderConcurrency(1))
+	zdec, _ = zstd.NewReader(nil, zstd.WithDecoderMaxMemory(maxBatchRaw), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(8<<20))
+	zmu     sync.Mutex // zdec.DecodeAll is safe, but bound concurrent decode memory
+)
+
+// appendRecord encodes r (record version 1) onto b.
+func appendRecord(b []byte, r *Record) []byte {
+	e := encoder{b: b}
+	e.byte(1)
+	e.str(r.URL)
+	if r.FinalURL == r.URL {
+		e.str("")
+	} else {
+		e.str(r.FinalURL)
+	}
+	e.time(r.Time)
+	e.uvarint(uint64(r.Status))
+	e.byte(byte(r.Type))
+	e.str(r.Title)
+	e.str(r.Lang)
+	e.str(r.Canonical)
+	e.uvarint(uint64(len(r.Keywords)))
+	for _, k := range r.Keywords {
+		e.str(k.Term)
+		e.uvarint(uint64(k.Weight))
+	}
+	e.uvarint(uint64(len(r.Links)))
+	for _, l := range r.Links {
+		e.str(l.URL)
+		e.str(l.Anchor)
+	}
+	e.u64(r.Fingerprint)
+	e.byte(byte(r.Change))
+	e.dur(r.Timing.DNS)
+	e.dur(r.Timing.Connect)
+	e.dur(r.Timing.TTFB)
+	e.dur(r.Timing.Total)
+	e.uvarint(uint64(max(r.Size, 0)))
+	e.bool(r.Truncated)
+	e.uvarint(uint64(len(r.Owners)))
+	for _, o := range r.Owners {
+		e.str(o)
+	}
+	return e.b
+}
+
+func decodeRecord(b []byte) (Record, error) {
+	d := decoder{b: b}
+	var r Record
+	if v := d.byte(); d.err == nil && v != 1 {
+		return r, fmt.Errorf("%w: record version %d", ErrBatchVersion, v)
+	}
+	r.URL = d.str(maxStr)
+	r.FinalURL = d.str(maxStr)
+	if r.FinalURL == "" {
+		r.FinalURL = r.URL
+	}
+	r.Time = d.time()
+	st := d.uvarint()
+	if st > 999 {
+		d.fail("status %d", st)
+	}
+	r.Status = int(st)
+	r.Type = DocType(d.byte())
+	r.Title = d.str(maxStr)
+	r.Lang = d.str(64)
+	r.Canonical = d.str(maxStr)
+	if n := d.count(maxRecKeywords, 2); n > 0 {
+		r.Keywords = make([]Keyword, n)
+		for i := range r.Keywords {
+			r.Keywords[i].Term = d.str(256)
+			w := d.uvarint()
+			if w > 65535 {
+				d.fail("weight %d", w)
+			}
+			r.Keywords[i].Weight = uint16(w)
+		}
+	}
+	if n := d.count(maxRecLinks, 2); n > 0 {
+		r.Links = make([]Link, n)
+		for i := range r.Links {
+			r.Links[i] = Link{URL: d.str(maxStr), Anchor: d.str(maxStr)}
+		}
+	}
+	r.Fingerprint = d.u64()
+	r.Change = ChangeKind(d.byte())
+	r.Timing = FetchTiming{DNS: d.dur(), Connect: d.dur(), TTFB: d.dur(), Total: d.dur()}
+	size := d.uvarint()
+	if size > 1<<62 {
+		d.fail("size")
+	}
+	r.Size = int64(size)
+	r.Truncated = d.bool()
+	if n := d.count(maxRecOwners, 1); n > 0 {
+		r.Owners = make([]string, n)
+		for i := range r.Owners {
+			r.Owners[i] = d.str(256)
+		}
+	}
+	if err := d.done(); err != nil {
+		return Record{}, fmt.Errorf("%w: %w", ErrBatchCorrupt, err)
+	}
+	return r, nil
+}
+
+// EncodeBatch encodes and compresses records into a Batch. It is what the
+// crawler's batcher does; it is exported for tools and tests.
+func EncodeBatch(recs []Record) (Batch, error) {
+	if len(recs) > maxBatchRecords {
+		return Batch{}, fmt.Errorf("%w: %d records", ErrBatchCorrupt, len(recs))
+	}
+	var raw []byte
+	var oldest time.Time
+	var tmp []byte
+	for i := range recs {
+		tmp = appendRecord(tmp[:0], &recs[i])
+		if len(tmp) > maxRecordBytes {
+			return Batch{}, fmt.Errorf("%w: record of %d bytes", ErrBatchCorrupt, len(tmp))
+		}
+		raw = binary.AppendUvarint(raw, uint64(len(tmp)))
+		raw = append(raw, tmp...)
+		if oldest.IsZero() || recs[i].Time.Before(oldest) {
+			oldest = recs[i].Time
+		}
+	}
+	if len(raw) > maxBatchRaw {
+		return Batch{}, fmt.Errorf("%w: %d bytes", ErrBatchCorrupt, len(raw))
+	}
+	return sealBatch(raw, len(recs), oldest), nil
+}
+
+func sealBatch(raw []byte, n int, oldest time.Time) Batch {
+	out := []byte(batchMagic)
+	out = append(out, batchVersion, flagZstd)
+	out = binary.AppendUvarint(out, uint64(n))
+	out = binary.AppendUvarint(out, uint64(len(raw)))
+	out = zenc.EncodeAll(raw, out)
+	return Batch{Data: out, Records: n, RawBytes: len(raw), Oldest: oldest}
+}
+
+// DecodeBatch decodes a batch produced by EncodeBatch or the crawler. It
+// accepts untrusted input: sizes are bounded (32 MiB decoded, 1 Mi records)
+// and any inconsistency fails with ErrBatchCorrupt; an unknown version with
+// ErrBatchVersion. Safe for concurrent use.
+func DecodeBatch(data []byte) ([]Record, error) {
+	if len(data) < len(batchMagic)+2 || !bytes.Equal(data[:4], []byte(batchMagic)) {
+		return nil, fmt.Errorf("%w: bad magic", ErrBatchCorrupt)
+	}
+	if data[4] != batchVersion {
+		return nil, fmt.Errorf("%w: %d", ErrBatchVersion, data[4])
+	}
+	flags := data[5]
+	if flags&^flagZstd != 0 {
+		return nil, fmt.Errorf("%w: unknown flags %#x", ErrBatchCorrupt, flags)
+	}
+	d := decoder{b: data[6:]}
+	n, rawLen := d.uvarint(), d.uvarint()
+	if d.err != nil || n > maxBatchRecords || rawLen > maxBatchRaw {
+		return nil, fmt.Errorf("%w: header", ErrBatchCorrupt)
+	}
+	payload := d.b
+	raw := payload
+	if flags&flagZstd != 0 {
+		zmu.Lock()
+		var err error
+		raw, err = zdec.DecodeAll(payload, make([]byte, 0, min(rawLen, uint64(len(payload))*8+64)))
+		zmu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBatchCorrupt, err)
+		}
+	}
+	if uint64(len(raw)) != rawLen {
+		return nil, fmt.Errorf("%w: payload is %d bytes, header says %d", ErrBatchCorrupt, len(raw), rawLen)
+	}
+	// Each record needs at least 2 bytes of framing and body.
+	if n*2 > rawLen {
+		return nil, fmt.Errorf("%w: %d records in %d bytes", ErrBatchCorrupt, n, rawLen)
+	}
+	recs := make([]Record, 0, n)
+	pd := decoder{b: raw}
+	for range n {
+		body := pd.raw(maxRecordBytes)
+		if pd.err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBatchCorrupt, pd.err)
+		}
+		r, err := decodeRecord(body)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, r)
+	}
+	if err := pd.done(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBatchCorrupt, err)
+	}
+	return recs, nil
+}

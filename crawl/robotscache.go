@@ -1,0 +1,187 @@
+package crawl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/micra-net/micra/crawl/internal/robots"
+)
+
+// robotsCache fetches, caches (in RAM, bounded, and in badger) and applies
+// robots.txt per RFC 9309: 2xx is parsed (first 500 KiB), 4xx means
+// allow all, 5xx (and 429) or an unreachable server means disallow all,
+// more than five redirects means unavailable (allow all). Results are kept
+// at most ttl (24 h); an unreachable server is asked again after an hour, and
+// meanwhile a previous successfully fetched copy up to 30 days old is used.
+type robotsCache struct {
+	db    *badger.DB
+	f     *Fetcher
+	agent string
+	ttl   time.Duration
+	log   *slog.Logger
+
+	mu sync.Mutex
+	m  map[string]*robotsItem
+}
+
+type robotsKind uint8
+
+const (
+	robotsParsed robotsKind = iota
+	robotsAllow
+	robotsDisallow
+)
+
+type robotsItem struct {
+	rules   *robots.Rules
+	kind    robotsKind
+	fetched time.Time
+	expires time.Time
+	body    []byte // kept only for persistence of parsed files
+}
+
+const (
+	robotsMemEntries = 4096
+	robotsRetry      = time.Hour
+	robotsStaleMax   = 30 * 24 * time.Hour
+)
+
+func newRobotsCache(db *badger.DB, f *Fetcher, agent string, ttl time.Duration, log *slog.Logger) *robotsCache {
+	return &robotsCache{db: db, f: f, agent: agent, ttl: ttl, log: log, m: make(map[string]*robotsItem)}
+}
+
+func encodeRobots(it *robotsItem) []byte {
+	var w encoder
+	w.byte(1)
+	w.byte(byte(it.kind))
+	w.time(it.fetched)
+	w.time(it.expires)
+	w.bytes(it.body)
+	return w.b
+}
+
+func decodeRobots(b []byte, agent string) (*robotsItem, error) {
+	d := decoder{b: b}
+	if v := d.byte(); d.err == nil && v != 1 {
+		return nil, fmt.Errorf("%w: robots version %d", ErrCorruptValue, v)
+	}
+	it := &robotsItem{kind: robotsKind(d.byte()), fetched: d.time(), expires: d.time()}
+	it.body = d.bytes(robots.MaxSize)
+	if err := d.done(); err != nil {
+		return nil, err
+	}
+	switch it.kind {
+	case robotsParsed:
+		it.rules = robots.Parse(it.body, agent)
+	case robotsAllow:
+		it.rules = robots.AllowAll()
+	case robotsDisallow:
+		it.rules = robots.DisallowAll()
+	default:
+		return nil, fmt.Errorf("%w: robots kind %d", ErrCorruptValue, it.kind)
+	}
+	return it, nil
+}
+
+// rules returns the robots rules for the origin of u (scheme, host, port).
+func (rc *robotsCache) rules(ctx context.Context, u *url.URL) (*robots.Rules, error) {
+	origin := u.Scheme + "://" + u.Host
+	now := time.Now()
+	rc.mu.Lock()
+	it := rc.m[origin]
+	rc.mu.Unlock()
+	if it != nil && now.Before(it.expires) {
+		return it.rules, nil
+	}
+	var stored *robotsItem
+	if it == nil {
+		_ = rc.db.View(func(txn *badger.Txn) error {
+			item, err := txn.Get(robotsKey(origin))
+			if err != nil {
+				return nil
+			}
+			return item.Value(func(v []byte) error {
+				stored, _ = decodeRobots(v, rc.agent)
+				return nil
+			})
+		})
+		if stored != nil && now.Before(stored.expires) {
+			rc.remember(origin, stored)
+			return stored.rules, nil
+		}
+	} else {
+		stored = it
+	}
+	fresh, err := rc.fetch(ctx, origin, now)
+	if err != nil {
+		return nil, err // our own shutdown: no verdict
+	}
+	if fresh.kind == robotsDisallow && stored != nil && stored.kind != robotsDisallow && now.Sub(stored.fetched) < robotsStaleMax {
+		// Unreachable now: RFC 9309 2.4 allows the last good copy.
+		fresh.rules, fresh.kind, fresh.body = stored.rules, stored.kind, stored.body
+	}
+	rc.remember(origin, fresh)
+	if err := rc.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(robotsKey(origin), encodeRobots(fresh))
+	}); err != nil {
+		rc.log.Warn("storing robots.txt failed", "host", u.Host, "error", err)
+	}
+	return fresh.rules, nil
+}
+
+func (rc *robotsCache) remember(origin string, it *robotsItem) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.m) >= robotsMemEntries {
+		now := time.Now()
+		for k, v := range rc.m {
+			if now.After(v.expires) || len(rc.m) >= robotsMemEntries {
+				delete(rc.m, k)
+			}
+			if len(rc.m) < robotsMemEntries*3/4 {
+				break
+			}
+		}
+	}
+	it.body = nil // RAM holds only the compiled rules
+	rc.m[origin] = it
+}
+
+func (rc *robotsCache) fetch(ctx context.Context, origin string, now time.Time) (*robotsItem, error) {
+	u, err := url.Parse(origin + "/robots.txt")
+	if err != nil {
+		return nil, err
+	}
+	res, err := rc.f.Fetch(ctx, FetchRequest{URL: u, MaxBody: robots.MaxSize})
+	it := &robotsItem{fetched: now, expires: now.Add(rc.ttl)}
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, ErrTooManyRedirects), errors.Is(err, ErrRedirectRefused), errors.Is(err, ErrForbiddenDestination) && res != nil && res.Status != 0:
+		// Unavailable (RFC 9309 2.3.1.2 and 2.3.1.3).
+		it.kind, it.rules = robotsAllow, robots.AllowAll()
+	case err != nil && !errors.Is(err, ErrBodyTooLarge):
+		it.kind, it.rules = robotsDisallow, robots.DisallowAll()
+		it.expires = now.Add(min(rc.ttl, robotsRetry))
+		rc.log.Debug("robots.txt unreachable", "host", u.Host, "error", err)
+	case res.Status >= 200 && res.Status < 300:
+		it.kind, it.body = robotsParsed, res.Body
+		it.rules = robots.Parse(res.Body, rc.agent)
+	case res.Status == http.StatusTooManyRequests || res.Status >= 500:
+		it.kind, it.rules = robotsDisallow, robots.DisallowAll()
+		it.expires = now.Add(min(rc.ttl, robotsRetry))
+	case res.Status >= 400:
+		it.kind, it.rules = robotsAllow, robots.AllowAll()
+	default:
+		// 1xx, 3xx without Location and the like: treat as unavailable.
+		it.kind, it.rules = robotsAllow, robots.AllowAll()
+	}
+	return it, nil
+}
