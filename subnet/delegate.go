@@ -1,0 +1,307 @@
+package subnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// Unreachable is the round-trip time of a probe that failed: it counts as
+// infinitely far.
+const Unreachable = time.Duration(1<<63 - 1)
+
+// DefaultThreshold is IPMicra's probing threshold: the paper found 50 ms to
+// give the best ratio of quality to probes.
+const DefaultThreshold = 50 * time.Millisecond
+
+// ErrNoNodes is returned when a search has no node to delegate to.
+var ErrNoNodes = errors.New("no node can take the subnet")
+
+// Prober measures round-trip times from nodes to an address. In the overlay
+// a probe is a timed HTTP HEAD that the asked node runs from its own
+// address. Implementations must be safe for concurrent use.
+type Prober interface {
+	// Probe asks node to probe addr. An error means the node could not
+	// reach it; the search counts that as Unreachable.
+	Probe(ctx context.Context, node string, addr netip.Addr) (time.Duration, error)
+}
+
+// Table is the delegation state a search reads. It is read only; callers
+// record the decision themselves.
+type Table interface {
+	// Owned yields the delegated ranges whose IDs lie in [from, to], in ID
+	// order, with their owners. Since IDs are in preorder, a subtree is
+	// such an interval.
+	Owned(from, to ID) iter.Seq2[ID, string]
+	// Nodes returns every node that may take delegations, in a stable
+	// order; the search's last resort probes them.
+	Nodes() []string
+}
+
+// ProbeCache stores probe results so that a search asks a node about a
+// subnet only once (thesis 7.6.1: probe results are kept and reused).
+// Implementations must be safe for concurrent use.
+type ProbeCache interface {
+	Get(node string, subnet Range) (time.Duration, bool)
+	Put(node string, subnet Range, rtt time.Duration)
+}
+
+// Step says which step of the search decided a delegation.
+type Step uint8
+
+// Steps of the IPMicra search (thesis 7.6.1) and of the baselines.
+const (
+	StepOwned        Step = iota + 1 // the subnet was already delegated
+	StepOrganisation                 // a range of the same organisation was delegated
+	StepHierarchy                    // a node found bottom-up answered under the threshold
+	StepBest                         // nobody answered under the threshold: the best probe won
+	StepBaseline                     // decided by a baseline strategy
+)
+
+var stepNames = [...]string{"", "owned", "organisation", "hierarchy", "best", "baseline"}
+
+// String returns the step's lowercase name.
+func (s Step) String() string {
+	if int(s) < len(stepNames) && s > 0 {
+		return stepNames[s]
+	}
+	return fmt.Sprintf("step(%d)", s)
+}
+
+// Probe is one probe a search used.
+type Probe struct {
+	Node   string
+	RTT    time.Duration // Unreachable when the probe failed
+	Cached bool          // taken from the ProbeCache, not asked
+}
+
+// Decision is the outcome of a delegation search for one address.
+type Decision struct {
+	Subnet ID            // the range delegated: the smallest non-unary range of the address
+	Node   string        // the node it goes to
+	RTT    time.Duration // Node's probe, or Unreachable when none was needed
+	Step   Step
+	Probes []Probe // every probe consulted, in order
+	Issued int     // probes actually asked of nodes (not from the cache)
+}
+
+// Strategy delegates the subnet of an address to a node. IPMicra, the
+// baselines (random, brute force, HiMicra, oracle) and the overlay's
+// coordinator all implement or use it.
+type Strategy interface {
+	Delegate(ctx context.Context, addr netip.Addr) (Decision, error)
+}
+
+// SearchConfig tunes the IPMicra search.
+type SearchConfig struct {
+	// Threshold is the probing threshold: the first node that answers
+	// under it wins. Zero means DefaultThreshold.
+	Threshold time.Duration
+	// Below is how many levels below each sibling are searched: 1, the
+	// paper's "siblings and their children". Zero means 1.
+	Below int
+	// NoFallback disables the last resort of probing every node from
+	// Table.Nodes when the hierarchy yields nobody under the threshold.
+	NoFallback bool
+	// MaxProbes bounds the probes asked per search (0: no bound); when it
+	// is reached, the best probe so far wins.
+	MaxProbes int
+}
+
+func (c SearchConfig) withDefaults() SearchConfig {
+	if c.Threshold <= 0 {
+		c.Threshold = DefaultThreshold
+	}
+	if c.Below <= 0 {
+		c.Below = 1
+	}
+	return c
+}
+
+// IPMicra is the IPMicra delegation search (paper III.E, thesis 7.6.1) over
+// a tree. For an address A whose smallest non-unary range is S:
+//
+//  1. S delegated: its node, without probing.
+//  2. Else ranges of S's organisation delegated: if to one node, that node
+//     without probing; if to several, they probe A in turn and the first
+//     under the threshold wins (otherwise the search goes on).
+//  3. Else bottom-up: first the delegated ranges below S (its children and
+//     their children), then for each ancestor X of S in turn, X itself and
+//     the delegated ranges among X's other children and their children;
+//     their nodes probe A in turn and the first under the threshold wins.
+//  4. Nobody under the threshold: every node not yet asked is probed (the
+//     paper's "all available crawlers probed"), and the best probe wins.
+//
+// A node is asked at most once per search, and never when the ProbeCache
+// already holds its result for S.
+type IPMicra struct {
+	Tree   *Tree
+	Table  Table
+	Prober Prober
+	Cache  ProbeCache // may be nil
+	Config SearchConfig
+}
+
+var _ Strategy = (*IPMicra)(nil)
+
+// Delegate runs the search for addr.
+func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, error) {
+	t, cfg := m.Tree, m.Config.withDefaults()
+	s := t.SmallestNonUnary(addr)
+	if s == None {
+		return Decision{}, fmt.Errorf("invalid address %v", addr)
+	}
+	d := Decision{Subnet: s, RTT: Unreachable}
+	if node, ok := owner(m.Table, s); ok {
+		d.Node, d.Step = node, StepOwned
+		return d, nil
+	}
+	r := &run{m: m, ctx: ctx, addr: addr, subnet: t.Range(s), cfg: cfg, d: &d, asked: map[string]bool{}}
+
+	// 2. The organisation's nodes.
+	if org := t.Org(s); org != "" {
+		var nodes []string
+		for _, id := range t.ByOrg(org) {
+			if n, ok := owner(m.Table, id); ok && !slices.Contains(nodes, n) {
+				nodes = append(nodes, n)
+			}
+		}
+		if len(nodes) == 1 {
+			d.Node, d.Step = nodes[0], StepOrganisation
+			return d, nil
+		}
+		if won, err := r.tryAll(nodes, StepOrganisation); won || err != nil {
+			return d, err
+		}
+	}
+
+	// 3. Bottom-up through the hierarchy.
+	skip := None // the subtree searched at the level below
+	for x := s; x != None; skip, x = x, t.Parent(x) {
+		var nodes []string
+		if x != s {
+			if n, ok := owner(m.Table, x); ok {
+				nodes = append(nodes, n)
+			}
+		}
+		maxDepth := t.Depth(x) + 1 + cfg.Below
+		lastID := ID(t.next[x] - 1)
+		for id, n := range m.Table.Owned(x+1, lastID) {
+			if skip != None && id >= skip && id < ID(t.next[skip]) {
+				continue
+			}
+			if t.Depth(id) <= maxDepth && !slices.Contains(nodes, n) {
+				nodes = append(nodes, n)
+			}
+		}
+		if won, err := r.tryAll(nodes, StepHierarchy); won || err != nil {
+			return d, err
+		}
+		if r.capped() {
+			break
+		}
+	}
+
+	// 4. Everybody else, then the best.
+	if !cfg.NoFallback && !r.capped() {
+		if won, err := r.tryAll(m.Table.Nodes(), StepHierarchy); won || err != nil {
+			return d, err
+		}
+	}
+	return r.best()
+}
+
+// owner returns the owner of exactly id.
+func owner(t Table, id ID) (string, bool) {
+	for _, n := range t.Owned(id, id) {
+		return n, true
+	}
+	return "", false
+}
+
+// run is the state of one search.
+type run struct {
+	m      *IPMicra
+	ctx    context.Context
+	addr   netip.Addr
+	subnet Range
+	cfg    SearchConfig
+	d      *Decision
+	asked  map[string]bool
+}
+
+func (r *run) capped() bool { return r.cfg.MaxProbes > 0 && r.d.Issued >= r.cfg.MaxProbes }
+
+// tryAll probes nodes in turn (skipping those already asked) and stops at
+// the first under the threshold, which wins the decision with step.
+func (r *run) tryAll(nodes []string, step Step) (bool, error) {
+	for _, n := range nodes {
+		if r.asked[n] {
+			continue
+		}
+		if r.capped() {
+			return false, nil
+		}
+		rtt, err := r.probe(n)
+		if err != nil {
+			return false, err
+		}
+		if rtt < r.cfg.Threshold {
+			r.d.Node, r.d.RTT, r.d.Step = n, rtt, step
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// probe asks node about the address, through the cache.
+func (r *run) probe(node string) (time.Duration, error) {
+	r.asked[node] = true
+	if c := r.m.Cache; c != nil {
+		if rtt, ok := c.Get(node, r.subnet); ok {
+			r.d.Probes = append(r.d.Probes, Probe{Node: node, RTT: rtt, Cached: true})
+			return rtt, nil
+		}
+	}
+	if err := r.ctx.Err(); err != nil {
+		return 0, err
+	}
+	rtt, err := r.m.Prober.Probe(r.ctx, node, r.addr)
+	if err != nil {
+		if ctxErr := r.ctx.Err(); ctxErr != nil {
+			return 0, ctxErr
+		}
+		rtt = Unreachable
+	}
+	r.d.Issued++
+	r.d.Probes = append(r.d.Probes, Probe{Node: node, RTT: rtt})
+	if c := r.m.Cache; c != nil {
+		c.Put(node, r.subnet, rtt)
+	}
+	return rtt, nil
+}
+
+// best ends a search nobody won: the best probe wins.
+func (r *run) best() (Decision, error) {
+	d := r.d
+	for _, p := range d.Probes {
+		if p.RTT < d.RTT {
+			d.Node, d.RTT = p.Node, p.RTT
+		}
+	}
+	if d.Node == "" {
+		if len(d.Probes) > 0 {
+			// Every probe failed: the first node asked takes it, so that a
+			// subnet nobody reaches is still owned and retried by someone.
+			d.Node = d.Probes[0].Node
+		} else {
+			return *d, ErrNoNodes
+		}
+	}
+	d.Step = StepBest
+	return *d, nil
+}
