@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -414,22 +415,21 @@ func (t *MemTable) Nodes() []string {
 	return slices.Clone(t.nodes)
 }
 
-// MemProbeCache is an in-memory ProbeCache. It is safe for concurrent use.
+// MemProbeCache is an in-memory ProbeIndex. It is safe for concurrent use.
+// The zero value is ready to use.
 type MemProbeCache struct {
-	mu sync.Mutex
-	m  map[probeKey]time.Duration
+	mu      sync.Mutex
+	subnets map[Range]map[string]time.Duration
+	order   []Range // sorted by start, then end descending
 }
 
-type probeKey struct {
-	node   string
-	subnet Range
-}
+var _ ProbeIndex = (*MemProbeCache)(nil)
 
 // Get implements ProbeCache.
 func (c *MemProbeCache) Get(node string, subnet Range) (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rtt, ok := c.m[probeKey{node, subnet}]
+	rtt, ok := c.subnets[subnet][node]
 	return rtt, ok
 }
 
@@ -437,8 +437,54 @@ func (c *MemProbeCache) Get(node string, subnet Range) (time.Duration, bool) {
 func (c *MemProbeCache) Put(node string, subnet Range, rtt time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[probeKey]time.Duration{}
+	if c.subnets == nil {
+		c.subnets = map[Range]map[string]time.Duration{}
 	}
-	c.m[probeKey{node, subnet}] = rtt
+	m, ok := c.subnets[subnet]
+	if !ok {
+		m = map[string]time.Duration{}
+		c.subnets[subnet] = m
+		i, _ := slices.BinarySearchFunc(c.order, subnet, compareRanges)
+		c.order = slices.Insert(c.order, i, subnet)
+	}
+	m[node] = rtt
+}
+
+// Within implements ProbeIndex. It yields copies taken under the lock.
+func (c *MemProbeCache) Within(r Range) iter.Seq2[Range, []Probe] {
+	return func(yield func(Range, []Probe) bool) {
+		type item struct {
+			r  Range
+			ps []Probe
+		}
+		var items []item
+		c.mu.Lock()
+		i, _ := slices.BinarySearchFunc(c.order, Range{Start: r.Start, End: r.End}, compareRanges)
+		for ; i < len(c.order) && c.order[i].Start.Compare(r.End) <= 0; i++ {
+			sr := c.order[i]
+			if !r.ContainsRange(sr) {
+				continue
+			}
+			it := item{r: sr}
+			for n, rtt := range c.subnets[sr] {
+				it.ps = append(it.ps, Probe{Node: n, RTT: rtt, Cached: true})
+			}
+			slices.SortFunc(it.ps, func(a, b Probe) int { return strings.Compare(a.Node, b.Node) })
+			items = append(items, it)
+		}
+		c.mu.Unlock()
+		for _, it := range items {
+			if !yield(it.r, it.ps) {
+				return
+			}
+		}
+	}
+}
+
+// compareRanges orders ranges by start, then by end descending (preorder).
+func compareRanges(a, b Range) int {
+	if c := a.Start.Compare(b.Start); c != 0 {
+		return c
+	}
+	return b.End.Compare(a.End)
 }

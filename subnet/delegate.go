@@ -7,6 +7,7 @@ import (
 	"iter"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -50,6 +51,15 @@ type ProbeCache interface {
 	Put(node string, subnet Range, rtt time.Duration)
 }
 
+// ProbeIndex is a ProbeCache that can also list what it stores by subnet,
+// which the guided search uses to predict which node is nearest.
+type ProbeIndex interface {
+	ProbeCache
+	// Within yields the stored probes of every subnet inside r (r
+	// included), subnet by subnet in address order.
+	Within(r Range) iter.Seq2[Range, []Probe]
+}
+
 // Step says which step of the search decided a delegation.
 type Step uint8
 
@@ -60,9 +70,10 @@ const (
 	StepHierarchy                    // a node found bottom-up answered under the threshold
 	StepBest                         // nobody answered under the threshold: the best probe won
 	StepBaseline                     // decided by a baseline strategy
+	StepGuided                       // a node predicted near from neighbouring subnets' probes answered under the threshold
 )
 
-var stepNames = [...]string{"", "owned", "organisation", "hierarchy", "best", "baseline"}
+var stepNames = [...]string{"", "owned", "organisation", "hierarchy", "best", "baseline", "guided"}
 
 // String returns the step's lowercase name.
 func (s Step) String() string {
@@ -110,6 +121,24 @@ type SearchConfig struct {
 	// MaxProbes bounds the probes asked per search (0: no bound); when it
 	// is reached, the best probe so far wins.
 	MaxProbes int
+
+	// Guided turns on micra's improvement over the paper (the pure
+	// IPMicra search runs without it). The probes stored for the subnets
+	// nearest to S in the hierarchy (S's own, else those under its parent,
+	// and so on up) predict each node's RTT; nodes are asked in order of
+	// prediction, the first under the threshold wins, and the search stops
+	// as soon as the best RTT measured beats, by the Margin, the prediction
+	// of every node not yet asked. Without stored probes near S the search
+	// is the paper's. It needs a Cache that is a ProbeIndex. A single node
+	// holding the organisation is probed too, and kept only under the
+	// threshold.
+	Guided bool
+	// Margin is how much better than a node's prediction (its lowest probe
+	// among the neighbour subnets) a measured RTT must be to skip that
+	// node, as a fraction of the prediction; it also bounds how far a probe
+	// may stray from its prediction before the predictions are distrusted.
+	// Zero means 0.1.
+	Margin float64
 }
 
 func (c SearchConfig) withDefaults() SearchConfig {
@@ -118,6 +147,9 @@ func (c SearchConfig) withDefaults() SearchConfig {
 	}
 	if c.Below <= 0 {
 		c.Below = 1
+	}
+	if c.Margin <= 0 {
+		c.Margin = 0.1
 	}
 	return c
 }
@@ -170,11 +202,19 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 				nodes = append(nodes, n)
 			}
 		}
-		if len(nodes) == 1 {
+		if len(nodes) == 1 && !cfg.Guided {
 			d.Node, d.Step = nodes[0], StepOrganisation
 			return d, nil
 		}
 		if won, err := r.tryAll(nodes, StepOrganisation); won || err != nil {
+			return d, err
+		}
+	}
+
+	// Guided: nodes in order of their predicted RTT, while one may still
+	// beat the best so far.
+	if idx, ok := m.Cache.(ProbeIndex); ok && cfg.Guided {
+		if done, err := r.guided(idx, s); done || err != nil {
 			return d, err
 		}
 	}
@@ -304,4 +344,124 @@ func (r *run) best() (Decision, error) {
 	}
 	d.Step = StepBest
 	return *d, nil
+}
+
+// guided runs the guided search (SearchConfig.Guided). done is false when
+// the paper's search must run instead: no stored probe predicts anything
+// near s, or a probe contradicted its prediction (s is not where its
+// neighbours are, as with a subnet placed far from its siblings).
+func (r *run) guided(idx ProbeIndex, s ID) (done bool, err error) {
+	ranked := predict(r.m.Tree, idx, s)
+	if len(ranked) == 0 {
+		return false, nil
+	}
+	best := Unreachable
+	for _, p := range r.d.Probes {
+		best = min(best, p.RTT)
+	}
+	margin := r.cfg.Margin
+	for _, c := range ranked {
+		if r.asked[c.node] {
+			continue
+		}
+		// Everybody left is predicted clearly worse than the best so far,
+		// even by their nearest probed neighbour subnet.
+		if best < Unreachable && r.skippable(ranked, best) {
+			break
+		}
+		if r.capped() {
+			break
+		}
+		rtt, err := r.probe(c.node)
+		if err != nil {
+			return true, err
+		}
+		if rtt < r.cfg.Threshold {
+			r.d.Node, r.d.RTT, r.d.Step = c.node, rtt, StepGuided
+			return true, nil
+		}
+		best = min(best, rtt)
+		if dev := float64(rtt - c.pred); dev > margin*float64(c.pred)+float64(guidedSlack) || -dev > margin*float64(c.pred)+float64(guidedSlack) {
+			return false, nil
+		}
+	}
+	if best == Unreachable {
+		return false, nil
+	}
+	d, err := r.best()
+	if err == nil {
+		d.Step = StepGuided
+		*r.d = d
+	}
+	return true, err
+}
+
+// skippable reports whether every node of ranked not yet asked is
+// predicted, by its lowest probe among the neighbour subnets, to be worse
+// than best by the margin.
+func (r *run) skippable(ranked []prediction, best time.Duration) bool {
+	for _, c := range ranked {
+		if !r.asked[c.node] && float64(best) > float64(c.low)*(1-r.cfg.Margin) {
+			return false
+		}
+	}
+	return true
+}
+
+// guidedSlack is added to the margin when checking a probe against its
+// prediction, so that small RTTs (where a few ms of last mile dominate)
+// do not read as contradictions.
+const guidedSlack = 5 * time.Millisecond
+
+type prediction struct {
+	node string
+	pred time.Duration // the median of the node's probes under the neighbourhood
+	low  time.Duration // the lowest of them
+	n    int
+}
+
+// predict ranks nodes by their predicted RTT to subnet s: for the lowest
+// range X on the way from s up (the root excluded) under which some subnet
+// has stored probes, a node's prediction is the median of its probes to
+// the probed subnets under X. Ties go to the node with more probes, then
+// to the smaller name.
+func predict(t *Tree, idx ProbeIndex, s ID) []prediction {
+	for x := s; x != None && t.Parent(x) != None; x = t.Parent(x) {
+		samples := map[string][]time.Duration{}
+		for _, ps := range idx.Within(t.Range(x)) {
+			for _, p := range ps {
+				samples[p.Node] = append(samples[p.Node], p.RTT)
+			}
+		}
+		if len(samples) == 0 {
+			continue
+		}
+		cs := make([]prediction, 0, len(samples))
+		for node, rtts := range samples {
+			slices.Sort(rtts)
+			cs = append(cs, prediction{node, rtts[len(rtts)/2], rtts[0], len(rtts)})
+		}
+
+		slices.SortFunc(cs, func(a, b prediction) int {
+			switch {
+			case a.pred != b.pred:
+				return cmpDur(a.pred, b.pred)
+			case a.n != b.n:
+				return b.n - a.n
+			}
+			return strings.Compare(a.node, b.node)
+		})
+		return cs
+	}
+	return nil
+}
+
+func cmpDur(a, b time.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }

@@ -3,6 +3,7 @@ package subnet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -322,5 +323,74 @@ func BenchmarkIPMicra(b *testing.B) {
 		if _, err := m.Delegate(context.Background(), a); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestIPMicraGuided(t *testing.T) {
+	tr := rpslTree(t, "10.0.0.0 - 10.255.255.255", "10.1.0.0 - 10.1.255.255", "10.2.0.0 - 10.2.255.255",
+		"10.4.0.0 - 10.4.255.255", "10.5.0.0 - 10.5.255.255", "11.0.0.0 - 11.255.255.255")
+	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+	newCache := func() *MemProbeCache {
+		c := &MemProbeCache{}
+		for node, v := range map[string][2]int{"x": {10, 12}, "y": {80, 70}, "z": {200, 190}} {
+			c.Put(node, mustRange(t, "10.1.0.0/16"), ms(v[0]))
+			c.Put(node, mustRange(t, "10.2.0.0/16"), ms(v[1]))
+		}
+		return c
+	}
+	tests := []struct {
+		name  string
+		rtt   map[string]int
+		th    time.Duration
+		node  string
+		step  Step
+		asked []string
+	}{
+		{"the predicted nearest answers under the threshold", map[string]int{"x": 20, "y": 75, "z": 195}, 0, "x", StepGuided, []string{"x"}},
+		{"confirmed and clearly best: the others are not asked", map[string]int{"x": 13, "y": 75, "z": 195}, ms(5), "x", StepGuided, []string{"x"}},
+		{"a probe far from its prediction: the paper's search", map[string]int{"x": 90, "y": 30, "z": 195}, 0, "y", StepHierarchy, []string{"x", "z", "y"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := NewMemTable("x", "y", "z")
+			tab.Set(find(t, tr, "10.5.0.0/16"), "z")
+			tab.Set(find(t, tr, "11.0.0.0/8"), "y")
+			p := &fakeProber{rtt: tc.rtt}
+			m := &IPMicra{Tree: tr, Table: tab, Prober: p, Cache: newCache(), Config: SearchConfig{Guided: true, Threshold: tc.th}}
+			d, err := m.Delegate(context.Background(), mustAddr(t, "10.4.1.1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Node != tc.node || d.Step != tc.step || !slices.Equal(p.asked, tc.asked) {
+				t.Errorf("node %s step %s asked %v; want %s %s %v", d.Node, d.Step, p.asked, tc.node, tc.step, tc.asked)
+			}
+		})
+	}
+	// Without stored probes nearby, the guided search is the paper's.
+	tab := NewMemTable("x", "y")
+	tab.Set(find(t, tr, "10.5.0.0/16"), "y")
+	p := &fakeProber{rtt: map[string]int{"x": 20, "y": 30}}
+	d, _ := (&IPMicra{Tree: tr, Table: tab, Prober: p, Cache: &MemProbeCache{}, Config: SearchConfig{Guided: true}}).Delegate(context.Background(), mustAddr(t, "10.4.1.1"))
+	if d.Node != "y" || d.Step != StepHierarchy {
+		t.Errorf("guided without data: %+v", d)
+	}
+}
+
+func TestMemProbeCacheWithin(t *testing.T) {
+	c := &MemProbeCache{}
+	c.Put("a", mustRange(t, "10.1.0.0/16"), time.Millisecond)
+	c.Put("b", mustRange(t, "10.1.0.0/16"), 2*time.Millisecond)
+	c.Put("a", mustRange(t, "10.1.5.0/24"), 3*time.Millisecond)
+	c.Put("a", mustRange(t, "10.2.0.0/16"), 4*time.Millisecond)
+	c.Put("a", mustRange(t, "2001:db8::/32"), 5*time.Millisecond)
+	var got []string
+	for r, ps := range c.Within(mustRange(t, "10.1.0.0/16")) {
+		got = append(got, fmt.Sprintf("%s:%d", r, len(ps)))
+	}
+	if want := []string{"10.1.0.0/16:2", "10.1.5.0/24:1"}; !slices.Equal(got, want) {
+		t.Errorf("Within = %v, want %v", got, want)
+	}
+	if rtt, ok := c.Get("b", mustRange(t, "10.1.0.0/16")); !ok || rtt != 2*time.Millisecond {
+		t.Errorf("Get = %v %v", rtt, ok)
 	}
 }
