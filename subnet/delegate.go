@@ -70,7 +70,7 @@ const (
 	StepHierarchy                    // a node found bottom-up answered under the threshold
 	StepBest                         // nobody answered under the threshold: the best probe won
 	StepBaseline                     // decided by a baseline strategy
-	StepGuided                       // a node predicted near from neighbouring subnets' probes answered under the threshold
+	StepGuided                       // the guided search decided by probing
 )
 
 var stepNames = [...]string{"", "owned", "organisation", "hierarchy", "best", "baseline", "guided"}
@@ -123,22 +123,38 @@ type SearchConfig struct {
 	MaxProbes int
 
 	// Guided turns on micra's improvement over the paper (the pure
-	// IPMicra search runs without it). The probes stored for the subnets
-	// nearest to S in the hierarchy (S's own, else those under its parent,
-	// and so on up) predict each node's RTT; nodes are asked in order of
-	// prediction, the first under the threshold wins, and the search stops
-	// as soon as the best RTT measured beats, by the Margin, the prediction
-	// of every node not yet asked. Without stored probes near S the search
-	// is the paper's. It needs a Cache that is a ProbeIndex. A single node
-	// holding the organisation is probed too, and kept only under the
-	// threshold.
+	// IPMicra search runs without it): a nearest-neighbour search with
+	// pruning, in the manner of AESA for metric spaces. Nodes are asked
+	// in order of their predicted RTT to S — the median of their probes
+	// stored for the subnets nearest to S in the hierarchy (which needs a
+	// Cache that is a ProbeIndex), then the lower bound below, then the
+	// paper's order — and the first under the threshold wins, as in the
+	// paper. Once a node m has answered r, every node n with a known RTT
+	// d(n, m) to m (see Between) is at least |r − d(n, m)| from S by the
+	// triangle inequality; a node whose bound, or whose most optimistic
+	// prediction, exceeds the best answer by the Margin is never asked, and
+	// the search ends when no node is left. A probe far from its
+	// prediction (a subnet placed away from its neighbours) makes the
+	// search drop the predictions. The organisation's nodes are asked
+	// first, and a single one is kept only under the threshold.
 	Guided bool
-	// Margin is how much better than a node's prediction (its lowest probe
-	// among the neighbour subnets) a measured RTT must be to skip that
-	// node, as a fraction of the prediction; it also bounds how far a probe
-	// may stray from its prediction before the predictions are distrusted.
+	// Margin is the tolerance of the guided search's pruning, as a
+	// fraction: a node is pruned when its bound or optimistic prediction,
+	// reduced by the Margin, still exceeds the best answer. It absorbs
+	// triangle-inequality violations of real RTTs and prediction error.
 	// Zero means 0.1.
 	Margin float64
+	// Between returns the RTT between two nodes when known (the overlay
+	// measures it between peers). Without it the guided search prunes by
+	// predictions only.
+	Between func(a, b string) (time.Duration, bool)
+	// Tolerance is how much better than the best answer a node must be
+	// able to be for the guided search to still ask it: an approximate
+	// nearest-neighbour search that never delegates more than Tolerance
+	// from the best node it could have found (modulo prediction error and
+	// triangle-inequality violations). Zero means a fifth of the
+	// threshold; a negative value means none.
+	Tolerance time.Duration
 }
 
 func (c SearchConfig) withDefaults() SearchConfig {
@@ -150,6 +166,12 @@ func (c SearchConfig) withDefaults() SearchConfig {
 	}
 	if c.Margin <= 0 {
 		c.Margin = 0.1
+	}
+	switch {
+	case c.Tolerance == 0:
+		c.Tolerance = c.Threshold / 5
+	case c.Tolerance < 0:
+		c.Tolerance = 0
 	}
 	return c
 }
@@ -202,7 +224,10 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 				nodes = append(nodes, n)
 			}
 		}
-		if len(nodes) == 1 && !cfg.Guided {
+		if cfg.Guided {
+			return r.guided(s, nodes)
+		}
+		if len(nodes) == 1 {
 			d.Node, d.Step = nodes[0], StepOrganisation
 			return d, nil
 		}
@@ -211,33 +236,12 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 		}
 	}
 
-	// Guided: nodes in order of their predicted RTT, while one may still
-	// beat the best so far.
-	if idx, ok := m.Cache.(ProbeIndex); ok && cfg.Guided {
-		if done, err := r.guided(idx, s); done || err != nil {
-			return d, err
-		}
+	if cfg.Guided {
+		return r.guided(s, nil)
 	}
 
 	// 3. Bottom-up through the hierarchy.
-	skip := None // the subtree searched at the level below
-	for x := s; x != None; skip, x = x, t.Parent(x) {
-		var nodes []string
-		if x != s {
-			if n, ok := owner(m.Table, x); ok {
-				nodes = append(nodes, n)
-			}
-		}
-		maxDepth := t.Depth(x) + 1 + cfg.Below
-		lastID := ID(t.next[x] - 1)
-		for id, n := range m.Table.Owned(x+1, lastID) {
-			if skip != None && id >= skip && id < ID(t.next[skip]) {
-				continue
-			}
-			if t.Depth(id) <= maxDepth && !slices.Contains(nodes, n) {
-				nodes = append(nodes, n)
-			}
-		}
+	for nodes := range m.levels(s) {
 		if won, err := r.tryAll(nodes, StepHierarchy); won || err != nil {
 			return d, err
 		}
@@ -253,6 +257,38 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 		}
 	}
 	return r.best()
+}
+
+// levels yields, level by level from S up to the root, the nodes the
+// paper's bottom-up search asks: first the owners of the delegated ranges
+// below S (its children and their children), then for each ancestor X, X's
+// owner and the owners among X's other children and their children. A node
+// appears once per level.
+func (m *IPMicra) levels(s ID) iter.Seq[[]string] {
+	t, below := m.Tree, m.Config.withDefaults().Below
+	return func(yield func([]string) bool) {
+		skip := None // the subtree searched at the level below
+		for x := s; x != None; skip, x = x, t.Parent(x) {
+			var nodes []string
+			if x != s {
+				if n, ok := owner(m.Table, x); ok {
+					nodes = append(nodes, n)
+				}
+			}
+			maxDepth := t.Depth(x) + 1 + below
+			for id, n := range m.Table.Owned(x+1, ID(t.next[x]-1)) {
+				if skip != None && id >= skip && id < ID(t.next[skip]) {
+					continue
+				}
+				if t.Depth(id) <= maxDepth && !slices.Contains(nodes, n) {
+					nodes = append(nodes, n)
+				}
+			}
+			if !yield(nodes) {
+				return
+			}
+		}
+	}
 }
 
 // owner returns the owner of exactly id.
@@ -346,66 +382,160 @@ func (r *run) best() (Decision, error) {
 	return *d, nil
 }
 
-// guided runs the guided search (SearchConfig.Guided). done is false when
-// the paper's search must run instead: no stored probe predicts anything
-// near s, or a probe contradicted its prediction (s is not where its
-// neighbours are, as with a subnet placed far from its siblings).
-func (r *run) guided(idx ProbeIndex, s ID) (done bool, err error) {
-	ranked := predict(r.m.Tree, idx, s)
-	if len(ranked) == 0 {
-		return false, nil
+// guided runs the guided search (SearchConfig.Guided) once S is known not
+// to be delegated; orgNodes hold the ranges of S's organisation.
+func (r *run) guided(s ID, orgNodes []string) (Decision, error) {
+	m, cfg := r.m, r.cfg
+	// The candidates: the organisation's nodes, the paper's order, then
+	// everybody else.
+	var cands []*candidate
+	byNode := map[string]*candidate{}
+	add := func(n string) {
+		if _, ok := byNode[n]; !ok {
+			c := &candidate{node: n, order: len(cands), pred: -1}
+			byNode[n] = c
+			cands = append(cands, c)
+		}
+	}
+	for _, n := range orgNodes {
+		add(n)
+	}
+	for nodes := range m.levels(s) {
+		for _, n := range nodes {
+			add(n)
+		}
+	}
+	for _, n := range m.Table.Nodes() {
+		add(n)
+	}
+	trusted := false
+	var top *prediction
+	if idx, ok := m.Cache.(ProbeIndex); ok {
+		ps := predict(m.Tree, idx, s)
+		for i, p := range ps {
+			if c, ok := byNode[p.node]; ok {
+				c.pred, c.low = p.pred, p.low
+				trusted = true
+				if top == nil {
+					top = &ps[i]
+				}
+			}
+		}
+	}
+	// The paper takes the organisation's only node without probing; so do
+	// we when the stored probes agree: it is the node predicted nearest,
+	// under the threshold.
+	if len(orgNodes) == 1 && top != nil && top.node == orgNodes[0] && top.pred < cfg.Threshold {
+		r.d.Node, r.d.Step = top.node, StepOrganisation
+		return *r.d, nil
 	}
 	best := Unreachable
-	for _, p := range r.d.Probes {
-		best = min(best, p.RTT)
-	}
-	margin := r.cfg.Margin
-	for _, c := range ranked {
-		if r.asked[c.node] {
-			continue
-		}
-		// Everybody left is predicted clearly worse than the best so far,
-		// even by their nearest probed neighbour subnet.
-		if best < Unreachable && r.skippable(ranked, best) {
-			break
-		}
-		if r.capped() {
-			break
-		}
-		rtt, err := r.probe(c.node)
-		if err != nil {
-			return true, err
-		}
-		if rtt < r.cfg.Threshold {
-			r.d.Node, r.d.RTT, r.d.Step = c.node, rtt, StepGuided
-			return true, nil
-		}
+	bound := func(probed string, rtt time.Duration) {
 		best = min(best, rtt)
-		if dev := float64(rtt - c.pred); dev > margin*float64(c.pred)+float64(guidedSlack) || -dev > margin*float64(c.pred)+float64(guidedSlack) {
-			return false, nil
+		if cfg.Between == nil || rtt == Unreachable {
+			return
+		}
+		for _, c := range cands {
+			if d, ok := cfg.Between(c.node, probed); ok {
+				c.lb = max(c.lb, rtt-d, d-rtt)
+			}
 		}
 	}
-	if best == Unreachable {
-		return false, nil
+	for !r.capped() {
+		// The most promising node that may still beat the best.
+		var next *candidate
+		for _, c := range cands {
+			if r.asked[c.node] || r.pruned(c, best, trusted) {
+				continue
+			}
+			if next == nil || c.before(next, trusted) {
+				next = c
+			}
+		}
+		if next == nil {
+			break
+		}
+		rtt, err := r.probe(next.node)
+		if err != nil {
+			return *r.d, err
+		}
+		if trusted && next.pred >= 0 && !near(rtt, next.pred, cfg.Margin) {
+			trusted = false // S is not where its neighbours are
+		}
+		bound(next.node, rtt)
+		// Under the threshold wins, unless a node is still predicted to
+		// be clearly nearer.
+		if rtt < cfg.Threshold && !r.promising(cands, best, trusted) {
+			r.d.Node, r.d.RTT, r.d.Step = next.node, rtt, StepGuided
+			return *r.d, nil
+		}
 	}
 	d, err := r.best()
 	if err == nil {
 		d.Step = StepGuided
-		*r.d = d
 	}
-	return true, err
+	return d, err
 }
 
-// skippable reports whether every node of ranked not yet asked is
-// predicted, by its lowest probe among the neighbour subnets, to be worse
-// than best by the margin.
-func (r *run) skippable(ranked []prediction, best time.Duration) bool {
-	for _, c := range ranked {
-		if !r.asked[c.node] && float64(best) > float64(c.low)*(1-r.cfg.Margin) {
-			return false
+// candidate is a node in the guided search.
+type candidate struct {
+	node  string
+	order int           // position in the paper's order
+	pred  time.Duration // median probe to the neighbour subnets; -1 when unknown
+	low   time.Duration // lowest probe to them
+	lb    time.Duration // lower bound on its RTT to S from the triangle inequality
+}
+
+// before orders candidates: by prediction while predictions are trusted
+// (unknown ones last), then by lower bound, then in the paper's order.
+func (c *candidate) before(o *candidate, trusted bool) bool {
+	if trusted && (c.pred >= 0) != (o.pred >= 0) {
+		return c.pred >= 0
+	}
+	if trusted && c.pred >= 0 && c.pred != o.pred {
+		return c.pred < o.pred
+	}
+	if c.lb != o.lb {
+		return c.lb < o.lb
+	}
+	return c.order < o.order
+}
+
+// pruned reports whether c cannot beat best by more than the tolerance,
+// with the margin for error: by its lower bound, or by its most optimistic
+// prediction while predictions hold.
+func (r *run) pruned(c *candidate, best time.Duration, trusted bool) bool {
+	if best == Unreachable {
+		return false
+	}
+	keep, target := 1-r.cfg.Margin, float64(best-r.cfg.Tolerance)
+	if float64(c.lb)*keep >= target {
+		return true
+	}
+	return trusted && c.pred >= 0 && float64(c.low)*keep >= target
+}
+
+// promising reports whether a node not yet asked is predicted, even by its
+// most pessimistic reading, to beat best by more than the tolerance.
+func (r *run) promising(cands []*candidate, best time.Duration, trusted bool) bool {
+	if !trusted {
+		return false
+	}
+	for _, c := range cands {
+		if !r.asked[c.node] && c.pred >= 0 && !r.pruned(c, best, trusted) && c.pred < best-r.cfg.Tolerance {
+			return true
 		}
 	}
-	return true
+	return false
+}
+
+// near reports whether a measured RTT agrees with a prediction.
+func near(rtt, pred time.Duration, margin float64) bool {
+	dev := rtt - pred
+	if dev < 0 {
+		dev = -dev
+	}
+	return float64(dev) <= margin*float64(pred)+float64(guidedSlack)
 }
 
 // guidedSlack is added to the margin when checking a probe against its

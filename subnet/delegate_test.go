@@ -348,7 +348,7 @@ func TestIPMicraGuided(t *testing.T) {
 	}{
 		{"the predicted nearest answers under the threshold", map[string]int{"x": 20, "y": 75, "z": 195}, 0, "x", StepGuided, []string{"x"}},
 		{"confirmed and clearly best: the others are not asked", map[string]int{"x": 13, "y": 75, "z": 195}, ms(5), "x", StepGuided, []string{"x"}},
-		{"a probe far from its prediction: the paper's search", map[string]int{"x": 90, "y": 30, "z": 195}, 0, "y", StepHierarchy, []string{"x", "z", "y"}},
+		{"a probe far from its prediction: predictions dropped, the paper's order", map[string]int{"x": 90, "y": 30, "z": 195}, 0, "y", StepGuided, []string{"x", "z", "y"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -366,13 +366,48 @@ func TestIPMicraGuided(t *testing.T) {
 			}
 		})
 	}
-	// Without stored probes nearby, the guided search is the paper's.
+	// Without stored probes nearby, nodes are asked in the paper's order.
 	tab := NewMemTable("x", "y")
 	tab.Set(find(t, tr, "10.5.0.0/16"), "y")
 	p := &fakeProber{rtt: map[string]int{"x": 20, "y": 30}}
 	d, _ := (&IPMicra{Tree: tr, Table: tab, Prober: p, Cache: &MemProbeCache{}, Config: SearchConfig{Guided: true}}).Delegate(context.Background(), mustAddr(t, "10.4.1.1"))
-	if d.Node != "y" || d.Step != StepHierarchy {
+	if d.Node != "y" || d.Step != StepGuided || len(p.asked) != 1 {
 		t.Errorf("guided without data: %+v", d)
+	}
+}
+
+func TestIPMicraGuidedPrunesByTriangleInequality(t *testing.T) {
+	tr := rpslTree(t, "10.0.0.0 - 10.255.255.255", "10.4.0.0 - 10.4.255.255", "10.5.0.0 - 10.5.255.255")
+	between := map[[2]string]int{{"a", "b"}: 10, {"a", "c"}: 200, {"b", "c"}: 190}
+	dist := func(x, y string) (time.Duration, bool) {
+		if x == y {
+			return 0, true
+		}
+		if v, ok := between[[2]string{x, y}]; ok {
+			return time.Duration(v) * time.Millisecond, true
+		}
+		v, ok := between[[2]string{y, x}]
+		return time.Duration(v) * time.Millisecond, ok
+	}
+	for _, tc := range []struct {
+		name    string
+		between func(a, b string) (time.Duration, bool)
+		asked   []string
+	}{
+		{"with node RTTs c is never asked", dist, []string{"a", "b"}},
+		{"without them everybody is", nil, []string{"a", "b", "c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := NewMemTable("a", "b", "c")
+			tab.Set(find(t, tr, "10.5.0.0/16"), "a")
+			p := &fakeProber{rtt: map[string]int{"a": 30, "b": 25, "c": 180}}
+			m := &IPMicra{Tree: tr, Table: tab, Prober: p, Cache: &MemProbeCache{},
+				Config: SearchConfig{Guided: true, Threshold: 20 * time.Millisecond, Between: tc.between}}
+			d, err := m.Delegate(context.Background(), mustAddr(t, "10.4.1.1"))
+			if err != nil || d.Node != "b" || !slices.Equal(p.asked, tc.asked) {
+				t.Errorf("node %s asked %v err %v; want b after %v", d.Node, p.asked, err, tc.asked)
+			}
+		})
 	}
 }
 
@@ -392,5 +427,34 @@ func TestMemProbeCacheWithin(t *testing.T) {
 	}
 	if rtt, ok := c.Get("b", mustRange(t, "10.1.0.0/16")); !ok || rtt != 2*time.Millisecond {
 		t.Errorf("Get = %v %v", rtt, ok)
+	}
+}
+
+func TestIPMicraGuidedOrganisation(t *testing.T) {
+	tr, _ := build(t, "inetnum: 10.0.0.0 - 10.255.255.255\norg: ORG-ISP\n\ninetnum: 10.1.0.0 - 10.1.255.255\norg: ORG-A\n\n"+
+		"inetnum: 10.2.0.0 - 10.2.255.255\norg: ORG-A\n\ninetnum: 10.3.0.0 - 10.3.255.255\norg: ORG-B\n")
+	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+	for _, tc := range []struct {
+		name   string
+		stored map[string]int // probes stored for 10.3.0.0/16
+		asked  int
+		step   Step
+	}{
+		{"stored probes agree with the organisation: no probe", map[string]int{"a": 10, "b": 90}, 0, StepOrganisation},
+		{"stored probes disagree: the search probes", map[string]int{"a": 90, "b": 10}, 1, StepGuided},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := NewMemTable("a", "b")
+			tab.Set(find(t, tr, "10.1.0.0/16"), "a")
+			cache := &MemProbeCache{}
+			for n, v := range tc.stored {
+				cache.Put(n, mustRange(t, "10.3.0.0/16"), ms(v))
+			}
+			p := &fakeProber{rtt: map[string]int{"a": 15, "b": 12}}
+			d, err := (&IPMicra{Tree: tr, Table: tab, Prober: p, Cache: cache, Config: SearchConfig{Guided: true}}).Delegate(context.Background(), mustAddr(t, "10.2.0.1"))
+			if err != nil || d.Step != tc.step || len(p.asked) != tc.asked {
+				t.Errorf("decision %+v asked %v err %v; want step %s after %d probes", d, p.asked, err, tc.step, tc.asked)
+			}
+		})
 	}
 }
