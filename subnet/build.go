@@ -246,6 +246,9 @@ func (b *Builder) Add(ctx context.Context, name string, r io.Reader, f Format) (
 	case FormatIP2ASN:
 		st.layer = LayerASN
 		err = p.ip2asn()
+	case FormatAuto:
+		// Nothing but comments and blank lines: an empty input.
+		st.layer = LayerASN
 	default:
 		err = fmt.Errorf("%s: %w %v", name, ErrUnknownFormat, f)
 	}

@@ -232,6 +232,11 @@ func TestFormatDetection(t *testing.T) {
 	if _, err := b.Add(context.Background(), "x", strings.NewReader("hello\n"), FormatAuto); !errors.Is(err, ErrUnknownFormat) {
 		t.Errorf("unknown format: err = %v", err)
 	}
+	for _, empty := range []string{"", "% no objects\n\n", "# nothing\n"} {
+		if rep, err := b.Add(context.Background(), "empty", strings.NewReader(empty), FormatAuto); err != nil || rep.Ranges != 0 {
+			t.Errorf("empty input %q: %+v %v", empty, rep, err)
+		}
+	}
 	for _, s := range []string{"auto", "delegated", "RPSL", "ip2asn"} {
 		if _, err := ParseFormat(s); err != nil {
 			t.Errorf("ParseFormat(%q): %v", s, err)

@@ -70,7 +70,7 @@ func openInput(name string, r io.Reader, f Format, limit int64) (*bufio.Reader, 
 			return nil, 0, nil, errors.Join(fmt.Errorf("%s: %w", name, err), closer())
 		}
 		f = detect(head)
-		if f == FormatAuto {
+		if f == FormatAuto && hasContent(head) {
 			return nil, 0, nil, errors.Join(fmt.Errorf("%s: %w: not a delegated file, RPSL or an ip2asn CSV", name, ErrUnknownFormat), closer())
 		}
 	}
@@ -104,6 +104,19 @@ func detect(head []byte) Format {
 		return FormatAuto
 	}
 	return FormatAuto
+}
+
+// hasContent reports whether head has a line that is neither blank nor a
+// comment. An input without one (an RPSL dump of a registry with no
+// objects, say) is empty, whatever its format.
+func hasContent(head []byte) bool {
+	for _, line := range bytes.Split(head, []byte{'\n'}) {
+		line = bytes.TrimSpace(line)
+		if len(line) > 0 && line[0] != '#' && line[0] != '%' {
+			return true
+		}
+	}
+	return false
 }
 
 // isVersion reports whether s looks like a delegated file's format version

@@ -31,7 +31,9 @@ type command struct {
 // commands is the table of subcommands. Each lives in its own file of this
 // package and adds itself here.
 var commands = map[string]command{
+	"bench":  {"benchmarks: delegation (the IPMicra evaluation on the emulated Internet)", runBench},
 	"subnet": {"the IP-address hierarchy: import, lookup, stats", runSubnet},
+	"world":  {"the emulated Internet on loopback: gen, serve, rtt", runWorld},
 }
 
 // errUsage marks an error caused by wrong command-line arguments.

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/micra-net/micra/internal/evaluate"
+	"github.com/micra-net/micra/internal/world"
+)
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "delegation" {
+		fmt.Fprintln(stderr, "Usage: micra bench delegation [flags]   (run with -h for the flags)")
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return nil
+		}
+		return fmt.Errorf("%w: want a benchmark name: delegation", errUsage)
+	}
+	return benchDelegation(ctx, args[1:], stdout, stderr)
+}
+
+// intList parses "6,12,25".
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+type benchJSON struct {
+	World       world.Params      `json:"world"`
+	WorldSites  int               `json:"world_sites"`
+	Seeds       []int64           `json:"seeds"`
+	Results     []evaluate.Result `json:"results"`
+	Progressive []evaluate.Curve  `json:"progressive"`
+	Paper       []evaluate.Paper  `json:"paper"`
+	Elapsed     float64           `json:"elapsed_s"`
+}
+
+func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench delegation", "[flags]", stderr)
+	seed := fs.Int64("seed", 1, "first `seed`: of the world (unless --world) and of the repetitions")
+	repeats := fs.Int("repeats", 5, "repetitions with seeds seed, seed+1, ...: node subsets and site orders differ")
+	nodesFlag := fs.String("nodes", "6,12,25,50", "node counts to evaluate, comma-separated")
+	thFlag := fs.String("threshold", "25,50,75,100", "probing thresholds in ms, comma-separated")
+	stratFlag := fs.String("strategies", strings.Join(evaluate.AllStrategies, ","), "strategies: "+strings.Join(evaluate.AllStrategies, ", "))
+	worldDir := fs.String("world", "", "evaluate the world written by \"micra world gen\" in `DIR` (default: generate one)")
+	sites := fs.Int("sites", 1000, "sites of a generated world")
+	fromReal := fs.Bool("from-real", true, "derive a generated world's allocation structure from the real RIR and ip2asn data")
+	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
+	progressive := fs.Int("progressive", 1000, "sites in the progressive-learning run (0 skips it)")
+	asJSON := fs.Bool("json", false, "print the results as one JSON object")
+	csvOut := fs.String("csv", "", "write the results as CSV to `FILE`")
+	plotOut := fs.String("plot", "", "write a PNG plot to `FILE`")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	cfg := evaluate.DefaultConfig()
+	var err error
+	if cfg.Nodes, err = intList(*nodesFlag); err != nil {
+		return fmt.Errorf("%w: --nodes: %v", errUsage, err)
+	}
+	ths, err := intList(*thFlag)
+	if err != nil {
+		return fmt.Errorf("%w: --threshold: %v", errUsage, err)
+	}
+	cfg.Thresholds = nil
+	for _, t := range ths {
+		cfg.Thresholds = append(cfg.Thresholds, time.Duration(t)*time.Millisecond)
+	}
+	cfg.Strategies = strings.Split(*stratFlag, ",")
+	for _, s := range cfg.Strategies {
+		if !slices.Contains(evaluate.AllStrategies, s) {
+			return fmt.Errorf("%w: --strategies: unknown %q", errUsage, s)
+		}
+	}
+	if *repeats <= 0 {
+		return fmt.Errorf("%w: --repeats must be positive", errUsage)
+	}
+	cfg.Seeds = nil
+	for i := 0; i < *repeats; i++ {
+		cfg.Seeds = append(cfg.Seeds, *seed+int64(i))
+	}
+	cfg.Progressive = *progressive
+
+	start := time.Now()
+	var w *world.World
+	if *worldDir != "" {
+		w, err = world.Load(ctx, *worldDir, *dataDir)
+	} else {
+		p := world.DefaultParams()
+		p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir = *seed, *sites, slices.Max(cfg.Nodes), *fromReal, *dataDir
+		w, err = world.Generate(ctx, p)
+	}
+	if err != nil {
+		return err
+	}
+	tree, err := w.Tree(ctx)
+	if err != nil {
+		return fmt.Errorf("loading the world's registry: %w", err)
+	}
+	fmt.Fprintf(stderr, "world: %d sites, %d nodes, %d ranges (snapshot %s)\n", len(w.Sites()), len(w.Nodes()), tree.Len()-2, tree.ID().Short())
+	prober := evaluate.ModelProber{World: w}
+	results, err := evaluate.Split(ctx, w, tree, prober, cfg)
+	if err != nil {
+		return err
+	}
+	var curves []evaluate.Curve
+	if cfg.Progressive > 0 {
+		k := 12
+		if !slices.Contains(cfg.Nodes, k) {
+			k = cfg.Nodes[0]
+		}
+		if curves, err = evaluate.Progressive(ctx, w, tree, prober, k, *seed, cfg); err != nil {
+			return err
+		}
+	}
+	if *csvOut != "" {
+		if err := writeFile(*csvOut, func(f io.Writer) error { return evaluate.WriteCSV(f, results) }); err != nil {
+			return err
+		}
+	}
+	if *plotOut != "" {
+		if err := writeFile(*plotOut, func(f io.Writer) error { return evaluate.Plot(f, results, curves) }); err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(benchJSON{World: w.Params(), WorldSites: len(w.Sites()), Seeds: cfg.Seeds,
+			Results: results, Progressive: curves, Paper: evaluate.Published, Elapsed: time.Since(start).Seconds()})
+	}
+	fmt.Fprintf(stdout, "Training split (thesis 8.6): %.0f %% of the sites delegated optimally, the rest by each strategy; mean ± sd over %d seeds.\n\n",
+		100*cfg.TrainFraction, len(cfg.Seeds))
+	if err := evaluate.WriteTable(stdout, results); err != nil {
+		return err
+	}
+	if len(curves) > 0 {
+		fmt.Fprintf(stdout, "\nProgressive learning (thesis 7.7), IPMicra from a clean start:\n\n")
+		if err := evaluate.WriteCurves(stdout, curves); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "\n%.1f s\n", time.Since(start).Seconds())
+	return nil
+}
+
+// writeFile writes a file through f, atomically.
+func writeFile(path string, f func(io.Writer) error) error {
+	tmp := path + ".tmp"
+	fh, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := f(fh); err != nil {
+		fh.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := fh.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/micra-net/micra/internal/world"
+)
+
+// needData skips a test when the shared latency data is absent, except
+// under CI, where it must be there.
+func needData(t *testing.T) {
+	t.Helper()
+	if _, err := world.FindDataDir(""); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI needs the shared data: %v", err)
+		}
+		t.Skip(err)
+	}
+}
+
+func TestWorldGenRTTServe(t *testing.T) {
+	needData(t)
+	dir := filepath.Join(t.TempDir(), "w")
+	code, out, errs := runCmd(t, "world", "gen", "--seed", "3", "--sites", "30", "--nodes", "4", "--port", "0", "--out", dir)
+	if code != 0 {
+		t.Fatalf("gen: exit %d: %s", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, world.SpecFile)); err != nil {
+		t.Fatalf("gen wrote no spec: %v\n%s", err, out)
+	}
+	// The same flags give the same world, byte for byte.
+	dir2 := filepath.Join(t.TempDir(), "w")
+	runCmd(t, "world", "gen", "--seed", "3", "--sites", "30", "--nodes", "4", "--port", "0", "--out", dir2)
+	a, _ := os.ReadFile(filepath.Join(dir, world.SpecFile))
+	b, _ := os.ReadFile(filepath.Join(dir2, world.SpecFile))
+	if string(a) != string(b) {
+		t.Error("two generations with the same seed differ")
+	}
+	// The registry files load with the subnet importer.
+	files, _ := filepath.Glob(filepath.Join(dir, "registry", "*"))
+	if len(files) == 0 {
+		t.Fatal("no registry files")
+	}
+	if code, out, errs := runCmd(t, append([]string{"subnet", "import", "--strict"}, files...)...); code != 0 || !strings.Contains(out, "snapshot id") {
+		t.Errorf("importing the world's registry: exit %d %s\n%s", code, errs, out)
+	}
+	code, out, errs = runCmd(t, "world", "rtt", dir)
+	if code != 0 || !strings.Contains(out, "optimal") {
+		t.Errorf("rtt: exit %d %s\n%s", code, errs, out)
+	}
+
+	// serve runs until its context ends and answers meanwhile.
+	w, err := world.Load(context.Background(), dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	out2 := &syncBuffer{}
+	wg.Go(func() {
+		if c := run(ctx, []string{"world", "serve", "--scale", "0", "--port", "0", dir}, out2, out2); c != 0 {
+			t.Errorf("serve exit %d: %s", c, out2.String())
+		}
+	})
+	served := false
+	re := regexp.MustCompile(`e\.g\. (http://\S+)`)
+	for deadline := time.Now().Add(30 * time.Second); !served && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		m := re.FindStringSubmatch(out2.String())
+		if m == nil {
+			continue
+		}
+		// The URL names the site; ask its address, as the world's DNS would.
+		u, err := url.Parse(m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		site, ok := w.Site(u.Hostname())
+		if !ok {
+			t.Fatalf("serve printed an unknown site %s", u.Hostname())
+		}
+		req, _ := http.NewRequest(http.MethodHead, "http://"+site.Addrs[0].String()+":"+u.Port()+"/", nil)
+		req.Host = u.Host
+		c := http.Client{Timeout: 5 * time.Second}
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+			served = resp.StatusCode == http.StatusOK
+		}
+	}
+	cancel()
+	wg.Wait()
+	if !served {
+		t.Errorf("serve never answered:\n%s", out2.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestBenchDelegation(t *testing.T) {
+	needData(t)
+	dir := t.TempDir()
+	code, out, errs := runCmd(t, "bench", "delegation", "--sites", "200", "--from-real=false", "--nodes", "6", "--threshold", "50",
+		"--repeats", "1", "--progressive", "100", "--json", "--csv", filepath.Join(dir, "r.csv"), "--plot", filepath.Join(dir, "r.png"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var v struct {
+		Results []struct {
+			Strategy    string  `json:"strategy"`
+			Nodes       int     `json:"nodes"`
+			ThresholdMS float64 `json:"threshold_ms"`
+			OptimalPct  float64 `json:"optimal_pct"`
+			Probes      float64 `json:"probes_per_url"`
+			Excess      float64 `json:"excess_ms"`
+			Delegated   int     `json:"delegated"`
+		} `json:"results"`
+		Progressive []json.RawMessage `json:"progressive"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(v.Results) != 6 || len(v.Progressive) != 1 {
+		t.Fatalf("%d results, %d curves", len(v.Results), len(v.Progressive))
+	}
+	for _, r := range v.Results {
+		if r.Nodes != 6 || r.Delegated == 0 || r.OptimalPct <= 0 {
+			t.Errorf("result %+v", r)
+		}
+	}
+	for _, f := range []string{"r.csv", "r.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if code, _, _ := runCmd(t, "bench", "delegation", "--strategies", "nope"); code != 2 {
+		t.Errorf("unknown strategy: exit %d", code)
+	}
+}

@@ -1,0 +1,384 @@
+// Package evaluate reproduces the IPMicra paper's evaluation of delegation
+// strategies (thesis 8.6 and 7.7) on the emulated Internet of
+// internal/world, with the metric definitions of DESIGN.md:
+//
+//   - optimal delegation: the delegated node has the lowest true RTT to the
+//     site among the nodes of the run;
+//   - probes per delegation: probe requests issued to delegate;
+//   - excess RTT: the delegated node's RTT minus the optimal RTT, averaged
+//     over the sub-optimal delegations.
+//
+// Two experiments are run for any set of strategies, node counts and
+// probing thresholds, over several seeds: the training split (65 % of the
+// sites delegated optimally first, then the other 35 % by the strategy) and
+// progressive learning (from a clean start, every site in turn, with the
+// trend of probes per site). Every node starts owning its own subnet
+// (paper III.D).
+//
+// Probes are answered by a Prober: the world's latency model (fast and
+// exactly reproducible) or, in package cmd, timed HTTP HEADs through a
+// running world. evaluate imports subnet and internal/world only.
+package evaluate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/micra-net/micra/internal/world"
+	"github.com/micra-net/micra/subnet"
+)
+
+// Strategy names, as accepted by Config.Strategies.
+const (
+	IPMicra   = "ipmicra"  // the paper's search (subnet.IPMicra)
+	HiMicra   = "himicra"  // crawler hierarchy and best-first search (thesis ch. 6)
+	Brute     = "brute"    // every node probes every new subnet (thesis 5.3)
+	Random    = "random"   // location-unaware, as UCYMicra (thesis 5.2.2)
+	OracleStr = "oracle"   // true RTTs, no probes
+	Guided    = "ipmicra+" // IPMicra guided by neighbouring subnets' stored probes (subnet.SearchConfig.Guided)
+)
+
+// AllStrategies lists every strategy in report order.
+var AllStrategies = []string{IPMicra, Guided, HiMicra, Brute, Random, OracleStr}
+
+// Config describes an evaluation.
+type Config struct {
+	Seeds         []int64         // one repetition per seed: node subsets and site orders differ
+	Nodes         []int           // node counts to evaluate, each ≤ the world's nodes
+	Thresholds    []time.Duration // probing thresholds
+	Strategies    []string        // strategies to evaluate (AllStrategies when empty)
+	TrainFraction float64         // of sites delegated optimally before the split experiment (0.65)
+	HiMicraSample int             // sites every node probes to build HiMicra's hierarchy (100)
+	Branching     int             // HiMicra's branching factor (2, as in the thesis)
+	Progressive   int             // sites in the progressive-learning run (1000; 0 skips it)
+}
+
+// DefaultConfig returns the paper's setup: 6 and 12 nodes (and 25, 50 for
+// scaling), thresholds 25, 50, 75 and 100 ms, five seeds.
+func DefaultConfig() Config {
+	return Config{
+		Seeds:         []int64{1, 2, 3, 4, 5},
+		Nodes:         []int{6, 12, 25, 50},
+		Thresholds:    []time.Duration{25 * time.Millisecond, 50 * time.Millisecond, 75 * time.Millisecond, 100 * time.Millisecond},
+		Strategies:    AllStrategies,
+		TrainFraction: 0.65,
+		HiMicraSample: 100,
+		Branching:     2,
+		Progressive:   1000,
+	}
+}
+
+// Prober answers probes for an evaluation: the RTT from a node address to
+// a site, unscaled.
+type Prober interface {
+	Probe(ctx context.Context, node netip.Addr, site world.Site) (time.Duration, error)
+}
+
+// ModelProber answers probes from the world's latency model: the true mean
+// RTT, as a perfect probe would measure it.
+type ModelProber struct{ World *world.World }
+
+// Probe implements Prober.
+func (m ModelProber) Probe(_ context.Context, node netip.Addr, site world.Site) (time.Duration, error) {
+	return m.World.RTT(node, site), nil
+}
+
+// Outcome is one site delegated by one strategy.
+type Outcome struct {
+	Site    int           // world site ID
+	Node    netip.Addr    // delegated node
+	RTT     time.Duration // true RTT of the delegated node
+	Optimal time.Duration // true RTT of the best node
+	Probes  int           // probe requests issued
+	New     bool          // the site's subnet was not delegated before
+	Step    subnet.Step
+}
+
+// IsOptimal reports whether the delegated node is (one of) the nearest.
+func (o Outcome) IsOptimal() bool { return o.RTT <= o.Optimal+10*time.Microsecond }
+
+// env is one run's setting: a world, its tree, a node subset and the
+// delegation table, with node names being their addresses.
+type env struct {
+	w       *world.World
+	tree    *subnet.Tree
+	nodes   []netip.Addr
+	names   []string
+	table   *subnet.MemTable
+	cache   *subnet.MemProbeCache
+	prober  Prober
+	byAddr  map[netip.Addr]world.Site
+	issued  int // probes issued through probeAdapter
+	optimal map[int]time.Duration
+}
+
+func newEnv(w *world.World, tree *subnet.Tree, nodes []netip.Addr, p Prober) (*env, error) {
+	e := &env{w: w, tree: tree, nodes: nodes, prober: p, table: subnet.NewMemTable(), cache: &subnet.MemProbeCache{},
+		byAddr: map[netip.Addr]world.Site{}, optimal: map[int]time.Duration{}}
+	for _, s := range w.Sites() {
+		for _, a := range s.Addrs {
+			if _, ok := e.byAddr[a]; !ok {
+				e.byAddr[a] = s
+			}
+		}
+	}
+	for _, n := range nodes {
+		e.names = append(e.names, n.String())
+		e.table.AddNode(n.String())
+		// A node joining is delegated its own subnet at once.
+		id := tree.SmallestNonUnary(n)
+		if id == subnet.None || tree.Parent(id) == subnet.None {
+			return nil, fmt.Errorf("node %s has no subnet in the world's hierarchy", n)
+		}
+		if _, owned := first(e.table.Owned(id, id)); !owned {
+			e.table.Set(id, n.String())
+		}
+	}
+	return e, nil
+}
+
+func first(seq func(func(subnet.ID, string) bool)) (string, bool) {
+	for _, n := range seq {
+		return n, true
+	}
+	return "", false
+}
+
+// Probe implements subnet.Prober for the strategies.
+func (e *env) Probe(ctx context.Context, node string, addr netip.Addr) (time.Duration, error) {
+	n, err := netip.ParseAddr(node)
+	if err != nil {
+		return 0, err
+	}
+	s, ok := e.byAddr[addr]
+	if !ok {
+		return 0, fmt.Errorf("no site at %s", addr)
+	}
+	e.issued++
+	return e.prober.Probe(ctx, n, s)
+}
+
+// between returns the RTT between two nodes, as the overlay measures it
+// between peers (here: the world's model).
+func (e *env) between(a, b string) (time.Duration, bool) {
+	x, err1 := netip.ParseAddr(a)
+	y, err2 := netip.ParseAddr(b)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return e.w.RTTAddr(x, y), true
+}
+
+// trueRTT returns the model's RTT from node to s.
+func (e *env) trueRTT(node string, s world.Site) time.Duration {
+	n, _ := netip.ParseAddr(node)
+	return e.w.RTT(n, s)
+}
+
+// optimalRTT returns the lowest true RTT from the run's nodes to s.
+func (e *env) optimalRTT(s world.Site) time.Duration {
+	if d, ok := e.optimal[s.ID]; ok {
+		return d
+	}
+	_, d, _ := e.w.Optimal(s, e.nodes)
+	e.optimal[s.ID] = d
+	return d
+}
+
+// strategy builds the named strategy over the env.
+func (e *env) strategy(ctx context.Context, name string, th time.Duration, rng *rand.Rand, sample []world.Site, branching int) (subnet.Strategy, int, error) {
+	switch name {
+	case IPMicra:
+		return &subnet.IPMicra{Tree: e.tree, Table: e.table, Prober: e, Cache: e.cache, Config: subnet.SearchConfig{Threshold: th}}, 0, nil
+	case Guided:
+		cfg := subnet.SearchConfig{Threshold: th, Guided: true, Between: e.between}
+		return &subnet.IPMicra{Tree: e.tree, Table: e.table, Prober: e, Cache: e.cache, Config: cfg}, 0, nil
+	case Brute:
+		return &subnet.BruteForce{Tree: e.tree, Table: e.table, Prober: e, Cache: e.cache}, 0, nil
+	case Random:
+		return &subnet.Random{Tree: e.tree, Table: e.table, Rand: rng}, 0, nil
+	case OracleStr:
+		return &subnet.Oracle{Tree: e.tree, Table: e.table, RTT: func(node string, a netip.Addr) time.Duration {
+			return e.trueRTT(node, e.byAddr[a])
+		}}, 0, nil
+	case HiMicra:
+		// Every node probes the sample sites; these setup probes are
+		// reported apart from the delegation probes, as in thesis 8.5.
+		rtt := make([][]time.Duration, len(e.nodes))
+		for i, n := range e.nodes {
+			for _, s := range sample {
+				d, err := e.prober.Probe(ctx, n, s)
+				if err != nil {
+					d = subnet.Unreachable
+				}
+				rtt[i] = append(rtt[i], d)
+			}
+		}
+		h, err := subnet.BuildHiMicra(e.names, rtt, branching)
+		if err != nil {
+			return nil, 0, err
+		}
+		return &subnet.HiMicra{Tree: e.tree, Table: e.table, Prober: e, Cache: e.cache, Hierarchy: h, Threshold: th}, len(e.nodes) * len(sample), nil
+	}
+	return nil, 0, fmt.Errorf("unknown strategy %q", name)
+}
+
+// delegate runs one strategy on site s and records the decision.
+func (e *env) delegate(ctx context.Context, st subnet.Strategy, s world.Site) (Outcome, error) {
+	before := e.issued
+	d, err := st.Delegate(ctx, s.Addrs[0])
+	if err != nil {
+		return Outcome{}, fmt.Errorf("site %s: %w", s.Name, err)
+	}
+	if d.Step != subnet.StepOwned {
+		e.table.Set(d.Subnet, d.Node)
+	}
+	n, _ := netip.ParseAddr(d.Node)
+	return Outcome{
+		Site: s.ID, Node: n, RTT: e.trueRTT(d.Node, s), Optimal: e.optimalRTT(s),
+		Probes: e.issued - before, New: d.Step != subnet.StepOwned, Step: d.Step,
+	}, nil
+}
+
+// train records the optimal delegation of s and keeps every node's probe
+// of it, as the training of the split experiment did (thesis 8.6 steps
+// 2-4: subset A was probed by all crawlers and delegated by the probes).
+// Its probes are not counted.
+func (e *env) train(ctx context.Context, s world.Site) error {
+	id := e.tree.SmallestNonUnary(s.Addrs[0])
+	if _, owned := first(e.table.Owned(id, id)); owned {
+		return nil
+	}
+	r := e.tree.Range(id)
+	best, bestRTT := "", subnet.Unreachable
+	for i, n := range e.nodes {
+		rtt, err := e.prober.Probe(ctx, n, s)
+		if err != nil {
+			rtt = subnet.Unreachable
+		}
+		e.cache.Put(e.names[i], r, rtt)
+		if rtt < bestRTT {
+			best, bestRTT = e.names[i], rtt
+		}
+	}
+	if best != "" {
+		e.table.Set(id, best)
+	}
+	return nil
+}
+
+// Stats summarises outcomes.
+type Stats struct {
+	URLs         int     `json:"delegated"`
+	New          int     `json:"new_subnets"`
+	OptimalPct   float64 `json:"optimal_pct"`
+	ProbesPerURL float64 `json:"probes_per_url"`
+	ProbesPerNew float64 `json:"probes_per_new_subnet"`
+	ExcessMS     float64 `json:"excess_ms"` // mean over the sub-optimal ones; 0 when none
+	MeanRTTMS    float64 `json:"mean_rtt_ms"`
+}
+
+// Summarise computes the metrics of outcomes.
+func Summarise(out []Outcome) Stats {
+	var s Stats
+	var excess, rtt float64
+	subopt, probes := 0, 0
+	for _, o := range out {
+		s.URLs++
+		probes += o.Probes
+		rtt += ms(o.RTT)
+		if o.New {
+			s.New++
+		}
+		if o.IsOptimal() {
+			s.OptimalPct++
+		} else {
+			subopt++
+			excess += ms(o.RTT - o.Optimal)
+		}
+	}
+	if s.URLs == 0 {
+		return s
+	}
+	s.OptimalPct = 100 * s.OptimalPct / float64(s.URLs)
+	s.ProbesPerURL = float64(probes) / float64(s.URLs)
+	if s.New > 0 {
+		s.ProbesPerNew = float64(probes) / float64(s.New)
+	}
+	if subopt > 0 {
+		s.ExcessMS = excess / float64(subopt)
+	}
+	s.MeanRTTMS = rtt / float64(s.URLs)
+	return s
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// pickNodes returns k node addresses of the world, a different subset per
+// seed, spread over distinct locations when the world has enough.
+func pickNodes(w *world.World, k int, rng *rand.Rand) ([]netip.Addr, error) {
+	all := w.Nodes()
+	if k > len(all) {
+		return nil, fmt.Errorf("%d nodes asked, the world has %d", k, len(all))
+	}
+	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	// Prefer one node per city, as the paper's crawlers were spread over
+	// the Internet; fill up with the rest.
+	seen := map[int]bool{}
+	var out, rest []netip.Addr
+	for _, n := range all {
+		if !seen[n.Loc.ID] && len(out) < k {
+			seen[n.Loc.ID] = true
+			out = append(out, n.Addr)
+		} else {
+			rest = append(rest, n.Addr)
+		}
+	}
+	for _, n := range rest {
+		if len(out) == k {
+			break
+		}
+		out = append(out, n)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
+}
+
+// evalSites returns the sites that take part: every site but the hostile
+// ones, which serve no real pages.
+func evalSites(w *world.World) []world.Site {
+	var out []world.Site
+	for _, s := range w.Sites() {
+		if s.Hostile == world.NotHostile && len(s.Addrs) > 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// errNoSites is returned when the world has no site to evaluate.
+var errNoSites = errors.New("the world has no sites to delegate")
+
+// meanStd returns the mean and sample standard deviation of xs.
+func meanStd(xs []float64) (mean, std float64) {
+	if len(xs) == 0 {
+		return 0, 0
+	}
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	if len(xs) < 2 {
+		return mean, 0
+	}
+	for _, x := range xs {
+		std += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(std / float64(len(xs)-1))
+}

@@ -1,0 +1,5 @@
+package world
+
+import "net/url"
+
+func parseRequestURI(s string) (*url.URL, error) { return url.Parse(s) }
