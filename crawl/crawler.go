@@ -55,17 +55,33 @@ type Sink interface {
 	Forward(ctx context.Context, reqs []Request) error
 }
 
-// Stats are cumulative counters since New.
+// Stats are cumulative counters since New, and the current size of the
+// queues.
 type Stats struct {
 	Fetched, NotModified, FetchErrors, RobotsDenied int64
 	Records, Batches, Forwarded, Dropped            int64
 	WireBytes, RecordBytes                          int64
+
+	// Queued is the number of requests waiting in the host queues, those
+	// being fetched included; it survives restarts.
+	Queued int64
+	// Hosts is the number of hosts in the ready index: hosts with queued
+	// requests (a host whose queue ran empty leaves at its next turn).
+	Hosts int64
+	// HostsReady is the number of those hosts that politeness lets the
+	// crawler fetch from now.
+	HostsReady int64
+	// InFlight is the number of requests taken from the queues and not yet
+	// done: being fetched, waiting for a processor or being processed.
+	// Queued == 0 && InFlight == 0 means the crawler is idle.
+	InFlight int64
 }
 
 type stats struct {
 	fetched, notModified, fetchErrors, robotsDenied atomic.Int64
 	records, batches, forwarded, dropped            atomic.Int64
 	wireBytes, recordBytes                          atomic.Int64
+	inFlight                                        atomic.Int64
 }
 
 // Crawler crawls the URLs submitted to it and those it discovers that the
@@ -127,14 +143,14 @@ func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	front, err := openFrontier(db, cfg.expectedURLs, 2*cfg.fetchTO+time.Minute)
+	front, err := openFrontier(db, cfg.expectedURLs, 2*cfg.fetchTO+time.Minute, cfg.perHost)
 	if err != nil {
 		return nil, err
 	}
 	c := &Crawler{
 		cfg: cfg, db: db, sink: sink, front: front, log: cfg.logger,
 		fetch:   newFetcher(cfg),
-		polite:  newPoliteness(),
+		polite:  newPoliteness(cfg.perHost),
 		meter:   &meter{rate: float64(cfg.bwCap), daily: cfg.dailyCap, loc: cfg.location},
 		sched:   schedule{windows: cfg.windows, loc: cfg.location},
 		work:    make(chan *job),
@@ -188,15 +204,23 @@ func (c *Crawler) Close() error {
 	return c.closeErr
 }
 
-// Stats returns the counters.
+// Stats returns the counters and queue sizes. Counting HostsReady reads the
+// ready index up to the first host that is not ready, so the cost of a call
+// grows with the number of ready hosts (a key-only scan); the other figures
+// are kept counts.
 func (c *Crawler) Stats() Stats {
 	s := &c.stats
-	return Stats{
+	st := Stats{
 		Fetched: s.fetched.Load(), NotModified: s.notModified.Load(), FetchErrors: s.fetchErrors.Load(),
 		RobotsDenied: s.robotsDenied.Load(), Records: s.records.Load(), Batches: s.batches.Load(),
 		Forwarded: s.forwarded.Load(), Dropped: s.dropped.Load(), WireBytes: s.wireBytes.Load(),
-		RecordBytes: s.recordBytes.Load(),
+		RecordBytes: s.recordBytes.Load(), InFlight: s.inFlight.Load(),
 	}
+	st.Queued, st.Hosts = c.front.counts()
+	if n, err := c.front.readyHosts(time.Now()); err == nil {
+		st.HostsReady = n
+	}
+	return st
 }
 
 // Fetcher returns the crawler's fetcher, so that the node can probe with
@@ -311,6 +335,7 @@ func (c *Crawler) dispatch() {
 		addrs, err := c.fetch.Resolve(c.ctx, u.Hostname())
 		if err != nil {
 			if c.ctx.Err() != nil {
+				c.putBack(l, now)
 				return
 			}
 			c.log.Debug("host not fetchable", "host", l.host, "error", err)
@@ -320,17 +345,27 @@ func (c *Crawler) dispatch() {
 		}
 		addr := addrs[0]
 		if at, ok := c.polite.acquire(addr, now); !ok {
-			if err := c.front.postpone(l.host, at); err != nil {
-				c.log.Error("frontier failed", "error", err)
-			}
+			c.putBack(l, at)
 			continue
 		}
+		c.stats.inFlight.Add(1)
 		select {
 		case c.work <- &job{l: l, u: u, addr: addr}:
 		case <-c.ctx.Done():
+			c.stats.inFlight.Add(-1)
 			c.polite.release(addr, now)
+			c.putBack(l, now)
 			return
 		}
+	}
+}
+
+// putBack returns a lease unused; its host is ready again at t. At
+// shutdown this keeps the host from waiting for the lease to expire after
+// a restart.
+func (c *Crawler) putBack(l *lease, t time.Time) {
+	if err := c.front.putBack(l, t); err != nil {
+		c.log.Error("frontier failed", "error", err)
 	}
 }
 
@@ -399,17 +434,29 @@ func (c *Crawler) fetcher() {
 			return
 		case j = <-c.work:
 		}
-		c.fetchOne(j)
+		if !c.fetchOne(j) {
+			c.stats.inFlight.Add(-1)
+		}
 	}
 }
 
-func (c *Crawler) fetchOne(j *job) {
+// fetchOne fetches the page of j and reports whether it went on to the
+// processors.
+func (c *Crawler) fetchOne(j *job) bool {
 	l := j.l
-	rules, err := c.robots.rules(c.ctx, j.u)
+	rules, fresh, err := c.robots.rules(c.ctx, j.u)
 	if err != nil {
 		c.polite.release(j.addr, time.Now())
 		c.finish(l, true, time.Now()) // shutting down; retried after restart
-		return
+		return false
+	}
+	if fresh && len(rules.Sitemaps) > 0 {
+		// The site's own lists of URLs: link sources like any page's.
+		links := make([]parse.Link, len(rules.Sitemaps))
+		for i, s := range rules.Sitemaps {
+			links[i] = parse.Link{URL: s, Source: parse.FromRobots}
+		}
+		c.extract(j, links)
 	}
 	pq := j.u.RequestURI()
 	if !rules.Allowed(pq) {
@@ -417,7 +464,7 @@ func (c *Crawler) fetchOne(j *job) {
 		now := time.Now()
 		c.polite.release(j.addr, now.Add(c.cfg.minDelay))
 		c.finish(l, false, now.Add(c.cfg.minDelay))
-		return
+		return false
 	}
 	st, seen, err := c.front.state(l.entry.URL)
 	if err != nil {
@@ -450,7 +497,7 @@ func (c *Crawler) fetchOne(j *job) {
 	c.polite.release(j.addr, now.Add(delay))
 	if c.ctx.Err() != nil {
 		c.finish(l, true, now) // aborted by Close: keep it queued
-		return
+		return false
 	}
 	switch {
 	case err == nil, errors.Is(err, ErrBodyTooLarge):
@@ -464,10 +511,10 @@ func (c *Crawler) fetchOne(j *job) {
 		if errors.Is(err, ErrForbiddenDestination) || errors.Is(err, ErrTooManyRedirects) || errors.Is(err, ErrContentEncoding) || errors.Is(err, ErrScheme) {
 			c.stats.dropped.Add(1)
 			c.finish(l, false, now.Add(delay))
-			return
+			return false
 		}
 		c.retryOrDrop(l, now, max(delay, c.backoff(l.entry.Attempts)))
-		return
+		return false
 	}
 	if res.Status == http.StatusTooManyRequests || res.Status == http.StatusServiceUnavailable {
 		wait, ok := RetryAfter(res.Header.Get("Retry-After"), now)
@@ -477,7 +524,7 @@ func (c *Crawler) fetchOne(j *job) {
 		wait = min(max(wait, delay), c.cfg.maxBackoff)
 		c.log.Debug("server asks to back off", "host", l.host, "status", res.Status, "wait", wait)
 		c.retryOrDrop(l, now, wait)
-		return
+		return false
 	}
 	c.stats.fetched.Add(1)
 	j.res = res
@@ -486,6 +533,7 @@ func (c *Crawler) fetchOne(j *job) {
 	// every fetcher has returned, so this cannot deadlock at shutdown and a
 	// page already dequeued is never lost.
 	c.fetched <- j
+	return true
 }
 
 var errOffHost = errors.New("redirect leaves the host")
@@ -502,6 +550,7 @@ func (c *Crawler) processor() {
 	kw := textproc.NewBuilder()
 	for j := range c.fetched {
 		c.process(j, kw)
+		c.stats.inFlight.Add(-1)
 	}
 }
 
@@ -519,8 +568,9 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 		timing = FetchTiming{DNS: t.DNS, Connect: t.Connect, TTFB: t.TTFB, Total: t.Total}
 		t.mu.Unlock()
 	}
+	size, truncated := int64(len(res.Body)), res.Truncated
 	mk := func(kind ChangeKind) *Record {
-		return &Record{URL: e.URL, FinalURL: res.URL.String(), Time: now, Status: res.Status, Change: kind, Timing: timing, Owners: e.Owners, Size: int64(len(res.Body)), Truncated: res.Truncated}
+		return &Record{URL: e.URL, FinalURL: res.URL.String(), Time: now, Status: res.Status, Change: kind, Timing: timing, Owners: e.Owners, Size: size, Truncated: truncated}
 	}
 	var digest, bodyHash uint64
 	switch {
@@ -539,9 +589,15 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 		if j.seen && st.Visits > 0 && bodyHash == st.BodyHash && indexedBefore {
 			break // identical bytes: nothing to do
 		}
-		typ := parse.Detect(res.Header.Get("Content-Type"), res.URL.Path, res.Body)
+		body, ctype, path := res.Body, res.Header.Get("Content-Type"), res.URL.Path
+		if gz, ok := unpackGzip(ctype, path, body, c.cfg.maxDecoded); ok {
+			// sitemap.xml.gz and the like: the document is inside.
+			body, ctype, path = gz.body, "", gz.path
+			size, truncated = int64(len(body)), truncated || gz.truncated
+		}
+		typ := parse.Detect(ctype, path, body)
 		kw.Reset()
-		doc := parse.Parse(typ, res.URL.String(), res.Header.Get("Content-Type"), res.Body, kw, parse.Options{
+		doc := parse.Parse(typ, res.URL.String(), ctype, body, kw, parse.Options{
 			Agent: c.cfg.product, MaxLinks: c.cfg.maxLinks, XRobotsTag: res.Header.Values("X-Robots-Tag"),
 		})
 		links = doc.Links
@@ -642,42 +698,61 @@ func (c *Crawler) nextInterval(st pageState, changed bool, now time.Time) time.D
 	return min(max(next, c.cfg.revisitMin), c.cfg.revisitMax)
 }
 
-// extract routes the links of a page: local ones into the frontier, others
-// to the forwarder.
+// extract routes the links of a page: local ones into the frontier, in
+// one batch, others to the forwarder. Links found in the page go one hop
+// deeper and only while the page has depth left; a redirect target keeps
+// the page's depth; a sitemap named by robots.txt gets at least depth 1, so
+// that the URLs it lists are fetched.
 func (c *Crawler) extract(j *job, links []parse.Link) {
 	e := j.l.entry
-	if e.Depth <= 0 || len(links) == 0 {
+	if len(links) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), 30*time.Second)
 	defer cancel()
-	now := time.Now()
+	var local []entry
+	var localURLs []*url.URL
 	for _, l := range links {
-		u, err := urlnorm.Parse(l.URL)
+		depth := e.Depth - 1
+		switch l.Source {
+		case parse.FromRedirect:
+			depth = e.Depth
+		case parse.FromRobots:
+			depth = max(e.Depth, 1)
+		}
+		if depth < 0 {
+			continue
+		}
+		var u *url.URL
+		var err error
+		if l.Source == parse.FromRedirect || l.Source == parse.FromRobots {
+			u, err = urlnorm.Parse(l.URL)
+		} else {
+			// The parser resolved and normalised it already.
+			u, err = url.Parse(l.URL)
+		}
 		if err != nil {
 			continue
 		}
-		child := entry{URL: u.String(), Parent: e.URL, Depth: e.Depth - 1, Hops: e.Hops + 1, Owners: e.Owners}
-		if l.Source == parse.FromRedirect {
-			child.Depth = e.Depth
-		}
-		local := strings.EqualFold(u.Host, j.u.Host)
-		if !local {
+		// Keyed by net/url's form, as Submit and revisits key it.
+		child := entry{URL: u.String(), Parent: e.URL, Depth: depth, Hops: e.Hops + 1, Owners: e.Owners}
+		isLocal := strings.EqualFold(u.Host, j.u.Host)
+		if !isLocal {
 			addrs, err := c.fetch.Resolve(ctx, u.Hostname())
 			if err != nil {
 				c.stats.dropped.Add(1)
 				continue
 			}
-			local = c.cfg.router == nil
+			isLocal = c.cfg.router == nil
 			if c.cfg.router != nil {
-				local, err = c.cfg.router.Route(ctx, u, addrs[0])
+				isLocal, err = c.cfg.router.Route(ctx, u, addrs[0])
 				if err != nil {
 					c.stats.dropped.Add(1)
 					continue
 				}
 			}
 		}
-		if !local {
+		if !isLocal {
 			select {
 			case c.forward <- Request{Link: child.URL, ParentLink: child.Parent, Depth: child.Depth, Owners: child.Owners}:
 			case <-ctx.Done():
@@ -685,10 +760,15 @@ func (c *Crawler) extract(j *job, links []parse.Link) {
 			}
 			continue
 		}
-		if _, err := c.front.add(child, u, false, now); err != nil {
-			c.log.Error("frontier failed", "error", err)
-			return
-		}
+		local = append(local, child)
+		localURLs = append(localURLs, u)
+	}
+	if len(local) == 0 {
+		return
+	}
+	if _, err := c.front.addBatch(local, localURLs, false, time.Now()); err != nil {
+		c.log.Error("frontier failed", "error", err)
+		return
 	}
 	c.poke()
 }

@@ -485,6 +485,8 @@ func TestOptionsValidate(t *testing.T) {
 		{UserAgent("bad agent", "1", "x")},
 		{Workers(0, 1, 1)},
 		{Windows(nil, Window{Day: 9, Start: 0, End: time.Hour})},
+		{HostConnections(0)},
+		{HostConnections(maxHostConnections + 1)},
 	}
 	for i, opts := range bad {
 		if _, err := NewFetcher(opts...); err == nil {
@@ -493,5 +495,114 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	if _, err := New(openMemDB(t), nil); err == nil {
 		t.Error("nil sink accepted")
+	}
+}
+
+// TestRobotsSitemaps checks that the Sitemap lines of robots.txt become link
+// sources and that a sitemap served as a gzip file is unpacked.
+func TestRobotsSitemaps(t *testing.T) {
+	sitemap := `<?xml version="1.0" encoding="UTF-8"?>
+<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+<url><loc>http://HOST/a</loc><lastmod>2024-11-01</lastmod></url><url><loc>http://HOST/b</loc></url></urlset>`
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/robots.txt":
+			io.WriteString(w, "User-agent: *\nDisallow: /private\n\nSitemap: "+srv.URL+"/sitemap.xml.gz\n")
+		case "/sitemap.xml.gz":
+			w.Header().Set("Content-Type", "application/x-gzip")
+			w.Write(gzipped(t, strings.ReplaceAll(sitemap, "http://HOST", srv.URL)))
+		case "/":
+			io.WriteString(w, `<title>Home</title><p>No links here.</p>`)
+		case "/a", "/b":
+			io.WriteString(w, `<title>Listed</title><p>Only the sitemap links here.</p>`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	sink := &testSink{}
+	c := newTestCrawler(t, sink)
+	if err := c.Submit(t.Context(), Request{Link: srv.URL + "/", Depth: 0}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "4 records", func() bool { r, _ := sink.snapshot(); return len(r) >= 4 })
+	waitIdle(t, c)
+	for _, p := range []string{"/", "/a", "/b"} {
+		if r := sink.byURL(p); len(r) != 1 || r[0].Type != TypeHTML {
+			t.Errorf("%s: records %+v", p, r)
+		}
+	}
+	sm := sink.byURL("/sitemap.xml.gz")
+	want := len(strings.ReplaceAll(sitemap, "http://HOST", srv.URL))
+	if len(sm) != 1 || sm[0].Type != TypeSitemap || sm[0].Size != int64(want) || len(sm[0].Links) != 2 {
+		t.Fatalf("sitemap record %+v, want type sitemap, size %d, 2 links", sm, want)
+	}
+}
+
+// TestQueueStats checks the queue figures in Stats while the crawler holds
+// outside its windows, and once it has crawled everything.
+func TestQueueStats(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `<title>x</title>`)
+	}))
+	defer srv.Close()
+	closed := Window{Day: (time.Now().Weekday() + 3) % 7, Start: time.Hour, End: 2 * time.Hour}
+	sink := &testSink{}
+	c := newTestCrawler(t, sink, Windows(time.Local, closed))
+	other := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)
+	reqs := []Request{{Link: srv.URL + "/1"}, {Link: srv.URL + "/2"}, {Link: other + "/3"}}
+	if err := c.Submit(t.Context(), reqs...); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Queued != 3 || st.Hosts != 2 || st.HostsReady != 2 || st.InFlight != 0 || st.Fetched != 0 {
+		t.Fatalf("held: %+v", st)
+	}
+	c.Close()
+
+	// The same state, reopened with windows open, is crawled to the end.
+	c2, err := New(c.db, sink, AllowPrivateNetworks(), Politeness(0, 0), Logger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c2.Close() })
+	// c2 starts crawling at once, so its queue figures are only checked at
+	// the end: all three URLs came back from the disk (c2 counts from 0).
+	waitFor(t, "idle", func() bool { st := c2.Stats(); return st.Fetched == 3 && st.Queued == 0 && st.InFlight == 0 })
+	if st := c2.Stats(); st.HostsReady > st.Hosts || st.Hosts > 2 {
+		t.Fatalf("after crawling: %+v", st)
+	}
+}
+
+// TestHostConnections checks that requests to one host overlap only when
+// HostConnections allows it, and never beyond it.
+func TestHostConnections(t *testing.T) {
+	for _, limit := range []int{1, 3} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			var cur, peak atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/robots.txt" {
+					http.NotFound(w, r)
+					return
+				}
+				n := cur.Add(1)
+				defer cur.Add(-1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				time.Sleep(30 * time.Millisecond)
+				if r.URL.Path == "/" {
+					for i := range 12 {
+						fmt.Fprintf(w, `<a href="/p%d">p</a>`, i)
+					}
+				}
+			}))
+			defer srv.Close()
+			c := newTestCrawler(t, &testSink{}, HostConnections(limit), Workers(6, 2, 8))
+			c.Submit(t.Context(), Request{Link: srv.URL + "/", Depth: 1})
+			waitFor(t, "13 pages", func() bool { st := c.Stats(); return st.Fetched == 13 && st.InFlight == 0 })
+			if p := peak.Load(); p > int32(limit) || (limit > 1 && p < 2) {
+				t.Fatalf("peak of %d concurrent requests with HostConnections(%d)", p, limit)
+			}
+		})
 	}
 }

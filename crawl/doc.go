@@ -19,12 +19,17 @@
 //   - frontier: per-host queues persisted under KeyPrefix, ordered by hops
 //     from the request and an in-link importance estimate; a ready index
 //     orders hosts by when politeness allows them next; the URL-seen test is
-//     a Bloom filter in RAM in front of the exact set on disk;
-//   - fetch: robots.txt (RFC 9309, cached ≤ 24 h), one connection and a
-//     minimum delay per host and per server address, Crawl-delay up to a
-//     cap, 429/503 Retry-After, conditional GET, same-host redirects (≤ 5);
+//     a Bloom filter in RAM in front of the exact set on disk; the links of
+//     a page enter in one batch;
+//   - fetch: robots.txt (RFC 9309, cached ≤ 24 h; its Sitemap lines become
+//     link sources), one connection and a minimum delay per host and per
+//     server address (HostConnections and Politeness change them, for
+//     benchmarks and one's own sites only), Crawl-delay up to a cap,
+//     429/503 Retry-After, conditional GET, same-host redirects (≤ 5);
 //   - detect and transform: HTML, XHTML, RSS, Atom, RDF/XML, sitemaps and
-//     plain text are parsed; other types are recorded, not parsed;
+//     plain text are parsed, sitemaps and feeds also when served as gzip
+//     files (sitemap.xml.gz, unpacked up to the decoded-size cap); other
+//     types are recorded, not parsed;
 //   - index: weighted stemmed keywords, SimHash, change detection that
 //     ignores counters, dates and link order: only new, modified and gone
 //     pages produce a Record;
@@ -33,7 +38,8 @@
 //     the Router, and non-local ones are batched to Sink.Forward.
 //
 // Records are batched by size and age, compressed with zstd and handed to
-// Sink.Results; DecodeBatch reads them back for indexers. Revisits are
+// Sink.Results; DecodeBatch reads them back for indexers. Stats has the
+// counters and the queue sizes a dashboard shows. Revisits are
 // scheduled per page from its observed change rate. Work happens only
 // inside the operator's Windows and Bandwidth caps; outside them the
 // crawler holds its state.
@@ -50,5 +56,6 @@
 //
 // All keys live under KeyPrefix and are built in keys.go, whose comment
 // shows the layout. Values use a compact, versioned binary encoding whose
-// decoders are fuzzed.
+// decoders are fuzzed. BadgerOptions are the badger settings the node
+// opens its database with, sized for the crawler's memory budget.
 package crawl

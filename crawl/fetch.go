@@ -117,8 +117,8 @@ func newFetcher(c *config) *Fetcher {
 		ExpectContinueTimeout:  time.Second,
 		DisableCompression:     true, // we decode ourselves, with caps
 		MaxIdleConns:           256,
-		MaxIdleConnsPerHost:    1,
-		MaxConnsPerHost:        2,
+		MaxIdleConnsPerHost:    c.perHost,
+		MaxConnsPerHost:        c.perHost + 1, // the +1 lets robots.txt and probes pass a busy host
 		IdleConnTimeout:        30 * time.Second,
 		MaxResponseHeaderBytes: 64 << 10,
 	}
@@ -411,6 +411,11 @@ func (f *Fetcher) readBody(res *Response, hresp *http.Response, req FetchRequest
 	}
 	defer closeDec()
 	var buf bytes.Buffer
+	if cl := hresp.ContentLength; cl > 0 && r == io.Reader(wire) {
+		// Uncompressed with a known length: one allocation instead of a
+		// doubling series (MinRead spare, so that reading EOF does not grow).
+		buf.Grow(int(min(cl, limit+1)) + bytes.MinRead)
+	}
 	n, err := io.Copy(&buf, io.LimitReader(r, limit+1))
 	body := buf.Bytes()
 	if n > limit {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
@@ -156,23 +157,46 @@ func priority(hops int, inlinks uint32) uint16 {
 // revisit schedule. Methods are safe for concurrent use; writes are
 // serialised by mu so badger transactions never conflict.
 type frontier struct {
-	db    *badger.DB
-	mu    sync.Mutex
-	bloom *bloom.BloomFilter
-	seq   uint64
-	lease time.Duration
+	db      *badger.DB
+	mu      sync.Mutex
+	bloom   *bloom.BloomFilter
+	seq     uint64
+	lease   time.Duration
+	perHost int
+	// leased holds, per host, the queue keys checked out and when each
+	// lease expires. It lives in RAM only: after a restart a lease ends
+	// when the host's ready time (set to the lease expiry) comes.
+	leased map[string]map[string]time.Time
+	// Seek hints. Deleted keys stay in badger's memtables and tables as
+	// tombstones until compaction, and an iterator steps over each of them:
+	// seeking a host queue or the ready index from its start would cost
+	// as much as all the requests and moves ever made. So the frontier
+	// remembers lower bounds: no live key of a host's queue sorts before
+	// queueLow[host], and no ready-index entry has a time before readyLow.
+	// They are lowered whenever a key is written below them and raised to
+	// the first live key a scan finds; a failed transaction clears them.
+	queueLow map[string][]byte
+	readyLow time.Time
+
+	nQueued atomic.Int64 // queue entries, leased ones included
+	nHosts  atomic.Int64 // hosts in the ready index
 }
 
-// lease is a host checked out for one fetch. Until done or the lease
-// expires, the host is not handed out again.
+// lease is one queued request checked out for fetching. Until finish, putBack
+// or the lease's expiry, the request is not handed out again, and a host
+// with perHost leases is not handed out at all.
 type lease struct {
 	host  string
 	key   []byte // queue key
 	entry entry
 }
 
-func openFrontier(db *badger.DB, expected uint, leaseDur time.Duration) (*frontier, error) {
-	f := &frontier{db: db, seq: uint64(time.Now().UnixNano()), lease: leaseDur}
+// openFrontier opens the frontier stored in db. expected sizes the Bloom
+// filter, leaseDur bounds how long a checked-out request stays invisible,
+// perHost is how many requests of one host may be checked out at once.
+func openFrontier(db *badger.DB, expected uint, leaseDur time.Duration, perHost int) (*frontier, error) {
+	f := &frontier{db: db, seq: uint64(time.Now().UnixNano()), lease: leaseDur, perHost: max(perHost, 1),
+		leased: make(map[string]map[string]time.Time), queueLow: make(map[string][]byte)}
 	err := db.Update(func(txn *badger.Txn) error {
 		it, err := txn.Get(keySchema)
 		switch {
@@ -193,16 +217,16 @@ func openFrontier(db *badger.DB, expected uint, leaseDur time.Duration) (*fronti
 	if err != nil {
 		return nil, fmt.Errorf("opening frontier: %w", err)
 	}
-	if err := f.loadBloom(expected); err != nil {
+	if err := f.loadSnapshot(expected); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-// loadBloom restores the Bloom filter saved by a clean close, or rebuilds
-// it from the seen set with a key-only scan.
-func (f *frontier) loadBloom(expected uint) error {
-	var snap []byte
+// loadSnapshot restores the Bloom filter and the queue counters saved by a
+// clean close, or rebuilds them with key-only scans.
+func (f *frontier) loadSnapshot(expected uint) error {
+	var snap, counts []byte
 	clean := false
 	err := f.db.Update(func(txn *badger.Txn) error {
 		if _, err := txn.Get(keyClean); err == nil {
@@ -212,15 +236,32 @@ func (f *frontier) loadBloom(expected uint) error {
 			if it, err := txn.Get(keyBloom); err == nil {
 				snap, _ = it.ValueCopy(nil)
 			}
+			if it, err := txn.Get(keyCounts); err == nil {
+				counts, _ = it.ValueCopy(nil)
+			}
 		}
 		// Until the next clean close the snapshot is stale.
-		if err := txn.Delete(keyClean); err != nil {
-			return err
+		for _, k := range [][]byte{keyClean, keyBloom, keyCounts} {
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
 		}
-		return txn.Delete(keyBloom)
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("loading bloom filter: %w", err)
+		return fmt.Errorf("loading frontier snapshot: %w", err)
+	}
+	if !f.restoreCounts(counts) {
+		q, err := countKeys(f.db, prefixQueue)
+		if err != nil {
+			return fmt.Errorf("counting queue: %w", err)
+		}
+		h, err := countKeys(f.db, prefixHost)
+		if err != nil {
+			return fmt.Errorf("counting hosts: %w", err)
+		}
+		f.nQueued.Store(q)
+		f.nHosts.Store(h)
 	}
 	if snap != nil {
 		b := &bloom.BloomFilter{}
@@ -243,7 +284,42 @@ func (f *frontier) loadBloom(expected uint) error {
 	})
 }
 
-// close saves the Bloom filter and marks the shutdown clean.
+func (f *frontier) restoreCounts(b []byte) bool {
+	if b == nil {
+		return false
+	}
+	d := decoder{b: b}
+	if d.byte() != 1 {
+		return false
+	}
+	q, h := d.uvarint(), d.uvarint()
+	if d.done() != nil || q > math.MaxInt64 || h > math.MaxInt64 {
+		return false
+	}
+	f.nQueued.Store(int64(q))
+	f.nHosts.Store(int64(h))
+	return true
+}
+
+// countKeys counts the keys under prefix with a key-only scan.
+func countKeys(db *badger.DB, prefix []byte) (int64, error) {
+	var n int64
+	err := db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.PrefetchValues = false
+		opts.Prefix = prefix
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// close saves the Bloom filter and the counters and marks the shutdown
+// clean.
 func (f *frontier) close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -251,9 +327,16 @@ func (f *frontier) close() error {
 	if _, err := f.bloom.WriteTo(&buf); err != nil {
 		return err
 	}
+	var counts encoder
+	counts.byte(1)
+	counts.uvarint(uint64(max(f.nQueued.Load(), 0)))
+	counts.uvarint(uint64(max(f.nHosts.Load(), 0)))
 	wb := f.db.NewWriteBatch()
 	defer wb.Cancel()
 	if err := wb.Set(keyBloom, buf.Bytes()); err != nil {
+		return err
+	}
+	if err := wb.Set(keyCounts, counts.b); err != nil {
 		return err
 	}
 	if err := wb.Set(keyClean, []byte{1}); err != nil {
@@ -279,18 +362,31 @@ func getState(txn *badger.Txn, h [16]byte) (pageState, bool, error) {
 	return st, err == nil, err
 }
 
+// delta collects counter changes of one transaction; they are applied only
+// once it commits.
+type delta struct{ queued, hosts int64 }
+
+func (f *frontier) apply(d delta) {
+	f.nQueued.Add(d.queued)
+	f.nHosts.Add(d.hosts)
+}
+
 // ensureReady puts host into the ready index at t unless it is there.
-func ensureReady(txn *badger.Txn, host string, t time.Time) error {
+func (f *frontier) ensureReady(txn *badger.Txn, host string, t time.Time, d *delta) error {
 	if _, err := txn.Get(hostKey(host)); err == nil {
 		return nil
 	} else if !errors.Is(err, badger.ErrKeyNotFound) {
 		return err
 	}
-	return setReady(txn, host, time.Time{}, t)
+	d.hosts++
+	return f.setReady(txn, host, time.Time{}, t)
 }
 
 // setReady moves host in the ready index from old (zero: read it) to t.
-func setReady(txn *badger.Txn, host string, old, t time.Time) error {
+func (f *frontier) setReady(txn *badger.Txn, host string, old, t time.Time) error {
+	if t.Before(f.readyLow) {
+		f.readyLow = t
+	}
 	if old.IsZero() {
 		if it, err := txn.Get(hostKey(host)); err == nil {
 			_ = it.Value(func(v []byte) error {
@@ -332,107 +428,176 @@ const (
 // add queues e (its URL normalised) unless the URL was seen. With force, a
 // seen URL that is not queued is queued again (runtime requests, revisits).
 func (f *frontier) add(e entry, u *url.URL, force bool, now time.Time) (addResult, error) {
-	host := urlnorm.HostKey(u)
-	h := urlHash(e.URL)
+	res, err := f.addBatch([]entry{e}, []*url.URL{u}, force, now)
+	if err != nil {
+		return 0, err
+	}
+	return res[0], nil
+}
+
+// addChunk is how many requests addBatch writes in one transaction: each
+// costs at most about 8 KiB of writes (two values holding URLs of at most
+// 2 KiB), so a chunk stays well inside badger's transaction limits even
+// with small memtables. Larger transactions are split on ErrTxnTooBig.
+const addChunk = 64
+
+// addBatch adds the requests es (URLs us) as add does, in few transactions:
+// the links of one page cost one commit instead of one each.
+func (f *frontier) addBatch(es []entry, us []*url.URL, force bool, now time.Time) ([]addResult, error) {
+	res := make([]addResult, len(es))
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	maybe := f.bloom.Test(h[:])
-	res := addQueued
-	err := f.db.Update(func(txn *badger.Txn) error {
-		var st pageState
-		found := false
-		if maybe {
-			var err error
-			st, found, err = getState(txn, h)
-			if err != nil {
-				return err
-			}
-		}
-		if found {
-			if !e.Revisit && st.Inlinks < math.MaxUint32 {
-				st.Inlinks++
-			}
-			if st.Queued != nil {
-				res = addSeen
-				// Re-key when the importance estimate moves the entry
-				// ahead in its host's queue.
-				if _, prio, seq, err := parseQueueKey(st.Queued); err == nil {
-					if np := priority(min(st.Hops, e.Hops), st.Inlinks); np < prio {
-						old, err := txn.Get(st.Queued)
-						if err == nil {
-							v, err := old.ValueCopy(nil)
-							if err != nil {
-								return err
-							}
-							nk := queueKey(host, np, seq)
-							if err := txn.Delete(st.Queued); err != nil {
-								return err
-							}
-							if err := txn.Set(nk, v); err != nil {
-								return err
-							}
-							st.Queued = nk
-						}
+	for i := 0; i < len(es); {
+		n := min(addChunk, len(es)-i)
+		for {
+			var d delta
+			err := f.db.Update(func(txn *badger.Txn) error {
+				for j := i; j < i+n; j++ {
+					r, err := f.addTxn(txn, es[j], us[j], force, now, &d)
+					if err != nil {
+						return fmt.Errorf("queueing %s: %w", es[j].URL, err)
 					}
+					res[j] = r
 				}
-				return txn.Set(urlKey(h), st.encode())
+				return nil
+			})
+			if err != nil {
+				f.clearHints()
 			}
-			if !force {
-				res = addSeen
-				return txn.Set(urlKey(h), st.encode())
+			if errors.Is(err, badger.ErrTxnTooBig) && n > 1 {
+				n /= 2
+				continue
 			}
-			res = addRequeued
-			e.Hops = min(e.Hops, st.Hops)
-		} else {
-			st = pageState{URL: e.URL, Inlinks: 1, Depth: e.Depth, Hops: e.Hops}
-			if e.Parent == "" {
-				st.Inlinks = 0
+			if err != nil {
+				return nil, err
 			}
+			f.apply(d)
+			break
 		}
-		if e.Depth > st.Depth {
-			st.Depth = e.Depth
-		}
-		f.seq++
-		k := queueKey(host, priority(e.Hops, st.Inlinks), f.seq)
-		if e.Added.IsZero() {
-			e.Added = now
-		}
-		if err := txn.Set(k, e.encode()); err != nil {
-			return err
-		}
-		st.Queued = k
-		if err := txn.Set(urlKey(h), st.encode()); err != nil {
-			return err
-		}
-		return ensureReady(txn, host, now)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("queueing %s: %w", e.URL, err)
-	}
-	if !maybe {
-		f.bloom.Add(h[:])
+		i += n
 	}
 	return res, nil
 }
 
-// maxNextScan bounds the empty hosts cleaned per next call.
+// addTxn is add inside txn; the caller holds mu. The URL enters the Bloom
+// filter at once so that a duplicate later in the same transaction finds
+// it; if the transaction fails, that only adds a false positive.
+func (f *frontier) addTxn(txn *badger.Txn, e entry, u *url.URL, force bool, now time.Time, d *delta) (addResult, error) {
+	host := urlnorm.HostKey(u)
+	h := urlHash(e.URL)
+	var st pageState
+	found := false
+	if f.bloom.Test(h[:]) {
+		var err error
+		if st, found, err = getState(txn, h); err != nil {
+			return 0, err
+		}
+	} else {
+		f.bloom.Add(h[:])
+	}
+	if found {
+		if !e.Revisit && st.Inlinks < math.MaxUint32 {
+			st.Inlinks++
+		}
+		if st.Queued != nil {
+			// Re-key when the importance estimate moves the entry ahead
+			// in its host's queue, unless it is being fetched right now.
+			if err := f.rekey(txn, host, &st, e.Hops); err != nil {
+				return 0, err
+			}
+			return addSeen, txn.Set(urlKey(h), st.encode())
+		}
+		if !force {
+			return addSeen, txn.Set(urlKey(h), st.encode())
+		}
+		e.Hops = min(e.Hops, st.Hops)
+	} else {
+		st = pageState{URL: e.URL, Inlinks: 1, Depth: e.Depth, Hops: e.Hops}
+		if e.Parent == "" {
+			st.Inlinks = 0
+		}
+	}
+	if e.Depth > st.Depth {
+		st.Depth = e.Depth
+	}
+	f.seq++
+	k := queueKey(host, priority(e.Hops, st.Inlinks), f.seq)
+	if e.Added.IsZero() {
+		e.Added = now
+	}
+	if err := txn.Set(k, e.encode()); err != nil {
+		return 0, err
+	}
+	f.lowerQueue(host, k)
+	d.queued++
+	st.Queued = k
+	if err := txn.Set(urlKey(h), st.encode()); err != nil {
+		return 0, err
+	}
+	if err := f.ensureReady(txn, host, now, d); err != nil {
+		return 0, err
+	}
+	if found {
+		return addRequeued, nil
+	}
+	return addQueued, nil
+}
+
+// rekey moves the queued entry of st to the priority its hops and in-links
+// now give it, if that is ahead of where it is and it is not leased.
+func (f *frontier) rekey(txn *badger.Txn, host string, st *pageState, hops int) error {
+	_, prio, seq, err := parseQueueKey(st.Queued)
+	if err != nil {
+		return nil
+	}
+	np := priority(min(st.Hops, hops), st.Inlinks)
+	if np >= prio {
+		return nil
+	}
+	if _, busy := f.leased[host][string(st.Queued)]; busy {
+		return nil
+	}
+	old, err := txn.Get(st.Queued)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	v, err := old.ValueCopy(nil)
+	if err != nil {
+		return err
+	}
+	nk := queueKey(host, np, seq)
+	if err := txn.Delete(st.Queued); err != nil {
+		return err
+	}
+	if err := txn.Set(nk, v); err != nil {
+		return err
+	}
+	f.lowerQueue(host, nk)
+	st.Queued = nk
+	return nil
+}
+
+// maxNextScan bounds the hosts examined per next call.
 const maxNextScan = 64
 
-// next checks out the first request of the host that is ready earliest. If
-// no host is ready at now, it returns nil and the time the first one will be
-// (zero if the frontier is empty).
+// next checks out the first request of the host that is ready earliest and
+// not yet leased. If no host is ready at now, it returns nil and the time
+// the first one will be (zero if the frontier is empty).
 func (f *frontier) next(now time.Time) (*lease, time.Time, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out *lease
 	var wait time.Time
+	var d delta
 	err := f.db.Update(func(txn *badger.Txn) error {
 		for range maxNextScan {
 			opts := badger.DefaultIteratorOptions
 			opts.PrefetchValues = false
 			opts.Prefix = prefixReady
 			it := txn.NewIterator(opts)
-			it.Seek(prefixReady)
+			it.Seek(f.readySeek())
 			if !it.ValidForPrefix(prefixReady) {
 				it.Close()
 				return nil
@@ -443,33 +608,44 @@ func (f *frontier) next(now time.Time) (*lease, time.Time, error) {
 			if err != nil {
 				return txn.Delete(rk)
 			}
+			f.readyLow = t // the first live entry
 			if t.After(now) {
 				wait = t
 				return nil
 			}
-			qp := queuePrefix(host)
-			qo := badger.DefaultIteratorOptions
-			qo.PrefetchSize = 1
-			qo.Prefix = qp
-			qit := txn.NewIterator(qo)
-			qit.Seek(qp)
-			if !qit.ValidForPrefix(qp) {
-				qit.Close()
+			held := f.leased[host]
+			var expires time.Time
+			for k, exp := range held {
+				if !exp.After(now) {
+					delete(held, k) // expired: the request may go out again
+				} else if expires.IsZero() || exp.Before(expires) {
+					expires = exp
+				}
+			}
+			key, v, err := f.firstFree(txn, host, held)
+			if err != nil {
+				return err
+			}
+			if key == nil {
+				if len(held) > 0 {
+					// Every queued request of the host is in flight; a
+					// finish makes it ready again.
+					if err := f.setReady(txn, host, t, expires); err != nil {
+						return err
+					}
+					continue
+				}
 				// Empty host: leave the index.
+				delete(f.leased, host)
+				delete(f.queueLow, host)
 				if err := txn.Delete(rk); err != nil {
 					return err
 				}
 				if err := txn.Delete(hostKey(host)); err != nil {
 					return err
 				}
+				d.hosts--
 				continue
-			}
-			item := qit.Item()
-			key := item.KeyCopy(nil)
-			v, err := item.ValueCopy(nil)
-			qit.Close()
-			if err != nil {
-				return err
 			}
 			e, err := decodeEntry(v)
 			if err != nil {
@@ -477,19 +653,29 @@ func (f *frontier) next(now time.Time) (*lease, time.Time, error) {
 				if err := txn.Delete(key); err != nil {
 					return err
 				}
+				d.queued--
 				continue
 			}
-			if err := setReady(txn, host, t, now.Add(f.lease)); err != nil {
-				return err
+			if held == nil {
+				held = make(map[string]time.Time, 1)
+				f.leased[host] = held
+			}
+			held[string(key)] = now.Add(f.lease)
+			readyAt := now // more requests of this host may go out
+			if len(held) >= f.perHost {
+				readyAt = now.Add(f.lease)
 			}
 			out = &lease{host: host, key: key, entry: e}
-			return nil
+			return f.setReady(txn, host, t, readyAt)
 		}
 		return nil
 	})
 	if err != nil {
+		f.undoLease(out) // the transaction did not commit
+		f.clearHints()
 		return nil, time.Time{}, fmt.Errorf("frontier next: %w", err)
 	}
+	f.apply(d)
 	if out == nil && wait.IsZero() {
 		// Empty scan budget exhausted or frontier empty; try again soon if
 		// anything may remain.
@@ -500,6 +686,85 @@ func (f *frontier) next(now time.Time) (*lease, time.Time, error) {
 	return out, wait, nil
 }
 
+// firstFree returns the first entry of host's queue whose key is not in
+// held, and moves the host's seek hint to the first live entry.
+func (f *frontier) firstFree(txn *badger.Txn, host string, held map[string]time.Time) ([]byte, []byte, error) {
+	qp := queuePrefix(host)
+	qo := badger.DefaultIteratorOptions
+	qo.PrefetchSize = min(len(held)+1, 100)
+	qo.Prefix = qp
+	it := txn.NewIterator(qo)
+	defer it.Close()
+	from := qp
+	if low, ok := f.queueLow[host]; ok {
+		from = low
+	}
+	first := true
+	for it.Seek(from); it.ValidForPrefix(qp); it.Next() {
+		item := it.Item()
+		if first {
+			f.setQueueLow(host, item.KeyCopy(nil))
+			first = false
+		}
+		if _, busy := held[string(item.Key())]; busy {
+			continue
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		return item.KeyCopy(nil), v, nil
+	}
+	return nil, nil, nil
+}
+
+// maxQueueHints bounds queueLow; past it the hints start over, which only
+// costs scans from the start of each queue once.
+const maxQueueHints = 1 << 16
+
+func (f *frontier) setQueueLow(host string, k []byte) {
+	if _, ok := f.queueLow[host]; !ok && len(f.queueLow) >= maxQueueHints {
+		clear(f.queueLow)
+	}
+	f.queueLow[host] = k
+}
+
+// lowerQueue notes that key k was written in host's queue.
+func (f *frontier) lowerQueue(host string, k []byte) {
+	if low, ok := f.queueLow[host]; ok && bytes.Compare(k, low) < 0 {
+		f.queueLow[host] = k
+	}
+}
+
+// readySeek is where a scan of the ready index starts.
+func (f *frontier) readySeek() []byte {
+	if f.readyLow.IsZero() {
+		return prefixReady
+	}
+	return cat(prefixReady, timeBytes(f.readyLow))
+}
+
+// clearHints forgets the seek hints after a failed transaction, whose
+// writes may have lowered or raised them wrongly.
+func (f *frontier) clearHints() {
+	clear(f.queueLow)
+	f.readyLow = time.Time{}
+}
+
+// undoLease forgets a lease whose transaction did not commit.
+func (f *frontier) undoLease(l *lease) {
+	if l == nil {
+		return
+	}
+	if held := f.leased[l.host]; held != nil {
+		delete(held, string(l.key))
+		if len(held) == 0 {
+			delete(f.leased, l.host)
+		}
+	}
+}
+
+// hasReady reports whether the ready index has entries; the caller holds mu.
 func (f *frontier) hasReady() bool {
 	found := false
 	_ = f.db.View(func(txn *badger.Txn) error {
@@ -508,7 +773,7 @@ func (f *frontier) hasReady() bool {
 		opts.Prefix = prefixReady
 		it := txn.NewIterator(opts)
 		defer it.Close()
-		it.Seek(prefixReady)
+		it.Seek(f.readySeek())
 		found = it.ValidForPrefix(prefixReady)
 		return nil
 	})
@@ -521,7 +786,9 @@ func (f *frontier) hasReady() bool {
 func (f *frontier) finish(l *lease, retry bool, readyAt time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.undoLease(l)
 	h := urlHash(l.entry.URL)
+	var d delta
 	err := f.db.Update(func(txn *badger.Txn) error {
 		if retry {
 			e := l.entry
@@ -530,6 +797,11 @@ func (f *frontier) finish(l *lease, retry bool, readyAt time.Time) error {
 				return err
 			}
 		} else {
+			if _, err := txn.Get(l.key); err == nil {
+				d.queued--
+			} else if !errors.Is(err, badger.ErrKeyNotFound) {
+				return err
+			}
 			if err := txn.Delete(l.key); err != nil {
 				return err
 			}
@@ -544,20 +816,57 @@ func (f *frontier) finish(l *lease, retry bool, readyAt time.Time) error {
 				}
 			}
 		}
-		return setReady(txn, l.host, time.Time{}, readyAt)
+		return f.setReady(txn, l.host, time.Time{}, readyAt)
 	})
 	if err != nil {
 		return fmt.Errorf("frontier finish: %w", err)
 	}
+	f.apply(d)
 	return nil
 }
 
-// postpone makes host ready at t without touching its queue (per-address
-// politeness, robots.txt fetch failures).
-func (f *frontier) postpone(host string, t time.Time) error {
+// putBack returns a lease unused (per-address politeness said not yet): the
+// request stays queued as it was and its host becomes ready at t.
+func (f *frontier) putBack(l *lease, t time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.db.Update(func(txn *badger.Txn) error { return setReady(txn, host, time.Time{}, t) })
+	f.undoLease(l)
+	err := f.db.Update(func(txn *badger.Txn) error { return f.setReady(txn, l.host, time.Time{}, t) })
+	if err != nil {
+		return fmt.Errorf("frontier put back: %w", err)
+	}
+	return nil
+}
+
+// counts returns the queued requests and the hosts in the ready index.
+func (f *frontier) counts() (queued, hosts int64) {
+	return max(f.nQueued.Load(), 0), max(f.nHosts.Load(), 0)
+}
+
+// readyHosts counts the hosts whose ready time has come at now, by a
+// key-only scan of the ready index that stops at the first future time.
+func (f *frontier) readyHosts(now time.Time) (int64, error) {
+	var n int64
+	limit := timeBytes(now)
+	f.mu.Lock()
+	from := f.readySeek()
+	f.mu.Unlock()
+	err := f.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.PrefetchValues = false
+		opts.Prefix = prefixReady
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Seek(from); it.ValidForPrefix(prefixReady); it.Next() {
+			k := it.Item().Key()
+			if len(k) < len(prefixReady)+8 || bytes.Compare(k[len(prefixReady):len(prefixReady)+8], limit) > 0 {
+				break
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
 }
 
 // state returns the stored state of a URL.

@@ -15,6 +15,7 @@ import (
 //
 //	/crawl/meta/schema                 schema version (uint32)
 //	/crawl/meta/bloom                  Bloom filter snapshot, written by Close
+//	/crawl/meta/counts                 queue counters snapshot, written by Close
 //	/crawl/meta/clean                  present only between a clean Close and the next open
 //	/crawl/meta/traffic                daily transfer counter
 //	/crawl/u/<u>                       URL state: the seen set (value: pageState)
@@ -34,6 +35,7 @@ var (
 	keySchema  = []byte(KeyPrefix + "meta/schema")
 	keyBloom   = []byte(KeyPrefix + "meta/bloom")
 	keyClean   = []byte(KeyPrefix + "meta/clean")
+	keyCounts  = []byte(KeyPrefix + "meta/counts")
 	keyTraffic = []byte(KeyPrefix + "meta/traffic")
 
 	prefixURL     = []byte(KeyPrefix + "u/")

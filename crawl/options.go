@@ -41,6 +41,7 @@ type config struct {
 
 	minDelay      time.Duration
 	maxCrawlDelay time.Duration
+	perHost       int
 	robotsTTL     time.Duration
 	maxBackoff    time.Duration
 	maxAttempts   int
@@ -81,6 +82,7 @@ func defaults() *config {
 		maxRedirects:  5,
 		minDelay:      time.Second,
 		maxCrawlDelay: 60 * time.Second,
+		perHost:       1,
 		robotsTTL:     24 * time.Hour,
 		maxBackoff:    6 * time.Hour,
 		maxAttempts:   3,
@@ -114,6 +116,7 @@ func (c *config) validate() error {
 	check(c.maxWire > 0 && c.maxDecoded > 0, "size caps must be positive")
 	check(c.maxRedirects >= 0 && c.maxRedirects <= 5, "max redirects %d not in 0..5", c.maxRedirects)
 	check(c.minDelay >= 0 && c.maxCrawlDelay >= 0, "delays must not be negative")
+	check(c.perHost >= 1 && c.perHost <= maxHostConnections, "host connections %d not in 1..%d", c.perHost, maxHostConnections)
 	check(c.robotsTTL > 0 && c.robotsTTL <= 24*time.Hour, "robots.txt cache TTL %v not in (0, 24h]", c.robotsTTL)
 	check(c.workers > 0 && c.procWorkers > 0 && c.queueSize > 0, "workers and queue sizes must be positive")
 	check(c.maxDepth >= 0 && c.maxLinks > 0 && c.maxKeywords > 0, "depth, links and keywords limits invalid")
@@ -205,6 +208,20 @@ func MaxRedirects(n int) Option {
 // for benchmarks against one's own server only.
 func Politeness(minDelay, maxCrawlDelay time.Duration) Option {
 	return func(c *config) error { c.minDelay, c.maxCrawlDelay = minDelay, maxCrawlDelay; return nil }
+}
+
+// maxHostConnections bounds HostConnections, far above what a benchmark or
+// one site needs, so that a typo cannot open thousands of connections.
+const maxHostConnections = 64
+
+// HostConnections sets how many requests may be in flight at once to one
+// host and to one server address. Default 1, the polite setting for the
+// open Web, which this package keeps unless told otherwise. Raising it is
+// for benchmarks against one's own server and for operators crawling a site
+// they run (together with Politeness(0, ...)); it is capped at 64 and needs
+// at least as many Workers to take effect.
+func HostConnections(n int) Option {
+	return func(c *config) error { c.perHost = n; return nil }
 }
 
 // RobotsTTL sets how long a robots.txt is cached, at most 24 h (RFC 9309).

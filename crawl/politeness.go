@@ -8,22 +8,26 @@ import (
 	"time"
 )
 
-// politeness keeps one connection and a minimum delay per server address
-// (per host is kept by the frontier's leases and ready times). Its map is
-// bounded: idle addresses whose delay has passed are forgotten.
+// politeness keeps at most limit connections (one by default) and a minimum
+// delay per server address (per host is kept by the frontier's leases and
+// ready times). Its map is bounded: idle addresses whose delay has passed are
+// forgotten.
 type politeness struct {
-	mu sync.Mutex
-	m  map[netip.Addr]*addrState
+	mu    sync.Mutex
+	limit int
+	m     map[netip.Addr]*addrState
 }
 
 type addrState struct {
-	busy bool
+	busy int // requests in flight
 	next time.Time
 }
 
 const maxAddrStates = 65536
 
-func newPoliteness() *politeness { return &politeness{m: make(map[netip.Addr]*addrState)} }
+func newPoliteness(limit int) *politeness {
+	return &politeness{limit: max(limit, 1), m: make(map[netip.Addr]*addrState)}
+}
 
 // acquire reserves addr at now. If it is busy or in its delay, it returns
 // the time to try again and false.
@@ -34,7 +38,7 @@ func (p *politeness) acquire(a netip.Addr, now time.Time) (time.Time, bool) {
 	if s == nil {
 		if len(p.m) >= maxAddrStates {
 			for k, v := range p.m {
-				if !v.busy && v.next.Before(now) {
+				if v.busy == 0 && v.next.Before(now) {
 					delete(p.m, k)
 				}
 			}
@@ -43,12 +47,12 @@ func (p *politeness) acquire(a netip.Addr, now time.Time) (time.Time, bool) {
 		p.m[a] = s
 	}
 	switch {
-	case s.busy:
+	case s.busy >= p.limit:
 		return now.Add(time.Second), false
 	case s.next.After(now):
 		return s.next, false
 	}
-	s.busy = true
+	s.busy++
 	return time.Time{}, true
 }
 
@@ -56,8 +60,8 @@ func (p *politeness) acquire(a netip.Addr, now time.Time) (time.Time, bool) {
 func (p *politeness) release(a netip.Addr, next time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if s := p.m[a]; s != nil {
-		s.busy = false
+	if s := p.m[a]; s != nil && s.busy > 0 {
+		s.busy--
 		s.next = next
 	}
 }

@@ -91,14 +91,16 @@ func decodeRobots(b []byte, agent string) (*robotsItem, error) {
 }
 
 // rules returns the robots rules for the origin of u (scheme, host, port).
-func (rc *robotsCache) rules(ctx context.Context, u *url.URL) (*robots.Rules, error) {
+// fresh is true when robots.txt was just fetched from the server (not taken
+// from a cache), so that its Sitemap lines are news.
+func (rc *robotsCache) rules(ctx context.Context, u *url.URL) (rules *robots.Rules, fresh bool, err error) {
 	origin := u.Scheme + "://" + u.Host
 	now := time.Now()
 	rc.mu.Lock()
 	it := rc.m[origin]
 	rc.mu.Unlock()
 	if it != nil && now.Before(it.expires) {
-		return it.rules, nil
+		return it.rules, false, nil
 	}
 	var stored *robotsItem
 	if it == nil {
@@ -114,26 +116,28 @@ func (rc *robotsCache) rules(ctx context.Context, u *url.URL) (*robots.Rules, er
 		})
 		if stored != nil && now.Before(stored.expires) {
 			rc.remember(origin, stored)
-			return stored.rules, nil
+			return stored.rules, false, nil
 		}
 	} else {
 		stored = it
 	}
-	fresh, err := rc.fetch(ctx, origin, now)
+	got, err := rc.fetch(ctx, origin, now)
 	if err != nil {
-		return nil, err // our own shutdown: no verdict
+		return nil, false, err // our own shutdown: no verdict
 	}
-	if fresh.kind == robotsDisallow && stored != nil && stored.kind != robotsDisallow && now.Sub(stored.fetched) < robotsStaleMax {
+	fresh = got.kind == robotsParsed
+	if got.kind == robotsDisallow && stored != nil && stored.kind != robotsDisallow && now.Sub(stored.fetched) < robotsStaleMax {
 		// Unreachable now: RFC 9309 2.4 allows the last good copy.
-		fresh.rules, fresh.kind, fresh.body = stored.rules, stored.kind, stored.body
+		got.rules, got.kind, got.body = stored.rules, stored.kind, stored.body
 	}
-	rc.remember(origin, fresh)
+	enc := encodeRobots(got) // before remember drops the body
+	rc.remember(origin, got)
 	if err := rc.db.Update(func(txn *badger.Txn) error {
-		return txn.Set(robotsKey(origin), encodeRobots(fresh))
+		return txn.Set(robotsKey(origin), enc)
 	}); err != nil {
 		rc.log.Warn("storing robots.txt failed", "host", u.Host, "error", err)
 	}
-	return fresh.rules, nil
+	return got.rules, fresh, nil
 }
 
 func (rc *robotsCache) remember(origin string, it *robotsItem) {

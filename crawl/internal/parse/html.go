@@ -2,7 +2,9 @@ package parse
 
 import (
 	"bytes"
+	"io"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/PuerkitoBio/goquery"
 	"github.com/micra-net/micra/crawl/internal/textproc"
@@ -11,12 +13,23 @@ import (
 	"golang.org/x/net/html/charset"
 )
 
-func (p *parser) html(body []byte, contentType string) {
+// htmlReader returns body decoded to UTF-8 as the charset given by
+// contentType or found in the document says. Valid UTF-8 declared or
+// sniffed as such is returned as it is: decoding it would copy it through a
+// transformer that changes nothing.
+func htmlReader(body []byte, contentType string) io.Reader {
+	if _, name, _ := charset.DetermineEncoding(body[:min(len(body), 1024)], contentType); name == "utf-8" && utf8.Valid(body) {
+		return bytes.NewReader(body)
+	}
 	r, err := charset.NewReader(bytes.NewReader(body), contentType)
 	if err != nil {
-		r = bytes.NewReader(body)
+		return bytes.NewReader(body)
 	}
-	doc, err := goquery.NewDocumentFromReader(r)
+	return r
+}
+
+func (p *parser) html(body []byte, contentType string) {
+	doc, err := goquery.NewDocumentFromReader(htmlReader(body, contentType))
 	if err != nil {
 		// x/net/html refuses documents nested deeper than 512 elements;
 		// such pages (often hostile) still get a streaming pass.
@@ -31,7 +44,7 @@ func (p *parser) html(body []byte, contentType string) {
 	if href, ok := doc.Find("base[href]").First().Attr("href"); ok {
 		if u, err := p.base.Resolve(href); err == nil {
 			if b, err := urlnormBase(u); err == nil {
-				p.base = b
+				p.base, p.resolved = b, nil
 			}
 		}
 	}
@@ -54,7 +67,7 @@ func (p *parser) html(body []byte, contentType string) {
 			switch rel {
 			case "canonical":
 				if d.Canonical == "" {
-					if u, err := p.base.Resolve(href); err == nil {
+					if u, ok := p.resolve(href); ok {
 						d.Canonical = u
 						p.link(href, "", FromCanonical, zeroTime)
 					}
@@ -172,11 +185,7 @@ func textOf(n *html.Node, max int) string {
 // htmlTokens is the fallback extraction over the token stream, for
 // documents the tree builder refuses.
 func (p *parser) htmlTokens(body []byte, contentType string) {
-	r, err := charset.NewReader(bytes.NewReader(body), contentType)
-	if err != nil {
-		r = bytes.NewReader(body)
-	}
-	z := html.NewTokenizer(r)
+	z := html.NewTokenizer(htmlReader(body, contentType))
 	z.SetMaxBuf(1 << 20)
 	skip, inTitle := 0, false
 	f := textproc.Body

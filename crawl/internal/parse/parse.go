@@ -34,6 +34,7 @@ const (
 	FromSitemap
 	FromRDF
 	FromRedirect
+	FromRobots // a Sitemap line of robots.txt
 )
 
 // Link is an out-link, resolved and normalised.
@@ -106,6 +107,9 @@ type parser struct {
 	opts Options
 	seen map[string]int // URL -> index in doc.Links
 	text int            // bytes of text fed to kw
+	// resolved caches resolve; "" marks an unusable reference. It is
+	// emptied when <base href> replaces base.
+	resolved map[string]string
 }
 
 func (p *parser) add(s string, f textproc.Field) {
@@ -122,8 +126,8 @@ func (p *parser) link(ref, anchor string, src Source, lastmod time.Time) {
 	if ref == "" {
 		return
 	}
-	u, err := p.base.Resolve(ref)
-	if err != nil {
+	u, ok := p.resolve(ref)
+	if !ok {
 		return
 	}
 	anchor = clip(collapse(anchor), MaxAnchor)
@@ -143,6 +147,30 @@ func (p *parser) link(ref, anchor string, src Source, lastmod time.Time) {
 	}
 	p.seen[u] = len(p.doc.Links)
 	p.doc.Links = append(p.doc.Links, Link{URL: u, Anchor: anchor, Source: src, LastMod: lastmod})
+}
+
+// maxResolved bounds the per-document cache of resolved references.
+const maxResolved = 4096
+
+// resolve resolves and normalises ref against the document's base,
+// remembering the answer: pages repeat their navigation links, and WHATWG
+// parsing is the dearest step of link extraction. ok is false for unusable
+// references.
+func (p *parser) resolve(ref string) (string, bool) {
+	if u, ok := p.resolved[ref]; ok {
+		return u, u != ""
+	}
+	u, err := p.base.Resolve(ref)
+	if err != nil {
+		u = ""
+	}
+	if p.resolved == nil {
+		p.resolved = make(map[string]string)
+	}
+	if len(p.resolved) < maxResolved {
+		p.resolved[ref] = u
+	}
+	return u, u != ""
 }
 
 // robots applies a meta robots or X-Robots-Tag value.

@@ -1,12 +1,14 @@
 package parse
 
 import (
+	"io"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/micra-net/micra/crawl/internal/textproc"
+	"golang.org/x/net/html/charset"
 )
 
 func TestDetect(t *testing.T) {
@@ -285,5 +287,57 @@ func BenchmarkParseHTML(b *testing.B) {
 	for b.Loop() {
 		kw.Reset()
 		Parse(HTML, "http://example.com/index.html", "text/html", body, kw, Options{})
+	}
+}
+
+// TestHTMLReader checks that skipping the decoder for valid UTF-8 yields the
+// bytes the decoder would have produced, and that other input still goes
+// through it.
+func TestHTMLReader(t *testing.T) {
+	tests := []struct{ name, ct, body string }{
+		{"utf-8 header", "text/html; charset=utf-8", "<title>Café ☕</title>"},
+		{"no header", "text/html", "<html><title>Ünïcödé</title></html>"},
+		{"bom", "", "\xef\xbb\xbf<title>bom</title>"},
+		{"meta utf-8", "", `<meta charset="utf-8"><title>Ελληνικά</title>`},
+		{"invalid utf-8", "text/html; charset=utf-8", "<title>bad \xff\xfe bytes</title>"},
+		{"latin-1 header", "text/html; charset=iso-8859-1", "<title>Caf\xe9</title>"},
+		{"latin-1 meta", "text/html", `<meta charset="iso-8859-1"><title>Caf` + "\xe9</title>"},
+		{"windows-1252 sniffed", "", "<title>ascii only</title>"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := io.ReadAll(htmlReader([]byte(tt.body), tt.ct))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := charset.NewReader(strings.NewReader(tt.body), tt.ct)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := io.ReadAll(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestResolveCache checks that repeated and unusable references resolve as
+// without the cache, and that <base href> applies to the links after it.
+func TestResolveCache(t *testing.T) {
+	body := `<html><head><base href="/docs/"></head><body>
+<a href="a.html">one</a><a href="a.html">two</a><a href="javascript:x()">js</a><a href="javascript:x()">js</a>
+<a href="../up.html">up</a><a href="a.html#frag">three</a></body></html>`
+	d := Parse(HTML, "http://e.org/index.html", "text/html", []byte(body), nil, Options{})
+	var got []string
+	for _, l := range d.Links {
+		got = append(got, l.URL+" "+l.Anchor)
+	}
+	want := []string{"http://e.org/docs/a.html one two three", "http://e.org/up.html up"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("links %q, want %q", got, want)
 	}
 }

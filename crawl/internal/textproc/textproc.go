@@ -43,6 +43,10 @@ const (
 	maxTokens = 200000
 	// maxTerms bounds the distinct terms kept per document.
 	maxTerms = 50000
+	// maxStemCache bounds the words whose stems a Builder remembers across
+	// documents (about 1 MiB): stemming is the dearest step of Add, and a
+	// site's pages share most of their vocabulary.
+	maxStemCache = 16384
 )
 
 // Keyword is a stemmed term and its weight, scaled so that the heaviest
@@ -69,7 +73,7 @@ func NewBuilder() *Builder {
 // Reset empties b for the next document, keeping its memory.
 func (b *Builder) Reset() {
 	clear(b.w)
-	if len(b.stems) > 4096 {
+	if len(b.stems) > maxStemCache {
 		b.stems = make(map[string]string, 256)
 	}
 	b.pos, b.tokens = 0, 0
