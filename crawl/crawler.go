@@ -159,7 +159,7 @@ func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
 		forward: make(chan Request, cfg.queueSize*8),
 		wake:    make(chan struct{}, 1),
 	}
-	c.robots = newRobotsCache(db, c.fetch, cfg.product, cfg.robotsTTL, c.log)
+	c.robots = newRobotsCache(db, c.fetch, cfg.product, cfg.robotsTTL, cfg.minDelay, c.log)
 	_ = db.View(func(txn *badger.Txn) error {
 		if it, err := txn.Get(keyTraffic); err == nil {
 			_ = it.Value(func(v []byte) error { return c.meter.restore(v) })
@@ -444,7 +444,7 @@ func (c *Crawler) fetcher() {
 // processors.
 func (c *Crawler) fetchOne(j *job) bool {
 	l := j.l
-	rules, fresh, err := c.robots.rules(c.ctx, j.u)
+	rules, fresh, fetched, err := c.robots.rules(c.ctx, j.u)
 	if err != nil {
 		c.polite.release(j.addr, time.Now())
 		c.finish(l, true, time.Now()) // shutting down; retried after restart
@@ -457,6 +457,15 @@ func (c *Crawler) fetchOne(j *job) bool {
 			links[i] = parse.Link{URL: s, Source: parse.FromRobots}
 		}
 		c.extract(j, links)
+	}
+	if fetched && c.cfg.minDelay > 0 {
+		// robots.txt was just fetched from the server: the page waits for
+		// the host's delay like any next request would.
+		now := time.Now()
+		at := now.Add(c.hostDelay(rules.CrawlDelay, nil, l.host))
+		c.polite.release(j.addr, at)
+		c.putBack(l, at)
+		return false
 	}
 	pq := j.u.RequestURI()
 	if !rules.Allowed(pq) {
@@ -471,7 +480,7 @@ func (c *Crawler) fetchOne(j *job) bool {
 		c.log.Error("frontier failed", "error", err)
 	}
 	j.st, j.seen = st, seen
-	req := FetchRequest{URL: j.u, Addr: j.addr, SkipBody: skipBody}
+	req := FetchRequest{URL: j.u, Addr: j.addr, SkipBody: skipBody, RedirectDelay: c.cfg.minDelay}
 	if seen && st.Visits > 0 {
 		req.ETag, req.LastModified = st.ETag, st.LastModified
 	}

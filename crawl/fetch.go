@@ -55,6 +55,10 @@ type FetchRequest struct {
 	// Addr, if valid, pins the connection to this address of the host (the
 	// one politeness reserved); it is still checked by the egress guard.
 	Addr netip.Addr
+	// RedirectDelay spaces the hops of a redirect chain: each is another
+	// request to the server, which a polite crawler makes only after its
+	// minimum delay.
+	RedirectDelay time.Duration
 }
 
 // Timing records where the time of the last request of a fetch went, for
@@ -314,6 +318,15 @@ func (f *Fetcher) Fetch(ctx context.Context, req FetchRequest) (*Response, error
 			if req.CheckRedirect != nil {
 				if err := req.CheckRedirect(ctx, next); err != nil {
 					return res, fmt.Errorf("%w: %w", ErrRedirectRefused, err)
+				}
+			}
+			if d := req.RedirectDelay; d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return res, ctx.Err()
 				}
 			}
 			res.Redirects = append(res.Redirects, next)

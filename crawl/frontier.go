@@ -233,15 +233,29 @@ func (f *frontier) loadSnapshot(expected uint) error {
 			clean = true
 		}
 		if clean {
-			if it, err := txn.Get(keyBloom); err == nil {
-				snap, _ = it.ValueCopy(nil)
-			}
 			if it, err := txn.Get(keyCounts); err == nil {
 				counts, _ = it.ValueCopy(nil)
 			}
 		}
-		// Until the next clean close the snapshot is stale.
-		for _, k := range [][]byte{keyClean, keyBloom, keyCounts} {
+		// Until the next clean close the snapshot is stale: read and
+		// delete its chunks in order.
+		var chunks [][]byte
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = prefixBloom
+		it := txn.NewIterator(opts)
+		for it.Seek(prefixBloom); it.ValidForPrefix(prefixBloom); it.Next() {
+			if clean {
+				v, err := it.Item().ValueCopy(nil)
+				if err != nil {
+					it.Close()
+					return err
+				}
+				snap = append(snap, v...)
+			}
+			chunks = append(chunks, it.Item().KeyCopy(nil))
+		}
+		it.Close()
+		for _, k := range append(chunks, keyClean, keyBloom, keyCounts) {
 			if err := txn.Delete(k); err != nil {
 				return err
 			}
@@ -318,6 +332,9 @@ func countKeys(db *badger.DB, prefix []byte) (int64, error) {
 	return n, err
 }
 
+// bloomChunk is the size of one stored chunk of the Bloom filter snapshot.
+const bloomChunk = 256 << 10
+
 // close saves the Bloom filter and the counters and marks the shutdown
 // clean.
 func (f *frontier) close() error {
@@ -333,8 +350,14 @@ func (f *frontier) close() error {
 	counts.uvarint(uint64(max(f.nHosts.Load(), 0)))
 	wb := f.db.NewWriteBatch()
 	defer wb.Cancel()
-	if err := wb.Set(keyBloom, buf.Bytes()); err != nil {
-		return err
+	// In chunks: badger refuses large values in memory mode, and a filter
+	// for millions of URLs is megabytes.
+	for i, b := uint32(0), buf.Bytes(); len(b) > 0; i++ {
+		n := min(len(b), bloomChunk)
+		if err := wb.Set(bloomChunkKey(i), b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
 	}
 	if err := wb.Set(keyCounts, counts.b); err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 // u = first 16 bytes of SHA-256 of the normalised URL):
 //
 //	/crawl/meta/schema                 schema version (uint32)
-//	/crawl/meta/bloom                  Bloom filter snapshot, written by Close
+//	/crawl/meta/bloom/<i:4>            Bloom filter snapshot in chunks, written by Close
 //	/crawl/meta/counts                 queue counters snapshot, written by Close
 //	/crawl/meta/clean                  present only between a clean Close and the next open
 //	/crawl/meta/traffic                daily transfer counter
@@ -33,11 +33,12 @@ var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 var (
 	keySchema  = []byte(KeyPrefix + "meta/schema")
-	keyBloom   = []byte(KeyPrefix + "meta/bloom")
+	keyBloom   = []byte(KeyPrefix + "meta/bloom") // before the snapshot was chunked; deleted when seen
 	keyClean   = []byte(KeyPrefix + "meta/clean")
 	keyCounts  = []byte(KeyPrefix + "meta/counts")
 	keyTraffic = []byte(KeyPrefix + "meta/traffic")
 
+	prefixBloom   = []byte(KeyPrefix + "meta/bloom/")
 	prefixURL     = []byte(KeyPrefix + "u/")
 	prefixQueue   = []byte(KeyPrefix + "q/")
 	prefixHost    = []byte(KeyPrefix + "h/")
@@ -47,6 +48,11 @@ var (
 )
 
 var errKey = errors.New("malformed key")
+
+// bloomChunkKey returns the key of chunk i of the Bloom filter snapshot.
+func bloomChunkKey(i uint32) []byte {
+	return binary.BigEndian.AppendUint32(cat(prefixBloom), i)
+}
 
 func cat(parts ...[]byte) []byte {
 	n := 0

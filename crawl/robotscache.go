@@ -21,11 +21,12 @@ import (
 // at most ttl (24 h); an unreachable server is asked again after an hour, and
 // meanwhile a previous successfully fetched copy up to 30 days old is used.
 type robotsCache struct {
-	db    *badger.DB
-	f     *Fetcher
-	agent string
-	ttl   time.Duration
-	log   *slog.Logger
+	db            *badger.DB
+	f             *Fetcher
+	agent         string
+	ttl           time.Duration
+	redirectDelay time.Duration // between the hops of a redirected robots.txt
+	log           *slog.Logger
 
 	mu sync.Mutex
 	m  map[string]*robotsItem
@@ -53,8 +54,8 @@ const (
 	robotsStaleMax   = 30 * 24 * time.Hour
 )
 
-func newRobotsCache(db *badger.DB, f *Fetcher, agent string, ttl time.Duration, log *slog.Logger) *robotsCache {
-	return &robotsCache{db: db, f: f, agent: agent, ttl: ttl, log: log, m: make(map[string]*robotsItem)}
+func newRobotsCache(db *badger.DB, f *Fetcher, agent string, ttl, redirectDelay time.Duration, log *slog.Logger) *robotsCache {
+	return &robotsCache{db: db, f: f, agent: agent, ttl: ttl, redirectDelay: redirectDelay, log: log, m: make(map[string]*robotsItem)}
 }
 
 func encodeRobots(it *robotsItem) []byte {
@@ -91,16 +92,18 @@ func decodeRobots(b []byte, agent string) (*robotsItem, error) {
 }
 
 // rules returns the robots rules for the origin of u (scheme, host, port).
-// fresh is true when robots.txt was just fetched from the server (not taken
-// from a cache), so that its Sitemap lines are news.
-func (rc *robotsCache) rules(ctx context.Context, u *url.URL) (rules *robots.Rules, fresh bool, err error) {
+// fetched is true when it asked the server for robots.txt (whatever the
+// answer), so that the next request to the host waits its delay; fresh is
+// true when that answer was a robots.txt parsed anew, so that its Sitemap
+// lines are news.
+func (rc *robotsCache) rules(ctx context.Context, u *url.URL) (rules *robots.Rules, fresh, fetched bool, err error) {
 	origin := u.Scheme + "://" + u.Host
 	now := time.Now()
 	rc.mu.Lock()
 	it := rc.m[origin]
 	rc.mu.Unlock()
 	if it != nil && now.Before(it.expires) {
-		return it.rules, false, nil
+		return it.rules, false, false, nil
 	}
 	var stored *robotsItem
 	if it == nil {
@@ -116,14 +119,14 @@ func (rc *robotsCache) rules(ctx context.Context, u *url.URL) (rules *robots.Rul
 		})
 		if stored != nil && now.Before(stored.expires) {
 			rc.remember(origin, stored)
-			return stored.rules, false, nil
+			return stored.rules, false, false, nil
 		}
 	} else {
 		stored = it
 	}
 	got, err := rc.fetch(ctx, origin, now)
 	if err != nil {
-		return nil, false, err // our own shutdown: no verdict
+		return nil, false, false, err // our own shutdown: no verdict
 	}
 	fresh = got.kind == robotsParsed
 	if got.kind == robotsDisallow && stored != nil && stored.kind != robotsDisallow && now.Sub(stored.fetched) < robotsStaleMax {
@@ -137,7 +140,7 @@ func (rc *robotsCache) rules(ctx context.Context, u *url.URL) (rules *robots.Rul
 	}); err != nil {
 		rc.log.Warn("storing robots.txt failed", "host", u.Host, "error", err)
 	}
-	return got.rules, fresh, nil
+	return got.rules, fresh, true, nil
 }
 
 func (rc *robotsCache) remember(origin string, it *robotsItem) {
@@ -163,7 +166,7 @@ func (rc *robotsCache) fetch(ctx context.Context, origin string, now time.Time) 
 	if err != nil {
 		return nil, err
 	}
-	res, err := rc.f.Fetch(ctx, FetchRequest{URL: u, MaxBody: robots.MaxSize})
+	res, err := rc.f.Fetch(ctx, FetchRequest{URL: u, MaxBody: robots.MaxSize, RedirectDelay: rc.redirectDelay})
 	it := &robotsItem{fetched: now, expires: now.Add(rc.ttl)}
 	switch {
 	case ctx.Err() != nil:

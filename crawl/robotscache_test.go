@@ -24,15 +24,15 @@ func TestRobotsCachePersists(t *testing.T) {
 	f := newTestFetcher(t, AllowPrivateNetworks())
 	u := mustURL(t, srv.URL+"/page")
 	for i, want := range []bool{true, false} {
-		rc := newRobotsCache(db, f, "micra", time.Hour, quietLogger())
-		rules, fresh, err := rc.rules(t.Context(), u)
+		rc := newRobotsCache(db, f, "micra", time.Hour, 0, quietLogger())
+		rules, fresh, _, err := rc.rules(t.Context(), u)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if fresh != want || rules.Allowed("/private/x") || !rules.Allowed("/page") || len(rules.Sitemaps) != 1 {
 			t.Fatalf("cache %d: fresh=%v private allowed=%v sitemaps=%v", i, fresh, rules.Allowed("/private/x"), rules.Sitemaps)
 		}
-		if _, fresh, _ := rc.rules(t.Context(), u); fresh {
+		if _, fresh, _, _ := rc.rules(t.Context(), u); fresh {
 			t.Fatalf("cache %d: second lookup fetched again", i)
 		}
 	}

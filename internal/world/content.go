@@ -658,6 +658,7 @@ func (w *World) renderPage(b *bytes.Buffer, s *siteRec, i int, rc renderCtx, v i
 		b.WriteString("<link rel=\"alternate\" type=\"application/rss+xml\" title=\"RSS\" href=\"/feed.xml\">\n")
 		b.WriteString("<link rel=\"alternate\" type=\"application/atom+xml\" title=\"Atom\" href=\"/atom.xml\">\n")
 	}
+	w.theme(b, s)
 	b.WriteString("</head>\n<body>\n<header><a href=\"/\">")
 	b.WriteString(s.title)
 	b.WriteString("</a></header>\n<main>\n<h1>")
@@ -818,4 +819,42 @@ func (w *World) atom(b *bytes.Buffer, s *siteRec, rc renderCtx) {
 		b.WriteString("</summary></entry>\n")
 	}
 	b.WriteString("</feed>\n")
+}
+
+// theme writes the site's theme into a page's head: what makes real pages
+// weigh tens of kilobytes around a few of text (HTML pages weigh about
+// 30 KB at the median): inline CSS rules, a script with its configuration,
+// and an SVG icon sprite. It is the same on every page of a site, its size
+// log-normal over sites around Params.PageWeight, and carries no words a
+// crawler should index.
+func (w *World) theme(b *bytes.Buffer, s *siteRec) {
+	mean := float64(w.p.PageWeight)
+	if mean <= 0 {
+		return
+	}
+	h := mix(s.seed, "theme")
+	// Log-normal with sigma 0.6 and the given mean.
+	u1, u2 := max(unit(splitmix(h)), 1e-12), unit(splitmix(h+1)) // Box-Muller
+	z := math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
+	size := int(mean * math.Exp(0.6*z-0.18))
+	size = min(max(size, 512), 8*int(mean))
+	end := b.Len() + size
+	b.WriteString("<style>\n")
+	for k := uint64(0); b.Len() < end-size*2/5; k++ {
+		r := splitmix(h + 0x100 + k)
+		fmt.Fprintf(b, ".c%x{margin:%dpx %dpx;padding:%dpx;color:#%06x;background:#%06x;font-size:%d.%dem;border-radius:%dpx}\n",
+			r&0xffff, r>>16&31, r>>21&31, r>>26&15, r>>30&0xffffff, r>>34&0xffffff, 1+r>>58&1, r>>59&9, r>>62&7)
+	}
+	b.WriteString("</style>\n<script>\n")
+	fmt.Fprintf(b, "window.__cfg={site:%q,build:\"%x\"};\n", s.name, h)
+	for k := uint64(0); b.Len() < end-size/5; k++ {
+		r := splitmix(h + 0x10000 + k)
+		fmt.Fprintf(b, "function f%x(a,b){var t=a*%d+b^%d;return t>>%d?f%x(t,a):t}\n", r&0xfffff, r>>20&255, r>>28&4095, r>>40&7, r>>44&0xfffff)
+	}
+	b.WriteString("</script>\n<svg style=\"display:none\">")
+	for k := uint64(0); b.Len() < end; k++ {
+		r := splitmix(h + 0x1000000 + k)
+		fmt.Fprintf(b, "<symbol id=\"i%x\" viewBox=\"0 0 24 24\"><path d=\"M%d %dL%d %dZ\"/></symbol>", r&0xffff, r>>16&23, r>>21&23, r>>26&23, r>>31&23)
+	}
+	b.WriteString("</svg>\n")
 }

@@ -48,6 +48,7 @@ type Params struct {
 
 	// Content.
 	MeanPages      int           `json:"mean_pages"`       // mean pages per site, log-normal (20)
+	PageWeight     int           `json:"page_weight"`      // mean bytes of a site's theme on every page (inline CSS, scripts, icons), log-normal over sites; 0 for bare pages (24000)
 	MaxPages       int           `json:"max_pages"`        // most pages of one site (400)
 	CrossLinks     float64       `json:"cross_links"`      // mean links per page to other sites, heavy-tailed (1.5)
 	Popularity     float64       `json:"popularity"`       // Zipf exponent of link targets over sites (1.0)
@@ -97,6 +98,7 @@ func DefaultParams() Params {
 		Jitter:         1,
 		DefaultCity:    "Frankfurt",
 		MeanPages:      20,
+		PageWeight:     24000,
 		MaxPages:       400,
 		CrossLinks:     1.5,
 		Popularity:     1.0,
@@ -148,6 +150,8 @@ func (p *Params) Validate() error {
 		return bad("jitter must be 0 to 10, got %v", p.Jitter)
 	case p.MeanPages < 1 || p.MaxPages < 1 || p.MeanPages > p.MaxPages || p.MaxPages > 100_000:
 		return bad("mean pages (%d) must be 1 to max pages (%d), at most 100000", p.MeanPages, p.MaxPages)
+	case p.PageWeight < 0 || p.PageWeight > 1<<20:
+		return bad("page weight must be 0 to 1 MiB, got %d", p.PageWeight)
 	case p.CrossLinks < 0 || p.CrossLinks > 50:
 		return bad("cross links must be 0 to 50, got %v", p.CrossLinks)
 	case p.Popularity < 0 || p.Popularity > 3:
