@@ -1,7 +1,35 @@
-// Package overlay owns micra's peer-to-peer layer: the libp2p host, the
-// Kademlia DHT under the /micra protocol prefix, the pubsub topics, and the
-// sharded coordination of subnet delegations (each shard of the subnet
-// hierarchy is coordinated by the live peer closest to its key).
+// Package overlay owns micra's peer-to-peer layer: the libp2p host
+// (NewHost: TCP and QUIC, resource and connection managers, AutoNAT, circuit
+// relay v2 and hole punching), the node identity (LoadIdentity), the
+// Kademlia DHT under the /micra protocol prefix with the routing-table
+// diversity filter and validators for micra's signed records, the GossipSub
+// topics, the request/response protocols (probe, coordinate, forward, ack,
+// replicate; see protocol.go), and the sharded coordination of subnet
+// delegations.
+//
+// # Sharded coordination
+//
+// The subnet tree is cut into shards: the subtree under an anchor range
+// (by default the allocation level, see AllocationDepth), and one shard per
+// organisation indexing that organisation's delegated ranges. A shard's key
+// is SHA-256 over a domain tag, the snapshot id and the anchor range (or the
+// organisation key); its coordinator is the live peer closest to the key in
+// Kademlia's XOR metric. The coordinator is the single writer of the shard:
+// it runs the delegation procedure (a Delegator, issue 5) once per subnet
+// however many nodes ask, signs the decision, stores it in badger with the
+// shard's epoch and replicates it to the next closest peers (Replication,
+// default 3) before answering. A peer that becomes closest claims the shard
+// with a higher epoch after collecting the state of a majority of the
+// replica set, which promises to refuse older writes; so a takeover loses no
+// acknowledged decision and of two peers that both believe they coordinate
+// only the higher epoch wins. Crawlers heartbeat the coordinators of the
+// shards they hold subnets in; a crawler silent past the liveness timeout
+// has its subnets orphaned and handed back to the delegation procedure.
+// Nodes cache resolved delegations.
+//
+// Everything received from peers is untrusted: frames are size-limited and
+// checked, records are verified against their writer's key, streams have
+// deadlines, and queues and tables are bounded.
 //
 // overlay may import subnet and bootstrap; it must not import crawl or node.
 package overlay

@@ -229,6 +229,9 @@ func (t *Tree) Parent(id ID) ID { return ID(t.parent[id]) }
 // Depth returns the depth of id: 0 for a root.
 func (t *Tree) Depth(id ID) int { return int(t.depth[id]) }
 
+// Layer returns the source layer of id.
+func (t *Tree) Layer(id ID) Layer { return t.attrs[id].layer }
+
 // IsUnary reports whether id's range holds exactly one address.
 func (t *Tree) IsUnary(id ID) bool { return t.start[id] == t.end[id] }
 

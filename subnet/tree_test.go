@@ -143,6 +143,9 @@ func TestTreeNavigation(t *testing.T) {
 	if n := tr.Node(s5); n.Org != "netname:ripencc:SUBNET-5" {
 		t.Errorf("Node(5).Org = %q, want the netname key", n.Org)
 	}
+	if tr.Layer(s11) != LayerRPSL || tr.Layer(root) != LayerRoot {
+		t.Error("Layer wrong")
+	}
 	if !tr.IsUnary(s12) || tr.IsUnary(s8) {
 		t.Error("IsUnary wrong")
 	}

@@ -1,0 +1,110 @@
+// Package index is micra's indexer storage and search engine: a plain
+// library that stores the keyword records volunteers publish (crawl.Record),
+// keeps an inverted index over them in the node's badger database, answers
+// ranked keyword queries, matches records against registered user profiles
+// (eRACE's URDs) and exports everything as JSON Lines. Handler serves it
+// all over HTTP: a JSON API and a small HTML search page.
+//
+// It imports crawl and crawl/internal packages only, never libp2p nor any
+// other package of micra. Verifying batches (signatures, sequence numbers,
+// replays), pubsub and acknowledgements belong to the caller: it verifies a
+// batch, calls PutBatch (or Put) with the batch's Source, and acknowledges
+// when that returns nil.
+//
+// # Storage
+//
+// New takes the node's *badger.DB; all keys live under KeyPrefix and are
+// built in keys.go, whose comment shows the layout. A page is identified by
+// the URL the crawler requested (already normalised by it). Storing is
+// idempotent and independent of delivery order: a record replaces the
+// stored version of its page only if it is newer (record time, then content
+// hash as a deterministic tie-break), the same record delivered twice is
+// stored once, and a ChangeGone record removes the page from search but
+// leaves a tombstone, so that an older record arriving late cannot bring
+// the page back. Each page keeps the provenance of its current version
+// (node, batch sequence, time received). Every change of one record, its
+// postings, document frequencies, counters and profile annotations, is one
+// badger transaction, so the index is consistent after a crash.
+//
+// Everything is bounded: records (encoded size, keywords, links, title;
+// times at most ClockSkew in the future), queries (bytes, terms, page size,
+// result window, postings visited) and profiles (count, keywords).
+// Malformed keywords are dropped; records with a bad URL, time, status or
+// change kind are rejected and counted.
+//
+// # Index and ranking
+//
+// A record is indexed under its keywords, with the crawler's weights
+// (heaviest keyword = 65535, already sub-linear in repetition and with
+// title, heading and position multipliers applied by the crawler), plus the
+// stems of its title (flagged) and of its host name labels without "www"
+// and the top-level domain (flagged), which are added with the record's
+// lowest keyword weight when they are not keywords. Postings are keyed by
+// term and then by page id (a 128-bit hash of the URL), so one term's
+// postings are one sorted, contiguous key range; a separate key holds each
+// term's document frequency.
+//
+// Query words, profile keywords and titles go through the crawler's own
+// textproc pipeline (tokeniser, English stop words, Snowball stemmer, length
+// bounds), so "Running" finds pages whose keyword is "run". Words are ANDed
+// by default (Query.Any for OR); "-word" excludes pages with word. There
+// are no phrases: records hold no positions. AND queries are evaluated by a
+// leapfrog join driven by the rarest term, OR queries by a merge of all
+// lists, exclusions by seeks; Results.Total is exact unless MaxScan stopped
+// the query, when it is extrapolated from the share of the id space read.
+//
+// The score of page d for query terms Q is
+//
+//	score(d) = Σ_{t ∈ Q ∩ d} idf(t) · w(t,d)/65535 · (1 + TitleBoost·[t in d's title])
+//	idf(t)   = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5))
+//
+// where w is the posting weight, N the searchable pages and df(t) the pages
+// with t (the BM25 idf, positive for every df). The crawler's weights are
+// already normalised per page (the heaviest term of every page weighs 1), so
+// they play the role of BM25's saturated, length-normalised term frequency,
+// and a page matching more of an OR query's terms scores higher. Ties are
+// broken by page id, so paging is stable. There is no link analysis.
+//
+// # Why a custom index over badger rather than a search library
+//
+// The records are already analysed: each is a short list of stemmed,
+// weighted keywords. A maintained library such as bleve (or bluge) would
+// need its own storage (bleve's default scorch index writes its own segment
+// files; its older upsidedown index runs over a key-value interface whose
+// stores are BoltDB and an in-memory treap, with goleveldb, RocksDB and moss
+// adapters in blevex: none is badger), so the node would hold two databases
+// whose contents can diverge on a crash, and idempotent storing,
+// tombstones, provenance and profile annotations would still have to live
+// in badger beside it; it analyses text itself and derives term frequencies
+// from it, while here the weights come from the crawler and would have to
+// be smuggled in as per-term boosts; and it brings dozens of modules. What
+// the indexer needs, postings with given weights, document frequencies,
+// AND/OR/NOT over sorted lists, top-k and postings walks for profile back
+// fill, is a few hundred lines over badger, inside the same transactions as
+// the records, and is checked against a brute-force scan in the tests. It
+// does not do phrase queries, fuzzy matching, spelling correction or
+// impact-ordered early termination; at tens of millions of pages a tiered or
+// impact-ordered index would be the next step.
+//
+// # Profiles
+//
+// A profile (eRACE URD) is a name, weighted keywords as the user types them
+// and a relevance threshold in [0, 1]. Keywords are stemmed like queries.
+// The relevance of a record to a profile is the profile-weighted mean of
+// the record's normalised weights of the profile's terms,
+//
+//	rel(d, P) = Σ_{t ∈ P} W(t) · w(t,d)/65535 / Σ_{t ∈ P} W(t)
+//
+// independent of the rest of the index, so that an annotation, once made,
+// does not drift. Every stored record is matched against the profiles that
+// share a term with it; those with rel > 0 and rel ≥ threshold get an
+// annotation (eRACE's ACI: relevance and matched terms) kept per (profile,
+// page) and ordered by relevance. Registering or changing a profile
+// rebuilds its annotations from the postings of its terms; a rebuild or
+// deletion interrupted by a crash is finished by New.
+//
+// # Export
+//
+// Export writes every searchable record with its provenance as JSON Lines
+// (JSONRecord documents the stable field names) from one snapshot.
+package index

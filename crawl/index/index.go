@@ -1,0 +1,267 @@
+package index
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/dgraph-io/badger/v4"
+	"github.com/micra-net/micra/crawl"
+)
+
+// Index stores keyword records and serves search, profiles and export. It
+// is safe for concurrent use: writes (Put, profile changes) are serialised,
+// reads run in parallel with them on consistent snapshots.
+type Index struct {
+	db  *badger.DB
+	cfg *config
+	log *slog.Logger
+
+	// txnBytes and txnCount are the write budget of one transaction: half
+	// of what badger accepts, so that a record never straddles two.
+	txnBytes, txnCount int64
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+
+	// wmu serialises writers. Writers change the fields below under mu too;
+	// while holding wmu they may read them without mu.
+	wmu sync.Mutex
+
+	// dfCache holds the stored document frequency of recently written
+	// terms, so that updating them needs no read. Guarded by wmu; changed
+	// only after a commit, so it never holds an uncommitted value.
+	dfCache map[string]uint64
+
+	mu       sync.RWMutex
+	cnt      counts
+	profiles map[string]*profileState
+	byTerm   map[string][]*profileState // stem → profiles that weigh it
+}
+
+// New opens the index kept in db under KeyPrefix, creating it when absent.
+// The caller owns db and closes it after Close. New finishes profile
+// changes that a crash interrupted (rebuilding or removing their matches)
+// before it returns.
+func New(db *badger.DB, opts ...Option) (*Index, error) {
+	if db == nil {
+		return nil, errors.New("index: nil database")
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		if err := o(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	x := &Index{
+		db: db, cfg: cfg, log: cfg.logger,
+		txnBytes: db.MaxBatchSize() / 2, txnCount: db.MaxBatchCount() / 2,
+		dfCache:  make(map[string]uint64),
+		profiles: make(map[string]*profileState),
+		byTerm:   make(map[string][]*profileState),
+	}
+	if need := int64(cfg.maxRecordBytes) + 64<<10; need > x.txnBytes {
+		return nil, fmt.Errorf("record size cap of %d bytes does not fit a transaction of this database (%d bytes); raise its MemTableSize or lower RecordLimits", cfg.maxRecordBytes, x.txnBytes)
+	}
+	if err := x.openSchema(); err != nil {
+		return nil, err
+	}
+	if err := x.loadProfiles(context.Background()); err != nil {
+		return nil, err
+	}
+	x.log.Info("index opened", "docs", x.cnt.Docs, "terms", x.cnt.Terms, "profiles", len(x.profiles))
+	return x, nil
+}
+
+// openSchema checks or writes the schema version and loads the counters.
+func (x *Index) openSchema() error {
+	return x.db.Update(func(txn *badger.Txn) error {
+		item, err := txn.Get(keySchema)
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(KeyPrefix)})
+			it.Rewind()
+			used := it.Valid()
+			it.Close()
+			if used {
+				return fmt.Errorf("%w: keys under %s but no schema version", ErrSchema, KeyPrefix)
+			}
+			if err := txn.Set(keySchema, encodeUvarint(schemaVersion)); err != nil {
+				return err
+			}
+			return txn.Set(keyCounts, x.cnt.encode())
+		case err != nil:
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		if ver, err := decodeUvarint(v); err != nil || ver != schemaVersion {
+			return fmt.Errorf("%w: %x", ErrSchema, v)
+		}
+		if x.cnt, err = readCounts(txn); err != nil {
+			return err
+		}
+		return nil
+	})
+}
+
+func readCounts(txn *badger.Txn) (counts, error) {
+	item, err := txn.Get(keyCounts)
+	if err != nil {
+		return counts{}, fmt.Errorf("reading counters: %w", err)
+	}
+	var c counts
+	err = item.Value(func(v []byte) error {
+		var err error
+		c, err = decodeCounts(v)
+		return err
+	})
+	return c, err
+}
+
+// Close stops the index: it waits for a write in progress and makes later
+// calls fail with ErrClosed. It does not close the database, which belongs
+// to the caller. Safe to call more than once.
+func (x *Index) Close() error {
+	x.closeOnce.Do(func() {
+		x.closed.Store(true)
+		x.wmu.Lock()
+		defer x.wmu.Unlock() // waits for the writer in progress
+		x.log.Info("index closed")
+	})
+	return nil
+}
+
+func (x *Index) check(ctx context.Context) error {
+	if x.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// Stats are the index's counters.
+type Stats struct {
+	Docs       int64 // searchable pages
+	Tombstones int64 // pages removed by a gone record
+	Terms      int64 // distinct terms
+	Postings   int64 // (term, page) pairs
+	Profiles   int   // registered profiles
+	Matches    int64 // (profile, page) annotations
+
+	// Outcomes of every record ever given to Put.
+	Added, Replaced, Removed, Duplicates, Stale, Rejected uint64
+	LastIngest                                            time.Time // zero if none
+}
+
+// Stats returns the current counters. It does not touch the database.
+func (x *Index) Stats() Stats {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	c := x.cnt
+	return Stats{
+		Docs: c.Docs, Tombstones: c.Tombstones, Terms: c.Terms, Postings: c.Postings,
+		Profiles: len(x.profiles), Matches: c.Matches,
+		Added: c.Added, Replaced: c.Replaced, Removed: c.Removed, Duplicates: c.Duplicates,
+		Stale: c.Stale, Rejected: c.Rejected, LastIngest: c.LastIngest,
+	}
+}
+
+// Doc is a stored record with its provenance.
+type Doc struct {
+	crawl.Record
+	Provenance Provenance
+}
+
+// Get returns the stored record of the page whose (requested) URL is url,
+// exactly as the crawler normalised it. For a removed page it returns the
+// tombstone (URL, time, ChangeGone and provenance) with an error matching
+// ErrGone; for an unknown one, ErrNotFound.
+func (x *Index) Get(ctx context.Context, url string) (Doc, error) {
+	if err := x.check(ctx); err != nil {
+		return Doc{}, err
+	}
+	var d Doc
+	id := idOf(url)
+	err := x.db.View(func(txn *badger.Txn) error {
+		m, ok, err := getMeta(txn, id)
+		if err != nil {
+			return err
+		}
+		if !ok || m.URL != url {
+			return fmt.Errorf("%w: %s", ErrNotFound, url)
+		}
+		if m.Gone {
+			d = Doc{Record: crawl.Record{URL: m.URL, FinalURL: m.URL, Time: m.Time, Change: crawl.ChangeGone}, Provenance: m.Prov}
+			return fmt.Errorf("%w: %s", ErrGone, url)
+		}
+		r, _, err := getRecord(txn, id)
+		if err != nil {
+			return err
+		}
+		d = Doc{Record: r, Provenance: m.Prov}
+		return nil
+	})
+	return d, err
+}
+
+func getMeta(txn *badger.Txn, id docID) (docMeta, bool, error) {
+	item, err := txn.Get(docKey(id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return docMeta{}, false, nil
+	}
+	if err != nil {
+		return docMeta{}, false, err
+	}
+	var m docMeta
+	err = item.Value(func(v []byte) error {
+		var err error
+		m, err = decodeDocMeta(v)
+		return err
+	})
+	return m, err == nil, err
+}
+
+// getStored reads the stored value of a live page; its Record is a copy.
+func getStored(txn *badger.Txn, id docID) (stored, error) {
+	item, err := txn.Get(recordKey(id))
+	if err != nil {
+		return stored{}, fmt.Errorf("reading record: %w", err)
+	}
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return stored{}, err
+	}
+	return decodeStored(v)
+}
+
+// getRecord reads and decodes the record of a live page.
+func getRecord(txn *badger.Txn, id docID) (crawl.Record, []posting, error) {
+	s, err := getStored(txn, id)
+	if err != nil {
+		return crawl.Record{}, nil, err
+	}
+	r, err := crawl.DecodeRecord(s.Record)
+	if err != nil {
+		return crawl.Record{}, nil, fmt.Errorf("%w: %w", ErrCorruptValue, err)
+	}
+	return r, s.Postings, nil
+}
+
+func contentHash(b []byte) uint64 { return xxhash.Sum64(b) }
+
+// topKeywords returns the n heaviest keywords of a record (stored records
+// keep them heaviest first).
+func topKeywords(r *crawl.Record, n int) []crawl.Keyword {
+	return slices.Clone(r.Keywords[:min(n, len(r.Keywords))])
+}

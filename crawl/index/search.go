@@ -1,0 +1,433 @@
+package index
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/micra-net/micra/crawl"
+)
+
+// Results is one page of search results.
+type Results struct {
+	Query     string   // the query text
+	Terms     []string // the terms searched, after stop words and stemming
+	Excluded  []string // the terms excluded
+	Any       bool     // any term matched instead of all
+	Total     int      // pages matching; an estimate when Estimated
+	Estimated bool     // the scan budget stopped the query early
+	Offset    int
+	Limit     int
+	Hits      []Hit
+}
+
+// Hit is a matching page.
+type Hit struct {
+	URL      string
+	FinalURL string
+	Title    string
+	Lang     string
+	Type     crawl.DocType
+	Time     time.Time       // when the page was crawled
+	Score    float64         // see the package documentation
+	Keywords []crawl.Keyword // the page's heaviest keywords, at most hitKeywords
+}
+
+const hitKeywords = 8
+
+// cursor walks the postings of one term in id order.
+type cursor struct {
+	it     *badger.Iterator
+	prefix []byte
+	key    []byte // seek scratch
+	term   string
+	pos    int // index of the term in its query, for a fixed summing order
+	weight float64
+
+	ok    bool
+	id    docID
+	w     uint16
+	flags uint8
+	err   error
+}
+
+func newCursor(txn *badger.Txn, term string, pos int) *cursor {
+	p := postingPrefix(term)
+	c := &cursor{prefix: p, key: bytes.Clone(p), term: term, pos: pos}
+	c.it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: p})
+	c.it.Seek(p)
+	c.load()
+	return c
+}
+
+func (c *cursor) load() {
+	if c.err != nil || !c.it.ValidForPrefix(c.prefix) {
+		c.ok = false
+		return
+	}
+	item := c.it.Item()
+	id, ok := postingID(c.prefix, item.Key())
+	if !ok {
+		c.ok, c.err = false, fmt.Errorf("%w: posting key %q", ErrCorruptValue, item.Key())
+		return
+	}
+	err := item.Value(func(v []byte) error {
+		var err error
+		c.w, c.flags, err = decodePostingValue(v)
+		return err
+	})
+	if err != nil {
+		c.ok, c.err = false, err
+		return
+	}
+	c.ok, c.id = true, id
+}
+
+func (c *cursor) next() {
+	c.it.Next()
+	c.load()
+}
+
+// seekSteps is how many postings seek steps over before it seeks: in a
+// dense list the target is usually a few postings ahead, and a step costs a
+// small fraction of a badger Seek, which rebuilds its merge iterator.
+const seekSteps = 8
+
+// seek moves to the first posting with an id not below id.
+func (c *cursor) seek(id docID) {
+	for range seekSteps {
+		if !c.ok || bytes.Compare(c.id[:], id[:]) >= 0 {
+			return
+		}
+		c.next()
+	}
+	if !c.ok || bytes.Compare(c.id[:], id[:]) >= 0 {
+		return
+	}
+	c.key = append(c.key[:len(c.prefix)], id[:]...)
+	c.it.Seek(c.key)
+	c.load()
+}
+
+func (c *cursor) close() { c.it.Close() }
+
+// scored is a candidate hit.
+type scored struct {
+	id    docID
+	score float64
+}
+
+// better orders hits: higher score first, then lower id.
+func better(a, b scored) bool {
+	if a.score != b.score {
+		return a.score > b.score
+	}
+	return bytes.Compare(a.id[:], b.id[:]) < 0
+}
+
+// topK keeps the k best candidates; its root is the worst kept.
+type topK struct {
+	k int
+	h []scored
+}
+
+func (t *topK) Len() int           { return len(t.h) }
+func (t *topK) Less(i, j int) bool { return better(t.h[j], t.h[i]) }
+func (t *topK) Swap(i, j int)      { t.h[i], t.h[j] = t.h[j], t.h[i] }
+func (t *topK) Push(x any)         { t.h = append(t.h, x.(scored)) }
+func (t *topK) Pop() any           { x := t.h[len(t.h)-1]; t.h = t.h[:len(t.h)-1]; return x }
+
+func (t *topK) offer(s scored) {
+	if len(t.h) < t.k {
+		heap.Push(t, s)
+	} else if better(s, t.h[0]) {
+		t.h[0] = s
+		heap.Fix(t, 0)
+	}
+}
+
+// sorted returns the kept candidates, best first.
+func (t *topK) sorted() []scored {
+	out := make([]scored, len(t.h))
+	for i := len(out) - 1; i >= 0; i-- {
+		out[i] = heap.Pop(t).(scored)
+	}
+	return out
+}
+
+// idf is the inverse document frequency of a term found in df of n pages
+// (the BM25 form, always positive).
+func idf(n, df int64) float64 {
+	n = max(n, df)
+	return math.Log(1 + (float64(n)-float64(df)+0.5)/(float64(df)+0.5))
+}
+
+// termScore is what one term found on a page adds to its score.
+func termScore(idf float64, w uint16, flags uint8, titleBoost float64) float64 {
+	s := idf * float64(w) / 65535
+	if flags&inTitle != 0 {
+		s *= 1 + titleBoost
+	}
+	return s
+}
+
+// Search runs a query. Terms are ANDed unless q.Any; pages containing an
+// excluded term are left out. Hits are ordered by score, then by a fixed
+// per-page order, so paging is stable while the index does not change.
+// Errors matching ErrBadQuery are the caller's (bad text, limit or offset).
+func (x *Index) Search(ctx context.Context, q Query) (*Results, error) {
+	if err := x.check(ctx); err != nil {
+		return nil, err
+	}
+	if q.Limit == 0 {
+		q.Limit = x.cfg.defaultLimit
+	}
+	if q.Limit < 0 || q.Limit > x.cfg.maxLimit {
+		return nil, fmt.Errorf("%w: limit %d not in 1..%d", ErrBadQuery, q.Limit, x.cfg.maxLimit)
+	}
+	if q.Offset < 0 || q.Offset+q.Limit > x.cfg.maxWindow {
+		return nil, fmt.Errorf("%w: offset %d: only the first %d results can be paged", ErrBadQuery, q.Offset, x.cfg.maxWindow)
+	}
+	pq, err := parseQuery(q.Text, x.cfg.maxQueryBytes, x.cfg.maxQueryTerms)
+	if err != nil {
+		return nil, err
+	}
+	res := &Results{Query: q.Text, Terms: pq.Terms, Excluded: pq.Excluded, Any: q.Any, Offset: q.Offset, Limit: q.Limit, Hits: []Hit{}}
+	err = x.db.View(func(txn *badger.Txn) error {
+		top, err := x.evaluate(ctx, txn, pq, q.Any, q.Offset+q.Limit, res)
+		if err != nil {
+			return err
+		}
+		if q.Offset >= len(top) {
+			return nil
+		}
+		for _, s := range top[q.Offset:] {
+			r, _, err := getRecord(txn, s.id)
+			if err != nil {
+				return fmt.Errorf("hit %x: %w", s.id, err)
+			}
+			res.Hits = append(res.Hits, Hit{
+				URL: r.URL, FinalURL: r.FinalURL, Title: r.Title, Lang: r.Lang, Type: r.Type,
+				Time: r.Time, Score: s.score, Keywords: topKeywords(&r, hitKeywords),
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// evaluate finds the k best pages for pq and sets res.Total and
+// res.Estimated.
+func (x *Index) evaluate(ctx context.Context, txn *badger.Txn, pq parsedQuery, any bool, k int, res *Results) ([]scored, error) {
+	cnt, err := readCounts(txn)
+	if err != nil {
+		return nil, err
+	}
+	var cs []*cursor
+	defer func() {
+		for _, c := range cs {
+			c.close()
+		}
+	}()
+	for i, t := range pq.Terms {
+		df, err := getUvarint(txn, dfKey(t))
+		if err != nil {
+			return nil, err
+		}
+		if df == 0 {
+			if !any {
+				return nil, nil // a term no page has: nothing matches
+			}
+			continue
+		}
+		c := newCursor(txn, t, i)
+		c.weight = idf(cnt.Docs, int64(df))
+		cs = append(cs, c)
+	}
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	var ex []*cursor
+	defer func() {
+		for _, c := range ex {
+			c.close()
+		}
+	}()
+	for _, t := range pq.Excluded {
+		if df, err := getUvarint(txn, dfKey(t)); err != nil {
+			return nil, err
+		} else if df > 0 {
+			ex = append(ex, newCursor(txn, t, -1))
+		}
+	}
+	e := evaluator{
+		cs: cs, ex: ex, top: &topK{k: k}, budget: x.cfg.maxScan,
+		contrib: make([]float64, len(pq.Terms)), boost: x.cfg.titleBoost, ctx: ctx,
+	}
+	if any {
+		err = e.union()
+	} else {
+		err = e.intersect()
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Total = e.matches
+	if e.stopped {
+		// Ids are uniform hashes: the share of the id space read is the
+		// share of the matches seen.
+		frac := (float64(binary.BigEndian.Uint64(e.at[:8])) + 1) / (1 << 64)
+		res.Total = int(math.Round(float64(e.matches) / max(frac, 1e-9)))
+		res.Estimated = true
+	}
+	return e.top.sorted(), nil
+}
+
+// evaluator runs one query over its cursors.
+type evaluator struct {
+	ctx     context.Context
+	cs, ex  []*cursor
+	top     *topK
+	contrib []float64 // per query term, summed in query order
+	boost   float64
+	budget  int
+	steps   int
+	matches int
+	stopped bool
+	at      docID // the id reached when stopped
+}
+
+// step accounts for one cursor move; it reports false when the query must
+// stop.
+func (e *evaluator) step(at docID) (bool, error) {
+	e.steps++
+	if e.steps&1023 == 0 {
+		if err := e.ctx.Err(); err != nil {
+			return false, err
+		}
+	}
+	if e.steps > e.budget {
+		e.stopped, e.at = true, at
+		return false, nil
+	}
+	return true, nil
+}
+
+func (e *evaluator) cursorErr() error {
+	for _, c := range append(e.cs[:len(e.cs):len(e.cs)], e.ex...) {
+		if c.err != nil {
+			return c.err
+		}
+	}
+	return nil
+}
+
+// excluded reports whether a page has an excluded term.
+func (e *evaluator) excluded(id docID) bool {
+	for _, c := range e.ex {
+		c.seek(id)
+		if c.ok && c.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// emit scores a matching page from the cursors positioned on it.
+func (e *evaluator) emit(id docID, on []*cursor) {
+	if e.excluded(id) {
+		return
+	}
+	clear(e.contrib)
+	for _, c := range on {
+		e.contrib[c.pos] = termScore(c.weight, c.w, c.flags, e.boost)
+	}
+	var s float64
+	for _, v := range e.contrib {
+		s += v
+	}
+	e.matches++
+	e.top.offer(scored{id: id, score: s})
+}
+
+// intersect is a leapfrog join: the rarest list drives, the others seek.
+func (e *evaluator) intersect() error {
+	cs := e.cs
+	// Rarest first: fewer candidates, longer seeks in the others.
+	sortByLength(cs)
+	lead := cs[0]
+	for lead.ok {
+		target := lead.id
+		agree := true
+		for _, c := range cs[1:] {
+			c.seek(target)
+			if ok, err := e.step(target); !ok {
+				return err
+			}
+			if !c.ok {
+				return e.cursorErr()
+			}
+			if c.id != target {
+				lead.seek(c.id)
+				agree = false
+				break
+			}
+		}
+		if agree {
+			e.emit(target, cs)
+			lead.next()
+		}
+		if ok, err := e.step(target); !ok {
+			return err
+		}
+	}
+	return e.cursorErr()
+}
+
+// union merges all lists, scoring every page with any term.
+func (e *evaluator) union() error {
+	on := make([]*cursor, 0, len(e.cs))
+	for {
+		var lowest *docID
+		for _, c := range e.cs {
+			if c.ok && (lowest == nil || bytes.Compare(c.id[:], lowest[:]) < 0) {
+				lowest = &c.id
+			}
+		}
+		if lowest == nil {
+			return e.cursorErr()
+		}
+		id := *lowest
+		on = on[:0]
+		for _, c := range e.cs {
+			if c.ok && c.id == id {
+				on = append(on, c)
+			}
+		}
+		e.emit(id, on)
+		for _, c := range on {
+			c.next()
+			if ok, err := e.step(id); !ok {
+				return err
+			}
+		}
+	}
+}
+
+// sortByLength orders cursors by their term's document frequency, which
+// the idf weight reflects: the highest weight is the rarest term.
+func sortByLength(cs []*cursor) {
+	for i := 1; i < len(cs); i++ {
+		for j := i; j > 0 && cs[j].weight > cs[j-1].weight; j-- {
+			cs[j], cs[j-1] = cs[j-1], cs[j]
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package index
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseQuery(t *testing.T) {
+	tests := []struct {
+		in        string
+		terms, ex []string
+		err       bool
+	}{
+		{in: "volcano", terms: []string{"volcano"}},
+		{in: "  Running   DOGS  ", terms: []string{"dog", "run"}},
+		{in: "the running of the bulls", terms: []string{"bull", "run"}},
+		{in: "e-mail", terms: []string{"mail"}},
+		{in: "cyprus -greece", terms: []string{"cyprus"}, ex: []string{"greec"}},
+		{in: "+cyprus +cyprus cyprus", terms: []string{"cyprus"}},
+		{in: "café Straße", terms: []string{"café", "straße"}},
+		{in: "", err: true},
+		{in: "   ", err: true},
+		{in: "the of and", err: true},
+		{in: "-cyprus", err: true},
+		{in: "cyprus -cyprus", err: true},
+		{in: "2024 42", err: true},
+		{in: "a b c", err: true},
+		{in: strings.Repeat("x", 2000), err: true},
+		{in: "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho", err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			q, err := parseQuery(tt.in, 1024, 16)
+			if tt.err {
+				if !errors.Is(err, ErrBadQuery) {
+					t.Fatalf("err = %v, want ErrBadQuery (got %+v)", err, q)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(q.Terms, tt.terms) || !reflect.DeepEqual(q.Excluded, tt.ex) {
+				t.Fatalf("got %q / %q, want %q / %q", q.Terms, q.Excluded, tt.terms, tt.ex)
+			}
+		})
+	}
+}
+
+// searchCorpus is a small corpus with known answers.
+func searchCorpus(t *testing.T) *Index {
+	x := newTestIndex(t, nil)
+	mustPut(t, x,
+		page("http://a.example/1", "Cyprus volcanoes", t0, "cyprus", 65535, "volcano", 60000, "lava", 1000),
+		page("http://b.example/2", "Greek islands", t0, "greec", 65535, "island", 50000, "cyprus", 20000),
+		page("http://c.example/3", "Lava lamps", t0, "lava", 65535, "lamp", 65535),
+		page("http://d.example/4", "Cooking", t0, "recip", 65535, "cyprus", 500, "halloumi", 40000),
+	)
+	return x
+}
+
+func TestSearch(t *testing.T) {
+	x := searchCorpus(t)
+	tests := []struct {
+		q    Query
+		want []string // urls in order
+	}{
+		{Query{Text: "cyprus"}, []string{"http://a.example/1", "http://b.example/2", "http://d.example/4"}},
+		{Query{Text: "Cyprus VOLCANOES"}, []string{"http://a.example/1"}},
+		{Query{Text: "cyprus lava"}, []string{"http://a.example/1"}},
+		{Query{Text: "cyprus -volcano"}, []string{"http://b.example/2", "http://d.example/4"}},
+		{Query{Text: "cyprus -nonexistent"}, []string{"http://a.example/1", "http://b.example/2", "http://d.example/4"}},
+		{Query{Text: "lava lamp", Any: true}, []string{"http://c.example/3", "http://a.example/1"}},
+		{Query{Text: "lava nonexistent"}, nil},
+		{Query{Text: "lava nonexistent", Any: true}, []string{"http://c.example/3", "http://a.example/1"}},
+		{Query{Text: "halloumi island", Any: true}, []string{"http://b.example/2", "http://d.example/4"}},
+		{Query{Text: "cyprus", Limit: 1, Offset: 1}, []string{"http://b.example/2"}},
+		{Query{Text: "cyprus", Limit: 2, Offset: 5}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.q.Text, func(t *testing.T) {
+			res, err := x.Search(t.Context(), tt.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := urls(res); !slices.Equal(got, tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+			for i := 1; i < len(res.Hits); i++ {
+				if res.Hits[i].Score > res.Hits[i-1].Score {
+					t.Fatalf("hits not ordered by score: %+v", res.Hits)
+				}
+			}
+		})
+	}
+	res, _ := x.Search(t.Context(), Query{Text: "cyprus", Limit: 1})
+	if res.Total != 3 || res.Estimated || len(res.Hits) != 1 {
+		t.Fatalf("total %d estimated %v hits %d", res.Total, res.Estimated, len(res.Hits))
+	}
+	h := res.Hits[0]
+	// N=4, df(cyprus)=3, weight 65535, title contains Cyprus: boost 1.5.
+	want := math.Log(1+(4-3+0.5)/(3+0.5)) * 1.5
+	if math.Abs(h.Score-want) > 1e-12 || h.Title != "Cyprus volcanoes" || len(h.Keywords) != 3 || h.Keywords[0].Term != "cyprus" {
+		t.Fatalf("hit %+v, want score %v", h, want)
+	}
+}
+
+func TestSearchBadRequests(t *testing.T) {
+	x := searchCorpus(t)
+	for _, q := range []Query{
+		{Text: ""}, {Text: "the"}, {Text: "x", Limit: -1}, {Text: "cyprus", Limit: 101},
+		{Text: "cyprus", Offset: -1}, {Text: "cyprus", Offset: 995, Limit: 10},
+	} {
+		if _, err := x.Search(t.Context(), q); !errors.Is(err, ErrBadQuery) {
+			t.Errorf("%+v: err = %v", q, err)
+		}
+	}
+}
+
+func TestSearchScanBudget(t *testing.T) {
+	x := newTestIndex(t, nil, MaxScan(1000))
+	var recs = make([]crawlRecord, 0, 1500)
+	for i := range 1500 {
+		recs = append(recs, page("http://s.example/"+itoa(i), "", t0, "common", 65535, "other", 100))
+	}
+	mustPut(t, x, recs...)
+	for _, any := range []bool{false, true} {
+		res, err := x.Search(t.Context(), Query{Text: "common other", Any: any})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Estimated || res.Total < 750 || res.Total > 3000 || len(res.Hits) != 10 {
+			t.Fatalf("any=%v: estimated %v total %d hits %d", any, res.Estimated, res.Total, len(res.Hits))
+		}
+	}
+	x2 := newTestIndex(t, nil)
+	mustPut(t, x2, recs...)
+	res, _ := x2.Search(t.Context(), Query{Text: "common other"})
+	if res.Estimated || res.Total != 1500 {
+		t.Fatalf("unbounded: estimated %v total %d", res.Estimated, res.Total)
+	}
+}
+
+func TestSearchCancelled(t *testing.T) {
+	x := searchCorpus(t)
+	ctx, cancel := contextWithCancel(t)
+	cancel()
+	if _, err := x.Search(ctx, Query{Text: "cyprus"}); err == nil {
+		t.Fatal("cancelled search succeeded")
+	}
+}

@@ -1,0 +1,326 @@
+package index
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/crawl/internal/parse"
+	"github.com/micra-net/micra/crawl/internal/textproc"
+)
+
+// Text processing. Query words, profile keywords, titles and host names
+// are turned into terms by the crawler's own textproc.Builder (the same
+// tokeniser, stop words, Snowball stemmer and length bounds that made the
+// record keywords), so that a word matches exactly the records whose pages
+// contain it.
+
+const (
+	maxTitleTerms = 32 // stems taken from a title
+	maxHostTerms  = 8  // stems taken from a host name
+	maxTitleBytes = parse.MaxTitle
+	maxLangBytes  = 64
+)
+
+// minRecordTime is the earliest record time accepted: older times come
+// from a broken clock or a forgery.
+var minRecordTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// analyzers pools textproc Builders, which are not safe for concurrent use
+// and keep a stem cache worth reusing.
+var analyzers = sync.Pool{New: func() any { return textproc.NewBuilder() }}
+
+// stems returns the distinct terms of text, heaviest (most frequent) first,
+// at most k.
+func stems(text string, k int) []string {
+	if text == "" {
+		return nil
+	}
+	b := analyzers.Get().(*textproc.Builder)
+	b.Reset()
+	b.Add(text, textproc.Body)
+	top := b.Top(k)
+	analyzers.Put(b)
+	out := make([]string, len(top))
+	for i, t := range top {
+		out[i] = t.Term
+	}
+	return out
+}
+
+// validTerm reports whether t can be a term the crawler produced: 2..64
+// bytes of what its tokeniser keeps (lower-case letters, combining marks,
+// digits, apostrophes), not starting with an apostrophe. Stemming may leave
+// a trailing apostrophe ("run'ing" gives "run'") or only digits ("22's"
+// gives "22"), so the check is on characters, not on re-tokenising.
+func validTerm(t string) bool {
+	if len(t) < 2 || len(t) > maxTermBytes || !utf8.ValidString(t) || t[0] == '\'' {
+		return false
+	}
+	for _, r := range t {
+		switch {
+		case r == '\'', unicode.IsDigit(r), unicode.Is(unicode.Mn, r):
+		case unicode.IsLetter(r) && unicode.ToLower(r) == r:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validURL checks an absolute http(s) URL as the crawler emits them.
+func validURL(s string) error {
+	if s == "" || len(s) > maxURLBytes {
+		return fmt.Errorf("url of %d bytes", len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] == 0x7f {
+			return fmt.Errorf("url with a control or space character")
+		}
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("url: %v", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("url scheme %q", u.Scheme)
+	}
+	if u.Hostname() == "" || u.User != nil {
+		return fmt.Errorf("url without a host or with credentials")
+	}
+	return nil
+}
+
+// clip cuts s to at most n bytes on a rune boundary, after replacing
+// invalid UTF-8.
+func clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// prepared is a record checked, bounded and encoded outside the write lock.
+type prepared struct {
+	rec      crawl.Record
+	id       docID
+	enc      []byte    // crawl.AppendRecord form, nil for gone records
+	hash     uint64    // content hash of enc (of the URL for gone records)
+	postings []posting // sorted by term, nil for gone records
+	dropped  int       // keywords dropped as malformed or over the cap
+	err      error     // why the record is rejected
+}
+
+// prepare validates r and derives what storing it needs. It never fails:
+// a rejected record has err set.
+func (c *config) prepare(r crawl.Record, now time.Time) prepared {
+	p := prepared{rec: r}
+	fail := func(format string, a ...any) prepared {
+		p.err = fmt.Errorf("%w: %s", ErrInvalidRecord, fmt.Sprintf(format, a...))
+		return p
+	}
+	if err := validURL(r.URL); err != nil {
+		return fail("%v", err)
+	}
+	p.id = idOf(r.URL)
+	if r.Time.IsZero() || r.Time.Before(minRecordTime) {
+		return fail("time %v", r.Time)
+	}
+	if r.Time.After(now.Add(c.clockSkew)) {
+		return fail("time %v is in the future", r.Time.UTC())
+	}
+	r.Time = r.Time.Round(0)
+	switch r.Change {
+	case crawl.ChangeNew, crawl.ChangeModified:
+	case crawl.ChangeGone:
+		// Only the page's identity and time matter: the tombstone keeps
+		// no content.
+		p.rec = crawl.Record{URL: r.URL, FinalURL: r.URL, Time: r.Time, Status: r.Status, Change: r.Change}
+		if r.FinalURL != "" && validURL(r.FinalURL) == nil {
+			p.rec.FinalURL = r.FinalURL
+		}
+		p.hash = contentHash(crawl.AppendRecord(nil, &p.rec))
+		return p
+	default:
+		return fail("change kind %d", r.Change)
+	}
+	if r.Status < 100 || r.Status > 599 {
+		return fail("status %d", r.Status)
+	}
+	if r.FinalURL == "" {
+		r.FinalURL = r.URL
+	} else if err := validURL(r.FinalURL); err != nil {
+		return fail("final %v", err)
+	}
+	if r.Canonical != "" && validURL(r.Canonical) != nil {
+		r.Canonical = "" // page-supplied: drop, do not reject
+	}
+	r.Title = clip(r.Title, maxTitleBytes)
+	r.Lang = clip(r.Lang, maxLangBytes)
+	r.Size = max(r.Size, 0)
+
+	// Keywords: malformed terms dropped, duplicates merged (heaviest wins),
+	// heaviest first (ties by term), the heaviest maxKeywords kept.
+	kws := make([]crawl.Keyword, 0, len(r.Keywords))
+	for _, k := range r.Keywords {
+		if !validTerm(k.Term) {
+			p.dropped++
+			continue
+		}
+		kws = append(kws, k)
+	}
+	slices.SortFunc(kws, func(a, b crawl.Keyword) int {
+		return cmp.Or(strings.Compare(a.Term, b.Term), cmp.Compare(b.Weight, a.Weight))
+	})
+	kws = slices.CompactFunc(kws, func(a, b crawl.Keyword) bool {
+		if a.Term == b.Term {
+			p.dropped++
+			return true
+		}
+		return false
+	})
+	slices.SortFunc(kws, func(a, b crawl.Keyword) int {
+		return cmp.Or(cmp.Compare(b.Weight, a.Weight), strings.Compare(a.Term, b.Term))
+	})
+	if len(kws) > c.maxKeywords {
+		p.dropped += len(kws) - c.maxKeywords
+		kws = kws[:c.maxKeywords]
+	}
+	r.Keywords = slices.Clip(kws)
+	if len(r.Links) > c.maxLinks {
+		r.Links = r.Links[:c.maxLinks:c.maxLinks]
+	}
+	p.rec = r
+	p.enc = crawl.AppendRecord(nil, &p.rec)
+	if len(p.enc) > c.maxRecordBytes {
+		return fail("%d bytes encoded, over the %d byte cap", len(p.enc), c.maxRecordBytes)
+	}
+	p.hash = contentHash(p.enc)
+	p.postings = indexTerms(&p.rec)
+	return p
+}
+
+// indexTerms derives the postings of a valid record: its keywords with their
+// weights; the stems of its title, flagged, and added with the record's
+// lowest keyword weight when they are not keywords; likewise the stems of its
+// host name (without "www" and the top-level domain). The result is sorted
+// by term.
+func indexTerms(r *crawl.Record) []posting {
+	ps := make([]posting, 0, len(r.Keywords)+8)
+	minW := uint16(65535)
+	for _, k := range r.Keywords {
+		ps = append(ps, posting{Term: k.Term, Weight: k.Weight, Flags: inKeyword})
+		minW = min(minW, k.Weight)
+	}
+	slices.SortFunc(ps, func(a, b posting) int { return strings.Compare(a.Term, b.Term) })
+	add := func(t string, flag uint8) {
+		i, ok := slices.BinarySearchFunc(ps, t, func(p posting, t string) int { return strings.Compare(p.Term, t) })
+		if ok {
+			ps[i].Flags |= flag
+			return
+		}
+		ps = slices.Insert(ps, i, posting{Term: t, Weight: minW, Flags: flag})
+	}
+	for _, t := range stems(r.Title, maxTitleTerms) {
+		add(t, inTitle)
+	}
+	for _, t := range hostStems(r.URL) {
+		add(t, inHost)
+	}
+	return ps
+}
+
+// hostStems returns the stems of the labels of a URL's host name, except
+// "www" and the top-level domain; none for IP addresses.
+func hostStems(raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	h := strings.ToLower(u.Hostname())
+	if _, err := netip.ParseAddr(h); err == nil || h == "" {
+		return nil
+	}
+	labels := strings.Split(strings.TrimSuffix(h, "."), ".")
+	if len(labels) < 2 {
+		return nil
+	}
+	labels = labels[:len(labels)-1]
+	if labels[0] == "www" {
+		labels = labels[1:]
+	}
+	return stems(strings.Join(labels, " "), maxHostTerms)
+}
+
+// Query is one search.
+type Query struct {
+	Text   string // words to find; "-word" excludes pages with word
+	Any    bool   // match pages with any word instead of all of them
+	Limit  int    // hits per page; 0 means the default
+	Offset int    // hits to skip
+}
+
+// parsedQuery is a query reduced to terms.
+type parsedQuery struct {
+	Terms    []string // terms to find, distinct and sorted
+	Excluded []string // terms to exclude, distinct and sorted
+}
+
+// parseQuery turns query text into terms. Words are separated by white
+// space; a word starting with '-' excludes, one starting with '+' is an
+// ordinary word. Each word goes through the crawler's text processing, so
+// one word may give several terms ("e-mail" gives "mail") or none (stop
+// words).
+func parseQuery(text string, maxBytes, maxTerms int) (parsedQuery, error) {
+	var q parsedQuery
+	if len(text) > maxBytes {
+		return q, fmt.Errorf("%w: longer than %d bytes", ErrBadQuery, maxBytes)
+	}
+	var plus, minus []string
+	for _, f := range strings.Fields(text) {
+		switch f[0] {
+		case '-':
+			minus = append(minus, f[1:])
+		case '+':
+			plus = append(plus, f[1:])
+		default:
+			plus = append(plus, f)
+		}
+	}
+	terms := func(words []string) []string {
+		var out []string
+		for _, w := range words {
+			out = append(out, stems(w, maxTerms+1)...)
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	q.Terms, q.Excluded = terms(plus), terms(minus)
+	if len(q.Terms)+len(q.Excluded) > maxTerms {
+		return parsedQuery{}, fmt.Errorf("%w: more than %d distinct terms", ErrBadQuery, maxTerms)
+	}
+	for _, t := range q.Excluded {
+		if _, ok := slices.BinarySearch(q.Terms, t); ok {
+			return parsedQuery{}, fmt.Errorf("%w: %q is both searched and excluded", ErrBadQuery, t)
+		}
+	}
+	if len(q.Terms) == 0 {
+		if strings.TrimSpace(text) == "" {
+			return parsedQuery{}, fmt.Errorf("%w: empty", ErrBadQuery)
+		}
+		return parsedQuery{}, fmt.Errorf("%w: no searchable word (stop words, numbers and one-letter words are not indexed; exclusions alone match nothing)", ErrBadQuery)
+	}
+	return q, nil
+}

@@ -1,0 +1,105 @@
+package overlay
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/overlay/pb"
+)
+
+// maxAnnouncedPeers bounds the table of peers learnt from announcements.
+const maxAnnouncedPeers = 4096
+
+// announceSkew is how far an announcement's time may be from ours.
+const announceSkew = 10 * time.Minute
+
+// decodeAnnounce decodes and checks an announcement payload.
+func decodeAnnounce(sid []byte, data []byte, now time.Time) (*pb.Announce, error) {
+	if len(data) > maxAnnounceMsg {
+		return nil, fmt.Errorf("%w: announcement of %d bytes", ErrTooLarge, len(data))
+	}
+	var a pb.Announce
+	if err := proto.Unmarshal(data, &a); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if a.GetVersion() != wireVersion {
+		return nil, fmt.Errorf("%w %d", ErrUnsupportedVersion, a.GetVersion())
+	}
+	if string(a.GetSnapshot()) != string(sid) {
+		return nil, ErrWrongSnapshot
+	}
+	at := time.UnixMilli(a.GetAtMs())
+	if at.Before(now.Add(-announceSkew)) || at.After(now.Add(announceSkew)) {
+		return nil, fmt.Errorf("%w: announcement time %v", ErrMalformed, at)
+	}
+	return &a, nil
+}
+
+// validateAnnounce accepts announcements that decode, are for our snapshot,
+// are recent, and come from their author (pubsub's strict signing makes the
+// author authentic).
+func (o *Overlay) validateAnnounce(ctx context.Context, from peer.ID, m *pubsub.Message) pubsub.ValidationResult {
+	if _, err := decodeAnnounce(o.sid[:], m.GetData(), time.Now()); err != nil {
+		o.log.Debug("announcement rejected", "peer", from, "error", err)
+		return pubsub.ValidationReject
+	}
+	return pubsub.ValidationAccept
+}
+
+func (o *Overlay) validateResults(ctx context.Context, from peer.ID, m *pubsub.Message) pubsub.ValidationResult {
+	if len(m.GetData()) == 0 {
+		return pubsub.ValidationReject
+	}
+	if o.cfg.resultsCheck != nil {
+		if err := o.cfg.resultsCheck(m.GetData()); err != nil {
+			o.log.Debug("result batch rejected", "peer", from, "error", err)
+			return pubsub.ValidationReject
+		}
+	}
+	return pubsub.ValidationAccept
+}
+
+func (o *Overlay) readAnnouncements(sub *pubsub.Subscription) {
+	defer sub.Cancel()
+	for {
+		m, err := sub.Next(o.ctx)
+		if err != nil {
+			return
+		}
+		a, err := decodeAnnounce(o.sid[:], m.GetData(), time.Now())
+		author := m.GetFrom()
+		if err != nil || author == o.h.ID() {
+			continue
+		}
+		o.mu.Lock()
+		if _, ok := o.peers[author]; ok || len(o.peers) < maxAnnouncedPeers {
+			o.peers[author] = PeerInfo{ID: author, Capacity: a.GetCapacity(), Load: a.GetLoad(), Seen: time.Now()}
+		}
+		o.mu.Unlock()
+	}
+}
+
+func (o *Overlay) publishAnnounce(ctx context.Context) {
+	capacity, load := o.cfg.load()
+	a := &pb.Announce{Version: wireVersion, Snapshot: o.sid[:], Capacity: capacity, Load: load, Indexer: o.cfg.indexer, AtMs: time.Now().UnixMilli()}
+	b, err := proto.Marshal(a)
+	if err != nil {
+		return
+	}
+	if err := o.announce.Publish(ctx, b); err != nil {
+		o.log.Debug("announcement failed", "error", err)
+	}
+	// Forget peers silent for three announcement rounds.
+	o.mu.Lock()
+	for id, pi := range o.peers {
+		if time.Since(pi.Seen) > 3*o.cfg.announce {
+			delete(o.peers, id)
+		}
+	}
+	o.mu.Unlock()
+}

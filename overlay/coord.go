@@ -1,0 +1,1090 @@
+package overlay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	kb "github.com/libp2p/go-libp2p-kbucket"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-msgio/pbio"
+	ma "github.com/multiformats/go-multiaddr"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/overlay/pb"
+	"github.com/micra-net/micra/subnet"
+)
+
+// coordinator runs the shards this node coordinates or replicates.
+//
+// Ownership: the coordinator of a shard is the live peer closest to the
+// shard key. A peer that finds itself closest claims the shard: it picks an
+// epoch above every epoch it has seen, asks the shard's replica set (the
+// replication-factor closest peers) to promise to refuse older writes and to
+// send their state (SYNC), and needs a majority of the set, itself included,
+// to answer. Every later write carries the epoch and counts only when a
+// majority stores it (REPLICATE). Since any two majorities of one set meet,
+// a write acknowledged under an old epoch reaches the claimer, and a write
+// under an old epoch that comes after the promise is refused: of two peers
+// that both believe they coordinate, only the higher epoch wins. (Peers whose
+// views of the closest set differ can form disjoint sets; the DHT's lookups
+// make that transient.)
+type coordinator struct {
+	o     *Overlay
+	tree  *subnet.Tree
+	sid   subnet.SnapshotID
+	cfg   *config
+	self  peer.ID
+	sk    crypto.PrivKey
+	st    store
+	log   *slog.Logger
+	start time.Time
+
+	mu      sync.Mutex
+	shards  map[[32]byte]*shard
+	closest map[[32]byte]closestEntry
+	// refreshing marks keys with a background lookup in flight.
+	refreshing map[[32]byte]bool
+	refreshQ   chan [32]byte
+
+	assignQ chan assignJob
+	orgQ    chan *pb.SignedRecord
+	pubQ    chan *pb.SignedRecord
+}
+
+type closestEntry struct {
+	peers []peer.ID
+	at    time.Time
+}
+
+// shard is the in-memory state of one shard held by this node.
+type shard struct {
+	ref shardRef
+	key [32]byte
+
+	claimMu sync.Mutex // one claim at a time
+
+	mu       sync.Mutex // guards the fields below and orders writes
+	meta     *pb.ShardMeta
+	owned    bool // claimed at meta.epoch and not superseded
+	dirty    bool // a replication push failed: push the full state again
+	replicas []peer.ID
+	lastSeen map[peer.ID]time.Time
+	flights  map[string]*flight
+	loadAt   map[peer.ID]time.Time
+}
+
+// flight is one in-progress decision that concurrent requests for the same
+// subnet wait on.
+type flight struct {
+	done chan struct{}
+	rec  *pb.SignedRecord
+	err  error
+}
+
+type assignJob struct {
+	to  peer.ID
+	rec *pb.SignedRecord
+}
+
+func newCoordinator(o *Overlay) (*coordinator, error) {
+	c := &coordinator{
+		o: o, tree: o.tree, sid: o.tree.ID(), cfg: &o.cfg, self: o.h.ID(), sk: o.sk,
+		st: store{o.db}, log: o.log, start: time.Now(),
+		shards:     map[[32]byte]*shard{},
+		closest:    map[[32]byte]closestEntry{},
+		refreshing: map[[32]byte]bool{},
+		refreshQ:   make(chan [32]byte, 256),
+		assignQ:    make(chan assignJob, 1024),
+		orgQ:       make(chan *pb.SignedRecord, 1024),
+		pubQ:       make(chan *pb.SignedRecord, 1024),
+	}
+	if err := c.st.checkSchema(); err != nil {
+		return nil, err
+	}
+	metas, err := c.st.allMetas()
+	if err != nil {
+		return nil, fmt.Errorf("loading shards: %w", err)
+	}
+	for _, m := range metas {
+		ref, err := c.shardRefFromPB(m.GetShard())
+		if err != nil {
+			continue // a shard of another snapshot: left alone
+		}
+		sh := c.newShard(ref)
+		sh.meta = m
+		c.shards[sh.key] = sh
+	}
+	return c, nil
+}
+
+func (c *coordinator) newShard(ref shardRef) *shard {
+	return &shard{
+		ref: ref, key: ref.key(c.sid),
+		meta:     &pb.ShardMeta{Shard: ref.toPB()},
+		lastSeen: map[peer.ID]time.Time{},
+		flights:  map[string]*flight{},
+		loadAt:   map[peer.ID]time.Time{},
+	}
+}
+
+// shard returns the held shard for ref, loading or creating it.
+func (c *coordinator) shard(ref shardRef) (*shard, error) {
+	key := ref.key(c.sid)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sh, ok := c.shards[key]; ok {
+		return sh, nil
+	}
+	sh := c.newShard(ref)
+	m, err := c.st.loadMeta(key)
+	if err != nil {
+		return nil, err
+	}
+	if m != nil {
+		sh.meta = m
+	}
+	c.shards[key] = sh
+	return sh, nil
+}
+
+func (c *coordinator) heldShards() []*shard {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*shard, 0, len(c.shards))
+	for _, sh := range c.shards {
+		out = append(out, sh)
+	}
+	return out
+}
+
+// closestPeers returns the live peers closest to key, self included, nearest
+// first. Lists are cached for the configured TTL; refresh forces a lookup.
+func (c *coordinator) closestPeers(ctx context.Context, key [32]byte, refresh bool) []peer.ID {
+	c.mu.Lock()
+	e, ok := c.closest[key]
+	if ok && !refresh && time.Since(e.at) >= c.cfg.closestTTL && !c.refreshing[key] && c.o.ctx.Err() == nil {
+		// Stale: answer from the cache and refresh in the background, so
+		// that requests never wait on a DHT lookup the cache can stand in
+		// for.
+		select {
+		case c.refreshQ <- key:
+			c.refreshing[key] = true
+		default: // the refresher is busy; a later request asks again
+		}
+	}
+	c.mu.Unlock()
+	if ok && !refresh {
+		return e.peers
+	}
+	c.o.stats.lookups.Add(1)
+	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	found, err := c.o.dht.GetClosestPeers(lctx, string(key[:]))
+	cancel()
+	if err != nil && len(found) == 0 {
+		c.log.Debug("closest peers lookup failed", "error", err)
+		if ok {
+			return e.peers
+		}
+	}
+	// The lookup's answer, joined with the routing table's nearest peers:
+	// in a small or young overlay a lookup can miss a peer that timed out
+	// once, and peers that disagree about the closest peer bounce requests
+	// between them.
+	peers := append(slices.Clone(found), c.self)
+	peers = append(peers, c.o.dht.RoutingTable().NearestPeers(kb.ConvertKey(string(key[:])), c.cfg.replication)...)
+	peers = kb.SortClosestPeers(dedupe(peers), kb.ConvertKey(string(key[:])))
+	if len(peers) > 20 {
+		peers = peers[:20]
+	}
+	c.mu.Lock()
+	c.closest[key] = closestEntry{peers: peers, at: time.Now()}
+	c.mu.Unlock()
+	return peers
+}
+
+// refresher runs the background lookups closestPeers queues, until ctx is
+// done.
+func (c *coordinator) refresher(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case key := <-c.refreshQ:
+			c.closestPeers(ctx, key, true)
+			c.mu.Lock()
+			delete(c.refreshing, key)
+			c.mu.Unlock()
+		}
+	}
+}
+
+// forget drops p from every cached closest list (it did not answer).
+func (c *coordinator) forget(p peer.ID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.closest {
+		if i := slices.Index(e.peers, p); i >= 0 {
+			e.peers = slices.Delete(slices.Clone(e.peers), i, i+1)
+			c.closest[k] = e
+		}
+	}
+}
+
+func dedupe(ps []peer.ID) []peer.ID {
+	seen := map[peer.ID]bool{}
+	out := ps[:0]
+	for _, p := range ps {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func majority(n int) int { return n/2 + 1 }
+
+func (c *coordinator) addrInfo(p peer.ID) peer.AddrInfo {
+	return peer.AddrInfo{ID: p, Addrs: c.o.h.Peerstore().Addrs(p)}
+}
+
+// ensureOwner returns the shard when this node is (or becomes, by claiming)
+// its coordinator, and a notCoordinatorError naming the closest peer
+// otherwise.
+func (c *coordinator) ensureOwner(ctx context.Context, ref shardRef) (*shard, error) {
+	sh, err := c.shard(ref)
+	if err != nil {
+		return nil, err
+	}
+	peers := c.closestPeers(ctx, sh.key, false)
+	if peers[0] != c.self {
+		sh.mu.Lock()
+		sh.owned = false
+		sh.mu.Unlock()
+		return nil, &notCoordinatorError{closer: c.addrInfo(peers[0])}
+	}
+	sh.mu.Lock()
+	owned := sh.owned
+	sh.mu.Unlock()
+	if owned {
+		return sh, nil
+	}
+	if err := c.claim(ctx, sh, peers); err != nil {
+		return nil, err
+	}
+	return sh, nil
+}
+
+// replicaSet returns the first replication-factor peers of peers.
+func (c *coordinator) replicaSet(peers []peer.ID) []peer.ID {
+	return peers[:min(len(peers), c.cfg.replication)]
+}
+
+// claim takes sh over: see the coordinator's doc.
+func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) error {
+	sh.claimMu.Lock()
+	defer sh.claimMu.Unlock()
+	sh.mu.Lock()
+	if sh.owned {
+		sh.mu.Unlock()
+		return nil
+	}
+	epoch := max(sh.meta.GetEpoch(), sh.meta.GetPromised()) + 1
+	sh.meta.Promised = epoch
+	if err := c.st.saveMeta(sh.key, sh.meta); err != nil {
+		sh.mu.Unlock()
+		return err
+	}
+	prevOwner, _ := peer.IDFromBytes(sh.meta.GetOwner())
+	sh.mu.Unlock()
+
+	set := c.replicaSet(peers)
+	ask := slices.DeleteFunc(slices.Clone(set), func(p peer.ID) bool { return p == c.self })
+	if prevOwner != "" && prevOwner != c.self && !slices.Contains(ask, prevOwner) {
+		ask = append(ask, prevOwner) // the state's last writer, if still reachable
+	}
+	type res struct {
+		p     peer.ID
+		seq   uint64
+		stale uint64
+		err   error
+	}
+	results := make(chan res, len(ask))
+	var wg sync.WaitGroup
+	for _, p := range ask {
+		wg.Go(func() {
+			seq, stale, err := c.syncFrom(ctx, p, sh, epoch)
+			results <- res{p, seq, stale, err}
+		})
+	}
+	wg.Wait()
+	close(results)
+	ok := 1 // self
+	var maxSeq uint64
+	var higher uint64
+	for r := range results {
+		switch {
+		case r.err == nil:
+			if slices.Contains(set, r.p) {
+				ok++
+			}
+			maxSeq = max(maxSeq, r.seq)
+		case r.stale > 0:
+			higher = max(higher, r.stale)
+		default:
+			c.log.Debug("shard sync failed", "peer", r.p, "shard", sh.ref.String(), "error", r.err)
+		}
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if higher >= epoch {
+		sh.meta.Promised = max(sh.meta.GetPromised(), higher)
+		_ = c.st.saveMeta(sh.key, sh.meta)
+		return fmt.Errorf("claiming %s: %w", sh.ref, &staleEpochError{got: epoch, current: higher})
+	}
+	if ok < majority(len(set)) {
+		return fmt.Errorf("claiming %s: %w: %d of %d replicas answered", sh.ref, ErrUnavailable, ok, len(set))
+	}
+	if sh.meta.GetPromised() > epoch {
+		return fmt.Errorf("claiming %s: %w", sh.ref, &staleEpochError{got: epoch, current: sh.meta.GetPromised()})
+	}
+	sh.meta.Epoch = epoch
+	sh.meta.Owner = []byte(c.self)
+	sh.meta.Seq = max(sh.meta.GetSeq(), maxSeq)
+	if err := c.st.saveMeta(sh.key, sh.meta); err != nil {
+		return err
+	}
+	sh.owned = true
+	sh.dirty = true // the merged state goes to the replicas on the next push
+	sh.replicas = nil
+	now := time.Now()
+	// Crawlers get a full liveness timeout from the takeover: heartbeats
+	// went to the previous coordinator.
+	_ = c.st.scan(sh.key, pb.Entry_DELEGATION, func(e *pb.Entry) bool {
+		if d, err := c.entryDelegation(e); err == nil {
+			sh.lastSeen[d.Node] = now
+		}
+		return true
+	})
+	c.log.Info("shard claimed", "shard", sh.ref.String(), "epoch", epoch, "replicas", len(set)-1)
+	return nil
+}
+
+// syncFrom asks p for sh's state under a promise for epoch and merges what
+// it sends. It returns the highest entry sequence number received, or the
+// peer's epoch when it refused because it promised a higher one.
+func (c *coordinator) syncFrom(ctx context.Context, p peer.ID, sh *shard, epoch uint64) (uint64, uint64, error) {
+	s, err := c.o.openStream(ctx, p, replicateSpec)
+	if err != nil {
+		return 0, 0, err
+	}
+	c.o.stats.requests.Add(1)
+	req := newMsg(pb.Message_SYNC)
+	req.Sync = &pb.Sync{Snapshot: c.sid[:], Shard: sh.ref.toPB(), Epoch: epoch}
+	w := pbio.NewDelimitedWriter(s)
+	r := pbio.NewDelimitedReader(s, replicateSpec.maxMsg)
+	if err := w.WriteMsg(req); err != nil {
+		s.Reset()
+		return 0, 0, err
+	}
+	_ = s.CloseWrite()
+	var maxSeq uint64
+	for chunk := 0; ; chunk++ {
+		if chunk > 1<<16 {
+			s.Reset()
+			return 0, 0, fmt.Errorf("%w: endless shard state", ErrTooLarge)
+		}
+		var m pb.Message
+		if err := readMsg(r, &m); err != nil {
+			s.Reset()
+			return 0, 0, c.o.streamErr(p, replicateSpec, err)
+		}
+		if m.GetType() == pb.Message_ERROR {
+			_ = s.Close()
+			if m.GetError().GetCode() == pb.Error_STALE_EPOCH {
+				return 0, m.GetError().GetEpoch(), codeToError(m.GetError())
+			}
+			return 0, 0, codeToError(m.GetError())
+		}
+		if m.GetType() != pb.Message_SYNC_STATE {
+			s.Reset()
+			return 0, 0, fmt.Errorf("%w: %v", ErrUnexpectedType, m.GetType())
+		}
+		st := m.GetSyncState()
+		entries, err := c.checkEntries(st.GetEntries())
+		if err != nil {
+			s.Reset()
+			return 0, 0, err
+		}
+		for _, e := range entries {
+			maxSeq = max(maxSeq, e.GetSeq())
+		}
+		sh.mu.Lock()
+		if _, err := c.st.putEntries(sh.key, entries); err != nil {
+			sh.mu.Unlock()
+			s.Reset()
+			return 0, 0, err
+		}
+		sh.meta.Seq = max(sh.meta.GetSeq(), maxSeq)
+		sh.mu.Unlock()
+		if !st.GetMore() {
+			_ = s.Close()
+			return max(maxSeq, 0), 0, nil
+		}
+	}
+}
+
+// checkEntries verifies entries received from a peer: sizes, kinds, and for
+// record entries the signature and that the key is the record's subnet.
+func (c *coordinator) checkEntries(in []*pb.Entry) ([]*pb.Entry, error) {
+	if len(in) > maxEntriesPerMsg {
+		return nil, fmt.Errorf("%w: %d entries", ErrTooLarge, len(in))
+	}
+	for _, e := range in {
+		if len(e.GetKey()) == 0 || len(e.GetKey()) > maxEntryKey || len(e.GetValue()) > maxEntryValue {
+			return nil, fmt.Errorf("%w: entry key or value size", ErrMalformed)
+		}
+		switch e.GetKind() {
+		case pb.Entry_DELEGATION, pb.Entry_ORG:
+			if _, err := c.entryDelegation(e); err != nil {
+				return nil, err
+			}
+		case pb.Entry_PROBE:
+			var pe pb.ProbeEntry
+			if err := proto.Unmarshal(e.GetValue(), &pe); err != nil {
+				return nil, fmt.Errorf("%w: probe entry: %v", ErrMalformed, err)
+			}
+		case pb.Entry_LOAD:
+			var le pb.LoadEntry
+			if err := proto.Unmarshal(e.GetValue(), &le); err != nil {
+				return nil, fmt.Errorf("%w: load entry: %v", ErrMalformed, err)
+			}
+		default:
+			return nil, fmt.Errorf("%w: entry kind %d", ErrMalformed, e.GetKind())
+		}
+	}
+	return in, nil
+}
+
+// entryDelegation opens a DELEGATION or ORG entry's record.
+func (c *coordinator) entryDelegation(e *pb.Entry) (Delegation, error) {
+	var sr pb.SignedRecord
+	if err := proto.Unmarshal(e.GetValue(), &sr); err != nil {
+		return Delegation{}, fmt.Errorf("%w: %v", ErrBadRecord, err)
+	}
+	r, err := openRecord(c.sid, &sr)
+	if err != nil {
+		return Delegation{}, err
+	}
+	if r.GetKind() != pb.Record_DELEGATION {
+		return Delegation{}, fmt.Errorf("%w: not a delegation", ErrBadRecord)
+	}
+	d := delegationFrom(r)
+	if string(rangeKey(d.Subnet)) != string(e.GetKey()) {
+		return Delegation{}, fmt.Errorf("%w: entry key is not the record's subnet", ErrBadRecord)
+	}
+	return d, nil
+}
+
+// write stores entries as the owner of sh, stamping them with the shard's
+// epoch and next sequence numbers (mk builds each entry's value once its
+// version is known), and replicates them to a majority of the replica set.
+func (c *coordinator) write(ctx context.Context, sh *shard, n int, mk func(i int, epoch, seq uint64) (*pb.Entry, error)) ([]*pb.Entry, error) {
+	sh.mu.Lock()
+	if !sh.owned {
+		sh.mu.Unlock()
+		return nil, fmt.Errorf("%w: shard %s was taken over", ErrNotCoordinator, sh.ref)
+	}
+	epoch := sh.meta.GetEpoch()
+	entries := make([]*pb.Entry, 0, n)
+	for i := range n {
+		sh.meta.Seq++
+		e, err := mk(i, epoch, sh.meta.Seq)
+		if err != nil {
+			sh.mu.Unlock()
+			return nil, err
+		}
+		e.Epoch, e.Seq = epoch, sh.meta.Seq
+		entries = append(entries, e)
+	}
+	if _, err := c.st.putEntries(sh.key, entries); err != nil {
+		sh.mu.Unlock()
+		return nil, err
+	}
+	if err := c.st.saveMeta(sh.key, sh.meta); err != nil {
+		sh.mu.Unlock()
+		return nil, err
+	}
+	sh.mu.Unlock()
+	if err := c.replicate(ctx, sh, epoch, entries); err != nil {
+		return nil, err
+	}
+	return entries, nil
+}
+
+// replicate pushes entries under epoch to the replica set and waits for a
+// majority (self included).
+func (c *coordinator) replicate(ctx context.Context, sh *shard, epoch uint64, entries []*pb.Entry) error {
+	set := c.replicaSet(c.closestPeers(ctx, sh.key, false))
+	others := slices.DeleteFunc(slices.Clone(set), func(p peer.ID) bool { return p == c.self })
+	need := majority(len(set)) - 1
+	if len(others) == 0 {
+		return nil
+	}
+	errs := make(chan error, len(others))
+	for _, p := range others {
+		go func() { errs <- c.pushTo(ctx, p, sh, epoch, entries) }()
+	}
+	acks, stale := 0, false
+	var last error
+	for range others {
+		err := <-errs
+		switch {
+		case err == nil:
+			acks++
+		case errors.Is(err, ErrStaleEpoch):
+			stale = true
+			last = err
+		default:
+			last = err
+		}
+	}
+	if stale {
+		sh.mu.Lock()
+		if sh.meta.GetEpoch() == epoch {
+			sh.owned = false
+		}
+		sh.mu.Unlock()
+		c.log.Info("shard lost to a newer epoch", "shard", sh.ref.String(), "epoch", epoch)
+		return fmt.Errorf("%w: %w", ErrNotCoordinator, last)
+	}
+	if acks < need {
+		sh.mu.Lock()
+		sh.dirty = true
+		sh.mu.Unlock()
+		return fmt.Errorf("replicating %s: %w: %d of %d replicas stored the write: %w", sh.ref, ErrUnavailable, acks, len(others), last)
+	}
+	if acks < len(others) {
+		sh.mu.Lock()
+		sh.dirty = true
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+func (c *coordinator) pushTo(ctx context.Context, p peer.ID, sh *shard, epoch uint64, entries []*pb.Entry) error {
+	for {
+		// A chunk holds at most half the entry and byte limits of a frame.
+		n, size := 0, 0
+		for n < len(entries) && n < maxEntriesPerMsg/2 {
+			sz := proto.Size(entries[n]) + 8
+			if n > 0 && size+sz > replicateSpec.maxMsg/2 {
+				break
+			}
+			size += sz
+			n++
+		}
+		chunk := entries[:n]
+		entries = entries[n:]
+		req := newMsg(pb.Message_REPLICATE)
+		req.Replicate = &pb.Replicate{Snapshot: c.sid[:], Shard: sh.ref.toPB(), Epoch: epoch, Owner: []byte(c.self), Entries: chunk}
+		c.o.stats.requests.Add(1)
+		if _, err := c.o.request(ctx, p, replicateSpec, req, pb.Message_OK); err != nil {
+			return err
+		}
+		if len(entries) == 0 {
+			return nil
+		}
+	}
+}
+
+// pushAll sends sh's whole state to p.
+func (c *coordinator) pushAll(ctx context.Context, p peer.ID, sh *shard) error {
+	sh.mu.Lock()
+	epoch := sh.meta.GetEpoch()
+	sh.mu.Unlock()
+	var all []*pb.Entry
+	if err := c.st.scan(sh.key, pb.Entry_UNKNOWN, func(e *pb.Entry) bool { all = append(all, e); return true }); err != nil {
+		return err
+	}
+	return c.pushTo(ctx, p, sh, epoch, all)
+}
+
+// plausible reports whether p may write to the shard with key: it must be
+// among the first 2×replication peers this node knows closest to the key
+// (twice the set, to tolerate views that differ by a few peers). It keeps
+// arbitrary peers from overwriting or freezing shard state; a peer that
+// chose an id close to a key is Kademlia's Sybil problem, not solved here.
+func (c *coordinator) plausible(ctx context.Context, key [32]byte, p peer.ID) bool {
+	peers := c.closestPeers(ctx, key, false)
+	n := min(len(peers), 2*c.cfg.replication)
+	if slices.Contains(peers[:n], p) {
+		return true
+	}
+	// The cached view may predate p's arrival: look again once.
+	peers = c.closestPeers(ctx, key, true)
+	return slices.Contains(peers[:min(len(peers), 2*c.cfg.replication)], p)
+}
+
+// handleReplicate stores a coordinator's write if its epoch is current.
+func (c *coordinator) handleReplicate(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	rq := req.GetReplicate()
+	if err := c.checkSnapshot(rq.GetSnapshot()); err != nil {
+		return nil, err
+	}
+	if owner, err := peer.IDFromBytes(rq.GetOwner()); err != nil || owner != from {
+		return nil, fmt.Errorf("%w: owner is not the sender", ErrMalformed)
+	}
+	ref, err := c.shardRefFromPB(rq.GetShard())
+	if err != nil {
+		return nil, err
+	}
+	entries, err := c.checkEntries(rq.GetEntries())
+	if err != nil {
+		return nil, err
+	}
+	if !c.plausible(ctx, ref.key(c.sid), from) {
+		return nil, fmt.Errorf("%w: %s is not among the peers closest to the shard", ErrNotCoordinator, from)
+	}
+	sh, err := c.shard(ref)
+	if err != nil {
+		return nil, err
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	cur := max(sh.meta.GetEpoch(), sh.meta.GetPromised())
+	owner, _ := peer.IDFromBytes(sh.meta.GetOwner())
+	if rq.GetEpoch() < cur || (rq.GetEpoch() == sh.meta.GetEpoch() && owner != "" && owner != from) {
+		return nil, &staleEpochError{got: rq.GetEpoch(), current: cur}
+	}
+	if rq.GetEpoch() > sh.meta.GetEpoch() || owner != from {
+		sh.meta.Epoch = rq.GetEpoch()
+		sh.meta.Owner = []byte(from)
+		if from != c.self {
+			sh.owned = false
+		}
+	}
+	sh.meta.Promised = max(sh.meta.GetPromised(), rq.GetEpoch())
+	for _, e := range entries {
+		sh.meta.Seq = max(sh.meta.GetSeq(), e.GetSeq())
+	}
+	if _, err := c.st.putEntries(sh.key, entries); err != nil {
+		return nil, err
+	}
+	if err := c.st.saveMeta(sh.key, sh.meta); err != nil {
+		return nil, err
+	}
+	return newMsg(pb.Message_OK), nil
+}
+
+// handleSync promises to refuse writes older than the asker's epoch and
+// streams the shard's state.
+func (c *coordinator) handleSync(ctx context.Context, from peer.ID, req *pb.Message, w pbio.Writer) error {
+	rq := req.GetSync()
+	if err := c.checkSnapshot(rq.GetSnapshot()); err != nil {
+		return err
+	}
+	ref, err := c.shardRefFromPB(rq.GetShard())
+	if err != nil {
+		return err
+	}
+	if !c.plausible(ctx, ref.key(c.sid), from) {
+		return fmt.Errorf("%w: %s is not among the peers closest to the shard", ErrNotCoordinator, from)
+	}
+	sh, err := c.shard(ref)
+	if err != nil {
+		return err
+	}
+	sh.mu.Lock()
+	cur := max(sh.meta.GetEpoch(), sh.meta.GetPromised())
+	if rq.GetEpoch() <= cur {
+		sh.mu.Unlock()
+		return &staleEpochError{got: rq.GetEpoch(), current: cur}
+	}
+	sh.meta.Promised = rq.GetEpoch()
+	sh.owned = false
+	err = c.st.saveMeta(sh.key, sh.meta)
+	sh.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	var chunk []*pb.Entry
+	size := 0
+	flush := func(more bool) error {
+		m := newMsg(pb.Message_SYNC_STATE)
+		m.SyncState = &pb.SyncState{Epoch: cur, Owner: sh.meta.GetOwner(), Entries: chunk, More: more}
+		chunk, size = nil, 0
+		return w.WriteMsg(m)
+	}
+	var werr error
+	err = c.st.scan(sh.key, pb.Entry_UNKNOWN, func(e *pb.Entry) bool {
+		chunk = append(chunk, e)
+		size += proto.Size(e) + 8
+		if len(chunk) >= maxEntriesPerMsg/2 || size > replicateSpec.maxMsg/2 {
+			if werr = flush(true); werr != nil {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if werr != nil {
+		return werr
+	}
+	return flush(false)
+}
+
+func (c *coordinator) checkSnapshot(b []byte) error {
+	if string(b) != string(c.sid[:]) {
+		return fmt.Errorf("%w: this node runs snapshot %s", ErrWrongSnapshot, c.sid.Short())
+	}
+	return nil
+}
+
+// lookup returns the delegation entry of subnet r in sh, if any.
+func (c *coordinator) lookup(sh *shard, r subnet.Range) (*pb.SignedRecord, Delegation, bool, error) {
+	e, err := c.st.getEntry(sh.key, pb.Entry_DELEGATION, rangeKey(r))
+	if err != nil || e == nil {
+		return nil, Delegation{}, false, err
+	}
+	var sr pb.SignedRecord
+	if err := proto.Unmarshal(e.GetValue(), &sr); err != nil {
+		return nil, Delegation{}, false, err
+	}
+	d, err := c.entryDelegation(e)
+	if err != nil {
+		return nil, Delegation{}, false, err
+	}
+	return &sr, d, true, nil
+}
+
+// decide returns sh's delegation of subnet id, running the delegation
+// procedure when there is none (or it is orphaned, or redo is set). Decisions
+// for one subnet are made once: concurrent callers wait for the first.
+func (c *coordinator) decide(sh *shard, req DelegateRequest, redo bool) (*pb.SignedRecord, error) {
+	r := c.tree.Range(req.Subnet)
+	sr, d, ok, err := c.lookup(sh, r)
+	if err != nil {
+		return nil, err
+	}
+	if ok && !d.Orphaned && !redo {
+		return sr, nil
+	}
+	fk := string(rangeKey(r))
+	sh.mu.Lock()
+	if f, ok := sh.flights[fk]; ok {
+		sh.mu.Unlock()
+		<-f.done
+		return f.rec, f.err
+	}
+	f := &flight{done: make(chan struct{})}
+	sh.flights[fk] = f
+	sh.mu.Unlock()
+	defer func() {
+		sh.mu.Lock()
+		delete(sh.flights, fk)
+		sh.mu.Unlock()
+		close(f.done)
+	}()
+	// Re-check under the flight: a decision may have landed meanwhile.
+	if sr, d, ok, err := c.lookup(sh, r); err == nil && ok && !d.Orphaned && !redo {
+		f.rec = sr
+		return sr, nil
+	}
+	if ok && (d.Orphaned || redo) && req.Addr == (netip.Addr{}) {
+		req.Addr, req.URL = d.Addr, d.URL
+	}
+	// The procedure runs on the overlay's lifetime, not the first
+	// requester's: the others wait on the same decision.
+	ctx, cancel := context.WithTimeout(c.o.ctx, coordDeadline)
+	defer cancel()
+	node, err := c.cfg.delegator.Delegate(ctx, req, &env{c: c, sh: sh})
+	if err != nil {
+		f.err = fmt.Errorf("delegation procedure: %w", err)
+		return nil, f.err
+	}
+	if node == "" || slices.Contains(req.Exclude, node) {
+		f.err = fmt.Errorf("delegation procedure: %w", ErrNoCandidate)
+		return nil, f.err
+	}
+	var rec *pb.SignedRecord
+	_, err = c.write(ctx, sh, 1, func(_ int, epoch, seq uint64) (*pb.Entry, error) {
+		rec, err = signRecord(c.sk, &pb.Record{
+			Kind: pb.Record_DELEGATION, Snapshot: c.sid[:], Subnet: rangeToPB(r),
+			Org: c.tree.Org(req.Subnet), Node: []byte(node), Epoch: epoch, Seq: seq,
+			DecidedMs: time.Now().UnixMilli(), Url: req.URL, Addr: addrBytes(req.Addr),
+		})
+		if err != nil {
+			return nil, err
+		}
+		v, err := proto.Marshal(rec)
+		return &pb.Entry{Kind: pb.Entry_DELEGATION, Key: rangeKey(r), Value: v}, err
+	})
+	if err != nil {
+		f.err = err
+		return nil, err
+	}
+	sh.mu.Lock()
+	sh.lastSeen[node] = time.Now()
+	sh.mu.Unlock()
+	f.rec = rec
+	c.afterDecision(node, rec)
+	return rec, nil
+}
+
+// orphan marks d's subnet orphaned and hands it back to the delegation
+// procedure with the silent node excluded.
+func (c *coordinator) orphan(ctx context.Context, sh *shard, d Delegation) error {
+	id, ok := c.tree.Find(d.Subnet)
+	if !ok {
+		return nil
+	}
+	_, err := c.write(ctx, sh, 1, func(_ int, epoch, seq uint64) (*pb.Entry, error) {
+		rec, err := signRecord(c.sk, &pb.Record{
+			Kind: pb.Record_DELEGATION, Snapshot: c.sid[:], Subnet: rangeToPB(d.Subnet),
+			Org: d.Org, Node: []byte(d.Node), Epoch: epoch, Seq: seq,
+			DecidedMs: time.Now().UnixMilli(), Url: d.URL, Addr: addrBytes(d.Addr), Orphaned: true,
+		})
+		if err != nil {
+			return nil, err
+		}
+		v, err := proto.Marshal(rec)
+		return &pb.Entry{Kind: pb.Entry_DELEGATION, Key: rangeKey(d.Subnet), Value: v}, err
+	})
+	if err != nil {
+		return err
+	}
+	c.log.Info("subnet orphaned", "subnet", d.Subnet.String(), "peer", d.Node)
+	_, err = c.decide(sh, DelegateRequest{Subnet: id, Addr: d.Addr, URL: d.URL, From: c.self, Exclude: []peer.ID{d.Node}, Reason: "orphaned"}, false)
+	return err
+}
+
+func addrBytes(a netip.Addr) []byte {
+	if !a.IsValid() {
+		return nil
+	}
+	return a.AsSlice()
+}
+
+// afterDecision queues the notices a new delegation causes: the delegated
+// node is told, the organisation shard indexes it, and the record is
+// published in the DHT. Queues are bounded; a full queue drops the notice
+// (the heartbeat reconciles assignments, and the org index is refreshed by
+// the next decision in the organisation).
+func (c *coordinator) afterDecision(node peer.ID, rec *pb.SignedRecord) {
+	if node == c.self {
+		c.o.noteAssigned(rec)
+	} else {
+		select {
+		case c.assignQ <- assignJob{node, rec}:
+		default:
+			c.log.Warn("assign queue full; notice dropped", "peer", node)
+		}
+	}
+	select {
+	case c.orgQ <- rec:
+	default:
+		c.log.Warn("organisation index queue full; update dropped")
+	}
+	if c.cfg.publish {
+		select {
+		case c.pubQ <- rec:
+		default:
+			c.log.Debug("record publish queue full; record not published")
+		}
+	}
+}
+
+// notifier sends queued notices until ctx is done.
+func (c *coordinator) notifier(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-c.assignQ:
+			m := newMsg(pb.Message_ASSIGN)
+			m.Assign = &pb.Assign{Record: j.rec}
+			retry(ctx, 3, time.Second, func() error {
+				c.o.stats.requests.Add(1)
+				_, err := c.o.request(ctx, j.to, coordSpec, m, pb.Message_OK)
+				return err
+			})
+		case rec := <-c.orgQ:
+			r, err := openRecord(c.sid, rec)
+			if err != nil || r.GetOrg() == "" {
+				continue
+			}
+			m := newMsg(pb.Message_ORG_UPDATE)
+			m.OrgUpdate = &pb.OrgUpdate{Snapshot: c.sid[:], Org: r.GetOrg(), Record: rec}
+			retry(ctx, 3, time.Second, func() error {
+				_, err := c.o.askCoordinator(ctx, orgShard(r.GetOrg()), m, pb.Message_OK)
+				return err
+			})
+		case rec := <-c.pubQ:
+			r, err := openRecord(c.sid, rec)
+			if err != nil {
+				continue
+			}
+			rg, _ := rangeFromPB(r.GetSubnet())
+			v, err := proto.Marshal(rec)
+			if err != nil {
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if err := c.o.dht.PutValue(pctx, DelegationKey(c.sid, rg), v); err != nil {
+				c.log.Debug("publishing delegation record failed", "error", err)
+			}
+			cancel()
+		}
+	}
+}
+
+func retry(ctx context.Context, n int, wait time.Duration, f func() error) {
+	for i := range n {
+		if f() == nil {
+			return
+		}
+		if i == n-1 {
+			return
+		}
+		t := time.NewTimer(wait + time.Duration(rand.Int64N(int64(wait))))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+// maintain runs one round of shard upkeep: ownership checks, takeovers,
+// replica pushes and liveness.
+func (c *coordinator) maintain(ctx context.Context) {
+	for _, sh := range c.heldShards() {
+		if ctx.Err() != nil {
+			return
+		}
+		peers := c.closestPeers(ctx, sh.key, true)
+		closest := peers[0] == c.self
+		sh.mu.Lock()
+		owned, dirty, prev := sh.owned, sh.dirty, sh.replicas
+		hasState := sh.meta.GetEpoch() > 0
+		sh.mu.Unlock()
+		switch {
+		case owned && !closest:
+			sh.mu.Lock()
+			sh.owned = false
+			sh.mu.Unlock()
+			c.log.Info("shard handed over to a closer peer", "shard", sh.ref.String(), "peer", peers[0])
+			// The closer peer syncs from the replica set, which includes
+			// this node; pushing now lets it serve at once.
+			if err := c.pushAll(ctx, peers[0], sh); err != nil {
+				c.log.Debug("handover push failed", "peer", peers[0], "error", err)
+			}
+			continue
+		case !owned && closest && hasState:
+			if err := c.claim(ctx, sh, peers); err != nil {
+				c.log.Debug("takeover failed", "shard", sh.ref.String(), "error", err)
+				continue
+			}
+			dirty = true
+		case !owned:
+			continue
+		}
+		set := c.replicaSet(peers)
+		for _, p := range set {
+			if p == c.self || (!dirty && slices.Contains(prev, p)) {
+				continue
+			}
+			if err := c.pushAll(ctx, p, sh); err != nil {
+				if errors.Is(err, ErrStaleEpoch) {
+					sh.mu.Lock()
+					sh.owned = false
+					sh.mu.Unlock()
+					break
+				}
+				c.log.Debug("replica push failed", "peer", p, "error", err)
+				set = slices.DeleteFunc(set, func(q peer.ID) bool { return q == p })
+			}
+		}
+		sh.mu.Lock()
+		sh.replicas = set
+		sh.dirty = false
+		sh.mu.Unlock()
+		if sh.ref.kind == pb.ShardRef_RANGE {
+			c.checkLiveness(ctx, sh)
+		}
+	}
+}
+
+// checkLiveness orphans subnets whose node has been silent past the
+// liveness timeout and re-delegates them, at most 64 per round.
+func (c *coordinator) checkLiveness(ctx context.Context, sh *shard) {
+	now := time.Now()
+	var dead []Delegation
+	_ = c.st.scan(sh.key, pb.Entry_DELEGATION, func(e *pb.Entry) bool {
+		d, err := c.entryDelegation(e)
+		if err != nil || d.Orphaned || d.Node == c.self {
+			return true
+		}
+		sh.mu.Lock()
+		seen, ok := sh.lastSeen[d.Node]
+		sh.mu.Unlock()
+		if !ok || seen.Before(d.Decided) {
+			seen = d.Decided
+		}
+		if now.Sub(seen) > c.cfg.liveness {
+			dead = append(dead, d)
+		}
+		return len(dead) < 64
+	})
+	for _, d := range dead {
+		if err := c.orphan(ctx, sh, d); err != nil {
+			c.log.Debug("re-delegating an orphaned subnet failed", "subnet", d.Subnet.String(), "error", err)
+		}
+	}
+}
+
+// ownerEntries lists the subnets of sh delegated to p.
+func (c *coordinator) ownerEntries(sh *shard, p peer.ID) ([]*pb.Range, bool) {
+	var out []*pb.Range
+	truncated := false
+	_ = c.st.scan(sh.key, pb.Entry_DELEGATION, func(e *pb.Entry) bool {
+		d, err := c.entryDelegation(e)
+		if err != nil || d.Node != p || d.Orphaned {
+			return true
+		}
+		if len(out) >= maxHeartbeatList {
+			truncated = true
+			return false
+		}
+		out = append(out, rangeToPB(d.Subnet))
+		return true
+	})
+	return out, truncated
+}
+
+// hintAddrs decodes the addresses of a redirect hint, at most 8.
+func hintAddrs(h *pb.PeerHint) []ma.Multiaddr {
+	var out []ma.Multiaddr
+	for _, b := range h.GetAddrs() {
+		if len(out) >= 8 {
+			break
+		}
+		if a, err := ma.NewMultiaddrBytes(b); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}

@@ -1,0 +1,405 @@
+package overlay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-msgio/pbio"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/overlay/pb"
+	"github.com/micra-net/micra/subnet"
+)
+
+func protocolID(s string) protocol.ID { return protocol.ID(s) }
+
+func randFloat() float64 { return rand.Float64() }
+
+// forwardDedupTTL is how long a delivered forward batch id is remembered:
+// senders retry within minutes.
+const forwardDedupTTL = 24 * time.Hour
+
+func (o *Overlay) localProbe(ctx context.Context, url string) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeDeadline-time.Second)
+	defer cancel()
+	rtt, err := o.cfg.prober.Probe(ctx, url)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrProbeFailed, err)
+	}
+	if rtt < 0 {
+		return 0, fmt.Errorf("%w: negative RTT", ErrProbeFailed)
+	}
+	return rtt, nil
+}
+
+func (o *Overlay) handleProbe(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	if o.cfg.prober == nil {
+		return nil, fmt.Errorf("%w: this node does not probe", ErrUnavailable)
+	}
+	url := req.GetProbe().GetUrl()
+	if url == "" || len(url) > maxURLLen {
+		return nil, fmt.Errorf("%w: URL of %d bytes", ErrMalformed, len(url))
+	}
+	rtt, err := o.localProbe(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	m := newMsg(pb.Message_PROBE_RESULT)
+	m.ProbeResult = &pb.ProbeResult{RttMicros: rtt.Microseconds()}
+	return m, nil
+}
+
+// addrFromWire decodes a 4- or 16-byte address.
+func addrFromWire(b []byte) (netip.Addr, error) {
+	if len(b) != 4 && len(b) != 16 {
+		return netip.Addr{}, fmt.Errorf("%w: address of %d bytes", ErrMalformed, len(b))
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a.Unmap(), nil
+}
+
+func (o *Overlay) delegationMsg(sr *pb.SignedRecord) *pb.Message {
+	m := newMsg(pb.Message_DELEGATION)
+	m.Delegation = &pb.Delegation{Record: sr}
+	return m
+}
+
+func (o *Overlay) noteSeen(sh *shard, from peer.ID) {
+	sh.mu.Lock()
+	sh.lastSeen[from] = time.Now()
+	sh.mu.Unlock()
+}
+
+func (o *Overlay) handleResolve(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	rq := req.GetResolve()
+	if err := o.coord.checkSnapshot(rq.GetSnapshot()); err != nil {
+		return nil, err
+	}
+	var id subnet.ID
+	if rq.GetSubnet() != nil {
+		r, err := rangeFromPB(rq.GetSubnet())
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
+		var ok bool
+		if id, ok = o.tree.Find(r); !ok {
+			return nil, fmt.Errorf("%w: range %s", ErrNotFound, r)
+		}
+	} else {
+		a, err := addrFromWire(rq.GetAddr())
+		if err != nil {
+			return nil, err
+		}
+		id = o.tree.SmallestNonUnary(a)
+	}
+	sh, err := o.coord.ensureOwner(ctx, o.coord.rangeShard(id))
+	if err != nil {
+		return nil, err
+	}
+	sr, d, ok, err := o.coord.lookup(sh, o.tree.Range(id))
+	if err != nil {
+		return nil, err
+	}
+	if !ok || d.Orphaned {
+		return o.delegationMsg(nil), nil
+	}
+	return o.delegationMsg(sr), nil
+}
+
+func (o *Overlay) handleDelegate(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	rq := req.GetDelegate()
+	if err := o.coord.checkSnapshot(rq.GetSnapshot()); err != nil {
+		return nil, err
+	}
+	a, err := addrFromWire(rq.GetAddr())
+	if err != nil {
+		return nil, err
+	}
+	if len(rq.GetUrl()) > maxURLLen {
+		return nil, fmt.Errorf("%w: URL of %d bytes", ErrTooLarge, len(rq.GetUrl()))
+	}
+	id := o.tree.SmallestNonUnary(a)
+	sh, err := o.coord.ensureOwner(ctx, o.coord.rangeShard(id))
+	if err != nil {
+		return nil, err
+	}
+	o.noteSeen(sh, from)
+	sr, err := o.coord.decide(sh, DelegateRequest{Subnet: id, Addr: a, URL: rq.GetUrl(), From: from}, false)
+	if err != nil {
+		return nil, err
+	}
+	return o.delegationMsg(sr), nil
+}
+
+func (o *Overlay) handleRedelegate(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	rq := req.GetRedelegate()
+	if err := o.coord.checkSnapshot(rq.GetSnapshot()); err != nil {
+		return nil, err
+	}
+	r, err := rangeFromPB(rq.GetSubnet())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	id, ok := o.tree.Find(r)
+	if !ok {
+		return nil, fmt.Errorf("%w: range %s", ErrNotFound, r)
+	}
+	sh, err := o.coord.ensureOwner(ctx, o.coord.rangeShard(id))
+	if err != nil {
+		return nil, err
+	}
+	_, d, ok, err := o.coord.lookup(sh, r)
+	if err != nil {
+		return nil, err
+	}
+	if !ok || d.Node != from {
+		return nil, fmt.Errorf("%w: %s is not delegated to the asker", ErrNotFound, r)
+	}
+	o.noteSeen(sh, from)
+	reason := rq.GetReason()
+	if len(reason) > 256 {
+		reason = reason[:256]
+	}
+	if reason == "" {
+		reason = "redelegate"
+	}
+	sr, err := o.coord.decide(sh, DelegateRequest{Subnet: id, From: from, Reason: reason}, true)
+	if err != nil {
+		return nil, err
+	}
+	return o.delegationMsg(sr), nil
+}
+
+func (o *Overlay) handleHeartbeat(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	rq := req.GetHeartbeat()
+	if err := o.coord.checkSnapshot(rq.GetSnapshot()); err != nil {
+		return nil, err
+	}
+	ref, err := o.coord.shardRefFromPB(rq.GetShard())
+	if err != nil {
+		return nil, err
+	}
+	if ref.kind != pb.ShardRef_RANGE {
+		return nil, fmt.Errorf("%w: heartbeats go to range shards", ErrMalformed)
+	}
+	sh, err := o.coord.ensureOwner(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	o.noteSeen(sh, from)
+	// Declared capacity and load are stored (and replicated) when they
+	// change or every ten heartbeats, not on every beat.
+	sh.mu.Lock()
+	last := sh.loadAt[from]
+	sh.mu.Unlock()
+	if time.Since(last) > 10*o.cfg.heartbeat {
+		le := &pb.LoadEntry{Peer: []byte(from), Capacity: rq.GetCapacity(), Load: rq.GetLoad(), AtMs: time.Now().UnixMilli()}
+		v, _ := proto.Marshal(le)
+		if _, err := o.coord.write(ctx, sh, 1, func(int, uint64, uint64) (*pb.Entry, error) {
+			return &pb.Entry{Kind: pb.Entry_LOAD, Key: []byte(from), Value: v}, nil
+		}); err == nil {
+			sh.mu.Lock()
+			sh.loadAt[from] = time.Now()
+			sh.mu.Unlock()
+		}
+	}
+	subnets, truncated := o.coord.ownerEntries(sh, from)
+	m := newMsg(pb.Message_HEARTBEAT_ACK)
+	m.HeartbeatAck = &pb.HeartbeatAck{Subnets: subnets, Truncated: truncated}
+	return m, nil
+}
+
+// handleAssign records a delegation to this node announced by the
+// coordinator that decided it. The record must be validly signed, name this
+// node, and come from its writer.
+func (o *Overlay) handleAssign(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	sr := req.GetAssign().GetRecord()
+	rec, err := openRecord(o.sid, sr)
+	if err != nil {
+		return nil, err
+	}
+	d := delegationFrom(rec)
+	if rec.GetKind() != pb.Record_DELEGATION || d.Node != o.h.ID() || d.Writer != from {
+		return nil, fmt.Errorf("%w: assignment not for this node or not from its writer", ErrBadRecord)
+	}
+	if _, ok := o.tree.Find(d.Subnet); !ok {
+		return nil, fmt.Errorf("%w: subnet %s", ErrNotFound, d.Subnet)
+	}
+	o.noteAssigned(sr)
+	return newMsg(pb.Message_OK), nil
+}
+
+func (o *Overlay) handleOrgUpdate(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	rq := req.GetOrgUpdate()
+	if err := o.coord.checkSnapshot(rq.GetSnapshot()); err != nil {
+		return nil, err
+	}
+	rec, err := openRecord(o.sid, rq.GetRecord())
+	if err != nil {
+		return nil, err
+	}
+	d := delegationFrom(rec)
+	id, ok := o.tree.Find(d.Subnet)
+	if rec.GetKind() != pb.Record_DELEGATION || !ok || o.tree.Org(id) != rq.GetOrg() || d.Org != rq.GetOrg() || rq.GetOrg() == "" {
+		return nil, fmt.Errorf("%w: record does not belong to organisation shard", ErrBadRecord)
+	}
+	// Only the subnet's coordinator (the record's writer, plausibly close
+	// to the subnet's shard) updates the index.
+	if d.Writer != from || !o.coord.plausible(ctx, o.coord.rangeShard(id).key(o.sid), from) {
+		return nil, fmt.Errorf("%w: organisation update not from the subnet's coordinator", ErrBadRecord)
+	}
+	sh, err := o.coord.ensureOwner(ctx, orgShard(rq.GetOrg()))
+	if err != nil {
+		return nil, err
+	}
+	old, err := o.coord.st.getEntry(sh.key, pb.Entry_ORG, rangeKey(d.Subnet))
+	if err != nil {
+		return nil, err
+	}
+	if old != nil {
+		if od, err := o.coord.entryDelegation(old); err == nil && (od.Epoch > d.Epoch || (od.Epoch == d.Epoch && od.Seq >= d.Seq)) {
+			return newMsg(pb.Message_OK), nil
+		}
+	}
+	v, err := proto.Marshal(rq.GetRecord())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := o.coord.write(ctx, sh, 1, func(int, uint64, uint64) (*pb.Entry, error) {
+		return &pb.Entry{Kind: pb.Entry_ORG, Key: rangeKey(d.Subnet), Value: v}, nil
+	}); err != nil {
+		return nil, err
+	}
+	return newMsg(pb.Message_OK), nil
+}
+
+func (o *Overlay) handleOrgQuery(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	rq := req.GetOrgQuery()
+	if err := o.coord.checkSnapshot(rq.GetSnapshot()); err != nil {
+		return nil, err
+	}
+	ref, err := o.coord.shardRefFromPB(&pb.ShardRef{Kind: pb.ShardRef_ORG, Org: rq.GetOrg()})
+	if err != nil {
+		return nil, err
+	}
+	sh, err := o.coord.ensureOwner(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	m := newMsg(pb.Message_ORG_ENTRIES)
+	m.OrgEntries = &pb.OrgEntries{}
+	err = o.coord.st.scan(sh.key, pb.Entry_ORG, func(e *pb.Entry) bool {
+		if len(m.OrgEntries.Records) >= maxOrgEntries {
+			m.OrgEntries.Truncated = true
+			return false
+		}
+		var sr pb.SignedRecord
+		if proto.Unmarshal(e.GetValue(), &sr) == nil {
+			m.OrgEntries.Records = append(m.OrgEntries.Records, &sr)
+		}
+		return true
+	})
+	return m, err
+}
+
+func (o *Overlay) handleForward(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	if o.cfg.forward == nil {
+		return nil, fmt.Errorf("%w: this node takes no forwarded URLs", ErrUnavailable)
+	}
+	rq := req.GetForward()
+	if n := len(rq.GetBatchId()); n < 16 || n > 32 {
+		return nil, fmt.Errorf("%w: batch id of %d bytes", ErrMalformed, n)
+	}
+	if n := len(rq.GetUrls()); n == 0 || n > maxForwardURLs {
+		return nil, fmt.Errorf("%w: %d URLs", ErrTooLarge, n)
+	}
+	for _, u := range rq.GetUrls() {
+		if u == "" || len(u) > maxURLLen {
+			return nil, fmt.Errorf("%w: URL of %d bytes", ErrMalformed, len(u))
+		}
+	}
+	key := forwardKey(from, rq.GetBatchId())
+	dup := false
+	err := o.db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(key)
+		if err == nil {
+			dup = true
+			return nil
+		}
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	m := newMsg(pb.Message_FORWARD_ACK)
+	if dup {
+		m.ForwardAck = &pb.ForwardAck{Duplicate: true}
+		return m, nil
+	}
+	if err := o.cfg.forward.HandleForward(ctx, from, rq.GetUrls()); err != nil {
+		return nil, err
+	}
+	if err := o.db.Update(func(txn *badger.Txn) error {
+		return txn.SetEntry(badger.NewEntry(key, nil).WithTTL(forwardDedupTTL))
+	}); err != nil {
+		return nil, err
+	}
+	m.ForwardAck = &pb.ForwardAck{Accepted: uint32(len(rq.GetUrls()))}
+	return m, nil
+}
+
+func (o *Overlay) handleAck(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	if o.cfg.ack == nil {
+		return nil, fmt.Errorf("%w: this node takes no acknowledgements", ErrUnavailable)
+	}
+	bs := req.GetAck().GetBatches()
+	if len(bs) == 0 || len(bs) > maxAckBatches {
+		return nil, fmt.Errorf("%w: %d batches", ErrTooLarge, len(bs))
+	}
+	refs := make([]BatchRef, 0, len(bs))
+	for _, b := range bs {
+		node, err := peer.IDFromBytes(b.GetNode())
+		if err != nil || len(b.GetDigest()) != 32 {
+			return nil, fmt.Errorf("%w: batch reference", ErrMalformed)
+		}
+		ref := BatchRef{Node: node, Seq: b.GetSeq()}
+		copy(ref.Digest[:], b.GetDigest())
+		refs = append(refs, ref)
+	}
+	if err := o.cfg.ack.HandleAck(ctx, from, refs); err != nil {
+		return nil, err
+	}
+	return newMsg(pb.Message_OK), nil
+}
+
+// serveReplicate handles REPLICATE (one answer) and SYNC (a stream of
+// SYNC_STATE frames).
+func (o *Overlay) serveReplicate() network.StreamHandler {
+	return o.serve(replicateSpec, map[pb.Message_Type]handler{
+		pb.Message_REPLICATE: o.coord.handleReplicate,
+		pb.Message_SYNC: func(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+			w, ok := ctx.Value(writerKey{}).(pbio.Writer)
+			if !ok {
+				return nil, errors.New("no stream writer")
+			}
+			if err := o.coord.handleSync(ctx, from, req, w); err != nil {
+				return nil, err
+			}
+			return nil, nil
+		},
+	})
+}
+
+// writerKey carries the stream's frame writer to streaming handlers.
+type writerKey struct{}

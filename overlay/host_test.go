@@ -1,0 +1,123 @@
+package overlay
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+func TestLoadIdentity(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sub", "identity.key")
+	k1, err := LoadIdentity(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("key file mode %v, %v; want 0600", st.Mode().Perm(), err)
+	}
+	k2, err := LoadIdentity(path)
+	if err != nil || !k1.Equals(k2) {
+		t.Fatalf("reloaded a different key: %v", err)
+	}
+	id1, _ := peer.IDFromPrivateKey(k1)
+	id2, _ := peer.IDFromPrivateKey(k2)
+	if id1 != id2 {
+		t.Fatal("peer id changed across loads")
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadIdentity(path); err == nil {
+		t.Fatal("a world-readable key was accepted")
+	}
+	bad := filepath.Join(dir, "bad.key")
+	if err := os.WriteFile(bad, []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadIdentity(bad); err == nil {
+		t.Fatal("garbage accepted as a key")
+	}
+}
+
+func TestHostOptionsValidated(t *testing.T) {
+	sk, _ := newKey(t)
+	for name, o := range map[string]HostOption{
+		"conn limits": ConnLimits(10, 5),
+		"bind":        BindAddress(nodeAddr(0), 70000),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if h, err := NewHost(sk, o); err == nil {
+				h.Close()
+				t.Fatal("invalid option accepted")
+			}
+		})
+	}
+	if _, err := NewHost(nil); err == nil {
+		t.Fatal("nil key accepted")
+	}
+}
+
+func TestOptionsValidated(t *testing.T) {
+	h := newNode(t, 0).h
+	for name, o := range map[string]Option{
+		"no delegator": WithDelegator(nil),
+		"replication":  Replication(0),
+		"liveness":     Liveness(time.Second, time.Second),
+		"maintenance":  Maintenance(0, time.Second),
+		"cache":        Cache(0, time.Second),
+		"diversity":    DiversityLimits(3, 2),
+		"anchor":       AnchorDepth(0),
+		"announce":     Announce(time.Millisecond, false),
+		"logger":       Logger(nil),
+		"load":         WithLoad(nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if o, err := New(h, mustTree(t), memDB(t), WithDelegator(&requesterDelegator{}), o); err == nil {
+				o.Close()
+				t.Fatal("invalid option accepted")
+			}
+		})
+	}
+}
+
+// TestDiversityFilter: with kad-dht's default limits, peers of one /16 fill
+// at most three routing-table slots.
+func TestDiversityFilter(t *testing.T) {
+	hub := newNode(t, 0, DiversityLimits(2, 3))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for i := 1; i <= 6; i++ {
+		n := newNode(t, 4*i) // 127.0.x.1: one /16 group
+		if err := n.h.Connect(ctx, peer.AddrInfo{ID: hub.h.ID(), Addrs: hub.h.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Give the routing table time to consider every peer.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && hub.o.dht.RoutingTable().Size() < 3 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := hub.o.dht.RoutingTable().Size(); n == 0 || n > 3 {
+		t.Fatalf("routing table holds %d peers of one /16, want 1 to 3", n)
+	}
+}
+
+func TestCloseIdempotent(t *testing.T) {
+	n := newNode(t, 0)
+	if err := n.o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.o.Resolve(t.Context(), nodeAddr(1)); err == nil {
+		t.Fatal("Resolve after Close succeeded")
+	}
+}

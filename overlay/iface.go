@@ -1,0 +1,102 @@
+package overlay
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/subnet"
+)
+
+// Prober times an HTTP HEAD to a URL from this node's own address (the
+// crawler implements it). Probe returns the round-trip time, or an error
+// when the probe failed, which the delegation procedure counts as an
+// infinite RTT. It must be safe for concurrent use and honour ctx.
+type Prober interface {
+	Probe(ctx context.Context, url string) (time.Duration, error)
+}
+
+// DelegateRequest is one run of the delegation procedure.
+type DelegateRequest struct {
+	Subnet  subnet.ID  // the smallest non-unary range containing Addr
+	Addr    netip.Addr // the address of the web server that prompted the delegation
+	URL     string     // a URL on that server, for probing; may be empty
+	From    peer.ID    // the node that asked (the coordinator itself for re-delegations)
+	Exclude []peer.ID  // nodes that must not be chosen (an orphaned subnet's silent node)
+	Reason  string     // "" for a new subnet; "orphaned", or the requester's reason for a re-delegation
+}
+
+// Delegator runs the delegation procedure (the IPMicra search, issue 5) for
+// one subnet on the coordinator of its shard and returns the chosen node.
+// The coordinator guarantees that calls for one subnet never overlap, stores
+// and replicates the decision, and tells the chosen node. Delegate must be
+// safe for concurrent use (different subnets) and honour ctx.
+type Delegator interface {
+	Delegate(ctx context.Context, req DelegateRequest, env DelegationEnv) (peer.ID, error)
+}
+
+// DelegationEnv is what the coordinator lends the delegation procedure.
+// Methods are safe for concurrent use.
+type DelegationEnv interface {
+	// Tree returns the subnet hierarchy the overlay runs on.
+	Tree() *subnet.Tree
+	// Lookup returns the delegation of exactly the range id, asking the
+	// coordinator of its shard when that is another peer.
+	Lookup(ctx context.Context, id subnet.ID) (Delegation, bool, error)
+	// OrgDelegations returns the delegated ranges of an organisation, from
+	// its organisation shard (at most 512).
+	OrgDelegations(ctx context.Context, org string) ([]Delegation, error)
+	// Probe asks p to probe url and stores the result with subnet s in the
+	// shard's replicated state. A failed probe returns an error wrapping
+	// ErrProbeFailed and is stored as failed.
+	Probe(ctx context.Context, p peer.ID, url string, s subnet.ID) (time.Duration, error)
+	// Probes returns the stored probe results for subnet s.
+	Probes(s subnet.ID) []ProbeResult
+	// Peers returns the live peers the coordinator knows, with their
+	// declared capacity and load where known.
+	Peers() []PeerInfo
+}
+
+// ProbeResult is a stored probe: Peer timed RTT to a server in Subnet.
+type ProbeResult struct {
+	Subnet subnet.Range
+	Peer   peer.ID
+	RTT    time.Duration // negative for a failed probe
+	At     time.Time
+}
+
+// PeerInfo is what a coordinator knows about a live peer.
+type PeerInfo struct {
+	ID       peer.ID
+	Capacity uint64 // pages per day; 0 when unknown
+	Load     uint64 // pages per day
+	Seen     time.Time
+}
+
+// ForwardHandler receives URL batches forwarded by other nodes because their
+// subnets are delegated to this node (the crawler implements it). It must
+// queue the URLs durably before returning nil: the batch is then
+// acknowledged and never delivered again. It must be safe for concurrent
+// use.
+type ForwardHandler interface {
+	HandleForward(ctx context.Context, from peer.ID, urls []string) error
+}
+
+// BatchRef names one result batch acknowledged by an indexer.
+type BatchRef struct {
+	Node   peer.ID // the batch's author
+	Seq    uint64
+	Digest [32]byte // SHA-256 of the signed batch
+}
+
+// AckHandler receives indexers' acknowledgements of result batches (the
+// results outbox implements it). It must be safe for concurrent use.
+type AckHandler interface {
+	HandleAck(ctx context.Context, from peer.ID, batches []BatchRef) error
+}
+
+// LoadFunc reports this node's declared capacity and current load in pages
+// per day, sent with heartbeats and announcements.
+type LoadFunc func() (capacity, load uint64)

@@ -1,0 +1,57 @@
+package overlay
+
+import (
+	"encoding/base32"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Prefix is the overlay's badger namespace. Every key the overlay writes
+// starts with it; the layout is:
+//
+//	/overlay/meta/schema                          schema version, one byte
+//	/overlay/shard/<b32 shard key>/meta           pb.ShardMeta
+//	/overlay/shard/<b32 shard key>/e/<kind>/<b32 entry key>
+//	                                              pb.Entry; kind is one decimal digit
+//	/overlay/mine/<b32 shard key>                 pb.ShardRef: a shard in which this node holds delegations
+//	/overlay/fwd/<b32 peer id>/<b32 batch id>     empty, with a TTL: forward batches already delivered
+//
+// Binary parts are base32 (RFC 4648, lowercase, unpadded), so no part holds
+// a '/'. Keys are built only in this file.
+const Prefix = "/overlay/"
+
+// schemaVersion is the layout above.
+const schemaVersion = 1
+
+var b32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+func schemaKey() []byte { return []byte(Prefix + "meta/schema") }
+
+func shardPrefix(key [32]byte) []byte {
+	return []byte(Prefix + "shard/" + b32.EncodeToString(key[:]) + "/")
+}
+
+func shardMetaKey(key [32]byte) []byte { return append(shardPrefix(key), "meta"...) }
+
+// shardEntriesPrefix is the prefix of all entries of a shard.
+func shardEntriesPrefix(key [32]byte) []byte { return append(shardPrefix(key), "e/"...) }
+
+// shardKindPrefix is the prefix of a shard's entries of one kind.
+func shardKindPrefix(key [32]byte, kind int32) []byte {
+	return append(shardEntriesPrefix(key), byte('0'+kind%10), '/')
+}
+
+func shardEntryKey(key [32]byte, kind int32, entry []byte) []byte {
+	return append(shardKindPrefix(key, kind), b32.EncodeToString(entry)...)
+}
+
+// allShardsPrefix is the prefix of every shard's keys.
+func allShardsPrefix() []byte { return []byte(Prefix + "shard/") }
+
+func minePrefix() []byte { return []byte(Prefix + "mine/") }
+
+func mineKey(key [32]byte) []byte { return append(minePrefix(), b32.EncodeToString(key[:])...) }
+
+func forwardKey(from peer.ID, batch []byte) []byte {
+	return []byte(Prefix + "fwd/" + b32.EncodeToString([]byte(from)) + "/" + b32.EncodeToString(batch))
+}

@@ -1,0 +1,130 @@
+package overlay
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/overlay/pb"
+)
+
+// noteAssigned records that a verified delegation record names this node:
+// the subnet is added to Owned and its shard to the heartbeat set.
+func (o *Overlay) noteAssigned(sr *pb.SignedRecord) {
+	rec, err := openRecord(o.sid, sr)
+	if err != nil || rec.GetKind() != pb.Record_DELEGATION {
+		return
+	}
+	d := delegationFrom(rec)
+	id, ok := o.tree.Find(d.Subnet)
+	if !ok || d.Node != o.h.ID() {
+		return
+	}
+	ref := o.coord.rangeShard(id)
+	key := ref.key(o.sid)
+	o.mu.Lock()
+	if old, ok := o.owned[string(rangeKey(d.Subnet))]; !ok || newer(rec, &pb.Record{Epoch: old.Epoch, Seq: old.Seq}) {
+		o.owned[string(rangeKey(d.Subnet))] = d
+	}
+	_, known := o.mine[key]
+	o.mine[key] = ref
+	o.mu.Unlock()
+	o.cache.put(d)
+	if !known {
+		v, _ := proto.Marshal(ref.toPB())
+		if err := o.db.Update(func(txn *badger.Txn) error { return txn.Set(mineKey(key), v) }); err != nil {
+			o.log.Warn("storing a delegated shard failed", "error", err)
+		}
+	}
+}
+
+func (o *Overlay) loadMine() error {
+	return o.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: minePrefix()})
+		defer it.Close()
+		for it.Seek(minePrefix()); it.ValidForPrefix(minePrefix()); it.Next() {
+			var p pb.ShardRef
+			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &p) }); err != nil {
+				return err
+			}
+			if ref, err := o.coord.shardRefFromPB(&p); err == nil {
+				o.mine[ref.key(o.sid)] = ref
+			}
+		}
+		return nil
+	})
+}
+
+// heartbeatAll sends one heartbeat to the coordinator of every shard in
+// which this node holds delegations, and reconciles Owned with the answers.
+func (o *Overlay) heartbeatAll(ctx context.Context) {
+	o.mu.Lock()
+	refs := make([]shardRef, 0, len(o.mine))
+	for _, r := range o.mine {
+		refs = append(refs, r)
+	}
+	o.mu.Unlock()
+	capacity, load := o.cfg.load()
+	// Shards are beaten in parallel (at most 8 at once), so one slow or
+	// departed coordinator does not delay the others past their timeout.
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for _, ref := range refs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			o.heartbeat(ctx, ref, capacity, load)
+		})
+	}
+	wg.Wait()
+}
+
+func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load uint64) {
+	req := newMsg(pb.Message_HEARTBEAT)
+	req.Heartbeat = &pb.Heartbeat{Snapshot: o.sid[:], Shard: ref.toPB(), Capacity: capacity, Load: load}
+	hctx, cancel := context.WithTimeout(ctx, max(2*o.cfg.heartbeat, time.Second))
+	resp, err := o.askCoordinator(hctx, ref, req, pb.Message_HEARTBEAT_ACK)
+	cancel()
+	if err != nil {
+		o.log.Debug("heartbeat failed", "shard", ref.String(), "error", err)
+		return
+	}
+	ack := resp.GetHeartbeatAck()
+	if len(ack.GetSubnets()) > maxHeartbeatList {
+		return
+	}
+	held := map[string]bool{}
+	for _, r := range ack.GetSubnets() {
+		if rg, err := rangeFromPB(r); err == nil {
+			held[string(rangeKey(rg))] = true
+		}
+	}
+	key := ref.key(o.sid)
+	o.mu.Lock()
+	for k, d := range o.owned {
+		id, ok := o.tree.Find(d.Subnet)
+		if ok && o.coord.rangeShard(id).key(o.sid) == key && !held[k] && !ack.GetTruncated() && time.Since(d.Decided) > o.cfg.heartbeat {
+			delete(o.owned, k)
+			o.cache.invalidate(d.Subnet)
+		}
+	}
+	empty := len(held) == 0 && !ack.GetTruncated()
+	if empty {
+		delete(o.mine, key)
+	}
+	o.mu.Unlock()
+	if empty {
+		if err := o.db.Update(func(txn *badger.Txn) error { return txn.Delete(mineKey(key)) }); err != nil && !errors.Is(err, badger.ErrKeyNotFound) {
+			o.log.Debug("dropping a delegated shard failed", "error", err)
+		}
+	}
+}

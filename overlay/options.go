@@ -1,0 +1,215 @@
+package overlay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
+	log          *slog.Logger
+	prober       Prober
+	delegator    Delegator
+	forward      ForwardHandler
+	ack          AckHandler
+	load         LoadFunc
+	anchorDepth  int
+	replication  int
+	heartbeat    time.Duration
+	liveness     time.Duration
+	maintain     time.Duration
+	closestTTL   time.Duration
+	cacheSize    int
+	cacheTTL     time.Duration
+	divPerCpl    int
+	divPerTable  int
+	bootstrap    []peer.AddrInfo
+	publish      bool
+	announce     time.Duration
+	indexer      bool
+	resultsCheck func([]byte) error
+}
+
+func defaultConfig() config {
+	return config{
+		log:         slog.Default().With("subsystem", "overlay"),
+		load:        func() (uint64, uint64) { return 0, 0 },
+		replication: 3,                // the coordinator and two replicas survive one loss with a majority
+		heartbeat:   30 * time.Second, // crawlers tell their coordinators they are alive
+		liveness:    5 * time.Minute,  // ten missed heartbeats orphan a crawler's subnets
+		maintain:    15 * time.Second, // ownership, replica and liveness checks
+		closestTTL:  30 * time.Second, // cached closest-peer lists; a DHT lookup costs several round trips
+		cacheSize:   65536,            // resolved delegations kept per node (~200 bytes each)
+		cacheTTL:    10 * time.Minute, // a delegation changes rarely; stale entries are corrected by NOT_OWNER on forward
+		divPerCpl:   2,                // kad-dht's amino defaults: at most 2 peers per IP group per bucket
+		divPerTable: 3,                // and 3 per IP group in the whole table
+		publish:     true,
+		announce:    5 * time.Minute,
+	}
+}
+
+// Logger sets the logger (default slog.Default with subsystem=overlay).
+func Logger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("nil logger")
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// WithProber sets the prober that answers probe requests. Without one, probe
+// requests are refused with ErrUnavailable.
+func WithProber(p Prober) Option {
+	return func(c *config) error { c.prober = p; return nil }
+}
+
+// WithDelegator sets the delegation procedure this node runs for the shards
+// it coordinates. It is required.
+func WithDelegator(d Delegator) Option {
+	return func(c *config) error { c.delegator = d; return nil }
+}
+
+// WithForwardHandler sets the receiver of forwarded URL batches. Without
+// one, forwards are refused with ErrUnavailable.
+func WithForwardHandler(f ForwardHandler) Option {
+	return func(c *config) error { c.forward = f; return nil }
+}
+
+// WithAckHandler sets the receiver of result acknowledgements. Without one,
+// acknowledgements are refused with ErrUnavailable.
+func WithAckHandler(a AckHandler) Option {
+	return func(c *config) error { c.ack = a; return nil }
+}
+
+// WithLoad sets the function reporting declared capacity and load.
+func WithLoad(f LoadFunc) Option {
+	return func(c *config) error {
+		if f == nil {
+			return errors.New("nil load function")
+		}
+		c.load = f
+		return nil
+	}
+}
+
+// AnchorDepth fixes the depth of shard anchors. By default anchors sit at
+// the allocation level (see AllocationDepth and the coordinator's anchor
+// rule). Every peer of an overlay must use the same setting.
+func AnchorDepth(d int) Option {
+	return func(c *config) error {
+		if d < 1 {
+			return fmt.Errorf("anchor depth must be at least 1, got %d", d)
+		}
+		c.anchorDepth = d
+		return nil
+	}
+}
+
+// Replication sets how many peers hold each shard's state, the coordinator
+// included (default 3).
+func Replication(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > 20 {
+			return fmt.Errorf("replication must be 1 to 20, got %d", n)
+		}
+		c.replication = n
+		return nil
+	}
+}
+
+// Liveness sets the heartbeat interval and the silence after which a
+// crawler's subnets are orphaned and re-delegated (defaults 30 s and 5 min).
+func Liveness(heartbeat, timeout time.Duration) Option {
+	return func(c *config) error {
+		if heartbeat <= 0 || timeout < 2*heartbeat {
+			return fmt.Errorf("liveness timeout must be at least two heartbeats, got %v and %v", heartbeat, timeout)
+		}
+		c.heartbeat, c.liveness = heartbeat, timeout
+		return nil
+	}
+}
+
+// Maintenance sets how often shards are checked for ownership, replicas and
+// liveness, and how long closest-peer lists are cached (defaults 15 s and
+// 30 s).
+func Maintenance(every, closestTTL time.Duration) Option {
+	return func(c *config) error {
+		if every <= 0 || closestTTL <= 0 {
+			return fmt.Errorf("maintenance intervals must be positive, got %v and %v", every, closestTTL)
+		}
+		c.maintain, c.closestTTL = every, closestTTL
+		return nil
+	}
+}
+
+// Cache sets the size and lifetime of the resolved-delegation cache
+// (defaults 65536 entries and 10 min).
+func Cache(size int, ttl time.Duration) Option {
+	return func(c *config) error {
+		if size < 1 || ttl <= 0 {
+			return fmt.Errorf("cache needs a positive size and lifetime, got %d and %v", size, ttl)
+		}
+		c.cacheSize, c.cacheTTL = size, ttl
+		return nil
+	}
+}
+
+// DiversityLimits sets the DHT routing table's peer-diversity filter: at
+// most perCpl peers of one IP group per bucket and perTable in the whole
+// table (defaults 2 and 3, kad-dht's). IPv4 groups are /16 (or /8 for
+// legacy class A), so a test swarm on one loopback /16 needs higher limits.
+func DiversityLimits(perCpl, perTable int) Option {
+	return func(c *config) error {
+		if perCpl < 1 || perTable < perCpl {
+			return fmt.Errorf("diversity limits must satisfy 1 ≤ perCpl ≤ perTable, got %d and %d", perCpl, perTable)
+		}
+		c.divPerCpl, c.divPerTable = perCpl, perTable
+		return nil
+	}
+}
+
+// BootstrapPeers gives the DHT peers to fall back on when its routing table
+// empties. Joining itself is bootstrap.Join's job.
+func BootstrapPeers(ps []peer.AddrInfo) Option {
+	return func(c *config) error { c.bootstrap = ps; return nil }
+}
+
+// PublishRecords controls whether coordinators publish signed delegation
+// records in the DHT (default on).
+func PublishRecords(on bool) Option {
+	return func(c *config) error { c.publish = on; return nil }
+}
+
+// Announce sets how often the node announces itself on TopicAnnounce
+// (default 5 min) and whether it announces itself as an indexer.
+func Announce(every time.Duration, indexer bool) Option {
+	return func(c *config) error {
+		if every < time.Second {
+			return fmt.Errorf("announce interval must be at least 1 s, got %v", every)
+		}
+		c.announce, c.indexer = every, indexer
+		return nil
+	}
+}
+
+// ResultsValidator sets the check applied to every message on TopicResults
+// before it is accepted and relayed (issue 7 verifies batch signatures).
+// Without one, messages are only checked for size.
+func ResultsValidator(f func(data []byte) error) Option {
+	return func(c *config) error { c.resultsCheck = f; return nil }
+}
+
+func (c *config) validate() error {
+	if c.delegator == nil {
+		return errors.New("a delegator is required (WithDelegator)")
+	}
+	return nil
+}

@@ -1,0 +1,613 @@
+package overlay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	record "github.com/libp2p/go-libp2p-record"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/overlay/pb"
+	"github.com/micra-net/micra/subnet"
+)
+
+var protoUnmarshal = proto.Unmarshal
+
+// Overlay is one node's presence in micra's overlay: the DHT, the pubsub
+// topics, the stream protocols and the shards it coordinates or replicates.
+// Its methods are safe for concurrent use.
+type Overlay struct {
+	h    host.Host
+	sk   crypto.PrivKey
+	tree *subnet.Tree
+	sid  subnet.SnapshotID
+	db   *badger.DB
+	cfg  config
+	log  *slog.Logger
+
+	dht      *dht.IpfsDHT
+	ps       *pubsub.PubSub
+	announce *pubsub.Topic
+	results  *pubsub.Topic
+	coord    *coordinator
+	cache    *cache
+	stats    counters
+
+	mu       sync.Mutex
+	mine     map[[32]byte]shardRef // shards in which this node holds delegations
+	owned    map[string]Delegation // subnets delegated to this node, by range key
+	peers    map[peer.ID]PeerInfo  // announced peers, bounded
+	coordFor map[[32]byte]peer.ID  // last known coordinator per shard
+
+	ctx       context.Context // the loops' and handlers' lifetime
+	cancel    context.CancelFunc
+	netCancel context.CancelFunc // the DHT's and pubsub's lifetime, ended after the loops
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type counters struct {
+	requests, lookups, cacheHits, cacheMisses, redirects atomic.Int64
+}
+
+// Stats are cumulative counters of one overlay, for measurements.
+type Stats struct {
+	Requests    int64 // request streams opened by this node (all micra protocols)
+	Lookups     int64 // DHT closest-peer lookups
+	CacheHits   int64 // Resolve answered from the cache
+	CacheMisses int64
+	Redirects   int64 // NOT_COORDINATOR answers followed
+}
+
+// Stats returns the counters so far.
+func (o *Overlay) Stats() Stats {
+	return Stats{
+		Requests: o.stats.requests.Load(), Lookups: o.stats.lookups.Load(),
+		CacheHits: o.stats.cacheHits.Load(), CacheMisses: o.stats.cacheMisses.Load(),
+		Redirects: o.stats.redirects.Load(),
+	}
+}
+
+// New starts the overlay on h for the subnet tree (every peer must run the
+// same snapshot) with state in db under Prefix. It builds the DHT (server
+// mode, protocol prefix /micra, the routing-table diversity filter, micra's
+// record validators), GossipSub with the results and announcement topics,
+// registers the stream protocols, and starts the maintenance, heartbeat and
+// announcement loops. It does not dial anyone: join with bootstrap.Join,
+// then call Bootstrap. The caller keeps ownership of h and db and closes
+// them after Close (host first, badger last).
+func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Overlay, err error) {
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if h == nil || tree == nil || db == nil {
+		return nil, errors.New("overlay needs a host, a tree and a database")
+	}
+	sk := h.Peerstore().PrivKey(h.ID())
+	if sk == nil {
+		return nil, errors.New("host has no private key in its peerstore")
+	}
+	o = &Overlay{
+		h: h, sk: sk, tree: tree, sid: tree.ID(), db: db, cfg: cfg, log: cfg.log,
+		cache:    newCache(cfg.cacheSize, cfg.cacheTTL),
+		mine:     map[[32]byte]shardRef{},
+		owned:    map[string]Delegation{},
+		peers:    map[peer.ID]PeerInfo{},
+		coordFor: map[[32]byte]peer.ID{},
+	}
+	o.ctx, o.cancel = context.WithCancel(context.Background())
+	netCtx, netCancel := context.WithCancel(context.Background())
+	o.netCancel = netCancel
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, o.Close())
+		}
+	}()
+
+	validators := record.NamespacedValidator{"pk": record.PublicKeyValidator{}}
+	for ns, v := range NewRecordValidators(tree) {
+		validators[ns] = v
+	}
+	dopts := []dht.Option{
+		dht.Mode(dht.ModeServer),
+		dht.ProtocolPrefix(DHTPrefix),
+		dht.Validator(validators),
+		dht.RoutingTablePeerDiversityFilter(dht.NewRTPeerDiversityFilter(h, cfg.divPerCpl, cfg.divPerTable)),
+		dht.DisableProviders(),
+	}
+	if len(cfg.bootstrap) > 0 {
+		dopts = append(dopts, dht.BootstrapPeers(cfg.bootstrap...))
+	}
+	o.dht, err = dht.New(netCtx, h, dopts...)
+	if err != nil {
+		return nil, fmt.Errorf("dht: %w", err)
+	}
+	o.ps, err = pubsub.NewGossipSub(netCtx, h,
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
+		pubsub.WithMaxMessageSize(1<<20),
+		pubsub.WithPeerExchange(true),
+		pubsub.WithLogger(cfg.log.With("subsystem", "pubsub")),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("pubsub: %w", err)
+	}
+	if err := o.ps.RegisterTopicValidator(TopicAnnounce, o.validateAnnounce); err != nil {
+		return nil, err
+	}
+	if err := o.ps.RegisterTopicValidator(TopicResults, o.validateResults); err != nil {
+		return nil, err
+	}
+	if o.announce, err = o.ps.Join(TopicAnnounce); err != nil {
+		return nil, err
+	}
+	if o.results, err = o.ps.Join(TopicResults); err != nil {
+		return nil, err
+	}
+	if o.coord, err = newCoordinator(o); err != nil {
+		return nil, err
+	}
+	if err := o.loadMine(); err != nil {
+		return nil, err
+	}
+
+	h.SetStreamHandler(ProbeID, o.serve(probeSpec, map[pb.Message_Type]handler{pb.Message_PROBE: o.handleProbe}))
+	h.SetStreamHandler(CoordinateID, o.serve(coordSpec, map[pb.Message_Type]handler{
+		pb.Message_RESOLVE:    o.handleResolve,
+		pb.Message_DELEGATE:   o.handleDelegate,
+		pb.Message_HEARTBEAT:  o.handleHeartbeat,
+		pb.Message_REDELEGATE: o.handleRedelegate,
+		pb.Message_ASSIGN:     o.handleAssign,
+		pb.Message_ORG_UPDATE: o.handleOrgUpdate,
+		pb.Message_ORG_QUERY:  o.handleOrgQuery,
+	}))
+	h.SetStreamHandler(ForwardID, o.serve(forwardSpec, map[pb.Message_Type]handler{pb.Message_FORWARD: o.handleForward}))
+	h.SetStreamHandler(AckID, o.serve(ackSpec, map[pb.Message_Type]handler{pb.Message_ACK: o.handleAck}))
+	h.SetStreamHandler(ReplicateID, o.serveReplicate())
+
+	sub, err := o.announce.Subscribe(pubsub.WithBufferSize(64))
+	if err != nil {
+		return nil, err
+	}
+	o.wg.Go(func() { o.readAnnouncements(sub) })
+	o.wg.Go(func() { o.coord.notifier(o.ctx) })
+	o.wg.Go(func() { o.coord.refresher(o.ctx) })
+	o.wg.Go(func() { o.every(o.cfg.maintain, o.coord.maintain) })
+	o.wg.Go(func() { o.every(o.cfg.heartbeat, o.heartbeatAll) })
+	o.wg.Go(func() { o.every(o.cfg.announce, o.publishAnnounce) })
+	return o, nil
+}
+
+// Bootstrap joins the DHT through the peers the host is connected to
+// (after bootstrap.Join): it adds them to the routing table and runs a
+// lookup of this node's own id, which is how a Kademlia node makes itself
+// known to, and learns, its neighbourhood, the peers shard ownership
+// depends on. A full routing-table refresh then runs in the background.
+func (o *Overlay) Bootstrap(ctx context.Context) error {
+	for _, p := range o.h.Network().Peers() {
+		o.dht.RoutingTable().TryAddPeer(p, true, false)
+	}
+	if o.dht.RoutingTable().Size() == 0 {
+		return fmt.Errorf("bootstrap: %w: no DHT server among the connected peers", ErrNoPeers)
+	}
+	o.stats.lookups.Add(1)
+	if _, err := o.dht.GetClosestPeers(ctx, string(o.h.ID())); err != nil {
+		return fmt.Errorf("bootstrap: self lookup: %w", err)
+	}
+	_ = o.dht.RefreshRoutingTable()
+	return nil
+}
+
+// Host returns the libp2p host.
+func (o *Overlay) Host() host.Host { return o.h }
+
+// DHT returns the Kademlia DHT.
+func (o *Overlay) DHT() *dht.IpfsDHT { return o.dht }
+
+// PubSub returns the GossipSub router (issue 7 joins sharded result topics
+// through it).
+func (o *Overlay) PubSub() *pubsub.PubSub { return o.ps }
+
+// Tree returns the subnet hierarchy.
+func (o *Overlay) Tree() *subnet.Tree { return o.tree }
+
+// Close stops the loops and protocol handlers, waits for them, and closes
+// the DHT. It does not close the host or the database. It is safe to call
+// more than once; later calls return the first result.
+func (o *Overlay) Close() error {
+	o.closeOnce.Do(func() {
+		for _, id := range []string{string(ProbeID), string(CoordinateID), string(ForwardID), string(AckID), string(ReplicateID)} {
+			o.h.RemoveStreamHandler(protocolID(id))
+		}
+		o.cancel()
+		o.wg.Wait()
+		var errs []error
+		for _, t := range []*pubsub.Topic{o.announce, o.results} {
+			if t != nil {
+				errs = append(errs, t.Close())
+			}
+		}
+		o.netCancel()
+		if o.dht != nil {
+			errs = append(errs, o.dht.Close())
+		}
+		o.closeErr = errors.Join(errs...)
+	})
+	return o.closeErr
+}
+
+func (o *Overlay) every(d time.Duration, f func(context.Context)) {
+	// A random first delay spreads the swarm's rounds.
+	t := time.NewTimer(time.Duration(float64(d) * (0.5 + randFloat()/2)))
+	defer t.Stop()
+	for {
+		select {
+		case <-o.ctx.Done():
+			return
+		case <-t.C:
+		}
+		f(o.ctx)
+		t.Reset(d)
+	}
+}
+
+// Resolve returns the delegation of the smallest non-unary range containing
+// a, and false when that subnet is not delegated. Delegations resolved
+// before come from the cache without a network round trip.
+func (o *Overlay) Resolve(ctx context.Context, a netip.Addr) (Delegation, bool, error) {
+	id := o.tree.SmallestNonUnary(a)
+	if id == subnet.None {
+		return Delegation{}, false, fmt.Errorf("resolve %v: invalid address", a)
+	}
+	if d, ok := o.cache.get(o.tree.Range(id)); ok {
+		o.stats.cacheHits.Add(1)
+		return d, true, nil
+	}
+	o.stats.cacheMisses.Add(1)
+	req := newMsg(pb.Message_RESOLVE)
+	req.Resolve = &pb.Resolve{Snapshot: o.sid[:], Addr: a.Unmap().AsSlice()}
+	return o.resolveReq(ctx, id, req)
+}
+
+// Lookup returns the delegation of exactly the range id, asking the
+// coordinator of its shard.
+func (o *Overlay) Lookup(ctx context.Context, id subnet.ID) (Delegation, bool, error) {
+	r := o.tree.Range(id)
+	if d, ok := o.cache.get(r); ok {
+		o.stats.cacheHits.Add(1)
+		return d, true, nil
+	}
+	req := newMsg(pb.Message_RESOLVE)
+	req.Resolve = &pb.Resolve{Snapshot: o.sid[:], Subnet: rangeToPB(r)}
+	return o.resolveReq(ctx, id, req)
+}
+
+func (o *Overlay) resolveReq(ctx context.Context, id subnet.ID, req *pb.Message) (Delegation, bool, error) {
+	resp, err := o.askCoordinator(ctx, o.coord.rangeShard(id), req, pb.Message_DELEGATION)
+	if err != nil {
+		return Delegation{}, false, err
+	}
+	sr := resp.GetDelegation().GetRecord()
+	if sr == nil {
+		return Delegation{}, false, nil
+	}
+	d, err := o.checkDelegation(sr, o.tree.Range(id))
+	if err != nil {
+		return Delegation{}, false, err
+	}
+	if d.Orphaned {
+		return Delegation{}, false, nil
+	}
+	o.cache.put(d)
+	return d, true, nil
+}
+
+// checkDelegation verifies a delegation record received for subnet r.
+func (o *Overlay) checkDelegation(sr *pb.SignedRecord, r subnet.Range) (Delegation, error) {
+	rec, err := openRecord(o.sid, sr)
+	if err != nil {
+		return Delegation{}, err
+	}
+	if rec.GetKind() != pb.Record_DELEGATION {
+		return Delegation{}, fmt.Errorf("%w: not a delegation", ErrBadRecord)
+	}
+	d := delegationFrom(rec)
+	if d.Subnet != r {
+		return Delegation{}, fmt.Errorf("%w: record for %s, asked about %s", ErrBadRecord, d.Subnet, r)
+	}
+	return d, nil
+}
+
+// Delegate returns the node crawling the subnet of a (the address url's
+// host resolved to), running the delegation procedure on the subnet's
+// coordinator when the subnet is not yet delegated. Concurrent calls for one
+// subnet from any nodes yield one decision.
+func (o *Overlay) Delegate(ctx context.Context, url string, a netip.Addr) (Delegation, error) {
+	id := o.tree.SmallestNonUnary(a)
+	if id == subnet.None {
+		return Delegation{}, fmt.Errorf("delegate %v: invalid address", a)
+	}
+	if len(url) > maxURLLen {
+		return Delegation{}, fmt.Errorf("delegate: %w: URL of %d bytes", ErrTooLarge, len(url))
+	}
+	if d, ok := o.cache.get(o.tree.Range(id)); ok {
+		o.stats.cacheHits.Add(1)
+		return d, nil
+	}
+	req := newMsg(pb.Message_DELEGATE)
+	req.Delegate = &pb.Delegate{Snapshot: o.sid[:], Addr: a.Unmap().AsSlice(), Url: url}
+	resp, err := o.askCoordinator(ctx, o.coord.rangeShard(id), req, pb.Message_DELEGATION)
+	if err != nil {
+		return Delegation{}, err
+	}
+	d, err := o.checkDelegation(resp.GetDelegation().GetRecord(), o.tree.Range(id))
+	if err != nil {
+		return Delegation{}, err
+	}
+	o.cache.put(d)
+	if d.Node == o.h.ID() {
+		o.noteAssigned(resp.GetDelegation().GetRecord())
+	}
+	return d, nil
+}
+
+// Redelegate asks the coordinator to run the delegation procedure again for
+// subnet r, which must be delegated to this node (calibration: its fetches
+// got slow). It returns the new delegation.
+func (o *Overlay) Redelegate(ctx context.Context, r subnet.Range, reason string) (Delegation, error) {
+	id, ok := o.tree.Find(r)
+	if !ok {
+		return Delegation{}, fmt.Errorf("redelegate %s: %w", r, ErrNotFound)
+	}
+	if len(reason) > 256 {
+		reason = reason[:256]
+	}
+	req := newMsg(pb.Message_REDELEGATE)
+	req.Redelegate = &pb.Redelegate{Snapshot: o.sid[:], Subnet: rangeToPB(r), Reason: reason}
+	resp, err := o.askCoordinator(ctx, o.coord.rangeShard(id), req, pb.Message_DELEGATION)
+	if err != nil {
+		return Delegation{}, err
+	}
+	d, err := o.checkDelegation(resp.GetDelegation().GetRecord(), r)
+	if err != nil {
+		return Delegation{}, err
+	}
+	o.cache.invalidate(r)
+	o.cache.put(d)
+	return d, nil
+}
+
+// Invalidate drops the cached delegation of r (for example after its node
+// refused a forward).
+func (o *Overlay) Invalidate(r subnet.Range) { o.cache.invalidate(r) }
+
+// Owned returns the subnets delegated to this node, as last told by its
+// coordinators.
+func (o *Overlay) Owned() []Delegation {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]Delegation, 0, len(o.owned))
+	for _, d := range o.owned {
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b Delegation) int { return a.Subnet.Start.Compare(b.Subnet.Start) })
+	return out
+}
+
+// Coordinator returns the peer this node currently takes as the coordinator
+// of the shard holding subnet id (a DHT lookup when not cached).
+func (o *Overlay) Coordinator(ctx context.Context, id subnet.ID) peer.ID {
+	return o.coord.closestPeers(ctx, o.coord.rangeShard(id).key(o.sid), false)[0]
+}
+
+// askCoordinator sends req to the coordinator of ref, following redirects
+// and retrying once with a fresh lookup when the coordinator is gone.
+func (o *Overlay) askCoordinator(ctx context.Context, ref shardRef, req *pb.Message, want pb.Message_Type) (*pb.Message, error) {
+	if o.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	key := ref.key(o.sid)
+	o.mu.Lock()
+	target, known := o.coordFor[key]
+	o.mu.Unlock()
+	if !known {
+		target = o.coord.closestPeers(ctx, key, false)[0]
+	}
+	var lastErr error
+	refreshed := false
+	for hop := 0; hop <= maxNotCoordinator+1; hop++ {
+		var resp *pb.Message
+		var err error
+		if target == o.h.ID() {
+			resp, err = o.handleLocal(ctx, req)
+		} else {
+			o.stats.requests.Add(1)
+			resp, err = o.request(ctx, target, coordSpec, req, want)
+		}
+		if err == nil {
+			o.mu.Lock()
+			o.coordFor[key] = target
+			o.mu.Unlock()
+			return resp, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		switch {
+		case errors.Is(err, ErrNotCoordinator) && resp != nil && resp.GetError().GetHint() != nil:
+			next, perr := peer.IDFromBytes(resp.GetError().GetHint().GetId())
+			if perr != nil || next == target {
+				return nil, err
+			}
+			if next == o.h.ID() {
+				// The peer thinks this node is closer; this node thought
+				// otherwise. One of the views is stale: look again.
+				if refreshed {
+					return nil, err
+				}
+				refreshed = true
+				next = o.coord.closestPeers(ctx, key, true)[0]
+			}
+			o.stats.redirects.Add(1)
+			if addrs := hintAddrs(resp.GetError().GetHint()); len(addrs) > 0 && next != o.h.ID() {
+				o.h.Peerstore().AddAddrs(next, addrs, peerstore.TempAddrTTL)
+			}
+			target = next
+		case errors.Is(err, ErrNotCoordinator), errors.Is(err, ErrUnavailable), errors.Is(err, ErrStaleEpoch),
+			!isRemote(err):
+			// Taken over, no quorum yet, or the coordinator is unreachable:
+			// look it up again, once, after a short pause.
+			if refreshed {
+				return nil, err
+			}
+			refreshed = true
+			if !isRemote(err) {
+				o.coord.forget(target)
+			}
+			pause := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				pause.Stop()
+				return nil, err
+			case <-pause.C:
+			}
+			target = o.coord.closestPeers(ctx, key, true)[0]
+		default:
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%w: %w", ErrNotCoordinator, lastErr)
+}
+
+// isRemote reports whether err came from the peer's answer rather than from
+// reaching it.
+func isRemote(err error) bool {
+	for _, c := range codeErrors {
+		if errors.Is(err, c.err) {
+			return true
+		}
+	}
+	return errors.Is(err, ErrRemote)
+}
+
+// handleLocal serves a coordinate request addressed to this node without a
+// stream.
+func (o *Overlay) handleLocal(ctx context.Context, req *pb.Message) (*pb.Message, error) {
+	var h handler
+	switch req.GetType() {
+	case pb.Message_RESOLVE:
+		h = o.handleResolve
+	case pb.Message_DELEGATE:
+		h = o.handleDelegate
+	case pb.Message_HEARTBEAT:
+		h = o.handleHeartbeat
+	case pb.Message_REDELEGATE:
+		h = o.handleRedelegate
+	case pb.Message_ORG_UPDATE:
+		h = o.handleOrgUpdate
+	case pb.Message_ORG_QUERY:
+		h = o.handleOrgQuery
+	default:
+		return nil, fmt.Errorf("%w: %v", ErrUnexpectedType, req.GetType())
+	}
+	resp, err := h(ctx, o.h.ID(), req)
+	if err != nil {
+		return errorMsg(err), err
+	}
+	return resp, nil
+}
+
+// Probe asks p to time an HTTP HEAD to url from its own address.
+func (o *Overlay) Probe(ctx context.Context, p peer.ID, url string) (time.Duration, error) {
+	if len(url) > maxURLLen {
+		return 0, fmt.Errorf("probe: %w: URL of %d bytes", ErrTooLarge, len(url))
+	}
+	if p == o.h.ID() {
+		if o.cfg.prober == nil {
+			return 0, ErrUnavailable
+		}
+		return o.localProbe(ctx, url)
+	}
+	req := newMsg(pb.Message_PROBE)
+	req.Probe = &pb.Probe{Url: url}
+	o.stats.requests.Add(1)
+	resp, err := o.request(ctx, p, probeSpec, req, pb.Message_PROBE_RESULT)
+	if err != nil {
+		return 0, err
+	}
+	rtt := resp.GetProbeResult().GetRttMicros()
+	if rtt < 0 || rtt > int64(time.Hour/time.Microsecond) {
+		return 0, fmt.Errorf("probe from %s: %w: RTT %d µs", p, ErrMalformed, rtt)
+	}
+	return time.Duration(rtt) * time.Microsecond, nil
+}
+
+// Forward delivers a batch of URLs to p, the node owning their subnets. id
+// names the batch (16 to 32 bytes, e.g. random or a hash of the URLs);
+// re-sending the same id after a lost answer is acknowledged without
+// delivering the batch twice. It returns whether p had it already.
+func (o *Overlay) Forward(ctx context.Context, p peer.ID, id []byte, urls []string) (duplicate bool, err error) {
+	if len(id) < 16 || len(id) > 32 {
+		return false, fmt.Errorf("forward: batch id must be 16 to 32 bytes, got %d", len(id))
+	}
+	if len(urls) == 0 || len(urls) > maxForwardURLs {
+		return false, fmt.Errorf("forward: %w: %d URLs (1 to %d)", ErrTooLarge, len(urls), maxForwardURLs)
+	}
+	for _, u := range urls {
+		if len(u) == 0 || len(u) > maxURLLen {
+			return false, fmt.Errorf("forward: %w: URL of %d bytes", ErrTooLarge, len(u))
+		}
+	}
+	req := newMsg(pb.Message_FORWARD)
+	req.Forward = &pb.Forward{BatchId: id, Urls: urls}
+	if proto.Size(req) > maxForwardMsg-16 {
+		return false, fmt.Errorf("forward: %w: batch of %d bytes", ErrTooLarge, proto.Size(req))
+	}
+	o.stats.requests.Add(1)
+	resp, err := o.request(ctx, p, forwardSpec, req, pb.Message_FORWARD_ACK)
+	if err != nil {
+		return false, err
+	}
+	return resp.GetForwardAck().GetDuplicate(), nil
+}
+
+// Ack acknowledges result batches to their author p (an indexer calls it).
+func (o *Overlay) Ack(ctx context.Context, p peer.ID, batches []BatchRef) error {
+	if len(batches) == 0 || len(batches) > maxAckBatches {
+		return fmt.Errorf("ack: %w: %d batches (1 to %d)", ErrTooLarge, len(batches), maxAckBatches)
+	}
+	req := newMsg(pb.Message_ACK)
+	req.Ack = &pb.Ack{}
+	for _, b := range batches {
+		req.Ack.Batches = append(req.Ack.Batches, &pb.BatchRef{Node: []byte(b.Node), Seq: b.Seq, Digest: b.Digest[:]})
+	}
+	o.stats.requests.Add(1)
+	_, err := o.request(ctx, p, ackSpec, req, pb.Message_OK)
+	return err
+}
+
+// PublishResults publishes data on TopicResults.
+func (o *Overlay) PublishResults(ctx context.Context, data []byte) error {
+	return o.results.Publish(ctx, data)
+}

@@ -1,0 +1,96 @@
+package overlay
+
+import (
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/protocol"
+)
+
+// Protocol IDs of micra's stream protocols. A breaking change gets a new ID;
+// the old one is served for one more release. A peer that opens a stream
+// with another version is refused by multistream negotiation, and the
+// opener's call fails with ErrUnsupportedProtocol.
+const (
+	// ProbeID: "time an HTTP HEAD to this URL from your own address".
+	ProbeID protocol.ID = "/micra/probe/1.0.0"
+	// CoordinateID: resolve, delegate, heartbeat, re-delegate and assign,
+	// between any node and a shard coordinator; organisation index updates
+	// and queries between coordinators.
+	CoordinateID protocol.ID = "/micra/coordinate/1.0.0"
+	// ForwardID: batches of URLs to the node that owns their subnet.
+	ForwardID protocol.ID = "/micra/forward/1.0.0"
+	// AckID: an indexer acknowledges result batches to their author.
+	AckID protocol.ID = "/micra/ack/1.0.0"
+	// ReplicateID: a coordinator replicates shard state to the next
+	// closest peers, and a peer taking a shard over syncs its state.
+	ReplicateID protocol.ID = "/micra/replicate/1.0.0"
+
+	// DHTPrefix is the Kademlia protocol prefix: micra's DHT speaks
+	// /micra/kad/1.0.0 and never joins the IPFS network.
+	DHTPrefix protocol.ID = "/micra"
+)
+
+// Pubsub topics. Topics carry a version; a breaking change of a payload gets
+// a new topic.
+const (
+	// TopicResults carries result batches to indexers (issue 7 defines the
+	// payload and may add sharded topics "/micra/results/<shard>/1").
+	TopicResults = "/micra/results/1"
+	// TopicAnnounce carries node announcements (pb.Announce).
+	TopicAnnounce = "/micra/announce/1"
+)
+
+// Record namespaces in the DHT. Keys are "/<namespace>/<hex snapshot id>/..."
+// and values are pb.SignedRecord; see RecordValidator.
+const (
+	// DelegationNamespace holds one delegation record per subnet, signed by
+	// the coordinator that decided it.
+	DelegationNamespace = "micra-delegation"
+	// OrgNamespace holds one index record per organisation, signed by the
+	// organisation shard's coordinator.
+	OrgNamespace = "micra-org"
+)
+
+// Wire version of pb.Message and pb.Record; this build speaks only it.
+const wireVersion = 1
+
+// Size limits of one frame, per protocol, in bytes. Frames are
+// varint-length-delimited; a longer frame is refused before it is read.
+const (
+	maxProbeMsg     = 4 << 10   // one URL (browsers cap URLs near 2 KiB) and a result
+	maxCoordMsg     = 256 << 10 // a heartbeat answer lists up to 4096 subnets of ~40 bytes
+	maxForwardMsg   = 1 << 20   // up to maxForwardURLs URLs of up to maxURLLen bytes, typically far less
+	maxAckMsg       = 64 << 10  // up to maxAckBatches references of ~80 bytes
+	maxReplicateMsg = 2 << 20   // a chunk of up to maxEntriesPerMsg entries
+	maxAnnounceMsg  = 1 << 10   // a pb.Announce is ~60 bytes
+	maxRecordSize   = 64 << 10  // a DHT record: an org index of up to maxOrgEntries entries
+
+	maxURLLen        = 2048
+	maxForwardURLs   = 1024
+	maxAckBatches    = 512
+	maxEntriesPerMsg = 1024
+	maxOrgEntries    = 512
+	maxHeartbeatList = 4096
+	maxEntryKey      = 64
+	maxEntryValue    = 16 << 10
+)
+
+// Stream deadlines: the whole exchange on one stream must finish within
+// these, reading included, so a silent peer cannot hold a stream open.
+const (
+	probeDeadline     = 30 * time.Second // a probe is a few HTTP HEADs over the Internet
+	coordDeadline     = 60 * time.Second // a delegate runs the delegation procedure, which probes
+	shortDeadline     = 10 * time.Second // forward, ack, replicate, heartbeat: no remote work
+	syncDeadline      = 30 * time.Second // a full shard state, in chunks
+	streamMemory      = 1 << 20          // reserved per stream on the service scope, at most
+	maxNotCoordinator = 3                // redirects followed by one request
+)
+
+// Service names registered with the resource manager, one per protocol.
+const (
+	svcProbe      = "micra.probe"
+	svcCoordinate = "micra.coordinate"
+	svcForward    = "micra.forward"
+	svcAck        = "micra.ack"
+	svcReplicate  = "micra.replicate"
+)

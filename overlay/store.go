@@ -1,0 +1,162 @@
+package overlay
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/overlay/pb"
+)
+
+// store is the overlay's view of badger: shard headers and entries under
+// Prefix. Methods are safe for concurrent use; writes to one shard are
+// serialised by the shard's lock in the coordinator.
+type store struct{ db *badger.DB }
+
+func (s store) checkSchema() error {
+	return s.db.Update(func(txn *badger.Txn) error {
+		it, err := txn.Get(schemaKey())
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return txn.Set(schemaKey(), []byte{schemaVersion})
+		}
+		if err != nil {
+			return err
+		}
+		return it.Value(func(v []byte) error {
+			if len(v) != 1 || v[0] != schemaVersion {
+				return fmt.Errorf("overlay store schema %v, this build reads %d", v, schemaVersion)
+			}
+			return nil
+		})
+	})
+}
+
+func (s store) loadMeta(key [32]byte) (*pb.ShardMeta, error) {
+	var m pb.ShardMeta
+	err := s.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(shardMetaKey(key))
+		if err != nil {
+			return err
+		}
+		return it.Value(func(v []byte) error { return proto.Unmarshal(v, &m) })
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading shard header: %w", err)
+	}
+	return &m, nil
+}
+
+func (s store) saveMeta(key [32]byte, m *pb.ShardMeta) error {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return s.db.Update(func(txn *badger.Txn) error { return txn.Set(shardMetaKey(key), b) })
+}
+
+// allMetas returns the header of every shard held.
+func (s store) allMetas() ([]*pb.ShardMeta, error) {
+	var out []*pb.ShardMeta
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: allShardsPrefix()})
+		defer it.Close()
+		for it.Seek(allShardsPrefix()); it.ValidForPrefix(allShardsPrefix()); it.Next() {
+			if !bytes.HasSuffix(it.Item().Key(), []byte("/meta")) {
+				continue
+			}
+			var m pb.ShardMeta
+			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &m) }); err != nil {
+				return err
+			}
+			out = append(out, &m)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (s store) getEntry(key [32]byte, kind pb.Entry_Kind, ekey []byte) (*pb.Entry, error) {
+	var e pb.Entry
+	err := s.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(shardEntryKey(key, int32(kind), ekey))
+		if err != nil {
+			return err
+		}
+		return it.Value(func(v []byte) error { return proto.Unmarshal(v, &e) })
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// entryNewer reports whether a supersedes b.
+func entryNewer(a, b *pb.Entry) bool {
+	if a.GetEpoch() != b.GetEpoch() {
+		return a.GetEpoch() > b.GetEpoch()
+	}
+	return a.GetSeq() > b.GetSeq()
+}
+
+// putEntries stores each entry unless the stored one is at least as new, and
+// returns how many it stored.
+func (s store) putEntries(key [32]byte, entries []*pb.Entry) (int, error) {
+	n := 0
+	err := s.db.Update(func(txn *badger.Txn) error {
+		for _, e := range entries {
+			k := shardEntryKey(key, int32(e.GetKind()), e.GetKey())
+			it, err := txn.Get(k)
+			switch {
+			case err == nil:
+				var old pb.Entry
+				if err := it.Value(func(v []byte) error { return proto.Unmarshal(v, &old) }); err == nil && !entryNewer(e, &old) {
+					continue
+				}
+			case !errors.Is(err, badger.ErrKeyNotFound):
+				return err
+			}
+			b, err := proto.Marshal(e)
+			if err != nil {
+				return err
+			}
+			if err := txn.Set(k, b); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// scan calls fn for each entry of the shard, of one kind or of all kinds
+// (kind 0), in key order, until fn returns false.
+func (s store) scan(key [32]byte, kind pb.Entry_Kind, fn func(*pb.Entry) bool) error {
+	prefix := shardEntriesPrefix(key)
+	if kind != pb.Entry_UNKNOWN {
+		prefix = shardKindPrefix(key, int32(kind))
+	}
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 64})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			var e pb.Entry
+			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &e) }); err != nil {
+				return err
+			}
+			if !fn(&e) {
+				return nil
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,99 @@
+package overlay
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/micra-net/micra/overlay/pb"
+)
+
+func TestKeys(t *testing.T) {
+	var k [32]byte
+	k[0], k[31] = 0xff, '/'
+	id := mustID(t)
+	keys := map[string][]byte{
+		"schema":  schemaKey(),
+		"meta":    shardMetaKey(k),
+		"entry":   shardEntryKey(k, int32(pb.Entry_DELEGATION), []byte("a/b")),
+		"mine":    mineKey(k),
+		"forward": forwardKey(id, []byte("0123456789abcdef")),
+	}
+	for name, key := range keys {
+		if !bytes.HasPrefix(key, []byte(Prefix)) {
+			t.Errorf("%s key %q outside %s", name, key, Prefix)
+		}
+	}
+	// Binary parts never add separators.
+	if n := strings.Count(string(keys["entry"]), "/"); n != 6 {
+		t.Errorf("entry key %q has %d separators, want 6", keys["entry"], n)
+	}
+	if !bytes.HasPrefix(keys["entry"], shardKindPrefix(k, int32(pb.Entry_DELEGATION))) ||
+		!bytes.HasPrefix(shardKindPrefix(k, 1), shardEntriesPrefix(k)) ||
+		bytes.HasPrefix(shardMetaKey(k), shardEntriesPrefix(k)) {
+		t.Error("entry prefixes do not nest")
+	}
+}
+
+func TestStoreEntries(t *testing.T) {
+	st := store{memDB(t)}
+	if err := st.checkSchema(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.checkSchema(); err != nil {
+		t.Fatalf("second schema check: %v", err)
+	}
+	var key, other [32]byte
+	other[0] = 1
+	e := func(k string, epoch, seq uint64, v string) *pb.Entry {
+		return &pb.Entry{Kind: pb.Entry_LOAD, Key: []byte(k), Value: []byte(v), Epoch: epoch, Seq: seq}
+	}
+	tests := []struct {
+		name  string
+		in    *pb.Entry
+		want  string
+		wrote int
+	}{
+		{"first", e("a", 1, 1, "v1"), "v1", 1},
+		{"older seq ignored", e("a", 1, 0, "old"), "v1", 0},
+		{"same version ignored", e("a", 1, 1, "same"), "v1", 0},
+		{"newer seq", e("a", 1, 2, "v2"), "v2", 1},
+		{"higher epoch wins over seq", e("a", 2, 1, "v3"), "v3", 1},
+		{"lower epoch ignored", e("a", 1, 99, "v4"), "v3", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n, err := st.putEntries(key, []*pb.Entry{tt.in})
+			if err != nil || n != tt.wrote {
+				t.Fatalf("putEntries = %d, %v; want %d", n, err, tt.wrote)
+			}
+			got, err := st.getEntry(key, pb.Entry_LOAD, []byte("a"))
+			if err != nil || string(got.GetValue()) != tt.want {
+				t.Fatalf("stored %q, %v; want %q", got.GetValue(), err, tt.want)
+			}
+		})
+	}
+	if _, err := st.putEntries(other, []*pb.Entry{e("b", 1, 1, "x"), {Kind: pb.Entry_PROBE, Key: []byte("c"), Epoch: 1, Seq: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	count := func(k [32]byte, kind pb.Entry_Kind) int {
+		n := 0
+		if err := st.scan(k, kind, func(*pb.Entry) bool { n++; return true }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if count(key, pb.Entry_UNKNOWN) != 1 || count(other, pb.Entry_UNKNOWN) != 2 || count(other, pb.Entry_PROBE) != 1 {
+		t.Fatal("scans cross shards or kinds")
+	}
+	if err := st.saveMeta(key, &pb.ShardMeta{Epoch: 3}); err != nil {
+		t.Fatal(err)
+	}
+	metas, err := st.allMetas()
+	if err != nil || len(metas) != 1 || metas[0].GetEpoch() != 3 {
+		t.Fatalf("allMetas = %v, %v", metas, err)
+	}
+	if m, err := st.loadMeta(other); err != nil || m != nil {
+		t.Fatalf("loadMeta of a shard without header = %v, %v", m, err)
+	}
+}
