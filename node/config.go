@@ -1,0 +1,306 @@
+package node
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/dustin/go-humanize"
+
+	"github.com/micra-net/micra/crawl"
+)
+
+// Config is a volunteer node's configuration. Start from DefaultConfig; the
+// command line fills it from a TOML file, MICRA_* environment variables and
+// flags, in that order of increasing precedence. Sizes are written with
+// units ("2MiB", "10GB"); times of day as "HH:MM".
+type Config struct {
+	// DataDir holds the node's badger database and identity key.
+	DataDir string `toml:"data_dir"`
+	// Listen are the libp2p listen multiaddrs.
+	Listen []string `toml:"listen"`
+	// Bootstrap are bootstrap peers: multiaddrs ending in /p2p/<peer id>.
+	Bootstrap []string `toml:"bootstrap"`
+	// SourceAddr binds outgoing crawl and probe connections to this local
+	// address ("" lets the system choose), as a multi-homed host or the
+	// emulated Internet needs.
+	SourceAddr string `toml:"source_addr"`
+	// Capacity is the pages per day this node offers to crawl; the
+	// coordinators balance delegations by it.
+	Capacity int `toml:"capacity"`
+	// Windows are the times when crawling and probing may happen, e.g.
+	// "mon-fri 00:00-06:00" and "sat,sun 00:00-24:00"; none means always.
+	Windows []string `toml:"windows"`
+	// Timezone of the windows (IANA name; "" for the system's).
+	Timezone string `toml:"timezone"`
+	// Bandwidth caps the crawler's download rate per second ("" or "0":
+	// no cap); DailyTransfer caps its bytes per day.
+	Bandwidth     string `toml:"bandwidth"`
+	DailyTransfer string `toml:"daily_transfer"`
+	// AllowPrivateNetworks lets the crawler fetch private, loopback and
+	// other special-purpose addresses; off for volunteers, on for the
+	// emulated Internet and the demo. AllowPorts adds ports to 80 and 443
+	// (none with AllowPrivateNetworks means every port).
+	AllowPrivateNetworks bool     `toml:"allow_private_networks"`
+	AllowPorts           []uint16 `toml:"allow_ports"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `toml:"log_level"`
+	// Dashboard is the address of the local dashboard and API; on any
+	// address but loopback, DashboardToken is required.
+	Dashboard      string `toml:"dashboard"`
+	DashboardToken string `toml:"dashboard_token"`
+	// Indexers is how many designated indexers must acknowledge a result
+	// batch before it leaves the outbox.
+	Indexers int `toml:"indexers"`
+	// OutboxCap bounds the outbox; when full, crawling pauses.
+	OutboxCap string `toml:"outbox_cap"`
+	// MemoryLimit is the soft memory limit of the process (runtime
+	// SetMemoryLimit); "" or "0" for none.
+	MemoryLimit string `toml:"memory_limit"`
+}
+
+// DefaultConfig returns safe defaults for a volunteer.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:     defaultDataDir(),
+		Listen:      []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
+		Capacity:    10_000, // pages per day: a light load for a home line
+		LogLevel:    "info", //
+		Dashboard:   "127.0.0.1:7464",
+		Indexers:    1,        // one acknowledgement: results are stored once before leaving
+		OutboxCap:   "512MiB", // about 2000 full batches
+		Bandwidth:   "1MiB",   // per second
+		Timezone:    "",       // the system's
+		MemoryLimit: "512MiB", // the crawler, badger and libp2p stay within it
+	}
+}
+
+func defaultDataDir() string {
+	if d, err := os.UserConfigDir(); err == nil {
+		return d + "/micra"
+	}
+	return ".micra"
+}
+
+// LoadFile reads a TOML configuration file over c. Unknown keys are an
+// error naming them, so that a typo does not silently leave a default.
+func (c *Config) LoadFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if len(data) > 1<<20 {
+		return fmt.Errorf("%s: larger than 1 MiB", path)
+	}
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(c)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return fmt.Errorf("%s: unknown keys %s", path, strings.Join(keys, ", "))
+	}
+	return nil
+}
+
+// EnvPrefix is the prefix of the environment variables that configure a
+// node: MICRA_ followed by a TOML key in upper case (MICRA_DATA_DIR,
+// MICRA_CAPACITY). Lists are comma-separated.
+const EnvPrefix = "MICRA_"
+
+// LoadEnv applies MICRA_* variables from environ (os.Environ's form).
+// Variables that name no key are ignored, since other programs share the
+// prefix (MICRA_DATA, MICRA_BOOTSTRAP are read elsewhere); malformed values
+// are an error naming the variable.
+func (c *Config) LoadEnv(environ []string) error {
+	v := reflect.ValueOf(c).Elem()
+	t := v.Type()
+	for _, kv := range environ {
+		name, val, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, EnvPrefix) {
+			continue
+		}
+		key := strings.ToLower(strings.TrimPrefix(name, EnvPrefix))
+		for i := 0; i < t.NumField(); i++ {
+			if t.Field(i).Tag.Get("toml") != key {
+				continue
+			}
+			if err := setField(v.Field(i), val); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func setField(f reflect.Value, s string) error {
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(s)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", s)
+		}
+		f.SetBool(b)
+	case reflect.Int:
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", s)
+		}
+		f.SetInt(int64(n))
+	case reflect.Slice:
+		var parts []string
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				parts = append(parts, p)
+			}
+		}
+		out := reflect.MakeSlice(f.Type(), len(parts), len(parts))
+		for i, p := range parts {
+			if err := setField(out.Index(i), p); err != nil {
+				return err
+			}
+		}
+		f.Set(out)
+	case reflect.Uint16:
+		n, err := strconv.ParseUint(s, 10, 16)
+		if err != nil {
+			return fmt.Errorf("%q is not a port", s)
+		}
+		f.SetUint(n)
+	default:
+		return fmt.Errorf("unsupported kind %s", f.Kind())
+	}
+	return nil
+}
+
+// Validate checks every field and returns all the problems found.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.DataDir == "" {
+		bad("data_dir is empty")
+	}
+	if c.Capacity <= 0 {
+		bad("capacity must be positive pages per day, got %d", c.Capacity)
+	}
+	if _, err := c.CrawlWindows(); err != nil {
+		errs = append(errs, err)
+	}
+	for name, s := range map[string]string{"bandwidth": c.Bandwidth, "daily_transfer": c.DailyTransfer, "outbox_cap": c.OutboxCap, "memory_limit": c.MemoryLimit} {
+		if _, err := ParseSize(s); err != nil {
+			bad("%s: %v", name, err)
+		}
+	}
+	if c.SourceAddr != "" {
+		if _, err := netip.ParseAddr(c.SourceAddr); err != nil {
+			bad("source_addr %q is not an IP address", c.SourceAddr)
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log_level %q is not debug, info, warn or error", c.LogLevel)
+	}
+	if c.Dashboard != "" {
+		ap, err := netip.ParseAddrPort(c.Dashboard)
+		switch {
+		case err != nil:
+			bad("dashboard %q is not an address:port", c.Dashboard)
+		case !ap.Addr().IsLoopback() && len(c.DashboardToken) < 16:
+			bad("dashboard on %s, not loopback: dashboard_token of at least 16 characters required", ap.Addr())
+		}
+	}
+	if c.Indexers < 1 || c.Indexers > 16 {
+		bad("indexers must be 1 to 16, got %d", c.Indexers)
+	}
+	return errors.Join(errs...)
+}
+
+// ParseSize parses a byte size such as "2MiB", "10GB" or "4096"; "" and
+// "0" are zero.
+func ParseSize(s string) (int64, error) {
+	if s == "" || s == "0" {
+		return 0, nil
+	}
+	n, err := humanize.ParseBytes(s)
+	if err != nil || n > 1<<62 {
+		return 0, fmt.Errorf("%q is not a size like 2MiB or 10GB", s)
+	}
+	return int64(n), nil
+}
+
+var weekdays = map[string]time.Weekday{
+	"sun": time.Sunday, "mon": time.Monday, "tue": time.Tuesday, "wed": time.Wednesday,
+	"thu": time.Thursday, "fri": time.Friday, "sat": time.Saturday,
+}
+
+// CrawlWindows parses Windows into the crawler's form. Each entry is
+// "DAYS HH:MM-HH:MM" where DAYS is a comma-separated list of days or day
+// ranges (mon-fri, sat,sun, daily); a window may end at 24:00.
+func (c *Config) CrawlWindows() ([]crawl.Window, error) {
+	var out []crawl.Window
+	for _, spec := range c.Windows {
+		days, span, ok := strings.Cut(strings.TrimSpace(spec), " ")
+		if !ok {
+			return nil, fmt.Errorf("window %q: want \"DAYS HH:MM-HH:MM\"", spec)
+		}
+		from, to, ok := strings.Cut(strings.TrimSpace(span), "-")
+		start, err1 := clock(from)
+		end, err2 := clock(to)
+		if !ok || err1 != nil || err2 != nil || start >= end {
+			return nil, fmt.Errorf("window %q: want a time span like 00:00-06:00", spec)
+		}
+		var ds []time.Weekday
+		for _, part := range strings.Split(strings.ToLower(days), ",") {
+			part = strings.TrimSpace(part)
+			if part == "daily" {
+				for d := time.Sunday; d <= time.Saturday; d++ {
+					ds = append(ds, d)
+				}
+				continue
+			}
+			a, b, isRange := strings.Cut(part, "-")
+			da, okA := weekdays[a]
+			db := da
+			okB := true
+			if isRange {
+				db, okB = weekdays[b]
+			}
+			if !okA || !okB {
+				return nil, fmt.Errorf("window %q: unknown day %q (mon, tue, ..., sun, daily)", spec, part)
+			}
+			for d := da; ; d = (d + 1) % 7 {
+				ds = append(ds, d)
+				if d == db {
+					break
+				}
+			}
+		}
+		for _, d := range ds {
+			out = append(out, crawl.Window{Day: d, Start: start, End: end})
+		}
+	}
+	return out, nil
+}
+
+func clock(s string) (time.Duration, error) {
+	h, m, ok := strings.Cut(strings.TrimSpace(s), ":")
+	hh, err1 := strconv.Atoi(h)
+	mm, err2 := strconv.Atoi(m)
+	if !ok || err1 != nil || err2 != nil || hh < 0 || mm < 0 || mm > 59 || hh > 24 || (hh == 24 && mm != 0) {
+		return 0, fmt.Errorf("%q is not HH:MM", s)
+	}
+	return time.Duration(hh)*time.Hour + time.Duration(mm)*time.Minute, nil
+}

@@ -1,0 +1,95 @@
+package node
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/micra-net/micra/crawl"
+)
+
+func TestDefaultConfigIsValid(t *testing.T) {
+	c := DefaultConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigSources(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "micra.toml")
+	os.WriteFile(path, []byte(`
+data_dir = "/var/lib/micra"
+capacity = 500
+windows = ["mon-fri 00:00-06:00", "sat,sun 00:00-24:00"]
+bandwidth = "2MiB"
+allow_ports = [8080]
+`), 0o644)
+	c := DefaultConfig()
+	if err := c.LoadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	// The environment wins over the file.
+	if err := c.LoadEnv([]string{"MICRA_CAPACITY=700", "MICRA_ALLOW_PRIVATE_NETWORKS=true", "MICRA_BOOTSTRAP=/ip4/127.0.0.1/tcp/1/p2p/x,/ip4/127.0.0.2/tcp/1/p2p/y", "MICRA_DATA=/elsewhere", "PATH=/bin"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != "/var/lib/micra" || c.Capacity != 700 || !c.AllowPrivateNetworks || len(c.Bootstrap) != 2 || c.AllowPorts[0] != 8080 {
+		t.Errorf("config %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := c.CrawlWindows()
+	if err != nil || len(ws) != 7 {
+		t.Fatalf("windows %v %v", ws, err)
+	}
+	if ws[0] != (crawl.Window{Day: time.Monday, Start: 0, End: 6 * time.Hour}) || ws[6].End != 24*time.Hour {
+		t.Errorf("windows %v", ws)
+	}
+	if n, _ := ParseSize(c.Bandwidth); n != 2<<20 {
+		t.Errorf("bandwidth %d", n)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.toml")
+	os.WriteFile(path, []byte("capacty = 5\n"), 0o644)
+	c := DefaultConfig()
+	if err := c.LoadFile(path); err == nil || !strings.Contains(err.Error(), "capacty") {
+		t.Errorf("typo in a key: %v", err)
+	}
+	if err := c.LoadEnv([]string{"MICRA_CAPACITY=lots"}); err == nil || !strings.Contains(err.Error(), "MICRA_CAPACITY") {
+		t.Errorf("bad env value: %v", err)
+	}
+	tests := []struct {
+		mut  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Capacity = 0 }, "capacity"},
+		{func(c *Config) { c.Windows = []string{"funday 00:00-01:00"} }, "unknown day"},
+		{func(c *Config) { c.Windows = []string{"mon 06:00-01:00"} }, "time span"},
+		{func(c *Config) { c.Windows = []string{"mon"} }, "DAYS"},
+		{func(c *Config) { c.Bandwidth = "fast" }, "bandwidth"},
+		{func(c *Config) { c.SourceAddr = "nowhere" }, "source_addr"},
+		{func(c *Config) { c.LogLevel = "loud" }, "log_level"},
+		{func(c *Config) { c.Dashboard = "0.0.0.0:7464" }, "dashboard_token"},
+		{func(c *Config) { c.Indexers = 0 }, "indexers"},
+	}
+	for _, tc := range tests {
+		c := DefaultConfig()
+		tc.mut(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("want an error about %s, got %v", tc.want, err)
+		}
+	}
+	c = DefaultConfig()
+	c.Dashboard, c.DashboardToken = "0.0.0.0:7464", "0123456789abcdef"
+	if err := c.Validate(); err != nil {
+		t.Errorf("dashboard with token: %v", err)
+	}
+	c.Windows = []string{"fri-mon 22:00-24:00", "daily 03:00-04:30"}
+	if ws, err := c.CrawlWindows(); err != nil || len(ws) != 4+7 {
+		t.Errorf("wrapping day range: %v %v", ws, err)
+	}
+}

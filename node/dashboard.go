@@ -1,0 +1,274 @@
+package node
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Status is everything the dashboard and "micra status" show about a
+// running node. The same value is served as JSON at /api/status and
+// rendered at /, so the page and the API cannot disagree.
+type Status struct {
+	Peer      string    `json:"peer"`     // libp2p peer id
+	Addrs     []string  `json:"addrs"`    // listen multiaddrs
+	Snapshot  string    `json:"snapshot"` // subnet snapshot id
+	Started   time.Time `json:"started"`  //
+	Now       time.Time `json:"now"`      //
+	Peers     int       `json:"peers"`    // connected peers
+	Shards    int       `json:"shards"`   // shards this node coordinates
+	Capacity  int       `json:"capacity"` // pages per day offered
+	Load      int       `json:"load"`     // pages per day delegated
+	Window    Window    `json:"window"`   //
+	Crawl     Crawl     `json:"crawl"`    //
+	Outbox    Outbox    `json:"outbox"`   //
+	Probes    Probes    `json:"probes"`   //
+	Subnets   []Subnet  `json:"subnets"`  // delegated to this node, nearest first
+	Indexers  int       `json:"indexers"` // designated indexers known
+	Warnings  []string  `json:"warnings"` // conditions an operator should see
+	RateChart []Point   `json:"rate"`     // pages fetched per minute, oldest first
+}
+
+// Window is the state of the operator's crawl windows.
+type Window struct {
+	Open bool      `json:"open"`
+	Next time.Time `json:"next"` // when it next opens or closes; zero without windows
+}
+
+// Crawl are the crawler's counters.
+type Crawl struct {
+	Fetched  int64 `json:"fetched"`
+	Records  int64 `json:"records"`
+	Queued   int64 `json:"queued"`
+	Hosts    int64 `json:"hosts"`
+	InFlight int64 `json:"in_flight"`
+	Bytes    int64 `json:"bytes"` // downloaded
+	Errors   int64 `json:"errors"`
+}
+
+// Outbox is the state of the results outbox.
+type Outbox struct {
+	Batches int   `json:"batches"` // waiting for acknowledgement
+	Bytes   int64 `json:"bytes"`
+	Cap     int64 `json:"cap"`
+	Acked   int64 `json:"acked"` // batches acknowledged since start
+}
+
+// Probes counts the probes this node ran for coordinators and asked of
+// others as a coordinator.
+type Probes struct {
+	Run    int64 `json:"run"`
+	Issued int64 `json:"issued"`
+}
+
+// Subnet is one subnet delegated to this node.
+type Subnet struct {
+	Range string    `json:"range"`
+	Org   string    `json:"org"`
+	RTTms float64   `json:"rtt_ms"` // the probe that won it; negative when none
+	Since time.Time `json:"since"`
+}
+
+// Point is one value of a time series.
+type Point struct {
+	T time.Time `json:"t"`
+	V float64   `json:"v"`
+}
+
+// StatusFunc returns the node's current status.
+type StatusFunc func(ctx context.Context) (Status, error)
+
+// Dashboard returns the local dashboard: the page at /, the same facts as
+// JSON at /api/status and, when metrics is not nil, Prometheus metrics at
+// /metrics. With a token, every request must carry it (Authorization:
+// Bearer, or ?token= once, which sets a cookie).
+func Dashboard(status StatusFunc, token string, metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
+		st, err := status(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(st)
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		st, err := status(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if err := page.Execute(w, view(st)); err != nil {
+			http.Error(w, "rendering failed", http.StatusInternalServerError)
+		}
+	})
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
+	return secure(mux, token)
+}
+
+// secure adds headers every response needs and checks the token.
+func secure(next http.Handler, token string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		if token != "" {
+			got := ""
+			if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
+				got = strings.TrimPrefix(a, "Bearer ")
+			} else if q := r.URL.Query().Get("token"); q != "" {
+				got = q
+			} else if c, err := r.Cookie("micra_token"); err == nil {
+				got = c.Value
+			}
+			if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+				http.Error(w, "a dashboard token is required", http.StatusUnauthorized)
+				return
+			}
+			if r.URL.Query().Get("token") != "" {
+				http.SetCookie(w, &http.Cookie{Name: "micra_token", Value: token, HttpOnly: true, SameSite: http.SameSiteStrictMode, Path: "/"})
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// pageView is what the template renders.
+type pageView struct {
+	Status
+	Uptime     string
+	RateSVG    template.HTML
+	LatencySVG template.HTML
+}
+
+func view(st Status) pageView {
+	v := pageView{Status: st, Uptime: st.Now.Sub(st.Started).Round(time.Second).String()}
+	v.RateSVG = lineChart(st.RateChart, "pages per minute")
+	var bars []bar
+	for _, s := range st.Subnets {
+		if s.RTTms >= 0 {
+			bars = append(bars, bar{label: s.Range, value: s.RTTms})
+		}
+	}
+	v.LatencySVG = barChart(bars, "ms")
+	return v
+}
+
+type bar struct {
+	label string
+	value float64
+}
+
+// lineChart draws a series as an inline SVG; values are escaped numbers.
+func lineChart(pts []Point, unit string) template.HTML {
+	const w, h = 600.0, 160.0
+	if len(pts) < 2 {
+		return template.HTML(`<p class="muted">not enough data yet</p>`)
+	}
+	maxV := 1.0
+	for _, p := range pts {
+		maxV = math.Max(maxV, p.V)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-label="%s"><polyline fill="none" stroke="#2a6" stroke-width="2" points="`, w, h+20, w, h+20, template.HTMLEscapeString(unit))
+	for i, p := range pts {
+		x := w * float64(i) / float64(len(pts)-1)
+		y := h - h*p.V/maxV + 10
+		fmt.Fprintf(&b, "%.1f,%.1f ", x, y)
+	}
+	fmt.Fprintf(&b, `"/><text x="4" y="12" font-size="11">%.0f %s</text></svg>`, maxV, template.HTMLEscapeString(unit))
+	return template.HTML(b.String())
+}
+
+// barChart draws horizontal bars, one per label, as an inline SVG.
+func barChart(bars []bar, unit string) template.HTML {
+	if len(bars) == 0 {
+		return template.HTML(`<p class="muted">no delegated subnet has a probe yet</p>`)
+	}
+	sort.SliceStable(bars, func(i, j int) bool { return bars[i].value < bars[j].value })
+	if len(bars) > 40 {
+		bars = bars[:40]
+	}
+	maxV := 1.0
+	for _, x := range bars {
+		maxV = math.Max(maxV, x.value)
+	}
+	const w, rowH = 600.0, 16.0
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-label="latency">`, w, rowH*float64(len(bars)), w, rowH*float64(len(bars)))
+	for i, x := range bars {
+		y := rowH * float64(i)
+		bw := (w - 260) * x.value / maxV
+		fmt.Fprintf(&b, `<text x="0" y="%.0f" font-size="11">%s</text><rect x="200" y="%.0f" width="%.1f" height="%.0f" fill="#48c"/><text x="%.1f" y="%.0f" font-size="11">%.1f %s</text>`,
+			y+12, template.HTMLEscapeString(x.label), y+2, bw, rowH-4, 204+bw, y+12, x.value, template.HTMLEscapeString(unit))
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+var page = template.Must(template.New("dashboard").Funcs(template.FuncMap{
+	"ms": func(v float64) string {
+		if v < 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", v)
+	},
+	"when": func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05 UTC")
+	},
+	"mib": func(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) },
+}).Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>micra node {{.Peer}}</title>
+<meta http-equiv="refresh" content="10">
+<style>
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;max-width:70em;color:#222}
+h1{font-size:1.3em} h2{font-size:1.05em;margin-top:1.5em}
+table{border-collapse:collapse} td,th{padding:.2em .8em .2em 0;text-align:left;vertical-align:top}
+.muted{color:#777} .warn{color:#a40} code{font-size:12px}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(14em,1fr));gap:.5em 2em}
+.n{font-size:1.4em;font-weight:600}
+</style></head><body>
+<h1>micra node</h1>
+<p><code id="peer">{{.Peer}}</code><br><span class="muted">snapshot <code id="snapshot">{{.Snapshot}}</code> · up {{.Uptime}} · since {{when .Started}}</span></p>
+{{range .Warnings}}<p class="warn">{{.}}</p>{{end}}
+<div class="grid">
+<div><div class="n" id="peers">{{.Peers}}</div>peers</div>
+<div><div class="n" id="subnets">{{len .Subnets}}</div>delegated subnets</div>
+<div><div class="n" id="shards">{{.Shards}}</div>shards coordinated</div>
+<div><div class="n" id="fetched">{{.Crawl.Fetched}}</div>pages fetched</div>
+<div><div class="n" id="queued">{{.Crawl.Queued}}</div>URLs queued</div>
+<div><div class="n" id="outbox">{{.Outbox.Batches}}</div>batches in the outbox ({{mib .Outbox.Bytes}} of {{mib .Outbox.Cap}})</div>
+<div><div class="n" id="probes-run">{{.Probes.Run}}</div>probes run</div>
+<div><div class="n" id="probes-issued">{{.Probes.Issued}}</div>probes issued</div>
+<div><div class="n" id="window">{{if .Window.Open}}open{{else}}closed{{end}}</div>crawl window (next change {{when .Window.Next}})</div>
+<div><div class="n" id="load">{{.Load}}/{{.Capacity}}</div>pages a day, delegated / offered</div>
+</div>
+<h2>Crawl rate</h2>
+{{.RateSVG}}
+<h2>Latency to the subnets this node crawls</h2>
+{{.LatencySVG}}
+<h2>Delegated subnets</h2>
+<table id="subnet-table"><tr><th>range</th><th>organisation</th><th>RTT ms</th><th>since</th></tr>
+{{range .Subnets}}<tr><td><code>{{.Range}}</code></td><td>{{.Org}}</td><td>{{ms .RTTms}}</td><td>{{when .Since}}</td></tr>
+{{end}}</table>
+<h2>Addresses</h2>
+<ul>{{range .Addrs}}<li><code>{{.}}</code></li>{{end}}</ul>
+<p class="muted">facts as JSON: <a href="/api/status">/api/status</a> · metrics: <a href="/metrics">/metrics</a></p>
+<p class="muted">Organisation names of routed ranges: <a href="https://db-ip.com">IP Geolocation by DB-IP</a>, Route Views, NRO; CC BY 4.0.</p>
+</body></html>
+`))

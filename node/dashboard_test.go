@@ -1,0 +1,180 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func sampleStatus() Status {
+	t0 := time.Date(2026, 11, 22, 1, 0, 0, 0, time.UTC)
+	st := Status{
+		Peer: "12D3KooWExample", Addrs: []string{"/ip4/127.0.0.1/tcp/4001"}, Snapshot: "b6a3ee1a0d96",
+		Started: t0, Now: t0.Add(90 * time.Minute), Peers: 7, Shards: 3, Capacity: 10000, Load: 1234,
+		Window: Window{Open: true}, Crawl: Crawl{Fetched: 4321, Queued: 55, Records: 4000},
+		Outbox: Outbox{Batches: 2, Bytes: 3 << 20, Cap: 512 << 20}, Probes: Probes{Run: 17, Issued: 9},
+		Subnets: []Subnet{
+			{Range: "127.1.2.0/24", Org: `<script>alert("x")</script>`, RTTms: 12.5, Since: t0},
+			{Range: "127.9.0.0/16", Org: "Example Hosting", RTTms: 48},
+			{Range: "127.3.0.0/24", Org: "No probe yet", RTTms: -1},
+		},
+		Warnings: []string{"outbox 90 % full"},
+	}
+	for i := 0; i < 30; i++ {
+		st.RateChart = append(st.RateChart, Point{T: t0.Add(time.Duration(i) * time.Minute), V: float64(i % 7 * 10)})
+	}
+	return st
+}
+
+func TestDashboard(t *testing.T) {
+	st := sampleStatus()
+	srv := httptest.NewServer(Dashboard(func(context.Context) (Status, error) { return st, nil }, "", http.NotFoundHandler()))
+	defer srv.Close()
+	get := func(path string) (int, string, http.Header) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header
+	}
+	code, body, h := get("/api/status")
+	var got Status
+	if code != 200 || json.Unmarshal([]byte(body), &got) != nil || got.Crawl.Fetched != 4321 || len(got.Subnets) != 3 {
+		t.Fatalf("api: %d %s", code, body)
+	}
+	code, body, h = get("/")
+	if code != 200 || !strings.Contains(h.Get("Content-Security-Policy"), "default-src 'none'") {
+		t.Fatalf("page: %d %v", code, h)
+	}
+	for _, want := range []string{`id="fetched">4321<`, `id="peers">7<`, `id="shards">3<`, `&lt;script&gt;`, "<svg", "12.5", "db-ip.com"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, `<script>alert`) {
+		t.Error("an organisation name was not escaped")
+	}
+	if code, _, _ := get("/nope"); code != 404 {
+		t.Errorf("unknown path: %d", code)
+	}
+	failing := httptest.NewServer(Dashboard(func(context.Context) (Status, error) { return Status{}, errors.New("node stopping") }, "", nil))
+	defer failing.Close()
+	if resp, err := http.Get(failing.URL + "/"); err != nil || resp.StatusCode != 503 {
+		t.Errorf("status error: %v %v", resp, err)
+	}
+}
+
+func TestDashboardToken(t *testing.T) {
+	const token = "0123456789abcdef0123"
+	srv := httptest.NewServer(Dashboard(func(context.Context) (Status, error) { return sampleStatus(), nil }, token, nil))
+	defer srv.Close()
+	for _, tc := range []struct {
+		name   string
+		req    func() *http.Request
+		status int
+	}{
+		{"no token", func() *http.Request { r, _ := http.NewRequest("GET", srv.URL+"/api/status", nil); return r }, 401},
+		{"wrong token", func() *http.Request {
+			r, _ := http.NewRequest("GET", srv.URL+"/api/status", nil)
+			r.Header.Set("Authorization", "Bearer nope")
+			return r
+		}, 401},
+		{"bearer", func() *http.Request {
+			r, _ := http.NewRequest("GET", srv.URL+"/api/status", nil)
+			r.Header.Set("Authorization", "Bearer "+token)
+			return r
+		}, 200},
+		{"query", func() *http.Request { r, _ := http.NewRequest("GET", srv.URL+"/?token="+token, nil); return r }, 200},
+	} {
+		resp, err := http.DefaultClient.Do(tc.req())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: %d, want %d", tc.name, resp.StatusCode, tc.status)
+		}
+	}
+}
+
+// chromium returns Debian's Chromium, skipping the test without it (CI
+// installs it and must run this test).
+func chromium(t *testing.T) string {
+	for _, p := range []string{"/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("CI must install chromium (apt-get install chromium)")
+	}
+	t.Skip("chromium not installed")
+	return ""
+}
+
+// TestDashboardInChromium loads the page in headless Chromium, checks that
+// the numbers it shows are those of the API, and saves a screenshot as a
+// test artifact (MICRA_ARTIFACTS, default the test's temporary directory).
+func TestDashboardInChromium(t *testing.T) {
+	bin := chromium(t)
+	st := sampleStatus()
+	srv := httptest.NewServer(Dashboard(func(context.Context) (Status, error) { return st, nil }, "", nil))
+	defer srv.Close()
+	out := os.Getenv("MICRA_ARTIFACTS")
+	if out == "" {
+		out = t.TempDir()
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shot := filepath.Join(out, "dashboard.png")
+	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir=" + t.TempDir(), "--window-size=1200,1400"}
+	run := func(extra ...string) []byte {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, append(append(args, extra...), srv.URL+"/")...)
+		b, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("chromium: %v", err)
+		}
+		return b
+	}
+	dom := string(run("--dump-dom"))
+	// The numbers the browser rendered are the API's.
+	api := map[string]int64{"peers": int64(st.Peers), "shards": int64(st.Shards), "fetched": st.Crawl.Fetched,
+		"queued": st.Crawl.Queued, "outbox": int64(st.Outbox.Batches), "probes-run": st.Probes.Run,
+		"probes-issued": st.Probes.Issued, "subnets": int64(len(st.Subnets))}
+	for id, want := range api {
+		m := regexp.MustCompile(`id="` + id + `">([0-9]+)<`).FindStringSubmatch(dom)
+		if m == nil {
+			t.Errorf("%s not shown", id)
+			continue
+		}
+		if got, _ := strconv.ParseInt(m[1], 10, 64); got != want {
+			t.Errorf("%s shows %d, the API says %d", id, got, want)
+		}
+	}
+	if n := strings.Count(dom, "<tr>"); n != len(st.Subnets)+1 {
+		t.Errorf("subnet table has %d rows, want %d", n-1, len(st.Subnets))
+	}
+	run("--screenshot=" + shot)
+	if fi, err := os.Stat(shot); err != nil || fi.Size() < 1000 {
+		t.Fatalf("no screenshot: %v", err)
+	}
+	t.Logf("screenshot: %s", shot)
+}
