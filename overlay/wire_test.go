@@ -82,8 +82,11 @@ func TestProtocols(t *testing.T) {
 	if err != nil || !dup {
 		t.Fatalf("repeated Forward = %v, %v; want a duplicate", dup, err)
 	}
-	if fwd.calls != 1 || len(fwd.urls) != 2 {
-		t.Fatalf("handler saw %d calls, %d URLs; want 1 and 2", fwd.calls, len(fwd.urls))
+	fwd.mu.Lock()
+	calls, urls := fwd.calls, len(fwd.urls)
+	fwd.mu.Unlock()
+	if calls != 1 || urls != 2 {
+		t.Fatalf("handler saw %d calls, %d URLs; want 1 and 2", calls, urls)
 	}
 	// a has no forward handler.
 	if _, err := b.o.Forward(ctx, a.h.ID(), id, []string{"http://x/"}); !errors.Is(err, ErrUnavailable) {
@@ -94,8 +97,11 @@ func TestProtocols(t *testing.T) {
 	if err := a.o.Ack(ctx, b.h.ID(), []BatchRef{ref}); err != nil {
 		t.Fatal(err)
 	}
-	if len(ack.refs) != 1 || ack.refs[0] != ref {
-		t.Fatalf("ack handler saw %v", ack.refs)
+	ack.mu.Lock()
+	refs := append([]BatchRef(nil), ack.refs...)
+	ack.mu.Unlock()
+	if len(refs) != 1 || refs[0] != ref {
+		t.Fatalf("ack handler saw %v", refs)
 	}
 }
 
@@ -319,7 +325,12 @@ func TestRelay(t *testing.T) {
 	if err := a.o.Ack(ctx, natHost.ID(), []BatchRef{{Node: natHost.ID(), Seq: 1}}); err != nil {
 		t.Fatalf("ack through the relay: %v", err)
 	}
-	if fwd.calls != 1 || len(ack.refs) != 1 {
-		t.Fatalf("NATed node saw %d forwards and %d acks", fwd.calls, len(ack.refs))
+	fwd.mu.Lock()
+	ack.mu.Lock()
+	calls, acks := fwd.calls, len(ack.refs)
+	ack.mu.Unlock()
+	fwd.mu.Unlock()
+	if calls != 1 || acks != 1 {
+		t.Fatalf("NATed node saw %d forwards and %d acks", calls, acks)
 	}
 }

@@ -31,9 +31,11 @@ type command struct {
 // commands is the table of subcommands. Each lives in its own file of this
 // package and adds itself here.
 var commands = map[string]command{
-	"bench":  {"benchmarks: delegation (the IPMicra evaluation on the emulated Internet)", runBench},
-	"subnet": {"the IP-address hierarchy: import, lookup, stats", runSubnet},
-	"world":  {"the emulated Internet on loopback: gen, serve, rtt", runWorld},
+	"bench":   {"benchmarks: delegation (the IPMicra evaluation on the emulated Internet)", runBench},
+	"indexer": {"run an indexer; manage its profiles, export, crawl requests", runIndexer},
+	"search":  {"search an indexer: micra search QUERY", runSearch},
+	"subnet":  {"the IP-address hierarchy: import, lookup, stats", runSubnet},
+	"world":   {"the emulated Internet on loopback: gen, serve, rtt", runWorld},
 }
 
 // errUsage marks an error caused by wrong command-line arguments.

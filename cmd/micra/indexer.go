@@ -1,0 +1,554 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/micra-net/micra/bootstrap"
+	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/overlay/results"
+	"github.com/micra-net/micra/subnet"
+	"github.com/micra-net/micra/subnet/embedded"
+)
+
+// defaultIndexerAPI is where the indexer serves its HTTP API by default,
+// and where the client commands look for it.
+const defaultIndexerAPI = "127.0.0.1:7465"
+
+func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "profiles":
+			return indexerProfiles(ctx, args[1:], stdout, stderr)
+		case "export":
+			return indexerExport(ctx, args[1:], stdout, stderr)
+		case "crawl":
+			return indexerCrawl(ctx, args[1:], stdout, stderr)
+		case "help":
+			args = []string{"-h"}
+		}
+	}
+	return indexerServe(ctx, args, stdout, stderr)
+}
+
+const indexerSynopsis = `[flags]
+       micra indexer profiles [--api URL] list | show NAME | add [--threshold T] NAME WORD[:WEIGHT]... | delete NAME
+       micra indexer export [--api URL] [--out FILE]
+       micra indexer crawl [--api URL] [--depth N] [--owner NAME] URL...
+
+Runs an indexer: it joins the overlay, announces itself as a designated
+indexer, verifies, stores and acknowledges the result batches of the shards
+it takes, and serves search, profiles, export and crawl requests over HTTP.
+The other forms talk to a running indexer's HTTP API.
+
+Flags of the indexer:`
+
+func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("indexer", indexerSynopsis, stderr)
+	data := fs.String("data", defaultIndexerDir(), "data `DIR`: the database and the identity key")
+	listen := fs.String("listen", "/ip4/0.0.0.0/tcp/4002,/ip4/0.0.0.0/udp/4002/quic-v1", "libp2p listen `MULTIADDRS`, comma-separated")
+	boot := fs.String("bootstrap", "", "bootstrap peers: `MULTIADDRS` ending in /p2p/<id>, comma-separated (also $MICRA_BOOTSTRAP)")
+	httpAddr := fs.String("http", defaultIndexerAPI, "`ADDR` of the HTTP search page and API (keep it on loopback unless behind a proxy)")
+	shards := fs.Int("shards", 1, "number of result shards in the network (all nodes and indexers must agree)")
+	take := fs.String("take", "", "`SHARDS` to take, comma-separated (default: all)")
+	readOnly := fs.Bool("read-only", false, "serve search and export only: no profile changes, no crawl requests")
+	snap := fs.String("snapshot", "", "subnet snapshot `FILE` (default: the one built into micra)")
+	announce := fs.Duration("announce", time.Minute, "how often to announce this indexer")
+	verbose := fs.Bool("v", false, "log at debug level")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	var listenAddrs []ma.Multiaddr
+	for _, s := range splitList(*listen) {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return fmt.Errorf("%w: --listen %q: %v", errUsage, s, err)
+		}
+		listenAddrs = append(listenAddrs, a)
+	}
+	peers, err := bootstrap.ParseList("--bootstrap", *boot)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	envPeers, err := bootstrap.FromEnv()
+	if err != nil {
+		return err
+	}
+	peers = bootstrap.Merge(peers, envPeers, bootstrap.Defaults())
+	opts := []results.Option{results.Shards(*shards), results.AnnounceEvery(*announce)}
+	if *take != "" {
+		var ss []int
+		for _, s := range splitList(*take) {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 || n >= *shards {
+				return fmt.Errorf("%w: --take %q: shards are 0 to %d", errUsage, s, *shards-1)
+			}
+			ss = append(ss, n)
+		}
+		opts = append(opts, results.Take(ss...))
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	tree, err := loadTree(*snap)
+	if err != nil {
+		return err
+	}
+	return serveIndexer(ctx, indexerSetup{
+		dir: *data, listen: listenAddrs, peers: peers, httpAddr: *httpAddr, readOnly: *readOnly,
+		tree: tree, log: logger, opts: append(opts, results.Logger(logger.With("subsystem", "results"))),
+	}, stdout)
+}
+
+type indexerSetup struct {
+	dir      string
+	listen   []ma.Multiaddr
+	peers    []peer.AddrInfo
+	httpAddr string
+	readOnly bool
+	tree     *subnet.Tree
+	log      *slog.Logger
+	opts     []results.Option
+}
+
+// serveIndexer runs an indexer until ctx ends, then shuts it down in
+// order: HTTP, indexer, overlay, host, index, database.
+func serveIndexer(ctx context.Context, s indexerSetup, stdout io.Writer) (err error) {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return err
+	}
+	sk, err := overlay.LoadIdentity(filepath.Join(s.dir, "identity.key"))
+	if err != nil {
+		return err
+	}
+	// The index writes a record with its postings in one transaction:
+	// memtables of 32 MiB allow 2.4 MiB transactions.
+	db, err := badger.Open(badger.DefaultOptions(filepath.Join(s.dir, "db")).WithLogger(nil).
+		WithMemTableSize(32 << 20).WithNumMemtables(3).WithNumVersionsToKeep(1))
+	if err != nil {
+		return fmt.Errorf("opening the database: %w", err)
+	}
+	defer func() { err = errors.Join(err, db.Close()) }()
+	x, err := index.New(db, index.Logger(s.log.With("subsystem", "index")))
+	if err != nil {
+		return err
+	}
+	defer x.Close()
+	h, err := overlay.NewHost(sk, overlay.ListenAddrs(s.listen...))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, h.Close()) }()
+	o, err := overlay.New(h, s.tree, db, overlay.WithDelegator(askerDelegator{}), overlay.ResultsValidator(results.CheckEnvelope),
+		overlay.Announce(5*time.Minute, true), overlay.BootstrapPeers(s.peers), overlay.Logger(s.log.With("subsystem", "overlay")))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, o.Close()) }()
+	ix, err := results.NewIndexer(o, x, db, s.opts...)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, ix.Close()) }()
+
+	ln, err := net.Listen("tcp", s.httpAddr)
+	if err != nil {
+		return fmt.Errorf("HTTP: %w", err)
+	}
+	srv := &http.Server{Handler: ix.Handler(index.HTTPOptions{ReadOnly: s.readOnly}), ReadHeaderTimeout: 10 * time.Second}
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err = errors.Join(err, srv.Shutdown(sctx))
+		if herr := <-httpDone; !errors.Is(herr, http.ErrServerClosed) {
+			err = errors.Join(err, herr)
+		}
+	}()
+
+	fmt.Fprintf(stdout, "indexer %s\n", h.ID())
+	for _, a := range h.Addrs() {
+		fmt.Fprintf(stdout, "listening on %s/p2p/%s\n", a, h.ID())
+	}
+	fmt.Fprintf(stdout, "search on http://%s/\n", ln.Addr())
+
+	if len(s.peers) == 0 {
+		s.log.Warn("no bootstrap peers: waiting for nodes to connect to this indexer")
+	} else {
+		go func() {
+			if _, err := bootstrap.Join(ctx, h, h.ID(), s.peers); err != nil {
+				if ctx.Err() == nil {
+					s.log.Error("joining the overlay failed", "error", err)
+				}
+				return
+			}
+			if err := o.Bootstrap(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("DHT bootstrap failed", "error", err)
+			}
+		}()
+	}
+	<-ctx.Done()
+	s.log.Info("indexer shutting down")
+	return nil
+}
+
+// askerDelegator is the delegation procedure an indexer runs for the
+// shards it happens to coordinate: the subnet goes to the node that asked
+// (a new subnet is usually found by the node nearest to it), or to the
+// first live peer when that one is excluded. A stand-in until the overlay
+// adapter of subnet's IPMicra search lands (issue 5).
+type askerDelegator struct{}
+
+func (askerDelegator) Delegate(ctx context.Context, req overlay.DelegateRequest, env overlay.DelegationEnv) (peer.ID, error) {
+	if req.From != "" && !slices.Contains(req.Exclude, req.From) {
+		return req.From, nil
+	}
+	for _, p := range env.Peers() {
+		if !slices.Contains(req.Exclude, p.ID) {
+			return p.ID, nil
+		}
+	}
+	return "", overlay.ErrNoCandidate
+}
+
+func loadTree(file string) (*subnet.Tree, error) {
+	if file == "" {
+		return embedded.Tree()
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return subnet.ReadSnapshot(f)
+}
+
+func defaultIndexerDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "micra", "indexer")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "micra", "indexer")
+	}
+	return "micra-indexer"
+}
+
+func splitList(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
+}
+
+// apiFlag adds --api to a client command's flags.
+func apiFlag(fs interface {
+	String(name, value, usage string) *string
+}) *string {
+	def := os.Getenv("MICRA_INDEXER")
+	if def == "" {
+		def = "http://" + defaultIndexerAPI
+	}
+	return fs.String("api", def, "the indexer's HTTP `URL` (also $MICRA_INDEXER)")
+}
+
+// apiClient talks to an indexer's HTTP API.
+type apiClient struct {
+	base *url.URL
+	hc   *http.Client
+}
+
+func newAPIClient(raw string) (*apiClient, error) {
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("%w: --api %q is not an http(s) URL", errUsage, raw)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	return &apiClient{base: u, hc: &http.Client{Timeout: 2 * time.Minute}}, nil
+}
+
+// do sends a request to path (with query q) and decodes a JSON answer into
+// out (unless nil); an error status becomes an error carrying the API's
+// message.
+func (c *apiClient) do(ctx context.Context, method, path string, q url.Values, body any, out any) error {
+	resp, err := c.send(ctx, method, path, q, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func (c *apiClient) send(ctx context.Context, method, path string, q url.Values, body any) (*http.Response, error) {
+	u := *c.base
+	u.Path += path
+	u.RawQuery = q.Encode()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		var e struct {
+			Error string `json:"error"`
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, e.Error)
+	}
+	return resp, nil
+}
+
+// apiProfile is a profile as the API returns it.
+type apiProfile struct {
+	Name     string `json:"name"`
+	Keywords []struct {
+		Word   string  `json:"word"`
+		Weight float64 `json:"weight"`
+	} `json:"keywords"`
+	Threshold float64 `json:"threshold"`
+	Matches   int64   `json:"matches"`
+	Pending   bool    `json:"pending"`
+}
+
+func (p apiProfile) keywords() string {
+	var b strings.Builder
+	for i, k := range p.Keywords {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s:%g", k.Word, k.Weight)
+	}
+	return b.String()
+}
+
+func indexerProfiles(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("indexer profiles", "[--api URL] list | show NAME | add [--threshold T] NAME WORD[:WEIGHT]... | delete NAME", stderr)
+	api := apiFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: missing subcommand", errUsage)
+	}
+	c, err := newAPIClient(*api)
+	if err != nil {
+		return err
+	}
+	sub, rest := fs.Arg(0), fs.Args()[1:]
+	switch sub {
+	case "list":
+		var out struct {
+			Profiles []apiProfile `json:"profiles"`
+		}
+		if err := c.do(ctx, http.MethodGet, "/api/profiles", nil, nil, &out); err != nil {
+			return err
+		}
+		if len(out.Profiles) == 0 {
+			fmt.Fprintln(stdout, "no profiles")
+		}
+		for _, p := range out.Profiles {
+			fmt.Fprintf(stdout, "%s\tthreshold %g\t%d matches\t%s\n", p.Name, p.Threshold, p.Matches, p.keywords())
+		}
+		return nil
+	case "show":
+		if len(rest) != 1 {
+			return fmt.Errorf("%w: profiles show needs one NAME", errUsage)
+		}
+		var p apiProfile
+		if err := c.do(ctx, http.MethodGet, "/api/profiles/"+url.PathEscape(rest[0]), nil, nil, &p); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\tthreshold %g\t%d matches\t%s\n", p.Name, p.Threshold, p.Matches, p.keywords())
+		var m struct {
+			Matches []struct {
+				URL       string  `json:"url"`
+				Title     string  `json:"title"`
+				Relevance float64 `json:"relevance"`
+			} `json:"matches"`
+		}
+		if err := c.do(ctx, http.MethodGet, "/api/profiles/"+url.PathEscape(rest[0])+"/matches", url.Values{"limit": {"20"}}, nil, &m); err != nil {
+			return err
+		}
+		for _, h := range m.Matches {
+			fmt.Fprintf(stdout, "  %.3f  %s  %s\n", h.Relevance, h.URL, h.Title)
+		}
+		return nil
+	case "add":
+		afs := newFlagSet("indexer profiles add", "[--threshold T] NAME WORD[:WEIGHT]...", stderr)
+		threshold := afs.Float64("threshold", 0, "least relevance in [0, 1] for a record to match")
+		if err := parseFlags(afs, rest); err != nil {
+			return err
+		}
+		if afs.NArg() < 2 {
+			afs.Usage()
+			return fmt.Errorf("%w: profiles add needs NAME and at least one WORD", errUsage)
+		}
+		body := map[string]any{"threshold": *threshold}
+		var kws []map[string]any
+		for _, w := range afs.Args()[1:] {
+			word, weight := w, 1.0
+			if i := strings.LastIndexByte(w, ':'); i > 0 {
+				f, err := strconv.ParseFloat(w[i+1:], 64)
+				if err != nil {
+					return fmt.Errorf("%w: keyword %q: weight is not a number", errUsage, w)
+				}
+				word, weight = w[:i], f
+			}
+			kws = append(kws, map[string]any{"word": word, "weight": weight})
+		}
+		body["keywords"] = kws
+		var p apiProfile
+		if err := c.do(ctx, http.MethodPut, "/api/profiles/"+url.PathEscape(afs.Arg(0)), nil, body, &p); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "profile %s: threshold %g, %s\n", p.Name, p.Threshold, p.keywords())
+		return nil
+	case "delete":
+		if len(rest) != 1 {
+			return fmt.Errorf("%w: profiles delete needs one NAME", errUsage)
+		}
+		if err := c.do(ctx, http.MethodDelete, "/api/profiles/"+url.PathEscape(rest[0]), nil, nil, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "profile %s deleted\n", rest[0])
+		return nil
+	}
+	fs.Usage()
+	return fmt.Errorf("%w: unknown subcommand %q", errUsage, sub)
+}
+
+func indexerExport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("indexer export", "[--api URL] [--out FILE]", stderr)
+	api := apiFlag(fs)
+	out := fs.String("out", "", "write to `FILE` instead of standard output")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	c, err := newAPIClient(*api)
+	if err != nil {
+		return err
+	}
+	resp, err := c.send(ctx, http.MethodGet, "/api/export", nil, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	w := stdout
+	if *out != "" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return fmt.Errorf("export interrupted after %d bytes: %w", n, err)
+	}
+	if *out != "" {
+		fmt.Fprintf(stderr, "exported %d bytes to %s\n", n, *out)
+		if f, ok := w.(*os.File); ok {
+			return f.Close()
+		}
+	}
+	return nil
+}
+
+func indexerCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("indexer crawl", "[--api URL] [--depth N] [--owner NAME] URL...", stderr)
+	api := apiFlag(fs)
+	depth := fs.Int("depth", -1, "links to follow from each URL (-1: the crawlers' default)")
+	owner := fs.String("owner", "", "on whose behalf (kept with the records)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: indexer crawl needs at least one URL", errUsage)
+	}
+	c, err := newAPIClient(*api)
+	if err != nil {
+		return err
+	}
+	body := map[string]any{"urls": fs.Args(), "depth": *depth}
+	if *owner != "" {
+		body["owners"] = []string{*owner}
+	}
+	var out struct {
+		Sent      int `json:"sent"`
+		Forwarded int `json:"forwarded"`
+		Failed    []struct {
+			URL   string `json:"url"`
+			Error string `json:"error"`
+		} `json:"failed"`
+	}
+	if err := c.do(ctx, http.MethodPost, "/api/crawl", nil, body, &out); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%d URLs sent to the nodes owning their subnets", out.Sent)
+	if out.Forwarded > 0 {
+		fmt.Fprintf(stdout, " (%d without depth: their nodes do not take crawl requests)", out.Forwarded)
+	}
+	fmt.Fprintln(stdout)
+	for _, f := range out.Failed {
+		fmt.Fprintf(stdout, "failed: %s: %s\n", f.URL, f.Error)
+	}
+	if len(out.Failed) > 0 {
+		return fmt.Errorf("%d of %d URLs failed", len(out.Failed), fs.NArg())
+	}
+	return nil
+}

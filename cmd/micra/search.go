@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+func runSearch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("search", "[--api URL] [--limit N] [--offset N] [--any] [--json] QUERY...", stderr)
+	api := apiFlag(fs)
+	limit := fs.Int("limit", 10, "results per page")
+	offset := fs.Int("offset", 0, "results to skip")
+	anyWord := fs.Bool("any", false, "match any word instead of all")
+	asJSON := fs.Bool("json", false, "print the API's JSON answer")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: search needs a QUERY", errUsage)
+	}
+	c, err := newAPIClient(*api)
+	if err != nil {
+		return err
+	}
+	q := url.Values{"q": {strings.Join(fs.Args(), " ")}, "limit": {strconv.Itoa(*limit)}, "offset": {strconv.Itoa(*offset)}}
+	if *anyWord {
+		q.Set("mode", "any")
+	}
+	var raw json.RawMessage
+	if err := c.do(ctx, http.MethodGet, "/api/search", q, nil, &raw); err != nil {
+		return err
+	}
+	if *asJSON {
+		_, err := fmt.Fprintf(stdout, "%s\n", raw)
+		return err
+	}
+	var res struct {
+		Query     string  `json:"query"`
+		Total     int     `json:"total"`
+		Estimated bool    `json:"estimated"`
+		Offset    int     `json:"offset"`
+		TookMS    float64 `json:"took_ms"`
+		Hits      []struct {
+			URL   string  `json:"url"`
+			Title string  `json:"title"`
+			Type  string  `json:"type"`
+			Score float64 `json:"score"`
+		} `json:"hits"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	about := ""
+	if res.Estimated {
+		about = "about "
+	}
+	fmt.Fprintf(stdout, "%s%d results for %q (%.1f ms)\n", about, res.Total, res.Query, res.TookMS)
+	for i, h := range res.Hits {
+		title := h.Title
+		if title == "" {
+			title = "(no title)"
+		}
+		fmt.Fprintf(stdout, "%3d. %s\n     %s  [%s, score %.3f]\n", res.Offset+i+1, title, h.URL, h.Type, h.Score)
+	}
+	return nil
+}

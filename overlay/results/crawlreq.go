@@ -1,0 +1,291 @@
+package results
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-msgio/pbio"
+	"github.com/multiformats/go-multistream"
+
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/overlay/results/pb"
+)
+
+// SubmitResult says where Submit's crawl requests went.
+type SubmitResult struct {
+	Sent   map[peer.ID]int // requests accepted by each owning node (this peer included when LocalCrawl took them)
+	Failed []SubmitFailure
+	// Forwarded counts requests delivered through overlay.Forward to nodes
+	// that do not speak CrawlID: their depth and owners were not carried.
+	Forwarded int
+}
+
+// SubmitFailure is one request Submit could not deliver.
+type SubmitFailure struct {
+	Link string
+	Err  error
+}
+
+// Submit sends runtime crawl requests (seed URLs with a depth) into the
+// overlay: each goes to the node that owns the subnet of its host's
+// address, found with o.Resolve or, for a subnet not delegated yet,
+// o.Delegate (which runs the delegation procedure). Requests for subnets
+// delegated to this peer go to the LocalCrawl handler. Hosts are resolved
+// with Resolve (default: the system resolver). It returns an error only
+// when ctx ends; per-request failures are in the result.
+func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts ...Option) (SubmitResult, error) {
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		if err := opt(&cfg); err != nil {
+			return SubmitResult{}, err
+		}
+	}
+	res := SubmitResult{Sent: map[peer.ID]int{}}
+	groups := map[peer.ID][]crawl.Request{}
+	var order []peer.ID
+	for _, r := range reqs {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		node, err := owner(ctx, o, &cfg, r)
+		if err != nil {
+			res.Failed = append(res.Failed, SubmitFailure{r.Link, err})
+			continue
+		}
+		if _, ok := groups[node]; !ok {
+			order = append(order, node)
+		}
+		groups[node] = append(groups[node], r)
+	}
+	self := o.Host().ID()
+	for _, node := range order {
+		g := groups[node]
+		for len(g) > 0 {
+			chunk := g[:min(len(g), maxCrawlRequests)]
+			g = g[len(chunk):]
+			var err error
+			switch {
+			case node == self && cfg.crawlLocal == nil:
+				err = fmt.Errorf("%w: the subnet is delegated to this peer, which does not crawl", overlay.ErrUnavailable)
+			case node == self:
+				err = cfg.crawlLocal(ctx, self, chunk)
+			default:
+				err = sendCrawl(ctx, o.Host(), node, chunk)
+				if errors.Is(err, overlay.ErrUnsupportedProtocol) {
+					if err = forwardURLs(ctx, o, node, chunk); err == nil {
+						res.Forwarded += len(chunk)
+					}
+				}
+			}
+			if err != nil {
+				for _, r := range chunk {
+					res.Failed = append(res.Failed, SubmitFailure{r.Link, fmt.Errorf("to %s: %w", node, err)})
+				}
+				continue
+			}
+			res.Sent[node] += len(chunk)
+		}
+	}
+	return res, ctx.Err()
+}
+
+// owner returns the node owning the subnet of r's host.
+func owner(ctx context.Context, o *overlay.Overlay, cfg *config, r crawl.Request) (peer.ID, error) {
+	if err := checkRequest(r); err != nil {
+		return "", err
+	}
+	u, _ := url.Parse(r.Link)
+	addr, err := cfg.resolve(ctx, u.Hostname())
+	if err != nil {
+		return "", fmt.Errorf("resolving %s: %w", u.Hostname(), err)
+	}
+	d, ok, err := o.Resolve(ctx, addr)
+	if err != nil {
+		return "", fmt.Errorf("resolving the delegation of %v: %w", addr, err)
+	}
+	if !ok {
+		if d, err = o.Delegate(ctx, r.Link, addr); err != nil {
+			return "", fmt.Errorf("delegating the subnet of %v: %w", addr, err)
+		}
+	}
+	return d.Node, nil
+}
+
+// checkRequest applies the protocol's bounds to one request.
+func checkRequest(r crawl.Request) error {
+	if r.Link == "" || len(r.Link) > maxURLLen {
+		return fmt.Errorf("%w: URL of %d bytes", ErrMalformed, len(r.Link))
+	}
+	u, err := url.Parse(r.Link)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return fmt.Errorf("%w: %q is not an http(s) URL", ErrMalformed, r.Link)
+	}
+	if r.Depth < crawl.DefaultDepth || r.Depth > maxDepth {
+		return fmt.Errorf("%w: depth %d (−1 for the default, at most %d)", ErrMalformed, r.Depth, maxDepth)
+	}
+	if len(r.Owners) > maxOwners {
+		return fmt.Errorf("%w: %d owners", ErrMalformed, len(r.Owners))
+	}
+	for _, o := range r.Owners {
+		if o == "" || len(o) > maxOwnerLen {
+			return fmt.Errorf("%w: owner of %d bytes", ErrMalformed, len(o))
+		}
+	}
+	return nil
+}
+
+// sendCrawl sends one CRAWL request to p and waits for its answer.
+func sendCrawl(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request) error {
+	ctx = network.WithAllowLimitedConn(ctx, "micra")
+	ctx, cancel := context.WithTimeout(ctx, crawlDeadline)
+	defer cancel()
+	s, err := h.NewStream(ctx, p, CrawlID)
+	if err != nil {
+		var se *network.StreamError
+		if errors.Is(err, multistream.ErrNotSupported[protocol.ID]{}) ||
+			(errors.As(err, &se) && se.Remote && se.ErrorCode == network.StreamProtocolNegotiationFailed) {
+			return fmt.Errorf("%s: %w %s", p, overlay.ErrUnsupportedProtocol, CrawlID)
+		}
+		return err
+	}
+	if err := s.Scope().SetService(svcCrawl); err != nil {
+		s.Reset()
+		return err
+	}
+	dl, _ := ctx.Deadline()
+	_ = s.SetDeadline(dl)
+	m := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL}
+	for _, r := range reqs {
+		m.Requests = append(m.Requests, &pb.CrawlRequest{Link: r.Link, Depth: int32(r.Depth), Owners: r.Owners})
+	}
+	if err := pbio.NewDelimitedWriter(s).WriteMsg(m); err != nil {
+		s.Reset()
+		return err
+	}
+	_ = s.CloseWrite()
+	var resp pb.CrawlMessage
+	if err := pbio.NewDelimitedReader(s, 4<<10).ReadMsg(&resp); err != nil {
+		s.Reset()
+		return err
+	}
+	_ = s.Close()
+	switch {
+	case resp.GetType() == pb.CrawlMessage_ERROR:
+		msg := resp.GetError()
+		if len(msg) > 256 {
+			msg = msg[:256]
+		}
+		return fmt.Errorf("%w: peer: %q", overlay.ErrRemote, msg)
+	case resp.GetVersion() != wireVersion || resp.GetType() != pb.CrawlMessage_CRAWL_ACK:
+		return fmt.Errorf("%w: answer %v version %d", ErrMalformed, resp.GetType(), resp.GetVersion())
+	}
+	return nil
+}
+
+// forwardURLs falls back on overlay.Forward for a node without CrawlID.
+func forwardURLs(ctx context.Context, o *overlay.Overlay, p peer.ID, reqs []crawl.Request) error {
+	urls := make([]string, len(reqs))
+	for i, r := range reqs {
+		urls[i] = r.Link
+	}
+	id := sha256.Sum256([]byte(strings.Join(urls, "\n")))
+	_, err := o.Forward(ctx, p, id[:16], urls)
+	return err
+}
+
+// ServeCrawlRequests registers the handler of CrawlID on h: each request
+// frame (at most 256 requests, checked against the protocol's bounds) is
+// handed to f, and acknowledged once f returns nil. Delivery is at least
+// once: a sender whose answer was lost sends again, and the crawler
+// queues a link it knows again (its fetch is conditional). Call the
+// returned function to remove the handler.
+func ServeCrawlRequests(h host.Host, f CrawlHandler, opts ...Option) (remove func(), err error) {
+	if h == nil || f == nil {
+		return nil, errors.New("results: crawl requests need a host and a handler")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.SetStreamHandler(CrawlID, func(s network.Stream) { serveCrawl(ctx, &cfg, s, f) })
+	return func() {
+		h.RemoveStreamHandler(CrawlID)
+		cancel()
+	}, nil
+}
+
+func serveCrawl(ctx context.Context, cfg *config, s network.Stream, f CrawlHandler) {
+	from := s.Conn().RemotePeer()
+	if err := s.Scope().SetService(svcCrawl); err != nil {
+		cfg.log.Debug("stream refused by resource manager", "peer", from, "protocol", CrawlID, "error", err)
+		s.Reset()
+		return
+	}
+	if err := s.Scope().ReserveMemory(crawlStreamMem, network.ReservationPriorityAlways); err != nil {
+		cfg.log.Debug("stream memory refused", "peer", from, "protocol", CrawlID, "error", err)
+		s.Reset()
+		return
+	}
+	defer s.Scope().ReleaseMemory(crawlStreamMem)
+	ctx, cancel := context.WithTimeout(ctx, crawlDeadline)
+	defer cancel()
+	_ = s.SetDeadline(time.Now().Add(crawlDeadline))
+	w := pbio.NewDelimitedWriter(s)
+	var m pb.CrawlMessage
+	if err := pbio.NewDelimitedReader(s, maxCrawlMsg).ReadMsg(&m); err != nil {
+		cfg.log.Debug("bad crawl request", "peer", from, "error", err)
+		s.Reset()
+		return
+	}
+	reqs, err := decodeCrawl(&m)
+	if err == nil {
+		if err = f(ctx, from, reqs); err != nil {
+			cfg.log.Debug("crawl request failed", "peer", from, "error", err)
+		}
+	} else {
+		cfg.log.Debug("bad crawl request", "peer", from, "error", err)
+	}
+	resp := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, Accepted: uint32(len(reqs))}
+	if err != nil {
+		resp = &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_ERROR, Error: err.Error()}
+	}
+	if err := w.WriteMsg(resp); err != nil {
+		s.Reset()
+		return
+	}
+	_ = s.Close()
+}
+
+// decodeCrawl checks a CRAWL frame and returns its requests.
+func decodeCrawl(m *pb.CrawlMessage) ([]crawl.Request, error) {
+	if m.GetVersion() != wireVersion {
+		return nil, fmt.Errorf("%w: %d", ErrUnsupportedVersion, m.GetVersion())
+	}
+	if m.GetType() != pb.CrawlMessage_CRAWL {
+		return nil, fmt.Errorf("%w: unexpected %v", ErrMalformed, m.GetType())
+	}
+	if n := len(m.GetRequests()); n == 0 || n > maxCrawlRequests {
+		return nil, fmt.Errorf("%w: %d requests (1 to %d)", ErrMalformed, n, maxCrawlRequests)
+	}
+	out := make([]crawl.Request, len(m.GetRequests()))
+	for i, r := range m.GetRequests() {
+		out[i] = crawl.Request{Link: r.GetLink(), Depth: int(r.GetDepth()), Owners: r.GetOwners()}
+		if err := checkRequest(out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

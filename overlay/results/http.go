@@ -1,0 +1,106 @@
+package results
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/crawl/index"
+)
+
+// maxCrawlBody bounds the JSON body of a crawl request.
+const maxCrawlBody = 1 << 20
+
+// Handler returns the indexer's HTTP interface: every route of the index's
+// Handler (search page, /api/search, /api/record, /api/stats, /api/export,
+// /api/profiles...) and
+//
+//	GET  /api/indexer   delivery counters (IndexerStats as JSON)
+//	POST /api/crawl     {"urls": ["http://..."], "depth": 2, "owners": ["me"]}
+//	                    → {"sent": n, "forwarded": n, "failed": [{"url": "...", "error": "..."}]}
+//
+// With o.ReadOnly, /api/crawl is left out as well as the profile changes.
+// The handler does no authentication: whoever runs it decides who reaches
+// it.
+func (ix *Indexer) Handler(o index.HTTPOptions) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", ix.x.Handler(o))
+	mux.HandleFunc("GET /api/indexer", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, ix.Stats())
+	})
+	if !o.ReadOnly {
+		mux.HandleFunc("POST /api/crawl", ix.serveCrawl)
+	}
+	return mux
+}
+
+// crawlBody is what POST /api/crawl accepts.
+type crawlBody struct {
+	URLs   []string `json:"urls"`
+	Depth  *int     `json:"depth"` // absent: the crawlers' default
+	Owners []string `json:"owners"`
+}
+
+type crawlFailure struct {
+	URL   string `json:"url"`
+	Error string `json:"error"`
+}
+
+func (ix *Indexer) serveCrawl(w http.ResponseWriter, r *http.Request) {
+	var b crawlBody
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCrawlBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		status := http.StatusBadRequest
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeJSON(w, status, map[string]string{"error": "crawl request: " + err.Error()})
+		return
+	}
+	if len(b.URLs) == 0 || len(b.URLs) > 4*maxCrawlRequests {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("crawl request: 1 to %d urls", 4*maxCrawlRequests)})
+		return
+	}
+	depth := crawl.DefaultDepth
+	if b.Depth != nil {
+		depth = *b.Depth
+	}
+	reqs := make([]crawl.Request, len(b.URLs))
+	for i, u := range b.URLs {
+		reqs[i] = crawl.Request{Link: u, Depth: depth, Owners: b.Owners}
+		if err := checkRequest(reqs[i]); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+	}
+	res, err := ix.Submit(r.Context(), reqs)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		return
+	}
+	out := struct {
+		Sent      int            `json:"sent"`
+		Forwarded int            `json:"forwarded"`
+		Failed    []crawlFailure `json:"failed"`
+	}{Forwarded: res.Forwarded, Failed: []crawlFailure{}}
+	for _, n := range res.Sent {
+		out.Sent += n
+	}
+	for _, f := range res.Failed {
+		out.Failed = append(out.Failed, crawlFailure{f.Link, f.Err.Error()})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

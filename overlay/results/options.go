@@ -1,0 +1,333 @@
+package results
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/subnet"
+)
+
+// Option configures NewOutbox, NewIndexer, Submit and ServeCrawlRequests.
+// Each option says which it applies to; the others ignore it.
+type Option func(*config) error
+
+// ForwardFunc receives the URLs the crawler found in other nodes' subnets
+// (Outbox.Forward passes them on unchanged).
+type ForwardFunc func(ctx context.Context, reqs []crawl.Request) error
+
+// CrawlHandler receives crawl requests sent to this node. It must queue
+// them durably (the crawler's Submit does) before returning nil, and be
+// safe for concurrent use.
+type CrawlHandler func(ctx context.Context, from peer.ID, reqs []crawl.Request) error
+
+// Resolver returns the address of a host name for delegation.
+type Resolver func(ctx context.Context, host string) (netip.Addr, error)
+
+type config struct {
+	log   *slog.Logger
+	now   func() time.Time
+	limit int // pubsub message limit
+
+	// shared
+	shards uint32
+
+	// outbox
+	acks         int
+	outboxCap    int64
+	reserve      int64
+	retryBase    time.Duration
+	retryMax     time.Duration
+	window       int
+	gap          time.Duration
+	ackWait      time.Duration
+	forward      ForwardFunc
+	trusted      map[peer.ID]bool
+	forgetIdx    time.Duration
+	connectIndex bool
+
+	// indexer
+	take       []uint32
+	announce   time.Duration
+	snapshots  []subnet.SnapshotID
+	replay     time.Duration
+	workers    int
+	ackDelay   time.Duration
+	reassembly int64
+	crawlLocal CrawlHandler
+	resolve    Resolver
+	onStored   func(node peer.ID, seq uint64, records int) // tests and benchmarks
+}
+
+func defaultConfig() config {
+	return config{
+		log:          slog.Default().With("subsystem", "results"),
+		now:          time.Now,
+		limit:        DefaultMessageLimit,
+		shards:       1,
+		acks:         1,                     // one indexer stored the batch
+		outboxCap:    512 << 20,             // about 2000 full default batches (node.DefaultConfig's OutboxCap)
+		retryBase:    30 * time.Second,      // an indexer that missed a batch gets it again soon
+		retryMax:     10 * time.Minute,      // and at least this often while it stays unacknowledged
+		window:       16,                    // batches published and not yet acknowledged, per node
+		gap:          50 * time.Millisecond, // at most 20 messages per second: GossipSub queues 32 RPCs per peer
+		ackWait:      10 * time.Second,      // a published batch holds a window slot this long without an ack
+		forgetIdx:    24 * time.Hour,        // acks from an indexer silent this long no longer count
+		connectIndex: true,
+		announce:     time.Minute,
+		replay:       90 * 24 * time.Hour, // a (node, seq) is remembered this long; a later replay is re-stored, idempotently
+		workers:      max(1, min(runtime.GOMAXPROCS(0), 4)),
+		ackDelay:     100 * time.Millisecond, // acks to one node are sent together
+		reassembly:   64 << 20,               // bytes of incomplete multi-part batches held
+		resolve:      defaultResolve,
+	}
+}
+
+func defaultResolve(ctx context.Context, host string) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap(), nil
+	}
+	as, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(as) == 0 {
+		return netip.Addr{}, fmt.Errorf("%s: no address", host)
+	}
+	return as[0].Unmap(), nil
+}
+
+// Logger sets the logger (default slog.Default with subsystem=results).
+func Logger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("nil logger")
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// Clock sets the time source (default time.Now), for tests.
+func Clock(now func() time.Time) Option {
+	return func(c *config) error {
+		if now == nil {
+			return errors.New("nil clock")
+		}
+		c.now = now
+		return nil
+	}
+}
+
+// Shards sets the number of result shards, network-wide (default 1: one
+// topic, overlay.TopicResults). A record's shard is ShardOf its URL's host.
+// Nodes and indexers must agree; an indexer ignores announcements and
+// refuses batches of another count. Outbox and Indexer.
+func Shards(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > maxShards {
+			return fmt.Errorf("shards must be 1 to %d, got %d", maxShards, n)
+		}
+		c.shards = uint32(n)
+		return nil
+	}
+}
+
+// MessageLimit sets the pubsub message limit (default DefaultMessageLimit,
+// overlay's). Batches are split into parts that fit. Outbox and Indexer;
+// they must agree.
+func MessageLimit(n int) Option {
+	return func(c *config) error {
+		if n < minMessageLimit || n > 64<<20 {
+			return fmt.Errorf("message limit must be %d bytes to 64 MiB, got %d", minMessageLimit, n)
+		}
+		c.limit = n
+		return nil
+	}
+}
+
+// Acks sets how many distinct indexers must acknowledge a batch before it
+// leaves the outbox (default 1). With more than the indexers that take a
+// shard, that shard's batches stay until more come. Outbox.
+func Acks(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > 16 {
+			return fmt.Errorf("acks must be 1 to 16, got %d", n)
+		}
+		c.acks = n
+		return nil
+	}
+}
+
+// OutboxCap bounds the bytes the outbox holds (default 512 MiB). At the cap
+// Outbox.Results blocks, which pauses the crawler, until acknowledgements
+// make room. A caller that gives up waiting (its context ends: the crawler
+// shutting down) may still store into a reserve of reserve bytes above the
+// cap (default cap/16), so that shutting down loses nothing. Outbox.
+func OutboxCap(bytes, reserve int64) Option {
+	return func(c *config) error {
+		if bytes < 1<<10 || reserve < 0 {
+			return fmt.Errorf("outbox cap must be at least 1 KiB and the reserve non-negative, got %d and %d", bytes, reserve)
+		}
+		c.outboxCap, c.reserve = bytes, reserve
+		return nil
+	}
+}
+
+// Republish sets the backoff of re-announcing unacknowledged batches: the
+// first retry after base, doubling up to max (defaults 30 s and 10 min).
+// Batches of shards that no live indexer takes wait without retries. Outbox.
+func Republish(base, max time.Duration) Option {
+	return func(c *config) error {
+		if base <= 0 || max < base {
+			return fmt.Errorf("republish backoff needs 0 < base ≤ max, got %v and %v", base, max)
+		}
+		c.retryBase, c.retryMax = base, max
+		return nil
+	}
+}
+
+// Pace bounds publishing: at most window batches published and not yet
+// acknowledged (a slot frees on acknowledgement or after ackWait), and at
+// least gap between two messages (defaults 16, 10 s, 50 ms). GossipSub
+// drops messages beyond a peer's queue of 32, so bursts must stay short.
+// Outbox.
+func Pace(window int, ackWait, gap time.Duration) Option {
+	return func(c *config) error {
+		if window < 1 || ackWait <= 0 || gap < 0 {
+			return fmt.Errorf("pace needs a positive window and ack wait and a non-negative gap, got %d, %v, %v", window, ackWait, gap)
+		}
+		c.window, c.ackWait, c.gap = window, ackWait, gap
+		return nil
+	}
+}
+
+// Forwarder sets where Outbox.Forward hands URLs of other nodes' subnets
+// (the node's forwarding to their owners). Without one, Forward fails and
+// the crawler drops the URLs after its retries. Outbox.
+func Forwarder(f ForwardFunc) Option {
+	return func(c *config) error { c.forward = f; return nil }
+}
+
+// TrustedIndexers restricts the indexers whose acknowledgements count, and
+// whose announcements are heard, to ids. By default every peer that
+// announces itself as an indexer counts: an open network trusts its
+// announcements. Outbox.
+func TrustedIndexers(ids ...peer.ID) Option {
+	return func(c *config) error {
+		c.trusted = make(map[peer.ID]bool, len(ids))
+		for _, id := range ids {
+			c.trusted[id] = true
+		}
+		return nil
+	}
+}
+
+// ConnectIndexers controls whether the outbox dials the indexers it hears
+// of and protects those connections (default on): a node publishes to a
+// result topic it does not subscribe to through directly connected
+// subscribers only. Outbox.
+func ConnectIndexers(on bool) Option {
+	return func(c *config) error { c.connectIndex = on; return nil }
+}
+
+// Take sets the shards an indexer subscribes to (default all). Indexer.
+func Take(shards ...int) Option {
+	return func(c *config) error {
+		c.take = c.take[:0]
+		for _, s := range shards {
+			if s < 0 || s >= maxShards {
+				return fmt.Errorf("shard %d out of range", s)
+			}
+			c.take = append(c.take, uint32(s))
+		}
+		return nil
+	}
+}
+
+// AnnounceEvery sets how often an indexer announces itself (default
+// 1 min); an announcement holds for three intervals. Indexer.
+func AnnounceEvery(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 100*time.Millisecond || 3*d > maxAnnTTL {
+			return fmt.Errorf("announce interval must be 100 ms to 8 h, got %v", d)
+		}
+		c.announce = d
+		return nil
+	}
+}
+
+// AcceptSnapshots adds subnet snapshot ids whose batches an indexer takes
+// besides its own (during a snapshot change). Indexer.
+func AcceptSnapshots(ids ...subnet.SnapshotID) Option {
+	return func(c *config) error { c.snapshots = append(c.snapshots, ids...); return nil }
+}
+
+// ReplayWindow sets how long an indexer remembers each stored (node,
+// sequence) pair to recognise replays and conflicting batches (default 90
+// days). A replay older than that is stored again, which the index makes
+// harmless. Indexer.
+func ReplayWindow(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Minute {
+			return fmt.Errorf("replay window must be at least 1 min, got %v", d)
+		}
+		c.replay = d
+		return nil
+	}
+}
+
+// Workers sets how many batches an indexer verifies and decodes in
+// parallel (default GOMAXPROCS, at most 4); the index serialises writes.
+// Indexer.
+func Workers(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > 64 {
+			return fmt.Errorf("workers must be 1 to 64, got %d", n)
+		}
+		c.workers = n
+		return nil
+	}
+}
+
+// AckDelay sets how long an indexer gathers acknowledgements to one node
+// before sending them (default 100 ms). Indexer.
+func AckDelay(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 || d > time.Minute {
+			return fmt.Errorf("ack delay must be 0 to 1 min, got %v", d)
+		}
+		c.ackDelay = d
+		return nil
+	}
+}
+
+// LocalCrawl sets the handler of crawl requests for subnets delegated to
+// this peer itself (Submit). Submit and Indexer.
+func LocalCrawl(h CrawlHandler) Option {
+	return func(c *config) error { c.crawlLocal = h; return nil }
+}
+
+// Resolve sets how Submit finds the address of a URL's host (default: IP
+// literals as they are, names through the system resolver). Submit and
+// Indexer.
+func Resolve(r Resolver) Option {
+	return func(c *config) error {
+		if r == nil {
+			return errors.New("nil resolver")
+		}
+		c.resolve = r
+		return nil
+	}
+}
+
+// partSize is the data carried by one message.
+func (c *config) partSize() int { return c.limit - messageOverhead }

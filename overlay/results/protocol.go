@@ -1,0 +1,74 @@
+package results
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/protocol"
+
+	"github.com/micra-net/micra/overlay"
+)
+
+// Pubsub topics and the stream protocol of result delivery. Topics carry a
+// version; a breaking change of a payload gets a new topic.
+const (
+	// TopicIndexers carries indexer announcements (pb.Announce): every
+	// node subscribes to learn whom to expect acknowledgements from.
+	TopicIndexers = "/micra/indexers/1"
+
+	// CrawlID: crawl requests (seed URLs with a depth) to the node that
+	// owns their subnet. overlay's ForwardID carries URLs only; this
+	// carries WebRACE's full request.
+	CrawlID protocol.ID = "/micra/crawl/1.0.0"
+)
+
+// Topic returns the result topic of one shard: overlay.TopicResults when
+// results are not sharded (shards == 1), "/micra/results/<shard>-of-<shards>/1"
+// otherwise. The shard count is in the name so that peers configured with
+// different counts never mix their shards.
+func Topic(shard, shards uint32) string {
+	if shards <= 1 {
+		return overlay.TopicResults
+	}
+	return fmt.Sprintf("/micra/results/%d-of-%d/1", shard, shards)
+}
+
+// Wire version of pb.Envelope, pb.Announce and pb.CrawlMessage.
+const wireVersion = 1
+
+// signPrefix is what a batch signature covers before the header, so that a
+// signature over a header can never be taken for one over anything else.
+const signPrefix = "micra-results/1:"
+
+// Sizes and counts accepted from the network.
+const (
+	// DefaultMessageLimit is overlay's pubsub message limit
+	// (pubsub.WithMaxMessageSize in overlay.New): a larger RPC is dropped
+	// by GossipSub without notice, so every result message stays below it.
+	DefaultMessageLimit = 1 << 20
+	// messageOverhead is left in each pubsub message for the envelope's
+	// header and signature (≤ 3 KiB with 64 parts) and pubsub's own framing
+	// (sender, sequence number, topic, signature: ~200 bytes).
+	messageOverhead = 8 << 10
+	minMessageLimit = 16 << 10
+
+	maxHeader      = 8 << 10  // a Header with maxParts hashes is ~2.5 KiB
+	maxParts       = 64       // parts of one batch
+	maxBatchData   = 32 << 20 // compressed bytes of one batch (the crawler's raw cap is 16 MiB)
+	maxBatchRecs   = 1 << 20  // crawl's own cap
+	maxShards      = 4096     // result shards of a network
+	maxAnnounceMsg = 2 << 10  // a pb.Announce with 16 addresses
+	maxAnnAddrs    = 16
+	maxAnnTTL      = 24 * time.Hour
+	clockSkew      = 10 * time.Minute // how far in the future a timestamp may be
+
+	maxCrawlMsg      = 1 << 20 // a crawl request frame: up to maxCrawlRequests of ≤ 2 KiB URLs
+	maxCrawlRequests = 256
+	maxURLLen        = 2048
+	maxOwners        = 16
+	maxOwnerLen      = 256
+	maxDepth         = 64
+	crawlDeadline    = 10 * time.Second // the handler only queues the requests
+	svcCrawl         = "micra.crawl"
+	crawlStreamMem   = 2 * maxCrawlMsg
+)
