@@ -525,6 +525,11 @@ func (c *Crawler) fetchOne(j *job) bool {
 		c.retryOrDrop(l, now, max(delay, c.backoff(l.entry.Attempts)))
 		return false
 	}
+	if c.cfg.calib != nil && res != nil && res.Timing != nil {
+		if s, slow := c.cfg.calib.Observe(l.entry.URL, res.Timing.Remote.Addr(), res.Timing.RTT()); slow {
+			c.cfg.onSlow(s)
+		}
+	}
 	if res.Status == http.StatusTooManyRequests || res.Status == http.StatusServiceUnavailable {
 		wait, ok := RetryAfter(res.Header.Get("Retry-After"), now)
 		if !ok {

@@ -52,6 +52,18 @@
 // time, so redirects and DNS rebinding cannot reach them.
 // AllowPrivateNetworks lifts this for the emulated Internet and tests.
 //
+// # Delegation support
+//
+// Three small pieces serve IPMicra's delegation, which the node wires to
+// the overlay: Fetcher.Probe times HTTP HEADs from the node's address (the
+// median of a few, each on a fresh connection, so that it reads one RTT
+// both on a real network and on the emulated Internet); Calibrator keeps
+// each page's recent fetch RTTs (Timing.RTT) and signals a page whose
+// fetches became slower than its history, on consecutive fetches, which
+// the node turns into a re-delegation of the server's subnet (the
+// Calibration option feeds it every fetch); Schedule (and
+// Crawler.NextOpen) lets probes wait for the operator's windows.
+//
 // # Storage
 //
 // All keys live under KeyPrefix and are built in keys.go, whose comment

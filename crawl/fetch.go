@@ -32,6 +32,7 @@ type Fetcher struct {
 	cfg       *config
 	tr        *http.Transport
 	client    *http.Client
+	probe     *http.Client // no keep-alive: every probe on a fresh connection
 	dns       *dnsCache
 	closeOnce sync.Once
 }
@@ -128,6 +129,19 @@ func newFetcher(c *config) *Fetcher {
 	}
 	f.client = &http.Client{
 		Transport:     f.tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	f.probe = &http.Client{
+		Transport: &http.Transport{
+			Proxy:                  nil,
+			DialContext:            f.dial,
+			TLSClientConfig:        f.tr.TLSClientConfig,
+			TLSHandshakeTimeout:    c.connectTO,
+			ResponseHeaderTimeout:  c.headerTO,
+			DisableKeepAlives:      true,
+			DisableCompression:     true,
+			MaxResponseHeaderBytes: 64 << 10,
+		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return f

@@ -3,6 +3,7 @@ package crawl
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -80,6 +81,37 @@ func (s schedule) nextOpen(t time.Time) time.Time {
 // OpenAt reports whether the crawler's operator windows allow work at t.
 // The node uses it to hold probing outside the windows too.
 func (c *Crawler) OpenAt(t time.Time) bool { return c.sched.open(t) }
+
+// NextOpen returns the earliest time not before t inside the crawler's
+// operator windows: t itself when they are open (or there are none).
+func (c *Crawler) NextOpen(t time.Time) time.Time { return c.sched.nextOpen(t) }
+
+// Schedule is a set of weekly Windows in a location, with the semantics of
+// the Windows option, for work outside the crawler that must respect the
+// operator's windows too: the node gives it to the overlay so that probe
+// requests wait for a window. The zero Schedule is always open. It is safe
+// for concurrent use.
+type Schedule struct{ s schedule }
+
+// NewSchedule returns the schedule of windows w in loc (nil: local time).
+func NewSchedule(loc *time.Location, w ...Window) (Schedule, error) {
+	for _, x := range w {
+		if err := x.validate(); err != nil {
+			return Schedule{}, err
+		}
+	}
+	if loc == nil {
+		loc = time.Local
+	}
+	return Schedule{schedule{windows: slices.Clone(w), loc: loc}}, nil
+}
+
+// Open reports whether t is inside a window.
+func (s Schedule) Open(t time.Time) bool { return s.s.open(t) }
+
+// NextOpen returns the earliest time not before t inside a window: t
+// itself when open.
+func (s Schedule) NextOpen(t time.Time) time.Time { return s.s.nextOpen(t) }
 
 // meter enforces the bandwidth cap (bytes per second, averaged with one
 // second of burst) and the daily transfer cap.

@@ -67,6 +67,9 @@ type config struct {
 
 	router Router
 	logger *slog.Logger
+
+	calib  *Calibrator
+	onSlow func(Slow)
 }
 
 func defaults() *config {
@@ -304,6 +307,20 @@ func Bandwidth(bytesPerSecond, bytesPerDay int64) Option {
 // crawls. Default: all of them.
 func Routing(r Router) Option {
 	return func(c *config) error { c.router = r; return nil }
+}
+
+// Calibration feeds the RTT of every page fetch (GET and conditional GET;
+// see Timing.RTT) to cal and calls onSlow with each signal it gives, from
+// the fetching goroutine: onSlow must not block (the node queues a
+// re-delegation of the server's subnet). Default: none.
+func Calibration(cal *Calibrator, onSlow func(Slow)) Option {
+	return func(c *config) error {
+		if cal == nil || onSlow == nil {
+			return errors.New("calibration needs a calibrator and a callback")
+		}
+		c.calib, c.onSlow = cal, onSlow
+		return nil
+	}
 }
 
 // Logger sets the logger. Default: slog.Default() with subsystem=crawl.

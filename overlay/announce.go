@@ -3,10 +3,13 @@ package overlay
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/overlay/pb"
@@ -76,17 +79,31 @@ func (o *Overlay) readAnnouncements(sub *pubsub.Subscription) {
 		if err != nil || author == o.h.ID() {
 			continue
 		}
+		rtts := map[peer.ID]int64{}
+		for _, r := range a.GetRtts() {
+			if p, err := peer.IDFromBytes(r.GetPeer()); err == nil && r.GetRttMicros() > 0 {
+				rtts[p] = r.GetRttMicros()
+			}
+		}
+		now := time.Now()
 		o.mu.Lock()
 		if _, ok := o.peers[author]; ok || len(o.peers) < maxAnnouncedPeers {
-			o.peers[author] = PeerInfo{ID: author, Capacity: a.GetCapacity(), Load: a.GetLoad(), Seen: time.Now()}
+			o.peers[author] = PeerInfo{ID: author, Capacity: a.GetCapacity(), Load: a.GetLoad(), Subnets: a.GetSubnets(),
+				LoadAt: time.UnixMilli(a.GetAtMs()), Seen: now}
+			o.rtts[author] = rtts
 		}
 		o.mu.Unlock()
 	}
 }
 
 func (o *Overlay) publishAnnounce(ctx context.Context) {
+	o.pingUnmeasured(ctx)
 	capacity, load := o.cfg.load()
-	a := &pb.Announce{Version: wireVersion, Snapshot: o.sid[:], Capacity: capacity, Load: load, Indexer: o.cfg.indexer, AtMs: time.Now().UnixMilli()}
+	o.mu.Lock()
+	subnets := uint32(len(o.owned))
+	o.mu.Unlock()
+	a := &pb.Announce{Version: wireVersion, Snapshot: o.sid[:], Capacity: capacity, Load: load, Indexer: o.cfg.indexer,
+		AtMs: time.Now().UnixMilli(), Subnets: subnets, Rtts: o.measuredRTTs()}
 	b, err := proto.Marshal(a)
 	if err != nil {
 		return
@@ -99,7 +116,61 @@ func (o *Overlay) publishAnnounce(ctx context.Context) {
 	for id, pi := range o.peers {
 		if time.Since(pi.Seen) > 3*o.cfg.announce {
 			delete(o.peers, id)
+			delete(o.rtts, id)
 		}
 	}
 	o.mu.Unlock()
+}
+
+// Inter-node RTTs: every node announces its peerstore's latency EWMA to up
+// to maxAnnouncedRTTs connected peers; the DHT's requests feed the EWMA,
+// and before each announcement up to pingsPerRound connected peers without
+// a measurement are pinged (libp2p's ping protocol, one round trip each).
+const (
+	maxAnnouncedRTTs = 48
+	pingsPerRound    = 8
+	pingTimeout      = 5 * time.Second
+)
+
+// measuredRTTs lists this node's measured RTTs to connected peers, by peer
+// id, at most maxAnnouncedRTTs.
+func (o *Overlay) measuredRTTs() []*pb.PeerRTT {
+	ps := o.h.Network().Peers()
+	slices.Sort(ps)
+	var out []*pb.PeerRTT
+	for _, p := range ps {
+		if d := o.h.Peerstore().LatencyEWMA(p); d > 0 {
+			out = append(out, &pb.PeerRTT{Peer: []byte(p), RttMicros: max(d.Microseconds(), 1)})
+			if len(out) == maxAnnouncedRTTs {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// pingUnmeasured pings a few connected peers whose RTT is not yet known;
+// ping records each result in the peerstore.
+func (o *Overlay) pingUnmeasured(ctx context.Context) {
+	var todo []peer.ID
+	for _, p := range o.h.Network().Peers() {
+		if o.h.Peerstore().LatencyEWMA(p) == 0 {
+			todo = append(todo, p)
+			if len(todo) == pingsPerRound {
+				break
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, p := range todo {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+			defer cancel()
+			select {
+			case <-ping.Ping(pctx, o.h, p):
+			case <-pctx.Done():
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -56,6 +56,7 @@ type coordinator struct {
 
 	assignQ chan assignJob
 	orgQ    chan *pb.SignedRecord
+	blockQ  chan *pb.SignedRecord
 	pubQ    chan *pb.SignedRecord
 }
 
@@ -104,6 +105,7 @@ func newCoordinator(o *Overlay) (*coordinator, error) {
 		refreshQ:   make(chan [32]byte, 256),
 		assignQ:    make(chan assignJob, 1024),
 		orgQ:       make(chan *pb.SignedRecord, 1024),
+		blockQ:     make(chan *pb.SignedRecord, 1024),
 		pubQ:       make(chan *pb.SignedRecord, 1024),
 	}
 	if err := c.st.checkSchema(); err != nil {
@@ -467,6 +469,14 @@ func (c *coordinator) checkEntries(in []*pb.Entry) ([]*pb.Entry, error) {
 			if err := proto.Unmarshal(e.GetValue(), &le); err != nil {
 				return nil, fmt.Errorf("%w: load entry: %v", ErrMalformed, err)
 			}
+		case pb.Entry_BLOCK:
+			ix, err := c.openBlockEntry(e.GetValue(), true)
+			if err != nil {
+				return nil, err
+			}
+			if string(rangeKey(ix.Subnet)) != string(e.GetKey()) {
+				return nil, fmt.Errorf("%w: entry key is not the record's subnet", ErrBadRecord)
+			}
 		default:
 			return nil, fmt.Errorf("%w: entry kind %d", ErrMalformed, e.GetKind())
 		}
@@ -771,33 +781,35 @@ func (c *coordinator) lookup(sh *shard, r subnet.Range) (*pb.SignedRecord, Deleg
 // decide returns sh's delegation of subnet id, running the delegation
 // procedure when there is none (or it is orphaned, or redo is set). Decisions
 // for one subnet are made once: concurrent callers wait for the first.
+//
+// An own-subnet claim (req.Own, paper III.D) is decided here without the
+// procedure: the joining node takes its own subnet, unless another node
+// holds it by its own claim (the first claimer keeps it).
 func (c *coordinator) decide(sh *shard, req DelegateRequest, redo bool) (*pb.SignedRecord, error) {
 	r := c.tree.Range(req.Subnet)
+	settled := func(d Delegation, ok bool) bool {
+		if !ok || d.Orphaned || redo {
+			return false
+		}
+		return !req.Own || d.Node == req.From || d.Own
+	}
 	sr, d, ok, err := c.lookup(sh, r)
 	if err != nil {
 		return nil, err
 	}
-	if ok && !d.Orphaned && !redo {
+	if settled(d, ok) {
 		return sr, nil
 	}
 	fk := string(rangeKey(r))
-	sh.mu.Lock()
-	if f, ok := sh.flights[fk]; ok {
-		sh.mu.Unlock()
+	f, first := sh.join(fk)
+	if !first {
 		<-f.done
 		return f.rec, f.err
 	}
-	f := &flight{done: make(chan struct{})}
-	sh.flights[fk] = f
-	sh.mu.Unlock()
-	defer func() {
-		sh.mu.Lock()
-		delete(sh.flights, fk)
-		sh.mu.Unlock()
-		close(f.done)
-	}()
+	defer sh.land(fk, f)
 	// Re-check under the flight: a decision may have landed meanwhile.
-	if sr, d, ok, err := c.lookup(sh, r); err == nil && ok && !d.Orphaned && !redo {
+	sr, d, ok, err = c.lookup(sh, r)
+	if err == nil && settled(d, ok) {
 		f.rec = sr
 		return sr, nil
 	}
@@ -808,21 +820,54 @@ func (c *coordinator) decide(sh *shard, req DelegateRequest, redo bool) (*pb.Sig
 	// requester's: the others wait on the same decision.
 	ctx, cancel := context.WithTimeout(c.o.ctx, coordDeadline)
 	defer cancel()
-	node, err := c.cfg.delegator.Delegate(ctx, req, &env{c: c, sh: sh})
-	if err != nil {
-		f.err = fmt.Errorf("delegation procedure: %w", err)
-		return nil, f.err
+	node := req.From
+	if !req.Own {
+		node, err = c.cfg.delegator.Delegate(ctx, req, &env{c: c, sh: sh, subnet: req.Subnet})
+		if err != nil {
+			f.err = fmt.Errorf("delegation procedure: %w", err)
+			return nil, f.err
+		}
 	}
 	if node == "" || slices.Contains(req.Exclude, node) {
 		f.err = fmt.Errorf("delegation procedure: %w", ErrNoCandidate)
 		return nil, f.err
 	}
+	f.rec, f.err = c.record(ctx, sh, req.Subnet, node, req.URL, req.Addr, req.Own)
+	return f.rec, f.err
+}
+
+// join returns the flight of key fk: a new one that the caller runs and
+// lands (first), or the one in progress.
+func (sh *shard) join(fk string) (f *flight, first bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if f, ok := sh.flights[fk]; ok {
+		return f, false
+	}
+	f = &flight{done: make(chan struct{})}
+	sh.flights[fk] = f
+	return f, true
+}
+
+// land ends a flight that join started.
+func (sh *shard) land(fk string, f *flight) {
+	sh.mu.Lock()
+	delete(sh.flights, fk)
+	sh.mu.Unlock()
+	close(f.done)
+}
+
+// record writes the delegation of subnet id to node as a new signed
+// record, replicates it, and queues the notices it causes.
+func (c *coordinator) record(ctx context.Context, sh *shard, id subnet.ID, node peer.ID, url string, addr netip.Addr, own bool) (*pb.SignedRecord, error) {
+	r := c.tree.Range(id)
 	var rec *pb.SignedRecord
-	_, err = c.write(ctx, sh, 1, func(_ int, epoch, seq uint64) (*pb.Entry, error) {
+	_, err := c.write(ctx, sh, 1, func(_ int, epoch, seq uint64) (*pb.Entry, error) {
+		var err error
 		rec, err = signRecord(c.sk, &pb.Record{
 			Kind: pb.Record_DELEGATION, Snapshot: c.sid[:], Subnet: rangeToPB(r),
-			Org: c.tree.Org(req.Subnet), Node: []byte(node), Epoch: epoch, Seq: seq,
-			DecidedMs: time.Now().UnixMilli(), Url: req.URL, Addr: addrBytes(req.Addr),
+			Org: c.tree.Org(id), Node: []byte(node), Epoch: epoch, Seq: seq,
+			DecidedMs: time.Now().UnixMilli(), Url: url, Addr: addrBytes(addr), Own: own,
 		})
 		if err != nil {
 			return nil, err
@@ -831,15 +876,44 @@ func (c *coordinator) decide(sh *shard, req DelegateRequest, redo bool) (*pb.Sig
 		return &pb.Entry{Kind: pb.Entry_DELEGATION, Key: rangeKey(r), Value: v}, err
 	})
 	if err != nil {
-		f.err = err
 		return nil, err
 	}
 	sh.mu.Lock()
 	sh.lastSeen[node] = time.Now()
 	sh.mu.Unlock()
-	f.rec = rec
 	c.afterDecision(node, rec)
 	return rec, nil
+}
+
+// reassign moves subnet id of sh from node from to node to (load
+// balancing), unless a decision for it is under way or it is no longer
+// delegated to from.
+func (c *coordinator) reassign(ctx context.Context, sh *shard, id subnet.ID, from, to peer.ID) (*pb.SignedRecord, error) {
+	r := c.tree.Range(id)
+	fk := string(rangeKey(r))
+	f, first := sh.join(fk)
+	if !first {
+		return nil, fmt.Errorf("%w: %s is being decided", ErrUnavailable, r)
+	}
+	defer sh.land(fk, f)
+	sr, d, ok, err := c.lookup(sh, r)
+	if err != nil {
+		f.err = err
+		return nil, err
+	}
+	if !ok || d.Orphaned || d.Node != from {
+		f.err = fmt.Errorf("%w: %s is not delegated to %s", ErrNotFound, r, from)
+		return nil, f.err
+	}
+	if to == from {
+		f.rec = sr
+		return sr, nil
+	}
+	f.rec, f.err = c.record(ctx, sh, id, to, d.URL, d.Addr, false)
+	if f.err == nil {
+		c.log.Info("subnet reassigned", "subnet", r.String(), "from", from, "to", to)
+	}
+	return f.rec, f.err
 }
 
 // orphan marks d's subnet orphaned and hands it back to the delegation
@@ -877,8 +951,8 @@ func addrBytes(a netip.Addr) []byte {
 }
 
 // afterDecision queues the notices a new delegation causes: the delegated
-// node is told, the organisation shard indexes it, and the record is
-// published in the DHT. Queues are bounded; a full queue drops the notice
+// node is told, the organisation shard and the block shards above the
+// subnet's shard index it, and the record is published in the DHT. Queues are bounded; a full queue drops the notice
 // (the heartbeat reconciles assignments, and the org index is refreshed by
 // the next decision in the organisation).
 func (c *coordinator) afterDecision(node peer.ID, rec *pb.SignedRecord) {
@@ -895,6 +969,11 @@ func (c *coordinator) afterDecision(node peer.ID, rec *pb.SignedRecord) {
 	case c.orgQ <- rec:
 	default:
 		c.log.Warn("organisation index queue full; update dropped")
+	}
+	select {
+	case c.blockQ <- rec:
+	default:
+		c.log.Warn("block index queue full; update dropped")
 	}
 	if c.cfg.publish {
 		select {
@@ -930,6 +1009,8 @@ func (c *coordinator) notifier(ctx context.Context) {
 				_, err := c.o.askCoordinator(ctx, orgShard(r.GetOrg()), m, pb.Message_OK)
 				return err
 			})
+		case rec := <-c.blockQ:
+			c.indexInBlocks(ctx, rec)
 		case rec := <-c.pubQ:
 			r, err := openRecord(c.sid, rec)
 			if err != nil {

@@ -27,6 +27,26 @@
 // has its subnets orphaned and handed back to the delegation procedure.
 // Nodes cache resolved delegations.
 //
+// # Delegation
+//
+// The procedure itself (package overlay/delegate: the IPMicra search of
+// package subnet and load balancing) sees the coordinator's shard through
+// a DelegationEnv. Beyond the shard it learns the organisation's
+// delegations from the organisation shard, and above the shard's anchor
+// from block shards: one per range above the anchors, indexing every
+// decision under it with its probe results (each decision is sent to the
+// parent of its anchor, and to higher ranges for which it lies among the
+// children or grandchildren), so a bottom-up search learns a level in one
+// request. A probe is a PROBE request to the asked node, which times HTTP
+// HEADs from its own address through its Prober, inside its ProbeWindows;
+// results are stored in the shard. A joining node claims its own subnet
+// (OwnAddress, ClaimOwn; paper III.D), granted by the coordinator without
+// the procedure when the node's connection comes from that subnet. A node
+// whose fetches of a subnet got slow asks for a re-decision with fresh
+// probes (Redelegate; crawl.Calibrator detects it). Load balancing moves a
+// subnet of another shard with REASSIGN, accepted only from a peer
+// plausibly coordinating the shard of the decision that needed the room.
+//
 // Everything received from peers is untrusted: frames are size-limited and
 // checked, records are verified against their writer's key, streams have
 // deadlines, and queues and tables are bounded.

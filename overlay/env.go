@@ -16,9 +16,13 @@ import (
 
 // env is the DelegationEnv of one decision in one shard.
 type env struct {
-	c  *coordinator
-	sh *shard
+	c      *coordinator
+	sh     *shard
+	subnet subnet.ID // the subnet being decided
 }
+
+// maxEnvList bounds the lists env reads from the shard's store.
+const maxEnvList = 65536
 
 var _ DelegationEnv = (*env)(nil)
 
@@ -47,7 +51,7 @@ func (e *env) Probe(ctx context.Context, p peer.ID, url string, s subnet.ID) (ti
 	}
 	pe := &pb.ProbeEntry{Subnet: rangeToPB(e.c.tree.Range(s)), Peer: []byte(p), RttMicros: stored, AtMs: time.Now().UnixMilli()}
 	v, merr := proto.Marshal(pe)
-	if merr == nil {
+	if merr == nil && storeProbe(err) {
 		key := append(rangeKey(e.c.tree.Range(s)), []byte(p)...)
 		if len(key) <= maxEntryKey {
 			if _, werr := e.c.write(ctx, e.sh, 1, func(int, uint64, uint64) (*pb.Entry, error) {
@@ -63,31 +67,68 @@ func (e *env) Probe(ctx context.Context, p peer.ID, url string, s subnet.ID) (ti
 	return rtt, err
 }
 
+// store reports whether a probe's outcome is worth keeping: a node that
+// does not probe now (no prober, outside its windows) says nothing about
+// the subnet.
+func storeProbe(err error) bool { return err == nil || !errors.Is(err, ErrUnavailable) }
+
 func (e *env) Probes(s subnet.ID) []ProbeResult {
-	r := e.c.tree.Range(s)
-	prefix := string(rangeKey(r))
-	var out []ProbeResult
-	_ = e.c.st.scan(e.sh.key, pb.Entry_PROBE, func(en *pb.Entry) bool {
-		if len(en.GetKey()) < len(prefix) || string(en.GetKey()[:len(prefix)]) != prefix {
+	return e.c.probesOf(e.sh.key, e.c.tree.Range(s), maxEnvList)
+}
+
+func (e *env) Anchor() subnet.ID { return e.c.anchorOf(e.subnet) }
+
+func (e *env) Delegations() []Delegation {
+	var out []Delegation
+	_ = e.c.st.scan(e.sh.key, pb.Entry_DELEGATION, func(en *pb.Entry) bool {
+		var sr pb.SignedRecord
+		if proto.Unmarshal(en.GetValue(), &sr) != nil {
 			return true
 		}
-		var pe pb.ProbeEntry
-		if proto.Unmarshal(en.GetValue(), &pe) != nil {
-			return true
+		if r, err := recordOf(&sr); err == nil && r.GetKind() == pb.Record_DELEGATION {
+			if d := delegationFrom(r); !d.Orphaned {
+				out = append(out, d)
+			}
 		}
-		p, err := peer.IDFromBytes(pe.GetPeer())
-		if err != nil {
-			return true
-		}
-		rtt := time.Duration(pe.GetRttMicros()) * time.Microsecond
-		if pe.GetRttMicros() < 0 {
-			rtt = -1
-		}
-		out = append(out, ProbeResult{Subnet: r, Peer: p, RTT: rtt, At: time.UnixMilli(pe.GetAtMs())})
-		return true
+		return len(out) < maxEnvList
 	})
 	return out
 }
+
+func (e *env) ProbesWithin(r subnet.Range) []ProbeResult {
+	var out []ProbeResult
+	_ = e.c.st.scan(e.sh.key, pb.Entry_PROBE, func(en *pb.Entry) bool {
+		if pr, ok := probeResult(en); ok && r.ContainsRange(pr.Subnet) {
+			out = append(out, pr)
+		}
+		return len(out) < maxEnvList
+	})
+	return out
+}
+
+func (e *env) Block(ctx context.Context, x subnet.ID) ([]IndexedDelegation, error) {
+	a := e.Anchor()
+	if !e.c.above(x, a) {
+		return nil, fmt.Errorf("block %s: %w: not above the shard's anchor", e.c.tree.Range(x), ErrNotFound)
+	}
+	return e.c.o.Block(ctx, x, a)
+}
+
+func (e *env) Reassign(ctx context.Context, t subnet.ID, from, to peer.ID) (Delegation, error) {
+	if t == e.subnet {
+		return Delegation{}, fmt.Errorf("reassign: %s is the subnet being decided", e.c.tree.Range(t))
+	}
+	if e.c.rangeShard(t).key(e.c.sid) == e.sh.key {
+		sr, err := e.c.reassign(ctx, e.sh, t, from, to)
+		if err != nil {
+			return Delegation{}, err
+		}
+		return e.c.o.checkDelegation(sr, e.c.tree.Range(t))
+	}
+	return e.c.o.reassign(ctx, t, from, to, e.subnet)
+}
+
+func (e *env) Between(a, b peer.ID) (time.Duration, bool) { return e.c.o.Between(a, b) }
 
 // Peers merges the shard's heartbeating crawlers and stored loads, the
 // announced peers and the DHT routing table, self included.
@@ -95,7 +136,6 @@ func (e *env) Peers() []PeerInfo {
 	byID := map[peer.ID]PeerInfo{}
 	o := e.c.o
 	capacity, load := o.cfg.load()
-	byID[o.h.ID()] = PeerInfo{ID: o.h.ID(), Capacity: capacity, Load: load, Seen: time.Now()}
 	for _, p := range o.dht.RoutingTable().ListPeers() {
 		byID[p] = PeerInfo{ID: p}
 	}
@@ -104,14 +144,17 @@ func (e *env) Peers() []PeerInfo {
 		byID[id] = pi
 	}
 	o.mu.Unlock()
+	byID[o.h.ID()] = PeerInfo{ID: o.h.ID(), Capacity: capacity, Load: load, Subnets: uint32(len(o.Owned())), LoadAt: time.Now(), Seen: time.Now()}
 	_ = e.c.st.scan(e.sh.key, pb.Entry_LOAD, func(en *pb.Entry) bool {
 		var le pb.LoadEntry
 		if proto.Unmarshal(en.GetValue(), &le) != nil {
 			return true
 		}
-		if p, err := peer.IDFromBytes(le.GetPeer()); err == nil {
+		if p, err := peer.IDFromBytes(le.GetPeer()); err == nil && p != o.h.ID() {
 			pi := byID[p]
-			pi.ID, pi.Capacity, pi.Load = p, le.GetCapacity(), le.GetLoad()
+			if at := time.UnixMilli(le.GetAtMs()); !at.Before(pi.LoadAt) {
+				pi.ID, pi.Capacity, pi.Load, pi.Subnets, pi.LoadAt = p, le.GetCapacity(), le.GetLoad(), le.GetSubnets(), at
+			}
 			byID[p] = pi
 		}
 		return true

@@ -43,6 +43,9 @@ var (
 	ErrOverloaded = errors.New("peer overloaded")
 	// ErrNotFound: the thing asked about does not exist.
 	ErrNotFound = errors.New("not found")
+	// ErrForbidden: the sender may not make this request (a reassignment
+	// not from a coordinator, an own-subnet claim from another address).
+	ErrForbidden = errors.New("forbidden")
 	// ErrRemote: the peer reported an internal error.
 	ErrRemote = errors.New("remote error")
 	// ErrBadRecord: a signed record is malformed, unsigned, wrongly signed,
@@ -71,6 +74,7 @@ var codeErrors = []struct {
 	{pb.Error_NO_CANDIDATE, ErrNoCandidate},
 	{pb.Error_OVERLOADED, ErrOverloaded},
 	{pb.Error_NOT_FOUND, ErrNotFound},
+	{pb.Error_FORBIDDEN, ErrForbidden},
 }
 
 // codeToError turns a peer's error frame into an error wrapping the matching

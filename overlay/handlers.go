@@ -30,6 +30,9 @@ const forwardDedupTTL = 24 * time.Hour
 func (o *Overlay) localProbe(ctx context.Context, url string) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeDeadline-time.Second)
 	defer cancel()
+	if err := o.waitWindow(ctx); err != nil {
+		return 0, err
+	}
 	rtt, err := o.cfg.prober.Probe(ctx, url)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %v", ErrProbeFailed, err)
@@ -38,6 +41,32 @@ func (o *Overlay) localProbe(ctx context.Context, url string) (time.Duration, er
 		return 0, fmt.Errorf("%w: negative RTT", ErrProbeFailed)
 	}
 	return rtt, nil
+}
+
+// waitWindow returns when the operator's windows allow probing: at once
+// when they are open, after waiting when the next opens within the
+// configured wait, and ErrUnavailable otherwise.
+func (o *Overlay) waitWindow(ctx context.Context) error {
+	if o.cfg.probeSched == nil {
+		return nil
+	}
+	now := time.Now()
+	next := o.cfg.probeSched.NextOpen(now)
+	wait := next.Sub(now)
+	if wait <= 0 {
+		return nil
+	}
+	if wait > o.cfg.probeWait {
+		return fmt.Errorf("%w: outside the probing windows until %s", ErrUnavailable, next.UTC().Format(time.RFC3339))
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 func (o *Overlay) handleProbe(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
@@ -127,16 +156,44 @@ func (o *Overlay) handleDelegate(ctx context.Context, from peer.ID, req *pb.Mess
 		return nil, fmt.Errorf("%w: URL of %d bytes", ErrTooLarge, len(rq.GetUrl()))
 	}
 	id := o.tree.SmallestNonUnary(a)
+	if rq.GetOwn() && !o.inSubnet(ctx, from, id) {
+		seen, _ := ctx.Value(remoteKey{}).(netip.Addr)
+		return nil, fmt.Errorf("%w: own-subnet claim for %s from address %v", ErrForbidden, o.tree.Range(id), seen)
+	}
 	sh, err := o.coord.ensureOwner(ctx, o.coord.rangeShard(id))
 	if err != nil {
 		return nil, err
 	}
 	o.noteSeen(sh, from)
-	sr, err := o.coord.decide(sh, DelegateRequest{Subnet: id, Addr: a, URL: rq.GetUrl(), From: from}, false)
+	sr, err := o.coord.decide(sh, DelegateRequest{Subnet: id, Addr: a, URL: rq.GetUrl(), From: from, Own: rq.GetOwn()}, false)
 	if err != nil {
 		return nil, err
 	}
 	return o.delegationMsg(sr), nil
+}
+
+// inSubnet reports whether peer p is known to sit in subnet id: this
+// node's own address for itself; for a peer, the IP address of one of the
+// live direct connections with it — the source of a connection it dialed
+// or the address it answered at for one dialed to it, each proven by the
+// handshake. On a loopback test bed QUIC dials leave from 127.0.0.1 rather
+// than the node's bound address, so the claim is granted over TCP or once
+// the coordinator has dialed the node; the claimer retries with its
+// heartbeats.
+func (o *Overlay) inSubnet(ctx context.Context, p peer.ID, id subnet.ID) bool {
+	in := func(a netip.Addr) bool { return a.IsValid() && o.tree.SmallestNonUnary(a) == id }
+	if p == o.h.ID() {
+		return in(o.cfg.ownAddr)
+	}
+	if a, ok := ctx.Value(remoteKey{}).(netip.Addr); ok && in(a) {
+		return true
+	}
+	for _, c := range o.h.Network().ConnsToPeer(p) {
+		if a, ok := ipOf(c.RemoteMultiaddr()); ok && in(a) {
+			return true
+		}
+	}
+	return false
 }
 
 func (o *Overlay) handleRedelegate(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
@@ -156,7 +213,7 @@ func (o *Overlay) handleRedelegate(ctx context.Context, from peer.ID, req *pb.Me
 	if err != nil {
 		return nil, err
 	}
-	_, d, ok, err := o.coord.lookup(sh, r)
+	cur, d, ok, err := o.coord.lookup(sh, r)
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +221,9 @@ func (o *Overlay) handleRedelegate(ctx context.Context, from peer.ID, req *pb.Me
 		return nil, fmt.Errorf("%w: %s is not delegated to the asker", ErrNotFound, r)
 	}
 	o.noteSeen(sh, from)
+	if time.Since(d.Decided) < o.cfg.redelegate {
+		return o.delegationMsg(cur), nil // decided recently: probes would say the same
+	}
 	reason := rq.GetReason()
 	if len(reason) > 256 {
 		reason = reason[:256]
@@ -171,7 +231,9 @@ func (o *Overlay) handleRedelegate(ctx context.Context, from peer.ID, req *pb.Me
 	if reason == "" {
 		reason = "redelegate"
 	}
-	sr, err := o.coord.decide(sh, DelegateRequest{Subnet: id, From: from, Reason: reason}, true)
+	// Calibration: the asker's fetches got slow, so stored probes of the
+	// subnet are stale; the procedure asks afresh.
+	sr, err := o.coord.decide(sh, DelegateRequest{Subnet: id, From: from, Reason: reason, Fresh: time.Now()}, true)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +263,7 @@ func (o *Overlay) handleHeartbeat(ctx context.Context, from peer.ID, req *pb.Mes
 	last := sh.loadAt[from]
 	sh.mu.Unlock()
 	if time.Since(last) > 10*o.cfg.heartbeat {
-		le := &pb.LoadEntry{Peer: []byte(from), Capacity: rq.GetCapacity(), Load: rq.GetLoad(), AtMs: time.Now().UnixMilli()}
+		le := &pb.LoadEntry{Peer: []byte(from), Capacity: rq.GetCapacity(), Load: rq.GetLoad(), Subnets: rq.GetSubnets(), AtMs: time.Now().UnixMilli()}
 		v, _ := proto.Marshal(le)
 		if _, err := o.coord.write(ctx, sh, 1, func(int, uint64, uint64) (*pb.Entry, error) {
 			return &pb.Entry{Kind: pb.Entry_LOAD, Key: []byte(from), Value: v}, nil
@@ -215,6 +277,47 @@ func (o *Overlay) handleHeartbeat(ctx context.Context, from peer.ID, req *pb.Mes
 	m := newMsg(pb.Message_HEARTBEAT_ACK)
 	m.HeartbeatAck = &pb.HeartbeatAck{Subnets: subnets, Truncated: truncated}
 	return m, nil
+}
+
+// handleReassign moves a subnet of a shard this node coordinates to
+// another node, at the request of the coordinator of the subnet whose
+// decision needed the room (load balancing).
+func (o *Overlay) handleReassign(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	rq := req.GetReassign()
+	c := o.coord
+	if err := c.checkSnapshot(rq.GetSnapshot()); err != nil {
+		return nil, err
+	}
+	r, err := rangeFromPB(rq.GetSubnet())
+	if err != nil {
+		return nil, fmt.Errorf("%w: subnet: %v", ErrMalformed, err)
+	}
+	cause, err := rangeFromPB(rq.GetCause())
+	if err != nil {
+		return nil, fmt.Errorf("%w: cause: %v", ErrMalformed, err)
+	}
+	node, err1 := peer.IDFromBytes(rq.GetNode())
+	to, err2 := peer.IDFromBytes(rq.GetTo())
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("%w: node ids", ErrMalformed)
+	}
+	id, ok1 := o.tree.Find(r)
+	cid, ok2 := o.tree.Find(cause)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("%w: subnet or cause not in this snapshot", ErrNotFound)
+	}
+	if from != o.h.ID() && !c.plausible(ctx, c.rangeShard(cid).key(o.sid), from) {
+		return nil, fmt.Errorf("%w: reassignment not from the coordinator of %s", ErrForbidden, cause)
+	}
+	sh, err := c.ensureOwner(ctx, c.rangeShard(id))
+	if err != nil {
+		return nil, err
+	}
+	sr, err := c.reassign(ctx, sh, id, node, to)
+	if err != nil {
+		return nil, err
+	}
+	return o.delegationMsg(sr), nil
 }
 
 // handleAssign records a delegation to this node announced by the

@@ -18,6 +18,20 @@ type Prober interface {
 	Probe(ctx context.Context, url string) (time.Duration, error)
 }
 
+// ProberFunc adapts a function to Prober; node wires the crawler's
+// fetcher with it: ProberFunc(func(ctx, u) { return f.Probe(ctx, u, 3) }).
+type ProberFunc func(ctx context.Context, url string) (time.Duration, error)
+
+// Probe implements Prober.
+func (f ProberFunc) Probe(ctx context.Context, url string) (time.Duration, error) { return f(ctx, url) }
+
+// ProbeSchedule tells when this node may probe: NextOpen returns the
+// earliest time not before t inside the operator's time windows, t itself
+// when they are open. crawl.Schedule and *crawl.Crawler implement it.
+type ProbeSchedule interface {
+	NextOpen(t time.Time) time.Time
+}
+
 // DelegateRequest is one run of the delegation procedure.
 type DelegateRequest struct {
 	Subnet  subnet.ID  // the smallest non-unary range containing Addr
@@ -26,6 +40,14 @@ type DelegateRequest struct {
 	From    peer.ID    // the node that asked (the coordinator itself for re-delegations)
 	Exclude []peer.ID  // nodes that must not be chosen (an orphaned subnet's silent node)
 	Reason  string     // "" for a new subnet; "orphaned", or the requester's reason for a re-delegation
+	// Own marks a joining node's claim of its own subnet (paper III.D).
+	// The coordinator grants such claims itself, so a Delegator never sees
+	// it set.
+	Own bool
+	// Fresh, when set, makes stored probe results of Subnet older than it
+	// void: a re-delegation (calibration found the subnet's fetches slow)
+	// decides with fresh probes.
+	Fresh time.Time
 }
 
 // Delegator runs the delegation procedure (the IPMicra search, issue 5) for
@@ -57,6 +79,39 @@ type DelegationEnv interface {
 	// Peers returns the live peers the coordinator knows, with their
 	// declared capacity and load where known.
 	Peers() []PeerInfo
+
+	// Anchor returns the anchor of the shard the decision runs in: the
+	// shard's store holds every delegation and probe result of its
+	// subtree. Ranges outside it are known only through Lookup,
+	// OrgDelegations and Block.
+	Anchor() subnet.ID
+	// Delegations returns the shard's delegations, orphaned ones left out,
+	// from its store (no network; at most 65536).
+	Delegations() []Delegation
+	// ProbesWithin returns the stored probe results of every subnet inside
+	// r (r included) from the shard's store (no network; at most 65536).
+	ProbesWithin(r subnet.Range) []ProbeResult
+	// Block returns the index of decisions under x, a strict ancestor of
+	// the shard's anchor: the delegations under x at most two levels below
+	// it, and the decisions of every subnet under x with their probe
+	// results (sharing probes across shards), the 128 nearest in address
+	// to the anchor. It costs one request to x's block shard (none when
+	// this node coordinates it).
+	Block(ctx context.Context, x subnet.ID) ([]IndexedDelegation, error)
+	// Reassign moves subnet t, delegated to from, to node to, on t's
+	// coordinator (load balancing: from is full and took the decision's
+	// subnet). It costs one request, none when t is in this shard.
+	Reassign(ctx context.Context, t subnet.ID, from, to peer.ID) (Delegation, error)
+	// Between returns the round-trip time between two peers as the overlay
+	// measured it (see Overlay.Between), and false when unknown.
+	Between(a, b peer.ID) (time.Duration, bool)
+}
+
+// IndexedDelegation is a delegation as a block shard indexes it: with the
+// probe results its coordinator had stored for the subnet.
+type IndexedDelegation struct {
+	Delegation
+	Probes []ProbeResult
 }
 
 // ProbeResult is a stored probe: Peer timed RTT to a server in Subnet.
@@ -72,6 +127,8 @@ type PeerInfo struct {
 	ID       peer.ID
 	Capacity uint64 // pages per day; 0 when unknown
 	Load     uint64 // pages per day
+	Subnets  uint32 // subnets the peer crawls; 0 when unknown
+	LoadAt   time.Time
 	Seen     time.Time
 }
 

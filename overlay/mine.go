@@ -62,11 +62,17 @@ func (o *Overlay) loadMine() error {
 // heartbeatAll sends one heartbeat to the coordinator of every shard in
 // which this node holds delegations, and reconciles Owned with the answers.
 func (o *Overlay) heartbeatAll(ctx context.Context) {
+	if !o.ownDone.Load() {
+		if _, err := o.ClaimOwn(ctx); err != nil {
+			o.log.Debug("claiming the own subnet failed", "error", err)
+		}
+	}
 	o.mu.Lock()
 	refs := make([]shardRef, 0, len(o.mine))
 	for _, r := range o.mine {
 		refs = append(refs, r)
 	}
+	subnets := uint32(len(o.owned))
 	o.mu.Unlock()
 	capacity, load := o.cfg.load()
 	// Shards are beaten in parallel (at most 8 at once), so one slow or
@@ -82,15 +88,15 @@ func (o *Overlay) heartbeatAll(ctx context.Context) {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			o.heartbeat(ctx, ref, capacity, load)
+			o.heartbeat(ctx, ref, capacity, load, subnets)
 		})
 	}
 	wg.Wait()
 }
 
-func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load uint64) {
+func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load uint64, subnets uint32) {
 	req := newMsg(pb.Message_HEARTBEAT)
-	req.Heartbeat = &pb.Heartbeat{Snapshot: o.sid[:], Shard: ref.toPB(), Capacity: capacity, Load: load}
+	req.Heartbeat = &pb.Heartbeat{Snapshot: o.sid[:], Shard: ref.toPB(), Capacity: capacity, Load: load, Subnets: subnets}
 	hctx, cancel := context.WithTimeout(ctx, max(2*o.cfg.heartbeat, time.Second))
 	resp, err := o.askCoordinator(hctx, ref, req, pb.Message_HEARTBEAT_ACK)
 	cancel()
@@ -110,14 +116,28 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 	}
 	key := ref.key(o.sid)
 	o.mu.Lock()
+	kept := false // a subnet of the shard is still held, or too recent to judge
 	for k, d := range o.owned {
 		id, ok := o.tree.Find(d.Subnet)
-		if ok && o.coord.rangeShard(id).key(o.sid) == key && !held[k] && !ack.GetTruncated() && time.Since(d.Decided) > o.cfg.heartbeat {
+		if !ok || o.coord.rangeShard(id).key(o.sid) != key {
+			continue
+		}
+		if !held[k] && !ack.GetTruncated() && time.Since(d.Decided) > o.cfg.heartbeat {
 			delete(o.owned, k)
 			o.cache.invalidate(d.Subnet)
+			if d.Own {
+				// The coordinator does not know our claim (a takeover
+				// that missed it, or a reassignment): claim it again.
+				o.ownDone.Store(false)
+			}
+			continue
 		}
+		kept = true
 	}
-	empty := len(held) == 0 && !ack.GetTruncated()
+	// The shard leaves the heartbeat set only when nothing in it is held:
+	// an answer computed before a decision landed must not stop the
+	// heartbeats that keep that decision alive.
+	empty := len(held) == 0 && !ack.GetTruncated() && !kept
 	if empty {
 		delete(o.mine, key)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -34,6 +35,10 @@ type config struct {
 	announce     time.Duration
 	indexer      bool
 	resultsCheck func([]byte) error
+	ownAddr      netip.Addr
+	probeSched   ProbeSchedule
+	probeWait    time.Duration
+	redelegate   time.Duration
 }
 
 func defaultConfig() config {
@@ -51,6 +56,7 @@ func defaultConfig() config {
 		divPerTable: 3,                // and 3 per IP group in the whole table
 		publish:     true,
 		announce:    5 * time.Minute,
+		redelegate:  10 * time.Minute, // a subnet's node may ask for a new decision this often; probes cost every node asked
 	}
 }
 
@@ -205,6 +211,56 @@ func Announce(every time.Duration, indexer bool) Option {
 // Without one, messages are only checked for size.
 func ResultsValidator(f func(data []byte) error) Option {
 	return func(c *config) error { c.resultsCheck = f; return nil }
+}
+
+// OwnAddress is the address this node crawls from (its public address, or
+// on the emulated Internet the address it binds to). Bootstrap then claims
+// the node's own subnet, the smallest non-unary range containing a, as
+// IPMicra delegates it to a joining crawler (paper III.D): the subnet's
+// coordinator grants it when a is where the node's connection comes from,
+// and retries run with the heartbeats until a claim succeeds. Default:
+// none, no claim.
+func OwnAddress(a netip.Addr) Option {
+	return func(c *config) error {
+		if !a.IsValid() {
+			return errors.New("invalid own address")
+		}
+		c.ownAddr = a.Unmap()
+		return nil
+	}
+}
+
+// maxProbeWait bounds ProbeWindows' wait: the probe must still fit in its
+// stream's deadline (probeDeadline) with time to run.
+const maxProbeWait = probeDeadline - 10*time.Second
+
+// ProbeWindows makes probe requests respect the operator's time windows
+// (IPMicra thesis 7.6.1, "Probing"): a request that arrives outside them
+// waits for the next window when it opens within maxWait (at most 20 s, so
+// that the probe still fits its deadline), and is refused with
+// ErrUnavailable otherwise, which the asking coordinator counts as an
+// unreachable node for that decision only. Default: always open.
+func ProbeWindows(s ProbeSchedule, maxWait time.Duration) Option {
+	return func(c *config) error {
+		if s == nil || maxWait < 0 || maxWait > maxProbeWait {
+			return fmt.Errorf("probe windows need a schedule and a wait of 0 to %v, got %v", maxProbeWait, maxWait)
+		}
+		c.probeSched, c.probeWait = s, maxWait
+		return nil
+	}
+}
+
+// RedelegateInterval sets how soon after a decision the subnet's node may
+// have it re-decided (Redelegate, for calibration); earlier requests get
+// the current delegation back. Default 10 min.
+func RedelegateInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("re-delegation interval %v is negative", d)
+		}
+		c.redelegate = d
+		return nil
+	}
 }
 
 func (c *config) validate() error {

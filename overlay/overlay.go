@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,10 +49,12 @@ type Overlay struct {
 	stats    counters
 
 	mu       sync.Mutex
-	mine     map[[32]byte]shardRef // shards in which this node holds delegations
-	owned    map[string]Delegation // subnets delegated to this node, by range key
-	peers    map[peer.ID]PeerInfo  // announced peers, bounded
-	coordFor map[[32]byte]peer.ID  // last known coordinator per shard
+	mine     map[[32]byte]shardRef         // shards in which this node holds delegations
+	owned    map[string]Delegation         // subnets delegated to this node, by range key
+	peers    map[peer.ID]PeerInfo          // announced peers, bounded
+	rtts     map[peer.ID]map[peer.ID]int64 // announced peers' measured RTTs to others, µs
+	coordFor map[[32]byte]peer.ID          // last known coordinator per shard
+	ownDone  atomic.Bool                   // the own-subnet claim succeeded (or none is configured)
 
 	ctx       context.Context // the loops' and handlers' lifetime
 	cancel    context.CancelFunc
@@ -114,8 +117,10 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		mine:     map[[32]byte]shardRef{},
 		owned:    map[string]Delegation{},
 		peers:    map[peer.ID]PeerInfo{},
+		rtts:     map[peer.ID]map[peer.ID]int64{},
 		coordFor: map[[32]byte]peer.ID{},
 	}
+	o.ownDone.Store(!cfg.ownAddr.IsValid())
 	o.ctx, o.cancel = context.WithCancel(context.Background())
 	netCtx, netCancel := context.WithCancel(context.Background())
 	o.netCancel = netCancel
@@ -173,13 +178,16 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 
 	h.SetStreamHandler(ProbeID, o.serve(probeSpec, map[pb.Message_Type]handler{pb.Message_PROBE: o.handleProbe}))
 	h.SetStreamHandler(CoordinateID, o.serve(coordSpec, map[pb.Message_Type]handler{
-		pb.Message_RESOLVE:    o.handleResolve,
-		pb.Message_DELEGATE:   o.handleDelegate,
-		pb.Message_HEARTBEAT:  o.handleHeartbeat,
-		pb.Message_REDELEGATE: o.handleRedelegate,
-		pb.Message_ASSIGN:     o.handleAssign,
-		pb.Message_ORG_UPDATE: o.handleOrgUpdate,
-		pb.Message_ORG_QUERY:  o.handleOrgQuery,
+		pb.Message_RESOLVE:      o.handleResolve,
+		pb.Message_DELEGATE:     o.handleDelegate,
+		pb.Message_HEARTBEAT:    o.handleHeartbeat,
+		pb.Message_REDELEGATE:   o.handleRedelegate,
+		pb.Message_ASSIGN:       o.handleAssign,
+		pb.Message_ORG_UPDATE:   o.handleOrgUpdate,
+		pb.Message_ORG_QUERY:    o.handleOrgQuery,
+		pb.Message_REASSIGN:     o.handleReassign,
+		pb.Message_BLOCK_UPDATE: o.handleBlockUpdate,
+		pb.Message_BLOCK_QUERY:  o.handleBlockQuery,
 	}))
 	h.SetStreamHandler(ForwardID, o.serve(forwardSpec, map[pb.Message_Type]handler{pb.Message_FORWARD: o.handleForward}))
 	h.SetStreamHandler(AckID, o.serve(ackSpec, map[pb.Message_Type]handler{pb.Message_ACK: o.handleAck}))
@@ -203,6 +211,8 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 // lookup of this node's own id, which is how a Kademlia node makes itself
 // known to, and learns, its neighbourhood, the peers shard ownership
 // depends on. A full routing-table refresh then runs in the background.
+// With OwnAddress, the node then claims its own subnet (see ClaimOwn); a
+// failed claim is logged and retried with the heartbeats.
 func (o *Overlay) Bootstrap(ctx context.Context) error {
 	for _, p := range o.h.Network().Peers() {
 		o.dht.RoutingTable().TryAddPeer(p, true, false)
@@ -215,7 +225,46 @@ func (o *Overlay) Bootstrap(ctx context.Context) error {
 		return fmt.Errorf("bootstrap: self lookup: %w", err)
 	}
 	_ = o.dht.RefreshRoutingTable()
+	if !o.ownDone.Load() {
+		if _, err := o.ClaimOwn(ctx); err != nil {
+			o.log.Warn("claiming the own subnet failed; retrying with the heartbeats", "error", err)
+		}
+	}
 	return nil
+}
+
+// ClaimOwn has this node delegated its own subnet, the smallest non-unary
+// range containing its OwnAddress: IPMicra delegates a joining crawler the
+// subnet it sits in at once (paper III.D), without probing. The subnet's
+// coordinator grants the claim when one of its live connections with this
+// node has this node's end in that subnet, replacing a delegation decided
+// by search but not another node's own claim (the first claimer keeps it;
+// the answer names it). Bootstrap calls it.
+func (o *Overlay) ClaimOwn(ctx context.Context) (Delegation, error) {
+	a := o.cfg.ownAddr
+	if !a.IsValid() {
+		return Delegation{}, errors.New("claim own subnet: no own address configured")
+	}
+	id := o.tree.SmallestNonUnary(a)
+	if id == subnet.None {
+		return Delegation{}, fmt.Errorf("claim own subnet: %v is outside the hierarchy", a)
+	}
+	req := newMsg(pb.Message_DELEGATE)
+	req.Delegate = &pb.Delegate{Snapshot: o.sid[:], Addr: a.AsSlice(), Own: true}
+	resp, err := o.askCoordinator(ctx, o.coord.rangeShard(id), req, pb.Message_DELEGATION)
+	if err != nil {
+		return Delegation{}, fmt.Errorf("claim own subnet: %w", err)
+	}
+	d, err := o.checkDelegation(resp.GetDelegation().GetRecord(), o.tree.Range(id))
+	if err != nil {
+		return Delegation{}, err
+	}
+	o.cache.put(d)
+	if d.Node == o.h.ID() {
+		o.noteAssigned(resp.GetDelegation().GetRecord())
+	}
+	o.ownDone.Store(true)
+	return d, nil
 }
 
 // Host returns the libp2p host.
@@ -397,6 +446,94 @@ func (o *Overlay) Redelegate(ctx context.Context, r subnet.Range, reason string)
 	return d, nil
 }
 
+// Recalibrate asks for a new decision for the subnet of server address a,
+// with fresh probes, because this node's fetches from it got slow (IPMicra
+// thesis 7.6.2; crawl.Calibrator signals it). It does nothing, returning
+// ErrNotFound, when the subnet is not delegated to this node. The
+// coordinator answers with the current delegation when the subnet was
+// decided less than the RedelegateInterval ago.
+func (o *Overlay) Recalibrate(ctx context.Context, a netip.Addr, reason string) (Delegation, error) {
+	id := o.tree.SmallestNonUnary(a)
+	if id == subnet.None {
+		return Delegation{}, fmt.Errorf("recalibrate %v: invalid address", a)
+	}
+	r := o.tree.Range(id)
+	o.mu.Lock()
+	_, mine := o.owned[string(rangeKey(r))]
+	o.mu.Unlock()
+	if !mine {
+		return Delegation{}, fmt.Errorf("recalibrate %s: %w: not delegated to this node", r, ErrNotFound)
+	}
+	if reason == "" {
+		reason = "calibration"
+	}
+	return o.Redelegate(ctx, r, reason)
+}
+
+// reassign asks the coordinator of subnet t to move it from node from to
+// node to, for the decision of subnet cause (load balancing).
+func (o *Overlay) reassign(ctx context.Context, t subnet.ID, from, to peer.ID, cause subnet.ID) (Delegation, error) {
+	req := newMsg(pb.Message_REASSIGN)
+	req.Reassign = &pb.Reassign{Snapshot: o.sid[:], Subnet: rangeToPB(o.tree.Range(t)), Node: []byte(from), To: []byte(to),
+		Cause: rangeToPB(o.tree.Range(cause))}
+	resp, err := o.askCoordinator(ctx, o.coord.rangeShard(t), req, pb.Message_DELEGATION)
+	if err != nil {
+		return Delegation{}, err
+	}
+	d, err := o.checkDelegation(resp.GetDelegation().GetRecord(), o.tree.Range(t))
+	if err != nil {
+		return Delegation{}, err
+	}
+	o.cache.put(d)
+	return d, nil
+}
+
+// Peers returns the peers this node has heard announce themselves, with
+// their declared capacity, load and subnet count.
+func (o *Overlay) Peers() []PeerInfo {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]PeerInfo, 0, len(o.peers))
+	for _, pi := range o.peers {
+		out = append(out, pi)
+	}
+	slices.SortFunc(out, func(a, b PeerInfo) int { return strings.Compare(string(a.ID), string(b.ID)) })
+	return out
+}
+
+// Between returns the round-trip time between peers a and b as the overlay
+// measured it: this node's own latency to a peer is libp2p's peerstore
+// EWMA (fed by the DHT's requests and by pings, see announcements); other
+// pairs come from the RTTs peers announce, which are their peerstore EWMAs
+// (either direction). ok is false when nobody measured the pair. The
+// guided search bounds candidates with it (triangle inequality); on the
+// emulated Internet, where libp2p's own traffic does not see the world's
+// latencies, tests substitute the world's model.
+func (o *Overlay) Between(a, b peer.ID) (time.Duration, bool) {
+	if a == b {
+		return 0, true
+	}
+	self := o.h.ID()
+	if a == self || b == self {
+		other := a
+		if a == self {
+			other = b
+		}
+		if d := o.h.Peerstore().LatencyEWMA(other); d > 0 {
+			return d, true
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if us, ok := o.rtts[a][b]; ok {
+		return time.Duration(us) * time.Microsecond, true
+	}
+	if us, ok := o.rtts[b][a]; ok {
+		return time.Duration(us) * time.Microsecond, true
+	}
+	return 0, false
+}
+
 // Invalidate drops the cached delegation of r (for example after its node
 // refused a forward).
 func (o *Overlay) Invalidate(r subnet.Range) { o.cache.invalidate(r) }
@@ -528,6 +665,12 @@ func (o *Overlay) handleLocal(ctx context.Context, req *pb.Message) (*pb.Message
 		h = o.handleOrgUpdate
 	case pb.Message_ORG_QUERY:
 		h = o.handleOrgQuery
+	case pb.Message_REASSIGN:
+		h = o.handleReassign
+	case pb.Message_BLOCK_UPDATE:
+		h = o.handleBlockUpdate
+	case pb.Message_BLOCK_QUERY:
+		h = o.handleBlockQuery
 	default:
 		return nil, fmt.Errorf("%w: %v", ErrUnexpectedType, req.GetType())
 	}

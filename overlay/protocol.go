@@ -62,7 +62,7 @@ const (
 	maxForwardMsg   = 1 << 20   // up to maxForwardURLs URLs of up to maxURLLen bytes, typically far less
 	maxAckMsg       = 64 << 10  // up to maxAckBatches references of ~80 bytes
 	maxReplicateMsg = 2 << 20   // a chunk of up to maxEntriesPerMsg entries
-	maxAnnounceMsg  = 1 << 10   // a pb.Announce is ~60 bytes
+	maxAnnounceMsg  = 4 << 10   // a pb.Announce is ~60 bytes and up to 48 RTTs of ~45
 	maxRecordSize   = 64 << 10  // a DHT record: an org index of up to maxOrgEntries entries
 
 	maxURLLen        = 2048
@@ -71,7 +71,7 @@ const (
 	maxEntriesPerMsg = 1024
 	maxOrgEntries    = 512
 	maxHeartbeatList = 4096
-	maxEntryKey      = 64
+	maxEntryKey      = 128 // a range key (32) and a peer id (38 for Ed25519, at most ~70)
 	maxEntryValue    = 16 << 10
 )
 

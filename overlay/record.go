@@ -35,6 +35,7 @@ type Delegation struct {
 	URL      string     // the URL the delegation was decided for, if any
 	Addr     netip.Addr // the address the delegation was decided for
 	Orphaned bool       // the node stopped heartbeating; the subnet awaits re-delegation
+	Own      bool       // Node claimed the subnet of its own address when it joined
 }
 
 // signRecord marshals and signs r with sk; r.Writer is set from sk.
@@ -136,7 +137,7 @@ func delegationFrom(r *pb.Record) Delegation {
 	return Delegation{
 		Subnet: rg, Org: r.GetOrg(), Node: node, Writer: writer,
 		Epoch: r.GetEpoch(), Seq: r.GetSeq(), Decided: time.UnixMilli(r.GetDecidedMs()),
-		URL: r.GetUrl(), Addr: addr.Unmap(), Orphaned: r.GetOrphaned(),
+		URL: r.GetUrl(), Addr: addr.Unmap(), Orphaned: r.GetOrphaned(), Own: r.GetOwn(),
 	}
 }
 

@@ -13,34 +13,44 @@ import (
 const (
 	rangeShardTag = "micra/shard/range/v1\x00"
 	orgShardTag   = "micra/shard/org/v1\x00"
+	blockShardTag = "micra/shard/block/v1\x00"
 )
 
-// shardRef names a shard: the subtree under an anchor range, or the index of
-// one organisation's delegated ranges.
+// shardRef names a shard: the subtree under an anchor range, the index of
+// one organisation's delegated ranges, or the index of the decisions under
+// a range above the anchors (a block).
 type shardRef struct {
 	kind   pb.ShardRef_Kind
-	anchor subnet.Range // RANGE
+	anchor subnet.Range // RANGE, BLOCK
 	org    string       // ORG
 }
 
 func (s shardRef) String() string {
-	if s.kind == pb.ShardRef_ORG {
+	switch s.kind {
+	case pb.ShardRef_ORG:
 		return "org:" + s.org
+	case pb.ShardRef_BLOCK:
+		return "block:" + s.anchor.String()
 	}
 	return "range:" + s.anchor.String()
 }
 
 // key returns SHA-256(tag | snapshot id | anchor start16 | anchor end16) for
-// a range shard and SHA-256(tag | snapshot id | organisation key) for an
-// organisation shard. The shard's coordinator is the live peer closest to it
+// a range or block shard and SHA-256(tag | snapshot id | organisation key)
+// for an organisation shard, each kind with its own tag. The shard's coordinator is the live peer closest to it
 // in Kademlia's XOR metric.
 func (s shardRef) key(sid subnet.SnapshotID) [32]byte {
 	h := sha256.New()
-	if s.kind == pb.ShardRef_ORG {
+	switch s.kind {
+	case pb.ShardRef_ORG:
 		h.Write([]byte(orgShardTag))
 		h.Write(sid[:])
 		h.Write([]byte(s.org))
-	} else {
+	case pb.ShardRef_BLOCK:
+		h.Write([]byte(blockShardTag))
+		h.Write(sid[:])
+		h.Write(rangeKey(s.anchor))
+	default:
 		h.Write([]byte(rangeShardTag))
 		h.Write(sid[:])
 		h.Write(rangeKey(s.anchor))
@@ -62,7 +72,8 @@ func (s shardRef) toPB() *pb.ShardRef {
 
 // shardRefFromPB decodes a wire shard reference and checks it names a shard
 // of tree: an anchor range of the tree that is an anchor under the anchor
-// rule, or an organisation the tree knows.
+// rule, an organisation the tree knows, or a range of the tree with
+// children (a block; requests check it lies above the anchor concerned).
 func (c *coordinator) shardRefFromPB(p *pb.ShardRef) (shardRef, error) {
 	switch p.GetKind() {
 	case pb.ShardRef_RANGE:
@@ -80,6 +91,16 @@ func (c *coordinator) shardRefFromPB(p *pb.ShardRef) (shardRef, error) {
 			return shardRef{}, fmt.Errorf("%w: organisation shard not in this snapshot", ErrNotFound)
 		}
 		return shardRef{kind: pb.ShardRef_ORG, org: p.GetOrg()}, nil
+	case pb.ShardRef_BLOCK:
+		r, err := rangeFromPB(p.GetAnchor())
+		if err != nil {
+			return shardRef{}, fmt.Errorf("%w: block: %v", ErrMalformed, err)
+		}
+		id, ok := c.tree.Find(r)
+		if !ok || !hasChildren(c.tree, id) {
+			return shardRef{}, fmt.Errorf("%w: %s is not a block of this snapshot", ErrNotFound, r)
+		}
+		return shardRef{kind: pb.ShardRef_BLOCK, anchor: r}, nil
 	}
 	return shardRef{}, fmt.Errorf("%w: shard kind %d", ErrMalformed, p.GetKind())
 }
@@ -129,3 +150,42 @@ func (c *coordinator) rangeShard(id subnet.ID) shardRef {
 }
 
 func orgShard(org string) shardRef { return shardRef{kind: pb.ShardRef_ORG, org: org} }
+
+// blockShard returns the block shard of range x.
+func (c *coordinator) blockShard(x subnet.ID) shardRef {
+	return shardRef{kind: pb.ShardRef_BLOCK, anchor: c.tree.Range(x)}
+}
+
+// above reports whether x is a strict ancestor of id.
+func (c *coordinator) above(x, id subnet.ID) bool {
+	for n := c.tree.Parent(id); n != subnet.None; n = c.tree.Parent(n) {
+		if n == x {
+			return true
+		}
+	}
+	return false
+}
+
+// blocksOf returns the blocks a decision for subnet id is indexed in,
+// nearest first: the parent of id's shard anchor (every decision under it:
+// the neighbourhood's probes) and every higher ancestor x that the
+// bottom-up search looks into from below for id, i.e. id at most two
+// levels under x (the paper's siblings and their children).
+func (c *coordinator) blocksOf(id subnet.ID) []subnet.ID {
+	t := c.tree
+	a := c.anchorOf(id)
+	var out []subnet.ID
+	for x := t.Parent(a); x != subnet.None; x = t.Parent(x) {
+		if x == t.Parent(a) || t.Depth(id) <= t.Depth(x)+2 {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func hasChildren(t *subnet.Tree, id subnet.ID) bool {
+	for range t.Children(id) {
+		return true
+	}
+	return false
+}

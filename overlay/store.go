@@ -160,3 +160,19 @@ func (s store) scan(key [32]byte, kind pb.Entry_Kind, fn func(*pb.Entry) bool) e
 		return nil
 	})
 }
+
+// count returns the number of the shard's entries of one kind, counting no
+// further than limit.
+func (s store) count(key [32]byte, kind pb.Entry_Kind, limit int) (int, error) {
+	prefix := shardKindPrefix(key, int32(kind))
+	n := 0
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix) && n < limit; it.Next() {
+			n++
+		}
+		return nil
+	})
+	return n, err
+}

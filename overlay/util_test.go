@@ -148,13 +148,25 @@ func swarmOpts() []Option {
 
 func newNode(t testing.TB, i int, extra ...Option) *node {
 	t.Helper()
+	return newNodeAt(t, nodeAddr(i), extra...)
+}
+
+// newNodeAt starts a node listening on a.
+func newNodeAt(t testing.TB, a netip.Addr, extra ...Option) *node {
+	t.Helper()
+	return newNodeWith(t, a, os.Getenv("MICRA_TCP_ONLY") != "", extra...)
+}
+
+// newNodeWith starts a node listening on a, with TCP only when tcpOnly
+// (its dials then leave from a, which QUIC's do not on loopback).
+func newNodeWith(t testing.TB, a netip.Addr, tcpOnly bool, extra ...Option) *node {
+	t.Helper()
 	sk, _, err := crypto.GenerateEd25519Key(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := nodeAddr(i)
 	hopts := []HostOption{BindAddress(a, 0), Reachability(network.ReachabilityPublic), NoRelayService(), ConnLimits(200, 400)}
-	if os.Getenv("MICRA_TCP_ONLY") != "" {
+	if tcpOnly {
 		hopts = append(hopts, ListenAddrs(ma.StringCast("/ip4/"+a.String()+"/tcp/0")))
 	}
 	h, err := NewHost(sk, hopts...)
@@ -186,6 +198,15 @@ func newSwarm(t testing.TB, n int, extra ...Option) []*node {
 	if testing.Verbose() {
 		t.Logf("swarm: %d nodes created in %v", n, time.Since(t0))
 	}
+	joinSwarm(t, nodes)
+	return nodes
+}
+
+// joinSwarm has every node join through nodes[0] and bootstrap.
+func joinSwarm(t testing.TB, nodes []*node) {
+	t.Helper()
+	t0 := time.Now()
+	n := len(nodes)
 	defer func() {
 		if testing.Verbose() {
 			t.Logf("swarm: joined and bootstrapped in %v", time.Since(t0))
@@ -220,7 +241,6 @@ func newSwarm(t testing.TB, n int, extra ...Option) []*node {
 		})
 	}
 	wg.Wait()
-	return nodes
 }
 
 func testLogger() *slog.Logger {

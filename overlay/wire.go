@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-msgio/pbio"
+	ma "github.com/multiformats/go-multiaddr"
 	"github.com/multiformats/go-multistream"
 
 	"github.com/micra-net/micra/overlay/pb"
@@ -77,6 +79,14 @@ func payloadOf(m *pb.Message) bool {
 		return m.OrgQuery != nil
 	case pb.Message_ORG_ENTRIES:
 		return m.OrgEntries != nil
+	case pb.Message_REASSIGN:
+		return m.Reassign != nil
+	case pb.Message_BLOCK_UPDATE:
+		return m.BlockUpdate != nil
+	case pb.Message_BLOCK_QUERY:
+		return m.BlockQuery != nil
+	case pb.Message_BLOCK_ENTRIES:
+		return m.BlockEntries != nil
 	}
 	return false
 }
@@ -150,6 +160,29 @@ func errorMsg(err error) *pb.Message {
 	return m
 }
 
+// remoteKey carries the IP address a request's connection comes from
+// (netip.Addr; absent for relayed connections).
+type remoteKey struct{}
+
+// ipOf returns the IP address of a direct connection's multiaddr; a
+// relayed one (p2p-circuit) has none of the peer's own.
+func ipOf(m ma.Multiaddr) (netip.Addr, bool) {
+	if m == nil {
+		return netip.Addr{}, false
+	}
+	if _, err := m.ValueForProtocol(ma.P_CIRCUIT); err == nil {
+		return netip.Addr{}, false
+	}
+	for _, p := range []int{ma.P_IP4, ma.P_IP6} {
+		if v, err := m.ValueForProtocol(p); err == nil {
+			if a, err := netip.ParseAddr(v); err == nil {
+				return a.Unmap(), true
+			}
+		}
+	}
+	return netip.Addr{}, false
+}
+
 // notCoordinatorError refuses a shard request and names a closer peer.
 type notCoordinatorError struct{ closer peer.AddrInfo }
 
@@ -215,7 +248,11 @@ func (o *Overlay) serve(sp spec, handlers map[pb.Message_Type]handler) network.S
 			_ = s.Close()
 			return
 		}
-		resp, err := h(context.WithValue(ctx, writerKey{}, w), from, &req)
+		hctx := context.WithValue(ctx, writerKey{}, w)
+		if a, ok := ipOf(s.Conn().RemoteMultiaddr()); ok {
+			hctx = context.WithValue(hctx, remoteKey{}, a)
+		}
+		resp, err := h(hctx, from, &req)
 		if err != nil {
 			if o.log.Enabled(ctx, -4) {
 				o.log.Debug("request failed", "peer", from, "protocol", sp.id, "type", req.GetType().String(), "error", err)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/overlay/pb"
+	"github.com/micra-net/micra/subnet"
 )
 
 type recordingForward struct {
@@ -218,6 +219,10 @@ func FuzzDecodeMessage(f *testing.F) {
 		{Version: 1, Type: pb.Message_PROBE, Probe: &pb.Probe{Url: "http://x/"}},
 		{Version: 1, Type: pb.Message_REPLICATE, Replicate: &pb.Replicate{Entries: []*pb.Entry{{Kind: pb.Entry_LOAD, Key: []byte("k")}}}},
 		{Version: 2, Type: pb.Message_OK},
+		{Version: 1, Type: pb.Message_REASSIGN, Reassign: &pb.Reassign{Node: []byte("x"), To: []byte("y")}},
+		{Version: 1, Type: pb.Message_BLOCK_UPDATE, BlockUpdate: &pb.BlockUpdate{Probes: []*pb.PeerRTT{{Peer: []byte("p"), RttMicros: 5}}}},
+		{Version: 1, Type: pb.Message_BLOCK_ENTRIES, BlockEntries: &pb.BlockEntries{Entries: []*pb.BlockEntry{{}}}},
+		{Version: 1, Type: pb.Message_REPLICATE, Replicate: &pb.Replicate{Entries: []*pb.Entry{{Kind: pb.Entry_BLOCK, Key: []byte("k")}}}},
 	} {
 		b, _ := proto.Marshal(m)
 		f.Add(b)
@@ -245,6 +250,15 @@ func FuzzDecodeMessage(f *testing.F) {
 		_, _ = addrFromWire(m.GetDelegate().GetAddr())
 		_ = hintAddrs(m.GetError().GetHint())
 		_, _ = openRecord(tree.ID(), m.GetAssign().GetRecord())
+		_, _ = fromPeerRTTs(m.GetBlockUpdate().GetProbes(), subnet.Range{}, time.Time{})
+		_, _ = rangeFromPB(m.GetReassign().GetSubnet())
+		_, _ = rangeFromPB(m.GetBlockQuery().GetNear())
+		_, _ = c.shardRefFromPB(&pb.ShardRef{Kind: pb.ShardRef_BLOCK, Anchor: m.GetBlockQuery().GetBlock()})
+		for _, be := range m.GetBlockEntries().GetEntries() {
+			if v, err := proto.Marshal(be); err == nil {
+				_, _ = c.openBlockEntry(v, true)
+			}
+		}
 	})
 }
 

@@ -44,6 +44,8 @@ type Running struct {
 
 	hostile    atomic.Bool
 	dnsQueries atomic.Int64
+	extraMu    sync.RWMutex
+	extra      map[netip.Addr]float64 // ms added to every RTT from a source address (SetExtraRTT)
 
 	gate      sync.RWMutex // guards closed against handler entry
 	closed    bool
@@ -261,6 +263,36 @@ func (r *Running) SetHostile(on bool) { r.hostile.Store(on) }
 // Hostile reports whether the hostile sites misbehave.
 func (r *Running) Hostile() bool { return r.hostile.Load() }
 
+// SetExtraRTT adds d to the round-trip time of every request from source
+// address src that arrives afterwards, as if src's access link had become
+// slower (0 removes it). It is a test hook for changing the world while it
+// runs — calibration must notice a node whose latency changed — and it
+// applies to this Running only: the World's oracle (RTT, RTTAddr, Optimal)
+// does not see it; add ExtraRTT(src) to its answers.
+func (r *Running) SetExtraRTT(src netip.Addr, d time.Duration) {
+	r.extraMu.Lock()
+	defer r.extraMu.Unlock()
+	if r.extra == nil {
+		r.extra = map[netip.Addr]float64{}
+	}
+	if d <= 0 {
+		delete(r.extra, src.Unmap())
+		return
+	}
+	r.extra[src.Unmap()] = float64(d) / float64(time.Millisecond)
+}
+
+// ExtraRTT returns the round-trip time SetExtraRTT added to src, unscaled.
+func (r *Running) ExtraRTT(src netip.Addr) time.Duration {
+	return msDur(r.extraMs(src))
+}
+
+func (r *Running) extraMs(src netip.Addr) float64 {
+	r.extraMu.RLock()
+	defer r.extraMu.RUnlock()
+	return r.extra[src.Unmap()]
+}
+
 // Counters returns a snapshot of what s served.
 func (r *Running) Counters(s Site) Counters {
 	if s.ID < 0 || s.ID >= len(r.stats) {
@@ -415,7 +447,7 @@ func (r *Running) serveHTTP(rw http.ResponseWriter, req *http.Request) {
 	st.request(c.src, arrived, r.cfg.scale, s.disallowed(pq) && req.URL.Path != "/robots.txt")
 
 	x, y := r.w.endpoint(c.src), r.w.endpointU(mustU32(c.local))
-	rtt := r.w.sampleRTT(x, y, rand.NormFloat64())
+	rtt := r.w.sampleRTT(x, y, rand.NormFloat64()) + r.extraMs(c.src)
 	bw := r.w.bandwidth(x, y, rtt)
 	ready := arrived.Add(r.scaledMs(rtt))
 	if first {

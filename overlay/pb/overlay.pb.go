@@ -48,6 +48,10 @@ const (
 	Message_ORG_UPDATE    Message_Type = 18 // org_update: a range coordinator updates an organisation shard
 	Message_ORG_QUERY     Message_Type = 19 // org_query
 	Message_ORG_ENTRIES   Message_Type = 20 // org_entries
+	Message_REASSIGN      Message_Type = 21 // reassign: load balancing moves a subnet to another node; answered with DELEGATION
+	Message_BLOCK_UPDATE  Message_Type = 22 // block_update: a range coordinator indexes a decision in a block shard
+	Message_BLOCK_QUERY   Message_Type = 23 // block_query
+	Message_BLOCK_ENTRIES Message_Type = 24 // block_entries
 )
 
 // Enum value maps for Message_Type.
@@ -74,6 +78,10 @@ var (
 		18: "ORG_UPDATE",
 		19: "ORG_QUERY",
 		20: "ORG_ENTRIES",
+		21: "REASSIGN",
+		22: "BLOCK_UPDATE",
+		23: "BLOCK_QUERY",
+		24: "BLOCK_ENTRIES",
 	}
 	Message_Type_value = map[string]int32{
 		"UNKNOWN":       0,
@@ -97,6 +105,10 @@ var (
 		"ORG_UPDATE":    18,
 		"ORG_QUERY":     19,
 		"ORG_ENTRIES":   20,
+		"REASSIGN":      21,
+		"BLOCK_UPDATE":  22,
+		"BLOCK_QUERY":   23,
+		"BLOCK_ENTRIES": 24,
 	}
 )
 
@@ -143,6 +155,7 @@ const (
 	Error_NO_CANDIDATE        Error_Code = 10
 	Error_OVERLOADED          Error_Code = 11
 	Error_NOT_FOUND           Error_Code = 12
+	Error_FORBIDDEN           Error_Code = 13 // the sender may not make this request
 )
 
 // Enum value maps for Error_Code.
@@ -161,6 +174,7 @@ var (
 		10: "NO_CANDIDATE",
 		11: "OVERLOADED",
 		12: "NOT_FOUND",
+		13: "FORBIDDEN",
 	}
 	Error_Code_value = map[string]int32{
 		"INTERNAL":            0,
@@ -176,6 +190,7 @@ var (
 		"NO_CANDIDATE":        10,
 		"OVERLOADED":          11,
 		"NOT_FOUND":           12,
+		"FORBIDDEN":           13,
 	}
 )
 
@@ -212,6 +227,7 @@ const (
 	ShardRef_UNKNOWN ShardRef_Kind = 0
 	ShardRef_RANGE   ShardRef_Kind = 1 // the subtree under an anchor range
 	ShardRef_ORG     ShardRef_Kind = 2 // the index of one organisation's delegated ranges
+	ShardRef_BLOCK   ShardRef_Kind = 3 // the index of decisions under a range above the shard anchors
 )
 
 // Enum value maps for ShardRef_Kind.
@@ -220,11 +236,13 @@ var (
 		0: "UNKNOWN",
 		1: "RANGE",
 		2: "ORG",
+		3: "BLOCK",
 	}
 	ShardRef_Kind_value = map[string]int32{
 		"UNKNOWN": 0,
 		"RANGE":   1,
 		"ORG":     2,
+		"BLOCK":   3,
 	}
 )
 
@@ -263,6 +281,7 @@ const (
 	Entry_PROBE      Entry_Kind = 2 // value: ProbeEntry
 	Entry_LOAD       Entry_Kind = 3 // value: LoadEntry
 	Entry_ORG        Entry_Kind = 4 // value: SignedRecord (a copy indexed by an organisation shard)
+	Entry_BLOCK      Entry_Kind = 5 // value: BlockEntry (a decision indexed by a block shard)
 )
 
 // Enum value maps for Entry_Kind.
@@ -273,6 +292,7 @@ var (
 		2: "PROBE",
 		3: "LOAD",
 		4: "ORG",
+		5: "BLOCK",
 	}
 	Entry_Kind_value = map[string]int32{
 		"UNKNOWN":    0,
@@ -280,6 +300,7 @@ var (
 		"PROBE":      2,
 		"LOAD":       3,
 		"ORG":        4,
+		"BLOCK":      5,
 	}
 )
 
@@ -387,6 +408,10 @@ type Message struct {
 	OrgUpdate     *OrgUpdate    `protobuf:"bytes,19,opt,name=org_update,json=orgUpdate,proto3" json:"org_update,omitempty"`
 	OrgQuery      *OrgQuery     `protobuf:"bytes,20,opt,name=org_query,json=orgQuery,proto3" json:"org_query,omitempty"`
 	OrgEntries    *OrgEntries   `protobuf:"bytes,21,opt,name=org_entries,json=orgEntries,proto3" json:"org_entries,omitempty"`
+	Reassign      *Reassign     `protobuf:"bytes,22,opt,name=reassign,proto3" json:"reassign,omitempty"`
+	BlockUpdate   *BlockUpdate  `protobuf:"bytes,23,opt,name=block_update,json=blockUpdate,proto3" json:"block_update,omitempty"`
+	BlockQuery    *BlockQuery   `protobuf:"bytes,24,opt,name=block_query,json=blockQuery,proto3" json:"block_query,omitempty"`
+	BlockEntries  *BlockEntries `protobuf:"bytes,25,opt,name=block_entries,json=blockEntries,proto3" json:"block_entries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -564,6 +589,34 @@ func (x *Message) GetOrgQuery() *OrgQuery {
 func (x *Message) GetOrgEntries() *OrgEntries {
 	if x != nil {
 		return x.OrgEntries
+	}
+	return nil
+}
+
+func (x *Message) GetReassign() *Reassign {
+	if x != nil {
+		return x.Reassign
+	}
+	return nil
+}
+
+func (x *Message) GetBlockUpdate() *BlockUpdate {
+	if x != nil {
+		return x.BlockUpdate
+	}
+	return nil
+}
+
+func (x *Message) GetBlockQuery() *BlockQuery {
+	if x != nil {
+		return x.BlockQuery
+	}
+	return nil
+}
+
+func (x *Message) GetBlockEntries() *BlockEntries {
+	if x != nil {
+		return x.BlockEntries
 	}
 	return nil
 }
@@ -951,10 +1004,13 @@ func (x *Resolve) GetSubnet() *Range {
 }
 
 type Delegate struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Snapshot      []byte                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	Addr          []byte                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	Url           string                 `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot []byte                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Addr     []byte                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Url      string                 `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	// own: the asker claims the subnet of its own address (it joined, paper
+	// III.D); the coordinator checks addr against the connection's address.
+	Own           bool `protobuf:"varint,4,opt,name=own,proto3" json:"own,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1010,6 +1066,13 @@ func (x *Delegate) GetUrl() string {
 	return ""
 }
 
+func (x *Delegate) GetOwn() bool {
+	if x != nil {
+		return x.Own
+	}
+	return false
+}
+
 type Delegation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// record is absent when the subnet is not delegated (RESOLVE only).
@@ -1061,6 +1124,7 @@ type Heartbeat struct {
 	Shard         *ShardRef              `protobuf:"bytes,2,opt,name=shard,proto3" json:"shard,omitempty"`
 	Capacity      uint64                 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"` // pages per day
 	Load          uint64                 `protobuf:"varint,4,opt,name=load,proto3" json:"load,omitempty"`         // pages per day
+	Subnets       uint32                 `protobuf:"varint,5,opt,name=subnets,proto3" json:"subnets,omitempty"`   // subnets the sender crawls, in all shards
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1119,6 +1183,13 @@ func (x *Heartbeat) GetCapacity() uint64 {
 func (x *Heartbeat) GetLoad() uint64 {
 	if x != nil {
 		return x.Load
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetSubnets() uint32 {
+	if x != nil {
+		return x.Subnets
 	}
 	return 0
 }
@@ -1937,7 +2008,7 @@ func (x *ShardMeta) GetSeq() uint64 {
 type Entry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          Entry_Kind             `protobuf:"varint,1,opt,name=kind,proto3,enum=micra.overlay.Entry_Kind" json:"kind,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"` // at most 64 bytes
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"` // at most 128 bytes
 	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
 	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Seq           uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -2084,6 +2155,7 @@ type LoadEntry struct {
 	Capacity      uint64                 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	Load          uint64                 `protobuf:"varint,3,opt,name=load,proto3" json:"load,omitempty"`
 	AtMs          int64                  `protobuf:"varint,4,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Subnets       uint32                 `protobuf:"varint,5,opt,name=subnets,proto3" json:"subnets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2146,6 +2218,13 @@ func (x *LoadEntry) GetAtMs() int64 {
 	return 0
 }
 
+func (x *LoadEntry) GetSubnets() uint32 {
+	if x != nil {
+		return x.Subnets
+	}
+	return 0
+}
+
 // Record is a signed statement by its writer. DELEGATION: the coordinator
 // of a shard delegated subnet to node. ORG_INDEX: the coordinator of an
 // organisation shard lists the organisation's delegated subnets.
@@ -2165,6 +2244,7 @@ type Record struct {
 	Orphaned      bool                   `protobuf:"varint,12,opt,name=orphaned,proto3" json:"orphaned,omitempty"`
 	Writer        []byte                 `protobuf:"bytes,13,opt,name=writer,proto3" json:"writer,omitempty"`
 	OrgEntries    []*OrgEntry            `protobuf:"bytes,14,rep,name=org_entries,json=orgEntries,proto3" json:"org_entries,omitempty"`
+	Own           bool                   `protobuf:"varint,15,opt,name=own,proto3" json:"own,omitempty"` // node claimed the subnet of its own address (paper III.D)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2297,6 +2377,13 @@ func (x *Record) GetOrgEntries() []*OrgEntry {
 	return nil
 }
 
+func (x *Record) GetOwn() bool {
+	if x != nil {
+		return x.Own
+	}
+	return false
+}
+
 type OrgEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Subnet        *Range                 `protobuf:"bytes,1,opt,name=subnet,proto3" json:"subnet,omitempty"`
@@ -2358,6 +2445,8 @@ type Announce struct {
 	Load          uint64                 `protobuf:"varint,4,opt,name=load,proto3" json:"load,omitempty"`         // pages per day
 	Indexer       bool                   `protobuf:"varint,5,opt,name=indexer,proto3" json:"indexer,omitempty"`
 	AtMs          int64                  `protobuf:"varint,6,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Subnets       uint32                 `protobuf:"varint,7,opt,name=subnets,proto3" json:"subnets,omitempty"` // subnets the node crawls
+	Rtts          []*PeerRTT             `protobuf:"bytes,8,rep,name=rtts,proto3" json:"rtts,omitempty"`        // its measured RTTs to other peers, at most 48
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2434,6 +2523,20 @@ func (x *Announce) GetAtMs() int64 {
 	return 0
 }
 
+func (x *Announce) GetSubnets() uint32 {
+	if x != nil {
+		return x.Subnets
+	}
+	return 0
+}
+
+func (x *Announce) GetRtts() []*PeerRTT {
+	if x != nil {
+		return x.Rtts
+	}
+	return nil
+}
+
 type SignedRecord struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Record        []byte                 `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`       // a marshalled Record
@@ -2486,12 +2589,381 @@ func (x *SignedRecord) GetSignature() []byte {
 	return nil
 }
 
+// PeerRTT is a round-trip time to a peer: measured between peers (Announce)
+// or by a peer's probe of a subnet (BlockUpdate, BlockEntry).
+type PeerRTT struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peer          []byte                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	RttMicros     int64                  `protobuf:"varint,2,opt,name=rtt_micros,json=rttMicros,proto3" json:"rtt_micros,omitempty"` // -1 for a failed probe
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerRTT) Reset() {
+	*x = PeerRTT{}
+	mi := &file_overlay_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerRTT) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerRTT) ProtoMessage() {}
+
+func (x *PeerRTT) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerRTT.ProtoReflect.Descriptor instead.
+func (*PeerRTT) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PeerRTT) GetPeer() []byte {
+	if x != nil {
+		return x.Peer
+	}
+	return nil
+}
+
+func (x *PeerRTT) GetRttMicros() int64 {
+	if x != nil {
+		return x.RttMicros
+	}
+	return 0
+}
+
+// Reassign asks the coordinator of subnet's shard to move it from node to
+// to. Load balancing sends it: the coordinator of cause's shard found node
+// over capacity for cause and to with room for subnet.
+type Reassign struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      []byte                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Subnet        *Range                 `protobuf:"bytes,2,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	Node          []byte                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	To            []byte                 `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
+	Cause         *Range                 `protobuf:"bytes,5,opt,name=cause,proto3" json:"cause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reassign) Reset() {
+	*x = Reassign{}
+	mi := &file_overlay_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reassign) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reassign) ProtoMessage() {}
+
+func (x *Reassign) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reassign.ProtoReflect.Descriptor instead.
+func (*Reassign) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *Reassign) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *Reassign) GetSubnet() *Range {
+	if x != nil {
+		return x.Subnet
+	}
+	return nil
+}
+
+func (x *Reassign) GetNode() []byte {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *Reassign) GetTo() []byte {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *Reassign) GetCause() *Range {
+	if x != nil {
+		return x.Cause
+	}
+	return nil
+}
+
+// BlockUpdate indexes a decision in the block shard of block, a range
+// above the anchor of the record's subnet: sent by the subnet's
+// coordinator after each decision, with the decision's stored probes.
+type BlockUpdate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      []byte                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Block         *Range                 `protobuf:"bytes,2,opt,name=block,proto3" json:"block,omitempty"`
+	Record        *SignedRecord          `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	Probes        []*PeerRTT             `protobuf:"bytes,4,rep,name=probes,proto3" json:"probes,omitempty"` // at most 64
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockUpdate) Reset() {
+	*x = BlockUpdate{}
+	mi := &file_overlay_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockUpdate) ProtoMessage() {}
+
+func (x *BlockUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockUpdate.ProtoReflect.Descriptor instead.
+func (*BlockUpdate) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *BlockUpdate) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *BlockUpdate) GetBlock() *Range {
+	if x != nil {
+		return x.Block
+	}
+	return nil
+}
+
+func (x *BlockUpdate) GetRecord() *SignedRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *BlockUpdate) GetProbes() []*PeerRTT {
+	if x != nil {
+		return x.Probes
+	}
+	return nil
+}
+
+// BlockQuery asks a block shard for its entries nearest in address to
+// near (the asker's shard anchor).
+type BlockQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      []byte                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Block         *Range                 `protobuf:"bytes,2,opt,name=block,proto3" json:"block,omitempty"`
+	Near          *Range                 `protobuf:"bytes,3,opt,name=near,proto3" json:"near,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockQuery) Reset() {
+	*x = BlockQuery{}
+	mi := &file_overlay_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockQuery) ProtoMessage() {}
+
+func (x *BlockQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockQuery.ProtoReflect.Descriptor instead.
+func (*BlockQuery) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *BlockQuery) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *BlockQuery) GetBlock() *Range {
+	if x != nil {
+		return x.Block
+	}
+	return nil
+}
+
+func (x *BlockQuery) GetNear() *Range {
+	if x != nil {
+		return x.Near
+	}
+	return nil
+}
+
+type BlockEntries struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*BlockEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"` // at most 128
+	Truncated     bool                   `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockEntries) Reset() {
+	*x = BlockEntries{}
+	mi := &file_overlay_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockEntries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockEntries) ProtoMessage() {}
+
+func (x *BlockEntries) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockEntries.ProtoReflect.Descriptor instead.
+func (*BlockEntries) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *BlockEntries) GetEntries() []*BlockEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *BlockEntries) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type BlockEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Record        *SignedRecord          `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	Probes        []*PeerRTT             `protobuf:"bytes,2,rep,name=probes,proto3" json:"probes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockEntry) Reset() {
+	*x = BlockEntry{}
+	mi := &file_overlay_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockEntry) ProtoMessage() {}
+
+func (x *BlockEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockEntry.ProtoReflect.Descriptor instead.
+func (*BlockEntry) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *BlockEntry) GetRecord() *SignedRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *BlockEntry) GetProbes() []*PeerRTT {
+	if x != nil {
+		return x.Probes
+	}
+	return nil
+}
+
 var File_overlay_proto protoreflect.FileDescriptor
 
 const file_overlay_proto_rawDesc = "" +
 	"\n" +
-	"\roverlay.proto\x12\rmicra.overlay\"\xf9\n" +
-	"\n" +
+	"\roverlay.proto\x12\rmicra.overlay\"\xaf\r\n" +
 	"\aMessage\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12/\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1b.micra.overlay.Message.TypeR\x04type\x12*\n" +
@@ -2522,7 +2994,12 @@ const file_overlay_proto_rawDesc = "" +
 	"org_update\x18\x13 \x01(\v2\x18.micra.overlay.OrgUpdateR\torgUpdate\x124\n" +
 	"\torg_query\x18\x14 \x01(\v2\x17.micra.overlay.OrgQueryR\borgQuery\x12:\n" +
 	"\vorg_entries\x18\x15 \x01(\v2\x19.micra.overlay.OrgEntriesR\n" +
-	"orgEntries\"\xac\x02\n" +
+	"orgEntries\x123\n" +
+	"\breassign\x18\x16 \x01(\v2\x17.micra.overlay.ReassignR\breassign\x12=\n" +
+	"\fblock_update\x18\x17 \x01(\v2\x1a.micra.overlay.BlockUpdateR\vblockUpdate\x12:\n" +
+	"\vblock_query\x18\x18 \x01(\v2\x19.micra.overlay.BlockQueryR\n" +
+	"blockQuery\x12@\n" +
+	"\rblock_entries\x18\x19 \x01(\v2\x1b.micra.overlay.BlockEntriesR\fblockEntries\"\xf0\x02\n" +
 	"\x04Type\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05ERROR\x10\x01\x12\x06\n" +
@@ -2550,12 +3027,16 @@ const file_overlay_proto_rawDesc = "" +
 	"\n" +
 	"ORG_UPDATE\x10\x12\x12\r\n" +
 	"\tORG_QUERY\x10\x13\x12\x0f\n" +
-	"\vORG_ENTRIES\x10\x14\"\x84\x03\n" +
+	"\vORG_ENTRIES\x10\x14\x12\f\n" +
+	"\bREASSIGN\x10\x15\x12\x10\n" +
+	"\fBLOCK_UPDATE\x10\x16\x12\x0f\n" +
+	"\vBLOCK_QUERY\x10\x17\x12\x11\n" +
+	"\rBLOCK_ENTRIES\x10\x18\"\x93\x03\n" +
 	"\x05Error\x12-\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x19.micra.overlay.Error.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12+\n" +
 	"\x04hint\x18\x03 \x01(\v2\x17.micra.overlay.PeerHintR\x04hint\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xee\x01\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xfd\x01\n" +
 	"\x04Code\x12\f\n" +
 	"\bINTERNAL\x10\x00\x12\r\n" +
 	"\tMALFORMED\x10\x01\x12\x17\n" +
@@ -2571,21 +3052,23 @@ const file_overlay_proto_rawDesc = "" +
 	"\x12\x0e\n" +
 	"\n" +
 	"OVERLOADED\x10\v\x12\r\n" +
-	"\tNOT_FOUND\x10\f\"0\n" +
+	"\tNOT_FOUND\x10\f\x12\r\n" +
+	"\tFORBIDDEN\x10\r\"0\n" +
 	"\bPeerHint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
 	"\x05addrs\x18\x02 \x03(\fR\x05addrs\"/\n" +
 	"\x05Range\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\fR\x05start\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\fR\x03end\"\xa5\x01\n" +
+	"\x03end\x18\x02 \x01(\fR\x03end\"\xb0\x01\n" +
 	"\bShardRef\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.micra.overlay.ShardRef.KindR\x04kind\x12,\n" +
 	"\x06anchor\x18\x02 \x01(\v2\x14.micra.overlay.RangeR\x06anchor\x12\x10\n" +
-	"\x03org\x18\x03 \x01(\tR\x03org\"'\n" +
+	"\x03org\x18\x03 \x01(\tR\x03org\"2\n" +
 	"\x04Kind\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05RANGE\x10\x01\x12\a\n" +
-	"\x03ORG\x10\x02\"\x19\n" +
+	"\x03ORG\x10\x02\x12\t\n" +
+	"\x05BLOCK\x10\x03\"\x19\n" +
 	"\x05Probe\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\",\n" +
 	"\vProbeResult\x12\x1d\n" +
@@ -2594,19 +3077,21 @@ const file_overlay_proto_rawDesc = "" +
 	"\aResolve\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\fR\x04addr\x12,\n" +
-	"\x06subnet\x18\x03 \x01(\v2\x14.micra.overlay.RangeR\x06subnet\"L\n" +
+	"\x06subnet\x18\x03 \x01(\v2\x14.micra.overlay.RangeR\x06subnet\"^\n" +
 	"\bDelegate\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\fR\x04addr\x12\x10\n" +
-	"\x03url\x18\x03 \x01(\tR\x03url\"A\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12\x10\n" +
+	"\x03own\x18\x04 \x01(\bR\x03own\"A\n" +
 	"\n" +
 	"Delegation\x123\n" +
-	"\x06record\x18\x01 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\"\x86\x01\n" +
+	"\x06record\x18\x01 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\"\xa0\x01\n" +
 	"\tHeartbeat\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12-\n" +
 	"\x05shard\x18\x02 \x01(\v2\x17.micra.overlay.ShardRefR\x05shard\x12\x1a\n" +
 	"\bcapacity\x18\x03 \x01(\x04R\bcapacity\x12\x12\n" +
-	"\x04load\x18\x04 \x01(\x04R\x04load\"\\\n" +
+	"\x04load\x18\x04 \x01(\x04R\x04load\x12\x18\n" +
+	"\asubnets\x18\x05 \x01(\rR\asubnets\"\\\n" +
 	"\fHeartbeatAck\x12.\n" +
 	"\asubnets\x18\x01 \x03(\v2\x14.micra.overlay.RangeR\asubnets\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"n\n" +
@@ -2661,32 +3146,34 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bpromised\x18\x03 \x01(\x04R\bpromised\x12\x14\n" +
 	"\x05owner\x18\x04 \x01(\fR\x05owner\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xc9\x01\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xd4\x01\n" +
 	"\x05Entry\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.micra.overlay.Entry.KindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"A\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"L\n" +
 	"\x04Kind\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x0e\n" +
 	"\n" +
 	"DELEGATION\x10\x01\x12\t\n" +
 	"\x05PROBE\x10\x02\x12\b\n" +
 	"\x04LOAD\x10\x03\x12\a\n" +
-	"\x03ORG\x10\x04\"\x82\x01\n" +
+	"\x03ORG\x10\x04\x12\t\n" +
+	"\x05BLOCK\x10\x05\"\x82\x01\n" +
 	"\n" +
 	"ProbeEntry\x12,\n" +
 	"\x06subnet\x18\x01 \x01(\v2\x14.micra.overlay.RangeR\x06subnet\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\fR\x04peer\x12\x1d\n" +
 	"\n" +
 	"rtt_micros\x18\x03 \x01(\x03R\trttMicros\x12\x13\n" +
-	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\"d\n" +
+	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\"~\n" +
 	"\tLoadEntry\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\fR\x04peer\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04load\x18\x03 \x01(\x04R\x04load\x12\x13\n" +
-	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\"\xd1\x03\n" +
+	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\x12\x18\n" +
+	"\asubnets\x18\x05 \x01(\rR\asubnets\"\xe3\x03\n" +
 	"\x06Record\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12.\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1a.micra.overlay.Record.KindR\x04kind\x12\x1a\n" +
@@ -2704,7 +3191,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\borphaned\x18\f \x01(\bR\borphaned\x12\x16\n" +
 	"\x06writer\x18\r \x01(\fR\x06writer\x128\n" +
 	"\vorg_entries\x18\x0e \x03(\v2\x17.micra.overlay.OrgEntryR\n" +
-	"orgEntries\"2\n" +
+	"orgEntries\x12\x10\n" +
+	"\x03own\x18\x0f \x01(\bR\x03own\"2\n" +
 	"\x04Kind\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2712,17 +3200,46 @@ const file_overlay_proto_rawDesc = "" +
 	"\tORG_INDEX\x10\x02\"L\n" +
 	"\bOrgEntry\x12,\n" +
 	"\x06subnet\x18\x01 \x01(\v2\x14.micra.overlay.RangeR\x06subnet\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\fR\x04node\"\x9f\x01\n" +
+	"\x04node\x18\x02 \x01(\fR\x04node\"\xe5\x01\n" +
 	"\bAnnounce\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\fR\bsnapshot\x12\x1a\n" +
 	"\bcapacity\x18\x03 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04load\x18\x04 \x01(\x04R\x04load\x12\x18\n" +
 	"\aindexer\x18\x05 \x01(\bR\aindexer\x12\x13\n" +
-	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\"D\n" +
+	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x18\n" +
+	"\asubnets\x18\a \x01(\rR\asubnets\x12*\n" +
+	"\x04rtts\x18\b \x03(\v2\x16.micra.overlay.PeerRTTR\x04rtts\"D\n" +
 	"\fSignedRecord\x12\x16\n" +
 	"\x06record\x18\x01 \x01(\fR\x06record\x12\x1c\n" +
-	"\tsignature\x18\x02 \x01(\fR\tsignatureB'Z%github.com/micra-net/micra/overlay/pbb\x06proto3"
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"<\n" +
+	"\aPeerRTT\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\fR\x04peer\x12\x1d\n" +
+	"\n" +
+	"rtt_micros\x18\x02 \x01(\x03R\trttMicros\"\xa4\x01\n" +
+	"\bReassign\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12,\n" +
+	"\x06subnet\x18\x02 \x01(\v2\x14.micra.overlay.RangeR\x06subnet\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\fR\x04node\x12\x0e\n" +
+	"\x02to\x18\x04 \x01(\fR\x02to\x12*\n" +
+	"\x05cause\x18\x05 \x01(\v2\x14.micra.overlay.RangeR\x05cause\"\xba\x01\n" +
+	"\vBlockUpdate\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12*\n" +
+	"\x05block\x18\x02 \x01(\v2\x14.micra.overlay.RangeR\x05block\x123\n" +
+	"\x06record\x18\x03 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\x12.\n" +
+	"\x06probes\x18\x04 \x03(\v2\x16.micra.overlay.PeerRTTR\x06probes\"~\n" +
+	"\n" +
+	"BlockQuery\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12*\n" +
+	"\x05block\x18\x02 \x01(\v2\x14.micra.overlay.RangeR\x05block\x12(\n" +
+	"\x04near\x18\x03 \x01(\v2\x14.micra.overlay.RangeR\x04near\"a\n" +
+	"\fBlockEntries\x123\n" +
+	"\aentries\x18\x01 \x03(\v2\x19.micra.overlay.BlockEntryR\aentries\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"q\n" +
+	"\n" +
+	"BlockEntry\x123\n" +
+	"\x06record\x18\x01 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\x12.\n" +
+	"\x06probes\x18\x02 \x03(\v2\x16.micra.overlay.PeerRTTR\x06probesB'Z%github.com/micra-net/micra/overlay/pbb\x06proto3"
 
 var (
 	file_overlay_proto_rawDescOnce sync.Once
@@ -2737,7 +3254,7 @@ func file_overlay_proto_rawDescGZIP() []byte {
 }
 
 var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_overlay_proto_goTypes = []any{
 	(Message_Type)(0),    // 0: micra.overlay.Message.Type
 	(Error_Code)(0),      // 1: micra.overlay.Error.Code
@@ -2776,6 +3293,12 @@ var file_overlay_proto_goTypes = []any{
 	(*OrgEntry)(nil),     // 34: micra.overlay.OrgEntry
 	(*Announce)(nil),     // 35: micra.overlay.Announce
 	(*SignedRecord)(nil), // 36: micra.overlay.SignedRecord
+	(*PeerRTT)(nil),      // 37: micra.overlay.PeerRTT
+	(*Reassign)(nil),     // 38: micra.overlay.Reassign
+	(*BlockUpdate)(nil),  // 39: micra.overlay.BlockUpdate
+	(*BlockQuery)(nil),   // 40: micra.overlay.BlockQuery
+	(*BlockEntries)(nil), // 41: micra.overlay.BlockEntries
+	(*BlockEntry)(nil),   // 42: micra.overlay.BlockEntry
 }
 var file_overlay_proto_depIdxs = []int32{
 	0,  // 0: micra.overlay.Message.type:type_name -> micra.overlay.Message.Type
@@ -2798,35 +3321,50 @@ var file_overlay_proto_depIdxs = []int32{
 	26, // 17: micra.overlay.Message.org_update:type_name -> micra.overlay.OrgUpdate
 	27, // 18: micra.overlay.Message.org_query:type_name -> micra.overlay.OrgQuery
 	28, // 19: micra.overlay.Message.org_entries:type_name -> micra.overlay.OrgEntries
-	1,  // 20: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
-	7,  // 21: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
-	2,  // 22: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
-	8,  // 23: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
-	8,  // 24: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
-	36, // 25: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
-	9,  // 26: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
-	8,  // 27: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
-	8,  // 28: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
-	36, // 29: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
-	22, // 30: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
-	9,  // 31: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
-	30, // 32: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
-	9,  // 33: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
-	30, // 34: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
-	36, // 35: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
-	36, // 36: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
-	9,  // 37: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
-	3,  // 38: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
-	8,  // 39: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
-	4,  // 40: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
-	8,  // 41: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
-	34, // 42: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
-	8,  // 43: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	38, // 20: micra.overlay.Message.reassign:type_name -> micra.overlay.Reassign
+	39, // 21: micra.overlay.Message.block_update:type_name -> micra.overlay.BlockUpdate
+	40, // 22: micra.overlay.Message.block_query:type_name -> micra.overlay.BlockQuery
+	41, // 23: micra.overlay.Message.block_entries:type_name -> micra.overlay.BlockEntries
+	1,  // 24: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
+	7,  // 25: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
+	2,  // 26: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
+	8,  // 27: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
+	8,  // 28: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
+	36, // 29: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
+	9,  // 30: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
+	8,  // 31: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
+	8,  // 32: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
+	36, // 33: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
+	22, // 34: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
+	9,  // 35: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
+	30, // 36: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
+	9,  // 37: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
+	30, // 38: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
+	36, // 39: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
+	36, // 40: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
+	9,  // 41: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
+	3,  // 42: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
+	8,  // 43: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
+	4,  // 44: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
+	8,  // 45: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
+	34, // 46: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
+	8,  // 47: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
+	37, // 48: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
+	8,  // 49: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
+	8,  // 50: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
+	8,  // 51: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
+	36, // 52: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
+	37, // 53: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
+	8,  // 54: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
+	8,  // 55: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
+	42, // 56: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
+	36, // 57: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
+	37, // 58: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_overlay_proto_init() }
@@ -2840,7 +3378,7 @@ func file_overlay_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_overlay_proto_rawDesc), len(file_overlay_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   32,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,334 @@
+package delegate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/subnet"
+)
+
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
+	threshold   time.Duration
+	guided      bool
+	between     func(a, b peer.ID) (time.Duration, bool)
+	maxProbes   int
+	probeTO     time.Duration
+	cacheTTL    time.Duration
+	maxAge      time.Duration
+	newLoad     uint64
+	pendingTTL  time.Duration
+	balance     bool
+	log         *slog.Logger
+	probeFailed time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		threshold:   subnet.DefaultThreshold, // the paper's best ratio of quality to probes
+		guided:      true,                    // micra's pruned search: fewer probes, same quality (README)
+		maxProbes:   16,                      // bounds a decision's time under the coordinator's deadline; 12 nodes need 12 at worst
+		probeTO:     25 * time.Second,        // a probe waits up to 20 s for the node's window, then a few HEADs
+		cacheTTL:    10 * time.Second,        // neighbouring delegations change slowly; a burst of decisions shares one lookup
+		maxAge:      7 * 24 * time.Hour,      // stored probes older than this are asked again
+		newLoad:     100,                     // pages/day of a new subnet when no peer declares its load
+		pendingTTL:  time.Hour,               // how long a crawler takes to declare the load of a subnet it was given
+		balance:     true,
+		log:         slog.Default().With("subsystem", "delegate"),
+		probeFailed: 10 * time.Minute, // a failed probe is retried after this
+	}
+}
+
+// Threshold sets the probing threshold (default 50 ms, the paper's).
+func Threshold(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("threshold %v must be positive", d)
+		}
+		c.threshold = d
+		return nil
+	}
+}
+
+// Pure runs the paper's IPMicra search instead of micra's guided one
+// (subnet.SearchConfig.Guided, the default).
+func Pure() Option {
+	return func(c *config) error { c.guided = false; return nil }
+}
+
+// Between replaces the overlay's inter-node RTTs in the guided search's
+// bounds. On the emulated Internet libp2p's own traffic does not see the
+// world's latencies, so tests pass the world's model here.
+func Between(f func(a, b peer.ID) (time.Duration, bool)) Option {
+	return func(c *config) error {
+		if f == nil {
+			return errors.New("nil Between")
+		}
+		c.between = f
+		return nil
+	}
+}
+
+// MaxProbes bounds the probes asked per decision (default 16; at the
+// bound the best answer so far wins).
+func MaxProbes(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("max probes %d must be at least 1", n)
+		}
+		c.maxProbes = n
+		return nil
+	}
+}
+
+// ProbeTimeout bounds one probe request (default 25 s: a node may wait up
+// to 20 s for its probing window).
+func ProbeTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("probe timeout %v must be positive", d)
+		}
+		c.probeTO = d
+		return nil
+	}
+}
+
+// CacheTTL sets how long answers from other shards (organisation
+// delegations, block indexes) are reused (default 10 s).
+func CacheTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("cache TTL %v is negative", d)
+		}
+		c.cacheTTL = d
+		return nil
+	}
+}
+
+// MaxProbeAge sets how long a stored probe result is reused (default 7
+// days; the thesis saw probe results stable over three months, and
+// calibration catches changes sooner).
+func MaxProbeAge(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("probe age %v must be positive", d)
+		}
+		c.maxAge = d
+		return nil
+	}
+}
+
+// LoadBalancing turns load balancing on or off (default on) and sets the
+// load assumed for a new subnet when no peer declares its load per subnet
+// (pages per day, default 100) and how long a delegation counts towards a
+// node's load before the node's own declaration includes it (default 1 h).
+func LoadBalancing(on bool, newSubnetLoad uint64, pending time.Duration) Option {
+	return func(c *config) error {
+		if newSubnetLoad == 0 || pending < 0 {
+			return fmt.Errorf("load balancing needs a positive subnet load and a non-negative pending time, got %d and %v", newSubnetLoad, pending)
+		}
+		c.balance, c.newLoad, c.pendingTTL = on, newSubnetLoad, pending
+		return nil
+	}
+}
+
+// Logger sets the logger (default slog.Default with subsystem=delegate).
+func Logger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("nil logger")
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// Delegator is the production delegation procedure: subnet.IPMicra over
+// the coordinator's DelegationEnv, then load balancing. It is safe for
+// concurrent use (the coordinator runs decisions for different subnets at
+// once) and holds only caches, so it needs no Close.
+type Delegator struct {
+	cfg     config
+	cache   *cache
+	pending *pending
+	stats   counters
+}
+
+var _ overlay.Delegator = (*Delegator)(nil)
+
+type counters struct {
+	decisions, probes, handOffs, second, reruns, over, own atomic.Int64
+}
+
+// Stats are cumulative counters of one Delegator.
+type Stats struct {
+	Decisions  int64 // searches run (re-delegations and orphans included)
+	Probes     int64 // probe requests issued to nodes
+	HandOffs   int64 // load balancing: the chosen node handed a subnet on
+	SecondBest int64 // load balancing: the subnet went to the second-best node
+	Reruns     int64 // load balancing: searched again without the full nodes
+	Over       int64 // load balancing: a node was given a subnet beyond its capacity
+}
+
+// New returns a Delegator.
+func New(opts ...Option) (*Delegator, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Delegator{cfg: cfg, cache: newCache(cfg.cacheTTL), pending: &pending{}}, nil
+}
+
+// Stats returns the counters so far.
+func (d *Delegator) Stats() Stats {
+	return Stats{
+		Decisions: d.stats.decisions.Load(), Probes: d.stats.probes.Load(), HandOffs: d.stats.handOffs.Load(),
+		SecondBest: d.stats.second.Load(), Reruns: d.stats.reruns.Load(), Over: d.stats.over.Load(),
+	}
+}
+
+// searchMargin is kept from a decision's deadline for writing the
+// decision: probes stop this long before it.
+const searchMargin = 5 * time.Second
+
+// Delegate implements overlay.Delegator: it runs the search for
+// req.Subnet, leaving out req.Exclude and, when req.Fresh is set, the
+// subnet's older probe results; then, when the chosen node has no room
+// for the subnet, load balancing picks between a hand-off and the
+// second-best node (subnet.Balance), searching once more without the full
+// nodes when no probed node has room.
+func (d *Delegator) Delegate(ctx context.Context, req overlay.DelegateRequest, env overlay.DelegationEnv) (peer.ID, error) {
+	d.stats.decisions.Add(1)
+	tree := env.Tree()
+	addr := req.Addr
+	if !addr.IsValid() {
+		addr = tree.Range(req.Subnet).Start
+	}
+	if tree.SmallestNonUnary(addr) != req.Subnet {
+		return "", fmt.Errorf("address %v is not in subnet %s", addr, tree.Range(req.Subnet))
+	}
+	budget := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		budget, cancel = context.WithDeadline(ctx, dl.Add(-searchMargin))
+		defer cancel()
+	}
+	excluded := map[peer.ID]bool{}
+	for _, p := range req.Exclude {
+		excluded[p] = true
+	}
+	v := d.newView(ctx, budget, env, req, addr, excluded)
+	dec, err := d.search(ctx, v, addr)
+	if err != nil {
+		return "", err
+	}
+	node := peer.ID(dec.Node)
+	if log := d.cfg.log; log.Enabled(ctx, slog.LevelDebug) {
+		ps := make([]string, 0, len(dec.Probes))
+		for _, p := range dec.Probes {
+			ps = append(ps, fmt.Sprintf("%s=%v(cached=%v)", peer.ID(p.Node).ShortString(), p.RTT, p.Cached))
+		}
+		log.Debug("search decided", "subnet", tree.Range(req.Subnet).String(), "step", dec.Step.String(), "peer", node,
+			"issued", v.issued, "probes", ps, "reason", req.Reason)
+	}
+	if d.cfg.balance {
+		node = d.balance(ctx, budget, v, dec, excluded)
+	}
+	d.pending.add(node, v.pages, time.Now(), d.cfg.pendingTTL)
+	d.remember(v, node, addr)
+	return node, nil
+}
+
+func (d *Delegator) search(ctx context.Context, v *view, addr netip.Addr) (subnet.Decision, error) {
+	cfg := subnet.SearchConfig{Threshold: d.cfg.threshold, Guided: d.cfg.guided, MaxProbes: d.cfg.maxProbes}
+	between := d.cfg.between
+	if between == nil {
+		between = v.env.Between
+	}
+	cfg.Between = func(a, b string) (time.Duration, bool) { return between(peer.ID(a), peer.ID(b)) }
+	m := &subnet.IPMicra{Tree: v.tree, Table: v, Prober: v, Cache: v, Config: cfg}
+	dec, err := m.Delegate(ctx, addr)
+	if err != nil {
+		return dec, err
+	}
+	if dec.Node == "" {
+		return dec, overlay.ErrNoCandidate
+	}
+	return dec, nil
+}
+
+// remember adds the decision to the block indexes this Delegator caches.
+func (d *Delegator) remember(v *view, node peer.ID, addr netip.Addr) {
+	r := v.tree.Range(v.req.Subnet)
+	ix := overlay.IndexedDelegation{Delegation: overlay.Delegation{Subnet: r, Node: node, Decided: time.Now(), Addr: addr},
+		Probes: v.env.Probes(v.req.Subnet)}
+	d.cache.addToBlocks(v.tree, ix)
+}
+
+// pending counts the load of recent delegations a node has not declared
+// yet. It is safe for concurrent use.
+type pending struct {
+	mu sync.Mutex
+	m  map[peer.ID][]pendingLoad
+}
+
+type pendingLoad struct {
+	pages int64
+	exp   time.Time
+}
+
+func (p *pending) add(n peer.ID, pages int64, now time.Time, ttl time.Duration) {
+	if ttl <= 0 || pages == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[peer.ID][]pendingLoad{}
+	}
+	p.m[n] = append(p.prune(n, now), pendingLoad{pages, now.Add(ttl)})
+	if len(p.m) > 4096 {
+		for k := range p.m {
+			if len(p.prune(k, now)) == 0 {
+				delete(p.m, k)
+			}
+		}
+	}
+}
+
+func (p *pending) prune(n peer.ID, now time.Time) []pendingLoad {
+	ls := slices.DeleteFunc(p.m[n], func(l pendingLoad) bool { return now.After(l.exp) })
+	if len(ls) > 1024 {
+		ls = ls[len(ls)-1024:]
+	}
+	p.m[n] = ls
+	return ls
+}
+
+// sum returns the pending load of n.
+func (p *pending) sum(n peer.ID, now time.Time) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		return 0
+	}
+	var s int64
+	for _, l := range p.prune(n, now) {
+		s += l.pages
+	}
+	return s
+}
