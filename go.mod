@@ -23,6 +23,7 @@ require (
 	github.com/multiformats/go-multiaddr v0.16.1
 	github.com/multiformats/go-multistream v0.6.1
 	github.com/nlnwa/whatwg-url v0.6.2
+	github.com/prometheus/client_golang v1.24.1
 	github.com/schollz/progressbar/v3 v3.18.0
 	golang.org/x/net v0.58.0
 	golang.org/x/term v0.45.0
@@ -112,7 +113,6 @@ require (
 	github.com/pion/webrtc/v4 v4.1.2 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
 	github.com/polydawn/refmt v0.89.1-0.20231129105047-37766d95467a // indirect
-	github.com/prometheus/client_golang v1.24.1 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.1 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect

@@ -28,6 +28,9 @@ type Config struct {
 	Listen []string `toml:"listen"`
 	// Bootstrap are bootstrap peers: multiaddrs ending in /p2p/<peer id>.
 	Bootstrap []string `toml:"bootstrap"`
+	// BootstrapFile lists more bootstrap peers, one multiaddr per line
+	// (# starts a comment).
+	BootstrapFile string `toml:"bootstrap_file"`
 	// SourceAddr binds outgoing crawl and probe connections to this local
 	// address ("" lets the system choose), as a multi-homed host or the
 	// emulated Internet needs.
@@ -64,21 +67,50 @@ type Config struct {
 	// MemoryLimit is the soft memory limit of the process (runtime
 	// SetMemoryLimit); "" or "0" for none.
 	MemoryLimit string `toml:"memory_limit"`
+	// Snapshot is a subnet snapshot file ("micra subnet import" writes
+	// one); "" uses the snapshot built into micra. Every node of a network
+	// must use the same snapshot.
+	Snapshot string `toml:"snapshot"`
+	// DNS is the address:port of the DNS server the crawler and the probes
+	// use; "" uses the system's resolver.
+	DNS string `toml:"dns"`
+	// Threshold is IPMicra's probing threshold ("50ms"): a node that
+	// answers a probe under it is delegated the subnet without asking
+	// further nodes.
+	Threshold string `toml:"threshold"`
+	// ResultShards is the number of result topics, network-wide (all nodes
+	// and indexers must agree).
+	ResultShards int `toml:"result_shards"`
+	// Liveness is the silence after which coordinators orphan a crawler's
+	// subnets and re-delegate them; crawlers send heartbeats every tenth
+	// of it, and coordinators check at least every quarter of it. All
+	// nodes of a network should agree. Shorter than the default only for
+	// tests and small private networks: heartbeats cost traffic.
+	Liveness string `toml:"liveness"`
+	// BatchWait is the longest a batch of crawl results stays open before
+	// it is sealed into the outbox (and a batch of URLs for other nodes
+	// before it is forwarded, at most 30 s). Shorter batches reach
+	// indexers sooner and cost more signatures and messages.
+	BatchWait string `toml:"batch_wait"`
 }
 
 // DefaultConfig returns safe defaults for a volunteer.
 func DefaultConfig() Config {
 	return Config{
-		DataDir:     defaultDataDir(),
-		Listen:      []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
-		Capacity:    10_000, // pages per day: a light load for a home line
-		LogLevel:    "info", //
-		Dashboard:   "127.0.0.1:7464",
-		Indexers:    1,        // one acknowledgement: results are stored once before leaving
-		OutboxCap:   "512MiB", // about 2000 full batches
-		Bandwidth:   "1MiB",   // per second
-		Timezone:    "",       // the system's
-		MemoryLimit: "512MiB", // the crawler, badger and libp2p stay within it
+		DataDir:      defaultDataDir(),
+		Listen:       []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
+		Capacity:     10_000, // pages per day: a light load for a home line
+		LogLevel:     "info", //
+		Dashboard:    "127.0.0.1:7464",
+		Indexers:     1,        // one acknowledgement: results are stored once before leaving
+		OutboxCap:    "512MiB", // about 2000 full batches
+		Bandwidth:    "1MiB",   // per second
+		Timezone:     "",       // the system's
+		MemoryLimit:  "512MiB", // the crawler, badger and libp2p stay within it
+		Threshold:    "50ms",   // the paper's best ratio of quality to probes
+		ResultShards: 1,
+		Liveness:     "5m", // ten missed heartbeats of 30 s
+		BatchWait:    "5m", // batches of 256 KiB of records usually fill sooner
 	}
 }
 
@@ -123,24 +155,44 @@ const EnvPrefix = "MICRA_"
 // prefix (MICRA_DATA, MICRA_BOOTSTRAP are read elsewhere); malformed values
 // are an error naming the variable.
 func (c *Config) LoadEnv(environ []string) error {
-	v := reflect.ValueOf(c).Elem()
-	t := v.Type()
 	for _, kv := range environ {
 		name, val, ok := strings.Cut(kv, "=")
 		if !ok || !strings.HasPrefix(name, EnvPrefix) {
 			continue
 		}
 		key := strings.ToLower(strings.TrimPrefix(name, EnvPrefix))
-		for i := 0; i < t.NumField(); i++ {
-			if t.Field(i).Tag.Get("toml") != key {
-				continue
-			}
-			if err := setField(v.Field(i), val); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
+		if err := c.Set(key, val); err != nil && !errors.Is(err, errUnknownKey) {
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+var errUnknownKey = errors.New("unknown configuration key")
+
+// Set sets the field of TOML key to a value written as in the environment
+// and on the command line: lists are separated by commas, or by
+// semicolons when the value has any (windows contain commas:
+// "mon-fri 00:00-06:00;sat,sun 00:00-24:00").
+func (c *Config) Set(key, value string) error {
+	v := reflect.ValueOf(c).Elem()
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		if t.Field(i).Tag.Get("toml") == key {
+			return setField(v.Field(i), value)
+		}
+	}
+	return fmt.Errorf("%w %q", errUnknownKey, key)
+}
+
+// Keys returns the TOML keys of Config, in declaration order.
+func Keys() []string {
+	t := reflect.TypeFor[Config]()
+	out := make([]string, t.NumField())
+	for i := range out {
+		out[i] = t.Field(i).Tag.Get("toml")
+	}
+	return out
 }
 
 func setField(f reflect.Value, s string) error {
@@ -161,7 +213,11 @@ func setField(f reflect.Value, s string) error {
 		f.SetInt(int64(n))
 	case reflect.Slice:
 		var parts []string
-		for _, p := range strings.Split(s, ",") {
+		sep := ","
+		if strings.Contains(s, ";") {
+			sep = ";"
+		}
+		for _, p := range strings.Split(s, sep) {
 			if p = strings.TrimSpace(p); p != "" {
 				parts = append(parts, p)
 			}
@@ -222,8 +278,31 @@ func (c *Config) Validate() error {
 			bad("dashboard on %s, not loopback: dashboard_token of at least 16 characters required", ap.Addr())
 		}
 	}
+	if d, err := time.ParseDuration(c.Threshold); err != nil || d <= 0 || d > 10*time.Second {
+		bad("threshold %q is not a duration between 0 and 10s, like 50ms", c.Threshold)
+	}
+	if _, err := c.location(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.DNS != "" {
+		if _, err := netip.ParseAddrPort(c.DNS); err != nil {
+			bad("dns %q is not an address:port like 127.0.0.53:53", c.DNS)
+		}
+	}
+	if c.ResultShards < 1 || c.ResultShards > 1024 {
+		bad("result_shards must be 1 to 1024, got %d", c.ResultShards)
+	}
+	if len(c.Listen) == 0 {
+		bad("listen is empty: a node needs at least one listen address")
+	}
 	if c.Indexers < 1 || c.Indexers > 16 {
 		bad("indexers must be 1 to 16, got %d", c.Indexers)
+	}
+	if d, err := time.ParseDuration(c.Liveness); err != nil || d < 2*time.Second || d > 24*time.Hour {
+		bad("liveness %q is not a duration between 2s and 24h, like 5m", c.Liveness)
+	}
+	if d, err := time.ParseDuration(c.BatchWait); err != nil || d < time.Second || d > time.Hour {
+		bad("batch_wait %q is not a duration between 1s and 1h, like 5m", c.BatchWait)
 	}
 	return errors.Join(errs...)
 }
@@ -303,4 +382,16 @@ func clock(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q is not HH:MM", s)
 	}
 	return time.Duration(hh)*time.Hour + time.Duration(mm)*time.Minute, nil
+}
+
+// location returns the time zone of the windows.
+func (c *Config) location() (*time.Location, error) {
+	if c.Timezone == "" {
+		return time.Local, nil
+	}
+	loc, err := time.LoadLocation(c.Timezone)
+	if err != nil {
+		return nil, fmt.Errorf("timezone %q is not an IANA time zone like Europe/Nicosia", c.Timezone)
+	}
+	return loc, nil
 }

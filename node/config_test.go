@@ -75,6 +75,9 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.LogLevel = "loud" }, "log_level"},
 		{func(c *Config) { c.Dashboard = "0.0.0.0:7464" }, "dashboard_token"},
 		{func(c *Config) { c.Indexers = 0 }, "indexers"},
+		{func(c *Config) { c.Liveness = "1s" }, "liveness"},
+		{func(c *Config) { c.Liveness = "soon" }, "liveness"},
+		{func(c *Config) { c.BatchWait = "0s" }, "batch_wait"},
 	}
 	for _, tc := range tests {
 		c := DefaultConfig()

@@ -3,6 +3,28 @@
 // crawler and the coordination service, hands each package its parts, and
 // shuts them down in order.
 //
+// A Node is built from a Config (defaults, TOML file, MICRA_* environment,
+// flags) and Options for what embedding programs set (the demo's emulated
+// Internet: its tree, DNS, time scale). New opens the data directory
+// (identity.key and the badger database under db/) and builds, in order:
+//
+//   - the libp2p host (overlay.NewHost) on Config.Listen;
+//   - the delegation procedure (overlay/delegate) with Config.Threshold;
+//   - the results outbox (overlay/results), the crawler's Sink, whose
+//     Forwarder sends URLs of other nodes' subnets to their owners;
+//   - the overlay, with the delegator, a prober that times HTTP HEADs from
+//     this node's address through the crawler's fetcher, the forward and
+//     ack handlers, the declared capacity and load, and the probing windows;
+//   - the crawler, whose Router keeps a discovered URL when its subnet is
+//     delegated here (delegating the subnet first when nobody holds it) and
+//     whose calibration re-delegates a subnet whose pages got slow;
+//   - the crawl-request protocol and the dashboard with /metrics.
+//
+// Join connects to the bootstrap peers and claims the node's own subnet;
+// Close stops everything in the reverse order of dependence (dashboard,
+// crawler, outbox, overlay, host, database), so that the crawler's last
+// batches reach the outbox and nothing stored is lost.
+//
 // node may import overlay, crawl, bootstrap and subnet; nothing of micra's
 // imports node except cmd/micra.
 package node

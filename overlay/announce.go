@@ -79,6 +79,11 @@ func (o *Overlay) readAnnouncements(sub *pubsub.Subscription) {
 		if err != nil || author == o.h.ID() {
 			continue
 		}
+		if a.GetIndexer() && a.GetCapacity() == 0 {
+			// An indexer that does not crawl: never a delegation candidate.
+			o.noteNonCrawler(author)
+			continue
+		}
 		rtts := map[peer.ID]int64{}
 		for _, r := range a.GetRtts() {
 			if p, err := peer.IDFromBytes(r.GetPeer()); err == nil && r.GetRttMicros() > 0 {

@@ -48,7 +48,11 @@ func TestOwnSubnetClaim(t *testing.T) {
 	const n = 6
 	nodes := make([]*node, n)
 	for i := range n {
-		nodes[i] = newNodeWith(t, nodeAddr(i), true, OwnAddress(nodeAddr(i)), Announce(time.Second, false))
+		// A long liveness timeout: under -race on a loaded machine a
+		// node's heartbeats may lag past the default, and its orphaned
+		// subnet would rightly go to the twin below.
+		nodes[i] = newNodeWith(t, nodeAddr(i), true, OwnAddress(nodeAddr(i)), Announce(time.Second, false),
+			Liveness(200*time.Millisecond, 30*time.Second))
 	}
 	joinSwarm(t, nodes)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)

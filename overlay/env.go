@@ -171,7 +171,9 @@ func (e *env) Peers() []PeerInfo {
 	e.sh.mu.Unlock()
 	out := make([]PeerInfo, 0, len(byID))
 	for _, pi := range byID {
-		out = append(out, pi)
+		if o.mayCrawl(pi.ID) {
+			out = append(out, pi)
+		}
 	}
 	slices.SortFunc(out, func(a, b PeerInfo) int {
 		switch {

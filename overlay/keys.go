@@ -52,6 +52,12 @@ func minePrefix() []byte { return []byte(Prefix + "mine/") }
 
 func mineKey(key [32]byte) []byte { return append(minePrefix(), b32.EncodeToString(key[:])...) }
 
+// ownedPrefix holds the signed delegation records naming this node, so
+// that a restarted node knows its subnets before the first heartbeat.
+func ownedPrefix() []byte { return []byte(Prefix + "owned/") }
+
+func ownedKey(rk []byte) []byte { return append(ownedPrefix(), b32.EncodeToString(rk)...) }
+
 func forwardKey(from peer.ID, batch []byte) []byte {
 	return []byte(Prefix + "fwd/" + b32.EncodeToString([]byte(from)) + "/" + b32.EncodeToString(batch))
 }

@@ -26,24 +26,43 @@ func (o *Overlay) noteAssigned(sr *pb.SignedRecord) {
 	}
 	ref := o.coord.rangeShard(id)
 	key := ref.key(o.sid)
+	rk := rangeKey(d.Subnet)
 	o.mu.Lock()
-	if old, ok := o.owned[string(rangeKey(d.Subnet))]; !ok || newer(rec, &pb.Record{Epoch: old.Epoch, Seq: old.Seq}) {
-		o.owned[string(rangeKey(d.Subnet))] = d
+	old, had := o.owned[string(rk)]
+	fresh := !had || newer(rec, &pb.Record{Epoch: old.Epoch, Seq: old.Seq})
+	if fresh {
+		o.owned[string(rk)] = d
 	}
 	_, known := o.mine[key]
 	o.mine[key] = ref
 	o.mu.Unlock()
 	o.cache.put(d)
-	if !known {
-		v, _ := proto.Marshal(ref.toPB())
-		if err := o.db.Update(func(txn *badger.Txn) error { return txn.Set(mineKey(key), v) }); err != nil {
-			o.log.Warn("storing a delegated shard failed", "error", err)
+	if !known || fresh {
+		err := o.db.Update(func(txn *badger.Txn) error {
+			if !known {
+				v, _ := proto.Marshal(ref.toPB())
+				if err := txn.Set(mineKey(key), v); err != nil {
+					return err
+				}
+			}
+			if fresh {
+				v, _ := proto.Marshal(sr)
+				return txn.Set(ownedKey(rk), v)
+			}
+			return nil
+		})
+		if err != nil {
+			o.log.Warn("storing a delegation failed", "subnet", d.Subnet, "error", err)
 		}
 	}
 }
 
+// loadMine restores, after a restart, the shards this node heartbeats and
+// the delegations naming it (verified again; the first heartbeats drop
+// those its coordinators no longer hold).
 func (o *Overlay) loadMine() error {
-	return o.db.View(func(txn *badger.Txn) error {
+	var stale [][]byte
+	err := o.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: minePrefix()})
 		defer it.Close()
 		for it.Seek(minePrefix()); it.ValidForPrefix(minePrefix()); it.Next() {
@@ -53,6 +72,36 @@ func (o *Overlay) loadMine() error {
 			}
 			if ref, err := o.coord.shardRefFromPB(&p); err == nil {
 				o.mine[ref.key(o.sid)] = ref
+			}
+		}
+		it2 := txn.NewIterator(badger.IteratorOptions{Prefix: ownedPrefix()})
+		defer it2.Close()
+		for it2.Seek(ownedPrefix()); it2.ValidForPrefix(ownedPrefix()); it2.Next() {
+			var sr pb.SignedRecord
+			if err := it2.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &sr) }); err != nil {
+				return err
+			}
+			rec, err := openRecord(o.sid, &sr)
+			var d Delegation
+			if err == nil {
+				d = delegationFrom(rec)
+			}
+			_, inTree := o.tree.Find(d.Subnet)
+			if err != nil || rec.GetKind() != pb.Record_DELEGATION || d.Node != o.h.ID() || !inTree {
+				stale = append(stale, it2.Item().KeyCopy(nil)) // another snapshot, or not ours
+				continue
+			}
+			o.owned[string(rangeKey(d.Subnet))] = d
+		}
+		return nil
+	})
+	if err != nil || len(stale) == 0 {
+		return err
+	}
+	return o.db.Update(func(txn *badger.Txn) error {
+		for _, k := range stale {
+			if err := txn.Delete(k); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -115,6 +164,7 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 		}
 	}
 	key := ref.key(o.sid)
+	var dropped [][]byte // owned records to delete
 	o.mu.Lock()
 	kept := false // a subnet of the shard is still held, or too recent to judge
 	for k, d := range o.owned {
@@ -124,6 +174,7 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 		}
 		if !held[k] && !ack.GetTruncated() && time.Since(d.Decided) > o.cfg.heartbeat {
 			delete(o.owned, k)
+			dropped = append(dropped, ownedKey([]byte(k)))
 			o.cache.invalidate(d.Subnet)
 			if d.Own {
 				// The coordinator does not know our claim (a takeover
@@ -143,8 +194,19 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 	}
 	o.mu.Unlock()
 	if empty {
-		if err := o.db.Update(func(txn *badger.Txn) error { return txn.Delete(mineKey(key)) }); err != nil && !errors.Is(err, badger.ErrKeyNotFound) {
-			o.log.Debug("dropping a delegated shard failed", "error", err)
+		dropped = append(dropped, mineKey(key))
+	}
+	if len(dropped) > 0 {
+		err := o.db.Update(func(txn *badger.Txn) error {
+			for _, k := range dropped {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, badger.ErrKeyNotFound) {
+			o.log.Debug("dropping delegations failed", "error", err)
 		}
 	}
 }

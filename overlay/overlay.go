@@ -48,13 +48,16 @@ type Overlay struct {
 	cache    *cache
 	stats    counters
 
-	mu       sync.Mutex
-	mine     map[[32]byte]shardRef         // shards in which this node holds delegations
-	owned    map[string]Delegation         // subnets delegated to this node, by range key
-	peers    map[peer.ID]PeerInfo          // announced peers, bounded
-	rtts     map[peer.ID]map[peer.ID]int64 // announced peers' measured RTTs to others, µs
-	coordFor map[[32]byte]peer.ID          // last known coordinator per shard
-	ownDone  atomic.Bool                   // the own-subnet claim succeeded (or none is configured)
+	mu    sync.Mutex
+	mine  map[[32]byte]shardRef         // shards in which this node holds delegations
+	owned map[string]Delegation         // subnets delegated to this node, by range key
+	peers map[peer.ID]PeerInfo          // announced peers, bounded
+	rtts  map[peer.ID]map[peer.ID]int64 // announced peers' measured RTTs to others, µs
+	// nonCrawlers are peers that announced themselves as indexers that do
+	// not crawl (capacity 0): never delegation candidates. Bounded like peers.
+	nonCrawlers map[peer.ID]time.Time
+	coordFor    map[[32]byte]peer.ID // last known coordinator per shard
+	ownDone     atomic.Bool          // the own-subnet claim succeeded (or none is configured)
 
 	ctx       context.Context // the loops' and handlers' lifetime
 	cancel    context.CancelFunc

@@ -7,7 +7,6 @@ import (
 	"iter"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -124,25 +123,36 @@ type SearchConfig struct {
 
 	// Guided turns on micra's improvement over the paper (the pure
 	// IPMicra search runs without it): a nearest-neighbour search with
-	// pruning, in the manner of AESA for metric spaces. Nodes are asked
-	// in order of their predicted RTT to S — the median of their probes
-	// stored for the subnets nearest to S in the hierarchy (which needs a
-	// Cache that is a ProbeIndex), then the lower bound below, then the
-	// paper's order — and the first under the threshold wins, as in the
-	// paper. Once a node m has answered r, every node n with a known RTT
-	// d(n, m) to m (see Between) is at least |r − d(n, m)| from S by the
-	// triangle inequality; a node whose bound, or whose most optimistic
-	// prediction, exceeds the best answer by the Margin is never asked, and
-	// the search ends when no node is left. A probe far from its
-	// prediction (a subnet placed away from its neighbours) makes the
-	// search drop the predictions. The organisation's nodes are asked
-	// first, and a single one is kept only under the threshold.
+	// pruning, in the manner of AESA for metric spaces, guided by stored
+	// probes (which needs a Cache that is a ProbeIndex). Each subnet near S
+	// in the hierarchy with stored probes is a profile of a place; by the
+	// model of network coordinates with heights (Vivaldi), S at that place
+	// sees every node at the profile's RTT plus one constant, its access
+	// delay's difference. Nodes are asked in order of their predicted RTT
+	// (the median over the profiles that fit the answers so far; then the
+	// lower bound below; then the paper's order), and the best answer under
+	// the threshold wins unless the profiles still give another node a
+	// chance above 1 − confidence of beating it by the Tolerance. A profile
+	// is confirmed when, by Bayes, S is at its place with probability at
+	// least 0.95: the prior is the share of neighbours at that place, with
+	// one count for an unseen place, and each answer fits a wrong place by
+	// chance about one time in ten (less evidence from nodes close to an
+	// earlier one, by Between). A node that cannot beat the best answer by
+	// the Tolerance — by its lowest confirmed prediction less its error, or
+	// by the triangle inequality over inter-node RTTs (|r − d(n, m)|, with
+	// the Margin) — is never asked, and the search ends when nobody is
+	// left. When no profile fits, the neighbourhood widens one level up;
+	// at the top, the search falls back to the triangle inequality. The
+	// organisation's nodes are asked first, and a single one is kept
+	// without probing when the stored probes predict it nearest, under the
+	// threshold.
 	Guided bool
-	// Margin is the tolerance of the guided search's pruning, as a
-	// fraction: a node is pruned when its bound or optimistic prediction,
-	// reduced by the Margin, still exceeds the best answer. It absorbs
-	// triangle-inequality violations of real RTTs and prediction error.
-	// Zero means 0.1.
+	// Margin is the relative error the guided search allows, as a
+	// fraction: to triangle-inequality bounds (a node is pruned when its
+	// bound, reduced by the Margin, still exceeds the best answer), to the
+	// fit of a profile (plus 5 ms) and to predictions extrapolated from the
+	// answers. It absorbs triangle-inequality violations of real RTTs,
+	// jitter and prediction error. Zero means 0.1.
 	Margin float64
 	// Between returns the RTT between two nodes when known (the overlay
 	// measures it between peers). Without it the guided search prunes by
@@ -380,218 +390,4 @@ func (r *run) best() (Decision, error) {
 	}
 	d.Step = StepBest
 	return *d, nil
-}
-
-// guided runs the guided search (SearchConfig.Guided) once S is known not
-// to be delegated; orgNodes hold the ranges of S's organisation.
-func (r *run) guided(s ID, orgNodes []string) (Decision, error) {
-	m, cfg := r.m, r.cfg
-	// The candidates: the organisation's nodes, the paper's order, then
-	// everybody else.
-	var cands []*candidate
-	byNode := map[string]*candidate{}
-	add := func(n string) {
-		if _, ok := byNode[n]; !ok {
-			c := &candidate{node: n, order: len(cands), pred: -1}
-			byNode[n] = c
-			cands = append(cands, c)
-		}
-	}
-	for _, n := range orgNodes {
-		add(n)
-	}
-	for nodes := range m.levels(s) {
-		for _, n := range nodes {
-			add(n)
-		}
-	}
-	for _, n := range m.Table.Nodes() {
-		add(n)
-	}
-	trusted := false
-	var top *prediction
-	if idx, ok := m.Cache.(ProbeIndex); ok {
-		ps := predict(m.Tree, idx, s)
-		for i, p := range ps {
-			if c, ok := byNode[p.node]; ok {
-				c.pred, c.low = p.pred, p.low
-				trusted = true
-				if top == nil {
-					top = &ps[i]
-				}
-			}
-		}
-	}
-	// The paper takes the organisation's only node without probing; so do
-	// we when the stored probes agree: it is the node predicted nearest,
-	// under the threshold.
-	if len(orgNodes) == 1 && top != nil && top.node == orgNodes[0] && top.pred < cfg.Threshold {
-		r.d.Node, r.d.Step = top.node, StepOrganisation
-		return *r.d, nil
-	}
-	best := Unreachable
-	bound := func(probed string, rtt time.Duration) {
-		best = min(best, rtt)
-		if cfg.Between == nil || rtt == Unreachable {
-			return
-		}
-		for _, c := range cands {
-			if d, ok := cfg.Between(c.node, probed); ok {
-				c.lb = max(c.lb, rtt-d, d-rtt)
-			}
-		}
-	}
-	for !r.capped() {
-		// The most promising node that may still beat the best.
-		var next *candidate
-		for _, c := range cands {
-			if r.asked[c.node] || r.pruned(c, best, trusted) {
-				continue
-			}
-			if next == nil || c.before(next, trusted) {
-				next = c
-			}
-		}
-		if next == nil {
-			break
-		}
-		rtt, err := r.probe(next.node)
-		if err != nil {
-			return *r.d, err
-		}
-		if trusted && next.pred >= 0 && !near(rtt, next.pred, cfg.Margin) {
-			trusted = false // S is not where its neighbours are
-		}
-		bound(next.node, rtt)
-		// Under the threshold wins, unless a node is still predicted to
-		// be clearly nearer.
-		if rtt < cfg.Threshold && !r.promising(cands, best, trusted) {
-			r.d.Node, r.d.RTT, r.d.Step = next.node, rtt, StepGuided
-			return *r.d, nil
-		}
-	}
-	d, err := r.best()
-	if err == nil {
-		d.Step = StepGuided
-	}
-	return d, err
-}
-
-// candidate is a node in the guided search.
-type candidate struct {
-	node  string
-	order int           // position in the paper's order
-	pred  time.Duration // median probe to the neighbour subnets; -1 when unknown
-	low   time.Duration // lowest probe to them
-	lb    time.Duration // lower bound on its RTT to S from the triangle inequality
-}
-
-// before orders candidates: by prediction while predictions are trusted
-// (unknown ones last), then by lower bound, then in the paper's order.
-func (c *candidate) before(o *candidate, trusted bool) bool {
-	if trusted && (c.pred >= 0) != (o.pred >= 0) {
-		return c.pred >= 0
-	}
-	if trusted && c.pred >= 0 && c.pred != o.pred {
-		return c.pred < o.pred
-	}
-	if c.lb != o.lb {
-		return c.lb < o.lb
-	}
-	return c.order < o.order
-}
-
-// pruned reports whether c cannot beat best by more than the tolerance,
-// with the margin for error: by its lower bound, or by its most optimistic
-// prediction while predictions hold.
-func (r *run) pruned(c *candidate, best time.Duration, trusted bool) bool {
-	if best == Unreachable {
-		return false
-	}
-	keep, target := 1-r.cfg.Margin, float64(best-r.cfg.Tolerance)
-	if float64(c.lb)*keep >= target {
-		return true
-	}
-	return trusted && c.pred >= 0 && float64(c.low)*keep >= target
-}
-
-// promising reports whether a node not yet asked is predicted, even by its
-// most pessimistic reading, to beat best by more than the tolerance.
-func (r *run) promising(cands []*candidate, best time.Duration, trusted bool) bool {
-	if !trusted {
-		return false
-	}
-	for _, c := range cands {
-		if !r.asked[c.node] && c.pred >= 0 && !r.pruned(c, best, trusted) && c.pred < best-r.cfg.Tolerance {
-			return true
-		}
-	}
-	return false
-}
-
-// near reports whether a measured RTT agrees with a prediction.
-func near(rtt, pred time.Duration, margin float64) bool {
-	dev := rtt - pred
-	if dev < 0 {
-		dev = -dev
-	}
-	return float64(dev) <= margin*float64(pred)+float64(guidedSlack)
-}
-
-// guidedSlack is added to the margin when checking a probe against its
-// prediction, so that small RTTs (where a few ms of last mile dominate)
-// do not read as contradictions.
-const guidedSlack = 5 * time.Millisecond
-
-type prediction struct {
-	node string
-	pred time.Duration // the median of the node's probes under the neighbourhood
-	low  time.Duration // the lowest of them
-	n    int
-}
-
-// predict ranks nodes by their predicted RTT to subnet s: for the lowest
-// range X on the way from s up (the root excluded) under which some subnet
-// has stored probes, a node's prediction is the median of its probes to
-// the probed subnets under X. Ties go to the node with more probes, then
-// to the smaller name.
-func predict(t *Tree, idx ProbeIndex, s ID) []prediction {
-	for x := s; x != None && t.Parent(x) != None; x = t.Parent(x) {
-		samples := map[string][]time.Duration{}
-		for _, ps := range idx.Within(t.Range(x)) {
-			for _, p := range ps {
-				samples[p.Node] = append(samples[p.Node], p.RTT)
-			}
-		}
-		if len(samples) == 0 {
-			continue
-		}
-		cs := make([]prediction, 0, len(samples))
-		for node, rtts := range samples {
-			slices.Sort(rtts)
-			cs = append(cs, prediction{node, rtts[len(rtts)/2], rtts[0], len(rtts)})
-		}
-
-		slices.SortFunc(cs, func(a, b prediction) int {
-			switch {
-			case a.pred != b.pred:
-				return cmpDur(a.pred, b.pred)
-			case a.n != b.n:
-				return b.n - a.n
-			}
-			return strings.Compare(a.node, b.node)
-		})
-		return cs
-	}
-	return nil
-}
-
-func cmpDur(a, b time.Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -19,12 +19,14 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/overlay/delegate"
 	"github.com/micra-net/micra/overlay/results"
 	"github.com/micra-net/micra/subnet"
 	"github.com/micra-net/micra/subnet/embedded"
@@ -134,107 +136,148 @@ type indexerSetup struct {
 	tree     *subnet.Tree
 	log      *slog.Logger
 	opts     []results.Option
+	// For the demo and tests: extra host and overlay options, and joining
+	// before startIndexer returns.
+	hostOpts    []overlay.HostOption
+	overlayOpts []overlay.Option
+	joinNow     bool
 }
 
 // serveIndexer runs an indexer until ctx ends, then shuts it down in
 // order: HTTP, indexer, overlay, host, index, database.
-func serveIndexer(ctx context.Context, s indexerSetup, stdout io.Writer) (err error) {
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+func serveIndexer(ctx context.Context, s indexerSetup, stdout io.Writer) error {
+	ri, err := startIndexer(ctx, s)
+	if err != nil {
 		return err
+	}
+	fmt.Fprintf(stdout, "indexer %s\n", ri.h.ID())
+	for _, a := range ri.h.Addrs() {
+		fmt.Fprintf(stdout, "listening on %s/p2p/%s\n", a, ri.h.ID())
+	}
+	fmt.Fprintf(stdout, "search on http://%s/\n", ri.httpAddr)
+	<-ctx.Done()
+	s.log.Info("indexer shutting down")
+	return ri.Close()
+}
+
+// runningIndexer is an indexer started by startIndexer.
+type runningIndexer struct {
+	h        host.Host
+	ix       *results.Indexer
+	httpAddr string
+	closers  []func() error // in closing order
+}
+
+// Close shuts the indexer down in order.
+func (ri *runningIndexer) Close() error {
+	var err error
+	for _, c := range ri.closers {
+		err = errors.Join(err, c())
+	}
+	ri.closers = nil
+	return err
+}
+
+// startIndexer opens the indexer's database, index, host and overlay,
+// starts the indexer and its HTTP API, and joins the overlay in the
+// background (ctx bounds the joining).
+func startIndexer(ctx context.Context, s indexerSetup) (ri *runningIndexer, err error) {
+	ri = &runningIndexer{}
+	var stack []func() error // closers, last opened first
+	defer func() {
+		slices.Reverse(stack)
+		ri.closers = stack
+		if err != nil {
+			err = errors.Join(err, ri.Close())
+			ri = nil
+		}
+	}()
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return ri, err
 	}
 	sk, err := overlay.LoadIdentity(filepath.Join(s.dir, "identity.key"))
 	if err != nil {
-		return err
+		return ri, err
 	}
 	// The index writes a record with its postings in one transaction:
 	// memtables of 32 MiB allow 2.4 MiB transactions.
 	db, err := badger.Open(badger.DefaultOptions(filepath.Join(s.dir, "db")).WithLogger(nil).
 		WithMemTableSize(32 << 20).WithNumMemtables(3).WithNumVersionsToKeep(1))
 	if err != nil {
-		return fmt.Errorf("opening the database: %w", err)
+		return ri, fmt.Errorf("opening the database in %s (is another indexer running on it?): %w", s.dir, err)
 	}
-	defer func() { err = errors.Join(err, db.Close()) }()
+	stack = append(stack, db.Close)
 	x, err := index.New(db, index.Logger(s.log.With("subsystem", "index")))
 	if err != nil {
-		return err
+		return ri, err
 	}
-	defer x.Close()
-	h, err := overlay.NewHost(sk, overlay.ListenAddrs(s.listen...))
+	stack = append(stack, func() error { x.Close(); return nil })
+	h, err := overlay.NewHost(sk, append([]overlay.HostOption{overlay.ListenAddrs(s.listen...)}, s.hostOpts...)...)
 	if err != nil {
-		return err
+		return ri, err
 	}
-	defer func() { err = errors.Join(err, h.Close()) }()
-	o, err := overlay.New(h, s.tree, db, overlay.WithDelegator(askerDelegator{}), overlay.ResultsValidator(results.CheckEnvelope),
-		overlay.Announce(5*time.Minute, true), overlay.BootstrapPeers(s.peers), overlay.Logger(s.log.With("subsystem", "overlay")))
+	ri.h = h
+	stack = append(stack, h.Close)
+	// The indexer coordinates the shards that fall to it like any peer and
+	// runs the same delegation procedure; it does not crawl or probe, and
+	// its announcements (capacity 0) keep it out of the candidates.
+	del, err := delegate.New(delegate.Logger(s.log.With("subsystem", "delegate")))
 	if err != nil {
-		return err
+		return ri, err
 	}
-	defer func() { err = errors.Join(err, o.Close()) }()
+	o, err := overlay.New(h, s.tree, db, append([]overlay.Option{overlay.WithDelegator(del), overlay.ResultsValidator(results.CheckEnvelope),
+		overlay.Announce(5*time.Minute, true), overlay.BootstrapPeers(s.peers), overlay.Logger(s.log.With("subsystem", "overlay"))}, s.overlayOpts...)...)
+	if err != nil {
+		return ri, err
+	}
+	stack = append(stack, o.Close)
 	ix, err := results.NewIndexer(o, x, db, s.opts...)
 	if err != nil {
-		return err
+		return ri, err
 	}
-	defer func() { err = errors.Join(err, ix.Close()) }()
+	ri.ix = ix
+	stack = append(stack, ix.Close)
 
 	ln, err := net.Listen("tcp", s.httpAddr)
 	if err != nil {
-		return fmt.Errorf("HTTP: %w", err)
+		return ri, fmt.Errorf("HTTP: %w", err)
 	}
+	ri.httpAddr = ln.Addr().String()
 	srv := &http.Server{Handler: ix.Handler(index.HTTPOptions{ReadOnly: s.readOnly}), ReadHeaderTimeout: 10 * time.Second}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Serve(ln) }()
-	defer func() {
+	stack = append(stack, func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		err = errors.Join(err, srv.Shutdown(sctx))
+		err := srv.Shutdown(sctx)
 		if herr := <-httpDone; !errors.Is(herr, http.ErrServerClosed) {
 			err = errors.Join(err, herr)
 		}
-	}()
-
-	fmt.Fprintf(stdout, "indexer %s\n", h.ID())
-	for _, a := range h.Addrs() {
-		fmt.Fprintf(stdout, "listening on %s/p2p/%s\n", a, h.ID())
-	}
-	fmt.Fprintf(stdout, "search on http://%s/\n", ln.Addr())
+		return err
+	})
 
 	if len(s.peers) == 0 {
 		s.log.Warn("no bootstrap peers: waiting for nodes to connect to this indexer")
-	} else {
-		go func() {
-			if _, err := bootstrap.Join(ctx, h, h.ID(), s.peers); err != nil {
-				if ctx.Err() == nil {
-					s.log.Error("joining the overlay failed", "error", err)
-				}
-				return
-			}
-			if err := o.Bootstrap(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("DHT bootstrap failed", "error", err)
-			}
-		}()
+		return ri, nil
 	}
-	<-ctx.Done()
-	s.log.Info("indexer shutting down")
-	return nil
-}
-
-// askerDelegator is the delegation procedure an indexer runs for the
-// shards it happens to coordinate: the subnet goes to the node that asked
-// (a new subnet is usually found by the node nearest to it), or to the
-// first live peer when that one is excluded. A stand-in until the overlay
-// adapter of subnet's IPMicra search lands (issue 5).
-type askerDelegator struct{}
-
-func (askerDelegator) Delegate(ctx context.Context, req overlay.DelegateRequest, env overlay.DelegationEnv) (peer.ID, error) {
-	if req.From != "" && !slices.Contains(req.Exclude, req.From) {
-		return req.From, nil
-	}
-	for _, p := range env.Peers() {
-		if !slices.Contains(req.Exclude, p.ID) {
-			return p.ID, nil
+	join := func() error {
+		if _, err := bootstrap.Join(ctx, h, h.ID(), s.peers); err != nil {
+			return fmt.Errorf("joining the overlay: %w", err)
 		}
+		if err := o.Bootstrap(ctx); err != nil {
+			return fmt.Errorf("DHT bootstrap: %w", err)
+		}
+		return nil
 	}
-	return "", overlay.ErrNoCandidate
+	if s.joinNow {
+		return ri, join()
+	}
+	go func() {
+		if err := join(); err != nil && ctx.Err() == nil {
+			s.log.Error("joining the overlay failed", "error", err)
+		}
+	}()
+	return ri, nil
 }
 
 func loadTree(file string) (*subnet.Tree, error) {

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/micra-net/micra/node"
+)
+
+func TestNodeFlagsCoverConfig(t *testing.T) {
+	for _, k := range node.Keys() {
+		if nodeFlags[k] == "" {
+			t.Errorf("configuration key %q has no flag help", k)
+		}
+		if _, ok := tomlView(node.DefaultConfig())[k]; !ok {
+			t.Errorf("configuration key %q missing from tomlView", k)
+		}
+	}
+	if len(nodeFlags) != len(node.Keys()) {
+		t.Errorf("%d flag helps for %d keys", len(nodeFlags), len(node.Keys()))
+	}
+	code, _, errs := runCmd(t, "node", "--help")
+	if code != 0 || !strings.Contains(errs, "-capacity PAGES") || !strings.Contains(errs, "increasing precedence") {
+		t.Errorf("help: exit %d\n%s", code, errs)
+	}
+}
+
+// TestNodeConfigPrecedence: flags win over the environment, which wins
+// over the file, which wins over the defaults.
+func TestNodeConfigPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "micra.toml")
+	os.WriteFile(file, []byte("capacity = 100\nbandwidth = \"2MiB\"\nlog_level = \"warn\"\nthreshold = \"75ms\"\n"), 0o600)
+	env := []string{"MICRA_CONFIG=" + file, "MICRA_CAPACITY=200", "MICRA_LOG_LEVEL=debug",
+		"MICRA_WINDOWS=mon-fri 00:00-06:00;sat,sun 00:00-24:00"}
+	cfg, err := nodeConfig([]string{"--capacity", "300", "--allow-private-networks", "--allow-ports", "8080,8081"}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := node.DefaultConfig()
+	want.Capacity = 300              // flag over env over file
+	want.Bandwidth = "2MiB"          // file over default
+	want.LogLevel = "debug"          // env over file
+	want.Threshold = "75ms"          // file
+	want.AllowPrivateNetworks = true // flag
+	want.AllowPorts = []uint16{8080, 8081}
+	want.Windows = []string{"mon-fri 00:00-06:00", "sat,sun 00:00-24:00"}
+	if cfg.Capacity != want.Capacity || cfg.Bandwidth != want.Bandwidth || cfg.LogLevel != want.LogLevel ||
+		cfg.Threshold != want.Threshold || !cfg.AllowPrivateNetworks || len(cfg.AllowPorts) != 2 ||
+		strings.Join(cfg.Windows, "|") != strings.Join(want.Windows, "|") {
+		t.Errorf("config\n got %+v\nwant %+v", cfg, want)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{[]string{"--capacity", "lots"}, nil, "capacity"},
+		{[]string{"--threshold", "0s"}, nil, "threshold"},
+		{[]string{"--dashboard", "0.0.0.0:7464"}, nil, "dashboard_token"},
+		{nil, []string{"MICRA_CAPACITY=x"}, "MICRA_CAPACITY"},
+		{[]string{"--config", filepath.Join(t.TempDir(), "missing.toml")}, nil, "missing.toml"},
+		{[]string{"stray"}, nil, "unexpected argument"},
+	} {
+		_, err := nodeConfig(tc.args, tc.env, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %v: want an error naming %q, got %v", tc.args, tc.env, tc.want, err)
+		}
+	}
+}
+
+func TestStatusCommand(t *testing.T) {
+	st := node.Status{Peer: "12D3KooWTest", Peers: 3, Shards: 2, Capacity: 1000, Load: 10,
+		Window: node.Window{Open: true}, Crawl: node.Crawl{Fetched: 42},
+		Subnets:  []node.Subnet{{Range: "127.1.2.0/24", Org: "Example", RTTms: 12.5}},
+		Warnings: []string{"no indexer known: results wait in the outbox"}}
+	const token = "0123456789abcdef0123"
+	srv := httptest.NewServer(node.Dashboard(func(context.Context) (node.Status, error) { return st, nil }, token, nil))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	code, out, errs := runCmd(t, "status", "--dashboard", addr, "--token", token)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"12D3KooWTest", "42 pages fetched", "127.1.2.0/24", "12.5 ms", "warning: no indexer"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+	if code, _, errs := runCmd(t, "status", "--dashboard", addr); code != 1 || !strings.Contains(errs, "401") {
+		t.Errorf("without the token: exit %d, %s", code, errs)
+	}
+	srv.Close()
+	if code, _, errs := runCmd(t, "status", "--dashboard", addr, "--token", token); code != 1 || !strings.Contains(errs, "no node answers") {
+		t.Errorf("no node: exit %d, %s", code, errs)
+	}
+}
+
+// TestDemo runs a short demo and checks that it reports every part:
+// nodes with dashboards, the indexer, the crawl's figures, the
+// delegation-quality table and a sample search. The dashboards answer
+// while it runs.
+func TestDemo(t *testing.T) {
+	needData(t)
+	if testing.Short() || raceEnabled {
+		t.Skip("the demo takes half a minute; under -race the node tests cover its parts")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"demo", "--nodes", "4", "--sites", "30", "--duration", "25s"}, out, out)
+	}()
+	// While it runs, the first node's dashboard answers.
+	dash := regexp.MustCompile(`(?m)^0 .*(http://127\.0\.0\.1:\d+/)`)
+	var reached bool
+	for range 600 {
+		if m := dash.FindStringSubmatch(out.String()); m != nil {
+			resp, err := http.Get(m[1] + "api/status")
+			if err == nil {
+				reached = resp.StatusCode == http.StatusOK
+				resp.Body.Close()
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	code := <-done
+	text := out.String()
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, text)
+	}
+	if !reached {
+		t.Errorf("node 0's dashboard did not answer while the demo ran:\n%s", text)
+	}
+	for _, want := range []string{"4 nodes and the indexer joined", "sites delegated", "Delegation quality", "optimal", "IPMicra paper", "Indexer:"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, text)
+		}
+	}
+	if m := regexp.MustCompile(`micra search \S+ → (\d+) pages`).FindStringSubmatch(text); m == nil || m[1] == "0" {
+		t.Errorf("no sample search with hits:\n%s", text)
+	}
+}

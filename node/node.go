@@ -1,0 +1,695 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/micra-net/micra/bootstrap"
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/overlay/delegate"
+	"github.com/micra-net/micra/overlay/results"
+	"github.com/micra-net/micra/subnet"
+	"github.com/micra-net/micra/subnet/embedded"
+)
+
+// Option adjusts a node beyond its Config: what a program embedding nodes
+// (the demo, tests) sets and a volunteer does not.
+type Option func(*options)
+
+type options struct {
+	tree       *subnet.Tree
+	logger     *slog.Logger
+	resolver   crawl.Resolver
+	probeScale float64
+	delegate   []delegate.Option
+	overlay    []overlay.Option
+	host       []overlay.HostOption
+	crawl      []crawl.Option
+	results    []results.Option
+}
+
+// Tree sets the subnet tree, instead of Config.Snapshot or the snapshot
+// built into micra.
+func Tree(t *subnet.Tree) Option { return func(o *options) { o.tree = t } }
+
+// Logger sets the node's logger (default: text on stderr at
+// Config.LogLevel).
+func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// Resolver sets the resolver of the crawler, the probes and crawl
+// requests, instead of Config.DNS.
+func Resolver(r crawl.Resolver) Option { return func(o *options) { o.resolver = r } }
+
+// ProbeScale divides every probe's RTT by f before it is reported: on an
+// emulated Internet served at time scale f, the coordinators then compare
+// unscaled RTTs with their threshold.
+func ProbeScale(f float64) Option { return func(o *options) { o.probeScale = f } }
+
+// DelegateOptions, OverlayOptions, HostOptions, CrawlOptions and
+// ResultOptions are appended to the options the node derives from its
+// Config, so they win.
+func DelegateOptions(opts ...delegate.Option) Option {
+	return func(o *options) { o.delegate = append(o.delegate, opts...) }
+}
+
+// OverlayOptions: see DelegateOptions.
+func OverlayOptions(opts ...overlay.Option) Option {
+	return func(o *options) { o.overlay = append(o.overlay, opts...) }
+}
+
+// HostOptions: see DelegateOptions.
+func HostOptions(opts ...overlay.HostOption) Option {
+	return func(o *options) { o.host = append(o.host, opts...) }
+}
+
+// CrawlOptions: see DelegateOptions.
+func CrawlOptions(opts ...crawl.Option) Option {
+	return func(o *options) { o.crawl = append(o.crawl, opts...) }
+}
+
+// ResultOptions: see DelegateOptions.
+func ResultOptions(opts ...results.Option) Option {
+	return func(o *options) { o.results = append(o.results, opts...) }
+}
+
+// Node is one running volunteer: its database, libp2p host, overlay with
+// the delegation procedure, crawler, results outbox and dashboard. New
+// builds and starts it; Join connects it to the overlay; Close stops it in
+// order. Its methods are safe for concurrent use.
+type Node struct {
+	cfg       Config
+	opt       options
+	log       *slog.Logger
+	started   time.Time
+	tree      *subnet.Tree
+	own       netip.Addr // the address this node crawls from, when known
+	peers     []peer.AddrInfo
+	threshold time.Duration
+
+	db  *badger.DB
+	sk  crypto.PrivKey
+	h   host.Host
+	del *delegate.Delegator
+	ob  *results.Outbox
+	o   *overlay.Overlay
+	cr  *crawl.Crawler
+
+	ready     chan struct{} // closed once every part is built, or New failed
+	readyOK   atomic.Bool
+	readyOnce sync.Once
+	joined    chan struct{} // closed when Join succeeded
+	joinOnce  sync.Once
+	removeReq func()
+	dash      *http.Server
+	dashAddr  string
+	dashDone  chan error
+
+	ctx    context.Context // background work; cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	probesRun atomic.Int64
+	probeRTT  rttBook
+	rate      rateSeries
+	recalMu   sync.Mutex
+	recalAt   map[subnet.Range]time.Time
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens the node's database and identity in cfg.DataDir, builds every
+// part and starts them; the node listens but has not joined the overlay
+// until Join. A second node on the same data directory fails with an
+// error naming it. On error everything opened is closed again.
+func New(cfg Config, opts ...Option) (n *Node, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	n = &Node{cfg: cfg, started: time.Now(), ready: make(chan struct{}), joined: make(chan struct{}),
+		recalAt: map[subnet.Range]time.Time{}}
+	for _, o := range opts {
+		o(&n.opt)
+	}
+	n.log = n.opt.logger
+	if n.log == nil {
+		var level slog.Level
+		_ = level.UnmarshalText([]byte(cfg.LogLevel))
+		n.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			n.markReady(false)
+			err = errors.Join(err, n.Close())
+			n = nil
+		}
+	}()
+	if err := n.settle(); err != nil {
+		return n, err
+	}
+	if err := n.open(); err != nil {
+		return n, err
+	}
+	if err := n.build(); err != nil {
+		return n, err
+	}
+	n.markReady(true)
+	if err := n.serveDashboard(); err != nil {
+		return n, err
+	}
+	n.wg.Go(n.sample)
+	return n, nil
+}
+
+// settle derives what the parts need from the configuration.
+func (n *Node) settle() error {
+	cfg := &n.cfg
+	if lim, _ := ParseSize(cfg.MemoryLimit); lim > 0 {
+		// Process-wide: one node per process, as "micra node" runs it.
+		debug.SetMemoryLimit(lim)
+	}
+	n.threshold, _ = time.ParseDuration(cfg.Threshold)
+	n.tree = n.opt.tree
+	if n.tree == nil {
+		var err error
+		if n.tree, err = loadTree(cfg.Snapshot); err != nil {
+			return err
+		}
+	}
+	if cfg.SourceAddr != "" {
+		n.own = netip.MustParseAddr(cfg.SourceAddr)
+	}
+	for _, s := range cfg.Listen {
+		if !n.own.IsValid() {
+			if a, err := ma.NewMultiaddr(s); err == nil {
+				if ip, err := manetIP(a); err == nil && ip.IsGlobalUnicast() && !ip.IsPrivate() {
+					n.own = ip
+				}
+			}
+		}
+	}
+	peers, err := bootstrap.ParseList("bootstrap", joinList(cfg.Bootstrap))
+	if err != nil {
+		return err
+	}
+	env, err := bootstrap.FromEnv()
+	if err != nil {
+		return err
+	}
+	var filePeers []peer.AddrInfo
+	if cfg.BootstrapFile != "" {
+		if filePeers, err = bootstrap.LoadFile(cfg.BootstrapFile); err != nil {
+			return err
+		}
+	}
+	n.peers = bootstrap.Merge(peers, filePeers, env, bootstrap.Defaults())
+	if n.opt.resolver == nil && cfg.DNS != "" {
+		n.opt.resolver = dnsResolver(netip.MustParseAddrPort(cfg.DNS), n.own)
+	}
+	return nil
+}
+
+// open opens the data directory: identity and database.
+func (n *Node) open() error {
+	if err := os.MkdirAll(n.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	var err error
+	if n.sk, err = overlay.LoadIdentity(filepath.Join(n.cfg.DataDir, "identity.key")); err != nil {
+		return err
+	}
+	opts := crawl.BadgerOptions(filepath.Join(n.cfg.DataDir, "db")).WithLogger(badgerLog{n.log.With("subsystem", "badger")})
+	if n.db, err = badger.Open(opts); err != nil {
+		return fmt.Errorf("opening the database in %s (is another node running on it?): %w", n.cfg.DataDir, err)
+	}
+	return nil
+}
+
+// build makes the parts, in the order their dependencies need: host,
+// delegator, outbox, overlay, crawler; then starts the outbox and the
+// crawl-request protocol.
+func (n *Node) build() error {
+	cfg := &n.cfg
+	var listen []ma.Multiaddr
+	for _, s := range cfg.Listen {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return fmt.Errorf("listen address %q: %w", s, err)
+		}
+		listen = append(listen, a)
+	}
+	var err error
+	if n.h, err = overlay.NewHost(n.sk, append([]overlay.HostOption{overlay.ListenAddrs(listen...)}, n.opt.host...)...); err != nil {
+		return err
+	}
+	if n.del, err = delegate.New(append([]delegate.Option{delegate.Threshold(n.threshold),
+		delegate.Logger(n.log.With("subsystem", "delegate"))}, n.opt.delegate...)...); err != nil {
+		return err
+	}
+	outboxCap, _ := ParseSize(cfg.OutboxCap)
+	if outboxCap == 0 {
+		outboxCap = 512 << 20
+	}
+	if n.ob, err = results.NewOutbox(n.db, n.sk, n.tree.ID(), append([]results.Option{
+		results.Acks(cfg.Indexers), results.OutboxCap(outboxCap, outboxCap/16), results.Shards(cfg.ResultShards),
+		results.Forwarder(n.forward), results.Logger(n.log.With("subsystem", "outbox")),
+	}, n.opt.results...)...); err != nil {
+		return err
+	}
+	loc, _ := cfg.location()
+	windows, _ := cfg.CrawlWindows()
+	sched, err := crawl.NewSchedule(loc, windows...)
+	if err != nil {
+		return err
+	}
+	oopts := []overlay.Option{
+		overlay.WithDelegator(n.del), overlay.WithProber(overlay.ProberFunc(n.probe)),
+		overlay.WithForwardHandler(forwardHandler{n}), overlay.WithAckHandler(n.ob),
+		overlay.WithLoad(n.load), overlay.BootstrapPeers(n.peers), overlay.ProbeWindows(sched, 20*time.Second),
+		// Result batches are verified (signature, sizes) before this node
+		// relays them, as indexers do.
+		overlay.ResultsValidator(results.CheckEnvelope),
+		overlay.Logger(n.log.With("subsystem", "overlay")),
+	}
+	if n.own.IsValid() {
+		oopts = append(oopts, overlay.OwnAddress(n.own))
+	}
+	if live, _ := time.ParseDuration(cfg.Liveness); live > 0 {
+		oopts = append(oopts, overlay.Liveness(live/10, live))
+		if live/4 < defaultMaintenance {
+			oopts = append(oopts, overlay.Maintenance(live/4, defaultClosestTTL))
+		}
+	}
+	if n.o, err = overlay.New(n.h, n.tree, n.db, append(oopts, n.opt.overlay...)...); err != nil {
+		return err
+	}
+	cal, err := crawl.NewCalibrator(crawl.CalibrationConfig{})
+	if err != nil {
+		return err
+	}
+	bw, _ := ParseSize(cfg.Bandwidth)
+	daily, _ := ParseSize(cfg.DailyTransfer)
+	batchWait, _ := time.ParseDuration(cfg.BatchWait)
+	copts := []crawl.Option{
+		crawl.Batching(defaultBatchBytes, batchWait), crawl.ForwardBatching(defaultForwardBatch, min(batchWait, defaultForwardWait)),
+		crawl.Routing(router{n}), crawl.Windows(loc, windows...), crawl.Bandwidth(bw, daily),
+		crawl.Calibration(cal, n.onSlow), crawl.Logger(n.log.With("subsystem", "crawl")),
+	}
+	if n.own.IsValid() && cfg.SourceAddr != "" {
+		copts = append(copts, crawl.SourceAddr(n.own))
+	}
+	if n.opt.resolver != nil {
+		copts = append(copts, crawl.DNS(n.opt.resolver))
+	}
+	if cfg.AllowPrivateNetworks {
+		copts = append(copts, crawl.AllowPrivateNetworks(cfg.AllowPorts...))
+	}
+	if n.cr, err = crawl.New(n.db, n.ob, append(copts, n.opt.crawl...)...); err != nil {
+		return err
+	}
+	if err := n.ob.Start(n.o); err != nil {
+		return err
+	}
+	n.removeReq, err = results.ServeCrawlRequests(n.h, n.crawlLocal)
+	return err
+}
+
+// Join connects the node to the overlay through its bootstrap peers
+// (dialled with backoff) and bootstraps the DHT, which claims the node's
+// own subnet. With no bootstrap peers the node is the first of its
+// network and waits for others. It fails with a clear error when no
+// bootstrap peer answers.
+func (n *Node) Join(ctx context.Context) error {
+	if len(n.peers) == 0 {
+		n.log.Warn("no bootstrap peers: this node starts a network; others join it with --bootstrap", "addrs", n.Addrs())
+		_, err := n.o.ClaimOwn(ctx)
+		if err != nil && n.own.IsValid() {
+			n.log.Info("own subnet not claimed yet; retried with the heartbeats", "error", err)
+		}
+		n.joinOnce.Do(func() { close(n.joined) })
+		return nil
+	}
+	if _, err := bootstrap.Join(ctx, n.h, n.h.ID(), n.peers); err != nil {
+		return fmt.Errorf("joining the overlay: %w", err)
+	}
+	if err := n.o.Bootstrap(ctx); err != nil {
+		return fmt.Errorf("DHT bootstrap: %w", err)
+	}
+	n.log.Info("joined the overlay", "peer", n.h.ID(), "peers", len(n.h.Network().Peers()))
+	n.joinOnce.Do(func() { close(n.joined) })
+	return nil
+}
+
+// Run joins the overlay, runs until ctx ends and then closes the node.
+func (n *Node) Run(ctx context.Context) error {
+	if err := n.Join(ctx); err != nil {
+		return errors.Join(err, n.Close())
+	}
+	<-ctx.Done()
+	n.log.Info("shutting down")
+	return n.Close()
+}
+
+// ID is the node's peer id.
+func (n *Node) ID() peer.ID { return n.h.ID() }
+
+// Addrs are the node's listen multiaddrs with its peer id, as other nodes
+// give them to --bootstrap.
+func (n *Node) Addrs() []string {
+	var out []string
+	for _, a := range n.h.Addrs() {
+		out = append(out, a.String()+"/p2p/"+n.h.ID().String())
+	}
+	return out
+}
+
+// Overlay is the node's overlay (for tests and the demo's measurements).
+func (n *Node) Overlay() *overlay.Overlay { return n.o }
+
+// DelegationStats are the counters of the delegation procedure this node
+// ran as a coordinator.
+func (n *Node) DelegationStats() delegate.Stats { return n.del.Stats() }
+
+// CrawlStats are the crawler's counters.
+func (n *Node) CrawlStats() crawl.Stats { return n.cr.Stats() }
+
+// OutboxStats are the outbox's counters.
+func (n *Node) OutboxStats() results.OutboxStats { return n.ob.Stats() }
+
+// DashboardAddr is the address the dashboard listens on, "" without one.
+func (n *Node) DashboardAddr() string { return n.dashAddr }
+
+// Submit sends seed URLs into the overlay: each goes to the node that owns
+// its subnet (delegating the subnet first when nobody does), this one
+// included.
+func (n *Node) Submit(ctx context.Context, reqs ...crawl.Request) (results.SubmitResult, error) {
+	return results.Submit(ctx, n.o, reqs, results.LocalCrawl(n.crawlLocal), results.Resolve(n.resolveHost))
+}
+
+// Close stops the node in order — dashboard, background work, crawler
+// (whose last batches go to the outbox), outbox, overlay, host, database —
+// so that nothing stored is lost. It is idempotent.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		var errs []error
+		step := func(name string, f func() error) {
+			start := time.Now()
+			if err := f(); err != nil {
+				errs = append(errs, fmt.Errorf("closing the %s: %w", name, err))
+			}
+			n.log.Debug("closed", "part", name, "took", time.Since(start).Round(time.Millisecond))
+		}
+		if n.dash != nil {
+			step("dashboard", func() error {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				err := n.dash.Shutdown(ctx)
+				if herr := <-n.dashDone; !errors.Is(herr, http.ErrServerClosed) {
+					err = errors.Join(err, herr)
+				}
+				return err
+			})
+		}
+		n.cancel()
+		n.wg.Wait()
+		if n.removeReq != nil {
+			n.removeReq()
+		}
+		if n.cr != nil {
+			step("crawler", n.cr.Close)
+		}
+		if n.ob != nil {
+			step("outbox", n.ob.Close)
+		}
+		if n.o != nil {
+			step("overlay", n.o.Close)
+		}
+		if n.h != nil {
+			step("host", n.h.Close)
+		}
+		if n.db != nil {
+			step("database", n.db.Close)
+		}
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
+
+func (n *Node) markReady(ok bool) {
+	n.readyOnce.Do(func() {
+		n.readyOK.Store(ok)
+		close(n.ready)
+	})
+}
+
+// waitJoined waits until Join succeeded; false when ctx ended first.
+func (n *Node) waitJoined(ctx context.Context) bool {
+	select {
+	case <-n.joined:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// waitReady waits until New has built every part; false when New failed
+// or ctx ended.
+func (n *Node) waitReady(ctx context.Context) bool {
+	select {
+	case <-n.ready:
+		return n.readyOK.Load()
+	case <-ctx.Done():
+		return false
+	}
+}
+
+var errNotReady = errors.New("node not ready")
+
+// router is the crawler's Router: a discovered URL is local when its
+// subnet is delegated to this node; a subnet delegated to nobody (or
+// orphaned) is delegated first, which runs the IPMicra search at its
+// coordinator. Resolutions are cached by the overlay.
+type router struct{ n *Node }
+
+func (r router) Route(ctx context.Context, u *url.URL, addr netip.Addr) (bool, error) {
+	// Before Join nobody can be asked: links found by a crawl resumed
+	// from the database wait rather than being dropped.
+	if !r.n.waitReady(ctx) || !r.n.waitJoined(ctx) {
+		return false, errNotReady
+	}
+	d, ok, err := r.n.o.Resolve(ctx, addr)
+	if err != nil {
+		return false, err
+	}
+	if !ok || d.Orphaned {
+		if d, err = r.n.o.Delegate(ctx, u.String(), addr); err != nil {
+			return false, err
+		}
+	}
+	return d.Node == r.n.h.ID(), nil
+}
+
+// forwardHandler queues URLs other nodes forward to this one.
+type forwardHandler struct{ n *Node }
+
+func (f forwardHandler) HandleForward(ctx context.Context, from peer.ID, urls []string) error {
+	reqs := make([]crawl.Request, len(urls))
+	for i, u := range urls {
+		reqs[i] = crawl.Request{Link: u, Depth: crawl.DefaultDepth}
+	}
+	return f.n.crawlLocal(ctx, from, reqs)
+}
+
+// crawlLocal queues crawl requests (seeds, forwarded URLs) in the
+// crawler, durably.
+func (n *Node) crawlLocal(ctx context.Context, from peer.ID, reqs []crawl.Request) error {
+	if !n.waitReady(ctx) {
+		return errNotReady
+	}
+	return n.cr.Submit(ctx, reqs...)
+}
+
+// forward hands URLs of other nodes' subnets to their owners (the
+// outbox's Forwarder). Any failure fails the batch, which the crawler
+// retries: delivery is at least once and the receiving crawler knows the
+// URLs it has queued.
+func (n *Node) forward(ctx context.Context, reqs []crawl.Request) error {
+	if !n.waitReady(ctx) {
+		return errNotReady
+	}
+	res, err := n.Submit(ctx, reqs...)
+	if err != nil {
+		return err
+	}
+	if len(res.Failed) > 0 {
+		return fmt.Errorf("forwarding %d of %d URLs failed, first %s: %w", len(res.Failed), len(reqs), res.Failed[0].Link, res.Failed[0].Err)
+	}
+	return nil
+}
+
+// probe answers a coordinator's probe request: timed HTTP HEADs from this
+// node's address, the median of a few.
+func (n *Node) probe(ctx context.Context, u string) (time.Duration, error) {
+	if !n.waitReady(ctx) {
+		return 0, errNotReady
+	}
+	n.probesRun.Add(1)
+	rtt, err := n.cr.Fetcher().Probe(ctx, u, crawl.DefaultProbeAttempts)
+	if err != nil {
+		return 0, err
+	}
+	if f := n.opt.probeScale; f > 0 {
+		rtt = time.Duration(float64(rtt) / f)
+	}
+	if pu, perr := url.Parse(u); perr == nil {
+		if a, aerr := n.resolveHost(ctx, pu.Hostname()); aerr == nil {
+			n.probeRTT.put(n.tree.Range(n.tree.SmallestNonUnary(a)), rtt)
+		}
+	}
+	return rtt, nil
+}
+
+// onSlow turns a calibration signal into a re-delegation of the server's
+// subnet, at most one per subnet per recalibrateGap.
+func (n *Node) onSlow(s crawl.Slow) {
+	r := n.tree.Range(n.tree.SmallestNonUnary(s.Addr))
+	n.recalMu.Lock()
+	if at, ok := n.recalAt[r]; ok && time.Since(at) < recalibrateGap {
+		n.recalMu.Unlock()
+		return
+	}
+	n.recalAt[r] = time.Now()
+	if len(n.recalAt) > maxRecalibrations {
+		for k, at := range n.recalAt {
+			if time.Since(at) >= recalibrateGap {
+				delete(n.recalAt, k)
+			}
+		}
+	}
+	n.recalMu.Unlock()
+	reason := fmt.Sprintf("calibration: %s took %v, usually %v (%d slow fetches)", s.Page, s.RTT, s.Baseline, s.Count)
+	n.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(n.ctx, 2*time.Minute)
+		defer cancel()
+		d, err := n.o.Recalibrate(ctx, s.Addr, reason)
+		if err != nil {
+			n.log.Warn("re-delegation after calibration failed", "subnet", r, "error", err)
+			return
+		}
+		n.log.Info("re-delegated after calibration", "subnet", r, "to", d.Node, "reason", reason)
+	})
+}
+
+// The overlay's and the crawler's defaults that Config.Liveness and
+// Config.BatchWait adjust.
+const (
+	defaultMaintenance  = 15 * time.Second // overlay: ownership, replica and liveness checks
+	defaultClosestTTL   = 30 * time.Second // overlay: cached closest-peer lists
+	defaultBatchBytes   = 256 << 10        // crawl: a batch of records is sealed at this size
+	defaultForwardBatch = 512              // crawl: URLs for other nodes handed on at this many
+	defaultForwardWait  = 30 * time.Second // crawl: or after this long
+)
+
+const (
+	recalibrateGap    = 10 * time.Minute
+	maxRecalibrations = 4096
+)
+
+// resolveHost resolves a host name (or IP literal) to one address.
+func (n *Node) resolveHost(ctx context.Context, host string) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap(), nil
+	}
+	var r crawl.Resolver = net.DefaultResolver
+	if n.opt.resolver != nil {
+		r = n.opt.resolver
+	}
+	addrs, err := r.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(addrs) == 0 {
+		return netip.Addr{}, fmt.Errorf("%s has no address", host)
+	}
+	return addrs[0].Unmap(), nil
+}
+
+// load is what the node declares to coordinators: its capacity and its
+// current load, both in pages per day (the load measured over the last
+// hour of samples).
+func (n *Node) load() (capacity, load uint64) {
+	return uint64(n.cfg.Capacity), uint64(max(n.rate.perDay(), 0))
+}
+
+// loadTree reads a snapshot file, or the built-in snapshot for "".
+func loadTree(file string) (*subnet.Tree, error) {
+	if file == "" {
+		return embedded.Tree()
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	defer f.Close()
+	t, err := subnet.ReadSnapshot(f)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", file, err)
+	}
+	return t, nil
+}
+
+// dnsResolver returns a resolver that asks server, from src when valid.
+func dnsResolver(server netip.AddrPort, src netip.Addr) *net.Resolver {
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		d := net.Dialer{Timeout: 5 * time.Second}
+		if src.IsValid() {
+			if network == "udp" || network == "udp4" || network == "udp6" {
+				d.LocalAddr = &net.UDPAddr{IP: src.AsSlice()}
+			} else {
+				d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
+			}
+		}
+		return d.DialContext(ctx, network, server.String())
+	}}
+}
+
+// manetIP returns the IP address of a multiaddr's first component.
+func manetIP(a ma.Multiaddr) (netip.Addr, error) {
+	for _, code := range []int{ma.P_IP4, ma.P_IP6} {
+		if v, err := a.ValueForProtocol(code); err == nil {
+			return netip.ParseAddr(v)
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("%s has no IP address", a)
+}
+
+func joinList(s []string) string { return strings.Join(s, ",") }
+
+// badgerLog sends badger's log to slog at debug level (warnings and
+// errors at their level).
+type badgerLog struct{ l *slog.Logger }
+
+func (b badgerLog) Errorf(f string, a ...any)   { b.l.Error(fmt.Sprintf(f, a...)) }
+func (b badgerLog) Warningf(f string, a ...any) { b.l.Warn(fmt.Sprintf(f, a...)) }
+func (b badgerLog) Infof(f string, a ...any)    { b.l.Debug(fmt.Sprintf(f, a...)) }
+func (b badgerLog) Debugf(f string, a ...any)   { b.l.Debug(fmt.Sprintf(f, a...)) }

@@ -1,0 +1,270 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/micra-net/micra/subnet"
+)
+
+// Status returns what the dashboard and "micra status" show.
+func (n *Node) Status(ctx context.Context) (Status, error) {
+	if !n.waitReady(ctx) {
+		return Status{}, errNotReady
+	}
+	now := time.Now()
+	cs := n.cr.Stats()
+	os := n.ob.Stats()
+	capacity, load := n.load()
+	st := Status{
+		Peer: n.h.ID().String(), Addrs: n.Addrs(), Snapshot: n.tree.ID().String(),
+		Started: n.started, Now: now, Peers: len(n.h.Network().Peers()), Shards: n.o.Coordinating(),
+		Capacity: int(capacity), Load: int(load),
+		Crawl: Crawl{
+			Fetched: cs.Fetched, Records: cs.Records, Queued: cs.Queued, Hosts: cs.Hosts,
+			InFlight: cs.InFlight, Bytes: cs.WireBytes, Errors: cs.FetchErrors,
+		},
+		Outbox:    Outbox{Batches: os.Batches, Bytes: os.Bytes, Cap: os.Cap, Acked: int64(os.Removed)},
+		Probes:    Probes{Run: n.probesRun.Load(), Issued: n.del.Stats().Probes},
+		Indexers:  os.Indexers,
+		RateChart: n.rate.points(),
+	}
+	st.Window.Open = n.cr.OpenAt(now)
+	if len(n.cfg.Windows) > 0 {
+		if st.Window.Open {
+			st.Window.Next = nextClose(n.cr.OpenAt, now)
+		} else {
+			st.Window.Next = n.cr.NextOpen(now)
+		}
+	}
+	for _, d := range n.o.Owned() {
+		rtt, ok := n.probeRTT.get(d.Subnet)
+		ms := -1.0
+		if ok {
+			ms = float64(rtt.Microseconds()) / 1000
+		}
+		st.Subnets = append(st.Subnets, Subnet{Range: d.Subnet.String(), Org: d.Org, RTTms: ms, Since: d.Decided})
+	}
+	slices.SortFunc(st.Subnets, func(a, b Subnet) int {
+		if (a.RTTms < 0) != (b.RTTms < 0) {
+			return cmp.Compare(b.RTTms, a.RTTms) // known RTTs first
+		}
+		return cmp.Or(cmp.Compare(a.RTTms, b.RTTms), cmp.Compare(a.Range, b.Range))
+	})
+	if os.Full {
+		st.Warnings = append(st.Warnings, fmt.Sprintf("outbox full (%d of %d bytes): crawling paused until indexers acknowledge", os.Bytes, os.Cap))
+	}
+	if os.Indexers == 0 {
+		st.Warnings = append(st.Warnings, "no indexer known: results wait in the outbox")
+	}
+	if st.Peers == 0 {
+		st.Warnings = append(st.Warnings, "no peers connected")
+	}
+	if !st.Window.Open {
+		st.Warnings = append(st.Warnings, "outside the crawl windows: crawling and probing wait")
+	}
+	return st, nil
+}
+
+// nextClose finds when an open window closes, to the minute, within a week.
+func nextClose(open func(time.Time) bool, now time.Time) time.Time {
+	t := now.Truncate(time.Minute)
+	for range 7 * 24 * 60 {
+		t = t.Add(time.Minute)
+		if !open(t) {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+// serveDashboard starts the dashboard and metrics on Config.Dashboard.
+func (n *Node) serveDashboard() error {
+	if n.cfg.Dashboard == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", n.cfg.Dashboard)
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), n.collector())
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: 10 * time.Second})
+	n.dash = &http.Server{
+		Handler:           Dashboard(n.Status, n.cfg.DashboardToken, metrics),
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
+		IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
+	}
+	n.dashAddr = ln.Addr().String()
+	n.dashDone = make(chan error, 1)
+	go func() { n.dashDone <- n.dash.Serve(ln) }()
+	n.log.Info("dashboard", "url", "http://"+n.dashAddr+"/")
+	return nil
+}
+
+// collector exports the node's counters and gauges, read when scraped.
+func (n *Node) collector() prometheus.Collector {
+	c := &nodeCollector{n: n}
+	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc("micra_"+name, help, nil, nil) }
+	c.descs = map[string]*prometheus.Desc{
+		"pages":       desc("pages_fetched_total", "Pages fetched by the crawler."),
+		"errors":      desc("fetch_errors_total", "Fetches that failed."),
+		"bytes":       desc("downloaded_bytes_total", "Bytes downloaded by the crawler (on the wire)."),
+		"records":     desc("records_total", "Keyword records produced."),
+		"forwarded":   desc("urls_forwarded_total", "URLs handed to the nodes owning their subnets."),
+		"queued":      desc("frontier_urls", "URLs waiting in the crawler's host queues."),
+		"probesRun":   desc("probes_run_total", "Probes this node ran for coordinators."),
+		"probesAsked": desc("probes_issued_total", "Probes this node asked of others as a coordinator."),
+		"decisions":   desc("delegation_decisions_total", "Delegation searches run as a coordinator."),
+		"delegations": desc("delegations_held", "Subnets delegated to this node."),
+		"shards":      desc("shards_coordinated", "Shards this node coordinates."),
+		"outbox":      desc("outbox_batches", "Result batches waiting for acknowledgement."),
+		"outboxBytes": desc("outbox_bytes", "Bytes of the result batches waiting."),
+		"acked":       desc("outbox_acknowledged_total", "Result batches acknowledged and removed from the outbox."),
+		"peers":       desc("peers", "Connected libp2p peers."),
+	}
+	return c
+}
+
+type nodeCollector struct {
+	n     *Node
+	descs map[string]*prometheus.Desc
+}
+
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.n
+	cs := n.cr.Stats()
+	os := n.ob.Stats()
+	ds := n.del.Stats()
+	counter := func(k string, v float64) { ch <- prometheus.MustNewConstMetric(c.descs[k], prometheus.CounterValue, v) }
+	gauge := func(k string, v float64) { ch <- prometheus.MustNewConstMetric(c.descs[k], prometheus.GaugeValue, v) }
+	counter("pages", float64(cs.Fetched))
+	counter("errors", float64(cs.FetchErrors))
+	counter("bytes", float64(cs.WireBytes))
+	counter("records", float64(cs.Records))
+	counter("forwarded", float64(cs.Forwarded))
+	gauge("queued", float64(cs.Queued))
+	counter("probesRun", float64(n.probesRun.Load()))
+	counter("probesAsked", float64(ds.Probes))
+	counter("decisions", float64(ds.Decisions))
+	gauge("delegations", float64(len(n.o.Owned())))
+	gauge("shards", float64(n.o.Coordinating()))
+	gauge("outbox", float64(os.Batches))
+	gauge("outboxBytes", float64(os.Bytes))
+	counter("acked", float64(os.Removed))
+	gauge("peers", float64(len(n.h.Network().Peers())))
+}
+
+// sample records the fetch rate every sampleEvery until Close.
+func (n *Node) sample() {
+	t := time.NewTicker(sampleEvery)
+	defer t.Stop()
+	last := n.cr.Stats().Fetched
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case now := <-t.C:
+			f := n.cr.Stats().Fetched
+			n.rate.add(now, f-last)
+			last = f
+		}
+	}
+}
+
+const (
+	sampleEvery = 10 * time.Second
+	maxSamples  = 360 // an hour
+)
+
+// rateSeries is the fetch rate over the last hour, one sample per
+// sampleEvery.
+type rateSeries struct {
+	mu      sync.Mutex
+	samples []sample
+}
+
+type sample struct {
+	t     time.Time
+	pages int64
+}
+
+func (r *rateSeries) add(t time.Time, pages int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.samples) == maxSamples {
+		r.samples = slices.Delete(r.samples, 0, 1)
+	}
+	r.samples = append(r.samples, sample{t, pages})
+}
+
+// points returns the samples as pages per minute.
+func (r *rateSeries) points() []Point {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Point, len(r.samples))
+	for i, s := range r.samples {
+		out[i] = Point{T: s.t, V: float64(s.pages) * float64(time.Minute) / float64(sampleEvery)}
+	}
+	return out
+}
+
+// perDay extrapolates the samples' rate to a day.
+func (r *rateSeries) perDay() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.samples) == 0 {
+		return 0
+	}
+	var sum int64
+	for _, s := range r.samples {
+		sum += s.pages
+	}
+	return float64(sum) * float64(24*time.Hour) / (float64(len(r.samples)) * float64(sampleEvery))
+}
+
+// rttBook keeps the RTT of this node's latest probe per subnet, bounded.
+type rttBook struct {
+	mu sync.Mutex
+	m  map[subnet.Range]time.Duration
+}
+
+const maxProbeRTTs = 16384
+
+func (b *rttBook) put(r subnet.Range, d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = map[subnet.Range]time.Duration{}
+	}
+	if _, ok := b.m[r]; !ok && len(b.m) >= maxProbeRTTs {
+		for k := range b.m { // drop an arbitrary entry: the bound matters, not which
+			delete(b.m, k)
+			break
+		}
+	}
+	b.m[r] = d
+}
+
+func (b *rttBook) get(r subnet.Range) (time.Duration, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d, ok := b.m[r]
+	return d, ok
+}

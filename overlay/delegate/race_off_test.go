@@ -1,0 +1,5 @@
+//go:build !race
+
+package delegate_test
+
+const raceEnabled = false

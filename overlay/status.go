@@ -1,0 +1,58 @@
+package overlay
+
+import (
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Coordinating returns the number of shards this node currently
+// coordinates (holds as their single writer), for the dashboard and
+// metrics. Shards it only replicates are not counted.
+func (o *Overlay) Coordinating() int {
+	n := 0
+	for _, sh := range o.coord.heldShards() {
+		sh.mu.Lock()
+		if sh.owned {
+			n++
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// noteNonCrawler records that p announced itself as an indexer that does
+// not crawl.
+func (o *Overlay) noteNonCrawler(p peer.ID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.nonCrawlers == nil {
+		o.nonCrawlers = map[peer.ID]time.Time{}
+	}
+	if _, ok := o.nonCrawlers[p]; !ok && len(o.nonCrawlers) >= maxAnnouncedPeers {
+		for k, at := range o.nonCrawlers { // forget the stalest
+			if time.Since(at) > 3*o.cfg.announce {
+				delete(o.nonCrawlers, k)
+			}
+		}
+		if len(o.nonCrawlers) >= maxAnnouncedPeers {
+			return
+		}
+	}
+	o.nonCrawlers[p] = time.Now()
+	delete(o.peers, p)
+	delete(o.rtts, p)
+}
+
+// mayCrawl reports whether p may be given subnets: this node when it
+// probes (has a Prober), any other peer unless it announced itself as an
+// indexer that does not crawl.
+func (o *Overlay) mayCrawl(p peer.ID) bool {
+	if p == o.h.ID() {
+		return o.cfg.prober != nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, non := o.nonCrawlers[p]
+	return !non
+}

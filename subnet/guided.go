@@ -1,0 +1,455 @@
+package subnet
+
+import (
+	"slices"
+	"time"
+)
+
+// The guided search (SearchConfig.Guided) is a nearest-neighbour search
+// with pruning. Its predictions rest on the model of network coordinates
+// with heights (Vivaldi, Dabek et al. 2004): the RTT from node n to a
+// subnet S is a core distance between their places plus the access delays
+// ("heights") of both ends. Two subnets at the same place thus differ, seen
+// from every node, by the same constant, the difference of their heights.
+// The search takes the stored probes of each subnet near S in the hierarchy
+// (a profile), and once some nodes have answered about S, fits each profile
+// to the answers by that constant shift: a profile that fits is a model of
+// S, and predicts every other node's RTT to S as its stored probe plus the
+// shift. A profile that does not fit (S is not where that neighbour is) is
+// dropped; when every profile that could be checked fails, the search falls
+// back to the triangle inequality over inter-node RTTs alone.
+
+// profile is the stored probes of one subnet near S, with its fit to the
+// answers about S so far.
+type profile struct {
+	r   Range
+	rtt map[string]time.Duration // node → stored probe; failed probes left out
+
+	matched   int           // answers about S from nodes the profile knows
+	shift     time.Duration // S's RTTs minus the profile's, fitted to the answers
+	misfit    time.Duration // the largest error of the fit
+	plausible bool          // S may be at the profile's place: the answers fit with a small shift
+	confirmed bool          // plausible, and likely given the prior and the answers
+	prior     float64       // prior probability that S is at the profile's place
+}
+
+// fitSlack is added to every tolerance, so that small RTTs (where a few ms
+// of jitter dominate) do not read as contradictions.
+const fitSlack = 5 * time.Millisecond
+
+// fit fits p to the answers: the shift is the midpoint of the residuals
+// (answer minus stored probe), which minimises the largest misfit. S may be
+// at p's place (plausible) when the misfit and the shift are both within
+// the tolerance of the RTTs concerned: access delays of servers are small
+// beside the paths between places, so a large shift means another place.
+// One answer fits any profile whose stored probe is near it, by chance as
+// well as by place; it confirms the profile only when oneplace says that
+// the neighbours are all at one place, otherwise a second answer must.
+func (p *profile) fit(answers []Probe, margin float64, between func(a, b string) (time.Duration, bool)) {
+	p.matched, p.shift, p.misfit, p.plausible, p.confirmed = 0, 0, 0, false, false
+	var lo, hi, least, stored time.Duration
+	chance := 1.0 // that the answers fit a wrong place
+	var prev []string
+	for _, a := range answers {
+		v, ok := p.rtt[a.Node]
+		if !ok {
+			continue
+		}
+		res := a.RTT - v
+		if p.matched == 0 {
+			lo, hi, least, stored = res, res, a.RTT, v
+		} else {
+			lo, hi, least, stored = min(lo, res), max(hi, res), min(least, a.RTT), min(stored, v)
+		}
+		chance *= chanceOf(a, prev, margin, between)
+		prev = append(prev, a.Node)
+		p.matched++
+	}
+	if p.matched == 0 {
+		return
+	}
+	p.shift, p.misfit = lo+(hi-lo)/2, (hi-lo)/2
+	p.plausible = p.misfit <= tolerance(least, margin) && abs(p.shift) <= tolerance(stored, margin)
+	if p.plausible {
+		// Bayes: S is at p's place with the prior, or elsewhere and the
+		// answers fit by chance.
+		wrong := (1 - p.prior) * chance
+		p.confirmed = p.prior/(p.prior+wrong) >= confidence
+	}
+}
+
+// chanceFit is the probability that one answer fits the profile of a
+// wrong place by chance: about the width of the tolerance against the
+// spread of RTTs between places.
+const chanceFit = 0.1
+
+// chanceOf returns the probability that answer a fits a wrong place by
+// chance, given the earlier answers from nodes prev: chanceFit for the
+// first, but an answer from a node at d from an earlier one is bound by
+// the triangle inequality to within d of that node's answer, so a wrong
+// place fits it with a chance of the fit's width against that range's:
+// answers from nodes close together are hardly independent evidence.
+func chanceOf(a Probe, prev []string, margin float64, between func(a, b string) (time.Duration, bool)) float64 {
+	d := Unreachable
+	if between != nil {
+		for _, n := range prev {
+			if x, ok := between(a.Node, n); ok {
+				d = min(d, x)
+			}
+		}
+	}
+	if d == Unreachable {
+		return chanceFit
+	}
+	return min(1, max(chanceFit, float64(tolerance(a.RTT, margin))/float64(max(d, 1))))
+}
+
+// tolerance is the error allowed to an RTT of d.
+func tolerance(d time.Duration, margin float64) time.Duration {
+	return time.Duration(margin*float64(d)) + fitSlack
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// samePlace reports whether profiles a and b are at the same place: over
+// the nodes both know (at least two), b fits a's probes.
+func samePlace(a, b *profile, margin float64) bool {
+	answers := make([]Probe, 0, len(a.rtt))
+	for n, v := range a.rtt {
+		if _, ok := b.rtt[n]; ok {
+			answers = append(answers, Probe{Node: n, RTT: v})
+		}
+	}
+	f := profile{rtt: b.rtt}
+	f.fit(answers, margin, nil)
+	return f.plausible && f.matched >= 2
+}
+
+// confidence is the posterior probability that S is at a profile's place
+// above which the profile is confirmed and may prune.
+const confidence = 0.95
+
+// weigh groups the profiles that know at least two nodes by place,
+// greedily, and gives each its place's prior: the share of those profiles
+// at the place, with one more count for a place not seen yet (S's place may
+// be none of its neighbours'). Profiles that know one node get the prior of
+// a place of their own.
+func weigh(ps []*profile, margin float64) {
+	var reps []*profile
+	count := map[*profile]int{}
+	of := make([]*profile, len(ps))
+	n := 0
+	for i, p := range ps {
+		if len(p.rtt) < 2 {
+			continue
+		}
+		n++
+		j := slices.IndexFunc(reps, func(r *profile) bool { return samePlace(r, p, margin) })
+		if j < 0 {
+			reps = append(reps, p)
+			j = len(reps) - 1
+		}
+		of[i] = reps[j]
+		count[reps[j]]++
+	}
+	for i, p := range ps {
+		p.prior = 1 / float64(n+1)
+		if of[i] != nil {
+			p.prior = float64(count[of[i]]) / float64(n+1)
+		}
+	}
+}
+
+// candidate is a node in the guided search.
+type candidate struct {
+	node  string
+	order int           // position in the paper's order
+	pred  time.Duration // predicted RTT to S: the median over the plausible profiles; -1 when unknown
+	low   time.Duration // the lowest prediction of the confirmed profiles, less its error; -1 when none
+	lb    time.Duration // lower bound on its RTT to S from the triangle inequality
+
+	chance float64 // probability that it beats the best answer by more than the tolerance
+}
+
+// guide holds the guided search's model of S: the profiles of the subnets
+// under x, the lowest range above S (the root excluded) with stored
+// probes, widened up the hierarchy while no profile models S.
+type guide struct {
+	tree      *Tree
+	idx       ProbeIndex // nil: no profiles
+	x         ID
+	margin    float64
+	tolerance time.Duration // SearchConfig.Tolerance
+	between   func(a, b string) (time.Duration, bool)
+	profiles  []*profile
+	seen      map[Range]bool
+	answers   []Probe // the answers about S so far, failures left out
+	trusted   bool    // some profile may model S
+}
+
+func newGuide(t *Tree, idx ProbeIndex, s ID, cfg SearchConfig) *guide {
+	g := &guide{tree: t, idx: idx, x: s, margin: cfg.Margin, tolerance: cfg.Tolerance, seen: map[Range]bool{}}
+	if cfg.Between != nil {
+		memo := map[[2]string]time.Duration{}
+		g.between = func(a, b string) (time.Duration, bool) {
+			k := [2]string{min(a, b), max(a, b)}
+			if d, ok := memo[k]; ok {
+				return d, d >= 0
+			}
+			d, ok := cfg.Between(a, b)
+			if !ok {
+				d = -1
+			}
+			memo[k] = d
+			return d, ok
+		}
+	}
+	if idx != nil {
+		g.add(s)
+		if len(g.profiles) == 0 {
+			g.widen()
+		}
+	}
+	return g
+}
+
+// add takes in the profiles under x not seen yet and reports whether there
+// were any.
+func (g *guide) add(x ID) bool {
+	n := len(g.profiles)
+	for sr, ps := range g.idx.Within(g.tree.Range(x)) {
+		if g.seen[sr] {
+			continue
+		}
+		g.seen[sr] = true
+		p := &profile{r: sr, rtt: make(map[string]time.Duration, len(ps))}
+		for _, pr := range ps {
+			if pr.RTT != Unreachable {
+				p.rtt[pr.Node] = pr.RTT
+			}
+		}
+		if len(p.rtt) > 0 {
+			g.profiles = append(g.profiles, p)
+		}
+	}
+	if len(g.profiles) == n {
+		return false
+	}
+	weigh(g.profiles, g.margin)
+	return true
+}
+
+// widen moves x up to the next range with new profiles and reports whether
+// it found one.
+func (g *guide) widen() bool {
+	if g.idx == nil {
+		return false
+	}
+	for x := g.tree.Parent(g.x); x != None && g.tree.Parent(x) != None; x = g.tree.Parent(x) {
+		g.x = x
+		if g.add(x) {
+			return true
+		}
+	}
+	return false
+}
+
+// observe records an answer about S.
+func (g *guide) observe(node string, rtt time.Duration) {
+	if rtt != Unreachable {
+		g.answers = append(g.answers, Probe{Node: node, RTT: rtt})
+	}
+}
+
+// update refits the profiles to the answers, widening the neighbourhood
+// while none is plausible, and recomputes the candidates' predictions;
+// best is the best answer so far.
+func (g *guide) update(cands []*candidate, best time.Duration) {
+	matched := false
+	for {
+		plausible := false
+		matched = false
+		for _, p := range g.profiles {
+			p.fit(g.answers, g.margin, g.between)
+			matched = matched || p.matched > 0
+			plausible = plausible || p.plausible
+		}
+		g.trusted = len(g.profiles) > 0 && (!matched || plausible)
+		if g.trusted || !g.widen() {
+			break
+		}
+	}
+	var preds []time.Duration
+	for _, c := range cands {
+		c.pred, c.low, c.chance, preds = -1, -1, 0, preds[:0]
+		if !g.trusted {
+			continue
+		}
+		for _, p := range g.profiles {
+			v, ok := p.rtt[c.node]
+			if !ok || (matched && !p.plausible) {
+				continue
+			}
+			e := max(0, v+p.shift)
+			preds = append(preds, e)
+			if !p.confirmed {
+				continue
+			}
+			// The prediction extrapolates from the answers: its error
+			// grows with the distance from the best one.
+			lo := max(0, e-p.misfit-tolerance(abs(e-best), g.margin))
+			if c.low < 0 || lo < c.low {
+				c.low = lo
+			}
+		}
+		if len(preds) > 0 {
+			slices.Sort(preds)
+			c.pred = preds[len(preds)/2]
+			// The chance that c beats the best by more than the
+			// tolerance: the share of the plausible profiles that say so.
+			better, _ := slices.BinarySearch(preds, best-g.tolerance)
+			c.chance = float64(better) / float64(len(preds))
+		}
+	}
+}
+
+// guided runs the guided search (SearchConfig.Guided) once S is known not
+// to be delegated; orgNodes hold the ranges of S's organisation.
+func (r *run) guided(s ID, orgNodes []string) (Decision, error) {
+	m, cfg := r.m, r.cfg
+	// The candidates: the organisation's nodes, the paper's order, then
+	// everybody else.
+	var cands []*candidate
+	byNode := map[string]*candidate{}
+	add := func(n string) {
+		if _, ok := byNode[n]; !ok {
+			c := &candidate{node: n, order: len(cands), pred: -1, low: -1}
+			byNode[n] = c
+			cands = append(cands, c)
+		}
+	}
+	for _, n := range orgNodes {
+		add(n)
+	}
+	for nodes := range m.levels(s) {
+		for _, n := range nodes {
+			add(n)
+		}
+	}
+	for _, n := range m.Table.Nodes() {
+		add(n)
+	}
+	idx, _ := m.Cache.(ProbeIndex)
+	g := newGuide(m.Tree, idx, s, cfg)
+	g.update(cands, Unreachable)
+	// The paper takes the organisation's only node without probing; so do
+	// we when the stored probes agree: it is the node predicted nearest,
+	// under the threshold.
+	if len(orgNodes) == 1 && g.trusted {
+		var top *candidate
+		for _, c := range cands {
+			if c.pred >= 0 && (top == nil || c.pred < top.pred) {
+				top = c
+			}
+		}
+		if top != nil && top.node == orgNodes[0] && top.pred < cfg.Threshold {
+			r.d.Node, r.d.Step = top.node, StepOrganisation
+			return *r.d, nil
+		}
+	}
+	best := Unreachable
+	for !r.capped() {
+		// The most promising node that may still beat the best.
+		var next *candidate
+		for _, c := range cands {
+			if r.asked[c.node] || r.pruned(c, best, g.trusted) {
+				continue
+			}
+			if next == nil || c.before(next, g.trusted) {
+				next = c
+			}
+		}
+		if next == nil {
+			break
+		}
+		rtt, err := r.probe(next.node)
+		if err != nil {
+			return *r.d, err
+		}
+		best = min(best, rtt)
+		g.observe(next.node, rtt)
+		r.bound(cands, next.node, rtt)
+		g.update(cands, best)
+		// The best answer under the threshold wins, unless a node is still
+		// predicted to be clearly nearer.
+		if best < cfg.Threshold && !r.promising(cands, best, g.trusted) {
+			break
+		}
+	}
+	d, err := r.best()
+	if err == nil {
+		d.Step = StepGuided
+	}
+	return d, err
+}
+
+// bound raises the candidates' lower bounds after probed answered rtt: a
+// node n at d(n, probed) from it is at least |rtt − d| from S.
+func (r *run) bound(cands []*candidate, probed string, rtt time.Duration) {
+	if r.cfg.Between == nil || rtt == Unreachable {
+		return
+	}
+	for _, c := range cands {
+		if d, ok := r.cfg.Between(c.node, probed); ok {
+			c.lb = max(c.lb, rtt-d, d-rtt)
+		}
+	}
+}
+
+// before orders candidates: by prediction while predictions are trusted
+// (unknown ones last), then by lower bound, then in the paper's order.
+func (c *candidate) before(o *candidate, trusted bool) bool {
+	if trusted && (c.pred >= 0) != (o.pred >= 0) {
+		return c.pred >= 0
+	}
+	if trusted && c.pred >= 0 && c.pred != o.pred {
+		return c.pred < o.pred
+	}
+	if c.lb != o.lb {
+		return c.lb < o.lb
+	}
+	return c.order < o.order
+}
+
+// pruned reports whether c cannot beat best by more than the tolerance,
+// with the margin for error: by its lower bound, or by the lowest
+// prediction of the confirmed profiles while predictions hold.
+func (r *run) pruned(c *candidate, best time.Duration, trusted bool) bool {
+	if best == Unreachable {
+		return false
+	}
+	target := best - r.cfg.Tolerance
+	if float64(c.lb)*(1-r.cfg.Margin) >= float64(target) {
+		return true
+	}
+	return trusted && c.low >= 0 && c.low >= target
+}
+
+// promising reports whether a node not yet asked is predicted to beat best
+// by more than the tolerance.
+func (r *run) promising(cands []*candidate, best time.Duration, trusted bool) bool {
+	if !trusted {
+		return false
+	}
+	for _, c := range cands {
+		if !r.asked[c.node] && !r.pruned(c, best, trusted) && c.chance > 1-confidence {
+			return true
+		}
+	}
+	return false
+}

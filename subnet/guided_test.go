@@ -1,0 +1,174 @@
+package subnet
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+func msDur(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// storeProfile stores one subnet's probes, in ms per node.
+func storeProfile(t *testing.T, c *MemProbeCache, r string, rtt map[string]int) {
+	t.Helper()
+	for n, v := range rtt {
+		c.Put(n, mustRange(t, r), msDur(v))
+	}
+}
+
+func TestGuidedShiftedNeighbours(t *testing.T) {
+	// S (10.4.1.0/24) sits where its neighbours do; the neighbours' probes
+	// are stored. Nobody is under the threshold, so the search must prune
+	// everybody else to stop.
+	tr := rpslTree(t, "10.0.0.0 - 10.255.255.255", "10.4.0.0 - 10.4.255.255", "10.4.1.0 - 10.4.1.255")
+	place := map[string]int{"a": 144, "b": 148, "c": 260, "d": 300}
+	for _, tc := range []struct {
+		name       string
+		neighbours int // profiles stored at S's place
+		answers    map[string]int
+		asked      []string
+	}{
+		// The old search kept asking b: its prediction less a tenth was
+		// not clear of the best by the tolerance. b cannot beat a by more
+		// than the tolerance, so it is not asked.
+		{"a near tie is not asked", 2, place, []string{"a"}},
+		// S's access link is 12 ms slower than its neighbours': every
+		// answer is shifted, which the fit absorbs.
+		{"a constant shift is a different access delay", 2, map[string]int{"a": 156, "b": 160, "c": 272, "d": 312}, []string{"a"}},
+		// One neighbour alone cannot tell S's place from a chance fit
+		// (the prior of an unseen place is as large): a second answer
+		// must confirm it.
+		{"one neighbour needs a second answer", 1, place, []string{"a", "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cache := &MemProbeCache{}
+			for i := range tc.neighbours {
+				storeProfile(t, cache, []string{"10.4.2.0/24", "10.4.3.0/24"}[i], place)
+			}
+			p := &fakeProber{rtt: tc.answers}
+			m := &IPMicra{Tree: tr, Table: NewMemTable("d", "c", "b", "a"), Prober: p, Cache: cache,
+				Config: SearchConfig{Guided: true, Threshold: 50 * time.Millisecond}}
+			d, err := m.Delegate(context.Background(), mustAddr(t, "10.4.1.1"))
+			if err != nil || d.Node != "a" || !slices.Equal(p.asked, tc.asked) {
+				t.Errorf("node %s asked %v err %v; want a after %v", d.Node, p.asked, err, tc.asked)
+			}
+		})
+	}
+}
+
+func TestGuidedWidensNeighbourhood(t *testing.T) {
+	// S's sibling is at place B; two subnets higher up are at place A,
+	// where S is. The first answer (from the node nearest B) rules B out;
+	// the search then takes the profiles one level up and asks the node
+	// they predict, not the paper's next.
+	tr := rpslTree(t, "10.0.0.0 - 10.255.255.255", "10.4.0.0 - 10.4.255.255", "10.4.1.0 - 10.4.1.255")
+	placeA := map[string]int{"a": 20, "b": 80, "c": 150}
+	placeB := map[string]int{"a": 150, "b": 90, "c": 20}
+	cache := &MemProbeCache{}
+	storeProfile(t, cache, "10.4.2.0/24", placeB)
+	storeProfile(t, cache, "10.1.0.0/16", placeA)
+	storeProfile(t, cache, "10.2.0.0/16", placeA)
+	p := &fakeProber{rtt: placeA}
+	m := &IPMicra{Tree: tr, Table: NewMemTable("c", "b", "a"), Prober: p, Cache: cache, Config: SearchConfig{Guided: true}}
+	d, err := m.Delegate(context.Background(), mustAddr(t, "10.4.1.1"))
+	if err != nil || d.Node != "a" || !slices.Equal(p.asked, []string{"c", "a"}) {
+		t.Errorf("node %s asked %v err %v; want a after c, a", d.Node, p.asked, err)
+	}
+}
+
+func TestGuidedBestUnderThresholdWins(t *testing.T) {
+	// x, predicted nearest, answers under the threshold; but one neighbour
+	// in three puts y clearly nearer, a chance above 1 − confidence, so y
+	// is asked too. It answers worse than x, and x must still win.
+	tr := rpslTree(t, "10.0.0.0 - 10.255.255.255", "10.4.0.0 - 10.4.255.255", "10.4.1.0 - 10.4.1.255")
+	cache := &MemProbeCache{}
+	storeProfile(t, cache, "10.4.2.0/24", map[string]int{"x": 30, "y": 10})
+	storeProfile(t, cache, "10.4.3.0/24", map[string]int{"x": 30, "y": 60})
+	storeProfile(t, cache, "10.4.4.0/24", map[string]int{"x": 30, "y": 60})
+	p := &fakeProber{rtt: map[string]int{"x": 30, "y": 45}}
+	m := &IPMicra{Tree: tr, Table: NewMemTable("y", "x"), Prober: p, Cache: cache, Config: SearchConfig{Guided: true}}
+	d, err := m.Delegate(context.Background(), mustAddr(t, "10.4.1.1"))
+	if err != nil || d.Node != "x" || d.RTT != msDur(30) || !slices.Equal(p.asked, []string{"x", "y"}) {
+		t.Errorf("decision %+v asked %v err %v; want x at 30 ms after x, y", d, p.asked, err)
+	}
+}
+
+func TestChanceOf(t *testing.T) {
+	between := func(a, b string) (time.Duration, bool) {
+		d := map[[2]string]int{{"a", "near"}: 10, {"a", "far"}: 300}[[2]string{min(a, b), max(a, b)}]
+		return msDur(d), d > 0
+	}
+	for _, tc := range []struct {
+		name    string
+		node    string
+		prev    []string
+		between func(a, b string) (time.Duration, bool)
+		want    float64
+	}{
+		{"first answer", "near", nil, between, chanceFit},
+		{"no inter-node RTTs", "near", []string{"a"}, nil, chanceFit},
+		{"unknown pair", "other", []string{"a"}, between, chanceFit},
+		{"far from the earlier node: independent", "far", []string{"a"}, between, chanceFit},
+		{"close to the earlier node: no evidence", "near", []string{"a"}, between, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := chanceOf(Probe{Node: tc.node, RTT: msDur(100)}, tc.prev, 0.1, tc.between)
+			if got != tc.want {
+				t.Errorf("chanceOf = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestProfileFit(t *testing.T) {
+	p := &profile{rtt: map[string]time.Duration{"a": msDur(100), "b": msDur(200), "c": msDur(50)}, prior: 0.5}
+	for _, tc := range []struct {
+		name                 string
+		answers              map[string]int
+		shift                time.Duration
+		plausible, confirmed bool
+	}{
+		{"exact, one answer", map[string]int{"a": 100}, 0, true, false},
+		{"exact, two independent answers", map[string]int{"a": 100, "b": 200}, 0, true, true},
+		{"shifted by an access delay", map[string]int{"a": 108, "b": 208}, msDur(8), true, true},
+		{"shift too large: another place", map[string]int{"a": 160, "b": 260}, msDur(60), false, false},
+		{"shape differs: another place", map[string]int{"a": 100, "b": 120}, -msDur(40), false, false},
+		{"nothing matched", map[string]int{"z": 5}, 0, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var answers []Probe
+			for _, n := range []string{"a", "b", "c", "z"} {
+				if v, ok := tc.answers[n]; ok {
+					answers = append(answers, Probe{Node: n, RTT: msDur(v)})
+				}
+			}
+			p.fit(answers, 0.1, nil)
+			if p.shift != tc.shift || p.plausible != tc.plausible || p.confirmed != tc.confirmed {
+				t.Errorf("shift %v plausible %v confirmed %v; want %v %v %v", p.shift, p.plausible, p.confirmed, tc.shift, tc.plausible, tc.confirmed)
+			}
+		})
+	}
+}
+
+func TestWeigh(t *testing.T) {
+	at := func(shift int, nodes ...string) *profile {
+		p := &profile{rtt: map[string]time.Duration{}}
+		base := map[string]int{"a": 20, "b": 80, "c": 150}
+		for _, n := range nodes {
+			p.rtt[n] = msDur(base[n] + shift)
+		}
+		return p
+	}
+	other := &profile{rtt: map[string]time.Duration{"a": msDur(150), "b": msDur(90), "c": msDur(20)}}
+	single := at(0, "a")
+	ps := []*profile{at(0, "a", "b", "c"), at(3, "a", "b", "c"), other, single}
+	weigh(ps, 0.1)
+	// Three profiles that know two nodes or more, two at one place; plus one
+	// count for an unseen place.
+	for i, want := range []float64{0.5, 0.5, 0.25, 0.25} {
+		if ps[i].prior != want {
+			t.Errorf("profile %d: prior %v, want %v", i, ps[i].prior, want)
+		}
+	}
+}
