@@ -340,6 +340,13 @@ func (c *Crawler) dispatch() {
 			}
 			c.log.Debug("host not fetchable", "host", l.host, "error", err)
 			c.stats.fetchErrors.Add(1)
+			if errors.Is(err, ErrForbiddenDestination) {
+				// Only special-purpose addresses: retrying cannot help,
+				// and a hostile page could keep the queues full of them.
+				c.stats.dropped.Add(1)
+				c.finish(l, false, now.Add(c.cfg.minDelay))
+				continue
+			}
 			c.retryOrDrop(l, now, c.backoff(l.entry.Attempts))
 			continue
 		}
@@ -362,11 +369,14 @@ func (c *Crawler) dispatch() {
 
 // putBack returns a lease unused; its host is ready again at t. At
 // shutdown this keeps the host from waiting for the lease to expire after
-// a restart.
+// a restart. It wakes the dispatcher, which may be sleeping until the
+// lease's expiry (a fetcher puts a page back after fetching its host's
+// robots.txt).
 func (c *Crawler) putBack(l *lease, t time.Time) {
 	if err := c.front.putBack(l, t); err != nil {
 		c.log.Error("frontier failed", "error", err)
 	}
+	c.poke()
 }
 
 func (c *Crawler) backoff(attempts int) time.Duration {

@@ -177,6 +177,24 @@ func AllowPrivateNetworks(ports ...uint16) Option {
 	}
 }
 
+// AllowPrefixes lifts the egress guard for the special-purpose addresses
+// inside prefixes only (for example the emulated Internet's site addresses
+// on loopback), and allows ports besides 80 and 443; every other
+// special-purpose address stays refused. Meant for tests that check the
+// guard itself while crawling a loopback world.
+func AllowPrefixes(prefixes []netip.Prefix, ports ...uint16) Option {
+	return func(c *config) error {
+		for _, p := range prefixes {
+			if !p.IsValid() {
+				return fmt.Errorf("allowed prefix %v is not valid", p)
+			}
+			c.policy.Allow = append(c.policy.Allow, p.Masked())
+		}
+		c.policy.Ports = append(c.policy.Ports, ports...)
+		return nil
+	}
+}
+
 // RootCAs sets the certificate authorities trusted for https. Default: the
 // system pool.
 func RootCAs(p *x509.CertPool) Option {

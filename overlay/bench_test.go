@@ -7,8 +7,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/routing"
 )
 
 func envInt(name string, def int) int {
@@ -21,33 +24,76 @@ func envInt(name string, def int) int {
 // BenchmarkSwarm measures a loopback swarm: convergence (every node joined,
 // its own subnet delegated, and the coordinator of that subnet known to it)
 // and the latency of resolving a delegation that is not cached, with the
-// requests and DHT lookups each resolve costs. It is one measurement per
-// run, not a b.N loop: run it with -benchtime=1x. MICRA_BENCH_NODES sets the
-// swarm size (default 20), MICRA_BENCH_RESOLVES the resolves (default 500).
+// requests, DHT lookups and messages each resolve costs. It is one
+// measurement per run, not a b.N loop: run it with -benchtime=1x.
+// MICRA_BENCH_NODES sets the swarm size (default 50, the goal's),
+// MICRA_BENCH_RESOLVES the resolves (default 500).
 //
 //	go test ./overlay -run '^$' -bench BenchmarkSwarm -benchtime=1x
 func BenchmarkSwarm(b *testing.B) {
-	n := envInt("MICRA_BENCH_NODES", 20)
+	n := envInt("MICRA_BENCH_NODES", 50)
 	resolves := envInt("MICRA_BENCH_RESOLVES", 500)
 	tree := mustTree(b)
 	start := time.Now()
 	// Production-like upkeep rates: the test swarms' fast rates would
 	// measure maintenance load, not resolves.
-	nodes := newSwarm(b, n, Maintenance(5*time.Second, 15*time.Second), Liveness(5*time.Second, time.Minute))
+	opts := []Option{Maintenance(5*time.Second, 15*time.Second), Liveness(5*time.Second, time.Minute)}
+	nodes := make([]*node, n)
+	for i := range n {
+		nodes[i] = newNode(b, i, opts...)
+	}
+	created := time.Since(start)
+	joinSwarm(b, nodes)
 	joined := time.Since(start)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
+	var claimed atomic.Int64 // ns, summed over nodes
 	for _, nd := range nodes {
 		wg.Go(func() {
+			t0 := time.Now()
 			if _, err := nd.o.Delegate(ctx, "http://"+nd.addr.String()+"/", nd.addr); err != nil {
 				b.Error(err)
 			}
+			claimed.Add(int64(time.Since(t0)))
 			nd.o.Coordinator(ctx, tree.SmallestNonUnary(nd.addr))
 		})
 	}
 	wg.Wait()
 	converged := time.Since(start)
+
+	// What one DHT lookup costs: queries sent (one request and one answer
+	// each) by closest-peer lookups of the shard keys, as resolves make
+	// them.
+	var queries, lookupsRun int
+	for i := range min(n, 20) {
+		nd := nodes[i]
+		key := nd.o.coord.rangeShard(tree.SmallestNonUnary(nodes[(i+1)%n].addr)).key(tree.ID())
+		cctx, cancelEvents := context.WithCancel(ctx) // closes events
+		qctx, events := routing.RegisterForQueryEvents(cctx)
+		done := make(chan int)
+		go func() {
+			c := 0
+			for ev := range events {
+				if ev.Type == routing.SendingQuery {
+					c++
+				}
+			}
+			done <- c
+		}()
+		_, err := nd.o.DHT().GetClosestPeers(qctx, string(key[:]))
+		cancelEvents()
+		q := <-done
+		if err != nil {
+			b.Logf("lookup from node %d: %v", i, err)
+			continue
+		}
+		queries += q
+		lookupsRun++
+	}
+	if lookupsRun == 0 {
+		b.Fatal("no lookup succeeded")
+	}
 
 	// Cold resolves: each node's first question about another shard pays
 	// the DHT lookup for its coordinator.
@@ -88,8 +134,11 @@ func BenchmarkSwarm(b *testing.B) {
 		return float64(l[int(p*float64(len(l)-1))]) / float64(time.Millisecond)
 	}
 	b.ReportMetric(float64(n), "nodes")
+	b.ReportMetric(created.Seconds(), "create-s")
 	b.ReportMetric(joined.Seconds(), "join-s")
 	b.ReportMetric(converged.Seconds(), "converge-s")
+	b.ReportMetric(float64(claimed.Load())/float64(n)/float64(time.Millisecond), "own-claim-mean-ms")
+	b.ReportMetric(float64(queries)/float64(lookupsRun), "dht-queries/lookup")
 	b.ReportMetric(q(cold, 0.5), "cold-p50-ms")
 	b.ReportMetric(q(lat, 0.5), "resolve-p50-ms")
 	b.ReportMetric(q(lat, 0.9), "resolve-p90-ms")
@@ -100,4 +149,7 @@ func BenchmarkSwarm(b *testing.B) {
 	b.ReportMetric(float64(reqs)/float64(resolves), "requests/resolve")
 	b.ReportMetric(float64(lookups)/float64(resolves), "lookups/resolve")
 	b.ReportMetric(float64(redirects)/float64(resolves), "redirects/resolve")
+	// Messages on the wire per resolve: a request and its answer per
+	// stream, a query and its answer per peer a DHT lookup asks.
+	b.ReportMetric((2*float64(reqs)+2*float64(queries)/float64(lookupsRun)*float64(lookups))/float64(resolves), "messages/resolve")
 }

@@ -53,6 +53,9 @@ type coordinator struct {
 	// refreshing marks keys with a background lookup in flight.
 	refreshing map[[32]byte]bool
 	refreshQ   chan [32]byte
+	lookups    map[[32]byte]*lookupFlight // DHT lookups in flight, by key
+	stopped    bool                       // stop was called: no new lookups
+	lookupWG   sync.WaitGroup
 
 	assignQ chan assignJob
 	orgQ    chan *pb.SignedRecord
@@ -70,7 +73,11 @@ type shard struct {
 	ref shardRef
 	key [32]byte
 
-	claimMu sync.Mutex // one claim at a time
+	// claimSem admits one claim at a time. It is a channel, not a mutex:
+	// a claim holds it across network round trips, and waiting on a
+	// channel honours the waiter's ctx (and counts as durably blocked
+	// under testing/synctest, which the virtual-time swarm needs).
+	claimSem chan struct{}
 
 	mu       sync.Mutex // guards the fields below and orders writes
 	meta     *pb.ShardMeta
@@ -80,6 +87,11 @@ type shard struct {
 	lastSeen map[peer.ID]time.Time
 	flights  map[string]*flight
 	loadAt   map[peer.ID]time.Time
+
+	// Organisation shards: the index changed since its last publication
+	// in the DHT, and when that was (see publishOrgs).
+	orgDirty     bool
+	orgPublished time.Time
 }
 
 // flight is one in-progress decision that concurrent requests for the same
@@ -102,6 +114,7 @@ func newCoordinator(o *Overlay) (*coordinator, error) {
 		shards:     map[[32]byte]*shard{},
 		closest:    map[[32]byte]closestEntry{},
 		refreshing: map[[32]byte]bool{},
+		lookups:    map[[32]byte]*lookupFlight{},
 		refreshQ:   make(chan [32]byte, 256),
 		assignQ:    make(chan assignJob, 1024),
 		orgQ:       make(chan *pb.SignedRecord, 1024),
@@ -130,6 +143,7 @@ func newCoordinator(o *Overlay) (*coordinator, error) {
 func (c *coordinator) newShard(ref shardRef) *shard {
 	return &shard{
 		ref: ref, key: ref.key(c.sid),
+		claimSem: make(chan struct{}, 1),
 		meta:     &pb.ShardMeta{Shard: ref.toPB()},
 		lastSeen: map[peer.ID]time.Time{},
 		flights:  map[string]*flight{},
@@ -169,6 +183,9 @@ func (c *coordinator) heldShards() []*shard {
 
 // closestPeers returns the live peers closest to key, self included, nearest
 // first. Lists are cached for the configured TTL; refresh forces a lookup.
+// Concurrent lookups of one key share one DHT lookup: a coordinator asked
+// by many joining nodes at once, or a node whose requests, heartbeats and
+// maintenance want the same shard, pays for one.
 func (c *coordinator) closestPeers(ctx context.Context, key [32]byte, refresh bool) []peer.ID {
 	c.mu.Lock()
 	e, ok := c.closest[key]
@@ -182,33 +199,87 @@ func (c *coordinator) closestPeers(ctx context.Context, key [32]byte, refresh bo
 		default: // the refresher is busy; a later request asks again
 		}
 	}
-	c.mu.Unlock()
 	if ok && !refresh {
+		c.mu.Unlock()
 		return e.peers
 	}
+	f, running := c.lookups[key]
+	if !running {
+		if c.stopped {
+			c.mu.Unlock()
+			return c.nearest(key, nil)
+		}
+		f = &lookupFlight{done: make(chan struct{})}
+		c.lookups[key] = f
+		// On the overlay's lifetime: the callers that join this lookup
+		// must not lose it when the first one gives up. Started under
+		// c.mu, so that stop cannot begin waiting before it is counted.
+		c.lookupWG.Go(func() {
+			f.peers = c.lookupClosest(key, e.peers)
+			c.mu.Lock()
+			delete(c.lookups, key)
+			c.mu.Unlock()
+			close(f.done)
+		})
+	}
+	c.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.peers
+	case <-ctx.Done():
+		if ok {
+			return e.peers
+		}
+		return c.nearest(key, nil)
+	}
+}
+
+// stop waits for the lookups in flight (the overlay's context is done, so
+// they end promptly) and refuses new ones. Close calls it.
+func (c *coordinator) stop() {
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+	c.lookupWG.Wait()
+}
+
+// lookupFlight is one DHT lookup of a key that concurrent callers share.
+type lookupFlight struct {
+	done  chan struct{}
+	peers []peer.ID
+}
+
+// lookupClosest runs a DHT lookup of key, caches and returns its answer
+// (old, the cached list, if it fails and finds nothing).
+func (c *coordinator) lookupClosest(key [32]byte, old []peer.ID) []peer.ID {
 	c.o.stats.lookups.Add(1)
-	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	lctx, cancel := context.WithTimeout(c.o.ctx, 20*time.Second)
 	found, err := c.o.dht.GetClosestPeers(lctx, string(key[:]))
 	cancel()
 	if err != nil && len(found) == 0 {
 		c.log.Debug("closest peers lookup failed", "error", err)
-		if ok {
-			return e.peers
+		if len(old) > 0 {
+			return old
 		}
 	}
-	// The lookup's answer, joined with the routing table's nearest peers:
-	// in a small or young overlay a lookup can miss a peer that timed out
-	// once, and peers that disagree about the closest peer bounce requests
-	// between them.
+	peers := c.nearest(key, found)
+	c.mu.Lock()
+	c.closest[key] = closestEntry{peers: peers, at: time.Now()}
+	c.mu.Unlock()
+	return peers
+}
+
+// nearest joins found with this node and the routing table's nearest peers
+// to key, nearest first, at most 20: in a small or young overlay a lookup
+// can miss a peer that timed out once, and peers that disagree about the
+// closest peer bounce requests between them.
+func (c *coordinator) nearest(key [32]byte, found []peer.ID) []peer.ID {
 	peers := append(slices.Clone(found), c.self)
 	peers = append(peers, c.o.dht.RoutingTable().NearestPeers(kb.ConvertKey(string(key[:])), c.cfg.replication)...)
 	peers = kb.SortClosestPeers(dedupe(peers), kb.ConvertKey(string(key[:])))
 	if len(peers) > 20 {
 		peers = peers[:20]
 	}
-	c.mu.Lock()
-	c.closest[key] = closestEntry{peers: peers, at: time.Now()}
-	c.mu.Unlock()
 	return peers
 }
 
@@ -292,8 +363,12 @@ func (c *coordinator) replicaSet(peers []peer.ID) []peer.ID {
 
 // claim takes sh over: see the coordinator's doc.
 func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) error {
-	sh.claimMu.Lock()
-	defer sh.claimMu.Unlock()
+	select {
+	case sh.claimSem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("claiming %s: %w", sh.ref, ctx.Err())
+	}
+	defer func() { <-sh.claimSem }()
 	sh.mu.Lock()
 	if sh.owned {
 		sh.mu.Unlock()
@@ -366,6 +441,9 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 	}
 	sh.owned = true
 	sh.dirty = true // the merged state goes to the replicas on the next push
+	if sh.ref.kind == pb.ShardRef_ORG {
+		sh.orgDirty = true // the new epoch's record supersedes the old coordinator's
+	}
 	sh.replicas = nil
 	now := time.Now()
 	// Crawlers get a full liveness timeout from the takeover: heartbeats
@@ -673,6 +751,20 @@ func (c *coordinator) handleReplicate(ctx context.Context, from peer.ID, req *pb
 	cur := max(sh.meta.GetEpoch(), sh.meta.GetPromised())
 	owner, _ := peer.IDFromBytes(sh.meta.GetOwner())
 	if rq.GetEpoch() < cur || (rq.GetEpoch() == sh.meta.GetEpoch() && owner != "" && owner != from) {
+		if sh.owned && from != c.self {
+			// Another peer coordinated this shard under an older epoch at
+			// the same time (a partition, or views of the closest peers that
+			// differed) and hands its state over. Its decisions are merged,
+			// not lost: every entry is signed by its writer, and where both
+			// decided the same key the newer epoch, ours, wins. The merged
+			// state goes to the replicas with the next push; the crawlers
+			// that lost a conflicting subnet learn it from their heartbeats.
+			if n, err := c.st.putEntries(sh.key, entries); err == nil && n > 0 {
+				sh.dirty = true
+				c.log.Info("merged a stale coordinator's state", "shard", sh.ref.String(), "from", from,
+					"epoch", rq.GetEpoch(), "entries", n)
+			}
+		}
 		return nil, &staleEpochError{got: rq.GetEpoch(), current: cur}
 	}
 	if rq.GetEpoch() > sh.meta.GetEpoch() || owner != from {
@@ -918,7 +1010,7 @@ func (c *coordinator) reassign(ctx context.Context, sh *shard, id subnet.ID, fro
 
 // orphan marks d's subnet orphaned and hands it back to the delegation
 // procedure with the silent node excluded.
-func (c *coordinator) orphan(ctx context.Context, sh *shard, d Delegation) error {
+func (c *coordinator) orphan(ctx context.Context, sh *shard, d Delegation, silent []peer.ID) error {
 	id, ok := c.tree.Find(d.Subnet)
 	if !ok {
 		return nil
@@ -939,7 +1031,11 @@ func (c *coordinator) orphan(ctx context.Context, sh *shard, d Delegation) error
 		return err
 	}
 	c.log.Info("subnet orphaned", "subnet", d.Subnet.String(), "peer", d.Node)
-	_, err = c.decide(sh, DelegateRequest{Subnet: id, Addr: d.Addr, URL: d.URL, From: c.self, Exclude: []peer.ID{d.Node}, Reason: "orphaned"}, false)
+	// Fresh probes: the stored ones may name nodes that died with this one
+	// (a failed probe counts as infinite, a stored one does not).
+	exclude := append([]peer.ID{d.Node}, silent...)
+	_, err = c.decide(sh, DelegateRequest{Subnet: id, Addr: d.Addr, URL: d.URL, From: c.self, Exclude: exclude,
+		Reason: "orphaned", Fresh: time.Now()}, false)
 	return err
 }
 
@@ -984,8 +1080,26 @@ func (c *coordinator) afterDecision(node peer.ID, rec *pb.SignedRecord) {
 	}
 }
 
-// notifier sends queued notices until ctx is done.
+// notifier sends queued notices until ctx is done. Each kind has its own
+// loop, so that a slow kind cannot hold back another: an organisation
+// update to a dead organisation coordinator retries for seconds and a DHT
+// put may take 30 s, while a crawler given an orphaned subnet must hear of
+// it at once. Assignments go out from a few loops, to several crawlers at
+// a time.
 func (c *coordinator) notifier(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range assignWorkers {
+		wg.Go(func() { c.assignLoop(ctx) })
+	}
+	wg.Go(func() { c.indexLoop(ctx) })
+	wg.Go(func() { c.publishLoop(ctx) })
+	wg.Wait()
+}
+
+// assignWorkers is how many ASSIGN notices are in flight at once.
+const assignWorkers = 4
+
+func (c *coordinator) assignLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -998,6 +1112,16 @@ func (c *coordinator) notifier(ctx context.Context) {
 				_, err := c.o.request(ctx, j.to, coordSpec, m, pb.Message_OK)
 				return err
 			})
+		}
+	}
+}
+
+// indexLoop sends decisions to their organisation and block shards.
+func (c *coordinator) indexLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
 		case rec := <-c.orgQ:
 			r, err := openRecord(c.sid, rec)
 			if err != nil || r.GetOrg() == "" {
@@ -1011,6 +1135,16 @@ func (c *coordinator) notifier(ctx context.Context) {
 			})
 		case rec := <-c.blockQ:
 			c.indexInBlocks(ctx, rec)
+		}
+	}
+}
+
+// publishLoop puts delegation records into the DHT.
+func (c *coordinator) publishLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
 		case rec := <-c.pubQ:
 			r, err := openRecord(c.sid, rec)
 			if err != nil {
@@ -1130,12 +1264,40 @@ func (c *coordinator) checkLiveness(ctx context.Context, sh *shard) {
 		}
 		return len(dead) < 64
 	})
+	// Each re-delegation runs a search with probes (seconds); a dead node
+	// may have held dozens of subnets of the shard, so they run side by
+	// side, a few at a time, and all of them within one round.
+	// Every node found silent is kept out of every one of these decisions:
+	// two nodes that died together must not be given each other's
+	// subnets (a stored probe of a dead node still looks good).
+	var silent []peer.ID
 	for _, d := range dead {
-		if err := c.orphan(ctx, sh, d); err != nil {
-			c.log.Debug("re-delegating an orphaned subnet failed", "subnet", d.Subnet.String(), "error", err)
+		if !slices.Contains(silent, d.Node) {
+			silent = append(silent, d.Node)
 		}
 	}
+	sem := make(chan struct{}, orphanWorkers)
+	var wg sync.WaitGroup
+	for _, d := range dead {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := c.orphan(ctx, sh, d, silent); err != nil {
+				c.log.Debug("re-delegating an orphaned subnet failed", "subnet", d.Subnet.String(), "error", err)
+			}
+		})
+	}
+	wg.Wait()
 }
+
+// orphanWorkers bounds the re-delegations of orphaned subnets one shard
+// runs at once.
+const orphanWorkers = 8
 
 // ownerEntries lists the subnets of sh delegated to p.
 func (c *coordinator) ownerEntries(sh *shard, p peer.ID) ([]*pb.Range, bool) {

@@ -25,7 +25,10 @@
 // only the higher epoch wins. Crawlers heartbeat the coordinators of the
 // shards they hold subnets in; a crawler silent past the liveness timeout
 // has its subnets orphaned and handed back to the delegation procedure.
-// Nodes cache resolved delegations.
+// Nodes cache resolved delegations. The coordinator of an organisation
+// shard also publishes the shard's index as a signed record in the DHT
+// (bounded in size and rate, refreshed, newest epoch wins), which any node
+// reads when that coordinator cannot be reached.
 //
 // # Delegation
 //

@@ -188,7 +188,10 @@ func (e *env) Peers() []PeerInfo {
 }
 
 // OrgDelegations returns the delegated ranges of organisation org, from its
-// organisation shard's coordinator (at most 512).
+// organisation shard's coordinator (at most 512). When the coordinator
+// cannot be reached, it falls back on the organisation index record the
+// coordinator publishes in the DHT (one DHT lookup; the record may lag the
+// shard by a publication interval).
 func (o *Overlay) OrgDelegations(ctx context.Context, org string) ([]Delegation, error) {
 	if org == "" || len(org) > 256 {
 		return nil, fmt.Errorf("organisation key of %d bytes", len(org))
@@ -196,6 +199,14 @@ func (o *Overlay) OrgDelegations(ctx context.Context, org string) ([]Delegation,
 	req := newMsg(pb.Message_ORG_QUERY)
 	req.OrgQuery = &pb.OrgQuery{Snapshot: o.sid[:], Org: org}
 	resp, err := o.askCoordinator(ctx, orgShard(org), req, pb.Message_ORG_ENTRIES)
+	if o.orgFallback(ctx, err) {
+		ds, derr := o.orgFromDHT(ctx, org)
+		if derr == nil {
+			o.log.Debug("organisation shard unreachable; read its DHT record", "org", org, "error", err)
+			return ds, nil
+		}
+		return nil, errors.Join(err, derr)
+	}
 	if err != nil {
 		return nil, err
 	}

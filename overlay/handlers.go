@@ -77,6 +77,9 @@ func (o *Overlay) handleProbe(ctx context.Context, from peer.ID, req *pb.Message
 	if url == "" || len(url) > maxURLLen {
 		return nil, fmt.Errorf("%w: URL of %d bytes", ErrMalformed, len(url))
 	}
+	if err := o.limitProbe(from); err != nil {
+		return nil, err
+	}
 	rtt, err := o.localProbe(ctx, url)
 	if err != nil {
 		return nil, err
@@ -333,8 +336,16 @@ func (o *Overlay) handleAssign(ctx context.Context, from peer.ID, req *pb.Messag
 	if rec.GetKind() != pb.Record_DELEGATION || d.Node != o.h.ID() || d.Writer != from {
 		return nil, fmt.Errorf("%w: assignment not for this node or not from its writer", ErrBadRecord)
 	}
-	if _, ok := o.tree.Find(d.Subnet); !ok {
+	id, ok := o.tree.Find(d.Subnet)
+	if !ok {
 		return nil, fmt.Errorf("%w: subnet %s", ErrNotFound, d.Subnet)
+	}
+	// Any key signs a well-formed record: the writer must also be a
+	// plausible coordinator of the subnet's shard, or any peer could make
+	// this node crawl any subnet (a far-future decision time would even
+	// survive the heartbeats' reconciliation).
+	if !o.coord.plausible(ctx, o.coord.rangeShard(id).key(o.sid), from) {
+		return nil, fmt.Errorf("%w: %s is not among the peers closest to the subnet's shard", ErrForbidden, from)
 	}
 	o.noteAssigned(sr)
 	return newMsg(pb.Message_OK), nil
@@ -381,6 +392,7 @@ func (o *Overlay) handleOrgUpdate(ctx context.Context, from peer.ID, req *pb.Mes
 	}); err != nil {
 		return nil, err
 	}
+	o.coord.orgChanged(sh)
 	return newMsg(pb.Message_OK), nil
 }
 
@@ -428,6 +440,9 @@ func (o *Overlay) handleForward(ctx context.Context, from peer.ID, req *pb.Messa
 		if u == "" || len(u) > maxURLLen {
 			return nil, fmt.Errorf("%w: URL of %d bytes", ErrMalformed, len(u))
 		}
+	}
+	if err := o.limitForward(from, len(rq.GetUrls())); err != nil {
+		return nil, err
 	}
 	key := forwardKey(from, rq.GetBatchId())
 	dup := false

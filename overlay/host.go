@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p"
+	coreconnmgr "github.com/libp2p/go-libp2p/core/connmgr"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -35,6 +36,7 @@ type hostConfig struct {
 	reachability network.Reachability
 	portMapping  bool
 	userAgent    string
+	gater        coreconnmgr.ConnectionGater
 }
 
 // DefaultPort is the TCP and UDP port a node listens on by default.
@@ -131,6 +133,15 @@ func ConnLimits(low, high int) HostOption {
 			return fmt.Errorf("connection limits must satisfy 1 ≤ low ≤ high, got %d and %d", low, high)
 		}
 		c.connLow, c.connHigh = low, high
+		return nil
+	}
+}
+
+// ConnectionGater installs g to accept or refuse every connection: an
+// operator's deny list, or a test's network partition.
+func ConnectionGater(g coreconnmgr.ConnectionGater) HostOption {
+	return func(c *hostConfig) error {
+		c.gater = g
 		return nil
 	}
 }
@@ -245,6 +256,9 @@ func NewHost(sk crypto.PrivKey, opts ...HostOption) (host.Host, error) {
 		libp2p.EnableNATService(),
 		libp2p.EnableAutoNATv2(),
 		libp2p.DisableMetrics(),
+	}
+	if cfg.gater != nil {
+		lopts = append(lopts, libp2p.ConnectionGater(cfg.gater))
 	}
 	if len(cfg.listen) == 0 {
 		lopts = append(lopts, libp2p.NoListenAddrs)

@@ -68,7 +68,8 @@ type DelegationEnv interface {
 	// coordinator of its shard when that is another peer.
 	Lookup(ctx context.Context, id subnet.ID) (Delegation, bool, error)
 	// OrgDelegations returns the delegated ranges of an organisation, from
-	// its organisation shard (at most 512).
+	// its organisation shard (at most 512), or from the shard's index
+	// record in the DHT when its coordinator cannot be reached.
 	OrgDelegations(ctx context.Context, org string) ([]Delegation, error)
 	// Probe asks p to probe url and stores the result with subnet s in the
 	// shard's replicated state. A failed probe returns an error wrapping

@@ -39,6 +39,9 @@ type config struct {
 	probeSched   ProbeSchedule
 	probeWait    time.Duration
 	redelegate   time.Duration
+	orgPublish   time.Duration
+	orgRefresh   time.Duration
+	rateLimits   *rateLimits // per-peer budgets of probe and forward requests (ratelimit.go)
 }
 
 func defaultConfig() config {
@@ -57,6 +60,9 @@ func defaultConfig() config {
 		publish:     true,
 		announce:    5 * time.Minute,
 		redelegate:  10 * time.Minute, // a subnet's node may ask for a new decision this often; probes cost every node asked
+		orgPublish:  10 * time.Second, // changes to an organisation index coalesce for this long before one DHT put
+		orgRefresh:  time.Hour,        // unchanged indexes are put again, reaching peers that became closest (records live 36 h)
+		rateLimits:  defaultRateLimits(),
 	}
 }
 
@@ -189,9 +195,24 @@ func BootstrapPeers(ps []peer.AddrInfo) Option {
 }
 
 // PublishRecords controls whether coordinators publish signed delegation
-// records in the DHT (default on).
+// records and organisation index records in the DHT (default on).
 func PublishRecords(on bool) Option {
 	return func(c *config) error { c.publish = on; return nil }
+}
+
+// OrgRecords sets how often a coordinator publishes the organisation index
+// records of its organisation shards in the DHT: a changed index waits for
+// the next round (every, default 10 s; at most 4 records are put per round),
+// an unchanged one is put again after refresh (default 1 h). See
+// PublishRecords to switch publication off.
+func OrgRecords(every, refresh time.Duration) Option {
+	return func(c *config) error {
+		if every < 100*time.Millisecond || refresh < every {
+			return fmt.Errorf("organisation records need every ≥ 100 ms and refresh ≥ every, got %v and %v", every, refresh)
+		}
+		c.orgPublish, c.orgRefresh = every, refresh
+		return nil
+	}
 }
 
 // Announce sets how often the node announces itself on TopicAnnounce

@@ -46,7 +46,9 @@ type Overlay struct {
 	results  *pubsub.Topic
 	coord    *coordinator
 	cache    *cache
-	stats    counters
+	// orgValidator checks organisation records read back from the DHT.
+	orgValidator RecordValidator
+	stats        counters
 
 	mu    sync.Mutex
 	mine  map[[32]byte]shardRef         // shards in which this node holds delegations
@@ -68,7 +70,7 @@ type Overlay struct {
 }
 
 type counters struct {
-	requests, lookups, cacheHits, cacheMisses, redirects atomic.Int64
+	requests, lookups, cacheHits, cacheMisses, redirects, puts atomic.Int64
 }
 
 // Stats are cumulative counters of one overlay, for measurements.
@@ -78,6 +80,7 @@ type Stats struct {
 	CacheHits   int64 // Resolve answered from the cache
 	CacheMisses int64
 	Redirects   int64 // NOT_COORDINATOR answers followed
+	Puts        int64 // organisation index records put in the DHT
 }
 
 // Stats returns the counters so far.
@@ -85,7 +88,7 @@ func (o *Overlay) Stats() Stats {
 	return Stats{
 		Requests: o.stats.requests.Load(), Lookups: o.stats.lookups.Load(),
 		CacheHits: o.stats.cacheHits.Load(), CacheMisses: o.stats.cacheMisses.Load(),
-		Redirects: o.stats.redirects.Load(),
+		Redirects: o.stats.redirects.Load(), Puts: o.stats.puts.Load(),
 	}
 }
 
@@ -134,9 +137,11 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	}()
 
 	validators := record.NamespacedValidator{"pk": record.PublicKeyValidator{}}
-	for ns, v := range NewRecordValidators(tree) {
+	writerChk := new(atomic.Pointer[writerCheck])
+	for ns, v := range newRecordValidators(tree, writerChk) {
 		validators[ns] = v
 	}
+	o.orgValidator = validators[OrgNamespace].(RecordValidator)
 	dopts := []dht.Option{
 		dht.Mode(dht.ModeServer),
 		dht.ProtocolPrefix(DHTPrefix),
@@ -144,6 +149,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		dht.RoutingTablePeerDiversityFilter(dht.NewRTPeerDiversityFilter(h, cfg.divPerCpl, cfg.divPerTable)),
 		dht.DisableProviders(),
 	}
+
 	if len(cfg.bootstrap) > 0 {
 		dopts = append(dopts, dht.BootstrapPeers(cfg.bootstrap...))
 	}
@@ -175,6 +181,8 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	if o.coord, err = newCoordinator(o); err != nil {
 		return nil, err
 	}
+	chk := writerCheck(o.coord.plausibleWriter)
+	writerChk.Store(&chk)
 	if err := o.loadMine(); err != nil {
 		return nil, err
 	}
@@ -206,6 +214,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	o.wg.Go(func() { o.every(o.cfg.maintain, o.coord.maintain) })
 	o.wg.Go(func() { o.every(o.cfg.heartbeat, o.heartbeatAll) })
 	o.wg.Go(func() { o.every(o.cfg.announce, o.publishAnnounce) })
+	o.wg.Go(func() { o.every(o.cfg.orgPublish, o.coord.publishOrgs) })
 	return o, nil
 }
 
@@ -213,9 +222,12 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 // (after bootstrap.Join): it adds them to the routing table and runs a
 // lookup of this node's own id, which is how a Kademlia node makes itself
 // known to, and learns, its neighbourhood, the peers shard ownership
-// depends on. A full routing-table refresh then runs in the background.
-// With OwnAddress, the node then claims its own subnet (see ClaimOwn); a
-// failed claim is logged and retried with the heartbeats.
+// depends on. A routing-table refresh then runs in the background. With
+// OwnAddress, the node claims its own subnet (see ClaimOwn) at the same
+// time: the claim's lookup of its shard's coordinator does not need the
+// self lookup, so the two overlap rather than add up. A failed claim is
+// logged and retried with the heartbeats. Bootstrap returns when both are
+// done.
 func (o *Overlay) Bootstrap(ctx context.Context) error {
 	for _, p := range o.h.Network().Peers() {
 		o.dht.RoutingTable().TryAddPeer(p, true, false)
@@ -223,16 +235,20 @@ func (o *Overlay) Bootstrap(ctx context.Context) error {
 	if o.dht.RoutingTable().Size() == 0 {
 		return fmt.Errorf("bootstrap: %w: no DHT server among the connected peers", ErrNoPeers)
 	}
+	var claim sync.WaitGroup
+	if !o.ownDone.Load() {
+		claim.Go(func() {
+			if _, err := o.ClaimOwn(ctx); err != nil {
+				o.log.Warn("claiming the own subnet failed; retrying with the heartbeats", "error", err)
+			}
+		})
+	}
+	defer claim.Wait()
 	o.stats.lookups.Add(1)
 	if _, err := o.dht.GetClosestPeers(ctx, string(o.h.ID())); err != nil {
 		return fmt.Errorf("bootstrap: self lookup: %w", err)
 	}
 	_ = o.dht.RefreshRoutingTable()
-	if !o.ownDone.Load() {
-		if _, err := o.ClaimOwn(ctx); err != nil {
-			o.log.Warn("claiming the own subnet failed; retrying with the heartbeats", "error", err)
-		}
-	}
 	return nil
 }
 
@@ -283,9 +299,10 @@ func (o *Overlay) PubSub() *pubsub.PubSub { return o.ps }
 // Tree returns the subnet hierarchy.
 func (o *Overlay) Tree() *subnet.Tree { return o.tree }
 
-// Close stops the loops and protocol handlers, waits for them, and closes
-// the DHT. It does not close the host or the database. It is safe to call
-// more than once; later calls return the first result.
+// Close stops the loops and protocol handlers, waits for them and for the
+// DHT lookups in flight, and closes the DHT. It does not close the host or
+// the database. It is safe to call more than once; later calls return the
+// first result.
 func (o *Overlay) Close() error {
 	o.closeOnce.Do(func() {
 		for _, id := range []string{string(ProbeID), string(CoordinateID), string(ForwardID), string(AckID), string(ReplicateID)} {
@@ -293,6 +310,9 @@ func (o *Overlay) Close() error {
 		}
 		o.cancel()
 		o.wg.Wait()
+		if o.coord != nil {
+			o.coord.stop()
+		}
 		var errs []error
 		for _, t := range []*pubsub.Topic{o.announce, o.results} {
 			if t != nil {
@@ -562,6 +582,10 @@ func (o *Overlay) Coordinator(ctx context.Context, id subnet.ID) peer.ID {
 
 // askCoordinator sends req to the coordinator of ref, following redirects
 // and retrying once with a fresh lookup when the coordinator is gone.
+// maxCoordRetries bounds askCoordinator's look-ups after transient
+// refusals.
+const maxCoordRetries = 3
+
 func (o *Overlay) askCoordinator(ctx context.Context, ref shardRef, req *pb.Message, want pb.Message_Type) (*pb.Message, error) {
 	if o.ctx.Err() != nil {
 		return nil, ErrClosed
@@ -575,7 +599,8 @@ func (o *Overlay) askCoordinator(ctx context.Context, ref shardRef, req *pb.Mess
 	}
 	var lastErr error
 	refreshed := false
-	for hop := 0; hop <= maxNotCoordinator+1; hop++ {
+	retries := 0 // after a takeover, a lost claim race or an unreachable coordinator
+	for hop := 0; hop <= maxNotCoordinator+1+maxCoordRetries; hop++ {
 		var resp *pb.Message
 		var err error
 		if target == o.h.ID() {
@@ -616,16 +641,18 @@ func (o *Overlay) askCoordinator(ctx context.Context, ref shardRef, req *pb.Mess
 			target = next
 		case errors.Is(err, ErrNotCoordinator), errors.Is(err, ErrUnavailable), errors.Is(err, ErrStaleEpoch),
 			!isRemote(err):
-			// Taken over, no quorum yet, or the coordinator is unreachable:
-			// look it up again, once, after a short pause.
-			if refreshed {
+			// Taken over, no quorum yet, two peers racing to claim the
+			// shard (one loses with a stale epoch), or the coordinator is
+			// unreachable: look it up again after a pause, a few times
+			// (0.1, 0.4, 1.6 s), since these settle within a second or two.
+			if retries == maxCoordRetries {
 				return nil, err
 			}
-			refreshed = true
+			retries++
 			if !isRemote(err) {
 				o.coord.forget(target)
 			}
-			pause := time.NewTimer(100 * time.Millisecond)
+			pause := time.NewTimer(100 * time.Millisecond << (2 * (retries - 1)))
 			select {
 			case <-ctx.Done():
 				pause.Stop()

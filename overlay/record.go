@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	record "github.com/libp2p/go-libp2p-record"
@@ -190,22 +191,38 @@ func OrgKey(sid subnet.SnapshotID, org string) string {
 
 // RecordValidator validates micra's DHT records of one namespace for one
 // snapshot: the value must be a signed record of the namespace's kind, for
-// exactly the key's subnet or organisation, which must exist in the tree.
-// It implements record.Validator; register it under its namespace.
+// exactly the key's subnet or organisation, which must exist in the tree;
+// an organisation index must list ranges of that organisation, in order,
+// each once. Inside an Overlay it also refuses records whose writer is
+// farther from the record's shard than the peers the routing table knows
+// (see plausibleWriter). It implements record.Validator; register it under
+// its namespace.
 type RecordValidator struct {
 	tree *subnet.Tree
 	kind pb.Record_Kind
 	ns   string
+	// writer, when set (by New, once the DHT's routing table exists),
+	// refuses records whose writer cannot be the shard's coordinator as far
+	// as this node's routing table can tell.
+	writer *atomic.Pointer[writerCheck]
 }
+
+// writerCheck reports whether a verified record's writer may have written
+// it.
+type writerCheck func(r *pb.Record) bool
 
 var _ record.Validator = RecordValidator{}
 
 // NewRecordValidators returns the validators of micra's namespaces for
 // tree's snapshot, keyed by namespace.
 func NewRecordValidators(tree *subnet.Tree) map[string]RecordValidator {
+	return newRecordValidators(tree, nil)
+}
+
+func newRecordValidators(tree *subnet.Tree, writer *atomic.Pointer[writerCheck]) map[string]RecordValidator {
 	return map[string]RecordValidator{
-		DelegationNamespace: {tree: tree, kind: pb.Record_DELEGATION, ns: DelegationNamespace},
-		OrgNamespace:        {tree: tree, kind: pb.Record_ORG_INDEX, ns: OrgNamespace},
+		DelegationNamespace: {tree: tree, kind: pb.Record_DELEGATION, ns: DelegationNamespace, writer: writer},
+		OrgNamespace:        {tree: tree, kind: pb.Record_ORG_INDEX, ns: OrgNamespace, writer: writer},
 	}
 }
 
@@ -242,10 +259,30 @@ func (v RecordValidator) open(key string, value []byte) (*pb.Record, error) {
 		if len(v.tree.ByOrg(r.GetOrg())) == 0 {
 			return nil, fmt.Errorf("%w: organisation not in the snapshot", ErrBadRecord)
 		}
+		// Entries name ranges of the organisation, each once, in range
+		// order (so that a record's size bounds what it claims).
+		var prev []byte
+		for _, e := range r.GetOrgEntries() {
+			rg, _ := rangeFromPB(e.GetSubnet()) // checked by openRecord
+			id, ok := v.tree.Find(rg)
+			if !ok || v.tree.Org(id) != r.GetOrg() {
+				return nil, fmt.Errorf("%w: entry %s is not a range of the organisation", ErrBadRecord, rg)
+			}
+			k := rangeKey(rg)
+			if prev != nil && bytes.Compare(prev, k) >= 0 {
+				return nil, fmt.Errorf("%w: entries out of order or repeated", ErrBadRecord)
+			}
+			prev = k
+		}
 		want = OrgKey(v.tree.ID(), r.GetOrg())
 	}
 	if key != want {
 		return nil, fmt.Errorf("%w: key does not match the record", ErrBadRecord)
+	}
+	if v.writer != nil {
+		if chk := v.writer.Load(); chk != nil && !(*chk)(r) {
+			return nil, fmt.Errorf("%w: writer is farther from the shard than the peers known", ErrBadRecord)
+		}
 	}
 	return r, nil
 }

@@ -86,7 +86,7 @@ func (d *Delegator) balance(ctx, budget context.Context, v *view, dec subnet.Dec
 			d.stats.handOffs.Add(1)
 			d.pending.add(peer.ID(h.To), int64(h.Pages), now, d.cfg.pendingTTL)
 			d.pending.add(node, -int64(h.Pages), now, d.cfg.pendingTTL)
-			d.cfg.log.Info("load balancing: subnet handed off", "subnet", h.Subnet.String(), "from", node, "to", h.To,
+			d.cfg.log.Info("load balancing: subnet handed off", "subnet", h.Subnet.String(), "from", node, "to", peer.ID(h.To),
 				"for", v.tree.Range(v.req.Subnet).String())
 			return node
 		}
@@ -98,7 +98,7 @@ func (d *Delegator) balance(ctx, budget context.Context, v *view, dec subnet.Dec
 	}
 	if !plan.Over {
 		d.stats.second.Add(1)
-		d.cfg.log.Debug("load balancing: second-best node", "subnet", v.tree.Range(v.req.Subnet).String(), "full", node, "to", plan.Node)
+		d.cfg.log.Debug("load balancing: second-best node", "subnet", v.tree.Range(v.req.Subnet).String(), "full", node, "to", peer.ID(plan.Node))
 		return peer.ID(plan.Node)
 	}
 	// Nobody probed has room: search once more without the full nodes.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"net/url"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/delegate"
 	"github.com/micra-net/micra/overlay/overlaytest"
+	"github.com/micra-net/micra/subnet"
 )
 
 // TestMeshHandOff runs a load-balancing hand-off end to end: node A is
@@ -39,7 +41,9 @@ func TestMeshHandOff(t *testing.T) {
 	var dels []*delegate.Delegator
 	var nodes []*overlaytest.Node
 	for i := range table {
-		d, err := delegate.New(delegate.Pure(), delegate.Threshold(ms(5)), delegate.Logger(slog.New(slog.DiscardHandler)))
+		// No cache of other shards' indexes: the second decision must see the
+		// first in the block index however the two are timed.
+		d, err := delegate.New(delegate.Pure(), delegate.Threshold(ms(5)), delegate.CacheTTL(0), delegate.Logger(debugLogger()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,6 +85,25 @@ func TestMeshHandOff(t *testing.T) {
 	if err != nil || d.Node != a {
 		t.Fatalf("first subnet: %s, %v; want A", name[d.Node], err)
 	}
+	// The first decision reaches the block index above both shards (sent
+	// in the background), where the second decision's search finds it with
+	// its probes: wait for it, or a loaded machine decides the second
+	// before the coordinator can know what A holds.
+	tree := overlaytest.Tree(t)
+	secondID := tree.SmallestNonUnary(netip.MustParseAddr("127.2.20.9"))
+	top, _ := tree.Find(subnet.Range{Start: netip.MustParseAddr("127.0.0.0"), End: netip.MustParseAddr("127.255.255.255")})
+	waitFor(t, 30*time.Second, func() error {
+		ix, err := nodes[2].Overlay.Block(ctx, top, secondID)
+		if err != nil {
+			return err
+		}
+		for _, e := range ix {
+			if e.Subnet == tree.Range(tree.SmallestNonUnary(first)) && len(e.Probes) > 0 {
+				return nil
+			}
+		}
+		return fmt.Errorf("the first decision is not in the block index of 127.0.0.0/8 yet")
+	})
 	// A declares itself full; every node hears it.
 	capacity.Store(1000)
 	load.Store(1000)
@@ -106,10 +129,17 @@ func TestMeshHandOff(t *testing.T) {
 	if handOffs != 1 {
 		t.Errorf("%d hand-offs, want 1", handOffs)
 	}
-	tree := overlaytest.Tree(t)
 	nodes[2].Overlay.Invalidate(tree.Range(tree.SmallestNonUnary(first)))
 	got, ok, err := nodes[2].Overlay.Resolve(ctx, first)
 	if err != nil || !ok || got.Node != b {
 		t.Fatalf("first subnet after the hand-off: %s (%v, %v); want B", name[got.Node], ok, err)
 	}
+}
+
+// debugLogger logs to stderr with MICRA_DEBUG set, else nowhere.
+func debugLogger() *slog.Logger {
+	if os.Getenv("MICRA_DEBUG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

@@ -116,6 +116,11 @@ type Policy struct {
 	AnyPort bool
 	// Ports are allowed in addition to DefaultPorts.
 	Ports []uint16
+	// Allow lists prefixes whose special-purpose addresses are allowed
+	// while AllowPrivate is off (the emulated Internet's sites on
+	// loopback): every other special-purpose address stays refused.
+	// Unspecified and multicast addresses are never allowed.
+	Allow []netip.Prefix
 }
 
 // PortAllowed reports whether port may be dialled.
@@ -145,6 +150,11 @@ func (p *Policy) CheckAddr(ip netip.Addr) error {
 	}
 	if p.AllowPrivate {
 		return nil
+	}
+	for _, a := range p.Allow {
+		if a.Contains(ip) {
+			return nil
+		}
 	}
 	if r := Classify(ip); r != "" {
 		return fmt.Errorf("%w: %s is %s", ErrForbidden, ip, r)

@@ -1,5 +1,5 @@
 //go:build !race
 
-package delegate_test
+package reliability
 
 const raceEnabled = false
