@@ -75,6 +75,7 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	readOnly := fs.Bool("read-only", false, "serve search and export only: no profile changes, no crawl requests")
 	snap := fs.String("snapshot", "", "subnet snapshot `FILE` (default: the one built into micra)")
 	announce := fs.Duration("announce", time.Minute, "how often to announce this indexer")
+	liveness := fs.Duration("liveness", 5*time.Minute, "silence after which the shards this indexer coordinates orphan a crawler's subnets (use the nodes' --liveness)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -121,9 +122,19 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	if *liveness < 2*time.Second || *liveness > 24*time.Hour {
+		return fmt.Errorf("%w: --liveness %v is not between 2s and 24h", errUsage, *liveness)
+	}
+	// Indexers coordinate shards like nodes: the same liveness clock as
+	// node.Config.Liveness, heartbeats every tenth of it.
+	oopts := []overlay.Option{overlay.Liveness(*liveness/10, *liveness)}
+	if *liveness/4 < 15*time.Second {
+		oopts = append(oopts, overlay.Maintenance(*liveness/4, 30*time.Second))
+	}
 	return serveIndexer(ctx, indexerSetup{
 		dir: *data, listen: listenAddrs, peers: peers, httpAddr: *httpAddr, readOnly: *readOnly,
 		tree: tree, log: logger, opts: append(opts, results.Logger(logger.With("subsystem", "results"))),
+		overlayOpts: oopts,
 	}, stdout)
 }
 

@@ -230,3 +230,10 @@ func TestIndexerServe(t *testing.T) {
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func TestIndexerLivenessFlag(t *testing.T) {
+	code, _, errs := runCmd(t, "indexer", "--liveness", "1s")
+	if code != 2 || !strings.Contains(errs, "--liveness") {
+		t.Errorf("--liveness 1s: exit %d, %s", code, errs)
+	}
+}
