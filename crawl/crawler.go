@@ -613,17 +613,9 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 		if j.seen && st.Visits > 0 && bodyHash == st.BodyHash && indexedBefore {
 			break // identical bytes: nothing to do
 		}
-		body, ctype, path := res.Body, res.Header.Get("Content-Type"), res.URL.Path
-		if gz, ok := unpackGzip(ctype, path, body, c.cfg.maxDecoded); ok {
-			// sitemap.xml.gz and the like: the document is inside.
-			body, ctype, path = gz.body, "", gz.path
-			size, truncated = int64(len(body)), truncated || gz.truncated
-		}
-		typ := parse.Detect(ctype, path, body)
-		kw.Reset()
-		doc := parse.Parse(typ, res.URL.String(), ctype, body, kw, parse.Options{
-			Agent: c.cfg.product, MaxLinks: c.cfg.maxLinks, XRobotsTag: res.Header.Values("X-Robots-Tag"),
-		})
+		a := c.analyse(res, kw)
+		typ, doc := a.typ, a.doc
+		size, truncated = a.size, a.truncated
 		links = doc.Links
 		if doc.NoIndex {
 			if indexedBefore {
@@ -694,6 +686,33 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 		c.log.Error("frontier failed", "error", err)
 	}
 	c.extract(j, links)
+}
+
+// analysis is what the pipeline reads from a 2xx response's body.
+type analysis struct {
+	typ       parse.Type
+	doc       *parse.Doc // its keywords are in the Builder
+	size      int64      // decoded body bytes (inside a gzip file, for sitemap.xml.gz)
+	truncated bool
+}
+
+// analyse detects, parses and indexes the body of res into kw (reset
+// first): the one place that turns a body into keywords and links, shared
+// by the crawl and Refetch so that an audit computes what a record holds.
+func (c *Crawler) analyse(res *Response, kw *textproc.Builder) analysis {
+	body, ctype, path := res.Body, res.Header.Get("Content-Type"), res.URL.Path
+	a := analysis{size: int64(len(body)), truncated: res.Truncated}
+	if gz, ok := unpackGzip(ctype, path, body, c.cfg.maxDecoded); ok {
+		// sitemap.xml.gz and the like: the document is inside.
+		body, ctype, path = gz.body, "", gz.path
+		a.size, a.truncated = int64(len(body)), a.truncated || gz.truncated
+	}
+	a.typ = parse.Detect(ctype, path, body)
+	kw.Reset()
+	a.doc = parse.Parse(a.typ, res.URL.String(), ctype, body, kw, parse.Options{
+		Agent: c.cfg.product, MaxLinks: c.cfg.maxLinks, XRobotsTag: res.Header.Values("X-Robots-Tag"),
+	})
+	return a
 }
 
 // nextInterval adapts the revisit interval to the page's observed change

@@ -63,6 +63,9 @@
 // the node turns into a re-delegation of the server's subnet (the
 // Calibration option feeds it every fetch); Schedule (and
 // Crawler.NextOpen) lets probes wait for the operator's windows.
+// Crawler.Refetch fetches one page afresh as the crawler would (politeness,
+// robots.txt, egress guard, caps) and analyses it with the same pipeline,
+// for audits of other nodes' records (FingerprintDistance compares).
 //
 // # Storage
 //

@@ -23,6 +23,9 @@ var (
 	ErrContentEncoding = errors.New("unsupported content encoding")
 	// ErrRobotsDisallowed: robots.txt forbids the URL.
 	ErrRobotsDisallowed = errors.New("disallowed by robots.txt")
+	// ErrTransferCap: the bandwidth or daily transfer cap allows no fetch
+	// soon enough (Refetch).
+	ErrTransferCap = errors.New("transfer cap reached")
 	// ErrClosed: the crawler was closed.
 	ErrClosed = errors.New("crawler closed")
 	// ErrBadRequest: a crawl request is malformed.

@@ -30,6 +30,7 @@ type Status struct {
 	Crawl     Crawl     `json:"crawl"`    //
 	Outbox    Outbox    `json:"outbox"`   //
 	Probes    Probes    `json:"probes"`   //
+	Audits    Audits    `json:"audits"`   //
 	Subnets   []Subnet  `json:"subnets"`  // delegated to this node, nearest first
 	Indexers  int       `json:"indexers"` // designated indexers known
 	Warnings  []string  `json:"warnings"` // conditions an operator should see
@@ -66,6 +67,16 @@ type Outbox struct {
 type Probes struct {
 	Run    int64 `json:"run"`
 	Issued int64 `json:"issued"`
+}
+
+// Audits counts this node's part in audits of volunteers' results: as a
+// coordinator judging other nodes' records, and as an auditor fetching
+// pages afresh for coordinators.
+type Audits struct {
+	Judged      int64    `json:"judged"`      // audits judged as a coordinator
+	Refetched   int64    `json:"refetched"`   // pages fetched afresh for audits
+	Convictions int64    `json:"convictions"` // nodes convicted as a coordinator since start
+	Convicted   []string `json:"convicted"`   // nodes convicted in the shards it coordinates now
 }
 
 // Subnet is one subnet delegated to this node.
@@ -255,6 +266,7 @@ table{border-collapse:collapse} td,th{padding:.2em .8em .2em 0;text-align:left;v
 <div><div class="n" id="outbox">{{.Outbox.Batches}}</div>batches in the outbox ({{mib .Outbox.Bytes}} of {{mib .Outbox.Cap}})</div>
 <div><div class="n" id="probes-run">{{.Probes.Run}}</div>probes run</div>
 <div><div class="n" id="probes-issued">{{.Probes.Issued}}</div>probes issued</div>
+<div><div class="n" id="audits">{{.Audits.Judged}}/{{.Audits.Refetched}}</div>audits judged / pages refetched for audits</div>
 <div><div class="n" id="window">{{if .Window.Open}}open{{else}}closed{{end}}</div>crawl window (next change {{when .Window.Next}})</div>
 <div><div class="n" id="load">{{.Load}}/{{.Capacity}}</div>pages a day, delegated / offered</div>
 </div>
@@ -266,7 +278,10 @@ table{border-collapse:collapse} td,th{padding:.2em .8em .2em 0;text-align:left;v
 <table id="subnet-table"><tr><th>range</th><th>organisation</th><th>RTT ms</th><th>since</th></tr>
 {{range .Subnets}}<tr><td><code>{{.Range}}</code></td><td>{{.Org}}</td><td>{{ms .RTTms}}</td><td>{{when .Since}}</td></tr>
 {{end}}</table>
-<h2>Addresses</h2>
+{{if .Audits.Convicted}}<h2>Nodes convicted by audits</h2>
+<p class="muted">Their results disagreed with other nodes' fetches of the same pages; they get no subnets of the shards this node coordinates.</p>
+<ul id="convicted">{{range .Audits.Convicted}}<li><code>{{.}}</code></li>{{end}}</ul>
+{{end}}<h2>Addresses</h2>
 <ul>{{range .Addrs}}<li><code>{{.}}</code></li>{{end}}</ul>
 <p class="muted">facts as JSON: <a href="/api/status">/api/status</a> · metrics: <a href="/metrics">/metrics</a></p>
 <p class="muted">Organisation names of routed ranges: <a href="https://db-ip.com">IP Geolocation by DB-IP</a>, Route Views, NRO; CC BY 4.0.</p>

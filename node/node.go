@@ -46,6 +46,7 @@ type options struct {
 	host       []overlay.HostOption
 	crawl      []crawl.Option
 	results    []results.Option
+	wrapSink   func(crawl.Sink) crawl.Sink
 }
 
 // Tree sets the subnet tree, instead of Config.Snapshot or the snapshot
@@ -90,6 +91,14 @@ func CrawlOptions(opts ...crawl.Option) Option {
 // ResultOptions: see DelegateOptions.
 func ResultOptions(opts ...results.Option) Option {
 	return func(o *options) { o.results = append(o.results, opts...) }
+}
+
+// WrapResults wraps what the crawler hands its results to (the outbox)
+// with f: a program embedding nodes may tee or transform what the node
+// publishes. The reliability tests use it to make a node fabricate its
+// records. f's sink must honour crawl.Sink's contract.
+func WrapResults(f func(crawl.Sink) crawl.Sink) Option {
+	return func(o *options) { o.wrapSink = f }
 }
 
 // Node is one running volunteer: its database, libp2p host, overlay with
@@ -289,6 +298,10 @@ func (n *Node) build() error {
 		// Result batches are verified (signature, sizes) before this node
 		// relays them, as indexers do.
 		overlay.ResultsValidator(results.CheckEnvelope),
+		// Audits: this node judges records of the shards it coordinates
+		// and refetches pages for other coordinators.
+		overlay.WithEvidenceOpener(overlay.EvidenceOpenerFunc(results.OpenEvidence)),
+		overlay.WithRefetcher(overlay.RefetcherFunc(n.refetch)),
 		overlay.Logger(n.log.With("subsystem", "overlay")),
 	}
 	if n.own.IsValid() {
@@ -324,7 +337,11 @@ func (n *Node) build() error {
 	if cfg.AllowPrivateNetworks {
 		copts = append(copts, crawl.AllowPrivateNetworks(cfg.AllowPorts...))
 	}
-	if n.cr, err = crawl.New(n.db, n.ob, append(copts, n.opt.crawl...)...); err != nil {
+	var sink crawl.Sink = n.ob
+	if n.opt.wrapSink != nil {
+		sink = n.opt.wrapSink(sink)
+	}
+	if n.cr, err = crawl.New(n.db, sink, append(copts, n.opt.crawl...)...); err != nil {
 		return err
 	}
 	if err := n.ob.Start(n.o); err != nil {
@@ -567,6 +584,19 @@ func (n *Node) probe(ctx context.Context, u string) (time.Duration, error) {
 		}
 	}
 	return rtt, nil
+}
+
+// refetch fetches a page afresh for a coordinator's audit, with the
+// crawler's politeness and pipeline.
+func (n *Node) refetch(ctx context.Context, u string) (overlay.Page, error) {
+	if !n.waitReady(ctx) {
+		return overlay.Page{}, errNotReady
+	}
+	o, err := n.cr.Refetch(ctx, u)
+	if err != nil {
+		return overlay.Page{}, err
+	}
+	return overlay.Page{URL: o.URL, FinalURL: o.FinalURL, Status: o.Status, Fingerprint: o.Fingerprint, At: o.Time}, nil
 }
 
 // onSlow turns a calibration signal into a re-delegation of the server's

@@ -26,6 +26,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	cs := n.cr.Stats()
 	os := n.ob.Stats()
 	capacity, load := n.load()
+	ovs := n.o.Stats()
 	st := Status{
 		Peer: n.h.ID().String(), Addrs: n.Addrs(), Snapshot: n.tree.ID().String(),
 		Started: n.started, Now: now, Peers: len(n.h.Network().Peers()), Shards: n.o.Coordinating(),
@@ -36,8 +37,12 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		},
 		Outbox:    Outbox{Batches: os.Batches, Bytes: os.Bytes, Cap: os.Cap, Acked: int64(os.Removed)},
 		Probes:    Probes{Run: n.probesRun.Load(), Issued: n.del.Stats().Probes},
+		Audits:    Audits{Judged: ovs.Audits, Refetched: ovs.Refetches, Convictions: ovs.Convictions, Convicted: []string{}},
 		Indexers:  os.Indexers,
 		RateChart: n.rate.points(),
+	}
+	for _, p := range n.o.Convicted() {
+		st.Audits.Convicted = append(st.Audits.Convicted, p.String())
 	}
 	st.Window.Open = n.cr.OpenAt(now)
 	if len(n.cfg.Windows) > 0 {
@@ -132,6 +137,9 @@ func (n *Node) collector() prometheus.Collector {
 		"outboxBytes": desc("outbox_bytes", "Bytes of the result batches waiting."),
 		"acked":       desc("outbox_acknowledged_total", "Result batches acknowledged and removed from the outbox."),
 		"peers":       desc("peers", "Connected libp2p peers."),
+		"judged":      desc("audits_judged_total", "Audits of other nodes' results judged as a coordinator."),
+		"refetched":   desc("audit_refetches_total", "Pages fetched afresh for coordinators' audits."),
+		"convictions": desc("audit_convictions_total", "Nodes convicted by audits as a coordinator."),
 	}
 	return c
 }
@@ -169,6 +177,10 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge("outboxBytes", float64(os.Bytes))
 	counter("acked", float64(os.Removed))
 	gauge("peers", float64(len(n.h.Network().Peers())))
+	ovs := n.o.Stats()
+	counter("judged", float64(ovs.Audits))
+	counter("refetched", float64(ovs.Refetches))
+	counter("convictions", float64(ovs.Convictions))
 }
 
 // sample records the fetch rate every sampleEvery until Close.

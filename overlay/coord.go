@@ -57,6 +57,11 @@ type coordinator struct {
 	stopped    bool                       // stop was called: no new lookups
 	lookupWG   sync.WaitGroup
 
+	// auditMu orders the read-modify-write of audit tallies.
+	auditMu     sync.Mutex
+	convictions convictionSet
+	convictQ    chan struct{} // a node was convicted: re-delegate its subnets now
+
 	assignQ chan assignJob
 	orgQ    chan *pb.SignedRecord
 	blockQ  chan *pb.SignedRecord
@@ -117,6 +122,7 @@ func newCoordinator(o *Overlay) (*coordinator, error) {
 		lookups:    map[[32]byte]*lookupFlight{},
 		refreshQ:   make(chan [32]byte, 256),
 		assignQ:    make(chan assignJob, 1024),
+		convictQ:   make(chan struct{}, 1),
 		orgQ:       make(chan *pb.SignedRecord, 1024),
 		blockQ:     make(chan *pb.SignedRecord, 1024),
 		pubQ:       make(chan *pb.SignedRecord, 1024),
@@ -547,6 +553,10 @@ func (c *coordinator) checkEntries(in []*pb.Entry) ([]*pb.Entry, error) {
 			if err := proto.Unmarshal(e.GetValue(), &le); err != nil {
 				return nil, fmt.Errorf("%w: load entry: %v", ErrMalformed, err)
 			}
+		case pb.Entry_AUDIT:
+			if err := checkAuditEntry(e); err != nil {
+				return nil, err
+			}
 		case pb.Entry_BLOCK:
 			ix, err := c.openBlockEntry(e.GetValue(), true)
 			if err != nil {
@@ -879,6 +889,12 @@ func (c *coordinator) lookup(sh *shard, r subnet.Range) (*pb.SignedRecord, Deleg
 // holds it by its own claim (the first claimer keeps it).
 func (c *coordinator) decide(sh *shard, req DelegateRequest, redo bool) (*pb.SignedRecord, error) {
 	r := c.tree.Range(req.Subnet)
+	// Nodes convicted by audits take no part; their own-subnet claims
+	// are decided like any subnet (and settled once it is delegated).
+	conv := c.convicted()
+	if req.Own && conv[req.From] {
+		req.Own = false
+	}
 	settled := func(d Delegation, ok bool) bool {
 		if !ok || d.Orphaned || redo {
 			return false
@@ -907,6 +923,9 @@ func (c *coordinator) decide(sh *shard, req DelegateRequest, redo bool) (*pb.Sig
 	}
 	if ok && (d.Orphaned || redo) && req.Addr == (netip.Addr{}) {
 		req.Addr, req.URL = d.Addr, d.URL
+	}
+	for p := range conv {
+		req.Exclude = append(req.Exclude, p)
 	}
 	// The procedure runs on the overlay's lifetime, not the first
 	// requester's: the others wait on the same decision.
@@ -1009,8 +1028,9 @@ func (c *coordinator) reassign(ctx context.Context, sh *shard, id subnet.ID, fro
 }
 
 // orphan marks d's subnet orphaned and hands it back to the delegation
-// procedure with the silent node excluded.
-func (c *coordinator) orphan(ctx context.Context, sh *shard, d Delegation, silent []peer.ID) error {
+// procedure with its node and the silent ones excluded; reason says why
+// ("orphaned": silent past the liveness timeout; "convicted": by audits).
+func (c *coordinator) orphan(ctx context.Context, sh *shard, d Delegation, silent []peer.ID, reason string) error {
 	id, ok := c.tree.Find(d.Subnet)
 	if !ok {
 		return nil
@@ -1030,12 +1050,12 @@ func (c *coordinator) orphan(ctx context.Context, sh *shard, d Delegation, silen
 	if err != nil {
 		return err
 	}
-	c.log.Info("subnet orphaned", "subnet", d.Subnet.String(), "peer", d.Node)
+	c.log.Info("subnet orphaned", "subnet", d.Subnet.String(), "peer", d.Node, "reason", reason)
 	// Fresh probes: the stored ones may name nodes that died with this one
 	// (a failed probe counts as infinite, a stored one does not).
 	exclude := append([]peer.ID{d.Node}, silent...)
 	_, err = c.decide(sh, DelegateRequest{Subnet: id, Addr: d.Addr, URL: d.URL, From: c.self, Exclude: exclude,
-		Reason: "orphaned", Fresh: time.Now()}, false)
+		Reason: reason, Fresh: time.Now()}, false)
 	return err
 }
 
@@ -1244,13 +1264,18 @@ func (c *coordinator) maintain(ctx context.Context) {
 }
 
 // checkLiveness orphans subnets whose node has been silent past the
-// liveness timeout and re-delegates them, at most 64 per round.
+// liveness timeout, or was convicted by audits, and re-delegates them, at
+// most 64 per round.
 func (c *coordinator) checkLiveness(ctx context.Context, sh *shard) {
 	now := time.Now()
+	convicted := c.convicted()
 	var dead []Delegation
 	_ = c.st.scan(sh.key, pb.Entry_DELEGATION, func(e *pb.Entry) bool {
 		d, err := c.entryDelegation(e)
-		if err != nil || d.Orphaned || d.Node == c.self {
+		// This node is alive as long as it runs this; it gives its own
+		// subnets away only when its audits convicted it (its crawler
+		// or its network alters pages).
+		if err != nil || d.Orphaned || (d.Node == c.self && !convicted[c.self]) {
 			return true
 		}
 		sh.mu.Lock()
@@ -1259,7 +1284,7 @@ func (c *coordinator) checkLiveness(ctx context.Context, sh *shard) {
 		if !ok || seen.Before(d.Decided) {
 			seen = d.Decided
 		}
-		if now.Sub(seen) > c.cfg.liveness {
+		if now.Sub(seen) > c.cfg.liveness || convicted[d.Node] {
 			dead = append(dead, d)
 		}
 		return len(dead) < 64
@@ -1287,7 +1312,11 @@ func (c *coordinator) checkLiveness(ctx context.Context, sh *shard) {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := c.orphan(ctx, sh, d, silent); err != nil {
+			reason := "orphaned"
+			if convicted[d.Node] {
+				reason = "convicted"
+			}
+			if err := c.orphan(ctx, sh, d, silent, reason); err != nil {
 				c.log.Debug("re-delegating an orphaned subnet failed", "subnet", d.Subnet.String(), "error", err)
 			}
 		})

@@ -50,6 +50,15 @@
 // subnet of another shard with REASSIGN, accepted only from a peer
 // plausibly coordinating the shard of the decision that needed the room.
 //
+// # Audits
+//
+// Indexers have sampled result records checked (AUDIT on AuditID) by the
+// coordinator of the record's subnet, which verifies the author's signed
+// batch (EvidenceOpener), has the nodes nearest to the subnet after the
+// author refetch the page (REFETCH, served by a Refetcher) and compares
+// fingerprints; confirmed disagreements convict the author, whose subnets
+// are then re-delegated and whom later verdicts name convicted (audit.go).
+//
 // Everything received from peers is untrusted: frames are size-limited and
 // checked, records are verified against their writer's key, streams have
 // deadlines, and queues and tables are bounded.

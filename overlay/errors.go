@@ -53,6 +53,11 @@ var (
 	ErrBadRecord = errors.New("invalid record")
 	// ErrClosed: the overlay is closed.
 	ErrClosed = errors.New("overlay closed")
+	// ErrBadEvidence: an audit's evidence does not verify (not signed by
+	// the node it names, tampered with, or not about the URL audited).
+	ErrBadEvidence = errors.New("audit evidence does not verify")
+	// ErrFetchFailed: a refetch for an audit ran and failed.
+	ErrFetchFailed = errors.New("refetch failed")
 	// ErrNoPeers: no live peer is known to ask.
 	ErrNoPeers = errors.New("no peers known")
 )
@@ -75,6 +80,8 @@ var codeErrors = []struct {
 	{pb.Error_OVERLOADED, ErrOverloaded},
 	{pb.Error_NOT_FOUND, ErrNotFound},
 	{pb.Error_FORBIDDEN, ErrForbidden},
+	{pb.Error_BAD_EVIDENCE, ErrBadEvidence},
+	{pb.Error_FETCH_FAILED, ErrFetchFailed},
 }
 
 // codeToError turns a peer's error frame into an error wrapping the matching

@@ -158,3 +158,57 @@ type AckHandler interface {
 // LoadFunc reports this node's declared capacity and current load in pages
 // per day, sent with heartbeats and announcements.
 type LoadFunc func() (capacity, load uint64)
+
+// Claim is what a node's signed result record states about a page: its
+// author fetched URL at Time and found Status and a body whose weighted
+// stems hash to Fingerprint (a 64-bit SimHash).
+type Claim struct {
+	Node        peer.ID
+	URL         string
+	Status      int
+	Fingerprint uint64
+	Time        time.Time
+}
+
+// EvidenceOpener verifies an audit's evidence — a record's author's signed
+// statement, in a form the results layer defines — and returns what it
+// claims about url. It fails with an error wrapping ErrBadEvidence when the
+// evidence is malformed, not signed by the node it names, or holds no
+// record of url. node wires results.OpenEvidence; overlay cannot read
+// result batches itself. It must be safe for concurrent use and bound its
+// work by the evidence's size.
+type EvidenceOpener interface {
+	OpenEvidence(evidence []byte, url string) (Claim, error)
+}
+
+// EvidenceOpenerFunc adapts a function to EvidenceOpener.
+type EvidenceOpenerFunc func(evidence []byte, url string) (Claim, error)
+
+// OpenEvidence implements EvidenceOpener.
+func (f EvidenceOpenerFunc) OpenEvidence(evidence []byte, url string) (Claim, error) {
+	return f(evidence, url)
+}
+
+// Page is what a node saw fetching a page afresh for an audit.
+type Page struct {
+	URL, FinalURL string
+	Status        int
+	// Fingerprint is the SimHash the node's crawler computes for the body,
+	// as its records carry it; 0 when the status is not 2xx or the type is
+	// not parsed.
+	Fingerprint uint64
+	At          time.Time
+}
+
+// Refetcher fetches a page afresh from this node's own address, politely,
+// and analyses it as the crawler would (crawl.(*Crawler).Refetch). It must
+// be safe for concurrent use and honour ctx.
+type Refetcher interface {
+	Refetch(ctx context.Context, url string) (Page, error)
+}
+
+// RefetcherFunc adapts a function to Refetcher.
+type RefetcherFunc func(ctx context.Context, url string) (Page, error)
+
+// Refetch implements Refetcher.
+func (f RefetcherFunc) Refetch(ctx context.Context, url string) (Page, error) { return f(ctx, url) }

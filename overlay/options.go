@@ -42,6 +42,9 @@ type config struct {
 	orgPublish   time.Duration
 	orgRefresh   time.Duration
 	rateLimits   *rateLimits // per-peer budgets of probe and forward requests (ratelimit.go)
+	audit        AuditConfig // how audits judge and convict (audit.go)
+	evidence     EvidenceOpener
+	refetcher    Refetcher
 }
 
 func defaultConfig() config {
@@ -63,6 +66,7 @@ func defaultConfig() config {
 		orgPublish:  10 * time.Second, // changes to an organisation index coalesce for this long before one DHT put
 		orgRefresh:  time.Hour,        // unchanged indexes are put again, reaching peers that became closest (records live 36 h)
 		rateLimits:  defaultRateLimits(),
+		audit:       AuditConfig{}.withDefaults(),
 	}
 }
 

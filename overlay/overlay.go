@@ -49,6 +49,8 @@ type Overlay struct {
 	// orgValidator checks organisation records read back from the DHT.
 	orgValidator RecordValidator
 	stats        counters
+	// Per-peer budgets of audit and refetch requests (audit.go).
+	auditLimit, refetchLimit *peerLimiter
 
 	mu    sync.Mutex
 	mine  map[[32]byte]shardRef         // shards in which this node holds delegations
@@ -71,6 +73,7 @@ type Overlay struct {
 
 type counters struct {
 	requests, lookups, cacheHits, cacheMisses, redirects, puts atomic.Int64
+	audits, refetches, convictions                             atomic.Int64
 }
 
 // Stats are cumulative counters of one overlay, for measurements.
@@ -81,6 +84,9 @@ type Stats struct {
 	CacheMisses int64
 	Redirects   int64 // NOT_COORDINATOR answers followed
 	Puts        int64 // organisation index records put in the DHT
+	Audits      int64 // audits judged as a coordinator (evidence verified)
+	Refetches   int64 // pages fetched afresh for audits, as an auditor
+	Convictions int64 // nodes convicted by audits, as a coordinator
 }
 
 // Stats returns the counters so far.
@@ -89,6 +95,7 @@ func (o *Overlay) Stats() Stats {
 		Requests: o.stats.requests.Load(), Lookups: o.stats.lookups.Load(),
 		CacheHits: o.stats.cacheHits.Load(), CacheMisses: o.stats.cacheMisses.Load(),
 		Redirects: o.stats.redirects.Load(), Puts: o.stats.puts.Load(),
+		Audits: o.stats.audits.Load(), Refetches: o.stats.refetches.Load(), Convictions: o.stats.convictions.Load(),
 	}
 }
 
@@ -119,12 +126,14 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	}
 	o = &Overlay{
 		h: h, sk: sk, tree: tree, sid: tree.ID(), db: db, cfg: cfg, log: cfg.log,
-		cache:    newCache(cfg.cacheSize, cfg.cacheTTL),
-		mine:     map[[32]byte]shardRef{},
-		owned:    map[string]Delegation{},
-		peers:    map[peer.ID]PeerInfo{},
-		rtts:     map[peer.ID]map[peer.ID]int64{},
-		coordFor: map[[32]byte]peer.ID{},
+		cache:        newCache(cfg.cacheSize, cfg.cacheTTL),
+		mine:         map[[32]byte]shardRef{},
+		owned:        map[string]Delegation{},
+		peers:        map[peer.ID]PeerInfo{},
+		rtts:         map[peer.ID]map[peer.ID]int64{},
+		coordFor:     map[[32]byte]peer.ID{},
+		auditLimit:   newPeerLimiter(cfg.audit.AuditRate, float64(cfg.audit.AuditBurst)),
+		refetchLimit: newPeerLimiter(cfg.audit.RefetchRate, float64(cfg.audit.RefetchBurst)),
 	}
 	o.ownDone.Store(!cfg.ownAddr.IsValid())
 	o.ctx, o.cancel = context.WithCancel(context.Background())
@@ -203,6 +212,10 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	h.SetStreamHandler(ForwardID, o.serve(forwardSpec, map[pb.Message_Type]handler{pb.Message_FORWARD: o.handleForward}))
 	h.SetStreamHandler(AckID, o.serve(ackSpec, map[pb.Message_Type]handler{pb.Message_ACK: o.handleAck}))
 	h.SetStreamHandler(ReplicateID, o.serveReplicate())
+	h.SetStreamHandler(AuditID, o.serve(auditSpec, map[pb.Message_Type]handler{
+		pb.Message_AUDIT:   o.handleAudit,
+		pb.Message_REFETCH: o.handleRefetch,
+	}))
 
 	sub, err := o.announce.Subscribe(pubsub.WithBufferSize(64))
 	if err != nil {
@@ -211,6 +224,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	o.wg.Go(func() { o.readAnnouncements(sub) })
 	o.wg.Go(func() { o.coord.notifier(o.ctx) })
 	o.wg.Go(func() { o.coord.refresher(o.ctx) })
+	o.wg.Go(func() { o.coord.convictionLoop(o.ctx) })
 	o.wg.Go(func() { o.every(o.cfg.maintain, o.coord.maintain) })
 	o.wg.Go(func() { o.every(o.cfg.heartbeat, o.heartbeatAll) })
 	o.wg.Go(func() { o.every(o.cfg.announce, o.publishAnnounce) })
@@ -305,7 +319,7 @@ func (o *Overlay) Tree() *subnet.Tree { return o.tree }
 // first result.
 func (o *Overlay) Close() error {
 	o.closeOnce.Do(func() {
-		for _, id := range []string{string(ProbeID), string(CoordinateID), string(ForwardID), string(AckID), string(ReplicateID)} {
+		for _, id := range []string{string(ProbeID), string(CoordinateID), string(ForwardID), string(AckID), string(ReplicateID), string(AuditID)} {
 			o.h.RemoveStreamHandler(protocolID(id))
 		}
 		o.cancel()
@@ -587,6 +601,11 @@ func (o *Overlay) Coordinator(ctx context.Context, id subnet.ID) peer.ID {
 const maxCoordRetries = 3
 
 func (o *Overlay) askCoordinator(ctx context.Context, ref shardRef, req *pb.Message, want pb.Message_Type) (*pb.Message, error) {
+	return o.askCoordinatorOn(ctx, coordSpec, ref, req, want)
+}
+
+// askCoordinatorOn is askCoordinator over the protocol of sp.
+func (o *Overlay) askCoordinatorOn(ctx context.Context, sp spec, ref shardRef, req *pb.Message, want pb.Message_Type) (*pb.Message, error) {
 	if o.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
@@ -607,7 +626,7 @@ func (o *Overlay) askCoordinator(ctx context.Context, ref shardRef, req *pb.Mess
 			resp, err = o.handleLocal(ctx, req)
 		} else {
 			o.stats.requests.Add(1)
-			resp, err = o.request(ctx, target, coordSpec, req, want)
+			resp, err = o.request(ctx, target, sp, req, want)
 		}
 		if err == nil {
 			o.mu.Lock()
@@ -701,6 +720,8 @@ func (o *Overlay) handleLocal(ctx context.Context, req *pb.Message) (*pb.Message
 		h = o.handleBlockUpdate
 	case pb.Message_BLOCK_QUERY:
 		h = o.handleBlockQuery
+	case pb.Message_AUDIT:
+		h = o.handleAudit
 	default:
 		return nil, fmt.Errorf("%w: %v", ErrUnexpectedType, req.GetType())
 	}

@@ -24,6 +24,10 @@ const (
 	// ReplicateID: a coordinator replicates shard state to the next
 	// closest peers, and a peer taking a shard over syncs its state.
 	ReplicateID protocol.ID = "/micra/replicate/1.0.0"
+	// AuditID: an indexer asks a subnet's coordinator to audit a node's
+	// result record (AUDIT), and the coordinator has nodes near the subnet
+	// fetch the page afresh (REFETCH).
+	AuditID protocol.ID = "/micra/audit/1.0.0"
 
 	// DHTPrefix is the Kademlia protocol prefix: micra's DHT speaks
 	// /micra/kad/1.0.0 and never joins the IPFS network.
@@ -64,6 +68,7 @@ const (
 	maxReplicateMsg = 2 << 20   // a chunk of up to maxEntriesPerMsg entries
 	maxAnnounceMsg  = 4 << 10   // a pb.Announce is ~60 bytes and up to 48 RTTs of ~45
 	maxRecordSize   = 64 << 10  // a DHT record: an org index of up to maxOrgEntries entries
+	maxAuditMsg     = 4 << 20   // an AUDIT carries a whole signed result batch as evidence (node default: 256 KiB of records before compression)
 
 	maxURLLen        = 2048
 	maxForwardURLs   = 1024
@@ -82,6 +87,7 @@ const (
 	coordDeadline     = 60 * time.Second // a delegate runs the delegation procedure, which probes
 	shortDeadline     = 10 * time.Second // forward, ack, replicate, heartbeat: no remote work
 	syncDeadline      = 30 * time.Second // a full shard state, in chunks
+	auditDeadline     = 90 * time.Second // an audit waits for up to three refetches, each a polite page fetch
 	streamMemory      = 1 << 20          // reserved per stream on the service scope, at most
 	maxNotCoordinator = 3                // redirects followed by one request
 )
@@ -93,4 +99,5 @@ const (
 	svcForward    = "micra.forward"
 	svcAck        = "micra.ack"
 	svcReplicate  = "micra.replicate"
+	svcAudit      = "micra.audit"
 )

@@ -46,10 +46,13 @@ func (o *Overlay) noteNonCrawler(p peer.ID) {
 
 // mayCrawl reports whether p may be given subnets: this node when it
 // probes (has a Prober), any other peer unless it announced itself as an
-// indexer that does not crawl.
+// indexer that does not crawl or this node convicted it by audits.
 func (o *Overlay) mayCrawl(p peer.ID) bool {
 	if p == o.h.ID() {
 		return o.cfg.prober != nil
+	}
+	if o.coord.convicted()[p] {
+		return false
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()

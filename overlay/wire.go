@@ -33,6 +33,7 @@ var (
 	forwardSpec   = spec{ForwardID, svcForward, maxForwardMsg, shortDeadline}
 	ackSpec       = spec{AckID, svcAck, maxAckMsg, shortDeadline}
 	replicateSpec = spec{ReplicateID, svcReplicate, maxReplicateMsg, syncDeadline}
+	auditSpec     = spec{AuditID, svcAudit, maxAuditMsg, auditDeadline}
 )
 
 // payloadOf returns whether the field belonging to m's type is present.
@@ -87,6 +88,14 @@ func payloadOf(m *pb.Message) bool {
 		return m.BlockQuery != nil
 	case pb.Message_BLOCK_ENTRIES:
 		return m.BlockEntries != nil
+	case pb.Message_AUDIT:
+		return m.Audit != nil
+	case pb.Message_AUDIT_VERDICT:
+		return m.AuditVerdict != nil
+	case pb.Message_REFETCH:
+		return m.Refetch != nil
+	case pb.Message_PAGE:
+		return m.Page != nil
 	}
 	return false
 }

@@ -223,6 +223,12 @@ func FuzzDecodeMessage(f *testing.F) {
 		{Version: 1, Type: pb.Message_BLOCK_UPDATE, BlockUpdate: &pb.BlockUpdate{Probes: []*pb.PeerRTT{{Peer: []byte("p"), RttMicros: 5}}}},
 		{Version: 1, Type: pb.Message_BLOCK_ENTRIES, BlockEntries: &pb.BlockEntries{Entries: []*pb.BlockEntry{{}}}},
 		{Version: 1, Type: pb.Message_REPLICATE, Replicate: &pb.Replicate{Entries: []*pb.Entry{{Kind: pb.Entry_BLOCK, Key: []byte("k")}}}},
+		{Version: 1, Type: pb.Message_REPLICATE, Replicate: &pb.Replicate{Entries: []*pb.Entry{{Kind: pb.Entry_AUDIT, Key: []byte("k"),
+			Value: []byte{0x0a, 0x01, 'k', 0x10, 0x02, 0x22, 0x01, 'h'}}}}},
+		{Version: 1, Type: pb.Message_AUDIT, Audit: &pb.Audit{Addr: []byte{127, 0, 0, 1}, Url: "http://x/", Evidence: []byte{1},
+			Priors: []*pb.AuditPrior{{Url: "http://y/", Evidence: []byte{2}}}}},
+		{Version: 1, Type: pb.Message_AUDIT_VERDICT, AuditVerdict: &pb.AuditVerdict{Result: pb.AuditVerdict_AGREE, Pages: []*pb.Page{{Peer: []byte("p"), Distance: 3}}}},
+		{Version: 1, Type: pb.Message_PAGE, Page: &pb.Page{Url: "http://x/", Status: 200, Fingerprint: 7}},
 	} {
 		b, _ := proto.Marshal(m)
 		f.Add(b)
@@ -254,6 +260,12 @@ func FuzzDecodeMessage(f *testing.F) {
 		_, _ = rangeFromPB(m.GetReassign().GetSubnet())
 		_, _ = rangeFromPB(m.GetBlockQuery().GetNear())
 		_, _ = c.shardRefFromPB(&pb.ShardRef{Kind: pb.ShardRef_BLOCK, Anchor: m.GetBlockQuery().GetBlock()})
+		if m.GetAuditVerdict() != nil {
+			_, _ = verdictFromPB(m.GetAuditVerdict())
+		}
+		_ = pageFromPB(m.GetPage())
+		_, _ = addrFromWire(m.GetAudit().GetAddr())
+		_ = hostOf(m.GetAudit().GetUrl())
 		for _, be := range m.GetBlockEntries().GetEntries() {
 			if v, err := proto.Marshal(be); err == nil {
 				_, _ = c.openBlockEntry(v, true)

@@ -223,7 +223,12 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		return err
 	}
 
-	// The indexer.
+	// The indexer: it resolves the world's names (for its audits) from
+	// 127.0.0.1.
+	indexerDNS, err := run.Resolver(netip.MustParseAddr("127.0.0.1"))
+	if err != nil {
+		return err
+	}
 	h0 := nodes[0].n.Overlay().Host()
 	ri, err := startIndexer(ctx, indexerSetup{
 		dir: filepath.Join(dir, "indexer"), listen: []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/0")},
@@ -231,7 +236,8 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		tree: tree, log: logger.With("subsystem", "indexer"), joinNow: true,
 		hostOpts:    []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},
 		overlayOpts: []overlay.Option{overlay.Announce(2*time.Second, true)},
-		opts:        []results.Option{results.AnnounceEvery(2 * time.Second), results.Logger(logger.With("subsystem", "results"))},
+		opts: []results.Option{results.AnnounceEvery(2 * time.Second), results.Logger(logger.With("subsystem", "results")),
+			results.Resolve(results.NetResolver(indexerDNS))},
 	})
 	if err != nil {
 		return fmt.Errorf("indexer: %w", err)

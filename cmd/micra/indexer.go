@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -75,6 +76,8 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	readOnly := fs.Bool("read-only", false, "serve search and export only: no profile changes, no crawl requests")
 	snap := fs.String("snapshot", "", "subnet snapshot `FILE` (default: the one built into micra)")
 	announce := fs.Duration("announce", time.Minute, "how often to announce this indexer")
+	dns := fs.String("dns", "", "`ADDR:PORT` of the DNS server for crawl requests and audits (default: the system's resolver)")
+	auditShare := fs.Float64("audit-share", 0.02, "share of stored records to have audited by other nodes (0: none)")
 	liveness := fs.Duration("liveness", 5*time.Minute, "silence after which the shards this indexer coordinates orphan a crawler's subnets (use the nodes' --liveness)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := parseFlags(fs, args); err != nil {
@@ -101,7 +104,21 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	peers = bootstrap.Merge(peers, envPeers, bootstrap.Defaults())
-	opts := []results.Option{results.Shards(*shards), results.AnnounceEvery(*announce)}
+	if *auditShare < 0 || *auditShare > 1 {
+		return fmt.Errorf("%w: --audit-share %g is not between 0 and 1", errUsage, *auditShare)
+	}
+	opts := []results.Option{results.Shards(*shards), results.AnnounceEvery(*announce), results.Audits(*auditShare, 120)}
+	if *dns != "" {
+		server, err := netip.ParseAddrPort(*dns)
+		if err != nil {
+			return fmt.Errorf("%w: --dns %q: %v", errUsage, *dns, err)
+		}
+		opts = append(opts, results.Resolve(results.NetResolver(&net.Resolver{PreferGo: true,
+			Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				d := net.Dialer{Timeout: 5 * time.Second}
+				return d.DialContext(ctx, network, server.String())
+			}})))
+	}
 	if *take != "" {
 		var ss []int
 		for _, s := range splitList(*take) {
@@ -237,6 +254,7 @@ func startIndexer(ctx context.Context, s indexerSetup) (ri *runningIndexer, err 
 		return ri, err
 	}
 	o, err := overlay.New(h, s.tree, db, append([]overlay.Option{overlay.WithDelegator(del), overlay.ResultsValidator(results.CheckEnvelope),
+		overlay.WithEvidenceOpener(overlay.EvidenceOpenerFunc(results.OpenEvidence)),
 		overlay.Announce(5*time.Minute, true), overlay.BootstrapPeers(s.peers), overlay.Logger(s.log.With("subsystem", "overlay"))}, s.overlayOpts...)...)
 	if err != nil {
 		return ri, err

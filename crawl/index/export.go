@@ -34,6 +34,7 @@ type JSONRecord struct {
 	Truncated   bool           `json:"truncated"`   // the body hit a size cap
 	Owners      []string       `json:"owners"`      // who requested the crawl (WebRACE)
 	Provenance  JSONProvenance `json:"provenance"`
+	Distrusted  bool           `json:"distrusted,omitempty"` // the node that delivered it is distrusted (Index.Distrust)
 }
 
 // JSONKeyword is a keyword: a Snowball stem and its weight, 1..65535.
@@ -77,6 +78,7 @@ func ToJSON(d *Doc) JSONRecord {
 		},
 		Size: r.Size, Truncated: r.Truncated, Owners: append([]string{}, r.Owners...),
 		Provenance: JSONProvenance{Node: d.Provenance.Node, Seq: d.Provenance.Seq, Received: d.Provenance.Received.UTC()},
+		Distrusted: d.Distrusted,
 	}
 	for i, k := range r.Keywords {
 		j.Keywords[i] = JSONKeyword(k)
@@ -129,6 +131,7 @@ func (x *Index) Export(ctx context.Context, w io.Writer) (int, error) {
 				return fmt.Errorf("%w: record %x without state", ErrCorruptValue, id)
 			}
 			d.Provenance = m.Prov
+			d.Distrusted = x.isDistrusted(m.Prov.Node)
 			if err := enc.Encode(ToJSON(&d)); err != nil {
 				return err
 			}

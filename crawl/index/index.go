@@ -39,6 +39,10 @@ type Index struct {
 	// only after a commit, so it never holds an uncommitted value.
 	dfCache map[string]uint64
 
+	// distrusted are the nodes whose records search leaves out (see
+	// Distrust); nil or empty: none.
+	distrusted atomic.Pointer[map[string]bool]
+
 	mu       sync.RWMutex
 	cnt      counts
 	profiles map[string]*profileState
@@ -181,6 +185,36 @@ func (x *Index) Stats() Stats {
 type Doc struct {
 	crawl.Record
 	Provenance Provenance
+	// Distrusted: the node that delivered this version is distrusted
+	// (see Distrust), so search leaves the page out.
+	Distrusted bool
+}
+
+// Distrust makes search leave out every page whose stored version a node
+// in nodes (peer ids as in Provenance.Node) delivered — the indexer's
+// audits found that node's results fabricated — including versions it
+// delivers later. Nothing stored changes: Get and Export still return those
+// pages, marked Distrusted, and a page comes back into search when a
+// trusted node's newer record replaces the version. Each call replaces the
+// set; no arguments trust everyone again. Safe for concurrent use.
+func (x *Index) Distrust(nodes ...string) {
+	m := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		m[n] = true
+	}
+	x.distrusted.Store(&m)
+}
+
+// isDistrusted reports whether node's records are left out of search.
+func (x *Index) isDistrusted(node string) bool {
+	m := x.distrusted.Load()
+	return m != nil && (*m)[node]
+}
+
+// hidesAny reports whether any node is distrusted.
+func (x *Index) hidesAny() bool {
+	m := x.distrusted.Load()
+	return m != nil && len(*m) > 0
 }
 
 // Get returns the stored record of the page whose (requested) URL is url,
@@ -209,7 +243,7 @@ func (x *Index) Get(ctx context.Context, url string) (Doc, error) {
 		if err != nil {
 			return err
 		}
-		d = Doc{Record: r, Provenance: m.Prov}
+		d = Doc{Record: r, Provenance: m.Prov, Distrusted: x.isDistrusted(m.Prov.Node)}
 		return nil
 	})
 	return d, err

@@ -272,6 +272,14 @@ func (x *Index) evaluate(ctx context.Context, txn *badger.Txn, pq parsedQuery, a
 		cs: cs, ex: ex, top: &topK{k: k}, budget: x.cfg.maxScan,
 		contrib: make([]float64, len(pq.Terms)), boost: x.cfg.titleBoost, ctx: ctx,
 	}
+	if x.hidesAny() {
+		// One read of the page's state per match, only while some node
+		// is distrusted.
+		e.hidden = func(id docID) bool {
+			m, ok, err := getMeta(txn, id)
+			return err == nil && ok && x.isDistrusted(m.Prov.Node)
+		}
+	}
 	if any {
 		err = e.union()
 	} else {
@@ -298,6 +306,7 @@ type evaluator struct {
 	top     *topK
 	contrib []float64 // per query term, summed in query order
 	boost   float64
+	hidden  func(docID) bool // pages of distrusted nodes; nil: none
 	budget  int
 	steps   int
 	matches int
@@ -343,7 +352,7 @@ func (e *evaluator) excluded(id docID) bool {
 
 // emit scores a matching page from the cursors positioned on it.
 func (e *evaluator) emit(id docID, on []*cursor) {
-	if e.excluded(id) {
+	if e.excluded(id) || (e.hidden != nil && e.hidden(id)) {
 		return
 	}
 	clear(e.contrib)

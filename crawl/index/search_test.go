@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/micra-net/micra/crawl"
 )
 
 func TestParseQuery(t *testing.T) {
@@ -151,5 +154,58 @@ func TestSearchCancelled(t *testing.T) {
 	cancel()
 	if _, err := x.Search(ctx, Query{Text: "cyprus"}); err == nil {
 		t.Fatal("cancelled search succeeded")
+	}
+}
+
+// TestDistrust: pages whose version a distrusted node delivered leave
+// search (and its totals) but stay stored and marked; a trusted node's
+// newer record of such a page brings it back.
+func TestDistrust(t *testing.T) {
+	x := newTestIndex(t, nil)
+	honest, liar := Source{Node: "honest", Seq: 1}, Source{Node: "liar", Seq: 1}
+	if _, err := x.Put(t.Context(), honest, []crawl.Record{page("http://a.example/1", "Cyprus volcanoes", t0, "cyprus", 65535)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Put(t.Context(), liar, []crawl.Record{
+		page("http://b.example/2", "Cyprus casino", t0, "cyprus", 65535, "casino", 65535),
+		page("http://c.example/3", "Cyprus pills", t0, "cyprus", 60000),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	search := func(q string) (*Results, []string) {
+		res, err := x.Search(t.Context(), Query{Text: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, urls(res)
+	}
+	if _, got := search("cyprus"); len(got) != 3 {
+		t.Fatalf("before: %v", got)
+	}
+	x.Distrust("liar")
+	if res, got := search("cyprus"); !slices.Equal(got, []string{"http://a.example/1"}) || res.Total != 1 {
+		t.Fatalf("liar distrusted: %v, total %d", got, res.Total)
+	}
+	if _, got := search("casino"); len(got) != 0 {
+		t.Fatalf("a page only the liar delivered: %v", got)
+	}
+	d, err := x.Get(t.Context(), "http://b.example/2")
+	if err != nil || !d.Distrusted || d.Provenance.Node != "liar" {
+		t.Fatalf("Get of a distrusted page: %+v, %v", d, err)
+	}
+	var exp strings.Builder
+	if n, err := x.Export(t.Context(), &exp); err != nil || n != 3 || strings.Count(exp.String(), `"distrusted":true`) != 2 {
+		t.Fatalf("export: %d, %v:\n%s", n, err, exp.String())
+	}
+	// A trusted node recrawls one of the liar's pages.
+	if _, err := x.Put(t.Context(), Source{Node: "honest", Seq: 2}, []crawl.Record{page("http://c.example/3", "Cyprus pharmacy", t0.Add(time.Hour), "cyprus", 50000)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, got := search("cyprus"); !slices.Equal(got, []string{"http://a.example/1", "http://c.example/3"}) {
+		t.Fatalf("after the recrawl: %v", got)
+	}
+	x.Distrust()
+	if _, got := search("cyprus"); len(got) != 3 {
+		t.Fatalf("trusted again: %v", got)
 	}
 }

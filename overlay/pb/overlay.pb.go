@@ -52,6 +52,10 @@ const (
 	Message_BLOCK_UPDATE  Message_Type = 22 // block_update: a range coordinator indexes a decision in a block shard
 	Message_BLOCK_QUERY   Message_Type = 23 // block_query
 	Message_BLOCK_ENTRIES Message_Type = 24 // block_entries
+	Message_AUDIT         Message_Type = 25 // audit: have a node's record of a page checked; answered with AUDIT_VERDICT
+	Message_AUDIT_VERDICT Message_Type = 26 // audit_verdict
+	Message_REFETCH       Message_Type = 27 // refetch: fetch a page afresh for an audit; answered with PAGE
+	Message_PAGE          Message_Type = 28 // page
 )
 
 // Enum value maps for Message_Type.
@@ -82,6 +86,10 @@ var (
 		22: "BLOCK_UPDATE",
 		23: "BLOCK_QUERY",
 		24: "BLOCK_ENTRIES",
+		25: "AUDIT",
+		26: "AUDIT_VERDICT",
+		27: "REFETCH",
+		28: "PAGE",
 	}
 	Message_Type_value = map[string]int32{
 		"UNKNOWN":       0,
@@ -109,6 +117,10 @@ var (
 		"BLOCK_UPDATE":  22,
 		"BLOCK_QUERY":   23,
 		"BLOCK_ENTRIES": 24,
+		"AUDIT":         25,
+		"AUDIT_VERDICT": 26,
+		"REFETCH":       27,
+		"PAGE":          28,
 	}
 )
 
@@ -156,6 +168,8 @@ const (
 	Error_OVERLOADED          Error_Code = 11
 	Error_NOT_FOUND           Error_Code = 12
 	Error_FORBIDDEN           Error_Code = 13 // the sender may not make this request
+	Error_BAD_EVIDENCE        Error_Code = 14 // an audit's evidence does not verify
+	Error_FETCH_FAILED        Error_Code = 15 // a refetch ran and failed
 )
 
 // Enum value maps for Error_Code.
@@ -175,6 +189,8 @@ var (
 		11: "OVERLOADED",
 		12: "NOT_FOUND",
 		13: "FORBIDDEN",
+		14: "BAD_EVIDENCE",
+		15: "FETCH_FAILED",
 	}
 	Error_Code_value = map[string]int32{
 		"INTERNAL":            0,
@@ -191,6 +207,8 @@ var (
 		"OVERLOADED":          11,
 		"NOT_FOUND":           12,
 		"FORBIDDEN":           13,
+		"BAD_EVIDENCE":        14,
+		"FETCH_FAILED":        15,
 	}
 )
 
@@ -282,6 +300,7 @@ const (
 	Entry_LOAD       Entry_Kind = 3 // value: LoadEntry
 	Entry_ORG        Entry_Kind = 4 // value: SignedRecord (a copy indexed by an organisation shard)
 	Entry_BLOCK      Entry_Kind = 5 // value: BlockEntry (a decision indexed by a block shard)
+	Entry_AUDIT      Entry_Kind = 6 // value: AuditEntry (a node's audit tally in a range shard)
 )
 
 // Enum value maps for Entry_Kind.
@@ -293,6 +312,7 @@ var (
 		3: "LOAD",
 		4: "ORG",
 		5: "BLOCK",
+		6: "AUDIT",
 	}
 	Entry_Kind_value = map[string]int32{
 		"UNKNOWN":    0,
@@ -301,6 +321,7 @@ var (
 		"LOAD":       3,
 		"ORG":        4,
 		"BLOCK":      5,
+		"AUDIT":      6,
 	}
 )
 
@@ -380,6 +401,61 @@ func (Record_Kind) EnumDescriptor() ([]byte, []int) {
 	return file_overlay_proto_rawDescGZIP(), []int{28, 0}
 }
 
+type AuditVerdict_Result int32
+
+const (
+	AuditVerdict_UNKNOWN       AuditVerdict_Result = 0
+	AuditVerdict_AGREE         AuditVerdict_Result = 1 // an auditor's fetch matches the record
+	AuditVerdict_DISAGREE      AuditVerdict_Result = 2 // two auditors' fetches both differ from the record
+	AuditVerdict_INCONCLUSIVE  AuditVerdict_Result = 3 // no auditor could fetch the page, or the auditors differ
+	AuditVerdict_NOT_DELEGATED AuditVerdict_Result = 4 // the subnet is not delegated to the record's author
+)
+
+// Enum value maps for AuditVerdict_Result.
+var (
+	AuditVerdict_Result_name = map[int32]string{
+		0: "UNKNOWN",
+		1: "AGREE",
+		2: "DISAGREE",
+		3: "INCONCLUSIVE",
+		4: "NOT_DELEGATED",
+	}
+	AuditVerdict_Result_value = map[string]int32{
+		"UNKNOWN":       0,
+		"AGREE":         1,
+		"DISAGREE":      2,
+		"INCONCLUSIVE":  3,
+		"NOT_DELEGATED": 4,
+	}
+)
+
+func (x AuditVerdict_Result) Enum() *AuditVerdict_Result {
+	p := new(AuditVerdict_Result)
+	*p = x
+	return p
+}
+
+func (x AuditVerdict_Result) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AuditVerdict_Result) Descriptor() protoreflect.EnumDescriptor {
+	return file_overlay_proto_enumTypes[5].Descriptor()
+}
+
+func (AuditVerdict_Result) Type() protoreflect.EnumType {
+	return &file_overlay_proto_enumTypes[5]
+}
+
+func (x AuditVerdict_Result) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AuditVerdict_Result.Descriptor instead.
+func (AuditVerdict_Result) EnumDescriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{40, 0}
+}
+
 // Message is the envelope of every frame on micra's request/response stream
 // protocols (probe, coordinate, forward, ack, replicate). A request is one
 // frame; a response is one frame, except SYNC, answered by SYNC_STATE frames
@@ -412,6 +488,10 @@ type Message struct {
 	BlockUpdate   *BlockUpdate  `protobuf:"bytes,23,opt,name=block_update,json=blockUpdate,proto3" json:"block_update,omitempty"`
 	BlockQuery    *BlockQuery   `protobuf:"bytes,24,opt,name=block_query,json=blockQuery,proto3" json:"block_query,omitempty"`
 	BlockEntries  *BlockEntries `protobuf:"bytes,25,opt,name=block_entries,json=blockEntries,proto3" json:"block_entries,omitempty"`
+	Audit         *Audit        `protobuf:"bytes,26,opt,name=audit,proto3" json:"audit,omitempty"`
+	AuditVerdict  *AuditVerdict `protobuf:"bytes,27,opt,name=audit_verdict,json=auditVerdict,proto3" json:"audit_verdict,omitempty"`
+	Refetch       *Refetch      `protobuf:"bytes,28,opt,name=refetch,proto3" json:"refetch,omitempty"`
+	Page          *Page         `protobuf:"bytes,29,opt,name=page,proto3" json:"page,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -617,6 +697,34 @@ func (x *Message) GetBlockQuery() *BlockQuery {
 func (x *Message) GetBlockEntries() *BlockEntries {
 	if x != nil {
 		return x.BlockEntries
+	}
+	return nil
+}
+
+func (x *Message) GetAudit() *Audit {
+	if x != nil {
+		return x.Audit
+	}
+	return nil
+}
+
+func (x *Message) GetAuditVerdict() *AuditVerdict {
+	if x != nil {
+		return x.AuditVerdict
+	}
+	return nil
+}
+
+func (x *Message) GetRefetch() *Refetch {
+	if x != nil {
+		return x.Refetch
+	}
+	return nil
+}
+
+func (x *Message) GetPage() *Page {
+	if x != nil {
+		return x.Page
 	}
 	return nil
 }
@@ -2959,11 +3067,470 @@ func (x *BlockEntry) GetProbes() []*PeerRTT {
 	return nil
 }
 
+// Audit asks the coordinator of the subnet of addr to check a node's
+// record of url: evidence is the record's author's signed statement of it
+// (a signed result batch; the overlay hands it to the node's evidence
+// opener, see overlay.EvidenceOpener). The coordinator has the page
+// fetched afresh by the nodes nearest to the subnet after its delegate
+// and compares fingerprints.
+type Audit struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot []byte                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Addr     []byte                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"` // 4 or 16 bytes: an address of url's host
+	Url      string                 `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	Evidence []byte                 `protobuf:"bytes,4,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	// priors are records of the same node that disagreed at other
+	// coordinators, judged afresh here, so that a coordinator holding few of
+	// the node's sites can reach its own verdict; at most 3.
+	Priors        []*AuditPrior `protobuf:"bytes,5,rep,name=priors,proto3" json:"priors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Audit) Reset() {
+	*x = Audit{}
+	mi := &file_overlay_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Audit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Audit) ProtoMessage() {}
+
+func (x *Audit) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Audit.ProtoReflect.Descriptor instead.
+func (*Audit) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *Audit) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *Audit) GetAddr() []byte {
+	if x != nil {
+		return x.Addr
+	}
+	return nil
+}
+
+func (x *Audit) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Audit) GetEvidence() []byte {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+func (x *Audit) GetPriors() []*AuditPrior {
+	if x != nil {
+		return x.Priors
+	}
+	return nil
+}
+
+type AuditPrior struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Evidence      []byte                 `protobuf:"bytes,2,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditPrior) Reset() {
+	*x = AuditPrior{}
+	mi := &file_overlay_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditPrior) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditPrior) ProtoMessage() {}
+
+func (x *AuditPrior) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditPrior.ProtoReflect.Descriptor instead.
+func (*AuditPrior) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *AuditPrior) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *AuditPrior) GetEvidence() []byte {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+type AuditVerdict struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        AuditVerdict_Result    `protobuf:"varint,1,opt,name=result,proto3,enum=micra.overlay.AuditVerdict_Result" json:"result,omitempty"`
+	Node          []byte                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`      // the record's author
+	Pages         []*Page                `protobuf:"bytes,3,rep,name=pages,proto3" json:"pages,omitempty"`    // what each auditor asked saw, at most 4
+	Agreed        uint32                 `protobuf:"varint,4,opt,name=agreed,proto3" json:"agreed,omitempty"` // the author's tally at this coordinator
+	Disagreed     uint32                 `protobuf:"varint,5,opt,name=disagreed,proto3" json:"disagreed,omitempty"`
+	Convicted     bool                   `protobuf:"varint,6,opt,name=convicted,proto3" json:"convicted,omitempty"` // the author is convicted at this coordinator
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditVerdict) Reset() {
+	*x = AuditVerdict{}
+	mi := &file_overlay_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditVerdict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditVerdict) ProtoMessage() {}
+
+func (x *AuditVerdict) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditVerdict.ProtoReflect.Descriptor instead.
+func (*AuditVerdict) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *AuditVerdict) GetResult() AuditVerdict_Result {
+	if x != nil {
+		return x.Result
+	}
+	return AuditVerdict_UNKNOWN
+}
+
+func (x *AuditVerdict) GetNode() []byte {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *AuditVerdict) GetPages() []*Page {
+	if x != nil {
+		return x.Pages
+	}
+	return nil
+}
+
+func (x *AuditVerdict) GetAgreed() uint32 {
+	if x != nil {
+		return x.Agreed
+	}
+	return 0
+}
+
+func (x *AuditVerdict) GetDisagreed() uint32 {
+	if x != nil {
+		return x.Disagreed
+	}
+	return 0
+}
+
+func (x *AuditVerdict) GetConvicted() bool {
+	if x != nil {
+		return x.Convicted
+	}
+	return false
+}
+
+type Refetch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Refetch) Reset() {
+	*x = Refetch{}
+	mi := &file_overlay_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Refetch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Refetch) ProtoMessage() {}
+
+func (x *Refetch) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Refetch.ProtoReflect.Descriptor instead.
+func (*Refetch) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *Refetch) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+// Page is what a node saw fetching a page afresh (crawl.Observation).
+type Page struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peer          []byte                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"` // the auditor (in verdicts)
+	Url           string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	FinalUrl      string                 `protobuf:"bytes,3,opt,name=final_url,json=finalUrl,proto3" json:"final_url,omitempty"`
+	Status        uint32                 `protobuf:"varint,4,opt,name=status,proto3" json:"status,omitempty"`
+	Fingerprint   uint64                 `protobuf:"fixed64,5,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"` // SimHash of the weighted stems; 0 when not parsed
+	AtMs          int64                  `protobuf:"varint,6,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Distance      int32                  `protobuf:"zigzag32,7,opt,name=distance,proto3" json:"distance,omitempty"` // bits differing from the record's fingerprint (in verdicts); -1 when not compared
+	Error         string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`          // why the auditor could not fetch it (in verdicts)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Page) Reset() {
+	*x = Page{}
+	mi := &file_overlay_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Page) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Page) ProtoMessage() {}
+
+func (x *Page) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Page.ProtoReflect.Descriptor instead.
+func (*Page) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *Page) GetPeer() []byte {
+	if x != nil {
+		return x.Peer
+	}
+	return nil
+}
+
+func (x *Page) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Page) GetFinalUrl() string {
+	if x != nil {
+		return x.FinalUrl
+	}
+	return ""
+}
+
+func (x *Page) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *Page) GetFingerprint() uint64 {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return 0
+}
+
+func (x *Page) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *Page) GetDistance() int32 {
+	if x != nil {
+		return x.Distance
+	}
+	return 0
+}
+
+func (x *Page) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// AuditEntry is a node's audit tally in a range shard's replicated state.
+type AuditEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peer          []byte                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Agreed        uint32                 `protobuf:"varint,2,opt,name=agreed,proto3" json:"agreed,omitempty"`
+	Disagreed     uint32                 `protobuf:"varint,3,opt,name=disagreed,proto3" json:"disagreed,omitempty"`
+	Hosts         []string               `protobuf:"bytes,4,rep,name=hosts,proto3" json:"hosts,omitempty"`                                 // hosts of the disagreements, distinct, at most 16
+	ConvictedMs   int64                  `protobuf:"varint,5,opt,name=convicted_ms,json=convictedMs,proto3" json:"convicted_ms,omitempty"` // when the node was convicted; 0 when not
+	AtMs          int64                  `protobuf:"varint,6,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`                      // the last audit
+	Judged        []uint64               `protobuf:"fixed64,7,rep,packed,name=judged,proto3" json:"judged,omitempty"`                      // FNV-64a of the URLs judged, newest last, at most 64
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEntry) Reset() {
+	*x = AuditEntry{}
+	mi := &file_overlay_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEntry) ProtoMessage() {}
+
+func (x *AuditEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
+func (*AuditEntry) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *AuditEntry) GetPeer() []byte {
+	if x != nil {
+		return x.Peer
+	}
+	return nil
+}
+
+func (x *AuditEntry) GetAgreed() uint32 {
+	if x != nil {
+		return x.Agreed
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetDisagreed() uint32 {
+	if x != nil {
+		return x.Disagreed
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *AuditEntry) GetConvictedMs() int64 {
+	if x != nil {
+		return x.ConvictedMs
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetJudged() []uint64 {
+	if x != nil {
+		return x.Judged
+	}
+	return nil
+}
+
 var File_overlay_proto protoreflect.FileDescriptor
 
 const file_overlay_proto_rawDesc = "" +
 	"\n" +
-	"\roverlay.proto\x12\rmicra.overlay\"\xaf\r\n" +
+	"\roverlay.proto\x12\rmicra.overlay\"\xad\x0f\n" +
 	"\aMessage\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12/\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1b.micra.overlay.Message.TypeR\x04type\x12*\n" +
@@ -2999,7 +3566,11 @@ const file_overlay_proto_rawDesc = "" +
 	"\fblock_update\x18\x17 \x01(\v2\x1a.micra.overlay.BlockUpdateR\vblockUpdate\x12:\n" +
 	"\vblock_query\x18\x18 \x01(\v2\x19.micra.overlay.BlockQueryR\n" +
 	"blockQuery\x12@\n" +
-	"\rblock_entries\x18\x19 \x01(\v2\x1b.micra.overlay.BlockEntriesR\fblockEntries\"\xf0\x02\n" +
+	"\rblock_entries\x18\x19 \x01(\v2\x1b.micra.overlay.BlockEntriesR\fblockEntries\x12*\n" +
+	"\x05audit\x18\x1a \x01(\v2\x14.micra.overlay.AuditR\x05audit\x12@\n" +
+	"\raudit_verdict\x18\x1b \x01(\v2\x1b.micra.overlay.AuditVerdictR\fauditVerdict\x120\n" +
+	"\arefetch\x18\x1c \x01(\v2\x16.micra.overlay.RefetchR\arefetch\x12'\n" +
+	"\x04page\x18\x1d \x01(\v2\x13.micra.overlay.PageR\x04page\"\xa5\x03\n" +
 	"\x04Type\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05ERROR\x10\x01\x12\x06\n" +
@@ -3031,12 +3602,16 @@ const file_overlay_proto_rawDesc = "" +
 	"\bREASSIGN\x10\x15\x12\x10\n" +
 	"\fBLOCK_UPDATE\x10\x16\x12\x0f\n" +
 	"\vBLOCK_QUERY\x10\x17\x12\x11\n" +
-	"\rBLOCK_ENTRIES\x10\x18\"\x93\x03\n" +
+	"\rBLOCK_ENTRIES\x10\x18\x12\t\n" +
+	"\x05AUDIT\x10\x19\x12\x11\n" +
+	"\rAUDIT_VERDICT\x10\x1a\x12\v\n" +
+	"\aREFETCH\x10\x1b\x12\b\n" +
+	"\x04PAGE\x10\x1c\"\xb7\x03\n" +
 	"\x05Error\x12-\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x19.micra.overlay.Error.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12+\n" +
 	"\x04hint\x18\x03 \x01(\v2\x17.micra.overlay.PeerHintR\x04hint\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xfd\x01\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xa1\x02\n" +
 	"\x04Code\x12\f\n" +
 	"\bINTERNAL\x10\x00\x12\r\n" +
 	"\tMALFORMED\x10\x01\x12\x17\n" +
@@ -3053,7 +3628,9 @@ const file_overlay_proto_rawDesc = "" +
 	"\n" +
 	"OVERLOADED\x10\v\x12\r\n" +
 	"\tNOT_FOUND\x10\f\x12\r\n" +
-	"\tFORBIDDEN\x10\r\"0\n" +
+	"\tFORBIDDEN\x10\r\x12\x10\n" +
+	"\fBAD_EVIDENCE\x10\x0e\x12\x10\n" +
+	"\fFETCH_FAILED\x10\x0f\"0\n" +
 	"\bPeerHint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
 	"\x05addrs\x18\x02 \x03(\fR\x05addrs\"/\n" +
@@ -3146,13 +3723,13 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bpromised\x18\x03 \x01(\x04R\bpromised\x12\x14\n" +
 	"\x05owner\x18\x04 \x01(\fR\x05owner\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xd4\x01\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xdf\x01\n" +
 	"\x05Entry\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.micra.overlay.Entry.KindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"L\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"W\n" +
 	"\x04Kind\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -3160,7 +3737,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05PROBE\x10\x02\x12\b\n" +
 	"\x04LOAD\x10\x03\x12\a\n" +
 	"\x03ORG\x10\x04\x12\t\n" +
-	"\x05BLOCK\x10\x05\"\x82\x01\n" +
+	"\x05BLOCK\x10\x05\x12\t\n" +
+	"\x05AUDIT\x10\x06\"\x82\x01\n" +
 	"\n" +
 	"ProbeEntry\x12,\n" +
 	"\x06subnet\x18\x01 \x01(\v2\x14.micra.overlay.RangeR\x06subnet\x12\x12\n" +
@@ -3239,7 +3817,50 @@ const file_overlay_proto_rawDesc = "" +
 	"\n" +
 	"BlockEntry\x123\n" +
 	"\x06record\x18\x01 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\x12.\n" +
-	"\x06probes\x18\x02 \x03(\v2\x16.micra.overlay.PeerRTTR\x06probesB'Z%github.com/micra-net/micra/overlay/pbb\x06proto3"
+	"\x06probes\x18\x02 \x03(\v2\x16.micra.overlay.PeerRTTR\x06probes\"\x98\x01\n" +
+	"\x05Audit\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\fR\x04addr\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12\x1a\n" +
+	"\bevidence\x18\x04 \x01(\fR\bevidence\x121\n" +
+	"\x06priors\x18\x05 \x03(\v2\x19.micra.overlay.AuditPriorR\x06priors\":\n" +
+	"\n" +
+	"AuditPrior\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
+	"\bevidence\x18\x02 \x01(\fR\bevidence\"\xb2\x02\n" +
+	"\fAuditVerdict\x12:\n" +
+	"\x06result\x18\x01 \x01(\x0e2\".micra.overlay.AuditVerdict.ResultR\x06result\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\fR\x04node\x12)\n" +
+	"\x05pages\x18\x03 \x03(\v2\x13.micra.overlay.PageR\x05pages\x12\x16\n" +
+	"\x06agreed\x18\x04 \x01(\rR\x06agreed\x12\x1c\n" +
+	"\tdisagreed\x18\x05 \x01(\rR\tdisagreed\x12\x1c\n" +
+	"\tconvicted\x18\x06 \x01(\bR\tconvicted\"S\n" +
+	"\x06Result\x12\v\n" +
+	"\aUNKNOWN\x10\x00\x12\t\n" +
+	"\x05AGREE\x10\x01\x12\f\n" +
+	"\bDISAGREE\x10\x02\x12\x10\n" +
+	"\fINCONCLUSIVE\x10\x03\x12\x11\n" +
+	"\rNOT_DELEGATED\x10\x04\"\x1b\n" +
+	"\aRefetch\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\"\xca\x01\n" +
+	"\x04Page\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\fR\x04peer\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1b\n" +
+	"\tfinal_url\x18\x03 \x01(\tR\bfinalUrl\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\rR\x06status\x12 \n" +
+	"\vfingerprint\x18\x05 \x01(\x06R\vfingerprint\x12\x13\n" +
+	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x1a\n" +
+	"\bdistance\x18\a \x01(\x11R\bdistance\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"\xbc\x01\n" +
+	"\n" +
+	"AuditEntry\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\fR\x04peer\x12\x16\n" +
+	"\x06agreed\x18\x02 \x01(\rR\x06agreed\x12\x1c\n" +
+	"\tdisagreed\x18\x03 \x01(\rR\tdisagreed\x12\x14\n" +
+	"\x05hosts\x18\x04 \x03(\tR\x05hosts\x12!\n" +
+	"\fconvicted_ms\x18\x05 \x01(\x03R\vconvictedMs\x12\x13\n" +
+	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x16\n" +
+	"\x06judged\x18\a \x03(\x06R\x06judgedB'Z%github.com/micra-net/micra/overlay/pbb\x06proto3"
 
 var (
 	file_overlay_proto_rawDescOnce sync.Once
@@ -3253,118 +3874,132 @@ func file_overlay_proto_rawDescGZIP() []byte {
 	return file_overlay_proto_rawDescData
 }
 
-var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_overlay_proto_goTypes = []any{
-	(Message_Type)(0),    // 0: micra.overlay.Message.Type
-	(Error_Code)(0),      // 1: micra.overlay.Error.Code
-	(ShardRef_Kind)(0),   // 2: micra.overlay.ShardRef.Kind
-	(Entry_Kind)(0),      // 3: micra.overlay.Entry.Kind
-	(Record_Kind)(0),     // 4: micra.overlay.Record.Kind
-	(*Message)(nil),      // 5: micra.overlay.Message
-	(*Error)(nil),        // 6: micra.overlay.Error
-	(*PeerHint)(nil),     // 7: micra.overlay.PeerHint
-	(*Range)(nil),        // 8: micra.overlay.Range
-	(*ShardRef)(nil),     // 9: micra.overlay.ShardRef
-	(*Probe)(nil),        // 10: micra.overlay.Probe
-	(*ProbeResult)(nil),  // 11: micra.overlay.ProbeResult
-	(*Resolve)(nil),      // 12: micra.overlay.Resolve
-	(*Delegate)(nil),     // 13: micra.overlay.Delegate
-	(*Delegation)(nil),   // 14: micra.overlay.Delegation
-	(*Heartbeat)(nil),    // 15: micra.overlay.Heartbeat
-	(*HeartbeatAck)(nil), // 16: micra.overlay.HeartbeatAck
-	(*Redelegate)(nil),   // 17: micra.overlay.Redelegate
-	(*Assign)(nil),       // 18: micra.overlay.Assign
-	(*Forward)(nil),      // 19: micra.overlay.Forward
-	(*ForwardAck)(nil),   // 20: micra.overlay.ForwardAck
-	(*Ack)(nil),          // 21: micra.overlay.Ack
-	(*BatchRef)(nil),     // 22: micra.overlay.BatchRef
-	(*Replicate)(nil),    // 23: micra.overlay.Replicate
-	(*Sync)(nil),         // 24: micra.overlay.Sync
-	(*SyncState)(nil),    // 25: micra.overlay.SyncState
-	(*OrgUpdate)(nil),    // 26: micra.overlay.OrgUpdate
-	(*OrgQuery)(nil),     // 27: micra.overlay.OrgQuery
-	(*OrgEntries)(nil),   // 28: micra.overlay.OrgEntries
-	(*ShardMeta)(nil),    // 29: micra.overlay.ShardMeta
-	(*Entry)(nil),        // 30: micra.overlay.Entry
-	(*ProbeEntry)(nil),   // 31: micra.overlay.ProbeEntry
-	(*LoadEntry)(nil),    // 32: micra.overlay.LoadEntry
-	(*Record)(nil),       // 33: micra.overlay.Record
-	(*OrgEntry)(nil),     // 34: micra.overlay.OrgEntry
-	(*Announce)(nil),     // 35: micra.overlay.Announce
-	(*SignedRecord)(nil), // 36: micra.overlay.SignedRecord
-	(*PeerRTT)(nil),      // 37: micra.overlay.PeerRTT
-	(*Reassign)(nil),     // 38: micra.overlay.Reassign
-	(*BlockUpdate)(nil),  // 39: micra.overlay.BlockUpdate
-	(*BlockQuery)(nil),   // 40: micra.overlay.BlockQuery
-	(*BlockEntries)(nil), // 41: micra.overlay.BlockEntries
-	(*BlockEntry)(nil),   // 42: micra.overlay.BlockEntry
+	(Message_Type)(0),        // 0: micra.overlay.Message.Type
+	(Error_Code)(0),          // 1: micra.overlay.Error.Code
+	(ShardRef_Kind)(0),       // 2: micra.overlay.ShardRef.Kind
+	(Entry_Kind)(0),          // 3: micra.overlay.Entry.Kind
+	(Record_Kind)(0),         // 4: micra.overlay.Record.Kind
+	(AuditVerdict_Result)(0), // 5: micra.overlay.AuditVerdict.Result
+	(*Message)(nil),          // 6: micra.overlay.Message
+	(*Error)(nil),            // 7: micra.overlay.Error
+	(*PeerHint)(nil),         // 8: micra.overlay.PeerHint
+	(*Range)(nil),            // 9: micra.overlay.Range
+	(*ShardRef)(nil),         // 10: micra.overlay.ShardRef
+	(*Probe)(nil),            // 11: micra.overlay.Probe
+	(*ProbeResult)(nil),      // 12: micra.overlay.ProbeResult
+	(*Resolve)(nil),          // 13: micra.overlay.Resolve
+	(*Delegate)(nil),         // 14: micra.overlay.Delegate
+	(*Delegation)(nil),       // 15: micra.overlay.Delegation
+	(*Heartbeat)(nil),        // 16: micra.overlay.Heartbeat
+	(*HeartbeatAck)(nil),     // 17: micra.overlay.HeartbeatAck
+	(*Redelegate)(nil),       // 18: micra.overlay.Redelegate
+	(*Assign)(nil),           // 19: micra.overlay.Assign
+	(*Forward)(nil),          // 20: micra.overlay.Forward
+	(*ForwardAck)(nil),       // 21: micra.overlay.ForwardAck
+	(*Ack)(nil),              // 22: micra.overlay.Ack
+	(*BatchRef)(nil),         // 23: micra.overlay.BatchRef
+	(*Replicate)(nil),        // 24: micra.overlay.Replicate
+	(*Sync)(nil),             // 25: micra.overlay.Sync
+	(*SyncState)(nil),        // 26: micra.overlay.SyncState
+	(*OrgUpdate)(nil),        // 27: micra.overlay.OrgUpdate
+	(*OrgQuery)(nil),         // 28: micra.overlay.OrgQuery
+	(*OrgEntries)(nil),       // 29: micra.overlay.OrgEntries
+	(*ShardMeta)(nil),        // 30: micra.overlay.ShardMeta
+	(*Entry)(nil),            // 31: micra.overlay.Entry
+	(*ProbeEntry)(nil),       // 32: micra.overlay.ProbeEntry
+	(*LoadEntry)(nil),        // 33: micra.overlay.LoadEntry
+	(*Record)(nil),           // 34: micra.overlay.Record
+	(*OrgEntry)(nil),         // 35: micra.overlay.OrgEntry
+	(*Announce)(nil),         // 36: micra.overlay.Announce
+	(*SignedRecord)(nil),     // 37: micra.overlay.SignedRecord
+	(*PeerRTT)(nil),          // 38: micra.overlay.PeerRTT
+	(*Reassign)(nil),         // 39: micra.overlay.Reassign
+	(*BlockUpdate)(nil),      // 40: micra.overlay.BlockUpdate
+	(*BlockQuery)(nil),       // 41: micra.overlay.BlockQuery
+	(*BlockEntries)(nil),     // 42: micra.overlay.BlockEntries
+	(*BlockEntry)(nil),       // 43: micra.overlay.BlockEntry
+	(*Audit)(nil),            // 44: micra.overlay.Audit
+	(*AuditPrior)(nil),       // 45: micra.overlay.AuditPrior
+	(*AuditVerdict)(nil),     // 46: micra.overlay.AuditVerdict
+	(*Refetch)(nil),          // 47: micra.overlay.Refetch
+	(*Page)(nil),             // 48: micra.overlay.Page
+	(*AuditEntry)(nil),       // 49: micra.overlay.AuditEntry
 }
 var file_overlay_proto_depIdxs = []int32{
 	0,  // 0: micra.overlay.Message.type:type_name -> micra.overlay.Message.Type
-	6,  // 1: micra.overlay.Message.error:type_name -> micra.overlay.Error
-	10, // 2: micra.overlay.Message.probe:type_name -> micra.overlay.Probe
-	11, // 3: micra.overlay.Message.probe_result:type_name -> micra.overlay.ProbeResult
-	12, // 4: micra.overlay.Message.resolve:type_name -> micra.overlay.Resolve
-	13, // 5: micra.overlay.Message.delegate:type_name -> micra.overlay.Delegate
-	14, // 6: micra.overlay.Message.delegation:type_name -> micra.overlay.Delegation
-	15, // 7: micra.overlay.Message.heartbeat:type_name -> micra.overlay.Heartbeat
-	16, // 8: micra.overlay.Message.heartbeat_ack:type_name -> micra.overlay.HeartbeatAck
-	17, // 9: micra.overlay.Message.redelegate:type_name -> micra.overlay.Redelegate
-	18, // 10: micra.overlay.Message.assign:type_name -> micra.overlay.Assign
-	19, // 11: micra.overlay.Message.forward:type_name -> micra.overlay.Forward
-	20, // 12: micra.overlay.Message.forward_ack:type_name -> micra.overlay.ForwardAck
-	21, // 13: micra.overlay.Message.ack:type_name -> micra.overlay.Ack
-	23, // 14: micra.overlay.Message.replicate:type_name -> micra.overlay.Replicate
-	24, // 15: micra.overlay.Message.sync:type_name -> micra.overlay.Sync
-	25, // 16: micra.overlay.Message.sync_state:type_name -> micra.overlay.SyncState
-	26, // 17: micra.overlay.Message.org_update:type_name -> micra.overlay.OrgUpdate
-	27, // 18: micra.overlay.Message.org_query:type_name -> micra.overlay.OrgQuery
-	28, // 19: micra.overlay.Message.org_entries:type_name -> micra.overlay.OrgEntries
-	38, // 20: micra.overlay.Message.reassign:type_name -> micra.overlay.Reassign
-	39, // 21: micra.overlay.Message.block_update:type_name -> micra.overlay.BlockUpdate
-	40, // 22: micra.overlay.Message.block_query:type_name -> micra.overlay.BlockQuery
-	41, // 23: micra.overlay.Message.block_entries:type_name -> micra.overlay.BlockEntries
-	1,  // 24: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
-	7,  // 25: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
-	2,  // 26: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
-	8,  // 27: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
-	8,  // 28: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
-	36, // 29: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
-	9,  // 30: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
-	8,  // 31: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
-	8,  // 32: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
-	36, // 33: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
-	22, // 34: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
-	9,  // 35: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
-	30, // 36: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
-	9,  // 37: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
-	30, // 38: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
-	36, // 39: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
-	36, // 40: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
-	9,  // 41: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
-	3,  // 42: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
-	8,  // 43: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
-	4,  // 44: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
-	8,  // 45: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
-	34, // 46: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
-	8,  // 47: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
-	37, // 48: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
-	8,  // 49: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
-	8,  // 50: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
-	8,  // 51: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
-	36, // 52: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
-	37, // 53: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
-	8,  // 54: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
-	8,  // 55: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
-	42, // 56: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
-	36, // 57: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
-	37, // 58: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
-	59, // [59:59] is the sub-list for method output_type
-	59, // [59:59] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	7,  // 1: micra.overlay.Message.error:type_name -> micra.overlay.Error
+	11, // 2: micra.overlay.Message.probe:type_name -> micra.overlay.Probe
+	12, // 3: micra.overlay.Message.probe_result:type_name -> micra.overlay.ProbeResult
+	13, // 4: micra.overlay.Message.resolve:type_name -> micra.overlay.Resolve
+	14, // 5: micra.overlay.Message.delegate:type_name -> micra.overlay.Delegate
+	15, // 6: micra.overlay.Message.delegation:type_name -> micra.overlay.Delegation
+	16, // 7: micra.overlay.Message.heartbeat:type_name -> micra.overlay.Heartbeat
+	17, // 8: micra.overlay.Message.heartbeat_ack:type_name -> micra.overlay.HeartbeatAck
+	18, // 9: micra.overlay.Message.redelegate:type_name -> micra.overlay.Redelegate
+	19, // 10: micra.overlay.Message.assign:type_name -> micra.overlay.Assign
+	20, // 11: micra.overlay.Message.forward:type_name -> micra.overlay.Forward
+	21, // 12: micra.overlay.Message.forward_ack:type_name -> micra.overlay.ForwardAck
+	22, // 13: micra.overlay.Message.ack:type_name -> micra.overlay.Ack
+	24, // 14: micra.overlay.Message.replicate:type_name -> micra.overlay.Replicate
+	25, // 15: micra.overlay.Message.sync:type_name -> micra.overlay.Sync
+	26, // 16: micra.overlay.Message.sync_state:type_name -> micra.overlay.SyncState
+	27, // 17: micra.overlay.Message.org_update:type_name -> micra.overlay.OrgUpdate
+	28, // 18: micra.overlay.Message.org_query:type_name -> micra.overlay.OrgQuery
+	29, // 19: micra.overlay.Message.org_entries:type_name -> micra.overlay.OrgEntries
+	39, // 20: micra.overlay.Message.reassign:type_name -> micra.overlay.Reassign
+	40, // 21: micra.overlay.Message.block_update:type_name -> micra.overlay.BlockUpdate
+	41, // 22: micra.overlay.Message.block_query:type_name -> micra.overlay.BlockQuery
+	42, // 23: micra.overlay.Message.block_entries:type_name -> micra.overlay.BlockEntries
+	44, // 24: micra.overlay.Message.audit:type_name -> micra.overlay.Audit
+	46, // 25: micra.overlay.Message.audit_verdict:type_name -> micra.overlay.AuditVerdict
+	47, // 26: micra.overlay.Message.refetch:type_name -> micra.overlay.Refetch
+	48, // 27: micra.overlay.Message.page:type_name -> micra.overlay.Page
+	1,  // 28: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
+	8,  // 29: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
+	2,  // 30: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
+	9,  // 31: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
+	9,  // 32: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
+	37, // 33: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
+	10, // 34: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
+	9,  // 35: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
+	9,  // 36: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
+	37, // 37: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
+	23, // 38: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
+	10, // 39: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
+	31, // 40: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
+	10, // 41: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
+	31, // 42: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
+	37, // 43: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
+	37, // 44: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
+	10, // 45: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
+	3,  // 46: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
+	9,  // 47: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
+	4,  // 48: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
+	9,  // 49: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
+	35, // 50: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
+	9,  // 51: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
+	38, // 52: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
+	9,  // 53: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
+	9,  // 54: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
+	9,  // 55: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
+	37, // 56: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
+	38, // 57: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
+	9,  // 58: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
+	9,  // 59: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
+	43, // 60: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
+	37, // 61: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
+	38, // 62: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
+	45, // 63: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
+	5,  // 64: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
+	48, // 65: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
+	66, // [66:66] is the sub-list for method output_type
+	66, // [66:66] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_overlay_proto_init() }
@@ -3377,8 +4012,8 @@ func file_overlay_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_overlay_proto_rawDesc), len(file_overlay_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   38,
+			NumEnums:      6,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -53,6 +53,19 @@
 // PutBatch would store; the batch is decoded once), recorded in the replay
 // table and only then acknowledged.
 //
+// # Audits
+//
+// After storing a batch the indexer samples its records (Audits: a share,
+// 2 % by default, by a keyed hash the nodes cannot predict; every record
+// of a node with a disagreement on file; within an hourly budget per
+// node) and has each audited by the coordinator of its subnet
+// (overlay.Audit) with the whole signed batch as evidence (OpenEvidence is
+// what coordinators verify it with) and the node's earlier disputed
+// records as priors. A verdict naming the node convicted flags it for
+// FlagFor: index.Distrust leaves its records out of search, and the
+// tallies, kept in badger, are served at /api/audits (Audited). The queue
+// and the evidence it holds are bounded; a full queue drops the sample.
+//
 // # Crawl requests
 //
 // Submit sends seed URLs with a depth to the nodes owning their subnets

@@ -122,6 +122,7 @@ type Part struct {
 	Digest [32]byte // SHA-256 of the header: the batch's name in acknowledgements
 	Index  int
 	Data   []byte
+	auth   signedHeader
 }
 
 // Parts returns the number of parts of the batch.
@@ -154,35 +155,9 @@ func OpenEnvelope(data []byte, limit int, now time.Time) (*Part, error) {
 	if e.GetVersion() != wireVersion {
 		return nil, fmt.Errorf("%w: %d", ErrUnsupportedVersion, e.GetVersion())
 	}
-	if len(e.GetHeader()) == 0 || len(e.GetHeader()) > maxHeader {
-		return nil, fmt.Errorf("%w: header of %d bytes", ErrMalformed, len(e.GetHeader()))
-	}
-	var h pb.Header
-	if err := proto.Unmarshal(e.GetHeader(), &h); err != nil {
-		return nil, fmt.Errorf("%w: header: %v", ErrMalformed, err)
-	}
-	node, err := checkHeader(&h, now)
+	node, h, err := openHeader(e.GetHeader(), e.GetSignature(), e.GetPublicKey(), now)
 	if err != nil {
 		return nil, err
-	}
-	pk, err := node.ExtractPublicKey()
-	if err != nil {
-		if len(e.GetPublicKey()) == 0 || len(e.GetPublicKey()) > 4096 {
-			return nil, fmt.Errorf("%w: no public key for %s", ErrBadSignature, node)
-		}
-		if pk, err = crypto.UnmarshalPublicKey(e.GetPublicKey()); err != nil {
-			return nil, fmt.Errorf("%w: public key: %v", ErrBadSignature, err)
-		}
-		if !node.MatchesPublicKey(pk) {
-			return nil, fmt.Errorf("%w: public key is not %s's", ErrBadSignature, node)
-		}
-	}
-	if len(e.GetSignature()) == 0 || len(e.GetSignature()) > 1024 {
-		return nil, fmt.Errorf("%w: signature of %d bytes", ErrBadSignature, len(e.GetSignature()))
-	}
-	ok, err := pk.Verify(append([]byte(signPrefix), e.GetHeader()...), e.GetSignature())
-	if err != nil || !ok {
-		return nil, fmt.Errorf("%w: by %s", ErrBadSignature, node)
 	}
 	i := int(e.GetPart())
 	if i >= len(h.PartHashes) {
@@ -196,7 +171,49 @@ func OpenEnvelope(data []byte, limit int, now time.Time) (*Part, error) {
 	if sum := sha256.Sum256(e.GetData()); string(sum[:]) != string(h.PartHashes[i]) {
 		return nil, fmt.Errorf("%w: part %d does not match its hash", ErrMalformed, i)
 	}
-	return &Part{Node: node, Header: &h, Digest: sha256.Sum256(e.GetHeader()), Index: i, Data: e.GetData()}, nil
+	return &Part{Node: node, Header: h, Digest: sha256.Sum256(e.GetHeader()), Index: i, Data: e.GetData(),
+		auth: signedHeader{raw: e.GetHeader(), sig: e.GetSignature(), pub: e.GetPublicKey()}}, nil
+}
+
+// signedHeader is a batch's marshalled header with its signature and, when
+// the node's id does not embed it, its public key: what proves the batch to
+// a third party (see Evidence).
+type signedHeader struct{ raw, sig, pub []byte }
+
+// openHeader verifies a batch header's signature by the node it names and
+// checks its fields (checkHeader).
+func openHeader(raw, sig, pub []byte, now time.Time) (peer.ID, *pb.Header, error) {
+	if len(raw) == 0 || len(raw) > maxHeader {
+		return "", nil, fmt.Errorf("%w: header of %d bytes", ErrMalformed, len(raw))
+	}
+	var h pb.Header
+	if err := proto.Unmarshal(raw, &h); err != nil {
+		return "", nil, fmt.Errorf("%w: header: %v", ErrMalformed, err)
+	}
+	node, err := checkHeader(&h, now)
+	if err != nil {
+		return "", nil, err
+	}
+	pk, err := node.ExtractPublicKey()
+	if err != nil {
+		if len(pub) == 0 || len(pub) > 4096 {
+			return "", nil, fmt.Errorf("%w: no public key for %s", ErrBadSignature, node)
+		}
+		if pk, err = crypto.UnmarshalPublicKey(pub); err != nil {
+			return "", nil, fmt.Errorf("%w: public key: %v", ErrBadSignature, err)
+		}
+		if !node.MatchesPublicKey(pk) {
+			return "", nil, fmt.Errorf("%w: public key is not %s's", ErrBadSignature, node)
+		}
+	}
+	if len(sig) == 0 || len(sig) > 1024 {
+		return "", nil, fmt.Errorf("%w: signature of %d bytes", ErrBadSignature, len(sig))
+	}
+	ok, err := pk.Verify(append([]byte(signPrefix), raw...), sig)
+	if err != nil || !ok {
+		return "", nil, fmt.Errorf("%w: by %s", ErrBadSignature, node)
+	}
+	return node, &h, nil
 }
 
 // checkHeader checks a header's fields and returns its node.

@@ -18,6 +18,7 @@ const maxCrawlBody = 1 << 20
 // /api/profiles...) and
 //
 //	GET  /api/indexer   delivery counters (IndexerStats as JSON)
+//	GET  /api/audits    the audits of each node's records ([]NodeAudits as JSON)
 //	POST /api/crawl     {"urls": ["http://..."], "depth": 2, "owners": ["me"]}
 //	                    → {"sent": n, "forwarded": n, "failed": [{"url": "...", "error": "..."}]}
 //
@@ -29,6 +30,9 @@ func (ix *Indexer) Handler(o index.HTTPOptions) http.Handler {
 	mux.Handle("/", ix.x.Handler(o))
 	mux.HandleFunc("GET /api/indexer", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, ix.Stats())
+	})
+	mux.HandleFunc("GET /api/audits", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, ix.Audited())
 	})
 	if !o.ReadOnly {
 		mux.HandleFunc("POST /api/crawl", ix.serveCrawl)

@@ -54,6 +54,8 @@ type Indexer struct {
 	amu     sync.Mutex
 	pending map[peer.ID]*ackQueue
 
+	aud *auditor // audits of stored records (audit.go)
+
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -63,6 +65,7 @@ type Indexer struct {
 	stats struct {
 		messages, batches, records, duplicates, rejected, conflicts, refused atomic.Uint64
 		acks, ackFailures, ackDropped                                        atomic.Uint64
+		audits, auditsDropped, flagged                                       atomic.Uint64
 	}
 }
 
@@ -165,6 +168,11 @@ func NewIndexer(o *overlay.Overlay, x *index.Index, db *badger.DB, opts ...Optio
 	for range ix.cfg.workers {
 		ix.wg.Go(ix.worker)
 	}
+	if ix.cfg.auditShare > 0 {
+		for range auditWorkers {
+			ix.wg.Go(ix.auditWorker)
+		}
+	}
 	ix.wg.Go(ix.acker)
 	ix.wg.Go(ix.announcer)
 	ix.log.Info("indexer started", "shards", ix.cfg.shards, "takes", ix.takeList())
@@ -203,6 +211,13 @@ func newIndexer(x *index.Index, db *badger.DB, sid subnet.SnapshotID, opts ...Op
 	}
 	if err := db.Update(checkSchema); err != nil {
 		return nil, err
+	}
+	var err error
+	if ix.aud, err = newAuditor(); err != nil {
+		return nil, err
+	}
+	if err := ix.loadAudits(); err != nil {
+		return nil, fmt.Errorf("results: loading audit tallies: %w", err)
 	}
 	ix.ctx, ix.cancel = context.WithCancel(context.Background())
 	return ix, nil
@@ -302,7 +317,7 @@ func (ix *Indexer) ingest(ctx context.Context, in inbound) error {
 			return nil
 		}
 	}
-	return ix.store(ctx, p.Node, h, p.Digest, data, now)
+	return ix.store(ctx, p.Node, h, p.Digest, p.auth, data, now)
 }
 
 // takes checks that the batch belongs to this indexer: snapshot, shard
@@ -418,7 +433,7 @@ func (ix *Indexer) assemble(p *Part, now time.Time) []byte {
 
 // store decodes a complete, verified batch, stores its records, remembers
 // its (node, seq, digest) and queues its acknowledgement.
-func (ix *Indexer) store(ctx context.Context, node peer.ID, h *pb.Header, digest [32]byte, data []byte, now time.Time) error {
+func (ix *Indexer) store(ctx context.Context, node peer.ID, h *pb.Header, digest [32]byte, auth signedHeader, data []byte, now time.Time) error {
 	key := batchKey{node, h.GetSeq()}
 	ix.mu.Lock()
 	if ix.inflight[key] {
@@ -465,6 +480,7 @@ func (ix *Indexer) store(ctx context.Context, node peer.ID, h *pb.Header, digest
 		ix.log.Debug("result batch stored", "node", node, "seq", h.GetSeq(), "records", len(recs), "added", res.Added, "rejected", res.Rejected)
 	}
 	ix.queueAck(node, overlay.BatchRef{Node: node, Seq: h.GetSeq(), Digest: digest})
+	ix.sampleAudits(node, digest, auth, data, recs)
 	return nil
 }
 
@@ -653,6 +669,9 @@ type IndexerStats struct {
 	Acks       uint64 `json:"acks"`        // batch acknowledgements delivered
 	AckFails   uint64 `json:"ack_fails"`   // ACK requests that failed
 	AckDropped uint64 `json:"ack_dropped"` // acknowledgements given up
+	Audits     uint64 `json:"audits"`      // audits of stored records asked for (see Audited)
+	AuditsLost uint64 `json:"audits_lost"` // sampled records not audited: the audit queue was full
+	Flagged    uint64 `json:"flagged"`     // nodes flagged since start: a coordinator convicted them
 }
 
 // Stats returns the indexer's counters.
@@ -660,7 +679,8 @@ func (ix *Indexer) Stats() IndexerStats {
 	s := &ix.stats
 	return IndexerStats{Messages: s.messages.Load(), Batches: s.batches.Load(), Records: s.records.Load(),
 		Duplicates: s.duplicates.Load(), Rejected: s.rejected.Load(), Conflicts: s.conflicts.Load(), Refused: s.refused.Load(),
-		Acks: s.acks.Load(), AckFails: s.ackFailures.Load(), AckDropped: s.ackDropped.Load()}
+		Acks: s.acks.Load(), AckFails: s.ackFailures.Load(), AckDropped: s.ackDropped.Load(),
+		Audits: s.audits.Load(), AuditsLost: s.auditsDropped.Load(), Flagged: s.flagged.Load()}
 }
 
 // Index returns the index the indexer stores into.

@@ -17,6 +17,7 @@ import (
 //	/results/ack/<seq>/<b32 peer>        outbox: empty; the indexer acknowledged the batch
 //	/results/ix/<b32 peer>               pb.KnownIndexer: an indexer this node heard from
 //	/results/seen/<b32 node>/<seq>       indexer: the digest (32 bytes) of a stored batch, with a TTL
+//	/results/audit/<b32 node>            indexer: pb.AuditStats, the audits of the node's records
 //
 // <seq> is 8 bytes big-endian, so the outbox scans in sequence order.
 // Peer ids are base32 (RFC 4648, lowercase, unpadded). Keys are built only
@@ -89,5 +90,25 @@ func parseIxKey(k []byte) (peer.ID, bool) {
 		return "", false
 	}
 	id, err := peer.IDFromBytes(raw)
+	return id, err == nil
+}
+
+func auditPrefix() []byte { return []byte(Prefix + "audit/") }
+
+func auditKey(node peer.ID) []byte {
+	return append(auditPrefix(), b32.EncodeToString([]byte(node))...)
+}
+
+// parseAuditKey returns the node of an audit key.
+func parseAuditKey(k []byte) (peer.ID, bool) {
+	p := auditPrefix()
+	if len(k) <= len(p) {
+		return "", false
+	}
+	b, err := b32.DecodeString(string(k[len(p):]))
+	if err != nil {
+		return "", false
+	}
+	id, err := peer.IDFromBytes(b)
 	return id, err == nil
 }

@@ -65,6 +65,11 @@ type config struct {
 	crawlLocal CrawlHandler
 	resolve    Resolver
 	onStored   func(node peer.ID, seq uint64, records int) // tests and benchmarks
+
+	// indexer audits (audit.go)
+	auditShare   float64
+	auditPerHour int
+	flagFor      time.Duration
 }
 
 func defaultConfig() config {
@@ -88,21 +93,30 @@ func defaultConfig() config {
 		ackDelay:     100 * time.Millisecond, // acks to one node are sent together
 		reassembly:   64 << 20,               // bytes of incomplete multi-part batches held
 		resolve:      defaultResolve,
+		auditShare:   0.02,               // one record in fifty: a node fabricating most of its records is caught within a few batches
+		auditPerHour: 120,                // per node; each audit costs the network one to four page fetches
+		flagFor:      7 * 24 * time.Hour, // overlay's default conviction
 	}
 }
 
-func defaultResolve(ctx context.Context, host string) (netip.Addr, error) {
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Unmap(), nil
+var defaultResolve = NetResolver(net.DefaultResolver)
+
+// NetResolver adapts r to a Resolver: IP literals as they are, names to
+// the first address r finds (as the crawler picks it).
+func NetResolver(r *net.Resolver) Resolver {
+	return func(ctx context.Context, host string) (netip.Addr, error) {
+		if a, err := netip.ParseAddr(host); err == nil {
+			return a.Unmap(), nil
+		}
+		as, err := r.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		if len(as) == 0 {
+			return netip.Addr{}, fmt.Errorf("%s: no address", host)
+		}
+		return as[0].Unmap(), nil
 	}
-	as, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	if len(as) == 0 {
-		return netip.Addr{}, fmt.Errorf("%s: no address", host)
-	}
-	return as[0].Unmap(), nil
 }
 
 // Logger sets the logger (default slog.Default with subsystem=results).
@@ -316,9 +330,9 @@ func LocalCrawl(h CrawlHandler) Option {
 	return func(c *config) error { c.crawlLocal = h; return nil }
 }
 
-// Resolve sets how Submit finds the address of a URL's host (default: IP
-// literals as they are, names through the system resolver). Submit and
-// Indexer.
+// Resolve sets how Submit and the indexer's audits find the address of a
+// URL's host (default: IP literals as they are, names through the system
+// resolver). Submit and Indexer.
 func Resolve(r Resolver) Option {
 	return func(c *config) error {
 		if r == nil {

@@ -647,6 +647,195 @@ func (x *CrawlRequest) GetOwners() []string {
 	return nil
 }
 
+// Evidence is what an indexer holds of a node's word: one whole signed
+// result batch. Overlay's AUDIT carries it to the coordinator of an audited
+// record's subnet, which opens it with results.OpenEvidence.
+type Evidence struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`                     // 1
+	Header        []byte                 `protobuf:"bytes,2,opt,name=header,proto3" json:"header,omitempty"`                        // the batch's marshalled Header
+	Signature     []byte                 `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`                  // the node's signature over it (see Envelope)
+	PublicKey     []byte                 `protobuf:"bytes,4,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"` // as in Envelope
+	Data          []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`                            // the whole batch: every part, in order
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Evidence) Reset() {
+	*x = Evidence{}
+	mi := &file_results_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Evidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Evidence) ProtoMessage() {}
+
+func (x *Evidence) ProtoReflect() protoreflect.Message {
+	mi := &file_results_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
+func (*Evidence) Descriptor() ([]byte, []int) {
+	return file_results_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Evidence) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Evidence) GetHeader() []byte {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *Evidence) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *Evidence) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+func (x *Evidence) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// AuditStats is an indexer's stored account of the audits of one node's
+// records.
+type AuditStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Audited       uint64                 `protobuf:"varint,1,opt,name=audited,proto3" json:"audited,omitempty"` // audits answered
+	Agreed        uint64                 `protobuf:"varint,2,opt,name=agreed,proto3" json:"agreed,omitempty"`
+	Disagreed     uint64                 `protobuf:"varint,3,opt,name=disagreed,proto3" json:"disagreed,omitempty"`
+	Inconclusive  uint64                 `protobuf:"varint,4,opt,name=inconclusive,proto3" json:"inconclusive,omitempty"`
+	NotDelegated  uint64                 `protobuf:"varint,5,opt,name=not_delegated,json=notDelegated,proto3" json:"not_delegated,omitempty"`
+	Failed        uint64                 `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`                        // audits that could not be made (no coordinator, refused)
+	FlaggedMs     int64                  `protobuf:"varint,7,opt,name=flagged_ms,json=flaggedMs,proto3" json:"flagged_ms,omitempty"` // when a coordinator's verdict said the node is convicted; 0: not flagged
+	FlaggedBy     []byte                 `protobuf:"bytes,8,opt,name=flagged_by,json=flaggedBy,proto3" json:"flagged_by,omitempty"`  // that coordinator
+	LastMs        int64                  `protobuf:"varint,9,opt,name=last_ms,json=lastMs,proto3" json:"last_ms,omitempty"`          // the last audit
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditStats) Reset() {
+	*x = AuditStats{}
+	mi := &file_results_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditStats) ProtoMessage() {}
+
+func (x *AuditStats) ProtoReflect() protoreflect.Message {
+	mi := &file_results_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditStats.ProtoReflect.Descriptor instead.
+func (*AuditStats) Descriptor() ([]byte, []int) {
+	return file_results_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AuditStats) GetAudited() uint64 {
+	if x != nil {
+		return x.Audited
+	}
+	return 0
+}
+
+func (x *AuditStats) GetAgreed() uint64 {
+	if x != nil {
+		return x.Agreed
+	}
+	return 0
+}
+
+func (x *AuditStats) GetDisagreed() uint64 {
+	if x != nil {
+		return x.Disagreed
+	}
+	return 0
+}
+
+func (x *AuditStats) GetInconclusive() uint64 {
+	if x != nil {
+		return x.Inconclusive
+	}
+	return 0
+}
+
+func (x *AuditStats) GetNotDelegated() uint64 {
+	if x != nil {
+		return x.NotDelegated
+	}
+	return 0
+}
+
+func (x *AuditStats) GetFailed() uint64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *AuditStats) GetFlaggedMs() int64 {
+	if x != nil {
+		return x.FlaggedMs
+	}
+	return 0
+}
+
+func (x *AuditStats) GetFlaggedBy() []byte {
+	if x != nil {
+		return x.FlaggedBy
+	}
+	return nil
+}
+
+func (x *AuditStats) GetLastMs() int64 {
+	if x != nil {
+		return x.LastMs
+	}
+	return 0
+}
+
 var File_results_proto protoreflect.FileDescriptor
 
 const file_results_proto_rawDesc = "" +
@@ -706,7 +895,27 @@ const file_results_proto_rawDesc = "" +
 	"\fCrawlRequest\x12\x12\n" +
 	"\x04link\x18\x01 \x01(\tR\x04link\x12\x14\n" +
 	"\x05depth\x18\x02 \x01(\x11R\x05depth\x12\x16\n" +
-	"\x06owners\x18\x03 \x03(\tR\x06ownersB/Z-github.com/micra-net/micra/overlay/results/pbb\x06proto3"
+	"\x06owners\x18\x03 \x03(\tR\x06owners\"\x8d\x01\n" +
+	"\bEvidence\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
+	"\x06header\x18\x02 \x01(\fR\x06header\x12\x1c\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x04 \x01(\fR\tpublicKey\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\"\x94\x02\n" +
+	"\n" +
+	"AuditStats\x12\x18\n" +
+	"\aaudited\x18\x01 \x01(\x04R\aaudited\x12\x16\n" +
+	"\x06agreed\x18\x02 \x01(\x04R\x06agreed\x12\x1c\n" +
+	"\tdisagreed\x18\x03 \x01(\x04R\tdisagreed\x12\"\n" +
+	"\finconclusive\x18\x04 \x01(\x04R\finconclusive\x12#\n" +
+	"\rnot_delegated\x18\x05 \x01(\x04R\fnotDelegated\x12\x16\n" +
+	"\x06failed\x18\x06 \x01(\x04R\x06failed\x12\x1d\n" +
+	"\n" +
+	"flagged_ms\x18\a \x01(\x03R\tflaggedMs\x12\x1d\n" +
+	"\n" +
+	"flagged_by\x18\b \x01(\fR\tflaggedBy\x12\x17\n" +
+	"\alast_ms\x18\t \x01(\x03R\x06lastMsB/Z-github.com/micra-net/micra/overlay/results/pbb\x06proto3"
 
 var (
 	file_results_proto_rawDescOnce sync.Once
@@ -721,7 +930,7 @@ func file_results_proto_rawDescGZIP() []byte {
 }
 
 var file_results_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_results_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_results_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_results_proto_goTypes = []any{
 	(CrawlMessage_Type)(0), // 0: micra.results.CrawlMessage.Type
 	(*Envelope)(nil),       // 1: micra.results.Envelope
@@ -731,6 +940,8 @@ var file_results_proto_goTypes = []any{
 	(*KnownIndexer)(nil),   // 5: micra.results.KnownIndexer
 	(*CrawlMessage)(nil),   // 6: micra.results.CrawlMessage
 	(*CrawlRequest)(nil),   // 7: micra.results.CrawlRequest
+	(*Evidence)(nil),       // 8: micra.results.Evidence
+	(*AuditStats)(nil),     // 9: micra.results.AuditStats
 }
 var file_results_proto_depIdxs = []int32{
 	4, // 0: micra.results.KnownIndexer.announce:type_name -> micra.results.Announce
@@ -754,7 +965,7 @@ func file_results_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_results_proto_rawDesc), len(file_results_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

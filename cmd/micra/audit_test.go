@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/internal/world"
+	"github.com/micra-net/micra/internal/world/worldtest"
+	"github.com/micra-net/micra/node"
+	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/overlay/results"
+)
+
+// fabricator makes a node publish records it did not crawl: every parsed
+// page gets other keywords, another title and a fingerprint that matches
+// nothing (what a volunteer faking work, or a hijacked one seeding spam,
+// would send). Everything else about the records is genuine.
+// It fabricates once on is set: a volunteer that turns bad.
+type fabricator struct {
+	crawl.Sink
+	on *atomic.Bool
+}
+
+const fabricatedTerm = "fabricatedzz"
+
+func (f fabricator) Results(ctx context.Context, b crawl.Batch) error {
+	if !f.on.Load() {
+		return f.Sink.Results(ctx, b)
+	}
+	recs, err := crawl.DecodeBatch(b.Data)
+	if err != nil {
+		return err
+	}
+	for i := range recs {
+		if r := &recs[i]; r.Fingerprint != 0 {
+			r.Fingerprint = ^r.Fingerprint
+			r.Title = "Cheap pills, casino bonus"
+			r.Keywords = []crawl.Keyword{{Term: fabricatedTerm, Weight: 65535}, {Term: "casino", Weight: 40000}}
+		}
+	}
+	nb, err := crawl.EncodeBatch(recs)
+	if err != nil {
+		return err
+	}
+	return f.Sink.Results(ctx, nb)
+}
+
+// TestAuditsConvictFabricator (issue 9, scenario 7): five volunteers crawl
+// an emulated Internet and one of them, the one delegated the most sites,
+// fabricates every record once the sites are delegated. The
+// indexer has records audited by the nodes nearest to their subnets after
+// their crawler; the fabricator's coordinators convict it and re-delegate
+// every subnet with sites it held, the indexer flags it and search leaves
+// its records out; no honest node is convicted or flagged.
+func TestAuditsConvictFabricator(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("a five-node crawl of an emulated Internet; skipped under -short and -race")
+	}
+	const nodes = 5
+	run := worldtest.Start(t, worldtest.Params(23, 60, nodes), world.TimeScale(0.05))
+	w := run.World()
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	tree, err := w.Tree(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.DiscardHandler)
+	if os.Getenv("MICRA_DEBUG") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	dir := t.TempDir()
+	ns := make([]*node.Node, nodes)
+	bad := make([]atomic.Bool, nodes)
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, n := range ns {
+			if n != nil {
+				wg.Go(func() { n.Close() })
+			}
+		}
+		wg.Wait()
+	})
+	start := func(i int, boot []string) {
+		wn := w.Nodes()[i]
+		res, err := run.Resolver(wn.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := node.DefaultConfig()
+		cfg.DataDir = filepath.Join(dir, fmt.Sprintf("node-%d", i))
+		cfg.Listen = []string{"/ip4/" + wn.Addr.String() + "/tcp/0"}
+		cfg.Bootstrap = boot
+		cfg.SourceAddr = wn.Addr.String()
+		cfg.AllowPrivateNetworks = true
+		cfg.AllowPorts = []uint16{uint16(run.Port())}
+		cfg.Dashboard = "127.0.0.1:0"
+		cfg.MemoryLimit, cfg.Bandwidth = "0", "0"
+		opts := []node.Option{node.Tree(tree), node.Resolver(res), node.ProbeScale(run.TimeScale()),
+			node.Logger(logger.With("node", i)),
+			node.HostOptions(overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()),
+			node.OverlayOptions(overlay.Announce(time.Second, false)),
+			node.CrawlOptions(crawl.Politeness(0, 0), crawl.Batching(8<<10, 500*time.Millisecond)),
+			node.ResultOptions(results.Republish(300*time.Millisecond, 2*time.Second))}
+		opts = append(opts, node.WrapResults(func(s crawl.Sink) crawl.Sink { return fabricator{s, &bad[i]} }))
+		n, err := node.New(cfg, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns[i] = n
+		if err := n.Join(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(0, nil)
+	for i := 1; i < nodes; i++ {
+		start(i, ns[0].Addrs())
+	}
+	dns, err := run.Resolver(netip.MustParseAddr("127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h0 := ns[0].Overlay().Host()
+	ri, err := startIndexer(ctx, indexerSetup{
+		dir: filepath.Join(dir, "indexer"), listen: []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/0")},
+		peers: []peer.AddrInfo{{ID: h0.ID(), Addrs: h0.Addrs()}}, httpAddr: "127.0.0.1:0",
+		tree: tree, log: logger.With("subsystem", "indexer"), joinNow: true,
+		hostOpts:    []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},
+		overlayOpts: []overlay.Option{overlay.Announce(time.Second, true)},
+		// Every record audited (a volunteer network samples 2 %): the test
+		// wants the verdict within a small crawl.
+		opts: []results.Option{results.AnnounceEvery(time.Second), results.Logger(logger.With("subsystem", "results")),
+			results.Resolve(results.NetResolver(dns)), results.Audits(1, 10000)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ri.Close()
+
+	var seeds []crawl.Request
+	for _, s := range w.Sites() {
+		if s.Hostile == world.NotHostile && !s.Flaky {
+			seeds = append(seeds, crawl.Request{Link: run.URL(s), Depth: 1})
+		}
+	}
+	if res, err := ns[0].Submit(ctx, seeds...); err != nil || len(res.Failed) > 0 {
+		t.Fatalf("submitting %d seeds: %+v, %v", len(seeds), res, err)
+	}
+
+	// The node delegated the most sites turns bad.
+	sites := map[peer.ID]map[string]netip.Addr{}
+	for _, s := range w.Sites() {
+		if d, ok, err := ns[0].Overlay().Resolve(ctx, s.Addrs[0]); err == nil && ok {
+			if sites[d.Node] == nil {
+				sites[d.Node] = map[string]netip.Addr{}
+			}
+			sites[d.Node][s.Name] = s.Addrs[0]
+		}
+	}
+	fab := 0
+	for i, n := range ns {
+		if len(sites[n.ID()]) > len(sites[ns[fab].ID()]) {
+			fab = i
+		}
+	}
+	fabID, fabSites := ns[fab].ID(), sites[ns[fab].ID()]
+	if len(fabSites) < 2 {
+		t.Fatalf("the busiest node was delegated %d sites; the world gives it too few to test", len(fabSites))
+	}
+	bad[fab].Store(true)
+	t.Logf("node %d, delegated %d sites, fabricates from now on", fab, len(fabSites))
+	audits := func() map[peer.ID]results.NodeAudits {
+		m := map[peer.ID]results.NodeAudits{}
+		for _, na := range ri.ix.Audited() {
+			m[na.Node] = na
+		}
+		return m
+	}
+	waitFor(t, 3*time.Minute, "the fabricator flagged and every subnet with sites taken from it", func() error {
+		if a := audits()[fabID]; !a.Flagged {
+			return fmt.Errorf("fabricator not flagged: %+v", a)
+		}
+		for name, a := range fabSites {
+			ns[0].Overlay().Invalidate(tree.Range(tree.SmallestNonUnary(a)))
+			d, ok, err := ns[0].Overlay().Resolve(ctx, a)
+			if err != nil || !ok || d.Node == fabID {
+				return fmt.Errorf("site %s: delegated to %s (held %v, %v)", name, d.Node, ok, err)
+			}
+		}
+		return nil
+	})
+	all := audits()
+	byHonest := 0
+	for i, n := range ns {
+		if i != fab && slices.Contains(n.Overlay().Convicted(), fabID) {
+			byHonest++
+		}
+	}
+	if byHonest == 0 {
+		t.Errorf("no honest coordinator convicted the fabricator (it convicted itself)")
+	}
+	for i, n := range ns {
+		a := all[n.ID()]
+		t.Logf("node %d%s: %+v", i, map[bool]string{true: " (fabricator)"}[i == fab], a)
+		if i != fab && a.Flagged {
+			t.Errorf("honest node %d flagged", i)
+		}
+		for _, p := range n.Overlay().Convicted() {
+			if p != fabID {
+				t.Errorf("node %d convicted honest node %s", i, p)
+			}
+		}
+	}
+	if st := ri.ix.Stats(); st.Flagged != 1 || st.Audits == 0 {
+		t.Errorf("indexer stats %+v", st)
+	}
+	// Its records are stored but out of search.
+	res, err := ri.ix.Index().Search(ctx, index.Query{Text: fabricatedTerm})
+	if err != nil || len(res.Hits) != 0 {
+		t.Errorf("search for the fabricated keyword: %v, %+v", err, res)
+	}
+	var exported distrustCounter
+	if _, err := ri.ix.Index().Export(ctx, &exported); err != nil {
+		t.Fatal(err)
+	}
+	if exported.n == 0 {
+		t.Errorf("the fabricator's records are not kept (marked distrusted) in the export")
+	}
+	t.Logf("%d sites were the fabricator's; %d honest coordinators convicted it; %d of its records exported as distrusted",
+		len(fabSites), byHonest, exported.n)
+}
+
+// distrustCounter counts exported records marked distrusted.
+type distrustCounter struct{ n int }
+
+func (d *distrustCounter) Write(p []byte) (int, error) {
+	for i := 0; i+len(`"distrusted":true`) <= len(p); i++ {
+		if string(p[i:i+len(`"distrusted":true`)]) == `"distrusted":true` {
+			d.n++
+		}
+	}
+	return len(p), nil
+}
+
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(limit) // a bound for loaded machines, not a timing assertion
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s: %v", what, errors.Join(err, errors.New("not reached")))
+}

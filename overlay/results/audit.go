@@ -1,0 +1,464 @@
+package results
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/overlay/results/pb"
+)
+
+// Audits of the records an indexer stores (issue 9, scenario 7). After a
+// batch is stored, a sample of its records — chosen by a keyed hash the
+// nodes cannot predict, AuditShare of them, every record of a node with a
+// disagreement on record — is sent with the whole signed batch as evidence
+// to the coordinator of each record's subnet (overlay.Audit), within
+// AuditsPerHour per node. A verdict that says the node is convicted flags
+// it: the index leaves its records out of search (index.Distrust), and the
+// flag and every node's tally are kept in badger and served at
+// /api/audits.
+
+// auditJob is one record to have audited.
+type auditJob struct {
+	node     peer.ID
+	url      string
+	host     string
+	evidence []byte
+	size     int64 // what the job counts against maxAuditBytes
+}
+
+// Bounds of the audit queue.
+const (
+	auditQueue    = 64       // records waiting for an audit
+	maxAuditBytes = 32 << 20 // evidence held by waiting audits (a batch shared by several counts for each)
+	maxDispBytes  = 16 << 20 // evidence of disputed records kept as priors
+	maxDisputes   = 3        // disputed records kept per node: overlay's limit of priors
+	auditWorkers  = 2
+	maxAuditNodes = 4096 // nodes with an hourly audit budget kept
+	auditTimeout  = 2 * time.Minute
+)
+
+// AuditShare sets the share of stored records the indexer has audited
+// (default 0.02; 0 switches audits off), and AuditsPerHour how many audits
+// one node's records may take in an hour (default 120), suspects included.
+func Audits(share float64, perHour int) Option {
+	return func(c *config) error {
+		if share < 0 || share > 1 || math.IsNaN(share) || perHour < 1 {
+			return fmt.Errorf("audits: share %g not in [0, 1] or %d an hour", share, perHour)
+		}
+		c.auditShare, c.auditPerHour = share, perHour
+		return nil
+	}
+}
+
+// FlagFor sets how long a node stays flagged after a coordinator's verdict
+// convicted it (default 7 days, the coordinators' default conviction).
+func FlagFor(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Minute {
+			return fmt.Errorf("flag duration %v is shorter than a minute", d)
+		}
+		c.flagFor = d
+		return nil
+	}
+}
+
+// auditor is the indexer's audit state.
+type auditor struct {
+	key   [32]byte // the sampling key, fresh each start
+	queue chan auditJob
+
+	mu       sync.Mutex
+	bytes    int64
+	budgets  map[peer.ID]*auditBudget
+	suspect  map[peer.ID]bool // a disagreement on record (or flagged)
+	disputes map[peer.ID][]overlay.AuditPrior
+	dbytes   int64 // evidence held by disputes
+
+	// tmu orders the read-modify-write of stored tallies.
+	tmu sync.Mutex
+}
+
+type auditBudget struct {
+	tokens float64
+	at     time.Time
+}
+
+func newAuditor() (*auditor, error) {
+	a := &auditor{queue: make(chan auditJob, auditQueue), budgets: map[peer.ID]*auditBudget{}, suspect: map[peer.ID]bool{},
+		disputes: map[peer.ID][]overlay.AuditPrior{}}
+	if _, err := rand.Read(a.key[:]); err != nil {
+		return nil, fmt.Errorf("audit sampling key: %w", err)
+	}
+	return a, nil
+}
+
+// loadAudits restores suspects and the distrusted nodes from the stored
+// tallies.
+func (ix *Indexer) loadAudits() error {
+	now := ix.cfg.now()
+	var flagged []string
+	err := ix.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: auditPrefix(), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			node, ok := parseAuditKey(it.Item().Key())
+			if !ok {
+				continue
+			}
+			var st pb.AuditStats
+			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &st) }); err != nil {
+				ix.log.Warn("stored audit tally unreadable; ignored", "node", node, "error", err)
+				continue
+			}
+			if st.GetDisagreed() > 0 {
+				ix.aud.suspect[node] = true
+			}
+			if ix.flagged(&st, now) {
+				flagged = append(flagged, node.String())
+			}
+		}
+		return nil
+	})
+	ix.x.Distrust(flagged...)
+	return err
+}
+
+func (ix *Indexer) flagged(st *pb.AuditStats, now time.Time) bool {
+	return st.GetFlaggedMs() != 0 && now.Sub(time.UnixMilli(st.GetFlaggedMs())) < ix.cfg.flagFor
+}
+
+// sampleAudits queues the audits of a stored batch's records.
+func (ix *Indexer) sampleAudits(node peer.ID, digest [32]byte, auth signedHeader, data []byte, recs []crawl.Record) {
+	a := ix.aud
+	if a == nil || ix.o == nil || ix.cfg.auditShare == 0 || len(data) > MaxEvidence-len(auth.raw)-len(auth.sig)-len(auth.pub)-64 {
+		return
+	}
+	a.mu.Lock()
+	suspect := a.suspect[node]
+	a.mu.Unlock()
+	var ev []byte
+	for i := range recs {
+		r := &recs[i]
+		if r.Status < 200 || r.Status > 299 || r.Fingerprint == 0 || r.Change == crawl.ChangeGone {
+			continue
+		}
+		if !suspect && !a.sampled(digest, i, ix.cfg.auditShare) {
+			continue
+		}
+		host := ""
+		if u, err := url.Parse(r.URL); err == nil {
+			host = u.Hostname()
+		}
+		if host == "" || !a.spend(node, ix.cfg.auditPerHour, ix.cfg.now()) {
+			continue
+		}
+		if ev == nil {
+			var err error
+			if ev, err = evidence(auth, data); err != nil {
+				ix.log.Warn("building audit evidence failed", "node", node, "error", err)
+				return
+			}
+		}
+		j := auditJob{node: node, url: r.URL, host: host, evidence: ev, size: int64(len(ev))}
+		a.mu.Lock()
+		room := a.bytes+j.size <= maxAuditBytes
+		if room {
+			a.bytes += j.size
+		}
+		a.mu.Unlock()
+		if !room {
+			ix.stats.auditsDropped.Add(1)
+			continue
+		}
+		select {
+		case a.queue <- j:
+		default:
+			a.release(j)
+			ix.stats.auditsDropped.Add(1)
+		}
+	}
+}
+
+// sampled reports whether record i of the batch with digest is audited:
+// HMAC-SHA256 under a key the nodes do not know, so that a node cannot
+// tell which of its records will be checked.
+func (a *auditor) sampled(digest [32]byte, i int, share float64) bool {
+	if share >= 1 {
+		return true
+	}
+	m := hmac.New(sha256.New, a.key[:])
+	m.Write(digest[:])
+	m.Write(binary.BigEndian.AppendUint64(nil, uint64(i)))
+	v := binary.BigEndian.Uint64(m.Sum(nil))
+	return float64(v) < share*(1<<64)
+}
+
+// spend takes one audit from node's hourly budget.
+func (a *auditor) spend(node peer.ID, perHour int, now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := a.budgets[node]
+	if b == nil {
+		if len(a.budgets) >= maxAuditNodes {
+			for k, v := range a.budgets { // forget the full ones (idle nodes)
+				if v.tokens+now.Sub(v.at).Hours()*float64(perHour) >= float64(perHour) {
+					delete(a.budgets, k)
+				}
+			}
+			if len(a.budgets) >= maxAuditNodes {
+				return false
+			}
+		}
+		b = &auditBudget{tokens: float64(perHour), at: now}
+		a.budgets[node] = b
+	}
+	b.tokens = min(float64(perHour), b.tokens+now.Sub(b.at).Hours()*float64(perHour))
+	b.at = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// dispute remembers a record that disagreed, as a prior for the node's
+// next audits (newest kept), and makes the node a suspect.
+func (a *auditor) dispute(j auditJob) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.suspect[j.node] = true
+	ds := a.disputes[j.node]
+	if slices.ContainsFunc(ds, func(p overlay.AuditPrior) bool { return p.URL == j.url }) {
+		return
+	}
+	ds = append(ds, overlay.AuditPrior{URL: j.url, Evidence: j.evidence})
+	a.dbytes += int64(len(j.evidence))
+	if len(ds) > maxDisputes {
+		a.dbytes -= int64(len(ds[0].Evidence))
+		ds = ds[1:]
+	}
+	a.disputes[j.node] = ds
+	for n, old := range a.disputes { // over the bound: drop other nodes' oldest
+		if a.dbytes <= maxDispBytes {
+			break
+		}
+		if n != j.node && len(old) > 0 {
+			a.dbytes -= int64(len(old[0].Evidence))
+			a.disputes[n] = old[1:]
+		}
+	}
+}
+
+// priors returns the disputed records of j's node to send with j (not j's
+// own URL), as many as fit the audit frame with j's evidence.
+func (a *auditor) priors(j auditJob) []overlay.AuditPrior {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []overlay.AuditPrior
+	size := len(j.evidence) + len(j.url) + 8<<10
+	for _, p := range a.disputes[j.node] {
+		if p.URL == j.url || size+len(p.Evidence)+len(p.URL)+16 > MaxEvidence {
+			continue
+		}
+		size += len(p.Evidence) + len(p.URL) + 16
+		out = append(out, p)
+	}
+	return out
+}
+
+func (a *auditor) release(j auditJob) {
+	a.mu.Lock()
+	a.bytes -= j.size
+	a.mu.Unlock()
+}
+
+// auditWorker runs the queued audits.
+func (ix *Indexer) auditWorker() {
+	a := ix.aud
+	for {
+		var j auditJob
+		select {
+		case <-ix.ctx.Done():
+			return
+		case j = <-a.queue:
+		}
+		a.release(j)
+		ix.runAudit(ix.ctx, j)
+	}
+}
+
+// runAudit has one record audited and records the verdict.
+func (ix *Indexer) runAudit(ctx context.Context, j auditJob) {
+	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
+	defer cancel()
+	ix.stats.audits.Add(1)
+	addr, err := ix.cfg.resolve(ctx, j.host)
+	var v overlay.AuditVerdict
+	// A coordinator refuses audits beyond this indexer's budget
+	// (OVERLOADED), or has no quorum for a moment (UNAVAILABLE): the
+	// audit waits and tries again, twice.
+	for attempt := 0; err == nil; attempt++ {
+		v, err = ix.o.Audit(ctx, overlay.AuditRequest{Addr: addr, URL: j.url, Evidence: j.evidence, Priors: ix.aud.priors(j)})
+		if err == nil || attempt == 2 || !(errors.Is(err, overlay.ErrOverloaded) || errors.Is(err, overlay.ErrUnavailable)) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(attempt+1) * time.Second):
+			err = nil
+		}
+	}
+	if err != nil {
+		if ctx.Err() != nil && ix.ctx.Err() != nil {
+			return // shutting down
+		}
+		ix.log.Debug("audit failed", "node", j.node, "url", j.url, "error", err)
+	} else if v.Node != j.node {
+		err = fmt.Errorf("verdict about %s, not %s", v.Node, j.node)
+		ix.log.Warn("audit verdict about another node", "node", j.node, "url", j.url, "error", err)
+	}
+	ix.noteVerdict(j, v, err)
+}
+
+// noteVerdict updates node's stored tally, and flags it when the verdict
+// says it is convicted.
+func (ix *Indexer) noteVerdict(j auditJob, v overlay.AuditVerdict, verr error) {
+	a := ix.aud
+	a.tmu.Lock()
+	defer a.tmu.Unlock()
+	now := ix.cfg.now()
+	st, err := ix.auditStats(j.node)
+	if err != nil {
+		ix.log.Warn("reading an audit tally failed", "node", j.node, "error", err)
+		return
+	}
+	st.LastMs = now.UnixMilli()
+	newFlag := false
+	switch {
+	case verr != nil:
+		st.Failed++
+	default:
+		st.Audited++
+		switch v.Result {
+		case overlay.AuditAgree:
+			st.Agreed++
+		case overlay.AuditDisagree:
+			st.Disagreed++
+			a.dispute(j)
+			ix.log.Info("audited record disagrees with other nodes' fetches", "node", j.node, "url", j.url,
+				"coordinator", v.Coordinator, "tally_agreed", v.Agreed, "tally_disagreed", v.Disagreed)
+		case overlay.AuditNotDelegated:
+			st.NotDelegated++
+		default:
+			st.Inconclusive++
+		}
+		if v.Convicted && !ix.flagged(st, now) {
+			st.FlaggedMs, st.FlaggedBy, newFlag = now.UnixMilli(), []byte(v.Coordinator), true
+		}
+	}
+	b, err := proto.Marshal(st)
+	if err == nil {
+		err = ix.db.Update(func(txn *badger.Txn) error { return txn.Set(auditKey(j.node), b) })
+	}
+	if err != nil {
+		ix.log.Warn("storing an audit tally failed", "node", j.node, "error", err)
+	}
+	if newFlag {
+		ix.stats.flagged.Add(1)
+		ix.log.Warn("node flagged: a coordinator convicted it by audits; its records leave search", "node", j.node,
+			"coordinator", v.Coordinator, "agreed", st.Agreed, "disagreed", st.Disagreed)
+		a.mu.Lock()
+		a.suspect[j.node] = true
+		a.mu.Unlock()
+		ix.refreshDistrust()
+	}
+}
+
+// refreshDistrust hands the index the nodes flagged now.
+func (ix *Indexer) refreshDistrust() {
+	var nodes []string
+	for _, na := range ix.Audited() {
+		if na.Flagged {
+			nodes = append(nodes, na.Node.String())
+		}
+	}
+	ix.x.Distrust(nodes...)
+}
+
+func (ix *Indexer) auditStats(node peer.ID) (*pb.AuditStats, error) {
+	st := &pb.AuditStats{}
+	err := ix.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(auditKey(node))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return it.Value(func(v []byte) error { return proto.Unmarshal(v, st) })
+	})
+	return st, err
+}
+
+// NodeAudits is an indexer's account of the audits of one node's records.
+type NodeAudits struct {
+	Node         peer.ID   `json:"node"`
+	Audited      uint64    `json:"audited"`
+	Agreed       uint64    `json:"agreed"`
+	Disagreed    uint64    `json:"disagreed"`
+	Inconclusive uint64    `json:"inconclusive"`
+	NotDelegated uint64    `json:"not_delegated"`
+	Failed       uint64    `json:"failed"`
+	Flagged      bool      `json:"flagged"` // its records are out of search
+	FlaggedAt    time.Time `json:"flagged_at,omitzero"`
+	FlaggedBy    peer.ID   `json:"flagged_by,omitempty"` // the coordinator whose verdict convicted it
+	Last         time.Time `json:"last"`
+}
+
+// Audited returns the indexer's audit tallies, by node id, at most 4096.
+func (ix *Indexer) Audited() []NodeAudits {
+	now := ix.cfg.now()
+	var out []NodeAudits
+	_ = ix.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: auditPrefix(), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid() && len(out) < maxAuditNodes; it.Next() {
+			node, ok := parseAuditKey(it.Item().Key())
+			if !ok {
+				continue
+			}
+			var st pb.AuditStats
+			if it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &st) }) != nil {
+				continue
+			}
+			na := NodeAudits{Node: node, Audited: st.GetAudited(), Agreed: st.GetAgreed(), Disagreed: st.GetDisagreed(),
+				Inconclusive: st.GetInconclusive(), NotDelegated: st.GetNotDelegated(), Failed: st.GetFailed(),
+				Flagged: ix.flagged(&st, now), Last: time.UnixMilli(st.GetLastMs()).UTC()}
+			if st.GetFlaggedMs() != 0 {
+				na.FlaggedAt = time.UnixMilli(st.GetFlaggedMs()).UTC()
+				na.FlaggedBy, _ = peer.IDFromBytes(st.GetFlaggedBy())
+			}
+			out = append(out, na)
+		}
+		return nil
+	})
+	slices.SortFunc(out, func(a, b NodeAudits) int { return strings.Compare(string(a.Node), string(b.Node)) })
+	return out
+}
