@@ -21,17 +21,18 @@ import (
 	"github.com/micra-net/micra/subnet"
 )
 
-// swarmSize is 16 by default and 50 with MICRA_LONG=1.
+// swarmSize is 20 by default, the least issue 4 asks of these tests, and
+// 50 with MICRA_LONG=1.
 func swarmSize() int {
 	if os.Getenv("MICRA_LONG") != "" {
 		return 50
 	}
-	return 16
+	return 20
 }
 
 func TestSwarmOwnSubnets(t *testing.T) {
 	nodes := newSwarm(t, swarmSize(), PublishRecords(true), Announce(2*time.Second, false))
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a bound: -race on two loaded cores takes half a minute
 	defer cancel()
 	// Every node asks for its own subnet: the test procedure gives it to
 	// the asker.
