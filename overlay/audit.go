@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math/bits"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -32,8 +33,10 @@ import (
 // before it counts, so that one lying auditor cannot frame a node, and a
 // page that is gone, moved or no longer parsed says nothing. The author's
 // tally (AuditEntry) lives in the shard's replicated state. A node whose
-// confirmed disagreements reach MinDisagreements, on MinHosts hosts, and
-// Ratio of its conclusive audits is convicted: this coordinator keeps it out
+// confirmed disagreements among its last Window conclusive audits reach
+// MinDisagreements and Ratio of them, on MinHosts hosts, is convicted (a
+// window, so that a node turning bad after long honest service is caught
+// as fast as a new one): this coordinator keeps it out
 // of every decision for Conviction, re-delegates its subnets in every shard
 // it coordinates (with the liveness check, so a coordinator that takes a
 // shard over does the same), refuses its own-subnet claims, and answers
@@ -54,15 +57,18 @@ type AuditConfig struct {
 	// and pages of other sites never (median 27). Audits come minutes
 	// after the crawl, when nearly every page is in the same version.
 	Tolerance int
-	// MinDisagreements is the number of confirmed disagreements that
-	// convicts a node. Default 3.
+	// MinDisagreements is the number of confirmed disagreements among a
+	// node's last Window conclusive audits that convicts it. Default 3.
 	MinDisagreements int
+	// Window is the number of a node's latest conclusive audits that
+	// MinDisagreements and Ratio look at, at most 64. Default 32.
+	Window int
 	// MinHosts is the number of distinct hosts those disagreements must
 	// span, so that one site serving each address its own page cannot
 	// convict the honest node that crawls it. Default 2.
 	MinHosts int
-	// Ratio is the share of a node's conclusive audits that must disagree.
-	// Default 0.2.
+	// Ratio is the share of those audits that must disagree. Default 0.09:
+	// three disagreements in a full window of 32.
 	Ratio float64
 	// Conviction is how long a convicted node stays out of this
 	// coordinator's decisions; its tally starts afresh after it. Default
@@ -84,10 +90,11 @@ func (a AuditConfig) withDefaults() AuditConfig {
 	def(&a.Tolerance, 6)
 	def(&a.MinDisagreements, 3)
 	def(&a.MinHosts, 2)
+	def(&a.Window, 32)
 	def(&a.AuditBurst, 32)
 	def(&a.RefetchBurst, 16)
 	if a.Ratio == 0 {
-		a.Ratio = 0.2
+		a.Ratio = 0.09
 	}
 	if a.Conviction == 0 {
 		a.Conviction = 7 * 24 * time.Hour
@@ -105,8 +112,8 @@ func (a AuditConfig) validate() error {
 	switch {
 	case a.Tolerance < 0 || a.Tolerance >= 32:
 		return fmt.Errorf("audits: tolerance %d is not in [0, 32)", a.Tolerance)
-	case a.MinDisagreements < 1 || a.MinHosts < 1 || a.MinHosts > maxAuditHosts:
-		return fmt.Errorf("audits: need at least one disagreement on 1..%d hosts", maxAuditHosts)
+	case a.MinDisagreements < 1 || a.MinHosts < 1 || a.MinHosts > maxAuditHosts || a.Window < a.MinDisagreements || a.Window > 64:
+		return fmt.Errorf("audits: need at least one disagreement on 1..%d hosts in a window of them up to 64", maxAuditHosts)
 	case a.Ratio <= 0 || a.Ratio > 1:
 		return fmt.Errorf("audits: ratio %g is not in (0, 1]", a.Ratio)
 	case a.Conviction < time.Minute:
@@ -146,7 +153,7 @@ const (
 	maxAuditHosts    = 16 // distinct hosts kept in a tally
 	maxAuditJudged   = 64 // URLs of priors judged kept in a tally
 	maxAuditors      = 4  // refetches one audit asks for, at most
-	maxAuditPriors   = 3  // priors one audit carries, at most
+	maxAuditPriors   = 4  // priors one audit carries, at most
 	convictionsCache = 2 * time.Second
 )
 
@@ -181,7 +188,7 @@ type AuditRequest struct {
 	URL      string     // the record's URL
 	Evidence []byte     // the author's signed statement (results.Evidence)
 	// Priors are records of the same author that disagreed at other
-	// coordinators (at most 3): the coordinator judges them afresh, once
+	// coordinators (at most 4): the coordinator judges them afresh, once
 	// each, so that one holding few of the author's sites can convict it
 	// on its own judgement. Together with Evidence they must fit the
 	// audit protocol's 4 MiB frame.
@@ -421,9 +428,13 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 	if len(rq.GetPriors()) > maxAuditPriors {
 		return nil, fmt.Errorf("%w: %d priors, at most %d", ErrTooLarge, len(rq.GetPriors()), maxAuditPriors)
 	}
-	v.Result, v.Pages = o.judge(ctx, sh, id, claim)
+	if slices.Contains(tally.GetJudged(), urlHash(u)) {
+		v.Result = pb.AuditVerdict_INCONCLUSIVE // judged before: counted once, not fetched again
+	} else {
+		v.Result, v.Pages = o.judge(ctx, sh, id, claim)
+	}
 	if v.Result == pb.AuditVerdict_AGREE || v.Result == pb.AuditVerdict_DISAGREE {
-		if tally, err = c.recordAudit(ctx, sh, claim.Node, host, v.Result == pb.AuditVerdict_AGREE, urlHash(u), false); err != nil {
+		if tally, err = c.recordAudit(ctx, sh, claim.Node, host, v.Result == pb.AuditVerdict_AGREE, urlHash(u)); err != nil {
 			return nil, err
 		}
 	}
@@ -448,7 +459,7 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 		if res != pb.AuditVerdict_AGREE && res != pb.AuditVerdict_DISAGREE {
 			continue
 		}
-		if tally, err = c.recordAudit(ctx, sh, claim.Node, ph, res == pb.AuditVerdict_AGREE, uh, true); err != nil {
+		if tally, err = c.recordAudit(ctx, sh, claim.Node, ph, res == pb.AuditVerdict_AGREE, uh); err != nil {
 			return nil, err
 		}
 	}
@@ -599,9 +610,9 @@ func (c *coordinator) convictedAt(t *pb.AuditEntry, now time.Time) bool {
 
 // recordAudit adds one conclusive audit of p's record of a URL (FNV-64a
 // uh) on host to p's tally in sh, convicting p when the tally says so, and
-// returns the new tally. A prior whose URL the tally judged already is not
-// counted again.
-func (c *coordinator) recordAudit(ctx context.Context, sh *shard, p peer.ID, host string, agreed bool, uh uint64, prior bool) (*pb.AuditEntry, error) {
+// returns the new tally. A URL the tally judged already (among its last
+// 64) is not counted again.
+func (c *coordinator) recordAudit(ctx context.Context, sh *shard, p peer.ID, host string, agreed bool, uh uint64) (*pb.AuditEntry, error) {
 	c.auditMu.Lock()
 	defer c.auditMu.Unlock()
 	t, err := c.auditTally(sh, p)
@@ -612,26 +623,33 @@ func (c *coordinator) recordAudit(ctx context.Context, sh *shard, p peer.ID, hos
 	if at := t.GetConvictedMs(); at != 0 && !c.convictedAt(t, now) {
 		t = &pb.AuditEntry{Peer: []byte(p)} // the conviction ran out: a fresh start
 	}
-	if judged := slices.Contains(t.Judged, uh); judged && prior {
-		return t, nil
-	} else if !judged {
-		t.Judged = append(t.Judged, uh)
-		if len(t.Judged) > maxAuditJudged {
-			t.Judged = t.Judged[len(t.Judged)-maxAuditJudged:]
-		}
+	if slices.Contains(t.Judged, uh) {
+		return t, nil // counted once: an asker replaying a record gains nothing
 	}
+	t.Judged = append(t.Judged, uh)
+	if len(t.Judged) > maxAuditJudged {
+		t.Judged = t.Judged[len(t.Judged)-maxAuditJudged:]
+	}
+	t.Recent <<= 1
+	t.RecentN = min(t.RecentN+1, 64)
 	if agreed {
 		t.Agreed++
 	} else {
 		t.Disagreed++
-		if !slices.Contains(t.Hosts, host) && len(t.Hosts) < maxAuditHosts {
+		t.Recent |= 1
+		if !slices.Contains(t.Hosts, host) {
 			t.Hosts = append(t.Hosts, host)
+			if len(t.Hosts) > maxAuditHosts {
+				t.Hosts = t.Hosts[1:]
+			}
 		}
 	}
 	t.AtMs = now.UnixMilli()
 	ac := c.o.cfg.audit
-	convicts := t.GetConvictedMs() == 0 && int(t.Disagreed) >= ac.MinDisagreements && len(t.Hosts) >= ac.MinHosts &&
-		float64(t.Disagreed) >= ac.Ratio*float64(t.Agreed+t.Disagreed)
+	n := min(int(t.RecentN), ac.Window)
+	bad := bits.OnesCount64(t.Recent & (1<<n - 1))
+	convicts := t.GetConvictedMs() == 0 && bad >= ac.MinDisagreements && len(t.Hosts) >= ac.MinHosts &&
+		float64(bad) >= ac.Ratio*float64(n)
 	if convicts {
 		t.ConvictedMs = now.UnixMilli()
 	}

@@ -237,7 +237,7 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		hostOpts:    []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},
 		overlayOpts: []overlay.Option{overlay.Announce(2*time.Second, true)},
 		opts: []results.Option{results.AnnounceEvery(2 * time.Second), results.Logger(logger.With("subsystem", "results")),
-			results.Resolve(results.NetResolver(indexerDNS))},
+			results.DNS(indexerDNS)},
 	})
 	if err != nil {
 		return fmt.Errorf("indexer: %w", err)

@@ -78,6 +78,7 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	announce := fs.Duration("announce", time.Minute, "how often to announce this indexer")
 	dns := fs.String("dns", "", "`ADDR:PORT` of the DNS server for crawl requests and audits (default: the system's resolver)")
 	auditShare := fs.Float64("audit-share", 0.02, "share of stored records to have audited by other nodes (0: none)")
+	patience := fs.Duration("crawl-patience", 30*time.Minute, "submit a crawl request again when no record of its page came within this (doubling, six times in all)")
 	liveness := fs.Duration("liveness", 5*time.Minute, "silence after which the shards this indexer coordinates orphan a crawler's subnets (use the nodes' --liveness)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := parseFlags(fs, args); err != nil {
@@ -107,17 +108,21 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *auditShare < 0 || *auditShare > 1 {
 		return fmt.Errorf("%w: --audit-share %g is not between 0 and 1", errUsage, *auditShare)
 	}
-	opts := []results.Option{results.Shards(*shards), results.AnnounceEvery(*announce), results.Audits(*auditShare, 120)}
+	if *patience < time.Second {
+		return fmt.Errorf("%w: --crawl-patience %v is under a second", errUsage, *patience)
+	}
+	opts := []results.Option{results.Shards(*shards), results.AnnounceEvery(*announce), results.Audits(*auditShare, 120),
+		results.CrawlPatience(*patience, 6)}
 	if *dns != "" {
 		server, err := netip.ParseAddrPort(*dns)
 		if err != nil {
 			return fmt.Errorf("%w: --dns %q: %v", errUsage, *dns, err)
 		}
-		opts = append(opts, results.Resolve(results.NetResolver(&net.Resolver{PreferGo: true,
+		opts = append(opts, results.DNS(&net.Resolver{PreferGo: true,
 			Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 				d := net.Dialer{Timeout: 5 * time.Second}
 				return d.DialContext(ctx, network, server.String())
-			}})))
+			}}))
 	}
 	if *take != "" {
 		var ss []int

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -298,4 +299,40 @@ func contentHash(b []byte) uint64 { return xxhash.Sum64(b) }
 // keep them heaviest first).
 func topKeywords(r *crawl.Record, n int) []crawl.Keyword {
 	return slices.Clone(r.Keywords[:min(n, len(r.Keywords))])
+}
+
+// maxHostsScan bounds the page states HostsOf reads.
+const maxHostsScan = 1 << 22
+
+// HostsOf returns the hosts of the live pages whose stored version node
+// delivered (by Provenance.Node), at most max of them, in no particular
+// order. It reads every page's state (up to 4M): for rare questions, such
+// as where a node found to fabricate records had been crawling.
+func (x *Index) HostsOf(ctx context.Context, node string, max int) ([]string, error) {
+	if err := x.check(ctx); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	err := x.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefixDoc, PrefetchValues: true, PrefetchSize: 256})
+		defer it.Close()
+		n := 0
+		for it.Rewind(); it.Valid() && len(out) < max && n < maxHostsScan; it.Next() {
+			n++
+			if n%4096 == 0 && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			var m docMeta
+			if err := it.Item().Value(func(v []byte) (err error) { m, err = decodeDocMeta(v); return err }); err != nil || m.Gone || m.Prov.Node != node {
+				continue
+			}
+			if u, err := url.Parse(m.URL); err == nil && u.Hostname() != "" && !seen[u.Hostname()] {
+				seen[u.Hostname()] = true
+				out = append(out, u.Hostname())
+			}
+		}
+		return nil
+	})
+	return out, err
 }

@@ -182,6 +182,11 @@ func TestDistrust(t *testing.T) {
 	if _, got := search("cyprus"); len(got) != 3 {
 		t.Fatalf("before: %v", got)
 	}
+	hosts, err := x.HostsOf(t.Context(), "liar", 10)
+	slices.Sort(hosts)
+	if err != nil || !slices.Equal(hosts, []string{"b.example", "c.example"}) {
+		t.Fatalf("HostsOf(liar) = %v, %v", hosts, err)
+	}
 	x.Distrust("liar")
 	if res, got := search("cyprus"); !slices.Equal(got, []string{"http://a.example/1"}) || res.Total != 1 {
 		t.Fatalf("liar distrusted: %v, total %d", got, res.Total)

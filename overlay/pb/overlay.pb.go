@@ -3081,7 +3081,7 @@ type Audit struct {
 	Evidence []byte                 `protobuf:"bytes,4,opt,name=evidence,proto3" json:"evidence,omitempty"`
 	// priors are records of the same node that disagreed at other
 	// coordinators, judged afresh here, so that a coordinator holding few of
-	// the node's sites can reach its own verdict; at most 3.
+	// the node's sites can reach its own verdict; at most 4.
 	Priors        []*AuditPrior `protobuf:"bytes,5,rep,name=priors,proto3" json:"priors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3443,6 +3443,8 @@ type AuditEntry struct {
 	ConvictedMs   int64                  `protobuf:"varint,5,opt,name=convicted_ms,json=convictedMs,proto3" json:"convicted_ms,omitempty"` // when the node was convicted; 0 when not
 	AtMs          int64                  `protobuf:"varint,6,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`                      // the last audit
 	Judged        []uint64               `protobuf:"fixed64,7,rep,packed,name=judged,proto3" json:"judged,omitempty"`                      // FNV-64a of the URLs judged, newest last, at most 64
+	Recent        uint64                 `protobuf:"fixed64,8,opt,name=recent,proto3" json:"recent,omitempty"`                             // the last conclusive audits, newest in bit 0: 1 disagreed, 0 agreed
+	RecentN       uint32                 `protobuf:"varint,9,opt,name=recent_n,json=recentN,proto3" json:"recent_n,omitempty"`             // how many of recent's bits are audits, at most 64
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3524,6 +3526,20 @@ func (x *AuditEntry) GetJudged() []uint64 {
 		return x.Judged
 	}
 	return nil
+}
+
+func (x *AuditEntry) GetRecent() uint64 {
+	if x != nil {
+		return x.Recent
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetRecentN() uint32 {
+	if x != nil {
+		return x.RecentN
+	}
+	return 0
 }
 
 var File_overlay_proto protoreflect.FileDescriptor
@@ -3851,7 +3867,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\vfingerprint\x18\x05 \x01(\x06R\vfingerprint\x12\x13\n" +
 	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x1a\n" +
 	"\bdistance\x18\a \x01(\x11R\bdistance\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"\xbc\x01\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"\xef\x01\n" +
 	"\n" +
 	"AuditEntry\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\fR\x04peer\x12\x16\n" +
@@ -3860,7 +3876,9 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05hosts\x18\x04 \x03(\tR\x05hosts\x12!\n" +
 	"\fconvicted_ms\x18\x05 \x01(\x03R\vconvictedMs\x12\x13\n" +
 	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x16\n" +
-	"\x06judged\x18\a \x03(\x06R\x06judgedB'Z%github.com/micra-net/micra/overlay/pbb\x06proto3"
+	"\x06judged\x18\a \x03(\x06R\x06judged\x12\x16\n" +
+	"\x06recent\x18\b \x01(\x06R\x06recent\x12\x19\n" +
+	"\brecent_n\x18\t \x01(\rR\arecentNB'Z%github.com/micra-net/micra/overlay/pbb\x06proto3"
 
 var (
 	file_overlay_proto_rawDescOnce sync.Once

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -45,13 +46,16 @@ type auditJob struct {
 
 // Bounds of the audit queue.
 const (
-	auditQueue    = 64       // records waiting for an audit
-	maxAuditBytes = 32 << 20 // evidence held by waiting audits (a batch shared by several counts for each)
-	maxDispBytes  = 16 << 20 // evidence of disputed records kept as priors
-	maxDisputes   = 3        // disputed records kept per node: overlay's limit of priors
-	auditWorkers  = 2
-	maxAuditNodes = 4096 // nodes with an hourly audit budget kept
-	auditTimeout  = 2 * time.Minute
+	auditQueue     = 64       // records waiting for an audit
+	maxAuditBytes  = 32 << 20 // evidence held by waiting audits (a batch shared by several counts for each)
+	maxDispBytes   = 16 << 20 // evidence of disputed records kept as priors
+	maxDisputes    = 5        // disputed records kept per node: one audit's record and overlay's limit of 4 priors
+	maxSpreadHosts = 256      // hosts of a flagged node's pages whose coordinators are told
+	maxPriors      = 4        // overlay's limit of priors in one audit
+	spreadEvery    = time.Minute
+	auditWorkers   = 2
+	maxAuditNodes  = 4096 // nodes with an hourly audit budget kept
+	auditTimeout   = 2 * time.Minute
 )
 
 // AuditShare sets the share of stored records the indexer has audited
@@ -89,7 +93,9 @@ type auditor struct {
 	budgets  map[peer.ID]*auditBudget
 	suspect  map[peer.ID]bool // a disagreement on record (or flagged)
 	disputes map[peer.ID][]overlay.AuditPrior
-	dbytes   int64 // evidence held by disputes
+	dbytes   int64                       // evidence held by disputes
+	spread   map[peer.ID]map[string]bool // subnets whose coordinator said a flagged node is convicted
+	spreadQ  chan peer.ID                // a node was flagged: tell the coordinators of its subnets
 
 	// tmu orders the read-modify-write of stored tallies.
 	tmu sync.Mutex
@@ -102,7 +108,8 @@ type auditBudget struct {
 
 func newAuditor() (*auditor, error) {
 	a := &auditor{queue: make(chan auditJob, auditQueue), budgets: map[peer.ID]*auditBudget{}, suspect: map[peer.ID]bool{},
-		disputes: map[peer.ID][]overlay.AuditPrior{}}
+		disputes: map[peer.ID][]overlay.AuditPrior{}, spread: map[peer.ID]map[string]bool{},
+		spreadQ: make(chan peer.ID, 16)}
 	if _, err := rand.Read(a.key[:]); err != nil {
 		return nil, fmt.Errorf("audit sampling key: %w", err)
 	}
@@ -238,8 +245,121 @@ func (a *auditor) spend(node peer.ID, perHour int, now time.Time) bool {
 	return true
 }
 
+// spreadLoop tells the coordinators of a flagged node's subnets, as soon
+// as it is flagged and then every spreadEvery while it stays flagged, what
+// convicted it elsewhere: its disputed records go to each of them as an
+// audit, judged there afresh (a coordinator counts each URL once), until
+// each says the node is convicted. Without this a coordinator that holds
+// only sites the node published nothing about since it turned bad would
+// never hear of it.
+func (ix *Indexer) spreadLoop() {
+	t := time.NewTicker(spreadEvery)
+	defer t.Stop()
+	for {
+		var nodes []peer.ID
+		select {
+		case <-ix.ctx.Done():
+			return
+		case n := <-ix.aud.spreadQ:
+			nodes = []peer.ID{n}
+		case <-t.C:
+			for _, na := range ix.Audited() {
+				if na.Flagged {
+					nodes = append(nodes, na.Node)
+				}
+			}
+		}
+		for _, n := range nodes {
+			ix.spreadConviction(ix.ctx, n)
+		}
+	}
+}
+
+// spreadConviction sends node's disputed records to the coordinators of
+// the subnets of the hosts of its stored pages (index.HostsOf) that have
+// not yet said it is convicted.
+func (ix *Indexer) spreadConviction(ctx context.Context, node peer.ID) {
+	a := ix.aud
+	hosts, err := ix.x.HostsOf(ctx, node.String(), maxSpreadHosts)
+	if err != nil {
+		ix.log.Debug("finding a flagged node's hosts failed", "node", node, "error", err)
+		return
+	}
+	a.mu.Lock()
+	ds := slices.Clone(a.disputes[node])
+	done := a.spread[node]
+	if done == nil {
+		done = map[string]bool{}
+		a.spread[node] = done
+	}
+	a.mu.Unlock()
+	ix.log.Debug("telling coordinators of a conviction", "node", node, "hosts", len(hosts), "disputes", len(ds))
+	if len(ds) == 0 {
+		return // nothing to show (the evidence is kept in memory only)
+	}
+	slices.Sort(hosts)
+	for _, h := range hosts {
+		if ctx.Err() != nil {
+			return
+		}
+		// Every address: a host may sit in several subnets, and the node
+		// holds the one its Submit or crawler happened to resolve.
+		addrs, err := ix.cfg.lookupAll(ctx, h)
+		if err != nil {
+			continue
+		}
+		for _, addr := range addrs[:min(len(addrs), 8)] {
+			ix.tellCoordinator(ctx, node, h, addr, ds, done)
+		}
+	}
+}
+
+// tellCoordinator sends node's disputed records ds to the coordinator of
+// addr's subnet unless it said node is convicted already (done).
+func (ix *Indexer) tellCoordinator(ctx context.Context, node peer.ID, h string, addr netip.Addr, ds []overlay.AuditPrior, done map[string]bool) {
+	a := ix.aud
+	tree := ix.o.Tree()
+	key := tree.Range(tree.SmallestNonUnary(addr)).String()
+	a.mu.Lock()
+	skip := done[key]
+	a.mu.Unlock()
+	if skip || !a.spend(node, ix.cfg.auditPerHour, ix.cfg.now()) {
+		return
+	}
+	var v overlay.AuditVerdict
+	var err error
+	for attempt := range 3 { // within the coordinator's budget of audits per asker
+		actx, cancel := context.WithTimeout(ctx, auditTimeout)
+		v, err = ix.o.Audit(actx, overlay.AuditRequest{Addr: addr, URL: ds[0].URL, Evidence: ds[0].Evidence, Priors: ds[1:]})
+		cancel()
+		if !errors.Is(err, overlay.ErrOverloaded) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(attempt+1) * time.Second):
+		}
+	}
+	ix.stats.audits.Add(1)
+	if err != nil {
+		ix.log.Debug("telling a coordinator of a conviction failed", "node", node, "host", h, "error", err)
+		return
+	}
+	ix.log.Debug("coordinator told of a conviction", "node", node, "host", h, "subnet", key, "coordinator", v.Coordinator,
+		"result", v.Result.String(), "convicted", v.Convicted, "disagreed", v.Disagreed)
+	if v.Convicted {
+		a.mu.Lock()
+		done[key] = true
+		a.mu.Unlock()
+	}
+}
+
 // dispute remembers a record that disagreed, as a prior for the node's
-// next audits (newest kept), and makes the node a suspect.
+// next audits, and makes the node a suspect. Of a full list it drops the
+// oldest record of the new one's host, or else the oldest: coordinators
+// convict only on disagreements on several hosts, so the kept records
+// span as many as they can.
 func (a *auditor) dispute(j auditJob) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -251,8 +371,10 @@ func (a *auditor) dispute(j auditJob) {
 	ds = append(ds, overlay.AuditPrior{URL: j.url, Evidence: j.evidence})
 	a.dbytes += int64(len(j.evidence))
 	if len(ds) > maxDisputes {
-		a.dbytes -= int64(len(ds[0].Evidence))
-		ds = ds[1:]
+		drop := slices.IndexFunc(ds[:len(ds)-1], func(p overlay.AuditPrior) bool { return hostOf(p.URL) == j.host })
+		drop = max(drop, 0)
+		a.dbytes -= int64(len(ds[drop].Evidence))
+		ds = slices.Delete(ds, drop, drop+1)
 	}
 	a.disputes[j.node] = ds
 	for n, old := range a.disputes { // over the bound: drop other nodes' oldest
@@ -274,7 +396,7 @@ func (a *auditor) priors(j auditJob) []overlay.AuditPrior {
 	var out []overlay.AuditPrior
 	size := len(j.evidence) + len(j.url) + 8<<10
 	for _, p := range a.disputes[j.node] {
-		if p.URL == j.url || size+len(p.Evidence)+len(p.URL)+16 > MaxEvidence {
+		if p.URL == j.url || size+len(p.Evidence)+len(p.URL)+16 > MaxEvidence || len(out) == maxPriors {
 			continue
 		}
 		size += len(p.Evidence) + len(p.URL) + 16
@@ -388,6 +510,10 @@ func (ix *Indexer) noteVerdict(j auditJob, v overlay.AuditVerdict, verr error) {
 		a.suspect[j.node] = true
 		a.mu.Unlock()
 		ix.refreshDistrust()
+		select {
+		case a.spreadQ <- j.node:
+		default: // the minute's round reaches it
+		}
 	}
 }
 
@@ -461,4 +587,11 @@ func (ix *Indexer) Audited() []NodeAudits {
 	})
 	slices.SortFunc(out, func(a, b NodeAudits) int { return strings.Compare(string(a.Node), string(b.Node)) })
 	return out
+}
+
+func hostOf(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Hostname()
+	}
+	return ""
 }

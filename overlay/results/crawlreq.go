@@ -109,6 +109,10 @@ func owner(ctx context.Context, o *overlay.Overlay, cfg *config, r crawl.Request
 	if err != nil {
 		return "", fmt.Errorf("resolving %s: %w", u.Hostname(), err)
 	}
+	if cfg.fresh {
+		t := o.Tree()
+		o.Invalidate(t.Range(t.SmallestNonUnary(addr)))
+	}
 	d, ok, err := o.Resolve(ctx, addr)
 	if err != nil {
 		return "", fmt.Errorf("resolving the delegation of %v: %w", addr, err)

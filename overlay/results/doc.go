@@ -72,6 +72,11 @@
 // (overlay Resolve, or Delegate for a subnet not delegated yet) over
 // CrawlID; ServeCrawlRequests is the node's handler, which hands them to
 // the crawler. Nodes without CrawlID get the URLs through overlay.Forward.
+// An indexer keeps the crawl requests it submits (Indexer.Submit) until a
+// record of the page arrives, and submits them again, to the subnet's
+// owner of the moment, when none came within CrawlPatience (doubling, up to
+// its attempts; a failed delivery does not count): a node that dies for
+// good takes the URLs queued in its frontier with it.
 //
 // results imports overlay, crawl, crawl/index, subnet and libp2p; it must
 // not import node or cmd.

@@ -54,7 +54,8 @@ type Indexer struct {
 	amu     sync.Mutex
 	pending map[peer.ID]*ackQueue
 
-	aud *auditor // audits of stored records (audit.go)
+	aud  *auditor   // audits of stored records (audit.go)
+	pend pendingSet // crawl requests waiting for a record (pending.go)
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -66,6 +67,7 @@ type Indexer struct {
 		messages, batches, records, duplicates, rejected, conflicts, refused atomic.Uint64
 		acks, ackFailures, ackDropped                                        atomic.Uint64
 		audits, auditsDropped, flagged                                       atomic.Uint64
+		pendingLost, pendingDone, resubmitted, gaveUp                        atomic.Uint64
 	}
 }
 
@@ -172,6 +174,10 @@ func NewIndexer(o *overlay.Overlay, x *index.Index, db *badger.DB, opts ...Optio
 		for range auditWorkers {
 			ix.wg.Go(ix.auditWorker)
 		}
+		ix.wg.Go(ix.spreadLoop)
+	}
+	if ix.cfg.attempts > 1 {
+		ix.wg.Go(ix.pendingLoop)
 	}
 	ix.wg.Go(ix.acker)
 	ix.wg.Go(ix.announcer)
@@ -218,6 +224,9 @@ func newIndexer(x *index.Index, db *badger.DB, sid subnet.SnapshotID, opts ...Op
 	}
 	if err := ix.loadAudits(); err != nil {
 		return nil, fmt.Errorf("results: loading audit tallies: %w", err)
+	}
+	if err := ix.loadPending(); err != nil {
+		return nil, fmt.Errorf("results: loading pending crawl requests: %w", err)
 	}
 	ix.ctx, ix.cancel = context.WithCancel(context.Background())
 	return ix, nil
@@ -480,6 +489,7 @@ func (ix *Indexer) store(ctx context.Context, node peer.ID, h *pb.Header, digest
 		ix.log.Debug("result batch stored", "node", node, "seq", h.GetSeq(), "records", len(recs), "added", res.Added, "rejected", res.Rejected)
 	}
 	ix.queueAck(node, overlay.BatchRef{Node: node, Seq: h.GetSeq(), Digest: digest})
+	ix.satisfied(recs)
 	ix.sampleAudits(node, digest, auth, data, recs)
 	return nil
 }
@@ -672,6 +682,10 @@ type IndexerStats struct {
 	Audits     uint64 `json:"audits"`      // audits of stored records asked for (see Audited)
 	AuditsLost uint64 `json:"audits_lost"` // sampled records not audited: the audit queue was full
 	Flagged    uint64 `json:"flagged"`     // nodes flagged since start: a coordinator convicted them
+	Pending    int    `json:"pending"`     // crawl requests waiting for a record of their page
+	Answered   uint64 `json:"answered"`    // crawl requests a record answered since start
+	Resent     uint64 `json:"resent"`      // crawl requests submitted again: no record came in time
+	GaveUp     uint64 `json:"gave_up"`     // crawl requests given up after every attempt
 }
 
 // Stats returns the indexer's counters.
@@ -680,7 +694,8 @@ func (ix *Indexer) Stats() IndexerStats {
 	return IndexerStats{Messages: s.messages.Load(), Batches: s.batches.Load(), Records: s.records.Load(),
 		Duplicates: s.duplicates.Load(), Rejected: s.rejected.Load(), Conflicts: s.conflicts.Load(), Refused: s.refused.Load(),
 		Acks: s.acks.Load(), AckFails: s.ackFailures.Load(), AckDropped: s.ackDropped.Load(),
-		Audits: s.audits.Load(), AuditsLost: s.auditsDropped.Load(), Flagged: s.flagged.Load()}
+		Audits: s.audits.Load(), AuditsLost: s.auditsDropped.Load(), Flagged: s.flagged.Load(),
+		Pending: ix.Pending(), Answered: s.pendingDone.Load(), Resent: s.resubmitted.Load(), GaveUp: s.gaveUp.Load()}
 }
 
 // Index returns the index the indexer stores into.
@@ -688,6 +703,12 @@ func (ix *Indexer) Index() *index.Index { return ix.x }
 
 // Submit sends crawl requests into the overlay with this indexer's
 // Resolve and LocalCrawl options (see the package function Submit).
+//
+// The indexer keeps each request until a record of its page arrives and
+// submits it again when none has come (CrawlPatience), so that a page
+// queued at a node that then dies for good is crawled by the subnet's next
+// owner.
 func (ix *Indexer) Submit(ctx context.Context, reqs []crawl.Request) (SubmitResult, error) {
+	ix.keepPending(reqs)
 	return Submit(ctx, ix.o, reqs, Resolve(ix.cfg.resolve), LocalCrawl(ix.cfg.crawlLocal))
 }

@@ -18,6 +18,7 @@ import (
 //	/results/ix/<b32 peer>               pb.KnownIndexer: an indexer this node heard from
 //	/results/seen/<b32 node>/<seq>       indexer: the digest (32 bytes) of a stored batch, with a TTL
 //	/results/audit/<b32 node>            indexer: pb.AuditStats, the audits of the node's records
+//	/results/req/<b32 id>                indexer: pb.PendingCrawl, a crawl request waiting for a record (id: SHA-256 of its URL, 16 bytes)
 //
 // <seq> is 8 bytes big-endian, so the outbox scans in sequence order.
 // Peer ids are base32 (RFC 4648, lowercase, unpadded). Keys are built only
@@ -111,4 +112,20 @@ func parseAuditKey(k []byte) (peer.ID, bool) {
 	}
 	id, err := peer.IDFromBytes(b)
 	return id, err == nil
+}
+
+func pendingPrefix() []byte { return []byte(Prefix + "req/") }
+
+func pendingKey(id [16]byte) []byte {
+	return append(pendingPrefix(), b32.EncodeToString(id[:])...)
+}
+
+// parsePendingKey returns the id of a pending request's key.
+func parsePendingKey(k []byte) ([16]byte, bool) {
+	p := pendingPrefix()
+	b, err := b32.DecodeString(string(k[min(len(p), len(k)):]))
+	if len(k) <= len(p) || err != nil || len(b) != 16 {
+		return [16]byte{}, false
+	}
+	return [16]byte(b), true
 }

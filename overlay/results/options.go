@@ -64,7 +64,13 @@ type config struct {
 	reassembly int64
 	crawlLocal CrawlHandler
 	resolve    Resolver
-	onStored   func(node peer.ID, seq uint64, records int) // tests and benchmarks
+	lookupAll  func(ctx context.Context, host string) ([]netip.Addr, error) // every address of a host (audits)
+	onStored   func(node peer.ID, seq uint64, records int)                  // tests and benchmarks
+
+	// indexer: durable crawl requests (pending.go)
+	patience time.Duration
+	attempts int
+	fresh    bool // Submit asks each subnet's coordinator, not the cache (resubmissions: the owner may have changed)
 
 	// indexer audits (audit.go)
 	auditShare   float64
@@ -93,6 +99,9 @@ func defaultConfig() config {
 		ackDelay:     100 * time.Millisecond, // acks to one node are sent together
 		reassembly:   64 << 20,               // bytes of incomplete multi-part batches held
 		resolve:      defaultResolve,
+		lookupAll:    netLookup(net.DefaultResolver),
+		patience:     30 * time.Minute,   // a crawl request without a record is sent again after this, then after twice as long...
+		attempts:     6,                  // ...up to six submissions (about 32 h in all)
 		auditShare:   0.02,               // one record in fifty: a node fabricating most of its records is caught within a few batches
 		auditPerHour: 120,                // per node; each audit costs the network one to four page fetches
 		flagFor:      7 * 24 * time.Hour, // overlay's default conviction
@@ -100,6 +109,34 @@ func defaultConfig() config {
 }
 
 var defaultResolve = NetResolver(net.DefaultResolver)
+
+// DNS makes Submit and the indexer resolve hosts with r: Resolve with
+// NetResolver(r), and every address of a host, which the indexer's audits
+// need (a host may have addresses in several subnets), from r too.
+func DNS(r *net.Resolver) Option {
+	return func(c *config) error {
+		if r == nil {
+			return errors.New("nil resolver")
+		}
+		c.resolve, c.lookupAll = NetResolver(r), netLookup(r)
+		return nil
+	}
+}
+
+// netLookup returns every address r finds for host (IP literals as they
+// are).
+func netLookup(r *net.Resolver) func(ctx context.Context, host string) ([]netip.Addr, error) {
+	return func(ctx context.Context, host string) ([]netip.Addr, error) {
+		if a, err := netip.ParseAddr(host); err == nil {
+			return []netip.Addr{a.Unmap()}, nil
+		}
+		as, err := r.LookupNetIP(ctx, "ip", host)
+		for i := range as {
+			as[i] = as[i].Unmap()
+		}
+		return as, err
+	}
+}
 
 // NetResolver adapts r to a Resolver: IP literals as they are, names to
 // the first address r finds (as the crawler picks it).

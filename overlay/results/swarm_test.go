@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"sync"
 	"testing"
@@ -355,5 +356,99 @@ func TestCrawlerToIndexer(t *testing.T) {
 	res, err := ix.Index().Search(t.Context(), index.Query{Text: "zebra7 lighthouse"})
 	if err != nil || res.Total != 1 || res.Hits[0].URL != srv.URL+"/p7" {
 		t.Fatalf("search: %+v %v", res, err)
+	}
+}
+
+// TestCrawlRequestsOutliveTheirNode: the node a crawl request went to dies
+// before crawling it; its subnet goes to another node and the indexer,
+// having seen no record of the page, submits the request again, to the new
+// owner. A record answers a request; a request without one is given up
+// after its attempts. Pending requests survive the indexer's restart.
+func TestCrawlRequestsOutliveTheirNode(t *testing.T) {
+	nodes := []*tnode{newTNode(t, 0, nil, nil), newTNode(t, 1, nil, nil), newTNode(t, 2, nil, nil), newTNode(t, 3, nil, nil)}
+	join(t, nodes[0], nodes[1:]...)
+	var mu sync.Mutex
+	got := map[peer.ID][]string{}
+	handler := func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range reqs {
+			got[p] = append(got[p], r.Link)
+		}
+		return nil
+	}
+	for _, n := range nodes[:3] {
+		id := n.h.ID()
+		remove, err := ServeCrawlRequests(n.h, func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
+			return handler(ctx, id, reqs)
+		}, Logger(quiet()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(remove)
+	}
+	a, ixn := nodes[1], nodes[3]
+	if _, err := a.o.Delegate(t.Context(), "", netip.MustParseAddr("127.1.1.77")); err != nil {
+		t.Fatal(err)
+	}
+	ix := startIndexer(t, ixn, CrawlPatience(time.Second, 3), LocalCrawl(func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
+		return handler(ctx, ixn.h.ID(), reqs)
+	}))
+	links := []string{"http://127.1.1.77/start", "http://127.1.1.77/other"}
+	res, err := ix.Submit(t.Context(), []crawl.Request{{Link: links[0], Depth: 2}, {Link: links[1], Depth: 1}})
+	if err != nil || res.Sent[a.h.ID()] != 2 || ix.Pending() != 2 {
+		t.Fatalf("submit: %+v, %v; %d pending", res, err, ix.Pending())
+	}
+	a.stop() // dies before crawling them
+	var owner peer.ID
+	waitFor(t, "the requests submitted again to the subnet's new owner", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for p, ls := range got {
+			if p != a.h.ID() && slices.Contains(ls, links[0]) && slices.Contains(ls, links[1]) {
+				owner = p
+				return true
+			}
+		}
+		return false
+	})
+	if st := ix.Stats(); st.Resent < 2 {
+		t.Errorf("stats after the resubmission: %+v", st)
+	}
+	// The new owner's record of the first page answers it; the second is
+	// given up after its third submission.
+	ix.satisfied([]crawl.Record{{URL: links[0], FinalURL: links[0]}})
+	waitFor(t, "the unanswered request given up", func() bool { return ix.Pending() == 0 })
+	if st := ix.Stats(); st.Answered != 1 || st.GaveUp != 1 {
+		t.Errorf("stats at the end: %+v", st)
+	}
+	t.Logf("resubmitted to %s; %+v", owner, ix.Stats())
+}
+
+// TestPendingSurvivesRestart: crawl requests kept by an indexer are there
+// after a restart on the same database, and answered ones are not.
+func TestPendingSurvivesRestart(t *testing.T) {
+	db := memDB(t)
+	x, err := index.New(db, index.Logger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	ix, err := newIndexer(x, db, sid(t), Logger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix.keepPending([]crawl.Request{{Link: "http://a.example/"}, {Link: "HTTP://B.example:80/x#frag"}, {Link: "ftp://c.example/"}})
+	ix.satisfied([]crawl.Record{{URL: "http://a.example/"}})
+	ix2, err := newIndexer(x, db, sid(t), Logger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ix2.Pending(); n != 1 {
+		t.Fatalf("%d requests pending after the restart, want 1 (b, normalised)", n)
+	}
+	ix2.satisfied([]crawl.Record{{URL: "http://b.example/x"}})
+	if n := ix2.Pending(); n != 0 {
+		t.Fatalf("the normalised URL's record left %d pending", n)
 	}
 }

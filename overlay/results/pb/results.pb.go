@@ -836,6 +836,77 @@ func (x *AuditStats) GetLastMs() int64 {
 	return 0
 }
 
+// PendingCrawl is a crawl request an indexer submitted and has not yet
+// seen a record of: it submits it again, to whichever node then owns the
+// subnet, until a record arrives or it gives up.
+type PendingCrawl struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *CrawlRequest          `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	FirstMs       int64                  `protobuf:"varint,2,opt,name=first_ms,json=firstMs,proto3" json:"first_ms,omitempty"` // first submitted
+	NextMs        int64                  `protobuf:"varint,3,opt,name=next_ms,json=nextMs,proto3" json:"next_ms,omitempty"`    // submitted again at or after this
+	Attempts      uint32                 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`              // submissions so far
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingCrawl) Reset() {
+	*x = PendingCrawl{}
+	mi := &file_results_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingCrawl) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingCrawl) ProtoMessage() {}
+
+func (x *PendingCrawl) ProtoReflect() protoreflect.Message {
+	mi := &file_results_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingCrawl.ProtoReflect.Descriptor instead.
+func (*PendingCrawl) Descriptor() ([]byte, []int) {
+	return file_results_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PendingCrawl) GetRequest() *CrawlRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *PendingCrawl) GetFirstMs() int64 {
+	if x != nil {
+		return x.FirstMs
+	}
+	return 0
+}
+
+func (x *PendingCrawl) GetNextMs() int64 {
+	if x != nil {
+		return x.NextMs
+	}
+	return 0
+}
+
+func (x *PendingCrawl) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
 var File_results_proto protoreflect.FileDescriptor
 
 const file_results_proto_rawDesc = "" +
@@ -915,7 +986,12 @@ const file_results_proto_rawDesc = "" +
 	"flagged_ms\x18\a \x01(\x03R\tflaggedMs\x12\x1d\n" +
 	"\n" +
 	"flagged_by\x18\b \x01(\fR\tflaggedBy\x12\x17\n" +
-	"\alast_ms\x18\t \x01(\x03R\x06lastMsB/Z-github.com/micra-net/micra/overlay/results/pbb\x06proto3"
+	"\alast_ms\x18\t \x01(\x03R\x06lastMs\"\x95\x01\n" +
+	"\fPendingCrawl\x125\n" +
+	"\arequest\x18\x01 \x01(\v2\x1b.micra.results.CrawlRequestR\arequest\x12\x19\n" +
+	"\bfirst_ms\x18\x02 \x01(\x03R\afirstMs\x12\x17\n" +
+	"\anext_ms\x18\x03 \x01(\x03R\x06nextMs\x12\x1a\n" +
+	"\battempts\x18\x04 \x01(\rR\battemptsB/Z-github.com/micra-net/micra/overlay/results/pbb\x06proto3"
 
 var (
 	file_results_proto_rawDescOnce sync.Once
@@ -930,7 +1006,7 @@ func file_results_proto_rawDescGZIP() []byte {
 }
 
 var file_results_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_results_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_results_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_results_proto_goTypes = []any{
 	(CrawlMessage_Type)(0), // 0: micra.results.CrawlMessage.Type
 	(*Envelope)(nil),       // 1: micra.results.Envelope
@@ -942,16 +1018,18 @@ var file_results_proto_goTypes = []any{
 	(*CrawlRequest)(nil),   // 7: micra.results.CrawlRequest
 	(*Evidence)(nil),       // 8: micra.results.Evidence
 	(*AuditStats)(nil),     // 9: micra.results.AuditStats
+	(*PendingCrawl)(nil),   // 10: micra.results.PendingCrawl
 }
 var file_results_proto_depIdxs = []int32{
 	4, // 0: micra.results.KnownIndexer.announce:type_name -> micra.results.Announce
 	0, // 1: micra.results.CrawlMessage.type:type_name -> micra.results.CrawlMessage.Type
 	7, // 2: micra.results.CrawlMessage.requests:type_name -> micra.results.CrawlRequest
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	7, // 3: micra.results.PendingCrawl.request:type_name -> micra.results.CrawlRequest
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_results_proto_init() }
@@ -965,7 +1043,7 @@ func file_results_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_results_proto_rawDesc), len(file_results_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,288 @@
+package results
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/overlay/results/pb"
+)
+
+// Durable crawl requests. A node that dies for good takes the URLs queued
+// in its frontier with it; its subnets go to other nodes, but nobody knows
+// which pages were still to crawl. The indexer that submitted a crawl
+// request therefore keeps it (in badger) until a record of the page
+// arrives, and submits it again — to whichever node owns the subnet by
+// then — when none has come after the patience (doubling each time, at most
+// a day), up to a number of attempts. A page that yields no record (robots
+// forbid it, it is gone, it says noindex) costs those attempts and is then
+// given up with a warning.
+
+// Bounds of the pending table.
+const (
+	maxPending      = 1 << 18 // requests kept; beyond, new ones are sent but not kept (warned)
+	pendingPerRound = 1024    // requests submitted again per round
+)
+
+// CrawlPatience sets how long after submitting a crawl request the indexer
+// waits for a record of the page before submitting it again (default 30
+// minutes; doubled after each attempt, at most 24 h), and how many times
+// it submits it in all (default 6; 1 keeps nothing).
+func CrawlPatience(first time.Duration, attempts int) Option {
+	return func(c *config) error {
+		if first < time.Second || attempts < 1 || attempts > 64 {
+			return fmt.Errorf("crawl patience %v, %d attempts: want at least a second and 1..64 attempts", first, attempts)
+		}
+		c.patience, c.attempts = first, attempts
+		return nil
+	}
+}
+
+// pendingSet mirrors the keys of the pending table in memory, so that
+// storing a record costs no read when no request waits for it.
+type pendingSet struct {
+	mu sync.Mutex
+	m  map[[16]byte]struct{}
+}
+
+func pendingID(link string) [16]byte {
+	s := sha256.Sum256([]byte(link))
+	return [16]byte(s[:16])
+}
+
+// loadPending reads the pending table's keys.
+func (ix *Indexer) loadPending() error {
+	ix.pend.m = map[[16]byte]struct{}{}
+	return ix.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: pendingPrefix()})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if id, ok := parsePendingKey(it.Item().Key()); ok {
+				ix.pend.m[id] = struct{}{}
+			}
+		}
+		return nil
+	})
+}
+
+// keepPending stores the requests not kept yet, as submitted now.
+func (ix *Indexer) keepPending(reqs []crawl.Request) {
+	if ix.cfg.attempts <= 1 {
+		return
+	}
+	now := ix.cfg.now()
+	ix.pend.mu.Lock()
+	defer ix.pend.mu.Unlock()
+	wb := ix.db.NewWriteBatch()
+	defer wb.Cancel()
+	var added [][16]byte
+	for _, r := range reqs {
+		link, err := crawl.NormalizeURL(r.Link)
+		if err != nil {
+			continue // Submit reports it
+		}
+		id := pendingID(link)
+		if _, ok := ix.pend.m[id]; ok {
+			continue
+		}
+		if len(ix.pend.m)+len(added) >= maxPending {
+			ix.stats.pendingLost.Add(1)
+			continue
+		}
+		v, err := proto.Marshal(&pb.PendingCrawl{
+			Request: &pb.CrawlRequest{Link: link, Depth: int32(r.Depth), Owners: r.Owners},
+			FirstMs: now.UnixMilli(), NextMs: now.Add(ix.cfg.patience).UnixMilli(), Attempts: 1,
+		})
+		if err == nil {
+			err = wb.Set(pendingKey(id), v)
+		}
+		if err != nil {
+			ix.log.Warn("keeping a crawl request failed; it is sent once", "url", link, "error", err)
+			continue
+		}
+		added = append(added, id)
+	}
+	if err := wb.Flush(); err != nil {
+		ix.log.Warn("keeping crawl requests failed; they are sent once", "error", err)
+		return
+	}
+	for _, id := range added {
+		ix.pend.m[id] = struct{}{}
+	}
+	if n := ix.stats.pendingLost.Load(); n > 0 && len(added) == 0 && len(reqs) > 0 {
+		ix.log.Warn("pending crawl requests at their bound; new ones are sent once", "bound", maxPending)
+	}
+}
+
+// satisfied removes the pending requests that stored records answer (by
+// URL or final URL).
+func (ix *Indexer) satisfied(recs []crawl.Record) {
+	ix.pend.mu.Lock()
+	defer ix.pend.mu.Unlock()
+	if len(ix.pend.m) == 0 {
+		return
+	}
+	var done [][16]byte
+	for i := range recs {
+		for _, u := range []string{recs[i].URL, recs[i].FinalURL} {
+			if id := pendingID(u); u != "" && !slices.Contains(done, id) {
+				if _, ok := ix.pend.m[id]; ok {
+					done = append(done, id)
+				}
+			}
+		}
+	}
+	if len(done) == 0 {
+		return
+	}
+	err := ix.db.Update(func(txn *badger.Txn) error {
+		for _, id := range done {
+			if err := txn.Delete(pendingKey(id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		ix.log.Warn("clearing answered crawl requests failed; they may be sent again", "error", err)
+		return
+	}
+	for _, id := range done {
+		delete(ix.pend.m, id)
+	}
+	ix.stats.pendingDone.Add(uint64(len(done)))
+}
+
+// pendingLoop submits overdue requests again until Close.
+func (ix *Indexer) pendingLoop() {
+	every := min(max(ix.cfg.patience/4, time.Second), time.Minute)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ix.ctx.Done():
+			return
+		case <-t.C:
+			ix.resubmit(ix.ctx)
+		}
+	}
+}
+
+// maxPendingAge is how long a request waits in all for a record: one whose
+// deliveries keep failing (its subnet's owner unreachable, no coordinator
+// answering) is given up after it, attempts or not.
+const maxPendingAge = 7 * 24 * time.Hour
+
+// resubmit sends the overdue pending requests again (at most
+// pendingPerRound), and gives up those out of attempts or time. A request
+// that could not be delivered does not use an attempt: it is tried again
+// after the patience.
+func (ix *Indexer) resubmit(ctx context.Context) {
+	now := ix.cfg.now()
+	type due struct {
+		id [16]byte
+		pc *pb.PendingCrawl
+	}
+	var list []due
+	err := ix.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: pendingPrefix(), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid() && len(list) < pendingPerRound; it.Next() {
+			id, ok := parsePendingKey(it.Item().Key())
+			if !ok {
+				continue
+			}
+			var pc pb.PendingCrawl
+			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &pc) }); err != nil {
+				continue
+			}
+			if pc.GetNextMs() <= now.UnixMilli() {
+				list = append(list, due{id, &pc})
+			}
+		}
+		return nil
+	})
+	if err != nil || len(list) == 0 {
+		return
+	}
+	var reqs []crawl.Request
+	var keep []due
+	var gaveUp [][16]byte
+	for _, d := range list {
+		if int(d.pc.GetAttempts()) >= ix.cfg.attempts || now.Sub(time.UnixMilli(d.pc.GetFirstMs())) > maxPendingAge {
+			gaveUp = append(gaveUp, d.id)
+			ix.log.Warn("crawl request given up: no record of the page after every attempt", "url", d.pc.GetRequest().GetLink(),
+				"attempts", d.pc.GetAttempts(), "since", time.UnixMilli(d.pc.GetFirstMs()).UTC())
+			continue
+		}
+		r := d.pc.GetRequest()
+		reqs = append(reqs, crawl.Request{Link: r.GetLink(), Depth: int(r.GetDepth()), Owners: r.GetOwners()})
+		keep = append(keep, d)
+	}
+	failed := map[string]bool{}
+	if len(reqs) > 0 {
+		// The cached owner may be the node that died with the requests.
+		fresh := func(c *config) error { c.fresh = true; return nil }
+		res, err := Submit(ctx, ix.o, reqs, Resolve(ix.cfg.resolve), LocalCrawl(ix.cfg.crawlLocal), fresh)
+		if err != nil && ctx.Err() != nil {
+			return
+		}
+		for _, f := range res.Failed {
+			failed[f.Link] = true
+		}
+		ix.stats.resubmitted.Add(uint64(len(reqs) - len(res.Failed)))
+		ix.log.Info("crawl requests without records submitted again", "sent", len(reqs)-len(res.Failed), "failed", len(res.Failed))
+	}
+	now = ix.cfg.now() // Submit may have taken a while
+	ix.pend.mu.Lock()
+	defer ix.pend.mu.Unlock()
+	err = ix.db.Update(func(txn *badger.Txn) error {
+		for _, d := range keep {
+			if _, ok := ix.pend.m[d.id]; !ok {
+				continue // a record arrived meanwhile
+			}
+			wait := ix.cfg.patience
+			if !failed[d.pc.GetRequest().GetLink()] {
+				d.pc.Attempts++
+				wait = ix.cfg.patience << min(d.pc.Attempts-1, 16)
+			}
+			d.pc.NextMs = now.Add(min(wait, 24*time.Hour)).UnixMilli()
+			v, err := proto.Marshal(d.pc)
+			if err != nil {
+				return err
+			}
+			if err := txn.Set(pendingKey(d.id), v); err != nil {
+				return err
+			}
+		}
+		for _, id := range gaveUp {
+			if err := txn.Delete(pendingKey(id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, badger.ErrDBClosed) {
+		ix.log.Warn("updating pending crawl requests failed", "error", err)
+		return
+	}
+	for _, id := range gaveUp {
+		delete(ix.pend.m, id)
+	}
+	ix.stats.gaveUp.Add(uint64(len(gaveUp)))
+}
+
+// Pending returns the number of crawl requests waiting for a record.
+func (ix *Indexer) Pending() int {
+	ix.pend.mu.Lock()
+	defer ix.pend.mu.Unlock()
+	return len(ix.pend.m)
+}
