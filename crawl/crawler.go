@@ -143,12 +143,9 @@ func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	front, err := openFrontier(db, cfg.expectedURLs, 2*cfg.fetchTO+time.Minute, cfg.perHost)
-	if err != nil {
-		return nil, err
-	}
+	var err error
 	c := &Crawler{
-		cfg: cfg, db: db, sink: sink, front: front, log: cfg.logger,
+		cfg: cfg, db: db, sink: sink, log: cfg.logger,
 		fetch:   newFetcher(cfg),
 		polite:  newPoliteness(cfg.perHost),
 		meter:   &meter{rate: float64(cfg.bwCap), daily: cfg.dailyCap, loc: cfg.location},
@@ -160,6 +157,14 @@ func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
 		wake:    make(chan struct{}, 1),
 	}
 	c.robots = newRobotsCache(db, c.fetch, cfg.product, cfg.robotsTTL, cfg.minDelay, c.log)
+	// A host that had a request in flight when the process died is ready
+	// again after its delay from now, as after any request of it.
+	c.front, err = openFrontier(db, cfg.expectedURLs, 2*cfg.fetchTO+time.Minute, cfg.perHost, func(host string) time.Duration {
+		return c.hostDelay(c.robots.storedCrawlDelay(host), nil, host)
+	})
+	if err != nil {
+		return nil, err
+	}
 	_ = db.View(func(txn *badger.Txn) error {
 		if it, err := txn.Get(keyTraffic); err == nil {
 			_ = it.Value(func(v []byte) error { return c.meter.restore(v) })

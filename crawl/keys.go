@@ -20,7 +20,8 @@ import (
 //	/crawl/meta/traffic                daily transfer counter
 //	/crawl/u/<u>                       URL state: the seen set (value: pageState)
 //	/crawl/q/<host>/<prio:2><seq:8>    queued request of a host (value: entry)
-//	/crawl/h/<host>                    host state: its ready time (value: int64 unix ns)
+//	/crawl/h/<host>                    host state: its ready time (int64 unix ns), and while
+//	                                   requests of it are leased, its ready time without them
 //	/crawl/hr/<time:8><host>           ready index: hosts with queued URLs by time
 //	/crawl/rv/<time:8><u>              revisit schedule (value: entry)
 //	/crawl/r/<host>                    cached robots.txt (value: robotsEntry)

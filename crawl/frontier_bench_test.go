@@ -1,0 +1,95 @@
+package crawl
+
+import (
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+)
+
+// fillFrontier queues perHost URLs on each of hosts hosts, in pages of 64
+// links as extraction adds them.
+func fillFrontier(b *testing.B, f *frontier, hosts, perHost int, now time.Time, round int) {
+	b.Helper()
+	es := make([]entry, 0, 64)
+	us := make([]*url.URL, 0, 64)
+	flush := func() {
+		if _, err := f.addBatch(es, us, false, now); err != nil {
+			b.Fatal(err)
+		}
+		es, us = es[:0], us[:0]
+	}
+	for h := range hosts {
+		for k := range perHost {
+			raw := fmt.Sprintf("http://h%d.example/r%d/p%d.html", h, round, k)
+			u, _ := url.Parse(raw)
+			es = append(es, entry{URL: raw, Parent: "http://h0.example/", Depth: 2, Hops: 1})
+			us = append(us, u)
+			if len(es) == cap(es) {
+				flush()
+			}
+		}
+	}
+	if len(es) > 0 {
+		flush()
+	}
+}
+
+// BenchmarkFrontierLease measures the dispatch hot path: next checks a
+// request out of the earliest ready host, finish ends it and sets the
+// host's next ready time, over 1,000 hosts.
+func BenchmarkFrontierLease(b *testing.B) {
+	db := openMemDB(b)
+	f, err := openFrontier(db, 1<<20, 3*time.Minute, 1, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	round := 0
+	fillFrontier(b, f, 1000, 20, now, round)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		l, _, err := f.next(now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if l == nil {
+			b.StopTimer()
+			round++
+			fillFrontier(b, f, 1000, 20, now, round)
+			b.StartTimer()
+			continue
+		}
+		now = now.Add(time.Microsecond)
+		if err := f.finish(l, false, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFrontierAdd measures queueing the links of a page: 64 new URLs
+// on 8 hosts in one addBatch.
+func BenchmarkFrontierAdd(b *testing.B) {
+	db := openMemDB(b)
+	f, err := openFrontier(db, 1<<22, 3*time.Minute, 1, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	es := make([]entry, 64)
+	us := make([]*url.URL, 64)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		for k := range es {
+			raw := fmt.Sprintf("http://h%d.example/p%d.html", k%8, i)
+			i++
+			us[k], _ = url.Parse(raw)
+			es[k] = entry{URL: raw, Parent: "http://h0.example/", Depth: 2, Hops: 1}
+		}
+		if _, err := f.addBatch(es, us, false, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
