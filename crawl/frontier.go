@@ -1128,6 +1128,52 @@ func (f *frontier) dueRevisits(now time.Time, n int) (int, error) {
 	return moved, nil
 }
 
+// known reports whether URL u (normalised) is in the seen set.
+func (f *frontier) known(u string) bool {
+	if u == "" {
+		return false
+	}
+	h := urlHash(u)
+	f.mu.Lock()
+	maybe := f.bloom.Test(h[:])
+	f.mu.Unlock()
+	if !maybe {
+		return false
+	}
+	_, found, err := f.state(u)
+	return err == nil && found
+}
+
+// markSeen puts the URLs us (normalised) into the seen set without
+// queueing them, in one transaction; URLs already seen are left as they
+// are. It serves URLs met only as hops of a redirect chain.
+func (f *frontier) markSeen(us []string) error {
+	if len(us) == 0 {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.db.Update(func(txn *badger.Txn) error {
+		for _, u := range us {
+			h := urlHash(u)
+			if f.bloom.Test(h[:]) {
+				if _, found, err := getState(txn, h); err != nil || found {
+					if err != nil {
+						return err
+					}
+					continue
+				}
+			}
+			f.bloom.Add(h[:])
+			st := pageState{URL: u}
+			if err := txn.Set(urlKey(h), st.encode()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // queued counts queued requests (for tests and stats; it scans keys).
 func (f *frontier) queued() (int, error) {
 	n := 0
