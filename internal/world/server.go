@@ -649,6 +649,13 @@ func (r *Running) respond(h http.Header, req *http.Request, s *siteRec) reply {
 	if s.hostile != NotHostile && r.hostile.Load() {
 		return r.hostileReply(h, req, s, rc)
 	}
+	return r.page(h, req, s, rc)
+}
+
+// page prepares the reply to req for a page, sitemap, feed or old URL of
+// s: what every site serves but robots.txt.
+func (r *Running) page(h http.Header, req *http.Request, s *siteRec, rc renderCtx) reply {
+	path := req.URL.Path
 	var b bytes.Buffer
 	switch {
 	case s.sitemap && (path == "/sitemap.xml" || strings.HasPrefix(path, "/sitemap-") && strings.HasSuffix(path, ".xml")):
