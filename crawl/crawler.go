@@ -540,7 +540,11 @@ func (c *Crawler) fetchOne(j *job) bool {
 	default:
 		c.stats.fetchErrors.Add(1)
 		c.log.Debug("fetch failed", "url", l.entry.URL, "error", err)
-		if errors.Is(err, ErrForbiddenDestination) || errors.Is(err, ErrTooManyRedirects) || errors.Is(err, ErrContentEncoding) || errors.Is(err, ErrScheme) {
+		// Verdicts on the address or on the response's form: the same
+		// request would get the same answer, so it is dropped at once
+		// (counted in FetchErrors and Dropped) rather than retried.
+		if errors.Is(err, ErrForbiddenDestination) || errors.Is(err, ErrTooManyRedirects) || errors.Is(err, ErrContentEncoding) ||
+			errors.Is(err, ErrHeaderTooLarge) || errors.Is(err, ErrScheme) {
 			c.stats.dropped.Add(1)
 			c.finish(l, false, now.Add(delay))
 			return false
@@ -665,8 +669,9 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 		}
 		body, ctype, path := res.Body, res.Header.Get("Content-Type"), res.URL.Path
 		if gz, ok := unpackGzip(ctype, path, body, c.cfg.maxDecoded); ok {
-			// sitemap.xml.gz and the like: the document is inside.
-			body, ctype, path = gz.body, "", gz.path
+			// sitemap.xml.gz and the like, or a page compressed with
+			// no Content-Encoding to say so: the document is inside.
+			body, ctype, path = gz.body, gz.ctype, gz.path
 			size, truncated = int64(len(body)), truncated || gz.truncated
 		}
 		typ := parse.Detect(ctype, path, body)
