@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -296,8 +297,9 @@ func TestServe(t *testing.T) {
 			resp, _ := get(t, c, "GET", run.URL(s), nil)
 			if resp.StatusCode == 503 {
 				n503++
-				if resp.Header.Get("Retry-After") == "" {
-					t.Fatal("503 without Retry-After")
+				// Two minutes of world time, scaled like every delay.
+				if want := fmt.Sprint(max(1, int(math.Ceil(120*run.TimeScale())))); resp.Header.Get("Retry-After") != want {
+					t.Fatalf("503 with Retry-After %q, want %s", resp.Header.Get("Retry-After"), want)
 				}
 			}
 		}
