@@ -598,13 +598,23 @@ func redirectKey(u *url.URL) string {
 // (errSeenTarget) and costs one request. Without this a redirect loop
 // cost every URL that leads into it 1 + MaxRedirects requests: a world
 // redirect-loop site linked by 18 URLs saw 1 + 18 × 6 = 109 requests. The
-// last hop is kept out when it answered with content: it is a page that
-// is also crawled under its own URL.
+// hop that answered with content is kept out: it is a page that is also
+// crawled under its own URL; so is a hop that never answered (the fetch
+// failed on its way there), which must not pass for known.
 func (c *Crawler) markRedirects(res *Response) {
-	hops := res.Redirects
-	if !isRedirect(res.Status) {
-		hops = hops[:len(hops)-1]
+	// res.URL is the last hop that answered, with res.Status; the hops
+	// before it answered with redirects.
+	n := 0
+	for i, h := range res.Redirects {
+		if h == res.URL {
+			n = i
+			if isRedirect(res.Status) {
+				n++
+			}
+			break
+		}
 	}
+	hops := res.Redirects[:n]
 	keys := make([]string, 0, len(hops))
 	for _, h := range hops {
 		if k := redirectKey(h); k != "" {

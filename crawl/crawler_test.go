@@ -669,3 +669,37 @@ func TestRedirectChainFollowedOnce(t *testing.T) {
 		t.Fatalf("no record of /page under its own URL: %+v", sink.byURL("/page"))
 	}
 }
+
+// TestMarkRedirects: only hops that answered with a redirect enter the
+// seen set; a hop that answered with content, or never answered (the
+// fetch failed on the way), stays out, or it would never be crawled.
+func TestMarkRedirects(t *testing.T) {
+	f, err := openFrontier(openMemDB(t), 1000, time.Minute, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Crawler{front: f, log: quietLogger()}
+	u := func(s string) *url.URL { return mustURL(t, "http://a.test"+s) }
+	entry, a, b, d := u("/e"), u("/a"), u("/b"), u("/d")
+	// Failed on the way to /a: /e answered 301, /a never answered.
+	c.markRedirects(&Response{URL: entry, Status: 301, Redirects: []*url.URL{a}})
+	// /b answered 302 towards /d and the chain stopped there.
+	c.markRedirects(&Response{URL: b, Status: 302, Redirects: []*url.URL{b}})
+	// /e → /a (redirect) → /d (content).
+	c.markRedirects(&Response{URL: d, Status: 200, Redirects: []*url.URL{a, d}})
+	for _, tc := range []struct {
+		u     *url.URL
+		known bool
+	}{{a, true}, {b, true}, {d, false}} {
+		if got := f.known(redirectKey(tc.u)); got != tc.known {
+			t.Errorf("%s known %v, want %v", tc.u, got, tc.known)
+		}
+	}
+	// Before the third fetch /a was not known: the first must not mark it.
+	g, _ := openFrontier(openMemDB(t), 1000, time.Minute, 1, nil)
+	c.front = g
+	c.markRedirects(&Response{URL: entry, Status: 301, Redirects: []*url.URL{a}})
+	if g.known(redirectKey(a)) {
+		t.Error("a hop that never answered was marked known")
+	}
+}
