@@ -146,6 +146,14 @@ func TestCrawlWorld(t *testing.T) {
 	}
 	st := c.Stats()
 	if st.Queued != 0 || st.InFlight != 0 {
+		// Which sites were still being served, and how.
+		if ws, err := run.Stats(); err == nil {
+			for _, s := range w.Sites() {
+				if cs := ws.Sites[s.ID]; cs.Requests > 0 && (len(cs.Status) > 1 || cs.Status[200] == 0) {
+					t.Logf("%s (kind %q, flaky %v, robots %s): %d requests, statuses %v", s.Name, s.Hostile, s.Flaky, s.Robots, cs.Requests, cs.Status)
+				}
+			}
+		}
 		t.Fatalf("the crawl did not finish in %v: %+v", limit, st)
 	}
 	if err := c.Close(); err != nil {
@@ -358,7 +366,7 @@ func TestCrawlWorld(t *testing.T) {
 		len(w.Sites()), missing, len(sink.records), st.Fetched, st.WireBytes, sink.batchBytes, peakHeap>>20)
 	heapAfter, rssAfter := memNow()
 	t.Logf("%d hostile sites; crawler's heap in use %d → %d MiB (peak %d, bound %d), RSS %d → %d MiB (peak %d); world process peak RSS %d MiB",
-		p.Hostile, heapBefore>>20, heapAfter>>20, peakHeap>>20, memBound>>20, rssBefore>>20, rssAfter>>20, procHWM()>>20, ws.PeakRSS>>20)
+		p.Hostile, heapBefore>>20, heapAfter>>20, peakHeap>>20, memBound>>20, rssBefore>>20, rssAfter>>20, procStatus("VmHWM")>>20, ws.PeakRSS>>20)
 	t.Logf("normal sites: %d records (%.1f links, %.1f keywords each), bodies %d bytes, records %d bytes compressed: result ratio 1/%.1f",
 		normal, float64(links)/float64(normal), float64(kws)/float64(normal), bodies, compressed, 1/ratio)
 	// Goal (issue 6): 1/25 or better; on the PostgreSQL manual it is 1/28
@@ -374,17 +382,23 @@ func memNow() (heap, rss uint64) {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
+	return m.HeapInuse, procStatus("VmRSS")
+}
+
+// procStatus returns a line of /proc/self/status (VmRSS, VmHWM) in bytes,
+// 0 elsewhere than Linux.
+func procStatus(key string) uint64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return m.HeapInuse, 0
+		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == key+":" {
 			kb, _ := strconv.ParseUint(f[1], 10, 64)
-			rss = kb << 10
+			return kb << 10
 		}
 	}
-	return m.HeapInuse, rss
+	return 0
 }
 
 // cleanRecord checks that every text of r is valid UTF-8 without NULs, as
@@ -403,20 +417,4 @@ func cleanRecord(r crawl.Record) error {
 		}
 	}
 	return nil
-}
-
-// procHWM returns the process's peak resident set (VmHWM), 0 elsewhere
-// than Linux.
-func procHWM() uint64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseUint(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
