@@ -63,7 +63,7 @@ type Stats struct {
 	WireBytes, RecordBytes                          int64
 
 	// Queued is the number of requests waiting in the host queues, those
-	// being fetched included; it survives restarts.
+	// being fetched or processed included; it survives restarts.
 	Queued int64
 	// Hosts is the number of hosts in the ready index: hosts with queued
 	// requests (a host whose queue ran empty leaves at its next turn).
@@ -110,7 +110,7 @@ type Crawler struct {
 
 	work    chan *job
 	fetched chan *job
-	records chan Record
+	records chan pendingRecord
 	forward chan Request
 	wake    chan struct{}
 
@@ -152,7 +152,7 @@ func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
 		sched:   schedule{windows: cfg.windows, loc: cfg.location},
 		work:    make(chan *job),
 		fetched: make(chan *job, cfg.queueSize),
-		records: make(chan Record, cfg.queueSize),
+		records: make(chan pendingRecord, cfg.queueSize),
 		forward: make(chan Request, cfg.queueSize*8),
 		wake:    make(chan struct{}, 1),
 	}
@@ -171,6 +171,15 @@ func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
 		}
 		return nil
 	})
+	// Records made before a crash (or a shutdown whose last delivery
+	// failed) and not delivered: they go out first.
+	var carried []pendingRecord
+	if err := c.front.pendingRecords(func(k, v []byte) bool {
+		carried = append(carried, pendingRecord{raw: v, key: k, time: time.Now()})
+		return true
+	}); err != nil {
+		return nil, fmt.Errorf("loading pending records: %w", err)
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wg.Go(c.dispatch)
 	for range cfg.workers {
@@ -179,7 +188,7 @@ func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
 	for range cfg.procWorkers {
 		c.pwg.Go(c.processor)
 	}
-	c.owg.Go(c.batcher)
+	c.owg.Go(func() { c.batcher(carried) })
 	c.owg.Go(c.forwarder)
 	c.log.Info("crawler started", "workers", cfg.workers, "agent", cfg.userAgent())
 	return c, nil
@@ -569,10 +578,15 @@ func (c *Crawler) fetchOne(j *job) bool {
 	}
 	c.stats.fetched.Add(1)
 	j.res = res
-	c.finish(l, false, now.Add(delay))
+	// The host may go on; the request stays queued until its processing
+	// is complete, so that a crash before that fetches it again.
+	if err := c.front.fetched(l, now.Add(delay)); err != nil {
+		c.log.Error("frontier failed", "error", err)
+	}
+	c.poke()
 	// Blocks while processors are busy: back-pressure. Processors run until
 	// every fetcher has returned, so this cannot deadlock at shutdown and a
-	// page already dequeued is never lost.
+	// fetched page is always processed.
 	c.fetched <- j
 	return true
 }
@@ -721,18 +735,19 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 			rec, changed = r, true
 		}
 	}
+	var raw []byte
 	if rec != nil {
-		select {
-		case c.records <- *rec:
-		case <-c.ctx.Done():
-			// Shutting down: the batcher still drains records.
-			c.records <- *rec
+		if raw = appendRecord(nil, rec); len(raw) > maxRecordBytes {
+			c.stats.dropped.Add(1)
+			raw, rec = nil, nil
 		}
 	}
-	// Remember the page and schedule its revisit.
+	// Remember the page, schedule its revisit and keep its record until it
+	// is delivered, in one transaction with the end of its request: a
+	// crash before leaves the request queued, after it the record pending.
 	interval := c.nextInterval(st, changed || (rec != nil && rec.Change == ChangeModified), now)
 	revisit := entry{URL: e.URL, Depth: e.Depth, Hops: e.Hops, Owners: e.Owners}
-	err := c.front.update(e.URL, func(p *pageState) {
+	key, err := c.front.complete(j.l, func(p *pageState) {
 		if p.FirstVisit.IsZero() {
 			p.FirstVisit = now
 		}
@@ -754,11 +769,29 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 				p.Indexed, p.Digest = false, 0
 			}
 		}
-	}, now.Add(interval), &revisit)
+	}, now.Add(interval), &revisit, raw)
 	if err != nil {
 		c.log.Error("frontier failed", "error", err)
 	}
+	if rec != nil {
+		pr := pendingRecord{raw: raw, key: key, time: now}
+		select {
+		case c.records <- pr:
+		case <-c.ctx.Done():
+			// Shutting down: the batcher still drains records.
+			c.records <- pr
+		}
+	}
 	c.extract(j, links)
+}
+
+// pendingRecord is an encoded record on its way to a batch, with its
+// pending key (nil if it could not be stored) to delete once the batch is
+// delivered.
+type pendingRecord struct {
+	raw  []byte
+	key  []byte
+	time time.Time
 }
 
 // nextInterval adapts the revisit interval to the page's observed change
@@ -863,9 +896,11 @@ func (c *Crawler) extract(j *job, links []parse.Link) {
 }
 
 // batcher groups records into batches by size and age and hands them to
-// the sink.
-func (c *Crawler) batcher() {
+// the sink, carried (records pending from an earlier run) first. Once the
+// sink has a batch, its records' pending keys are deleted.
+func (c *Crawler) batcher(carried []pendingRecord) {
 	var raw []byte
+	var keys [][]byte
 	var n int
 	var oldest time.Time
 	tick := time.NewTicker(min(c.cfg.batchAge/4+time.Millisecond, time.Second))
@@ -875,8 +910,33 @@ func (c *Crawler) batcher() {
 			return
 		}
 		b := sealBatch(raw, n, oldest)
-		c.deliver(b, final)
-		raw, n, oldest = nil, 0, time.Time{}
+		if c.deliver(b, final) {
+			if err := c.front.deletePending(keys); err != nil {
+				c.log.Error("frontier failed", "error", err)
+			}
+		}
+		raw, keys, n, oldest = nil, nil, 0, time.Time{}
+	}
+	add := func(r pendingRecord) {
+		if n > 0 && len(raw)+len(r.raw)+10 > c.cfg.batchBytes {
+			flush(false)
+		}
+		raw = appendUvarint(raw, uint64(len(r.raw)))
+		raw = append(raw, r.raw...)
+		if r.key != nil {
+			keys = append(keys, r.key)
+		}
+		if n == 0 {
+			oldest = r.time
+		}
+		n++
+		c.stats.records.Add(1)
+		if len(raw) >= c.cfg.batchBytes {
+			flush(false)
+		}
+	}
+	for _, r := range carried {
+		add(r)
 	}
 	for {
 		select {
@@ -885,25 +945,7 @@ func (c *Crawler) batcher() {
 				flush(true)
 				return
 			}
-			var tmp []byte
-			tmp = appendRecord(tmp, &r)
-			if len(tmp) > maxRecordBytes {
-				c.stats.dropped.Add(1)
-				continue
-			}
-			if n > 0 && len(raw)+len(tmp)+10 > c.cfg.batchBytes {
-				flush(false)
-			}
-			raw = appendUvarint(raw, uint64(len(tmp)))
-			raw = append(raw, tmp...)
-			if n == 0 {
-				oldest = r.Time
-			}
-			n++
-			c.stats.records.Add(1)
-			if len(raw) >= c.cfg.batchBytes {
-				flush(false)
-			}
+			add(r)
 		case <-tick.C:
 			if n > 0 && time.Since(oldest) >= c.cfg.batchAge {
 				flush(false)
@@ -912,7 +954,9 @@ func (c *Crawler) batcher() {
 	}
 }
 
-func (c *Crawler) deliver(b Batch, final bool) {
+// deliver hands b to the sink, retrying with backoff; false if it could
+// not before shutdown (its records stay pending for the next start).
+func (c *Crawler) deliver(b Batch, final bool) bool {
 	ctx := c.ctx
 	if final || ctx.Err() != nil {
 		var cancel context.CancelFunc
@@ -924,11 +968,11 @@ func (c *Crawler) deliver(b Batch, final bool) {
 		if err == nil {
 			c.stats.batches.Add(1)
 			c.stats.recordBytes.Add(int64(len(b.Data)))
-			return
+			return true
 		}
 		if ctx.Err() != nil {
-			c.log.Error("result batch lost at shutdown", "records", b.Records, "error", err)
-			return
+			c.log.Warn("result batch not delivered at shutdown; kept for the next start", "records", b.Records, "error", err)
+			return false
 		}
 		c.log.Warn("sink refused batch; retrying", "error", err, "attempt", attempt)
 		select {

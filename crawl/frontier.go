@@ -169,6 +169,18 @@ type frontier struct {
 	// crash releases them (releaseLeases) instead of letting the host wait
 	// for the lease's expiry.
 	leased map[string]map[string]time.Time
+	// processing holds, per host, the queue keys whose request was fetched
+	// and waits for (or is in) processing, with the host's ready time set
+	// at the fetch. The entry stays queued until complete removes it with
+	// the page's new state and record in one transaction: a crash in
+	// between leaves it queued, to be fetched again, not lost. It does not
+	// count against perHost.
+	processing map[string]map[string]time.Time
+	// parked holds the hosts next set aside, ready at a lease's distance,
+	// because their only free entries were being processed; complete
+	// brings such a host back to the ready time its fetch set. Any other
+	// move of the host clears it.
+	parked map[string]bool
 	// Seek hints. Deleted keys stay in badger's memtables and tables as
 	// tombstones until compaction, and an iterator steps over each of them:
 	// seeking a host queue or the ready index from its start would cost
@@ -201,7 +213,8 @@ type lease struct {
 // open time plus release(host), its politeness delay (nil: no delay).
 func openFrontier(db *badger.DB, expected uint, leaseDur time.Duration, perHost int, release func(host string) time.Duration) (*frontier, error) {
 	f := &frontier{db: db, seq: uint64(time.Now().UnixNano()), lease: leaseDur, perHost: max(perHost, 1),
-		leased: make(map[string]map[string]time.Time), queueLow: make(map[string][]byte)}
+		leased: make(map[string]map[string]time.Time), processing: make(map[string]map[string]time.Time),
+		parked: make(map[string]bool), queueLow: make(map[string][]byte)}
 	err := db.Update(func(txn *badger.Txn) error {
 		it, err := txn.Get(keySchema)
 		switch {
@@ -512,6 +525,7 @@ func (f *frontier) setReady(txn *badger.Txn, host string, old, t time.Time) erro
 // setReadyBase is setReady for a t that a lease sets (its expiry): base is
 // the time the host would be ready without its leases.
 func (f *frontier) setReadyBase(txn *badger.Txn, host string, old, t, base time.Time) error {
+	delete(f.parked, host)
 	if t.Before(f.readyLow) {
 		f.readyLow = t
 	}
@@ -713,6 +727,9 @@ func (f *frontier) rekey(txn *badger.Txn, host string, st *pageState, hops int) 
 	if _, busy := f.leased[host][string(st.Queued)]; busy {
 		return nil
 	}
+	if _, busy := f.processing[host][string(st.Queued)]; busy {
+		return nil
+	}
 	old, err := txn.Get(st.Queued)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil
@@ -791,6 +808,18 @@ func (f *frontier) next(now time.Time) (*lease, time.Time, error) {
 					}
 					continue
 				}
+				if len(f.processing[host]) > 0 {
+					// Its last requests are being processed: complete
+					// makes it ready again; should it never come (a
+					// failed transaction), the lease's time brings the
+					// host back rather than leaving its entries
+					// outside the index.
+					if err := f.setReady(txn, host, t, now.Add(f.lease)); err != nil {
+						return err
+					}
+					f.parked[host] = true
+					continue
+				}
 				// Empty host: leave the index.
 				delete(f.leased, host)
 				delete(f.queueLow, host)
@@ -863,6 +892,9 @@ func (f *frontier) firstFree(txn *badger.Txn, host string, held map[string]time.
 			first = false
 		}
 		if _, busy := held[string(item.Key())]; busy {
+			continue
+		}
+		if _, busy := f.processing[host][string(item.Key())]; busy {
 			continue
 		}
 		v, err := item.ValueCopy(nil)
@@ -992,6 +1024,150 @@ func (f *frontier) putBack(l *lease, t time.Time) error {
 		return fmt.Errorf("frontier put back: %w", err)
 	}
 	return nil
+}
+
+// fetched ends the lease of a request whose response goes on to
+// processing: the host becomes ready at readyAt, as after finish, but the
+// entry stays queued, invisible to next, until complete.
+func (f *frontier) fetched(l *lease, readyAt time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.undoLease(l)
+	p := f.processing[l.host]
+	if p == nil {
+		p = make(map[string]time.Time, 1)
+		f.processing[l.host] = p
+	}
+	p[string(l.key)] = readyAt
+	err := f.db.Update(func(txn *badger.Txn) error { return f.setReady(txn, l.host, time.Time{}, readyAt) })
+	if err != nil {
+		f.undoProcessing(l)
+		return fmt.Errorf("frontier fetched: %w", err)
+	}
+	return nil
+}
+
+func (f *frontier) undoProcessing(l *lease) {
+	if p := f.processing[l.host]; p != nil {
+		delete(p, string(l.key))
+		if len(p) == 0 {
+			delete(f.processing, l.host)
+		}
+	}
+}
+
+// complete ends the processing of a fetched request in one transaction:
+// the entry leaves the queue, fn updates the page's state, a revisit is
+// scheduled at revisitAt (unless zero) and the encoded record, if any, is
+// stored under a pending key, which it returns, until the batch holding it
+// is delivered (deletePending). If next parked the host while its request
+// was processed, it becomes ready at the time the fetch set.
+func (f *frontier) complete(l *lease, fn func(*pageState), revisitAt time.Time, rev *entry, rec []byte) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	readyAt, wasProcessing := f.processing[l.host][string(l.key)]
+	f.undoProcessing(l)
+	h := urlHash(l.entry.URL)
+	var d delta
+	var pending []byte
+	err := f.db.Update(func(txn *badger.Txn) error {
+		if _, err := txn.Get(l.key); err == nil {
+			d.queued--
+			if err := txn.Delete(l.key); err != nil {
+				return err
+			}
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		st, found, err := getState(txn, h)
+		if err != nil {
+			return err
+		}
+		if !found {
+			st = pageState{URL: l.entry.URL}
+			f.bloom.Add(h[:])
+		}
+		if bytes.Equal(st.Queued, l.key) {
+			st.Queued = nil
+		}
+		fn(&st)
+		if !revisitAt.IsZero() && rev != nil {
+			if !st.NextVisit.IsZero() {
+				if err := txn.Delete(revisitKey(st.NextVisit, h)); err != nil {
+					return err
+				}
+			}
+			st.NextVisit = revisitAt
+			if err := txn.Set(revisitKey(revisitAt, h), rev.encode()); err != nil {
+				return err
+			}
+		}
+		if err := txn.Set(urlKey(h), st.encode()); err != nil {
+			return err
+		}
+		if rec != nil {
+			f.seq++
+			pending = pendingKey(f.seq)
+			if err := txn.Set(pending, rec); err != nil {
+				return err
+			}
+		}
+		if !wasProcessing || !f.parked[l.host] {
+			return nil
+		}
+		return f.setReady(txn, l.host, time.Time{}, readyAt)
+	})
+	if err != nil {
+		f.clearHints()
+		return nil, fmt.Errorf("frontier complete: %w", err)
+	}
+	f.apply(d)
+	return pending, nil
+}
+
+// abandon forgets that a fetched request is being processed without
+// completing it (the processor could not): it stays queued and is
+// fetched again.
+func (f *frontier) abandon(l *lease) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.undoProcessing(l)
+}
+
+// pendingRecords calls fn with each stored pending record, oldest first,
+// until fn returns false.
+func (f *frontier) pendingRecords(fn func(key, rec []byte) bool) error {
+	return f.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = prefixPending
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Seek(prefixPending); it.ValidForPrefix(prefixPending); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if !fn(it.Item().KeyCopy(nil), v) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// deletePending deletes the pending records of a delivered batch.
+func (f *frontier) deletePending(keys [][]byte) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	wb := f.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, k := range keys {
+		if err := wb.Delete(k); err != nil {
+			return err
+		}
+	}
+	return wb.Flush()
 }
 
 // counts returns the queued requests and the hosts in the ready index.

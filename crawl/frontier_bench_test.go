@@ -93,3 +93,66 @@ func BenchmarkFrontierAdd(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFrontierPage measures the frontier's work for one fetched page,
+// the way the crawler does it since records are kept pending (next;
+// fetched when the response goes to processing; complete with the page's
+// state, its revisit and a 600-byte record) and the way it did before
+// (next; finish, which dequeued at the fetch; update), for comparison.
+func BenchmarkFrontierPage(b *testing.B) {
+	rec := make([]byte, 600)
+	for _, mode := range []string{"fetched+complete", "finish+update"} {
+		b.Run(mode, func(b *testing.B) {
+			db := openMemDB(b)
+			f, err := openFrontier(db, 1<<20, 3*time.Minute, 1, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			now := time.Unix(1_700_000_000, 0)
+			round := 0
+			fillFrontier(b, f, 1000, 20, now, round)
+			var keys [][]byte
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				l, _, err := f.next(now)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if l == nil {
+					b.StopTimer()
+					round++
+					fillFrontier(b, f, 1000, 20, now, round)
+					b.StartTimer()
+					continue
+				}
+				now = now.Add(time.Microsecond)
+				visit := func(p *pageState) { p.Visits++; p.Indexed = true }
+				rev := &entry{URL: l.entry.URL}
+				if mode == "finish+update" {
+					if err := f.finish(l, false, now); err != nil {
+						b.Fatal(err)
+					}
+					if err := f.update(l.entry.URL, visit, now.Add(time.Hour), rev); err != nil {
+						b.Fatal(err)
+					}
+					continue
+				}
+				if err := f.fetched(l, now); err != nil {
+					b.Fatal(err)
+				}
+				k, err := f.complete(l, visit, now.Add(time.Hour), rev, rec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				// Delivered in batches of 64, as a batch of records is.
+				if keys = append(keys, k); len(keys) == 64 {
+					if err := f.deletePending(keys); err != nil {
+						b.Fatal(err)
+					}
+					keys = keys[:0]
+				}
+			}
+		})
+	}
+}
