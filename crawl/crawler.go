@@ -196,7 +196,8 @@ func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
 
 // Close stops dispatching, aborts fetches in flight (they are retried after
 // a restart), lets the processors finish what was fetched, flushes the last
-// batch and forwarded URLs to the sink (waiting up to 10 s), and saves the
+// batch and forwarded URLs to the sink (waiting up to 10 s; records the sink
+// did not take stay in the DB and go out after the next New), and saves the
 // frontier's Bloom filter. It does not close the DB. Safe to call more than
 // once; later calls return the first result.
 func (c *Crawler) Close() error {

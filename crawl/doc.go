@@ -53,7 +53,11 @@
 //     the Router, and non-local ones are batched to Sink.Forward.
 //
 // Records are batched by size and age, compressed with zstd and handed to
-// Sink.Results; DecodeBatch reads them back for indexers. Stats has the
+// Sink.Results; DecodeBatch reads them back for indexers. A fetched request
+// leaves its host's queue only when it is processed, in the transaction
+// that stores the page's new state and its record, and the record stays in
+// the DB until the sink has taken its batch: a crash at any point fetches
+// the page again or re-sends its record (at least once), never loses it. Stats has the
 // counters and the queue sizes a dashboard shows. Revisits are
 // scheduled per page from its observed change rate. Work happens only
 // inside the operator's Windows and Bandwidth caps; outside them the
