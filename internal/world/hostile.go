@@ -181,19 +181,24 @@ var (
 
 // hugeHeaders adds the huge-headers kind's headers for path to h.
 func hugeHeaders(h http.Header, s *siteRec, path string) {
+	// Full slice expressions: an append to one response's header must
+	// copy, not write into the lines every response shares.
 	lines := hugeHeaderLines()
 	switch hostileVariant(s, path) % 4 {
 	case 0:
-		h["X-Trace"] = lines[:HugeHeadersHome/headerLine]
+		n := HugeHeadersHome / headerLine
+		h["X-Trace"] = lines[:n:n]
 	case 1:
 		// Many lines; the status line and the page's own headers take
 		// well under the 4 KiB left.
-		h["X-Trace"] = lines[:HugeHeadersUnder/headerLine]
+		n := HugeHeadersUnder / headerLine
+		h["X-Trace"] = lines[:n:n]
 	case 2:
 		// One line longer than 1 MiB.
 		h.Set("X-Session", longHeader())
 	default:
-		h["X-Trace"] = lines[:HugeHeadersHuge/headerLine+1]
+		n := HugeHeadersHuge/headerLine + 1
+		h["X-Trace"] = lines[:n:n]
 	}
 }
 
