@@ -1125,15 +1125,6 @@ func (f *frontier) complete(l *lease, fn func(*pageState), revisitAt time.Time, 
 	return pending, nil
 }
 
-// abandon forgets that a fetched request is being processed without
-// completing it (the processor could not): it stays queued and is
-// fetched again.
-func (f *frontier) abandon(l *lease) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.undoProcessing(l)
-}
-
 // pendingRecords calls fn with each stored pending record, oldest first,
 // until fn returns false.
 func (f *frontier) pendingRecords(fn func(key, rec []byte) bool) error {
