@@ -1067,7 +1067,6 @@ func (f *frontier) complete(l *lease, fn func(*pageState), revisitAt time.Time, 
 	defer f.mu.Unlock()
 	readyAt, wasProcessing := f.processing[l.host][string(l.key)]
 	f.undoProcessing(l)
-	h := urlHash(l.entry.URL)
 	var d delta
 	var pending []byte
 	err := f.db.Update(func(txn *badger.Txn) error {
@@ -1079,30 +1078,7 @@ func (f *frontier) complete(l *lease, fn func(*pageState), revisitAt time.Time, 
 		} else if !errors.Is(err, badger.ErrKeyNotFound) {
 			return err
 		}
-		st, found, err := getState(txn, h)
-		if err != nil {
-			return err
-		}
-		if !found {
-			st = pageState{URL: l.entry.URL}
-			f.bloom.Add(h[:])
-		}
-		if bytes.Equal(st.Queued, l.key) {
-			st.Queued = nil
-		}
-		fn(&st)
-		if !revisitAt.IsZero() && rev != nil {
-			if !st.NextVisit.IsZero() {
-				if err := txn.Delete(revisitKey(st.NextVisit, h)); err != nil {
-					return err
-				}
-			}
-			st.NextVisit = revisitAt
-			if err := txn.Set(revisitKey(revisitAt, h), rev.encode()); err != nil {
-				return err
-			}
-		}
-		if err := txn.Set(urlKey(h), st.encode()); err != nil {
+		if err := f.updateTxn(txn, l.entry.URL, fn, revisitAt, rev, l.key); err != nil {
 			return err
 		}
 		if rec != nil {
@@ -1207,32 +1183,39 @@ func (f *frontier) state(u string) (pageState, bool, error) {
 // update applies fn to the state of u under the frontier lock and stores
 // it. It schedules a revisit at revisitAt unless that is zero.
 func (f *frontier) update(u string, fn func(*pageState), revisitAt time.Time, e *entry) error {
-	h := urlHash(u)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.db.Update(func(txn *badger.Txn) error {
-		st, found, err := getState(txn, h)
-		if err != nil {
-			return err
-		}
-		if !found {
-			st = pageState{URL: u}
-			f.bloom.Add(h[:])
-		}
-		fn(&st)
-		if !revisitAt.IsZero() && e != nil {
-			if !st.NextVisit.IsZero() {
-				if err := txn.Delete(revisitKey(st.NextVisit, h)); err != nil {
-					return err
-				}
-			}
-			st.NextVisit = revisitAt
-			if err := txn.Set(revisitKey(revisitAt, h), e.encode()); err != nil {
+	return f.db.Update(func(txn *badger.Txn) error { return f.updateTxn(txn, u, fn, revisitAt, e, nil) })
+}
+
+// updateTxn is update inside txn; the caller holds mu. A state whose queue
+// key is dequeued (non-nil) is no longer queued.
+func (f *frontier) updateTxn(txn *badger.Txn, u string, fn func(*pageState), revisitAt time.Time, e *entry, dequeued []byte) error {
+	h := urlHash(u)
+	st, found, err := getState(txn, h)
+	if err != nil {
+		return err
+	}
+	if !found {
+		st = pageState{URL: u}
+		f.bloom.Add(h[:])
+	}
+	if dequeued != nil && bytes.Equal(st.Queued, dequeued) {
+		st.Queued = nil
+	}
+	fn(&st)
+	if !revisitAt.IsZero() && e != nil {
+		if !st.NextVisit.IsZero() {
+			if err := txn.Delete(revisitKey(st.NextVisit, h)); err != nil {
 				return err
 			}
 		}
-		return txn.Set(urlKey(h), st.encode())
-	})
+		st.NextVisit = revisitAt
+		if err := txn.Set(revisitKey(revisitAt, h), e.encode()); err != nil {
+			return err
+		}
+	}
+	return txn.Set(urlKey(h), st.encode())
 }
 
 // dueRevisits moves up to n revisits due at now into their host queues.

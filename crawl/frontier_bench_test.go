@@ -35,34 +35,52 @@ func fillFrontier(b *testing.B, f *frontier, hosts, perHost int, now time.Time, 
 	}
 }
 
+// leaseBench is a frontier of 1,000 hosts with 20 URLs each, refilled
+// (off the clock) whenever it runs empty.
+type leaseBench struct {
+	f     *frontier
+	now   time.Time
+	round int
+}
+
+func newLeaseBench(b *testing.B) *leaseBench {
+	f, err := openFrontier(openMemDB(b), 1<<20, 3*time.Minute, 1, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lb := &leaseBench{f: f, now: time.Unix(1_700_000_000, 0)}
+	fillFrontier(b, f, 1000, 20, lb.now, 0)
+	return lb
+}
+
+// next checks out the next request, advancing the clock by a microsecond.
+func (lb *leaseBench) next(b *testing.B) *lease {
+	for {
+		l, _, err := lb.f.next(lb.now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if l != nil {
+			lb.now = lb.now.Add(time.Microsecond)
+			return l
+		}
+		b.StopTimer()
+		lb.round++
+		fillFrontier(b, lb.f, 1000, 20, lb.now, lb.round)
+		b.StartTimer()
+	}
+}
+
 // BenchmarkFrontierLease measures the dispatch hot path: next checks a
 // request out of the earliest ready host, finish ends it and sets the
 // host's next ready time, over 1,000 hosts.
 func BenchmarkFrontierLease(b *testing.B) {
-	db := openMemDB(b)
-	f, err := openFrontier(db, 1<<20, 3*time.Minute, 1, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	now := time.Unix(1_700_000_000, 0)
-	round := 0
-	fillFrontier(b, f, 1000, 20, now, round)
+	lb := newLeaseBench(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		l, _, err := f.next(now)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if l == nil {
-			b.StopTimer()
-			round++
-			fillFrontier(b, f, 1000, 20, now, round)
-			b.StartTimer()
-			continue
-		}
-		now = now.Add(time.Microsecond)
-		if err := f.finish(l, false, now); err != nil {
+		l := lb.next(b)
+		if err := lb.f.finish(l, false, lb.now); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -101,47 +119,30 @@ func BenchmarkFrontierAdd(b *testing.B) {
 // (next; finish, which dequeued at the fetch; update), for comparison.
 func BenchmarkFrontierPage(b *testing.B) {
 	rec := make([]byte, 600)
+	visit := func(p *pageState) { p.Visits++; p.Indexed = true }
 	for _, mode := range []string{"fetched+complete", "finish+update"} {
 		b.Run(mode, func(b *testing.B) {
-			db := openMemDB(b)
-			f, err := openFrontier(db, 1<<20, 3*time.Minute, 1, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			now := time.Unix(1_700_000_000, 0)
-			round := 0
-			fillFrontier(b, f, 1000, 20, now, round)
+			lb := newLeaseBench(b)
+			f := lb.f
 			var keys [][]byte
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				l, _, err := f.next(now)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if l == nil {
-					b.StopTimer()
-					round++
-					fillFrontier(b, f, 1000, 20, now, round)
-					b.StartTimer()
-					continue
-				}
-				now = now.Add(time.Microsecond)
-				visit := func(p *pageState) { p.Visits++; p.Indexed = true }
+				l := lb.next(b)
 				rev := &entry{URL: l.entry.URL}
 				if mode == "finish+update" {
-					if err := f.finish(l, false, now); err != nil {
+					if err := f.finish(l, false, lb.now); err != nil {
 						b.Fatal(err)
 					}
-					if err := f.update(l.entry.URL, visit, now.Add(time.Hour), rev); err != nil {
+					if err := f.update(l.entry.URL, visit, lb.now.Add(time.Hour), rev); err != nil {
 						b.Fatal(err)
 					}
 					continue
 				}
-				if err := f.fetched(l, now); err != nil {
+				if err := f.fetched(l, lb.now); err != nil {
 					b.Fatal(err)
 				}
-				k, err := f.complete(l, visit, now.Add(time.Hour), rev, rec)
+				k, err := f.complete(l, visit, lb.now.Add(time.Hour), rev, rec)
 				if err != nil {
 					b.Fatal(err)
 				}
