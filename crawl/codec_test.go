@@ -106,7 +106,13 @@ func FuzzStoredValues(f *testing.F) {
 	f.Add(p.encode())
 	f.Add(m.state())
 	f.Add(encodeRobots(&robotsItem{kind: robotsParsed, body: []byte("User-agent: *\nDisallow: /")}))
+	f.Add(hostValue(time.Unix(7, 0), time.Unix(5, 0), true))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if ready, base, leased, ok := parseHostValue(b); ok {
+			if !bytes.Equal(hostValue(ready, base, leased), b) && b[0]&0x80 == 0 && (len(b) == 8 || b[8]&0x80 == 0) {
+				t.Fatalf("host value %x re-encodes as %x", b, hostValue(ready, base, leased))
+			}
+		}
 		if e, err := decodeEntry(b); err == nil {
 			if !bytes.Equal(e.encode(), b) && e.Added.IsZero() == (len(b) == 0) {
 				// Non-canonical varints may decode; re-encoding must still decode.

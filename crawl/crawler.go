@@ -63,7 +63,7 @@ type Stats struct {
 	WireBytes, RecordBytes                          int64
 
 	// Queued is the number of requests waiting in the host queues, those
-	// being fetched included; it survives restarts.
+	// being fetched or processed included; it survives restarts.
 	Queued int64
 	// Hosts is the number of hosts in the ready index: hosts with queued
 	// requests (a host whose queue ran empty leaves at its next turn).
@@ -110,7 +110,7 @@ type Crawler struct {
 
 	work    chan *job
 	fetched chan *job
-	records chan Record
+	records chan pendingRecord
 	forward chan Request
 	wake    chan struct{}
 
@@ -143,29 +143,43 @@ func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	front, err := openFrontier(db, cfg.expectedURLs, 2*cfg.fetchTO+time.Minute, cfg.perHost)
-	if err != nil {
-		return nil, err
-	}
+	var err error
 	c := &Crawler{
-		cfg: cfg, db: db, sink: sink, front: front, log: cfg.logger,
+		cfg: cfg, db: db, sink: sink, log: cfg.logger,
 		fetch:   newFetcher(cfg),
 		polite:  newPoliteness(cfg.perHost),
 		meter:   &meter{rate: float64(cfg.bwCap), daily: cfg.dailyCap, loc: cfg.location},
 		sched:   schedule{windows: cfg.windows, loc: cfg.location},
 		work:    make(chan *job),
 		fetched: make(chan *job, cfg.queueSize),
-		records: make(chan Record, cfg.queueSize),
+		records: make(chan pendingRecord, cfg.queueSize),
 		forward: make(chan Request, cfg.queueSize*8),
 		wake:    make(chan struct{}, 1),
 	}
 	c.robots = newRobotsCache(db, c.fetch, cfg.product, cfg.robotsTTL, cfg.minDelay, c.log)
+	// A host that had a request in flight when the process died is ready
+	// again after its delay from now, as after any request of it.
+	c.front, err = openFrontier(db, cfg.expectedURLs, 2*cfg.fetchTO+time.Minute, cfg.perHost, func(host string) time.Duration {
+		return c.hostDelay(c.robots.storedCrawlDelay(host), nil, host)
+	})
+	if err != nil {
+		return nil, err
+	}
 	_ = db.View(func(txn *badger.Txn) error {
 		if it, err := txn.Get(keyTraffic); err == nil {
 			_ = it.Value(func(v []byte) error { return c.meter.restore(v) })
 		}
 		return nil
 	})
+	// Records made before a crash (or a shutdown whose last delivery
+	// failed) and not delivered: they go out first.
+	var carried []pendingRecord
+	if err := c.front.pendingRecords(func(k, v []byte) bool {
+		carried = append(carried, pendingRecord{raw: v, key: k, time: time.Now()})
+		return true
+	}); err != nil {
+		return nil, fmt.Errorf("loading pending records: %w", err)
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wg.Go(c.dispatch)
 	for range cfg.workers {
@@ -174,7 +188,7 @@ func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
 	for range cfg.procWorkers {
 		c.pwg.Go(c.processor)
 	}
-	c.owg.Go(c.batcher)
+	c.owg.Go(func() { c.batcher(carried) })
 	c.owg.Go(c.forwarder)
 	c.log.Info("crawler started", "workers", cfg.workers, "agent", cfg.userAgent())
 	return c, nil
@@ -182,7 +196,8 @@ func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
 
 // Close stops dispatching, aborts fetches in flight (they are retried after
 // a restart), lets the processors finish what was fetched, flushes the last
-// batch and forwarded URLs to the sink (waiting up to 10 s), and saves the
+// batch and forwarded URLs to the sink (waiting up to 10 s; records the sink
+// did not take stay in the DB and go out after the next New), and saves the
 // frontier's Bloom filter. It does not close the DB. Safe to call more than
 // once; later calls return the first result.
 func (c *Crawler) Close() error {
@@ -494,7 +509,9 @@ func (c *Crawler) fetchOne(j *job) bool {
 	if seen && st.Visits > 0 {
 		req.ETag, req.LastModified = st.ETag, st.LastModified
 	}
-	// Same-host redirects are followed (robots-checked); others become links.
+	// Same-host redirects to URLs not seen before are followed
+	// (robots-checked); others become links, which the seen test then
+	// drops or queues.
 	req.CheckRedirect = func(_ context.Context, next *url.URL) error {
 		if !strings.EqualFold(next.Host, j.u.Host) || next.Scheme != j.u.Scheme {
 			return errOffHost
@@ -502,9 +519,15 @@ func (c *Crawler) fetchOne(j *job) bool {
 		if !rules.Allowed(next.RequestURI()) {
 			return ErrRobotsDisallowed
 		}
+		if c.front.known(redirectKey(next)) {
+			return errSeenTarget
+		}
 		return nil
 	}
 	res, err := c.fetch.Fetch(c.ctx, req)
+	if res != nil && len(res.Redirects) > 0 {
+		c.markRedirects(res)
+	}
 	now := time.Now()
 	var wire int64
 	if res != nil {
@@ -527,7 +550,11 @@ func (c *Crawler) fetchOne(j *job) bool {
 	default:
 		c.stats.fetchErrors.Add(1)
 		c.log.Debug("fetch failed", "url", l.entry.URL, "error", err)
-		if errors.Is(err, ErrForbiddenDestination) || errors.Is(err, ErrTooManyRedirects) || errors.Is(err, ErrContentEncoding) || errors.Is(err, ErrScheme) {
+		// Verdicts on the address or on the response's form: the same
+		// request would get the same answer, so it is dropped at once
+		// (counted in FetchErrors and Dropped) rather than retried.
+		if errors.Is(err, ErrForbiddenDestination) || errors.Is(err, ErrTooManyRedirects) || errors.Is(err, ErrContentEncoding) ||
+			errors.Is(err, ErrHeaderTooLarge) || errors.Is(err, ErrScheme) {
 			c.stats.dropped.Add(1)
 			c.finish(l, false, now.Add(delay))
 			return false
@@ -552,15 +579,67 @@ func (c *Crawler) fetchOne(j *job) bool {
 	}
 	c.stats.fetched.Add(1)
 	j.res = res
-	c.finish(l, false, now.Add(delay))
+	// The host may go on; the request stays queued until its processing
+	// is complete, so that a crash before that fetches it again.
+	if err := c.front.fetched(l, now.Add(delay)); err != nil {
+		c.log.Error("frontier failed", "error", err)
+	}
+	c.poke()
 	// Blocks while processors are busy: back-pressure. Processors run until
 	// every fetcher has returned, so this cannot deadlock at shutdown and a
-	// page already dequeued is never lost.
+	// fetched page is always processed.
 	c.fetched <- j
 	return true
 }
 
-var errOffHost = errors.New("redirect leaves the host")
+var (
+	errOffHost    = errors.New("redirect leaves the host")
+	errSeenTarget = errors.New("redirect to a known url")
+)
+
+// redirectKey is the seen-set key of a redirect target: its normalised
+// form, as links are keyed; "" if it does not normalise.
+func redirectKey(u *url.URL) string {
+	n, err := urlnorm.Parse(u.String())
+	if err != nil {
+		return ""
+	}
+	return n.String()
+}
+
+// markRedirects puts the hops of res's redirect chain that answered with
+// another redirect into the seen set, so that a chain is followed once:
+// another URL redirecting into it stops at the first known hop
+// (errSeenTarget) and costs one request. Without this a redirect loop
+// cost every URL that leads into it 1 + MaxRedirects requests: a world
+// redirect-loop site linked by 18 URLs saw 1 + 18 × 6 = 109 requests. The
+// hop that answered with content is kept out: it is a page that is also
+// crawled under its own URL; so is a hop that never answered (the fetch
+// failed on its way there), which must not pass for known.
+func (c *Crawler) markRedirects(res *Response) {
+	// res.URL is the last hop that answered, with res.Status; the hops
+	// before it answered with redirects.
+	n := 0
+	for i, h := range res.Redirects {
+		if h == res.URL {
+			n = i
+			if isRedirect(res.Status) {
+				n++
+			}
+			break
+		}
+	}
+	hops := res.Redirects[:n]
+	keys := make([]string, 0, len(hops))
+	for _, h := range hops {
+		if k := redirectKey(h); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	if err := c.front.markSeen(keys); err != nil {
+		c.log.Error("frontier failed", "error", err)
+	}
+}
 
 func timingOf(r *Response) *Timing {
 	if r == nil {
@@ -648,18 +727,19 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 			rec, changed = r, true
 		}
 	}
+	var raw []byte
 	if rec != nil {
-		select {
-		case c.records <- *rec:
-		case <-c.ctx.Done():
-			// Shutting down: the batcher still drains records.
-			c.records <- *rec
+		if raw = appendRecord(nil, rec); len(raw) > maxRecordBytes {
+			c.stats.dropped.Add(1)
+			raw, rec = nil, nil
 		}
 	}
-	// Remember the page and schedule its revisit.
+	// Remember the page, schedule its revisit and keep its record until it
+	// is delivered, in one transaction with the end of its request: a
+	// crash before leaves the request queued, after it the record pending.
 	interval := c.nextInterval(st, changed || (rec != nil && rec.Change == ChangeModified), now)
 	revisit := entry{URL: e.URL, Depth: e.Depth, Hops: e.Hops, Owners: e.Owners}
-	err := c.front.update(e.URL, func(p *pageState) {
+	key, err := c.front.complete(j.l, func(p *pageState) {
 		if p.FirstVisit.IsZero() {
 			p.FirstVisit = now
 		}
@@ -681,9 +761,18 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 				p.Indexed, p.Digest = false, 0
 			}
 		}
-	}, now.Add(interval), &revisit)
+	}, now.Add(interval), &revisit, raw)
 	if err != nil {
 		c.log.Error("frontier failed", "error", err)
+	}
+	if rec != nil {
+		pr := pendingRecord{raw: raw, key: key, time: now}
+		select {
+		case c.records <- pr:
+		case <-c.ctx.Done():
+			// Shutting down: the batcher still drains records.
+			c.records <- pr
+		}
 	}
 	c.extract(j, links)
 }
@@ -703,8 +792,9 @@ func (c *Crawler) analyse(res *Response, kw *textproc.Builder) analysis {
 	body, ctype, path := res.Body, res.Header.Get("Content-Type"), res.URL.Path
 	a := analysis{size: int64(len(body)), truncated: res.Truncated}
 	if gz, ok := unpackGzip(ctype, path, body, c.cfg.maxDecoded); ok {
-		// sitemap.xml.gz and the like: the document is inside.
-		body, ctype, path = gz.body, "", gz.path
+		// sitemap.xml.gz and the like, or a page compressed with no
+		// Content-Encoding to say so: the document is inside.
+		body, ctype, path = gz.body, gz.ctype, gz.path
 		a.size, a.truncated = int64(len(body)), a.truncated || gz.truncated
 	}
 	a.typ = parse.Detect(ctype, path, body)
@@ -713,6 +803,15 @@ func (c *Crawler) analyse(res *Response, kw *textproc.Builder) analysis {
 		Agent: c.cfg.product, MaxLinks: c.cfg.maxLinks, XRobotsTag: res.Header.Values("X-Robots-Tag"),
 	})
 	return a
+}
+
+// pendingRecord is an encoded record on its way to a batch, with its
+// pending key (nil if it could not be stored) to delete once the batch is
+// delivered.
+type pendingRecord struct {
+	raw  []byte
+	key  []byte
+	time time.Time
 }
 
 // nextInterval adapts the revisit interval to the page's observed change
@@ -817,9 +916,11 @@ func (c *Crawler) extract(j *job, links []parse.Link) {
 }
 
 // batcher groups records into batches by size and age and hands them to
-// the sink.
-func (c *Crawler) batcher() {
+// the sink, carried (records pending from an earlier run) first. Once the
+// sink has a batch, its records' pending keys are deleted.
+func (c *Crawler) batcher(carried []pendingRecord) {
 	var raw []byte
+	var keys [][]byte
 	var n int
 	var oldest time.Time
 	tick := time.NewTicker(min(c.cfg.batchAge/4+time.Millisecond, time.Second))
@@ -829,8 +930,33 @@ func (c *Crawler) batcher() {
 			return
 		}
 		b := sealBatch(raw, n, oldest)
-		c.deliver(b, final)
-		raw, n, oldest = nil, 0, time.Time{}
+		if c.deliver(b, final) {
+			if err := c.front.deletePending(keys); err != nil {
+				c.log.Error("frontier failed", "error", err)
+			}
+		}
+		raw, keys, n, oldest = nil, nil, 0, time.Time{}
+	}
+	add := func(r pendingRecord) {
+		if n > 0 && len(raw)+len(r.raw)+10 > c.cfg.batchBytes {
+			flush(false)
+		}
+		raw = appendUvarint(raw, uint64(len(r.raw)))
+		raw = append(raw, r.raw...)
+		if r.key != nil {
+			keys = append(keys, r.key)
+		}
+		if n == 0 {
+			oldest = r.time
+		}
+		n++
+		c.stats.records.Add(1)
+		if len(raw) >= c.cfg.batchBytes {
+			flush(false)
+		}
+	}
+	for _, r := range carried {
+		add(r)
 	}
 	for {
 		select {
@@ -839,25 +965,7 @@ func (c *Crawler) batcher() {
 				flush(true)
 				return
 			}
-			var tmp []byte
-			tmp = appendRecord(tmp, &r)
-			if len(tmp) > maxRecordBytes {
-				c.stats.dropped.Add(1)
-				continue
-			}
-			if n > 0 && len(raw)+len(tmp)+10 > c.cfg.batchBytes {
-				flush(false)
-			}
-			raw = appendUvarint(raw, uint64(len(tmp)))
-			raw = append(raw, tmp...)
-			if n == 0 {
-				oldest = r.Time
-			}
-			n++
-			c.stats.records.Add(1)
-			if len(raw) >= c.cfg.batchBytes {
-				flush(false)
-			}
+			add(r)
 		case <-tick.C:
 			if n > 0 && time.Since(oldest) >= c.cfg.batchAge {
 				flush(false)
@@ -866,7 +974,9 @@ func (c *Crawler) batcher() {
 	}
 }
 
-func (c *Crawler) deliver(b Batch, final bool) {
+// deliver hands b to the sink, retrying with backoff; false if it could
+// not before shutdown (its records stay pending for the next start).
+func (c *Crawler) deliver(b Batch, final bool) bool {
 	ctx := c.ctx
 	if final || ctx.Err() != nil {
 		var cancel context.CancelFunc
@@ -878,11 +988,11 @@ func (c *Crawler) deliver(b Batch, final bool) {
 		if err == nil {
 			c.stats.batches.Add(1)
 			c.stats.recordBytes.Add(int64(len(b.Data)))
-			return
+			return true
 		}
 		if ctx.Err() != nil {
-			c.log.Error("result batch lost at shutdown", "records", b.Records, "error", err)
-			return
+			c.log.Warn("result batch not delivered at shutdown; kept for the next start", "records", b.Records, "error", err)
+			return false
 		}
 		c.log.Warn("sink refused batch; retrying", "error", err, "attempt", attempt)
 		select {

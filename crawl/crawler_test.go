@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -604,5 +605,101 @@ func TestHostConnections(t *testing.T) {
 				t.Fatalf("peak of %d concurrent requests with HostConnections(%d)", p, limit)
 			}
 		})
+	}
+}
+
+// TestRedirectChainFollowedOnce: many URLs that redirect into one endless
+// chain (the world's redirect loop) cost one request each once the chain
+// was followed: its hops are in the seen set and a redirect to a known URL
+// is not followed. Before, each URL cost 1 + MaxRedirects requests (a
+// world loop site linked by 18 URLs saw 109). A redirect to a page that is
+// crawled anyway is not followed either, and the page is still fetched
+// under its own URL.
+func TestRedirectChainFollowedOnce(t *testing.T) {
+	var chain, entries, page atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		switch {
+		case p == "/robots.txt":
+			http.NotFound(w, r)
+		case p == "/":
+			var b strings.Builder
+			for i := range 10 {
+				fmt.Fprintf(&b, `<a href="/e%d">e</a>`, i)
+			}
+			b.WriteString(`<a href="/page">p</a><a href="/old">o</a>`)
+			io.WriteString(w, b.String())
+		case strings.HasPrefix(p, "/e"):
+			entries.Add(1)
+			http.Redirect(w, r, "/r/1", http.StatusFound)
+		case strings.HasPrefix(p, "/r/"):
+			chain.Add(1)
+			n, _ := strconv.Atoi(strings.TrimPrefix(p, "/r/"))
+			http.Redirect(w, r, fmt.Sprintf("/r/%d", n+1), http.StatusFound)
+		case p == "/old":
+			http.Redirect(w, r, "/page", http.StatusMovedPermanently)
+		case p == "/page":
+			page.Add(1)
+			io.WriteString(w, `<html><title>Page</title><body>words</body></html>`)
+		}
+	}))
+	defer srv.Close()
+	sink := &testSink{}
+	// One worker: the entries come one after another, as politeness
+	// makes them come from one host.
+	c := newTestCrawler(t, sink, Workers(1, 1, 4))
+	if err := c.Submit(t.Context(), Request{Link: srv.URL + "/", Depth: DefaultDepth}); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, c)
+	if n := entries.Load(); n != 10 {
+		t.Fatalf("%d entry requests, want 10", n)
+	}
+	// The first entry follows the chain MaxRedirects (5) hops; the others
+	// stop at /r/1.
+	if n := chain.Load(); n > 5 {
+		t.Fatalf("the chain was requested %d times, want at most 5", n)
+	}
+	// /page is fetched once under its own URL, whether /old came first
+	// (followed into it, then /page itself is known and queued) or second.
+	if n := page.Load(); n < 1 || n > 2 {
+		t.Fatalf("/page fetched %d times", n)
+	}
+	if len(sink.byURL("/page")) != 1 {
+		t.Fatalf("no record of /page under its own URL: %+v", sink.byURL("/page"))
+	}
+}
+
+// TestMarkRedirects: only hops that answered with a redirect enter the
+// seen set; a hop that answered with content, or never answered (the
+// fetch failed on the way), stays out, or it would never be crawled.
+func TestMarkRedirects(t *testing.T) {
+	f, err := openFrontier(openMemDB(t), 1000, time.Minute, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Crawler{front: f, log: quietLogger()}
+	u := func(s string) *url.URL { return mustURL(t, "http://a.test"+s) }
+	entry, a, b, d := u("/e"), u("/a"), u("/b"), u("/d")
+	// Failed on the way to /a: /e answered 301, /a never answered.
+	c.markRedirects(&Response{URL: entry, Status: 301, Redirects: []*url.URL{a}})
+	// /b answered 302 towards /d and the chain stopped there.
+	c.markRedirects(&Response{URL: b, Status: 302, Redirects: []*url.URL{b}})
+	// /e → /a (redirect) → /d (content).
+	c.markRedirects(&Response{URL: d, Status: 200, Redirects: []*url.URL{a, d}})
+	for _, tc := range []struct {
+		u     *url.URL
+		known bool
+	}{{a, true}, {b, true}, {d, false}} {
+		if got := f.known(redirectKey(tc.u)); got != tc.known {
+			t.Errorf("%s known %v, want %v", tc.u, got, tc.known)
+		}
+	}
+	// Before the third fetch /a was not known: the first must not mark it.
+	g, _ := openFrontier(openMemDB(t), 1000, time.Minute, 1, nil)
+	c.front = g
+	c.markRedirects(&Response{URL: entry, Status: 301, Redirects: []*url.URL{a}})
+	if g.known(redirectKey(a)) {
+		t.Error("a hop that never answered was marked known")
 	}
 }

@@ -20,16 +20,31 @@
 //     from the request and an in-link importance estimate; a ready index
 //     orders hosts by when politeness allows them next; the URL-seen test is
 //     a Bloom filter in RAM in front of the exact set on disk; the links of
-//     a page enter in one batch;
+//     a page enter in one batch; a host's stored state marks requests
+//     leased for fetching, so that opening the frontier after a crash
+//     makes such a host ready after its politeness delay instead of at
+//     the lease's expiry;
 //   - fetch: robots.txt (RFC 9309, cached ≤ 24 h; its Sitemap lines become
 //     link sources), one connection and a minimum delay per host and per
 //     server address (HostConnections and Politeness change them, for
 //     benchmarks and one's own sites only), Crawl-delay up to a cap,
-//     429/503 Retry-After, conditional GET, same-host redirects (≤ 5);
+//     429/503 Retry-After, conditional GET, same-host redirects (≤ 5) to
+//     URLs not seen before (the hops of a chain enter the seen set, so a
+//     redirect loop is followed once), response headers up to
+//     MaxHeaderBytes (64 KiB). A response whose headers pass it, whose
+//     Content-Encoding is unknown, or whose body is not what its
+//     Content-Encoding says is dropped at once (counted in
+//     Stats.FetchErrors and Stats.Dropped): the same request would get
+//     the same bytes, and no browser would show them either;
 //   - detect and transform: HTML, XHTML, RSS, Atom, RDF/XML, sitemaps and
 //     plain text are parsed, sitemaps and feeds also when served as gzip
-//     files (sitemap.xml.gz, unpacked up to the decoded-size cap); other
-//     types are recorded, not parsed;
+//     files (sitemap.xml.gz), and documents of those types whose bytes are
+//     gzip with no Content-Encoding saying so (identity or none: a
+//     misconfigured or doubly compressing server), both unpacked up to the
+//     decoded-size cap; other types are recorded, not parsed. Text is
+//     decoded as WHATWG says (BOM, header, meta, guess); invalid UTF-8
+//     becomes U+FFFD, as in a browser, so a record's texts are always
+//     valid UTF-8, whatever the page's bytes or declared charset;
 //   - index: weighted stemmed keywords, SimHash, change detection that
 //     ignores counters, dates and link order: only new, modified and gone
 //     pages produce a Record;
@@ -38,7 +53,11 @@
 //     the Router, and non-local ones are batched to Sink.Forward.
 //
 // Records are batched by size and age, compressed with zstd and handed to
-// Sink.Results; DecodeBatch reads them back for indexers. Stats has the
+// Sink.Results; DecodeBatch reads them back for indexers. A fetched request
+// leaves its host's queue only when it is processed, in the transaction
+// that stores the page's new state and its record, and the record stays in
+// the DB until the sink has taken its batch: a crash at any point fetches
+// the page again or re-sends its record (at least once), never loses it. Stats has the
 // counters and the queue sizes a dashboard shows. Revisits are
 // scheduled per page from its observed change rate. Work happens only
 // inside the operator's Windows and Bandwidth caps; outside them the

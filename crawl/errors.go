@@ -19,8 +19,11 @@ var (
 	ErrRedirectRefused = errors.New("redirect refused")
 	// ErrBodyTooLarge: Content-Length exceeds the wire size cap.
 	ErrBodyTooLarge = errors.New("response body too large")
-	// ErrContentEncoding: an unsupported or malformed Content-Encoding.
+	// ErrContentEncoding: an unsupported Content-Encoding, or a body that is
+	// not what its Content-Encoding says (a corrupt or absent stream).
 	ErrContentEncoding = errors.New("unsupported content encoding")
+	// ErrHeaderTooLarge: the response's headers exceed MaxHeaderBytes.
+	ErrHeaderTooLarge = errors.New("response headers too large")
 	// ErrRobotsDisallowed: robots.txt forbids the URL.
 	ErrRobotsDisallowed = errors.New("disallowed by robots.txt")
 	// ErrTransferCap: the bandwidth or daily transfer cap allows no fetch

@@ -1,7 +1,7 @@
 package crawl
 
 import (
-	"bytes"
+	"compress/flate"
 	"compress/gzip"
 	"context"
 	"crypto/tls"
@@ -61,6 +61,17 @@ type FetchRequest struct {
 	// minimum delay.
 	RedirectDelay time.Duration
 }
+
+// MaxHeaderBytes bounds the status line and headers of a response, in
+// bytes; a response with more fails with ErrHeaderTooLarge. Set
+// explicitly because net/http's client default (Transport
+// MaxResponseHeaderBytes 0) is 10 MiB, and http.DefaultMaxHeaderBytes
+// (1 MiB) is its server's limit for requests: with up to Workers fetches
+// at once, a hostile server could make the crawler hold tens of MiB of
+// headers. Real sites send a few KiB; browsers refuse far less than 10
+// MiB too (Chromium: 256 KiB). 64 KiB leaves room for long cookies and
+// CSP lines; over HTTP/2 it is announced as SETTINGS_MAX_HEADER_LIST_SIZE.
+const MaxHeaderBytes = 64 << 10
 
 // Timing records where the time of the last request of a fetch went, for
 // calibration. DNS and Connect are zero on a reused connection.
@@ -125,7 +136,7 @@ func newFetcher(c *config) *Fetcher {
 		MaxIdleConnsPerHost:    c.perHost,
 		MaxConnsPerHost:        c.perHost + 1, // the +1 lets robots.txt and probes pass a busy host
 		IdleConnTimeout:        30 * time.Second,
-		MaxResponseHeaderBytes: 64 << 10,
+		MaxResponseHeaderBytes: MaxHeaderBytes,
 	}
 	f.client = &http.Client{
 		Transport:     f.tr,
@@ -140,7 +151,7 @@ func newFetcher(c *config) *Fetcher {
 			ResponseHeaderTimeout:  c.headerTO,
 			DisableKeepAlives:      true,
 			DisableCompression:     true,
-			MaxResponseHeaderBytes: 64 << 10,
+			MaxResponseHeaderBytes: MaxHeaderBytes,
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
@@ -308,7 +319,11 @@ func (f *Fetcher) Fetch(ctx context.Context, req FetchRequest) (*Response, error
 		sent := time.Now()
 		hresp, err := f.client.Do(hr)
 		if err != nil {
-			return res, fmt.Errorf("fetching %s: %w", cur.Redacted(), unwrapURLError(err))
+			err = unwrapURLError(err)
+			if headerTooLarge(err) {
+				err = fmt.Errorf("%w: %w", ErrHeaderTooLarge, err)
+			}
+			return res, fmt.Errorf("fetching %s: %w", cur.Redacted(), err)
 		}
 		res.URL, res.Status, res.Header = cur, hresp.StatusCode, hresp.Header
 		tm.mu.Lock()
@@ -395,6 +410,16 @@ func drain(b io.ReadCloser) int64 {
 	return n
 }
 
+// headerTooLarge reports whether err is net/http's refusal of a response
+// whose headers exceed MaxHeaderBytes. net/http has no sentinel for it;
+// the messages are those of go1.26's transport.go and h2_bundle.go, and
+// TestHeaderLimit fails if they change.
+func headerTooLarge(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "server response headers exceeded") ||
+		strings.Contains(msg, "response header list larger than advertised limit")
+}
+
 func unwrapURLError(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
@@ -437,15 +462,14 @@ func (f *Fetcher) readBody(res *Response, hresp *http.Response, req FetchRequest
 		return err
 	}
 	defer closeDec()
-	var buf bytes.Buffer
+	size := 32 << 10
 	if cl := hresp.ContentLength; cl > 0 && r == io.Reader(wire) {
 		// Uncompressed with a known length: one allocation instead of a
-		// doubling series (MinRead spare, so that reading EOF does not grow).
-		buf.Grow(int(min(cl, limit+1)) + bytes.MinRead)
+		// doubling series (one spare byte to see EOF or an overlong body).
+		size = int(min(cl, limit)) + 1
 	}
-	n, err := io.Copy(&buf, io.LimitReader(r, limit+1))
-	body := buf.Bytes()
-	if n > limit {
+	body, err := readCapped(r, limit, size)
+	if int64(len(body)) > limit {
 		body, res.Truncated = body[:limit], true
 	}
 	if wire.n > f.cfg.maxWire {
@@ -456,6 +480,11 @@ func (f *Fetcher) readBody(res *Response, hresp *http.Response, req FetchRequest
 		if res.Truncated || errors.Is(err, io.ErrUnexpectedEOF) && wire.n > f.cfg.maxWire {
 			return nil // a cut compressed stream ends badly; keep what decoded
 		}
+		if corruptCoding(err) {
+			// The bytes are not what the Content-Encoding says: the
+			// same bytes would come again.
+			return fmt.Errorf("%w: %w", ErrContentEncoding, err)
+		}
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			res.Truncated = true
 			return fmt.Errorf("reading body: %w", err)
@@ -463,6 +492,54 @@ func (f *Fetcher) readBody(res *Response, hresp *http.Response, req FetchRequest
 		return fmt.Errorf("reading body: %w", err)
 	}
 	return nil
+}
+
+// readCapped reads r until EOF or limit+1 bytes, into a buffer that
+// starts at size bytes and doubles but never grows past limit+1: a body at
+// the cap (a gzip bomb, a huge page) holds limit+1 bytes while it waits for
+// a processor, not the up to twice that a doubling buffer would.
+func readCapped(r io.Reader, limit int64, size int) ([]byte, error) {
+	size = int(min(int64(max(size, 512)), limit+1))
+	b := make([]byte, 0, size)
+	for empty := 0; int64(len(b)) <= limit; {
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), int(min(int64(2*cap(b)), limit+1)))
+			copy(nb, b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		switch {
+		case err == io.EOF:
+			return b, nil
+		case err != nil:
+			return b, err
+		case n > 0:
+			empty = 0
+		case empty > 100: // as bufio: a reader that never moves
+			return b, io.ErrNoProgress
+		default:
+			empty++
+		}
+	}
+	return b, nil
+}
+
+// corruptCoding reports whether err is a decoder's verdict on the bytes
+// (a corrupt gzip, deflate, brotli or zstd stream), not a transport error.
+func corruptCoding(err error) bool {
+	var flateErr flate.CorruptInputError
+	if errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || errors.As(err, &flateErr) ||
+		errors.Is(err, zstd.ErrMagicMismatch) || errors.Is(err, zstd.ErrBlockTooSmall) ||
+		errors.Is(err, zstd.ErrReservedBlockType) || errors.Is(err, zstd.ErrCompressedSizeTooBig) ||
+		errors.Is(err, zstd.ErrUnexpectedBlockSize) || errors.Is(err, zstd.ErrWindowSizeTooSmall) ||
+		errors.Is(err, zstd.ErrCRCMismatch) || errors.Is(err, zstd.ErrWindowSizeExceeded) ||
+		errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrUnknownDictionary) ||
+		errors.Is(err, zstd.ErrFrameSizeExceeded) || errors.Is(err, zstd.ErrFrameSizeMismatch) {
+		return true
+	}
+	// brotli's errors are plain strings prefixed with the package name.
+	return strings.HasPrefix(err.Error(), "brotli: ")
 }
 
 // contentDecoder stacks decompressors for the Content-Encoding values, outermost

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/andybalholm/brotli"
@@ -374,6 +375,100 @@ func TestRetryAfter(t *testing.T) {
 		d, ok := RetryAfter(tt.in, now)
 		if d != tt.want || ok != tt.ok {
 			t.Errorf("RetryAfter(%q) = %v, %v", tt.in, d, ok)
+		}
+	}
+}
+
+// TestHeaderLimit: the fetcher refuses responses whose headers pass
+// MaxHeaderBytes, over HTTP/1.1 and HTTP/2, with ErrHeaderTooLarge (a
+// change of net/http's messages, which headerTooLarge matches, fails it),
+// and takes those just under it.
+func TestHeaderLimit(t *testing.T) {
+	if MaxHeaderBytes >= 1<<20 {
+		t.Fatalf("MaxHeaderBytes %d: not below net/http's defaults", MaxHeaderBytes)
+	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
+		line := strings.Repeat("v", 1000)
+		for range n / (len(line) + len("X-Pad: \r\n")) {
+			w.Header().Add("X-Pad", line)
+		}
+		io.WriteString(w, "<html><title>ok</title></html>")
+	})
+	for _, h2 := range []bool{false, true} {
+		srv := httptest.NewUnstartedServer(handler)
+		opts := []Option{}
+		if h2 {
+			srv.EnableHTTP2 = true
+			srv.StartTLS()
+			opts = append(opts, RootCAs(srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs))
+		} else {
+			srv.Start()
+		}
+		defer srv.Close()
+		f := newTestFetcher(t, append(opts, AllowPrivateNetworks(serverPort(t, srv)))...)
+		for _, tc := range []struct {
+			size int
+			ok   bool
+		}{{MaxHeaderBytes - 4<<10, true}, {MaxHeaderBytes + 4<<10, false}, {1<<20 - 4<<10, false}} {
+			res, err := f.Fetch(t.Context(), FetchRequest{URL: mustURL(t, fmt.Sprintf("%s/%d", srv.URL, tc.size))})
+			if tc.ok && (err != nil || string(res.Body) != "<html><title>ok</title></html>") {
+				t.Errorf("h2 %v, %d header bytes: %v", h2, tc.size, err)
+			}
+			if !tc.ok && !errors.Is(err, ErrHeaderTooLarge) {
+				t.Errorf("h2 %v, %d header bytes: %v, want ErrHeaderTooLarge", h2, tc.size, err)
+			}
+		}
+	}
+}
+
+// TestFetchLyingEncoding: a body that is not what its Content-Encoding
+// says fails with ErrContentEncoding, whether the stream's header or its
+// data is wrong, so that the crawler drops it instead of retrying.
+func TestFetchLyingEncoding(t *testing.T) {
+	page := []byte(strings.Repeat("<p>hello crawler</p>", 100))
+	gz := compress(t, "gzip", page)
+	corrupt := append(bytes.Clone(gz[:10]), page...)                      // a gzip header, then plain bytes
+	badSum := append(bytes.Clone(gz[:len(gz)-8]), 1, 2, 3, 4, 0, 0, 0, 0) // wrong CRC and size
+	bodies := map[string][]byte{"plain": page, "corrupt": corrupt, "checksum": badSum, "br": page, "zstd": page, "unknown": page}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k := strings.TrimPrefix(r.URL.Path, "/")
+		switch k {
+		case "br", "zstd":
+			w.Header().Set("Content-Encoding", k)
+		case "unknown":
+			w.Header().Set("Content-Encoding", "x-klingon")
+		default:
+			w.Header().Set("Content-Encoding", "gzip")
+		}
+		w.Write(bodies[k])
+	}))
+	defer srv.Close()
+	f := newTestFetcher(t, AllowPrivateNetworks(serverPort(t, srv)))
+	for k := range bodies {
+		_, err := f.Fetch(t.Context(), FetchRequest{URL: mustURL(t, srv.URL+"/"+k)})
+		if !errors.Is(err, ErrContentEncoding) {
+			t.Errorf("%s: %v, want ErrContentEncoding", k, err)
+		}
+	}
+}
+
+// TestReadCapped: a body read up to the cap keeps a buffer of at most the
+// cap plus one byte (a doubling buffer kept up to twice the cap alive while
+// the page waited for a processor), and shorter bodies come out whole.
+func TestReadCapped(t *testing.T) {
+	const limit = 1<<20 + 7
+	for _, tc := range []struct {
+		n, size int
+	}{{0, 0}, {10, 0}, {100 << 10, 32 << 10}, {limit, 32 << 10}, {limit + 1, 32 << 10}, {8 << 20, 32 << 10}, {5000, 5001}, {8 << 20, limit + 1}} {
+		src := bytes.Repeat([]byte("x"), tc.n)
+		b, err := readCapped(iotest.OneByteReader(bytes.NewReader(src[:min(len(src), 1000)])), limit, tc.size)
+		if err != nil || len(b) != min(tc.n, 1000) {
+			t.Fatalf("%d bytes one at a time: %d, %v", tc.n, len(b), err)
+		}
+		b, err = readCapped(bytes.NewReader(src), limit, tc.size)
+		if err != nil || len(b) != min(tc.n, limit+1) || cap(b) > limit+1 {
+			t.Fatalf("%d bytes (size %d): len %d cap %d, %v", tc.n, tc.size, len(b), cap(b), err)
 		}
 	}
 }

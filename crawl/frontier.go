@@ -164,9 +164,23 @@ type frontier struct {
 	lease   time.Duration
 	perHost int
 	// leased holds, per host, the queue keys checked out and when each
-	// lease expires. It lives in RAM only: after a restart a lease ends
-	// when the host's ready time (set to the lease expiry) comes.
+	// lease expires. It lives in RAM only; the host's stored value marks
+	// that it has leases (hostValue), so that opening the frontier after a
+	// crash releases them (releaseLeases) instead of letting the host wait
+	// for the lease's expiry.
 	leased map[string]map[string]time.Time
+	// processing holds, per host, the queue keys whose request was fetched
+	// and waits for (or is in) processing, with the host's ready time set
+	// at the fetch. The entry stays queued until complete removes it with
+	// the page's new state and record in one transaction: a crash in
+	// between leaves it queued, to be fetched again, not lost. It does not
+	// count against perHost.
+	processing map[string]map[string]time.Time
+	// parked holds the hosts next set aside, ready at a lease's distance,
+	// because their only free entries were being processed; complete
+	// brings such a host back to the ready time its fetch set. Any other
+	// move of the host clears it.
+	parked map[string]bool
 	// Seek hints. Deleted keys stay in badger's memtables and tables as
 	// tombstones until compaction, and an iterator steps over each of them:
 	// seeking a host queue or the ready index from its start would cost
@@ -194,9 +208,13 @@ type lease struct {
 // openFrontier opens the frontier stored in db. expected sizes the Bloom
 // filter, leaseDur bounds how long a checked-out request stays invisible,
 // perHost is how many requests of one host may be checked out at once.
-func openFrontier(db *badger.DB, expected uint, leaseDur time.Duration, perHost int) (*frontier, error) {
+// After an unclean shutdown it releases the leases the crash left (see
+// releaseLeases): a host that had requests in flight becomes ready at the
+// open time plus release(host), its politeness delay (nil: no delay).
+func openFrontier(db *badger.DB, expected uint, leaseDur time.Duration, perHost int, release func(host string) time.Duration) (*frontier, error) {
 	f := &frontier{db: db, seq: uint64(time.Now().UnixNano()), lease: leaseDur, perHost: max(perHost, 1),
-		leased: make(map[string]map[string]time.Time), queueLow: make(map[string][]byte)}
+		leased: make(map[string]map[string]time.Time), processing: make(map[string]map[string]time.Time),
+		parked: make(map[string]bool), queueLow: make(map[string][]byte)}
 	err := db.Update(func(txn *badger.Txn) error {
 		it, err := txn.Get(keySchema)
 		switch {
@@ -217,15 +235,21 @@ func openFrontier(db *badger.DB, expected uint, leaseDur time.Duration, perHost 
 	if err != nil {
 		return nil, fmt.Errorf("opening frontier: %w", err)
 	}
-	if err := f.loadSnapshot(expected); err != nil {
+	leased, err := f.loadSnapshot(expected)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.releaseLeases(leased, time.Now(), release); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
 // loadSnapshot restores the Bloom filter and the queue counters saved by a
-// clean close, or rebuilds them with key-only scans.
-func (f *frontier) loadSnapshot(expected uint) error {
+// clean close, or rebuilds them with scans. After an unclean shutdown it
+// also returns the hosts whose stored value says they had leases (at most
+// maxRelease of them).
+func (f *frontier) loadSnapshot(expected uint) ([]leasedHost, error) {
 	var snap, counts []byte
 	clean := false
 	err := f.db.Update(func(txn *badger.Txn) error {
@@ -263,29 +287,35 @@ func (f *frontier) loadSnapshot(expected uint) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("loading frontier snapshot: %w", err)
+		return nil, fmt.Errorf("loading frontier snapshot: %w", err)
+	}
+	var leased []leasedHost
+	if !clean {
+		// Only a crash leaves leases: Close ends every lease before the
+		// frontier is closed. The host values are 8 or 16 bytes, so
+		// reading them costs little more than the key-only count.
+		var h int64
+		if leased, h, err = scanHosts(f.db); err != nil {
+			return nil, fmt.Errorf("scanning hosts: %w", err)
+		}
+		f.nHosts.Store(h)
 	}
 	if !f.restoreCounts(counts) {
 		q, err := countKeys(f.db, prefixQueue)
 		if err != nil {
-			return fmt.Errorf("counting queue: %w", err)
-		}
-		h, err := countKeys(f.db, prefixHost)
-		if err != nil {
-			return fmt.Errorf("counting hosts: %w", err)
+			return nil, fmt.Errorf("counting queue: %w", err)
 		}
 		f.nQueued.Store(q)
-		f.nHosts.Store(h)
 	}
 	if snap != nil {
 		b := &bloom.BloomFilter{}
 		if _, err := b.ReadFrom(bytes.NewReader(snap)); err == nil && b.Cap() > 0 {
 			f.bloom = b
-			return nil
+			return leased, nil
 		}
 	}
 	f.bloom = bloom.NewWithEstimates(expected, 0.01)
-	return f.db.View(func(txn *badger.Txn) error {
+	return leased, f.db.View(func(txn *badger.Txn) error {
 		opts := badger.DefaultIteratorOptions
 		opts.PrefetchValues = false
 		opts.Prefix = prefixURL
@@ -330,6 +360,86 @@ func countKeys(db *badger.DB, prefix []byte) (int64, error) {
 		return nil
 	})
 	return n, err
+}
+
+// leasedHost is a host whose stored value says it had requests leased.
+type leasedHost struct {
+	host        string
+	ready, base time.Time
+}
+
+// maxRelease bounds the leased hosts one open releases. A crash leaves at
+// most about as many as there are fetch workers; past the bound (a
+// frontier of another configuration, say) a host waits for its lease's
+// expiry, as before leases were marked.
+const maxRelease = 1 << 16
+
+// scanHosts counts the hosts of the ready index and returns those whose
+// value marks leases in flight.
+func scanHosts(db *badger.DB) ([]leasedHost, int64, error) {
+	var out []leasedHost
+	var n int64
+	err := db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = prefixHost
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Seek(prefixHost); it.ValidForPrefix(prefixHost); it.Next() {
+			n++
+			if len(out) >= maxRelease || it.Item().ValueSize() != hostValueLeased {
+				continue
+			}
+			host, err := decodeHostPart(it.Item().Key()[len(prefixHost):])
+			if err != nil {
+				continue
+			}
+			_ = it.Item().Value(func(v []byte) error {
+				if ready, base, leased, ok := parseHostValue(v); ok && leased {
+					out = append(out, leasedHost{host: host, ready: ready, base: base})
+				}
+				return nil
+			})
+		}
+		return nil
+	})
+	return out, n, err
+}
+
+// releaseLeases ends the leases a crash left on hosts: the requests they
+// had checked out were not fetched (or their fetch was cut when the process
+// died), so they are simply queued again. Each host becomes ready at now
+// plus delay(host), the politeness owed after its last request, which
+// ended at the latest when the process died, before now; or later if its
+// ready time without the leases (base) is later. Without this a host
+// would wait for its lease's expiry, minutes. It costs one write per
+// released host, at open only.
+func (f *frontier) releaseLeases(hosts []leasedHost, now time.Time, delay func(string) time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(hosts) > 0 {
+		n := min(len(hosts), addChunk)
+		err := f.db.Update(func(txn *badger.Txn) error {
+			for _, h := range hosts[:n] {
+				t := now
+				if delay != nil {
+					t = t.Add(max(delay(h.host), 0))
+				}
+				if h.base.After(t) {
+					t = h.base
+				}
+				if err := f.setReady(txn, h.host, h.ready, t); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			f.clearHints()
+			return fmt.Errorf("releasing leases: %w", err)
+		}
+		hosts = hosts[n:]
+	}
+	return nil
 }
 
 // bloomChunk is the size of one stored chunk of the Bloom filter snapshot.
@@ -406,16 +516,23 @@ func (f *frontier) ensureReady(txn *badger.Txn, host string, t time.Time, d *del
 }
 
 // setReady moves host in the ready index from old (zero: read it) to t.
+// Its stored value marks whether the host has leases now (f.leased), with
+// base, its ready time without them: t where no lease is behind t.
 func (f *frontier) setReady(txn *badger.Txn, host string, old, t time.Time) error {
+	return f.setReadyBase(txn, host, old, t, t)
+}
+
+// setReadyBase is setReady for a t that a lease sets (its expiry): base is
+// the time the host would be ready without its leases.
+func (f *frontier) setReadyBase(txn *badger.Txn, host string, old, t, base time.Time) error {
+	delete(f.parked, host)
 	if t.Before(f.readyLow) {
 		f.readyLow = t
 	}
 	if old.IsZero() {
 		if it, err := txn.Get(hostKey(host)); err == nil {
 			_ = it.Value(func(v []byte) error {
-				if len(v) == 8 {
-					old = time.Unix(0, int64(beUint64(v)))
-				}
+				old, _, _, _ = parseHostValue(v)
 				return nil
 			})
 		}
@@ -425,10 +542,40 @@ func (f *frontier) setReady(txn *badger.Txn, host string, old, t time.Time) erro
 			return err
 		}
 	}
-	if err := txn.Set(hostKey(host), timeBytes(t)); err != nil {
+	if err := txn.Set(hostKey(host), hostValue(t, base, len(f.leased[host]) > 0)); err != nil {
 		return err
 	}
 	return txn.Set(readyKey(t, host), nil)
+}
+
+// Host values: the ready time (8 bytes), followed while requests of the
+// host are leased by base (8 bytes), its ready time without the leases.
+// The mark costs no write of its own: every lease and every end of one
+// rewrites the host's value anyway, to move it in the ready index.
+const (
+	hostValueFree   = 8
+	hostValueLeased = 16
+)
+
+func hostValue(ready, base time.Time, leased bool) []byte {
+	b := timeBytes(ready)
+	if leased {
+		b = append(b, timeBytes(base)...)
+	}
+	return b
+}
+
+// parseHostValue decodes a host value; ok is false for a malformed one.
+func parseHostValue(v []byte) (ready, base time.Time, leased, ok bool) {
+	if len(v) != hostValueFree && len(v) != hostValueLeased {
+		return time.Time{}, time.Time{}, false, false
+	}
+	ready = time.Unix(0, int64(beUint64(v)&math.MaxInt64))
+	if len(v) == hostValueLeased {
+		base = time.Unix(0, int64(beUint64(v[8:])&math.MaxInt64))
+		return ready, base, true, true
+	}
+	return ready, ready, false, true
 }
 
 func beUint64(b []byte) uint64 {
@@ -580,6 +727,9 @@ func (f *frontier) rekey(txn *badger.Txn, host string, st *pageState, hops int) 
 	if _, busy := f.leased[host][string(st.Queued)]; busy {
 		return nil
 	}
+	if _, busy := f.processing[host][string(st.Queued)]; busy {
+		return nil
+	}
 	old, err := txn.Get(st.Queued)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil
@@ -653,9 +803,21 @@ func (f *frontier) next(now time.Time) (*lease, time.Time, error) {
 				if len(held) > 0 {
 					// Every queued request of the host is in flight; a
 					// finish makes it ready again.
-					if err := f.setReady(txn, host, t, expires); err != nil {
+					if err := f.setReadyBase(txn, host, t, expires, t); err != nil {
 						return err
 					}
+					continue
+				}
+				if len(f.processing[host]) > 0 {
+					// Its last requests are being processed: complete
+					// makes it ready again; should it never come (a
+					// failed transaction), the lease's time brings the
+					// host back rather than leaving its entries
+					// outside the index.
+					if err := f.setReady(txn, host, t, now.Add(f.lease)); err != nil {
+						return err
+					}
+					f.parked[host] = true
 					continue
 				}
 				// Empty host: leave the index.
@@ -689,7 +851,7 @@ func (f *frontier) next(now time.Time) (*lease, time.Time, error) {
 				readyAt = now.Add(f.lease)
 			}
 			out = &lease{host: host, key: key, entry: e}
-			return f.setReady(txn, host, t, readyAt)
+			return f.setReadyBase(txn, host, t, readyAt, t)
 		}
 		return nil
 	})
@@ -730,6 +892,9 @@ func (f *frontier) firstFree(txn *badger.Txn, host string, held map[string]time.
 			first = false
 		}
 		if _, busy := held[string(item.Key())]; busy {
+			continue
+		}
+		if _, busy := f.processing[host][string(item.Key())]; busy {
 			continue
 		}
 		v, err := item.ValueCopy(nil)
@@ -861,6 +1026,117 @@ func (f *frontier) putBack(l *lease, t time.Time) error {
 	return nil
 }
 
+// fetched ends the lease of a request whose response goes on to
+// processing: the host becomes ready at readyAt, as after finish, but the
+// entry stays queued, invisible to next, until complete.
+func (f *frontier) fetched(l *lease, readyAt time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.undoLease(l)
+	p := f.processing[l.host]
+	if p == nil {
+		p = make(map[string]time.Time, 1)
+		f.processing[l.host] = p
+	}
+	p[string(l.key)] = readyAt
+	err := f.db.Update(func(txn *badger.Txn) error { return f.setReady(txn, l.host, time.Time{}, readyAt) })
+	if err != nil {
+		f.undoProcessing(l)
+		return fmt.Errorf("frontier fetched: %w", err)
+	}
+	return nil
+}
+
+func (f *frontier) undoProcessing(l *lease) {
+	if p := f.processing[l.host]; p != nil {
+		delete(p, string(l.key))
+		if len(p) == 0 {
+			delete(f.processing, l.host)
+		}
+	}
+}
+
+// complete ends the processing of a fetched request in one transaction:
+// the entry leaves the queue, fn updates the page's state, a revisit is
+// scheduled at revisitAt (unless zero) and the encoded record, if any, is
+// stored under a pending key, which it returns, until the batch holding it
+// is delivered (deletePending). If next parked the host while its request
+// was processed, it becomes ready at the time the fetch set.
+func (f *frontier) complete(l *lease, fn func(*pageState), revisitAt time.Time, rev *entry, rec []byte) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	readyAt, wasProcessing := f.processing[l.host][string(l.key)]
+	f.undoProcessing(l)
+	var d delta
+	var pending []byte
+	err := f.db.Update(func(txn *badger.Txn) error {
+		if _, err := txn.Get(l.key); err == nil {
+			d.queued--
+			if err := txn.Delete(l.key); err != nil {
+				return err
+			}
+		} else if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		if err := f.updateTxn(txn, l.entry.URL, fn, revisitAt, rev, l.key); err != nil {
+			return err
+		}
+		if rec != nil {
+			f.seq++
+			pending = pendingKey(f.seq)
+			if err := txn.Set(pending, rec); err != nil {
+				return err
+			}
+		}
+		if !wasProcessing || !f.parked[l.host] {
+			return nil
+		}
+		return f.setReady(txn, l.host, time.Time{}, readyAt)
+	})
+	if err != nil {
+		f.clearHints()
+		return nil, fmt.Errorf("frontier complete: %w", err)
+	}
+	f.apply(d)
+	return pending, nil
+}
+
+// pendingRecords calls fn with each stored pending record, oldest first,
+// until fn returns false.
+func (f *frontier) pendingRecords(fn func(key, rec []byte) bool) error {
+	return f.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.Prefix = prefixPending
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		for it.Seek(prefixPending); it.ValidForPrefix(prefixPending); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if !fn(it.Item().KeyCopy(nil), v) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// deletePending deletes the pending records of a delivered batch.
+func (f *frontier) deletePending(keys [][]byte) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	wb := f.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, k := range keys {
+		if err := wb.Delete(k); err != nil {
+			return err
+		}
+	}
+	return wb.Flush()
+}
+
 // counts returns the queued requests and the hosts in the ready index.
 func (f *frontier) counts() (queued, hosts int64) {
 	return max(f.nQueued.Load(), 0), max(f.nHosts.Load(), 0)
@@ -907,32 +1183,39 @@ func (f *frontier) state(u string) (pageState, bool, error) {
 // update applies fn to the state of u under the frontier lock and stores
 // it. It schedules a revisit at revisitAt unless that is zero.
 func (f *frontier) update(u string, fn func(*pageState), revisitAt time.Time, e *entry) error {
-	h := urlHash(u)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.db.Update(func(txn *badger.Txn) error {
-		st, found, err := getState(txn, h)
-		if err != nil {
-			return err
-		}
-		if !found {
-			st = pageState{URL: u}
-			f.bloom.Add(h[:])
-		}
-		fn(&st)
-		if !revisitAt.IsZero() && e != nil {
-			if !st.NextVisit.IsZero() {
-				if err := txn.Delete(revisitKey(st.NextVisit, h)); err != nil {
-					return err
-				}
-			}
-			st.NextVisit = revisitAt
-			if err := txn.Set(revisitKey(revisitAt, h), e.encode()); err != nil {
+	return f.db.Update(func(txn *badger.Txn) error { return f.updateTxn(txn, u, fn, revisitAt, e, nil) })
+}
+
+// updateTxn is update inside txn; the caller holds mu. A state whose queue
+// key is dequeued (non-nil) is no longer queued.
+func (f *frontier) updateTxn(txn *badger.Txn, u string, fn func(*pageState), revisitAt time.Time, e *entry, dequeued []byte) error {
+	h := urlHash(u)
+	st, found, err := getState(txn, h)
+	if err != nil {
+		return err
+	}
+	if !found {
+		st = pageState{URL: u}
+		f.bloom.Add(h[:])
+	}
+	if dequeued != nil && bytes.Equal(st.Queued, dequeued) {
+		st.Queued = nil
+	}
+	fn(&st)
+	if !revisitAt.IsZero() && e != nil {
+		if !st.NextVisit.IsZero() {
+			if err := txn.Delete(revisitKey(st.NextVisit, h)); err != nil {
 				return err
 			}
 		}
-		return txn.Set(urlKey(h), st.encode())
-	})
+		st.NextVisit = revisitAt
+		if err := txn.Set(revisitKey(revisitAt, h), e.encode()); err != nil {
+			return err
+		}
+	}
+	return txn.Set(urlKey(h), st.encode())
 }
 
 // dueRevisits moves up to n revisits due at now into their host queues.
@@ -993,6 +1276,52 @@ func (f *frontier) dueRevisits(now time.Time, n int) (int, error) {
 		}
 	}
 	return moved, nil
+}
+
+// known reports whether URL u (normalised) is in the seen set.
+func (f *frontier) known(u string) bool {
+	if u == "" {
+		return false
+	}
+	h := urlHash(u)
+	f.mu.Lock()
+	maybe := f.bloom.Test(h[:])
+	f.mu.Unlock()
+	if !maybe {
+		return false
+	}
+	_, found, err := f.state(u)
+	return err == nil && found
+}
+
+// markSeen puts the URLs us (normalised) into the seen set without
+// queueing them, in one transaction; URLs already seen are left as they
+// are. It serves URLs met only as hops of a redirect chain.
+func (f *frontier) markSeen(us []string) error {
+	if len(us) == 0 {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.db.Update(func(txn *badger.Txn) error {
+		for _, u := range us {
+			h := urlHash(u)
+			if f.bloom.Test(h[:]) {
+				if _, found, err := getState(txn, h); err != nil || found {
+					if err != nil {
+						return err
+					}
+					continue
+				}
+			}
+			f.bloom.Add(h[:])
+			st := pageState{URL: u}
+			if err := txn.Set(urlKey(h), st.encode()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // queued counts queued requests (for tests and stats; it scans keys).

@@ -99,7 +99,7 @@ func frontierLoad(t *testing.T, opts badger.Options, n int) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	f, err := openFrontier(db, uint(n), time.Hour, 1)
+	f, err := openFrontier(db, uint(n), time.Hour, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

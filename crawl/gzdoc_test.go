@@ -35,7 +35,12 @@ func TestUnpackGzip(t *testing.T) {
 		{"gzip type", "application/gzip", "/s.xml.GZ", gzipped(t, sitemap), true, false, "/s.xml"},
 		{"bomb capped", "application/gzip", "/big.xml.gz", gzipped(t, bomb), true, true, "/big.xml"},
 		{"archive not unpacked", "application/gzip", "/src.tar.gz", gzipped(t, "ustar\x00 binary stuff"), false, false, ""},
-		{"html type is not a gzip file", "text/html", "/page", gzipped(t, sitemap), false, false, ""},
+		// A page compressed with no Content-Encoding to say so (the
+		// world's hidden-gzip sites): unpacked, parsed with its type.
+		{"hidden gzip page", "text/html; charset=utf-8", "/page", gzipped(t, sitemap), true, false, "/page"},
+		{"hidden gzip bomb capped", "text/html", "/page", gzipped(t, bomb), true, true, "/page"},
+		{"archive with an html type", "text/html", "/src.tar.gz", gzipped(t, "ustar\x00 binary stuff"), false, false, ""},
+		{"binary type not unpacked", "application/octet-stream", "/page", gzipped(t, sitemap), false, false, ""},
 		{"not gzip data", "application/gzip", "/sitemap.xml.gz", []byte(sitemap), false, false, ""},
 		{"corrupt gzip", "application/gzip", "/sitemap.xml.gz", []byte{0x1f, 0x8b, 8, 0, 0}, false, false, ""},
 	}
@@ -52,9 +57,26 @@ func TestUnpackGzip(t *testing.T) {
 			if d.path != tt.inner || d.truncated != tt.truncated || len(d.body) > limit {
 				t.Fatalf("path %q truncated %v size %d", d.path, d.truncated, len(d.body))
 			}
+			if hidden := !strings.Contains(tt.path, ".gz") && !strings.Contains(tt.ct, "gzip"); hidden != (d.ctype == tt.ct) || !hidden && d.ctype != "" {
+				t.Fatalf("parse type %q for %q", d.ctype, tt.ct)
+			}
 			if !tt.truncated && string(d.body) != sitemap {
 				t.Fatalf("body %q", d.body)
 			}
 		})
 	}
+}
+
+// FuzzUnpackGzip: whatever the type, path and bytes, unpacking never keeps
+// more than the cap and never panics.
+func FuzzUnpackGzip(f *testing.F) {
+	f.Add("text/html", "/", gzipped(f, "<html><title>x</title></html>"))
+	f.Add("application/gzip", "/sitemap.xml.gz", gzipped(f, `<?xml version="1.0"?><urlset></urlset>`))
+	f.Add("text/plain", "/a.gz", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff, 1, 2, 3})
+	f.Fuzz(func(t *testing.T, ct, path string, body []byte) {
+		const limit = 4096
+		if d, ok := unpackGzip(ct, path, body, limit); ok && len(d.body) > limit {
+			t.Fatalf("%d bytes kept past the %d cap", len(d.body), limit)
+		}
+	})
 }

@@ -20,10 +20,13 @@ import (
 //	/crawl/meta/traffic                daily transfer counter
 //	/crawl/u/<u>                       URL state: the seen set (value: pageState)
 //	/crawl/q/<host>/<prio:2><seq:8>    queued request of a host (value: entry)
-//	/crawl/h/<host>                    host state: its ready time (value: int64 unix ns)
+//	/crawl/h/<host>                    host state: its ready time (int64 unix ns), and while
+//	                                   requests of it are leased, its ready time without them
 //	/crawl/hr/<time:8><host>           ready index: hosts with queued URLs by time
 //	/crawl/rv/<time:8><u>              revisit schedule (value: entry)
 //	/crawl/r/<host>                    cached robots.txt (value: robotsEntry)
+//	/crawl/p/<seq:8>                   a record made and not yet delivered in a batch
+//	                                   (value: the record's batch encoding)
 const KeyPrefix = "/crawl/"
 
 // schemaVersion is stored under /crawl/meta/schema.
@@ -45,6 +48,7 @@ var (
 	prefixReady   = []byte(KeyPrefix + "hr/")
 	prefixRevisit = []byte(KeyPrefix + "rv/")
 	prefixRobots  = []byte(KeyPrefix + "r/")
+	prefixPending = []byte(KeyPrefix + "p/")
 )
 
 var errKey = errors.New("malformed key")
@@ -92,6 +96,8 @@ func urlKey(u [16]byte) []byte { return cat(prefixURL, u[:]) }
 func hostKey(host string) []byte { return cat(prefixHost, hostPart(host)) }
 
 func robotsKey(host string) []byte { return cat(prefixRobots, hostPart(host)) }
+
+func pendingKey(seq uint64) []byte { return cat(prefixPending, be64(seq)) }
 
 // queuePrefix is the prefix of one host's queue, ending in '/'.
 func queuePrefix(host string) []byte { return cat(prefixQueue, hostPart(host), []byte{'/'}) }

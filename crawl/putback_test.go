@@ -11,7 +11,7 @@ import (
 // new host's first page waited up to 30 s in a quiet crawl (found by
 // TestEgressHostile, issue 9).
 func TestPutBackWakes(t *testing.T) {
-	f, err := openFrontier(openMemDB(t), 1000, time.Minute, 1)
+	f, err := openFrontier(openMemDB(t), 1000, time.Minute, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,6 +143,30 @@ func (rc *robotsCache) rules(ctx context.Context, u *url.URL) (rules *robots.Rul
 	return got.rules, fresh, true, nil
 }
 
+// storedCrawlDelay returns the Crawl-delay of the robots.txt stored for
+// host (a frontier host key: host[:port]), the larger of its http and
+// https origins', expired copies included: a delay a site once asked for
+// is the best guess there is. It never fetches.
+func (rc *robotsCache) storedCrawlDelay(host string) time.Duration {
+	var d time.Duration
+	_ = rc.db.View(func(txn *badger.Txn) error {
+		for _, scheme := range []string{"http://", "https://"} {
+			item, err := txn.Get(robotsKey(scheme + host))
+			if err != nil {
+				continue
+			}
+			_ = item.Value(func(v []byte) error {
+				if it, err := decodeRobots(v, rc.agent); err == nil {
+					d = max(d, it.rules.CrawlDelay)
+				}
+				return nil
+			})
+		}
+		return nil
+	})
+	return d
+}
+
 func (rc *robotsCache) remember(origin string, it *robotsItem) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()

@@ -15,12 +15,22 @@ import (
 // first for that address). from must be in 127/8; the zero Addr lets the
 // system pick the source.
 func (r *Running) Resolver(from netip.Addr) (*net.Resolver, error) {
+	return Resolver(r.DNS(), from)
+}
+
+// Resolver returns a resolver that asks the world DNS server at dns (a
+// world served elsewhere, e.g. by another process), sending its queries
+// from address from, as Running.Resolver does.
+func Resolver(dns netip.AddrPort, from netip.Addr) (*net.Resolver, error) {
 	if from.IsValid() {
 		if err := checkLoopback(from); err != nil {
 			return nil, err
 		}
 	}
-	server := r.DNS().String()
+	if err := checkLoopback(dns.Addr()); err != nil {
+		return nil, err
+	}
+	server := dns.String()
 	return &net.Resolver{
 		PreferGo:     true,
 		StrictErrors: true,

@@ -61,9 +61,20 @@ const (
 	GzipBomb                 // every page is 1 MiB of gzip that inflates to 1 GiB
 	RedirectLoop             // every URL redirects along an endless chain of new URLs, then round a two-URL cycle
 	LinkTrap                 // every URL is a page linking to ever deeper, ever new URLs
+
+	// Kinds added later, dealt after the first five (see Params.Hostile).
+
+	HugeHeaders     // every response but robots.txt carries huge headers: 48 KiB on the home page; elsewhere 48 KiB, just under 1 MiB, just over 1 MiB or over 10 MiB
+	BadCharset      // pages hold invalid UTF-8 and declare a charset that lies (header, meta or both)
+	UnknownEncoding // pages come with a Content-Encoding nobody asked for and nobody knows
+	FalseGzip       // pages say Content-Encoding: gzip and are not gzip (plain, or a gzip header before plain bytes)
+	HiddenGzip      // pages are gzip-compressed and say Content-Encoding: identity, or nothing
+
+	numHostileKinds = iota - 1
 )
 
-var hostileNames = []string{"", "slow-drip", "huge-body", "gzip-bomb", "redirect-loop", "link-trap"}
+var hostileNames = []string{"", "slow-drip", "huge-body", "gzip-bomb", "redirect-loop", "link-trap",
+	"huge-headers", "bad-charset", "unknown-encoding", "false-gzip", "hidden-gzip"}
 
 // String returns the kind's name ("" for NotHostile).
 func (h HostileKind) String() string {

@@ -28,7 +28,9 @@
 //     latency data (2020-07-19), country-matched with its registry data.
 //   - web sites with generated pages and links, robots.txt, sitemaps, RSS
 //     and Atom feeds, validators and 304s, pages that change over time,
-//     redirects, 404s, 5xx and a switchable hostile set; and volunteer
+//     redirects, 404s, 5xx and a switchable hostile set (slow drips, huge
+//     bodies, gzip bombs, redirect loops, link traps, huge headers,
+//     invalid and lying charsets and content codings); and volunteer
 //     node addresses.
 //
 // The latency model: RTT(a, b) is the measured mean RTT between the two

@@ -17,7 +17,9 @@ import (
 )
 
 func fuzzWorld(t testing.TB) (*World, *Running) {
-	w := genWorld(t, params(31, 40, 2))
+	p := params(31, 40, 2)
+	p.Hostile = numHostileKinds // one of each kind
+	w := genWorld(t, p)
 	r := &Running{w: w, cfg: defaultConfig(), port: 8080, start: time.Unix(1_780_000_000, 0), log: slog.New(slog.DiscardHandler)}
 	r.cfg.clock = func() time.Time { return time.Unix(1_780_000_000, 0) }
 	r.stats = make([]*siteStats, len(w.sites))
@@ -34,6 +36,12 @@ func FuzzRespond(f *testing.F) {
 	w, r := fuzzWorld(f)
 	for _, s := range w.sites[:6] {
 		f.Add(uint8(s.id), "GET", s.path(min(2, s.pages-1)), s.name, "", "", "gzip")
+	}
+	for _, s := range w.sites {
+		if s.hostile != NotHostile {
+			f.Add(uint8(s.id), "GET", "/", s.name, "", "", "gzip")
+			f.Add(uint8(s.id), "GET", s.path(min(1, s.pages-1)), s.name, "", "", "")
+		}
 	}
 	f.Add(uint8(0), "GET", "/old/old/index.php?page=3&cat=0", "x", `W/"a", "b"`, "Mon, 02 Jan 2006 15:04:05 GMT", "gzip;q=0")
 	f.Add(uint8(1), "HEAD", "/sitemap-1.xml", "", "*", "garbage", "x-gzip;q=0.5")

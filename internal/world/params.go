@@ -68,7 +68,7 @@ type Params struct {
 	ErrorPages     float64       `json:"error_pages"`      // of pages: always 500 (0.01)
 	Redirects      float64       `json:"redirects"`        // of links: to an old URL that redirects (301/302/307/308) to the page (0.03)
 	Aliases        float64       `json:"aliases"`          // of sites: a www alias name that redirects to the canonical name (0.2)
-	Hostile        int           `json:"hostile"`          // hostile sites, one kind after another; hostile only while the running world's hostile mode is on (5)
+	Hostile        int           `json:"hostile"`          // hostile sites, one kind after another in HostileKind order (so the first five are the kinds of before HugeHeaders was added); hostile only while the running world's hostile mode is on (5)
 }
 
 // DefaultParams returns parameters for a small world of 100 sites and 8

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -643,12 +644,22 @@ func (r *Running) respond(h http.Header, req *http.Request, s *siteRec) reply {
 		return r.finish(h, req, s, status, []byte(body))
 	}
 	if s.flaky && mix(s.seed, "flaky", counter)%5 == 0 {
-		h.Set("Retry-After", "120")
+		// Two minutes of the world's clock: scaled like every delay, or a
+		// crawler honouring it would wait real minutes in a world that
+		// runs 1/scale times faster.
+		h.Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(120*r.cfg.scale)))))
 		return r.text(h, http.StatusServiceUnavailable, "service temporarily unavailable\n")
 	}
 	if s.hostile != NotHostile && r.hostile.Load() {
 		return r.hostileReply(h, req, s, rc)
 	}
+	return r.page(h, req, s, rc)
+}
+
+// page prepares the reply to req for a page, sitemap, feed or old URL of
+// s: what every site serves but robots.txt.
+func (r *Running) page(h http.Header, req *http.Request, s *siteRec, rc renderCtx) reply {
+	path := req.URL.Path
 	var b bytes.Buffer
 	switch {
 	case s.sitemap && (path == "/sitemap.xml" || strings.HasPrefix(path, "/sitemap-") && strings.HasSuffix(path, ".xml")):

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/miekg/dns"
 
@@ -295,8 +297,9 @@ func TestServe(t *testing.T) {
 			resp, _ := get(t, c, "GET", run.URL(s), nil)
 			if resp.StatusCode == 503 {
 				n503++
-				if resp.Header.Get("Retry-After") == "" {
-					t.Fatal("503 without Retry-After")
+				// Two minutes of world time, scaled like every delay.
+				if want := fmt.Sprint(max(1, int(math.Ceil(120*run.TimeScale())))); resp.Header.Get("Retry-After") != want {
+					t.Fatalf("503 with Retry-After %q, want %s", resp.Header.Get("Retry-After"), want)
 				}
 			}
 		}
@@ -447,6 +450,7 @@ func TestPageChanges(t *testing.T) {
 // TestHostile switches the hostile set on and checks each kind, bounded.
 func TestHostile(t *testing.T) {
 	p := worldtest.Params(14, 60, 2)
+	p.Hostile = 10 // one of each kind
 	run := worldtest.Start(t, p, world.TimeScale(0.01), world.HostileLimits(30*time.Second, 8<<20))
 	w := run.World()
 	c, _ := run.Client(w.NodeAddrs()[0])
@@ -521,6 +525,136 @@ func TestHostile(t *testing.T) {
 		}
 		t.Fatal("no cycle after the chain")
 	})
+	// The encoding kinds, read as they come: no decompression.
+	rawTr := &http.Transport{DisableCompression: true, DialContext: mustDialer(t, run, w.NodeAddrs()[0]).DialContext}
+	defer rawTr.CloseIdleConnections()
+	raw := &http.Client{Transport: rawTr}
+	// pagesOf returns the URLs of the site's pages that answer 200.
+	pagesOf := func(s world.Site) []string {
+		var out []string
+		for _, pg := range w.Pages(s) {
+			if pg.Status == 200 {
+				out = append(out, strings.TrimSuffix(run.URL(s), "/")+pg.Path)
+			}
+		}
+		return out
+	}
+	t.Run("huge headers", func(t *testing.T) {
+		s := site(world.HugeHeaders)
+		size := func(path string) int {
+			return headerSize(t, mustDialer(t, run, w.NodeAddrs()[0]), s, run.Port(), path)
+		}
+		if n := size("/"); n < world.HugeHeadersHome-2<<10 || n > 64<<10 {
+			t.Fatalf("home page headers %d bytes, want about %d", n, world.HugeHeadersHome)
+		}
+		// Other URLs (robots.txt aside) fall in one of four classes.
+		byClass := map[string]string{}
+		for i := 0; i < 40 && len(byClass) < 4; i++ {
+			path := fmt.Sprintf("/x%d.html", i)
+			n := size(path)
+			class := ""
+			switch {
+			case n >= world.HugeHeadersHome-2<<10 && n <= 64<<10:
+				class = "home-size"
+			case n >= world.HugeHeadersUnder-4<<10 && n < 1<<20:
+				class = "under"
+			case n > 1<<20 && n < 10<<20:
+				class = "over"
+			case n > 10<<20:
+				class = "beyond"
+			default:
+				t.Fatalf("%s: %d header bytes, in no class", path, n)
+			}
+			byClass[class] = path
+		}
+		if len(byClass) != 4 {
+			t.Fatalf("header classes met: %v", byClass)
+		}
+		if n := size("/robots.txt"); n > 4<<10 {
+			t.Fatalf("robots.txt with %d header bytes", n)
+		}
+		// What net/http clients make of them: its default limit (0: 10 MiB)
+		// takes all but the largest; a 1 MiB limit takes the one just
+		// under it and refuses the one just over.
+		base := strings.TrimSuffix(run.URL(s), "/")
+		for _, tc := range []struct {
+			limit   int64
+			class   string
+			wantErr bool
+		}{
+			{0, "under", false}, {0, "over", false}, {0, "beyond", true},
+			{1 << 20, "under", false}, {1 << 20, "over", true},
+		} {
+			tr := &http.Transport{MaxResponseHeaderBytes: tc.limit, DialContext: mustDialer(t, run, w.NodeAddrs()[0]).DialContext}
+			resp, err := (&http.Client{Transport: tr}).Get(base + byClass[tc.class])
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			tr.CloseIdleConnections()
+			if (err != nil) != tc.wantErr || err != nil && !strings.Contains(err.Error(), "headers exceeded") {
+				t.Errorf("limit %d, %s: %v, want error %v", tc.limit, tc.class, err, tc.wantErr)
+			}
+		}
+	})
+	t.Run("bad charset", func(t *testing.T) {
+		s := site(world.BadCharset)
+		resp, body := get(t, raw, "GET", run.URL(s), map[string]string{"Accept-Encoding": "gzip"})
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "" || utf8.Valid(body) ||
+			resp.Header.Get("Content-Type") != "text/html; charset=utf-8" || !bytes.Contains(body, []byte(`<meta charset="utf-8">`)) ||
+			!bytes.Contains(body, []byte("<title>caf\xe9 \xff")) || resp.ContentLength != int64(len(body)) {
+			t.Fatalf("bad charset home: %d %v %q", resp.StatusCode, resp.Header, body[:min(len(body), 300)])
+		}
+		types := map[string]bool{}
+		for _, u := range pagesOf(s) {
+			resp, body := get(t, raw, "GET", u, nil)
+			if utf8.Valid(body) {
+				t.Fatalf("%s: valid UTF-8", u)
+			}
+			types[resp.Header.Get("Content-Type")] = true
+		}
+		t.Logf("%d pages, content types %v", len(pagesOf(s)), types)
+	})
+	t.Run("unknown encoding", func(t *testing.T) {
+		s := site(world.UnknownEncoding)
+		resp, body := get(t, raw, "GET", run.URL(s), map[string]string{"Accept-Encoding": "gzip"})
+		if resp.Header.Get("Content-Encoding") != "x-klingon" || !bytes.Contains(body, []byte("</html>")) {
+			t.Fatalf("unknown encoding: %v", resp.Header)
+		}
+	})
+	t.Run("false gzip", func(t *testing.T) {
+		s := site(world.FalseGzip)
+		resp, body := get(t, raw, "GET", run.URL(s), map[string]string{"Accept-Encoding": "gzip"})
+		if resp.Header.Get("Content-Encoding") != "gzip" || !bytes.HasPrefix(body, []byte("<!DOCTYPE html>")) {
+			t.Fatalf("false gzip home: %v %q", resp.Header, body[:min(len(body), 40)])
+		}
+		if _, err := gzip.NewReader(bytes.NewReader(body)); err == nil {
+			t.Fatal("false gzip home page is gzip")
+		}
+		for _, u := range pagesOf(s) {
+			_, body := get(t, raw, "GET", u, map[string]string{"Accept-Encoding": "gzip"})
+			if zr, err := gzip.NewReader(bytes.NewReader(body)); err == nil {
+				if _, err := io.Copy(io.Discard, zr); err == nil {
+					t.Fatalf("%s: a valid gzip stream", u)
+				}
+			}
+		}
+	})
+	t.Run("hidden gzip", func(t *testing.T) {
+		s := site(world.HiddenGzip)
+		resp, body := get(t, raw, "GET", run.URL(s), nil)
+		if resp.Header.Get("Content-Encoding") != "identity" || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+			t.Fatalf("hidden gzip home: %v", resp.Header)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, err := io.ReadAll(zr)
+		if err != nil || !bytes.Contains(page, []byte("</html>")) {
+			t.Fatalf("hidden gzip home does not hold the page: %v", err)
+		}
+	})
 	t.Run("link trap", func(t *testing.T) {
 		u := run.URL(site(world.LinkTrap))
 		seen := map[string]bool{}
@@ -541,6 +675,33 @@ func TestHostile(t *testing.T) {
 			u = strings.TrimSuffix(run.URL(site(world.LinkTrap)), "/") + href
 		}
 	})
+}
+
+// headerSize sends GET path to site s on port and returns the bytes of the
+// response's status line and headers, the blank line included (read up to
+// 16 MiB).
+func headerSize(t *testing.T, d *net.Dialer, s world.Site, port int, path string) int {
+	t.Helper()
+	c, err := d.DialContext(t.Context(), "tcp", netip.AddrPortFrom(s.Addrs[0], uint16(port)).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n", path, s.Name, port)
+	var got []byte
+	buf := make([]byte, 64<<10)
+	for len(got) < 16<<20 {
+		n, err := c.Read(buf)
+		got = append(got, buf[:n]...)
+		if i := bytes.Index(got, []byte("\r\n\r\n")); i >= 0 {
+			return i + 4
+		}
+		if err != nil {
+			t.Fatalf("%s: %v after %d bytes", path, err, len(got))
+		}
+	}
+	t.Fatalf("%s: no end of headers in 16 MiB", path)
+	return 0
 }
 
 func mustDialer(t *testing.T, run *world.Running, from netip.Addr) *net.Dialer {

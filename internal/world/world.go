@@ -290,7 +290,9 @@ func (w *World) pickHostile() {
 		if s.kind == CDNSite || len(w.byAddrCount(s)) > 1 {
 			continue
 		}
-		s.hostile = HostileKind(1 + k%5)
+		// In turn, in the order of the kinds: worlds with at most five
+		// hostile sites are what they were before kinds were appended.
+		s.hostile = HostileKind(1 + k%numHostileKinds)
 		k++
 		if k == w.p.Hostile {
 			return

@@ -487,6 +487,13 @@ func TestAnomalies(t *testing.T) {
 			t.Errorf("%d sites of hostile kind %v, want 1", kinds[k], k)
 		}
 	}
+	// The kinds added later are dealt after the first five, so a world
+	// with five hostile sites is what it was before they were added.
+	for k := HugeHeaders; k <= HiddenGzip; k++ {
+		if kinds[k] != 0 {
+			t.Errorf("%d sites of hostile kind %v in a world of five hostile sites", kinds[k], k)
+		}
+	}
 }
 
 func TestRTTModel(t *testing.T) {

@@ -11,21 +11,31 @@ import (
 	"golang.org/x/net/html"
 	"golang.org/x/net/html/atom"
 	"golang.org/x/net/html/charset"
+	"golang.org/x/text/encoding"
+	"golang.org/x/text/encoding/unicode"
+	"golang.org/x/text/transform"
 )
 
 // htmlReader returns body decoded to UTF-8 as the charset given by
-// contentType or found in the document says. Valid UTF-8 declared or
-// sniffed as such is returned as it is: decoding it would copy it through a
-// transformer that changes nothing.
+// contentType or found in the document says (WHATWG's order: BOM, header,
+// meta prescan, then a guess). The result is always valid UTF-8: where the
+// encoding is UTF-8, invalid sequences become U+FFFD, as a browser shows
+// them. x/net/html/charset passes such bytes through untouched whenever it
+// settles on UTF-8 without a validating decoder (a meta charset of
+// "utf-16", which HTML reads as UTF-8; a first KiB of valid UTF-8 before
+// invalid bytes), and they went on into titles, anchors and keywords (the
+// emulated Internet's bad-charset sites found it). Valid UTF-8 is returned
+// as it is: decoding it would copy it through a transformer that changes
+// nothing.
 func htmlReader(body []byte, contentType string) io.Reader {
-	if _, name, _ := charset.DetermineEncoding(body[:min(len(body), 1024)], contentType); name == "utf-8" && utf8.Valid(body) {
-		return bytes.NewReader(body)
+	e, name, _ := charset.DetermineEncoding(body[:min(len(body), 1024)], contentType)
+	if name == "utf-8" || e == encoding.Nop {
+		if utf8.Valid(body) {
+			return bytes.NewReader(body)
+		}
+		return transform.NewReader(bytes.NewReader(body), unicode.UTF8.NewDecoder())
 	}
-	r, err := charset.NewReader(bytes.NewReader(body), contentType)
-	if err != nil {
-		return bytes.NewReader(body)
-	}
-	return r
+	return transform.NewReader(bytes.NewReader(body), e.NewDecoder())
 }
 
 func (p *parser) html(body []byte, contentType string) {

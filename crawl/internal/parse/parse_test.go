@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/micra-net/micra/crawl/internal/textproc"
 	"golang.org/x/net/html/charset"
@@ -276,6 +277,16 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("bad link %q", l.URL)
 			}
 		}
+		// Whatever the bytes, the texts that go into records are UTF-8.
+		texts := []string{d.Title, d.Lang, d.Canonical}
+		for _, l := range d.Links {
+			texts = append(texts, l.URL, l.Anchor)
+		}
+		for _, s := range texts {
+			if !utf8.ValidString(s) {
+				t.Fatalf("%v: text %q is not UTF-8", tt, s)
+			}
+		}
 	})
 }
 
@@ -320,6 +331,43 @@ func TestHTMLReader(t *testing.T) {
 			}
 			if string(got) != string(want) {
 				t.Fatalf("got %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestHTMLReaderLyingCharset: pages whose bytes are not the UTF-8 they
+// claim, where x/net/html/charset settles on UTF-8 without decoding (a
+// meta charset of utf-16, an unknown header charset, a valid first KiB),
+// still come out as valid UTF-8 with U+FFFD for the invalid bytes, and
+// so do the title and keywords parsed from them.
+func TestHTMLReaderLyingCharset(t *testing.T) {
+	bad := "caf\xe9 \xff\xfe \xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80 \xe2\x82"
+	tests := []struct{ name, ct, body string }{
+		{"meta utf-16", "text/html", `<meta charset="utf-16"><title>` + bad + `</title>`},
+		{"unknown header charset, meta utf-16", "text/html; charset=x-klingon", `<meta charset="utf-16"><title>` + bad + `</title>`},
+		{"meta utf-8", "text/html", `<meta charset="utf-8"><title>` + bad + `</title>`},
+		{"header utf-8", "text/html; charset=utf-8", `<title>` + bad + `</title>`},
+		{"valid first KiB", "", "<p>caf\xc3\xa9</p>" + strings.Repeat(" ", 1100) + "<title>" + bad + "</title>"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := io.ReadAll(htmlReader([]byte(tt.body), tt.ct))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !utf8.Valid(got) {
+				t.Fatalf("not UTF-8: %q", got)
+			}
+			kw := textproc.NewBuilder()
+			d := Parse(HTML, "http://e.org/", tt.ct, []byte(tt.body), kw, Options{})
+			if !utf8.ValidString(d.Title) || !strings.HasPrefix(d.Title, "caf") {
+				t.Fatalf("title %q", d.Title)
+			}
+			for _, k := range kw.Top(100) {
+				if !utf8.ValidString(k.Term) {
+					t.Fatalf("keyword %q", k.Term)
+				}
 			}
 		})
 	}
