@@ -75,8 +75,9 @@
 //
 // Three small pieces serve IPMicra's delegation, which the node wires to
 // the overlay: Fetcher.Probe times HTTP HEADs from the node's address (the
-// median of a few, each on a fresh connection, so that it reads one RTT
-// both on a real network and on the emulated Internet); Calibrator keeps
+// least of a few, each on a fresh connection and timed from the start of
+// its connect, so that it reads one RTT both on a real network and on the
+// emulated Internet, and a delay only lengthens it); Calibrator keeps
 // each page's recent fetch RTTs (Timing.RTT) and signals a page whose
 // fetches became slower than its history, on consecutive fetches, which
 // the node turns into a re-delegation of the server's subnet (the

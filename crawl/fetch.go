@@ -85,7 +85,9 @@ type Timing struct {
 	Remote  netip.AddrPort
 	Reused  bool
 	Proto   string
-	mu      sync.Mutex
+
+	connStart time.Time // when the TCP connect that succeeded began (Probe's window)
+	mu        sync.Mutex
 }
 
 // Response is a fetched resource.
@@ -261,7 +263,7 @@ func (f *Fetcher) dial(ctx context.Context, network, addr string) (net.Conn, err
 		if err == nil {
 			if tm != nil {
 				tm.mu.Lock()
-				tm.Connect = time.Since(t1)
+				tm.Connect, tm.connStart = time.Since(t1), t1
 				tm.mu.Unlock()
 			}
 			return c, nil

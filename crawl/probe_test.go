@@ -14,8 +14,9 @@ import (
 )
 
 func TestProbe(t *testing.T) {
-	const delay = 40 * time.Millisecond
-	var heads, others atomic.Int64
+	// slow is the delay of a sample a burst of load held up.
+	const delay, slow = 40 * time.Millisecond, 400 * time.Millisecond
+	var heads, others, slowLeft atomic.Int64
 	var mu sync.Mutex
 	conns := map[string]bool{}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -26,6 +27,10 @@ func TestProbe(t *testing.T) {
 		}
 		if r.URL.Path == "/missing" {
 			http.NotFound(w, r)
+			return
+		}
+		if slowLeft.Add(-1) >= 0 {
+			time.Sleep(slow)
 			return
 		}
 		time.Sleep(delay)
@@ -41,7 +46,7 @@ func TestProbe(t *testing.T) {
 	defer srv.Close()
 	f := newTestFetcher(t, AllowPrivateNetworks(serverPort(t, srv)))
 
-	t.Run("median of fresh connections", func(t *testing.T) {
+	t.Run("least of fresh connections", func(t *testing.T) {
 		rtt, err := f.Probe(t.Context(), srv.URL+"/", 3)
 		if err != nil {
 			t.Fatal(err)
@@ -59,6 +64,19 @@ func TestProbe(t *testing.T) {
 		mu.Unlock()
 		if n != 3 {
 			t.Errorf("%d connections for 3 attempts, want one each", n)
+		}
+	})
+	t.Run("two held-up samples of three", func(t *testing.T) {
+		// The median would be a held-up sample, at least slow/2; the least
+		// is not (a ratio of ten, not a timing: the fast sample would have
+		// to be held up by ten times its own delay).
+		slowLeft.Store(2)
+		rtt, err := f.Probe(t.Context(), srv.URL+"/", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rtt < delay/2 || rtt >= slow/2 {
+			t.Errorf("probe %v, want the fast sample: at least %v, under %v", rtt, delay/2, slow/2)
 		}
 	})
 	t.Run("any status is an answer", func(t *testing.T) {
@@ -91,8 +109,9 @@ func TestProbe(t *testing.T) {
 }
 
 func TestProbeFailures(t *testing.T) {
-	// A listener that accepts and then resets every other connection: the
-	// median of three survives one failure, not two.
+	// A listener that accepts and then resets the next connections: a probe
+	// of three rides out one failure, not two (the median would be a
+	// failure).
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

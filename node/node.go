@@ -565,7 +565,7 @@ func (n *Node) forward(ctx context.Context, reqs []crawl.Request) error {
 }
 
 // probe answers a coordinator's probe request: timed HTTP HEADs from this
-// node's address, the median of a few.
+// node's address, the least of a few.
 func (n *Node) probe(ctx context.Context, u string) (time.Duration, error) {
 	if !n.waitReady(ctx) {
 		return 0, errNotReady

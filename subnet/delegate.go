@@ -132,20 +132,24 @@ type SearchConfig struct {
 	// (the median over the profiles that fit the answers so far; then the
 	// lower bound below; then the paper's order), and the best answer under
 	// the threshold wins unless the profiles still give another node a
-	// chance above 1 − confidence of beating it by the Tolerance. A profile
-	// is confirmed when, by Bayes, S is at its place with probability at
-	// least 0.95: the prior is the share of neighbours at that place, with
-	// one count for an unseen place, and each answer fits a wrong place by
-	// chance about one time in ten (less evidence from nodes close to an
-	// earlier one, by Between). A node that cannot beat the best answer by
-	// the Tolerance — by its lowest confirmed prediction less its error, or
-	// by the triangle inequality over inter-node RTTs (|r − d(n, m)|, with
-	// the Margin) — is never asked, and the search ends when nobody is
-	// left. When no profile fits, the neighbourhood widens one level up;
-	// at the top, the search falls back to the triangle inequality. The
-	// organisation's nodes are asked first, and a single one is kept
-	// without probing when the stored probes predict it nearest, under the
-	// threshold.
+	// chance above 1 − confidence of beating it by the Tolerance. A node
+	// that cannot beat the best answer by the Tolerance is never asked, and
+	// the search ends when nobody is left: by the predictions, when, by
+	// Bayes over the places S may be at, the places whose profiles rule it
+	// out (their lowest prediction less its error) hold S with probability
+	// at least 0.95 — a place's prior is the share of neighbours there,
+	// with one count for an unseen place; another place that fits the
+	// answers as well and gives the node a chance counts with its prior;
+	// the rest count with the chance that the answers fit by chance, about
+	// one in ten per answer (less evidence from nodes close to an earlier
+	// one, by Between); or by the triangle inequality over inter-node RTTs
+	// (|r − d(n, m)|, with the Margin), unless the profiles, which measure
+	// the node's path, give it a chance. S's own stored probes are answers,
+	// never a profile. When no profile fits, the neighbourhood widens one
+	// level up; at the top, the search falls back to the triangle
+	// inequality. The organisation's nodes are asked first, and a single
+	// one is kept without probing when the stored probes predict it
+	// nearest, under the threshold.
 	Guided bool
 	// Margin is the relative error the guided search allows, as a
 	// fraction: to triangle-inequality bounds (a node is pruned when its

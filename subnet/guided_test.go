@@ -60,20 +60,61 @@ func TestGuidedShiftedNeighbours(t *testing.T) {
 func TestGuidedWidensNeighbourhood(t *testing.T) {
 	// S's sibling is at place B; two subnets higher up are at place A,
 	// where S is. The first answer (from the node nearest B) rules B out;
-	// the search then takes the profiles one level up and asks the node
-	// they predict, not the paper's next.
+	// the search then takes the profiles further up and asks the node they
+	// predict, not the paper's next.
+	for _, tc := range []struct {
+		name   string
+		ranges []string
+	}{
+		{"one level up", []string{"10.0.0.0 - 10.255.255.255", "10.4.0.0 - 10.4.255.255", "10.4.1.0 - 10.4.1.255"}},
+		// A level between, where nothing but S itself has stored probes
+		// once c has answered. Those are answers, not a neighbour: taken
+		// for a profile, S fitted itself, the search trusted it, stopped
+		// widening there and went on in the paper's order (b, then a).
+		{"past a level of S's own probes", []string{"10.0.0.0 - 10.255.255.255", "10.4.0.0 - 10.7.255.255", "10.4.0.0 - 10.4.255.255", "10.4.1.0 - 10.4.1.255"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := rpslTree(t, tc.ranges...)
+			placeA := map[string]int{"a": 20, "b": 80, "c": 150}
+			placeB := map[string]int{"a": 150, "b": 90, "c": 20}
+			cache := &MemProbeCache{}
+			storeProfile(t, cache, "10.4.2.0/24", placeB)
+			storeProfile(t, cache, "10.1.0.0/16", placeA)
+			storeProfile(t, cache, "10.2.0.0/16", placeA)
+			p := &fakeProber{rtt: placeA}
+			m := &IPMicra{Tree: tr, Table: NewMemTable("c", "b", "a"), Prober: p, Cache: cache, Config: SearchConfig{Guided: true}}
+			d, err := m.Delegate(context.Background(), mustAddr(t, "10.4.1.1"))
+			if err != nil || d.Node != "a" || !slices.Equal(p.asked, []string{"c", "a"}) {
+				t.Errorf("node %s asked %v err %v; want a after c, a", d.Node, p.asked, err)
+			}
+		})
+	}
+}
+
+func TestGuidedMeasurementOverTriangle(t *testing.T) {
+	// Two neighbours put x far (100 ms), a third, at another place, puts it
+	// near (10 ms); all see y at 40 ms, so y is asked first and its answer
+	// fits both places. The triangle inequality, from y's answer and an
+	// RTT of 200 ms between x and y (a detour: real RTTs violate it), puts
+	// x at 160 ms or more; the third neighbour's stored probe, a
+	// measurement, gives x a chance, and x is asked: it is the nearest.
 	tr := rpslTree(t, "10.0.0.0 - 10.255.255.255", "10.4.0.0 - 10.4.255.255", "10.4.1.0 - 10.4.1.255")
-	placeA := map[string]int{"a": 20, "b": 80, "c": 150}
-	placeB := map[string]int{"a": 150, "b": 90, "c": 20}
 	cache := &MemProbeCache{}
-	storeProfile(t, cache, "10.4.2.0/24", placeB)
-	storeProfile(t, cache, "10.1.0.0/16", placeA)
-	storeProfile(t, cache, "10.2.0.0/16", placeA)
-	p := &fakeProber{rtt: placeA}
-	m := &IPMicra{Tree: tr, Table: NewMemTable("c", "b", "a"), Prober: p, Cache: cache, Config: SearchConfig{Guided: true}}
+	storeProfile(t, cache, "10.4.2.0/24", map[string]int{"x": 100, "y": 40})
+	storeProfile(t, cache, "10.4.3.0/24", map[string]int{"x": 100, "y": 41})
+	storeProfile(t, cache, "10.4.4.0/24", map[string]int{"x": 10, "y": 40})
+	between := func(a, b string) (time.Duration, bool) {
+		if a != b {
+			return msDur(200), true
+		}
+		return 0, true
+	}
+	p := &fakeProber{rtt: map[string]int{"x": 10, "y": 40}}
+	m := &IPMicra{Tree: tr, Table: NewMemTable("y", "x"), Prober: p, Cache: cache,
+		Config: SearchConfig{Guided: true, Between: between}}
 	d, err := m.Delegate(context.Background(), mustAddr(t, "10.4.1.1"))
-	if err != nil || d.Node != "a" || !slices.Equal(p.asked, []string{"c", "a"}) {
-		t.Errorf("node %s asked %v err %v; want a after c, a", d.Node, p.asked, err)
+	if err != nil || d.Node != "x" || !slices.Equal(p.asked, []string{"y", "x"}) {
+		t.Errorf("node %s asked %v err %v; want x after y, x", d.Node, p.asked, err)
 	}
 }
 
@@ -144,8 +185,10 @@ func TestProfileFit(t *testing.T) {
 				}
 			}
 			p.fit(answers, 0.1, nil)
-			if p.shift != tc.shift || p.plausible != tc.plausible || p.confirmed != tc.confirmed {
-				t.Errorf("shift %v plausible %v confirmed %v; want %v %v %v", p.shift, p.plausible, p.confirmed, tc.shift, tc.plausible, tc.confirmed)
+			// Confirmed: the only plausible place, it rules a candidate out.
+			confirmed := p.plausible && prunable([]*place{{prior: p.prior, chance: p.chance, low: msDur(1)}}, 0) >= 0
+			if p.shift != tc.shift || p.plausible != tc.plausible || confirmed != tc.confirmed {
+				t.Errorf("shift %v plausible %v confirmed %v; want %v %v %v", p.shift, p.plausible, confirmed, tc.shift, tc.plausible, tc.confirmed)
 			}
 		})
 	}
@@ -170,5 +213,42 @@ func TestWeigh(t *testing.T) {
 		if ps[i].prior != want {
 			t.Errorf("profile %d: prior %v, want %v", i, ps[i].prior, want)
 		}
+	}
+	if ps[0].place != ps[1].place || ps[2].place == ps[0].place || ps[3].place == ps[0].place || ps[3].place == ps[2].place {
+		t.Errorf("places %d %d %d %d; want the first two shared, the others apart", ps[0].place, ps[1].place, ps[2].place, ps[3].place)
+	}
+}
+
+func TestPrunable(t *testing.T) {
+	// A candidate is ruled out at 100 ms when the places that say so hold S
+	// with probability 0.95 or more.
+	const target = 100 * time.Millisecond
+	pl := func(prior, chance float64, low int) *place {
+		return &place{prior: prior, chance: chance, low: msDur(low)}
+	}
+	for _, tc := range []struct {
+		name   string
+		places []*place
+		want   time.Duration
+	}{
+		{"the only plausible place, well evidenced", []*place{pl(0.5, 0.01, 150)}, msDur(150)},
+		{"the only plausible place, one answer", []*place{pl(0.5, 0.1, 150)}, -1},
+		{"it gives the candidate a chance", []*place{pl(0.5, 0.01, 90)}, -1},
+		// The Orlando case of README: after its neighbours' place was
+		// refuted, S fitted the profiles of a rarer place (prior 0.1) on
+		// five answers from nodes that see both places alike; a place that
+		// fits as well and puts the candidate near keeps it.
+		{"a competing place fits as well", []*place{pl(0.1, 0.005, 280), pl(0.02, 0.3, 80)}, -1},
+		// A place that knows nothing of the candidate is, for it, like a
+		// place not seen: it counts with the chance of a chance fit.
+		{"a competing place knows nothing of it", []*place{pl(0.1, 0.005, 280), {prior: 0.02, chance: 0.3, low: -1}}, msDur(280)},
+		{"without it the rarer place prunes", []*place{pl(0.1, 0.005, 280)}, msDur(280)},
+		{"two places agree", []*place{pl(0.45, 0.1, 150), pl(0.45, 0.1, 130)}, msDur(130)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := prunable(append(tc.places, nil), target); got != tc.want {
+				t.Errorf("prunable = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -41,6 +41,7 @@ func intList(s string) ([]int, error) {
 
 type benchJSON struct {
 	World       world.Params      `json:"world"`
+	Probes      string            `json:"probes"`
 	WorldSites  int               `json:"world_sites"`
 	Seeds       []int64           `json:"seeds"`
 	Results     []evaluate.Result `json:"results"`
@@ -61,6 +62,7 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	fromReal := fs.Bool("from-real", true, "derive a generated world's allocation structure from the real RIR and ip2asn data")
 	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
 	progressive := fs.Int("progressive", 1000, "sites in the progressive-learning run (0 skips it)")
+	probes := fs.String("probes", "model", "what a probe answers: model (the true mean RTT) or jitter (the least of 3 samples of the world's per-request jitter, as a timed probe measures)")
 	asJSON := fs.Bool("json", false, "print the results as one JSON object")
 	csvOut := fs.String("csv", "", "write the results as CSV to `FILE`")
 	plotOut := fs.String("plot", "", "write a PNG plot to `FILE`")
@@ -89,6 +91,9 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 			return fmt.Errorf("%w: --strategies: unknown %q", errUsage, s)
 		}
 	}
+	if *probes != "model" && *probes != "jitter" {
+		return fmt.Errorf("%w: --probes must be model or jitter, got %q", errUsage, *probes)
+	}
 	if *repeats <= 0 {
 		return fmt.Errorf("%w: --repeats must be positive", errUsage)
 	}
@@ -115,7 +120,10 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 		return fmt.Errorf("loading the world's registry: %w", err)
 	}
 	fmt.Fprintf(stderr, "world: %d sites, %d nodes, %d ranges (snapshot %s)\n", len(w.Sites()), len(w.Nodes()), tree.Len()-2, tree.ID().Short())
-	prober := evaluate.ModelProber{World: w}
+	var prober evaluate.Prober = evaluate.ModelProber{World: w}
+	if *probes == "jitter" {
+		prober = evaluate.JitterProber{World: w, Seed: uint64(*seed)}
+	}
 	results, err := evaluate.Split(ctx, w, tree, prober, cfg)
 	if err != nil {
 		return err
@@ -141,11 +149,11 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 		}
 	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(benchJSON{World: w.Params(), WorldSites: len(w.Sites()), Seeds: cfg.Seeds,
+		return json.NewEncoder(stdout).Encode(benchJSON{World: w.Params(), Probes: *probes, WorldSites: len(w.Sites()), Seeds: cfg.Seeds,
 			Results: results, Progressive: curves, Paper: evaluate.Published, Elapsed: time.Since(start).Seconds()})
 	}
-	fmt.Fprintf(stdout, "Training split (thesis 8.6): %.0f %% of the sites delegated optimally, the rest by each strategy; mean ± sd over %d seeds.\n\n",
-		100*cfg.TrainFraction, len(cfg.Seeds))
+	fmt.Fprintf(stdout, "Training split (thesis 8.6): %.0f %% of the sites delegated optimally, the rest by each strategy; mean ± sd over %d seeds; probes: %s.\n\n",
+		100*cfg.TrainFraction, len(cfg.Seeds), *probes)
 	if err := evaluate.WriteTable(stdout, results); err != nil {
 		return err
 	}

@@ -161,4 +161,18 @@ func TestBenchDelegation(t *testing.T) {
 	if code, _, _ := runCmd(t, "bench", "delegation", "--strategies", "nope"); code != 2 {
 		t.Errorf("unknown strategy: exit %d", code)
 	}
+	if code, _, _ := runCmd(t, "bench", "delegation", "--probes", "exact"); code != 2 {
+		t.Errorf("unknown probes: exit %d", code)
+	}
+	// Probes with the world's jitter: a noisy measurement can only cost
+	// brute force optimal delegations.
+	code, out, errs = runCmd(t, "bench", "delegation", "--sites", "200", "--from-real=false", "--nodes", "6", "--threshold", "50",
+		"--repeats", "1", "--progressive", "0", "--strategies", "brute", "--probes", "jitter", "--json")
+	if code != 0 {
+		t.Fatalf("jitter: exit %d: %s", code, errs)
+	}
+	v.Results = nil
+	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Results) != 1 || v.Results[0].OptimalPct > 100 || v.Results[0].OptimalPct < 50 {
+		t.Errorf("jitter: %v %+v", err, v.Results)
+	}
 }

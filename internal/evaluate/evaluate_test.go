@@ -83,6 +83,18 @@ func TestSplit(t *testing.T) {
 	}
 }
 
+func TestPooled(t *testing.T) {
+	// One seed with one sub-optimal delegation 90 ms off, one with nine 1 ms
+	// off: the mean of the seeds' means is 45.5 ms, the pooled mean 9.9 ms.
+	ss := []Stats{{ExcessMS: 90, Suboptimal: 1}, {ExcessMS: 1, Suboptimal: 9}, {}}
+	if got := pooled(ss); got < 9.899 || got > 9.901 {
+		t.Errorf("pooled = %v, want 9.9", got)
+	}
+	if got := pooled([]Stats{{}}); got != 0 {
+		t.Errorf("pooled of none = %v", got)
+	}
+}
+
 func TestTrend(t *testing.T) {
 	slope, icpt := trend([]int{5, 4, 3, 2, 1})
 	if slope != -1 || icpt != 5 {

@@ -18,8 +18,13 @@ type Result struct {
 	ThresholdMS float64 `json:"threshold_ms"` // 0 for strategies that use none
 	Seeds       int     `json:"seeds"`
 	Stats               // means over the seeds
-	Std         Stats   `json:"std"`          // sample standard deviations over the seeds
-	SetupProbes float64 `json:"setup_probes"` // probes spent before delegating (HiMicra's hierarchy)
+	Std         Stats   `json:"std"` // sample standard deviations over the seeds
+	// PooledExcessMS is the mean excess RTT of the sub-optimal delegations
+	// of all the seeds together. The mean over the seeds of each seed's
+	// mean (ExcessMS) gives a seed with one sub-optimal delegation that
+	// one's excess as its mean: a single site can carry it.
+	PooledExcessMS float64 `json:"pooled_excess_ms"`
+	SetupProbes    float64 `json:"setup_probes"` // probes spent before delegating (HiMicra's hierarchy)
 }
 
 // usesThreshold reports whether a strategy's behaviour depends on the
@@ -103,10 +108,25 @@ func Split(ctx context.Context, w *world.World, tree *subnet.Tree, p Prober, cfg
 	for _, kk := range order {
 		r := Result{Strategy: kk.strategy, Nodes: kk.nodes, ThresholdMS: ms(kk.th), Seeds: len(perSeed[kk])}
 		r.Stats, r.Std = aggregate(perSeed[kk])
+		r.PooledExcessMS = pooled(perSeed[kk])
 		r.SetupProbes, _ = meanStd(setup[kk])
 		results = append(results, r)
 	}
 	return results, nil
+}
+
+// pooled returns the mean excess of the sub-optimal delegations of ss
+// together.
+func pooled(ss []Stats) float64 {
+	sum, n := 0.0, 0
+	for _, s := range ss {
+		sum += s.ExcessMS * float64(s.Suboptimal)
+		n += s.Suboptimal
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
 }
 
 // aggregate returns the means and standard deviations of per-seed stats.
@@ -122,6 +142,8 @@ func aggregate(ss []Stats) (mean, std Stats) {
 	u, _ = col(func(s Stats) float64 { return float64(s.URLs) })
 	n, _ = col(func(s Stats) float64 { return float64(s.New) })
 	mean.URLs, mean.New = int(u+0.5), int(n+0.5)
+	sub, _ := col(func(s Stats) float64 { return float64(s.Suboptimal) })
+	mean.Suboptimal = int(sub + 0.5)
 	mean.OptimalPct, std.OptimalPct = col(func(s Stats) float64 { return s.OptimalPct })
 	mean.ProbesPerURL, std.ProbesPerURL = col(func(s Stats) float64 { return s.ProbesPerURL })
 	mean.ProbesPerNew, std.ProbesPerNew = col(func(s Stats) float64 { return s.ProbesPerNew })

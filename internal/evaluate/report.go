@@ -51,7 +51,7 @@ func published(r Result) (Paper, bool) {
 // WriteTable prints the split results with the paper's figures beside.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tnodes\tthreshold ms\toptimal %\tprobes/URL\tprobes/new subnet\texcess ms\tnew/URLs\t\tpaper: optimal %\tprobes/URL\texcess ms\t")
+	fmt.Fprintln(tw, "strategy\tnodes\tthreshold ms\toptimal %\tprobes/URL\tprobes/new subnet\texcess ms\tpooled\tnew/URLs\t\tpaper: optimal %\tprobes/URL\texcess ms\t")
 	for _, r := range results {
 		th := "-"
 		if r.ThresholdMS > 0 {
@@ -61,9 +61,9 @@ func WriteTable(w io.Writer, results []Result) error {
 		if p, ok := published(r); ok {
 			paper = fmt.Sprintf("%s\t%.2f\t%s\t", orDash(p.OptimalPct, "%.0f"), p.ProbesPerURL, orDash(p.ExcessMS, "%.1f"))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f ±%.1f\t%.2f ±%.2f\t%.2f ±%.2f\t%.1f ±%.1f\t%d/%d\t\t%s\n",
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f ±%.1f\t%.2f ±%.2f\t%.2f ±%.2f\t%.1f ±%.1f\t%.1f\t%d/%d\t\t%s\n",
 			r.Strategy, r.Nodes, th, r.OptimalPct, r.Std.OptimalPct, r.ProbesPerURL, r.Std.ProbesPerURL,
-			r.ProbesPerNew, r.Std.ProbesPerNew, r.ExcessMS, r.Std.ExcessMS, r.New, r.URLs, paper)
+			r.ProbesPerNew, r.Std.ProbesPerNew, r.ExcessMS, r.Std.ExcessMS, r.PooledExcessMS, r.New, r.URLs, paper)
 	}
 	return tw.Flush()
 }
@@ -93,13 +93,13 @@ func WriteCSV(w io.Writer, results []Result) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"strategy", "nodes", "threshold_ms", "seeds", "delegated", "new_subnets",
 		"optimal_pct", "optimal_pct_std", "probes_per_url", "probes_per_url_std", "probes_per_new_subnet",
-		"probes_per_new_subnet_std", "excess_ms", "excess_ms_std", "mean_rtt_ms", "setup_probes"})
+		"probes_per_new_subnet_std", "excess_ms", "excess_ms_std", "mean_rtt_ms", "setup_probes", "pooled_excess_ms"})
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 4, 64) }
 	for _, r := range results {
 		_ = cw.Write([]string{r.Strategy, strconv.Itoa(r.Nodes), f(r.ThresholdMS), strconv.Itoa(r.Seeds),
 			strconv.Itoa(r.URLs), strconv.Itoa(r.New), f(r.OptimalPct), f(r.Std.OptimalPct), f(r.ProbesPerURL),
 			f(r.Std.ProbesPerURL), f(r.ProbesPerNew), f(r.Std.ProbesPerNew), f(r.ExcessMS), f(r.Std.ExcessMS),
-			f(r.MeanRTTMS), f(r.SetupProbes)})
+			f(r.MeanRTTMS), f(r.SetupProbes), f(r.PooledExcessMS)})
 	}
 	cw.Flush()
 	return cw.Error()

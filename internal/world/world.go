@@ -513,6 +513,27 @@ func (w *World) RTT(from netip.Addr, s Site) time.Duration {
 	return msDur(best)
 }
 
+// SampleRTT returns one round-trip time from address from to site s as the
+// site's server applies it to a request, unscaled: the true mean RTT plus
+// z standard deviations of the pair's jitter, z clipped at ±2 as the
+// server clips it (the server draws z from a standard normal per request).
+// For a CDN-like site it is the sample of the nearest point of presence.
+// With Params.Jitter 0 it is RTT(from, s) for every z. Benchmarks use it to
+// model what a timed probe measures without serving the world.
+func (w *World) SampleRTT(from netip.Addr, s Site, z float64) time.Duration {
+	e := w.endpoint(from)
+	best, at := math.Inf(1), -1
+	for i, a := range s.Addrs {
+		if m := w.meanRTT(e, w.endpoint(a)); m < best {
+			best, at = m, i
+		}
+	}
+	if at < 0 {
+		return 0
+	}
+	return msDur(w.sampleRTT(e, w.endpoint(s.Addrs[at]), z))
+}
+
 // Optimal returns the node address among nodes with the lowest true RTT
 // to s, and that RTT; the first wins ties. ok is false when nodes is
 // empty.

@@ -552,6 +552,17 @@ func TestRTTModel(t *testing.T) {
 	if mean := sum / 20000; math.Abs(mean-m) > 0.05*m {
 		t.Fatalf("mean sample %v, model %v", mean, m)
 	}
+	// SampleRTT is the server's sample, by z: the mean at 0, clipped at ±2.
+	for _, s := range sites[:10] {
+		n := nodes[0]
+		if got := w.SampleRTT(n, s, 0); got != w.RTT(n, s) {
+			t.Fatalf("SampleRTT(z=0) = %v, want the mean %v", got, w.RTT(n, s))
+		}
+		lo, hi := w.SampleRTT(n, s, -2), w.SampleRTT(n, s, 2)
+		if lo > w.RTT(n, s) || hi < w.RTT(n, s) || w.SampleRTT(n, s, 5) != hi || w.SampleRTT(n, s, -5) != lo {
+			t.Fatalf("site %s: samples %v, %v at ±2 and %v, %v at ±5 around %v", s.Name, lo, hi, w.SampleRTT(n, s, -5), w.SampleRTT(n, s, 5), w.RTT(n, s))
+		}
+	}
 }
 
 func TestPages(t *testing.T) {
