@@ -132,7 +132,10 @@ type SearchConfig struct {
 	// (the median over the profiles that fit the answers so far; then the
 	// lower bound below; then the paper's order), and the best answer under
 	// the threshold wins unless the profiles still give another node a
-	// chance above 1 − confidence of beating it by the Tolerance. A node
+	// chance above 1 − confidence of beating it by the Tolerance, or no
+	// profile that may model S knows a node that the triangle inequality
+	// leaves room to beat it by the Tolerance (stored probes are those of
+	// the nodes asked before: silence is no prediction). A node
 	// that cannot beat the best answer by the Tolerance is never asked, and
 	// the search ends when nobody is left: by the predictions, when, by
 	// Bayes over the places S may be at, the places whose profiles rule it
