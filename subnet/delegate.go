@@ -165,6 +165,15 @@ type SearchConfig struct {
 	// measures it between peers). Without it the guided search prunes by
 	// predictions only.
 	Between func(a, b string) (time.Duration, bool)
+	// Home returns the range of a node's own subnet, which it was
+	// delegated on joining (paper III.D): a place where the node is known
+	// to be. The guided search takes every home in the neighbourhood (not
+	// S) as the profile of a place whose probes are Between: a subnet there
+	// sees node m at about d(n, m) from n's home, and n at about nothing.
+	// At a cold start, when no neighbour has stored probes yet, homes are
+	// the only evidence of where nodes are. Nil: no homes (nor without
+	// Between).
+	Home func(node string) (Range, bool)
 	// Tolerance is how much better than the best answer a node must be
 	// able to be for the guided search to still ask it: an approximate
 	// nearest-neighbour search that never delegates more than Tolerance

@@ -236,8 +236,10 @@ type candidate struct {
 // probes, widened up the hierarchy while no profile models S.
 type guide struct {
 	tree      *Tree
-	idx       ProbeIndex // nil: no profiles
-	self      Range      // S: its stored probes are answers, not a profile
+	nodes     []string                   // the candidates, for homes' profiles
+	home      func(string) (Range, bool) // SearchConfig.Home, nil without Between
+	idx       ProbeIndex                 // nil: no profiles
+	self      Range                      // S: its stored probes are answers, not a profile
 	x         ID
 	margin    float64
 	tolerance time.Duration // SearchConfig.Tolerance
@@ -248,8 +250,8 @@ type guide struct {
 	trusted   bool    // some profile may model S
 }
 
-func newGuide(t *Tree, idx ProbeIndex, s ID, cfg SearchConfig) *guide {
-	g := &guide{tree: t, idx: idx, self: t.Range(s), x: s, margin: cfg.Margin, tolerance: cfg.Tolerance, seen: map[Range]bool{}}
+func newGuide(t *Tree, idx ProbeIndex, s ID, cfg SearchConfig, nodes []string) *guide {
+	g := &guide{tree: t, idx: idx, self: t.Range(s), x: s, margin: cfg.Margin, tolerance: cfg.Tolerance, seen: map[Range]bool{}, nodes: nodes}
 	if cfg.Between != nil {
 		memo := map[[2]string]time.Duration{}
 		g.between = func(a, b string) (time.Duration, bool) {
@@ -264,6 +266,7 @@ func newGuide(t *Tree, idx ProbeIndex, s ID, cfg SearchConfig) *guide {
 			memo[k] = d
 			return d, ok
 		}
+		g.home = cfg.Home
 	}
 	if idx != nil {
 		g.add(s)
@@ -296,11 +299,38 @@ func (g *guide) add(x ID) bool {
 			g.profiles = append(g.profiles, p)
 		}
 	}
+	// Homes after the stored probes: a home that has stored probes of its
+	// own (a subnet searched before its node claimed it) keeps those.
+	if g.home != nil {
+		xr := g.tree.Range(x)
+		for _, n := range g.nodes {
+			if h, ok := g.home(n); ok && xr.ContainsRange(h) && h != g.self && !g.seen[h] {
+				g.seen[h] = true
+				g.profiles = append(g.profiles, g.homeProfile(h, n))
+			}
+		}
+	}
 	if len(g.profiles) == n {
 		return false
 	}
 	weigh(g.profiles, g.margin)
 	return true
+}
+
+// homeProfile is the profile of node n's home h: n at no distance, every
+// other node at its RTT to n. Each profile is one place, so homes are
+// weighed like neighbours: a home of many nodes' place counts as often.
+func (g *guide) homeProfile(h Range, n string) *profile {
+	p := &profile{r: h, rtt: map[string]time.Duration{n: 0}}
+	for _, m := range g.nodes {
+		if m == n {
+			continue
+		}
+		if d, ok := g.between(n, m); ok {
+			p.rtt[m] = d
+		}
+	}
+	return p
 }
 
 // widen moves x up to the next range with new profiles and reports whether
@@ -426,7 +456,11 @@ func (r *run) guided(s ID, orgNodes []string) (Decision, error) {
 		add(n)
 	}
 	idx, _ := m.Cache.(ProbeIndex)
-	g := newGuide(m.Tree, idx, s, cfg)
+	nodes := make([]string, len(cands))
+	for i, c := range cands {
+		nodes[i] = c.node
+	}
+	g := newGuide(m.Tree, idx, s, cfg, nodes)
 	g.update(cands, Unreachable)
 	// The paper takes the organisation's only node without probing; so do
 	// we when the stored probes agree: it is the node predicted nearest,

@@ -260,6 +260,7 @@ func (d *Delegator) search(ctx context.Context, v *view, addr netip.Addr) (subne
 		between = v.env.Between
 	}
 	cfg.Between = func(a, b string) (time.Duration, bool) { return between(peer.ID(a), peer.ID(b)) }
+	cfg.Home = v.home
 	m := &subnet.IPMicra{Tree: v.tree, Table: v, Prober: v, Cache: v, Config: cfg}
 	dec, err := m.Delegate(ctx, addr)
 	if err != nil {
