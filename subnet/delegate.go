@@ -174,6 +174,10 @@ type SearchConfig struct {
 	// the only evidence of where nodes are. Nil: no homes (nor without
 	// Between).
 	Home func(node string) (Range, bool)
+	// Trace, when set, receives the guided search's reasoning, one line a
+	// step (the profiles, each node asked and why, the nodes left out and
+	// why), for debugging. It is called from the search's goroutine.
+	Trace func(line string)
 	// Tolerance is how much better than the best answer a node must be
 	// able to be for the guided search to still ask it: an approximate
 	// nearest-neighbour search that never delegates more than Tolerance

@@ -1,7 +1,9 @@
 package subnet
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -497,6 +499,9 @@ func (r *run) guided(s ID, orgNodes []string) (Decision, error) {
 		if next == nil {
 			break
 		}
+		if cfg.Trace != nil {
+			cfg.Trace(fmt.Sprintf("ask %s: %s; %s", next.node, next, g))
+		}
 		rtt, err := r.probe(next.node)
 		if err != nil {
 			return *r.d, err
@@ -506,11 +511,35 @@ func (r *run) guided(s ID, orgNodes []string) (Decision, error) {
 		r.bound(cands, next.node, rtt)
 		g.update(cands, best)
 	}
+	if cfg.Trace != nil {
+		for _, c := range cands {
+			if !r.asked[c.node] {
+				cfg.Trace(fmt.Sprintf("left %s: %s pruned=%v promising=%v", c.node, c, r.pruned(c, best, g.trusted), r.promising(c, best, g.trusted)))
+			}
+		}
+		cfg.Trace(fmt.Sprintf("end: best %v; %s", best, g))
+	}
 	d, err := r.best()
 	if err == nil {
 		d.Step = StepGuided
 	}
 	return d, err
+}
+
+// String describes c for SearchConfig.Trace.
+func (c *candidate) String() string {
+	return fmt.Sprintf("pred %v low %v lb %v bounded %v chance %.2f", c.pred, c.low, c.lb, c.bounded, c.chance)
+}
+
+// String describes the guide for SearchConfig.Trace: its profiles.
+func (g *guide) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "trusted %v at %s, %d answers, profiles:", g.trusted, g.tree.Range(g.x), len(g.answers))
+	for _, p := range g.profiles {
+		fmt.Fprintf(&b, " [%s n=%d matched=%d plausible=%v shift=%v misfit=%v prior=%.2f chance=%.2f place=%d]",
+			p.r, len(p.rtt), p.matched, p.plausible, p.shift, p.misfit, p.prior, p.chance, p.place)
+	}
+	return b.String()
 }
 
 // bound raises the candidates' lower bounds after probed answered rtt: a
