@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -262,6 +263,15 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		return fmt.Errorf("indexer: %w", err)
 	}
 	defer func() { err = errors.Join(err, ri.Close()) }()
+
+	// Until a node hears the indexer's first announcement (capacity 0), it
+	// takes the indexer, which its DHT knows, for a crawler: its first
+	// decisions would ask the indexer to probe and count the refusal.
+	for wait := time.Now(); time.Since(wait) < 10*time.Second; time.Sleep(100 * time.Millisecond) {
+		if !slices.ContainsFunc(nodes, func(dn *demoNode) bool { return dn.n.Overlay().MayCrawl(ri.h.ID()) }) {
+			break
+		}
+	}
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "node\taddress\tlocation\tdashboard\n")
