@@ -319,15 +319,14 @@ func (g *guide) add(x ID) bool {
 	return true
 }
 
-// homeProfile is the profile of node n's home h: n at no distance, every
-// other node at its RTT to n. Each profile is one place, so homes are
-// weighed like neighbours: a home of many nodes' place counts as often.
+// homeProfile is the profile of node n's home h: every node at its RTT to
+// n, n itself at Between(n, n) (the RTT within its place where Between
+// models it, as the emulated Internet does; the overlay measures none and
+// says 0). Each profile is one place, so homes are weighed like
+// neighbours: a home of many nodes' place counts as often.
 func (g *guide) homeProfile(h Range, n string) *profile {
 	p := &profile{r: h, rtt: map[string]time.Duration{n: 0}}
 	for _, m := range g.nodes {
-		if m == n {
-			continue
-		}
 		if d, ok := g.between(n, m); ok {
 			p.rtt[m] = d
 		}
