@@ -44,6 +44,12 @@ func (o *Overlay) noteNonCrawler(p peer.ID) {
 	delete(o.rtts, p)
 }
 
+// MayCrawl reports whether p may be given subnets as far as this node
+// knows: false for a peer that announced itself as an indexer that does
+// not crawl (until then it counts as a crawler), or that this node
+// convicted by audits. It is safe for concurrent use.
+func (o *Overlay) MayCrawl(p peer.ID) bool { return o.mayCrawl(p) }
+
 // mayCrawl reports whether p may be given subnets: this node when it
 // probes (has a Prober), any other peer unless it announced itself as an
 // indexer that does not crawl or this node convicted it by audits.

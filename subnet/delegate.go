@@ -132,7 +132,10 @@ type SearchConfig struct {
 	// (the median over the profiles that fit the answers so far; then the
 	// lower bound below; then the paper's order), and the best answer under
 	// the threshold wins unless the profiles still give another node a
-	// chance above 1 − confidence of beating it by the Tolerance. A node
+	// chance above 1 − confidence of beating it by the Tolerance, or no
+	// profile that may model S knows a node that the triangle inequality
+	// leaves room to beat it by the Tolerance (stored probes are those of
+	// the nodes asked before: silence is no prediction). A node
 	// that cannot beat the best answer by the Tolerance is never asked, and
 	// the search ends when nobody is left: by the predictions, when, by
 	// Bayes over the places S may be at, the places whose profiles rule it
@@ -162,6 +165,19 @@ type SearchConfig struct {
 	// measures it between peers). Without it the guided search prunes by
 	// predictions only.
 	Between func(a, b string) (time.Duration, bool)
+	// Home returns the range of a node's own subnet, which it was
+	// delegated on joining (paper III.D): a place where the node is known
+	// to be. The guided search takes every home in the neighbourhood (not
+	// S) as the profile of a place whose probes are Between: a subnet there
+	// sees node m at about d(n, m) from n's home, and n at about nothing.
+	// At a cold start, when no neighbour has stored probes yet, homes are
+	// the only evidence of where nodes are. Nil: no homes (nor without
+	// Between).
+	Home func(node string) (Range, bool)
+	// Trace, when set, receives the guided search's reasoning, one line a
+	// step (the profiles, each node asked and why, the nodes left out and
+	// why), for debugging. It is called from the search's goroutine.
+	Trace func(line string)
 	// Tolerance is how much better than the best answer a node must be
 	// able to be for the guided search to still ask it: an approximate
 	// nearest-neighbour search that never delegates more than Tolerance

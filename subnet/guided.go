@@ -1,7 +1,9 @@
 package subnet
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -227,7 +229,8 @@ type candidate struct {
 	low   time.Duration // the lowest prediction of the places that rule it out (prunable); -1 when none do
 	lb    time.Duration // lower bound on its RTT to S from the triangle inequality
 
-	chance float64 // probability that it beats the best answer by more than the tolerance
+	bounded bool    // lb rests on some answer (Between knew the RTT to its node)
+	chance  float64 // probability that it beats the best answer by more than the tolerance
 }
 
 // guide holds the guided search's model of S: the profiles of the subnets
@@ -235,8 +238,10 @@ type candidate struct {
 // probes, widened up the hierarchy while no profile models S.
 type guide struct {
 	tree      *Tree
-	idx       ProbeIndex // nil: no profiles
-	self      Range      // S: its stored probes are answers, not a profile
+	nodes     []string                   // the candidates, for homes' profiles
+	home      func(string) (Range, bool) // SearchConfig.Home, nil without Between
+	idx       ProbeIndex                 // nil: no profiles
+	self      Range                      // S: its stored probes are answers, not a profile
 	x         ID
 	margin    float64
 	tolerance time.Duration // SearchConfig.Tolerance
@@ -247,8 +252,8 @@ type guide struct {
 	trusted   bool    // some profile may model S
 }
 
-func newGuide(t *Tree, idx ProbeIndex, s ID, cfg SearchConfig) *guide {
-	g := &guide{tree: t, idx: idx, self: t.Range(s), x: s, margin: cfg.Margin, tolerance: cfg.Tolerance, seen: map[Range]bool{}}
+func newGuide(t *Tree, idx ProbeIndex, s ID, cfg SearchConfig, nodes []string) *guide {
+	g := &guide{tree: t, idx: idx, self: t.Range(s), x: s, margin: cfg.Margin, tolerance: cfg.Tolerance, seen: map[Range]bool{}, nodes: nodes}
 	if cfg.Between != nil {
 		memo := map[[2]string]time.Duration{}
 		g.between = func(a, b string) (time.Duration, bool) {
@@ -263,6 +268,7 @@ func newGuide(t *Tree, idx ProbeIndex, s ID, cfg SearchConfig) *guide {
 			memo[k] = d
 			return d, ok
 		}
+		g.home = cfg.Home
 	}
 	if idx != nil {
 		g.add(s)
@@ -295,11 +301,37 @@ func (g *guide) add(x ID) bool {
 			g.profiles = append(g.profiles, p)
 		}
 	}
+	// Homes after the stored probes: a home that has stored probes of its
+	// own (a subnet searched before its node claimed it) keeps those.
+	if g.home != nil {
+		xr := g.tree.Range(x)
+		for _, n := range g.nodes {
+			if h, ok := g.home(n); ok && xr.ContainsRange(h) && h != g.self && !g.seen[h] {
+				g.seen[h] = true
+				g.profiles = append(g.profiles, g.homeProfile(h, n))
+			}
+		}
+	}
 	if len(g.profiles) == n {
 		return false
 	}
 	weigh(g.profiles, g.margin)
 	return true
+}
+
+// homeProfile is the profile of node n's home h: every node at its RTT to
+// n, n itself at Between(n, n) (the RTT within its place where Between
+// models it, as the emulated Internet does; the overlay measures none and
+// says 0). Each profile is one place, so homes are weighed like
+// neighbours: a home of many nodes' place counts as often.
+func (g *guide) homeProfile(h Range, n string) *profile {
+	p := &profile{r: h, rtt: map[string]time.Duration{n: 0}}
+	for _, m := range g.nodes {
+		if d, ok := g.between(n, m); ok {
+			p.rtt[m] = d
+		}
+	}
+	return p
 }
 
 // widen moves x up to the next range with new profiles and reports whether
@@ -425,7 +457,11 @@ func (r *run) guided(s ID, orgNodes []string) (Decision, error) {
 		add(n)
 	}
 	idx, _ := m.Cache.(ProbeIndex)
-	g := newGuide(m.Tree, idx, s, cfg)
+	nodes := make([]string, len(cands))
+	for i, c := range cands {
+		nodes[i] = c.node
+	}
+	g := newGuide(m.Tree, idx, s, cfg, nodes)
 	g.update(cands, Unreachable)
 	// The paper takes the organisation's only node without probing; so do
 	// we when the stored probes agree: it is the node predicted nearest,
@@ -450,12 +486,20 @@ func (r *run) guided(s ID, orgNodes []string) (Decision, error) {
 			if r.asked[c.node] || r.pruned(c, best, g.trusted) {
 				continue
 			}
+			// Once an answer is under the threshold, only a node that may
+			// still beat it is worth asking.
+			if best < cfg.Threshold && !r.promising(c, best, g.trusted) {
+				continue
+			}
 			if next == nil || c.before(next, g.trusted) {
 				next = c
 			}
 		}
 		if next == nil {
 			break
+		}
+		if cfg.Trace != nil {
+			cfg.Trace(fmt.Sprintf("ask %s: %s; %s", next.node, next, g))
 		}
 		rtt, err := r.probe(next.node)
 		if err != nil {
@@ -465,17 +509,36 @@ func (r *run) guided(s ID, orgNodes []string) (Decision, error) {
 		g.observe(next.node, rtt)
 		r.bound(cands, next.node, rtt)
 		g.update(cands, best)
-		// The best answer under the threshold wins, unless a node is still
-		// predicted to be clearly nearer.
-		if best < cfg.Threshold && !r.promising(cands, best, g.trusted) {
-			break
+	}
+	if cfg.Trace != nil {
+		for _, c := range cands {
+			if !r.asked[c.node] {
+				cfg.Trace(fmt.Sprintf("left %s: %s pruned=%v promising=%v", c.node, c, r.pruned(c, best, g.trusted), r.promising(c, best, g.trusted)))
+			}
 		}
+		cfg.Trace(fmt.Sprintf("end: best %v; %s", best, g))
 	}
 	d, err := r.best()
 	if err == nil {
 		d.Step = StepGuided
 	}
 	return d, err
+}
+
+// String describes c for SearchConfig.Trace.
+func (c *candidate) String() string {
+	return fmt.Sprintf("pred %v low %v lb %v bounded %v chance %.2f", c.pred, c.low, c.lb, c.bounded, c.chance)
+}
+
+// String describes the guide for SearchConfig.Trace: its profiles.
+func (g *guide) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "trusted %v at %s, %d answers, profiles:", g.trusted, g.tree.Range(g.x), len(g.answers))
+	for _, p := range g.profiles {
+		fmt.Fprintf(&b, " [%s n=%d matched=%d plausible=%v shift=%v misfit=%v prior=%.2f chance=%.2f place=%d]",
+			p.r, len(p.rtt), p.matched, p.plausible, p.shift, p.misfit, p.prior, p.chance, p.place)
+	}
+	return b.String()
 }
 
 // bound raises the candidates' lower bounds after probed answered rtt: a
@@ -486,7 +549,7 @@ func (r *run) bound(cands []*candidate, probed string, rtt time.Duration) {
 	}
 	for _, c := range cands {
 		if d, ok := r.cfg.Between(c.node, probed); ok {
-			c.lb = max(c.lb, rtt-d, d-rtt)
+			c.lb, c.bounded = max(c.lb, rtt-d, d-rtt), true
 		}
 	}
 }
@@ -526,16 +589,18 @@ func (r *run) pruned(c *candidate, best time.Duration, trusted bool) bool {
 	return float64(c.lb)*(1-r.cfg.Margin) >= float64(target) && !(trusted && c.chance > 1-confidence)
 }
 
-// promising reports whether a node not yet asked is predicted to beat best
-// by more than the tolerance.
-func (r *run) promising(cands []*candidate, best time.Duration, trusted bool) bool {
-	if !trusted {
+// promising reports whether c, not yet asked, may beat best by more than
+// the tolerance: predicted to by the profiles, or unknown to them (none
+// that may model S knows it, or none is trusted) while the triangle
+// inequality over the answers leaves it room to. Stored probes are only
+// those of the nodes asked before, so at a cold start the profiles know
+// the first node under the threshold and nobody else: taking their
+// silence for a prediction made that node the only one ever asked nearby
+// (the demo's cold start: 40-60 % optimal). With Between unknown a node
+// is never bounded and the paper's first answer under the threshold wins.
+func (r *run) promising(c *candidate, best time.Duration, trusted bool) bool {
+	if r.asked[c.node] || r.pruned(c, best, trusted) {
 		return false
 	}
-	for _, c := range cands {
-		if !r.asked[c.node] && !r.pruned(c, best, trusted) && c.chance > 1-confidence {
-			return true
-		}
-	}
-	return false
+	return trusted && c.chance > 1-confidence || c.bounded && (!trusted || c.pred < 0)
 }

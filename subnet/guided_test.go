@@ -252,3 +252,80 @@ func TestPrunable(t *testing.T) {
 		})
 	}
 }
+
+func TestGuidedAsksUnknownNodes(t *testing.T) {
+	// A cold start: no stored probes but one neighbour's, which knows a
+	// only (the node asked for it). a answers under the threshold; b, which
+	// no profile knows, is 35 ms from a, so the triangle inequality leaves
+	// it room to be 5 ms from S: it is asked, and wins. c, 200 ms from a,
+	// cannot beat a and is not asked. Without Between nothing bounds b and
+	// the paper's first answer under the threshold wins.
+	tr := rpslTree(t, "10.0.0.0 - 10.255.255.255", "10.4.0.0 - 10.4.255.255", "10.4.1.0 - 10.4.1.255")
+	d := map[[2]string]int{{"a", "b"}: 35, {"a", "c"}: 200, {"b", "c"}: 200}
+	between := func(x, y string) (time.Duration, bool) {
+		if x == y {
+			return 0, true
+		}
+		return msDur(d[[2]string{min(x, y), max(x, y)}]), true
+	}
+	for _, tc := range []struct {
+		name    string
+		between func(a, b string) (time.Duration, bool)
+		want    string
+		asked   []string
+	}{
+		{"bounded by the triangle inequality", between, "b", []string{"a", "b"}},
+		{"no inter-node RTTs", nil, "a", []string{"a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cache := &MemProbeCache{}
+			storeProfile(t, cache, "10.4.2.0/24", map[string]int{"a": 40})
+			p := &fakeProber{rtt: map[string]int{"a": 40, "b": 10, "c": 190}}
+			m := &IPMicra{Tree: tr, Table: NewMemTable("a", "b", "c"), Prober: p, Cache: cache,
+				Config: SearchConfig{Guided: true, Between: tc.between}}
+			dec, err := m.Delegate(context.Background(), mustAddr(t, "10.4.1.1"))
+			if err != nil || dec.Node != tc.want || !slices.Equal(p.asked, tc.asked) {
+				t.Errorf("node %s asked %v err %v; want %s after %v", dec.Node, p.asked, err, tc.want, tc.asked)
+			}
+		})
+	}
+}
+
+func TestGuidedHomes(t *testing.T) {
+	// Nothing is stored yet, but b's own subnet lies in S's allocation:
+	// its home's profile (b at nothing, everybody else at their RTT to b)
+	// puts b nearest, so b is asked first and, nobody else having room to
+	// beat it, alone. Without homes the paper's order asks a first.
+	tr := rpslTree(t, "10.0.0.0 - 10.255.255.255", "10.4.0.0 - 10.4.255.255", "10.4.1.0 - 10.4.1.255", "10.4.9.0 - 10.4.9.255")
+	d := map[[2]string]int{{"a", "b"}: 60, {"a", "c"}: 200, {"b", "c"}: 180}
+	between := func(x, y string) (time.Duration, bool) {
+		if x == y {
+			return 0, true
+		}
+		return msDur(d[[2]string{min(x, y), max(x, y)}]), true
+	}
+	home := func(n string) (Range, bool) {
+		if n == "b" {
+			return mustRange(t, "10.4.9.0/24"), true
+		}
+		return Range{}, false
+	}
+	for _, tc := range []struct {
+		name  string
+		home  func(string) (Range, bool)
+		asked []string
+	}{
+		{"home in the allocation", home, []string{"b"}},
+		{"no homes", nil, []string{"a", "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &fakeProber{rtt: map[string]int{"a": 45, "b": 8, "c": 185}}
+			m := &IPMicra{Tree: tr, Table: NewMemTable("a", "b", "c"), Prober: p, Cache: &MemProbeCache{},
+				Config: SearchConfig{Guided: true, Between: between, Home: tc.home}}
+			dec, err := m.Delegate(context.Background(), mustAddr(t, "10.4.1.1"))
+			if err != nil || dec.Node != "b" || !slices.Equal(p.asked, tc.asked) {
+				t.Errorf("node %s asked %v err %v; want b after %v", dec.Node, p.asked, err, tc.asked)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -127,6 +128,12 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level}))
+	// MICRA_DEBUG: the delegation procedure's decisions are kept to explain
+	// the sub-optimal ones in the summary.
+	var trace *decisionTrace
+	if os.Getenv("MICRA_DEBUG") != "" {
+		trace = newDecisionTrace(logger.Handler())
+	}
 
 	// The emulated Internet.
 	p := world.DefaultParams()
@@ -188,10 +195,14 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		cfg.MemoryLimit = "0" // many nodes share the process
 		cfg.Bandwidth = "0"
 		cfg.Threshold = c.threshold.String()
+		dopts := []delegate.Option{delegate.Between(between)}
+		if trace != nil {
+			dopts = append(dopts, delegate.Logger(slog.New(trace).With("node", i, "subsystem", "delegate")))
+		}
 		n, err := node.New(cfg, node.Tree(tree), node.Resolver(res), node.ProbeScale(c.scale),
 			node.Logger(logger.With("node", i)),
 			node.HostOptions(overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()),
-			node.DelegateOptions(delegate.Between(between)),
+			node.DelegateOptions(dopts...),
 			node.OverlayOptions(overlay.Announce(2*time.Second, false)),
 			// Batches sealed within seconds, so that the indexer fills while
 			// the demo runs (a volunteer's default waits up to 5 minutes).
@@ -223,6 +234,10 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		return err
 	}
 
+	indexerDelegateOpts := []delegate.Option{delegate.Between(between)}
+	if trace != nil {
+		indexerDelegateOpts = append(indexerDelegateOpts, delegate.Logger(slog.New(trace).With("node", "indexer", "subsystem", "delegate")))
+	}
 	// The indexer: it resolves the world's names (for its audits) from
 	// 127.0.0.1.
 	indexerDNS, err := run.Resolver(netip.MustParseAddr("127.0.0.1"))
@@ -236,6 +251,11 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		tree: tree, log: logger.With("subsystem", "indexer"), joinNow: true,
 		hostOpts:    []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},
 		overlayOpts: []overlay.Option{overlay.Announce(2*time.Second, true)},
+		// The indexer coordinates shards too and delegates their subnets:
+		// it needs the world's latencies between nodes like every node
+		// (with libp2p's loopback RTTs its triangle-inequality bounds
+		// pruned the nearest nodes: 200 ms misses).
+		delegateOpts: indexerDelegateOpts,
 		opts: []results.Option{results.AnnounceEvery(2 * time.Second), results.Logger(logger.With("subsystem", "results")),
 			results.DNS(indexerDNS)},
 	})
@@ -243,6 +263,15 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		return fmt.Errorf("indexer: %w", err)
 	}
 	defer func() { err = errors.Join(err, ri.Close()) }()
+
+	// Until a node hears the indexer's first announcement (capacity 0), it
+	// takes the indexer, which its DHT knows, for a crawler: its first
+	// decisions would ask the indexer to probe and count the refusal.
+	for wait := time.Now(); time.Since(wait) < 10*time.Second; time.Sleep(100 * time.Millisecond) {
+		if !slices.ContainsFunc(nodes, func(dn *demoNode) bool { return dn.n.Overlay().MayCrawl(ri.h.ID()) }) {
+			break
+		}
+	}
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "node\taddress\tlocation\tdashboard\n")
@@ -350,7 +379,7 @@ loop:
 		fmt.Fprintf(stdout, "%d seeds could not be submitted (see the log)\n", n)
 	}
 	fmt.Fprintln(stdout)
-	if err := delegationTable(ctx, stdout, w, tree, nodes, seeds); err != nil {
+	if err := delegationTable(ctx, stdout, w, tree, nodes, seeds, trace); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout)
@@ -411,7 +440,7 @@ func (f demoFigures) String() string {
 
 // delegationTable prints how good the delegations of the seeded sites
 // are, by the metrics of DESIGN.md, beside the paper's figures.
-func delegationTable(ctx context.Context, out io.Writer, w *world.World, tree *subnet.Tree, nodes []*demoNode, seeds []world.Site) error {
+func delegationTable(ctx context.Context, out io.Writer, w *world.World, tree *subnet.Tree, nodes []*demoNode, seeds []world.Site, trace *decisionTrace) error {
 	byPeer := map[peer.ID]*demoNode{}
 	own := map[subnet.Range]bool{}
 	var addrs []netip.Addr
@@ -424,6 +453,7 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, tree *s
 	var judged, optimal, undelegated, cdn int
 	var excess time.Duration
 	subnets := map[subnet.Range]bool{}
+	explained := map[subnet.Range]bool{}
 	for _, s := range seeds {
 		if s.Kind == world.CDNSite {
 			cdn++ // its address depends on who asks; the nearest point of presence answers
@@ -453,6 +483,10 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, tree *s
 			if os.Getenv("MICRA_DEBUG") != "" {
 				bestAddr, _, _ := w.Optimal(s, addrs)
 				fmt.Fprintf(out, "  sub-optimal %s %s: %s at %v, best %s at %v (decided %s, own %v, url %s)\n", s.Name, r, dn.addr, got, bestAddr, best, d.Decided.Format("15:04:05.000"), d.Own, d.URL)
+				if trace != nil && !explained[r] {
+					explained[r] = true
+					trace.explain(out, w, r.String(), s, nodes)
+				}
 			}
 		}
 	}

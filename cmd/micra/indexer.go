@@ -169,11 +169,12 @@ type indexerSetup struct {
 	tree     *subnet.Tree
 	log      *slog.Logger
 	opts     []results.Option
-	// For the demo and tests: extra host and overlay options, and joining
-	// before startIndexer returns.
-	hostOpts    []overlay.HostOption
-	overlayOpts []overlay.Option
-	joinNow     bool
+	// For the demo and tests: extra host, overlay and delegation options,
+	// and joining before startIndexer returns.
+	hostOpts     []overlay.HostOption
+	overlayOpts  []overlay.Option
+	delegateOpts []delegate.Option
+	joinNow      bool
 }
 
 // serveIndexer runs an indexer until ctx ends, then shuts it down in
@@ -254,7 +255,7 @@ func startIndexer(ctx context.Context, s indexerSetup) (ri *runningIndexer, err 
 	// The indexer coordinates the shards that fall to it like any peer and
 	// runs the same delegation procedure; it does not crawl or probe, and
 	// its announcements (capacity 0) keep it out of the candidates.
-	del, err := delegate.New(delegate.Logger(s.log.With("subsystem", "delegate")))
+	del, err := delegate.New(append([]delegate.Option{delegate.Logger(s.log.With("subsystem", "delegate"))}, s.delegateOpts...)...)
 	if err != nil {
 		return ri, err
 	}

@@ -207,6 +207,20 @@ func (e *env) between(a, b string) (time.Duration, bool) {
 	return e.w.RTTAddr(x, y), true
 }
 
+// home returns the range of a node's own subnet, delegated to it when it
+// joined.
+func (e *env) home(node string) (subnet.Range, bool) {
+	n, err := netip.ParseAddr(node)
+	if err != nil {
+		return subnet.Range{}, false
+	}
+	id := e.tree.SmallestNonUnary(n)
+	if id == subnet.None {
+		return subnet.Range{}, false
+	}
+	return e.tree.Range(id), true
+}
+
 // trueRTT returns the model's RTT from node to s.
 func (e *env) trueRTT(node string, s world.Site) time.Duration {
 	n, _ := netip.ParseAddr(node)
@@ -229,7 +243,7 @@ func (e *env) strategy(ctx context.Context, name string, th time.Duration, rng *
 	case IPMicra:
 		return &subnet.IPMicra{Tree: e.tree, Table: e.table, Prober: e, Cache: e.cache, Config: subnet.SearchConfig{Threshold: th}}, 0, nil
 	case Guided:
-		cfg := subnet.SearchConfig{Threshold: th, Guided: true, Between: e.between}
+		cfg := subnet.SearchConfig{Threshold: th, Guided: true, Between: e.between, Home: e.home}
 		return &subnet.IPMicra{Tree: e.tree, Table: e.table, Prober: e, Cache: e.cache, Config: cfg}, 0, nil
 	case Brute:
 		return &subnet.BruteForce{Tree: e.tree, Table: e.table, Prober: e, Cache: e.cache}, 0, nil

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -260,6 +261,16 @@ func (d *Delegator) search(ctx context.Context, v *view, addr netip.Addr) (subne
 		between = v.env.Between
 	}
 	cfg.Between = func(a, b string) (time.Duration, bool) { return between(peer.ID(a), peer.ID(b)) }
+	cfg.Home = v.home
+	if log := d.cfg.log; log.Enabled(ctx, slog.LevelDebug) {
+		r := v.tree.Range(v.req.Subnet).String()
+		cfg.Trace = func(line string) {
+			for _, p := range v.peers { // node names are raw peer IDs
+				line = strings.ReplaceAll(line, string(p.ID), p.ID.String())
+			}
+			log.Debug("search step", "subnet", r, "step", line)
+		}
+	}
 	m := &subnet.IPMicra{Tree: v.tree, Table: v, Prober: v, Cache: v, Config: cfg}
 	dec, err := m.Delegate(ctx, addr)
 	if err != nil {

@@ -273,6 +273,27 @@ func TestDelegatorSearch(t *testing.T) {
 		}
 	})
 
+	t.Run("guided: a node's own subnet is a known place", func(t *testing.T) {
+		// Nothing stored; n3 claimed 127.0.7.0/24 as its own subnet, and S
+		// is where n3 is. The home's profile (inter-node RTTs) puts n3
+		// nearest: asked first, and alone, its answer fitting the home
+		// and nobody else having room to beat it by the tolerance.
+		at3 := map[peer.ID]int{"n1": 80, "n2": 30, "n3": 10, "n4": 90, "n5": 120}
+		e := newEnv(t, "127.0.3.0/24", at3)
+		e.delegate(t, "127.0.1.0/24", "n1") // first in the paper's order
+		e.dels = append(e.dels, overlay.Delegation{Subnet: subnet.RangeOf(netip.MustParsePrefix("127.0.7.0/24")), Node: "n3", Own: true})
+		e.between = map[[2]peer.ID]int{}
+		for a, ra := range at3 {
+			for b, rb := range at3 {
+				e.between[[2]peer.ID{a, b}] = max(ra-rb, rb-ra) + 10
+			}
+		}
+		n, _ := run(t, e, overlay.DelegateRequest{})
+		if n != "n3" || !slices.Equal(e.asked, []peer.ID{"n3"}) {
+			t.Errorf("guided search chose %s after asking %v; want n3 at once", n, e.asked)
+		}
+	})
+
 	t.Run("the decision's probes are capped", func(t *testing.T) {
 		e := newEnv(t, "127.0.3.0/24", map[peer.ID]int{})
 		n, _ := run(t, e, overlay.DelegateRequest{}, Pure(), MaxProbes(2))

@@ -33,9 +33,10 @@ type view struct {
 	peers    []overlay.PeerInfo
 	pages    int64 // the new subnet's expected load
 
-	owners  []owner            // delegations known, sorted by ID
-	known   map[subnet.ID]bool // IDs in owners
-	blocks  map[subnet.ID]bool // blocks merged in
+	homes   map[string]subnet.Range // nodes' own subnets known, by node
+	owners  []owner                 // delegations known, sorted by ID
+	known   map[subnet.ID]bool      // IDs in owners
+	blocks  map[subnet.ID]bool      // blocks merged in
 	probes  map[subnet.Range]map[string]probe
 	issued  int
 	dirtyIx bool // owners need sorting
@@ -64,7 +65,7 @@ func (d *Delegator) newView(ctx, budget context.Context, env overlay.DelegationE
 	v.pages = d.subnetLoad(v.peers)
 	// The shard's own delegations and probe results: authoritative.
 	for _, dl := range env.Delegations() {
-		v.addOwner(dl.Subnet, dl.Node)
+		v.addOwner(dl)
 	}
 	for _, p := range env.ProbesWithin(t.Range(v.anchor)) {
 		v.addProbe(p)
@@ -74,7 +75,7 @@ func (d *Delegator) newView(ctx, budget context.Context, env overlay.DelegationE
 	if org := t.Org(req.Subnet); org != "" && len(t.ByOrg(org)) > 1 {
 		if ds, err := d.cache.org(ctx, env, org); err == nil {
 			for _, dl := range ds {
-				v.addOwner(dl.Subnet, dl.Node)
+				v.addOwner(dl)
 			}
 		} else {
 			d.cfg.log.Debug("organisation delegations unavailable", "org", org, "error", err)
@@ -86,9 +87,20 @@ func (d *Delegator) newView(ctx, budget context.Context, env overlay.DelegationE
 // addOwner records that range r is delegated to n, unless it is the subnet
 // being decided (a re-decision must not stop at step 1) or n is excluded.
 // The first source wins: the shard's store before other shards' copies.
-func (v *view) addOwner(r subnet.Range, n peer.ID) {
+// An own-subnet claim also records the node's home (subnet.SearchConfig.Home).
+func (v *view) addOwner(dl overlay.Delegation) {
+	r, n := dl.Subnet, dl.Node
 	id, ok := v.tree.Find(r)
-	if !ok || id == v.req.Subnet || v.excluded[n] || v.known[id] {
+	if !ok || v.excluded[n] {
+		return
+	}
+	if dl.Own {
+		if v.homes == nil {
+			v.homes = map[string]subnet.Range{}
+		}
+		v.homes[string(n)] = r
+	}
+	if id == v.req.Subnet || v.known[id] {
 		return
 	}
 	v.known[id] = true
@@ -140,7 +152,7 @@ func (v *view) block(x subnet.ID) {
 		return
 	}
 	for _, ix := range ixs {
-		v.addOwner(ix.Subnet, ix.Node)
+		v.addOwner(ix.Delegation)
 		for _, p := range ix.Probes {
 			v.addProbe(p)
 		}
@@ -188,6 +200,14 @@ func (v *view) Nodes() []string {
 		}
 	}
 	return out
+}
+
+// home returns the own subnet of node, when one is known so far: the
+// shard's, the organisation's and the block indexes merged in (the search
+// widens through Within, which merges the blocks it reaches first).
+func (v *view) home(node string) (subnet.Range, bool) {
+	r, ok := v.homes[node]
+	return r, ok
 }
 
 // Get implements subnet.ProbeCache.
