@@ -52,6 +52,9 @@ type Crawl struct {
 	InFlight int64 `json:"in_flight"`
 	Bytes    int64 `json:"bytes"` // downloaded
 	Errors   int64 `json:"errors"`
+	// RobotsDenied counts requests taken off the queues because robots.txt
+	// disallows them.
+	RobotsDenied int64 `json:"robots_denied"`
 }
 
 // Outbox is the state of the results outbox.

@@ -33,7 +33,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Capacity: int(capacity), Load: int(load),
 		Crawl: Crawl{
 			Fetched: cs.Fetched, Records: cs.Records, Queued: cs.Queued, Hosts: cs.Hosts,
-			InFlight: cs.InFlight, Bytes: cs.WireBytes, Errors: cs.FetchErrors,
+			InFlight: cs.InFlight, Bytes: cs.WireBytes, Errors: cs.FetchErrors, RobotsDenied: cs.RobotsDenied,
 		},
 		Outbox:    Outbox{Batches: os.Batches, Bytes: os.Bytes, Cap: os.Cap, Acked: int64(os.Removed)},
 		Probes:    Probes{Run: n.probesRun.Load(), Issued: n.del.Stats().Probes},

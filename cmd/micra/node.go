@@ -263,8 +263,8 @@ func printStatus(w io.Writer, st node.Status) {
 		win += " until " + st.Window.Next.Format(time.RFC3339)
 	}
 	row("crawl window", "%s", win)
-	row("crawl", "%d pages fetched, %d records, %d queued on %d hosts, %d in flight, %d errors, %d bytes",
-		st.Crawl.Fetched, st.Crawl.Records, st.Crawl.Queued, st.Crawl.Hosts, st.Crawl.InFlight, st.Crawl.Errors, st.Crawl.Bytes)
+	row("crawl", "%d pages fetched, %d records, %d queued on %d hosts, %d in flight, %d errors, %d refused by robots.txt, %d bytes",
+		st.Crawl.Fetched, st.Crawl.Records, st.Crawl.Queued, st.Crawl.Hosts, st.Crawl.InFlight, st.Crawl.Errors, st.Crawl.RobotsDenied, st.Crawl.Bytes)
 	row("outbox", "%d batches, %d of %d bytes; %d acknowledged; %d indexers known", st.Outbox.Batches, st.Outbox.Bytes, st.Outbox.Cap, st.Outbox.Acked, st.Indexers)
 	row("probes", "%d run for coordinators, %d issued as coordinator", st.Probes.Run, st.Probes.Issued)
 	row("subnets", "%d delegated", len(st.Subnets))
