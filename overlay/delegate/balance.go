@@ -2,6 +2,8 @@ package delegate
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -75,6 +77,14 @@ func (d *Delegator) balance(ctx, budget context.Context, v *view, dec subnet.Dec
 		probes = append(probes, subnet.Probe{Node: n, RTT: p.rtt})
 	}
 	req := subnet.BalanceRequest{Node: string(node), Pages: pages, Probes: probes, Loads: loads, Held: held}
+	if d.cfg.log.Enabled(ctx, slog.LevelDebug) {
+		var hs []string
+		for _, h := range held {
+			hs = append(hs, fmt.Sprintf("%s (%d probes)", h.Subnet, len(h.Probes)))
+		}
+		d.cfg.log.Debug("load balancing: the nearest node is full", "subnet", v.tree.Range(v.req.Subnet).String(), "peer", node,
+			"held", hs, "probes", len(probes), "nodes with a capacity", len(loads))
+	}
 	plan, err := subnet.Balance(req)
 	if err != nil {
 		return node

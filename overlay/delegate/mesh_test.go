@@ -42,8 +42,12 @@ func TestMeshHandOff(t *testing.T) {
 	var nodes []*overlaytest.Node
 	for i := range table {
 		// No cache of other shards' indexes: the second decision must see the
-		// first in the block index however the two are timed.
-		d, err := delegate.New(delegate.Pure(), delegate.Threshold(ms(5)), delegate.CacheTTL(0), delegate.Logger(debugLogger()))
+		// first in the block index however the two are timed. No pending
+		// loads: A's declared load already counts the first subnet, and a
+		// coordinator that decided both (one run in three) would add it
+		// again, leaving no hand-off that makes room.
+		d, err := delegate.New(delegate.Pure(), delegate.Threshold(ms(5)), delegate.CacheTTL(0),
+			delegate.LoadBalancing(true, 100, 0), delegate.Logger(debugLogger()))
 		if err != nil {
 			t.Fatal(err)
 		}
