@@ -47,12 +47,13 @@ func (d *probingDelegator) requests() []DelegateRequest {
 func TestOwnSubnetClaim(t *testing.T) {
 	const n = 6
 	nodes := make([]*node, n)
+	// A long liveness timeout on every node, the late ones included (any of
+	// them may coordinate a shard): under -race on a loaded machine a
+	// node's heartbeats may lag past the default, and its orphaned subnet
+	// would rightly go to the twin below.
+	slow := Liveness(200*time.Millisecond, 30*time.Second)
 	for i := range n {
-		// A long liveness timeout: under -race on a loaded machine a
-		// node's heartbeats may lag past the default, and its orphaned
-		// subnet would rightly go to the twin below.
-		nodes[i] = newNodeWith(t, nodeAddr(i), true, OwnAddress(nodeAddr(i)), Announce(time.Second, false),
-			Liveness(200*time.Millisecond, 30*time.Second))
+		nodes[i] = newNodeWith(t, nodeAddr(i), true, OwnAddress(nodeAddr(i)), Announce(time.Second, false), slow)
 	}
 	joinSwarm(t, nodes)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -90,13 +91,13 @@ func TestOwnSubnetClaim(t *testing.T) {
 	if d, err := nodes[1].o.Delegate(ctx, "http://127.2.9.9/", netip.MustParseAddr("127.2.9.9")); err != nil || d.Node != nodes[1].h.ID() {
 		t.Fatalf("searched delegation: %v, %v", d.Node, err)
 	}
-	late := newNodeWith(t, home, true, OwnAddress(home))
+	late := newNodeWith(t, home, true, OwnAddress(home), slow)
 	joinSwarm(t, []*node{nodes[0], late})
 	eventually(t, 30*time.Second, func() error { return owns(late, home) })
 
 	// A second node in an own-claimed subnet does not take it over.
 	twin := netip.MustParseAddr("127.1.1.2") // node 1 is 127.1.1.1
-	second := newNodeWith(t, twin, true, OwnAddress(twin))
+	second := newNodeWith(t, twin, true, OwnAddress(twin), slow)
 	joinSwarm(t, []*node{nodes[0], second})
 	d, err := second.o.ClaimOwn(ctx)
 	if err != nil || d.Node != nodes[1].h.ID() {
