@@ -488,7 +488,7 @@ func (r *run) guided(s ID, orgNodes []string) (Decision, error) {
 			}
 			// Once an answer is under the threshold, only a node that may
 			// still beat it is worth asking.
-			if best < cfg.Threshold && !r.promising(c, best, g.trusted) {
+			if best < cfg.Threshold && !c.mayBeat(g.trusted) {
 				continue
 			}
 			if next == nil || c.before(next, g.trusted) {
@@ -599,8 +599,11 @@ func (r *run) pruned(c *candidate, best time.Duration, trusted bool) bool {
 // (the demo's cold start: 40-60 % optimal). With Between unknown a node
 // is never bounded and the paper's first answer under the threshold wins.
 func (r *run) promising(c *candidate, best time.Duration, trusted bool) bool {
-	if r.asked[c.node] || r.pruned(c, best, trusted) {
-		return false
-	}
+	return !r.asked[c.node] && !r.pruned(c, best, trusted) && c.mayBeat(trusted)
+}
+
+// mayBeat is promising for a node already known to be neither asked nor
+// pruned.
+func (c *candidate) mayBeat(trusted bool) bool {
 	return trusted && c.chance > 1-confidence || c.bounded && (!trusted || c.pred < 0)
 }
