@@ -415,15 +415,21 @@ func (t *MemTable) Nodes() []string {
 	return slices.Clone(t.nodes)
 }
 
-// MemProbeCache is an in-memory ProbeIndex. It is safe for concurrent use.
-// The zero value is ready to use.
+// MemProbeCache is an in-memory ProbeIndex; with a Tree it is a
+// PlaceIndex. It is safe for concurrent use. The zero value is ready to
+// use; set Tree before the first Put.
 type MemProbeCache struct {
-	mu      sync.Mutex
-	subnets map[Range]map[string]time.Duration
-	order   []Range // sorted by start, then end descending
+	// Tree gives stored subnets their registry country (Country); nil:
+	// Country yields nothing.
+	Tree *Tree
+
+	mu        sync.Mutex
+	subnets   map[Range]map[string]time.Duration
+	order     []Range            // sorted by start, then end descending
+	byCountry map[string][]Range // sorted as order
 }
 
-var _ ProbeIndex = (*MemProbeCache)(nil)
+var _ PlaceIndex = (*MemProbeCache)(nil)
 
 // Get implements ProbeCache.
 func (c *MemProbeCache) Get(node string, subnet Range) (time.Duration, bool) {
@@ -444,10 +450,77 @@ func (c *MemProbeCache) Put(node string, subnet Range, rtt time.Duration) {
 	if !ok {
 		m = map[string]time.Duration{}
 		c.subnets[subnet] = m
-		i, _ := slices.BinarySearchFunc(c.order, subnet, compareRanges)
-		c.order = slices.Insert(c.order, i, subnet)
+		c.order = insertRange(c.order, subnet)
+		if c.Tree != nil {
+			if id, found := c.Tree.Find(subnet); found {
+				if cc := c.Tree.Country(id); cc != "" {
+					if c.byCountry == nil {
+						c.byCountry = map[string][]Range{}
+					}
+					c.byCountry[cc] = insertRange(c.byCountry[cc], subnet)
+				}
+			}
+		}
 	}
 	m[node] = rtt
+}
+
+func insertRange(rs []Range, r Range) []Range {
+	i, _ := slices.BinarySearchFunc(rs, r, compareRanges)
+	return slices.Insert(rs, i, r)
+}
+
+// Country implements PlaceIndex: it yields copies taken under the lock.
+func (c *MemProbeCache) Country(cc string, near Range) iter.Seq2[Range, []Probe] {
+	return func(yield func(Range, []Probe) bool) {
+		c.mu.Lock()
+		rs := slices.Clone(c.byCountry[cc])
+		c.mu.Unlock()
+		for _, r := range nearestFirst(rs, near) {
+			c.mu.Lock()
+			ps := c.probesLocked(r)
+			c.mu.Unlock()
+			if !yield(r, ps) {
+				return
+			}
+		}
+	}
+}
+
+// nearestFirst returns the ranges of rs (sorted by compareRanges) ordered
+// by the distance of their start from near's, the lower first on ties.
+func nearestFirst(rs []Range, near Range) []Range {
+	out := make([]Range, 0, len(rs))
+	k := keyOf(near.Start)
+	dist := func(r Range) key {
+		x := keyOf(r.Start)
+		if x.less(k) {
+			return k.sub(x)
+		}
+		return x.sub(k)
+	}
+	hi, _ := slices.BinarySearchFunc(rs, near, compareRanges)
+	lo := hi - 1
+	for lo >= 0 || hi < len(rs) {
+		if hi >= len(rs) || lo >= 0 && !dist(rs[hi]).less(dist(rs[lo])) {
+			out = append(out, rs[lo])
+			lo--
+		} else {
+			out = append(out, rs[hi])
+			hi++
+		}
+	}
+	return out
+}
+
+// probesLocked returns r's stored probes sorted by node; c.mu is held.
+func (c *MemProbeCache) probesLocked(r Range) []Probe {
+	ps := make([]Probe, 0, len(c.subnets[r]))
+	for n, rtt := range c.subnets[r] {
+		ps = append(ps, Probe{Node: n, RTT: rtt, Cached: true})
+	}
+	slices.SortFunc(ps, func(a, b Probe) int { return strings.Compare(a.Node, b.Node) })
+	return ps
 }
 
 // Within implements ProbeIndex. It yields copies taken under the lock.
@@ -465,12 +538,7 @@ func (c *MemProbeCache) Within(r Range) iter.Seq2[Range, []Probe] {
 			if !r.ContainsRange(sr) {
 				continue
 			}
-			it := item{r: sr}
-			for n, rtt := range c.subnets[sr] {
-				it.ps = append(it.ps, Probe{Node: n, RTT: rtt, Cached: true})
-			}
-			slices.SortFunc(it.ps, func(a, b Probe) int { return strings.Compare(a.Node, b.Node) })
-			items = append(items, it)
+			items = append(items, item{r: sr, ps: c.probesLocked(sr)})
 		}
 		c.mu.Unlock()
 		for _, it := range items {

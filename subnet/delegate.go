@@ -59,6 +59,20 @@ type ProbeIndex interface {
 	Within(r Range) iter.Seq2[Range, []Probe]
 }
 
+// PlaceIndex is a ProbeIndex that can also find stored probes by the
+// registry country of their subnets: the guided search's catalogue of
+// places beyond S's neighbourhood in the hierarchy. On the real Internet a
+// subnet's neighbours in the hierarchy are often far apart (a registry
+// block's allocations spread over a region), while its registry country
+// names where most of its addresses are.
+type PlaceIndex interface {
+	ProbeIndex
+	// Country yields the stored probes of the subnets whose registry
+	// country (Tree.Country) is cc, nearest to near in address order
+	// first.
+	Country(cc string, near Range) iter.Seq2[Range, []Probe]
+}
+
 // Step says which step of the search decided a delegation.
 type Step uint8
 

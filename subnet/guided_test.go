@@ -2,6 +2,7 @@ package subnet
 
 import (
 	"context"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -186,7 +187,7 @@ func TestProfileFit(t *testing.T) {
 			}
 			p.fit(answers, 0.1, nil)
 			// Confirmed: the only plausible place, it rules a candidate out.
-			confirmed := p.plausible && prunable([]*place{{prior: p.prior, chance: p.chance, low: msDur(1)}}, 0) >= 0
+			confirmed := p.plausible && prunable([]evidence{{prior: p.prior, like: 1, chance: p.chance, low: msDur(1)}}, 0) >= 0
 			if p.shift != tc.shift || p.plausible != tc.plausible || confirmed != tc.confirmed {
 				t.Errorf("shift %v plausible %v confirmed %v; want %v %v %v", p.shift, p.plausible, confirmed, tc.shift, tc.plausible, tc.confirmed)
 			}
@@ -195,58 +196,56 @@ func TestProfileFit(t *testing.T) {
 }
 
 func TestWeigh(t *testing.T) {
-	at := func(shift int, nodes ...string) *profile {
-		p := &profile{rtt: map[string]time.Duration{}}
-		base := map[string]int{"a": 20, "b": 80, "c": 150}
+	at := func(w float64, nodes ...string) *profile {
+		p := &profile{rtt: map[string]time.Duration{}, weight: w}
 		for _, n := range nodes {
-			p.rtt[n] = msDur(base[n] + shift)
+			p.rtt[n] = msDur(20)
 		}
 		return p
 	}
-	other := &profile{rtt: map[string]time.Duration{"a": msDur(150), "b": msDur(90), "c": msDur(20)}}
-	single := at(0, "a")
-	ps := []*profile{at(0, "a", "b", "c"), at(3, "a", "b", "c"), other, single}
-	weigh(ps, 0.1)
-	// Three profiles that know two nodes or more, two at one place; plus one
-	// count for an unseen place.
-	for i, want := range []float64{0.5, 0.5, 0.25, 0.25} {
-		if ps[i].prior != want {
+	// Profiles that know two nodes or more count with their weights, plus
+	// one count for an unseen place; one that knows a single node is left
+	// out of the total but gets its share of it.
+	ps := []*profile{at(1, "a", "b"), at(1, "a", "c"), at(2, "b", "c"), at(4, "a")}
+	weigh(ps)
+	for i, want := range []float64{0.2, 0.2, 0.4, 0.8} {
+		if math.Abs(ps[i].prior-want) > 1e-9 {
 			t.Errorf("profile %d: prior %v, want %v", i, ps[i].prior, want)
 		}
-	}
-	if ps[0].place != ps[1].place || ps[2].place == ps[0].place || ps[3].place == ps[0].place || ps[3].place == ps[2].place {
-		t.Errorf("places %d %d %d %d; want the first two shared, the others apart", ps[0].place, ps[1].place, ps[2].place, ps[3].place)
 	}
 }
 
 func TestPrunable(t *testing.T) {
-	// A candidate is ruled out at 100 ms when the places that say so hold S
-	// with probability 0.95 or more.
+	// A candidate is ruled out at 100 ms when the profiles that say so hold
+	// S with probability 0.95 or more.
 	const target = 100 * time.Millisecond
-	pl := func(prior, chance float64, low int) *place {
-		return &place{prior: prior, chance: chance, low: msDur(low)}
+	ev := func(prior, like, chance float64, low int) evidence {
+		return evidence{prior: prior, like: like, chance: chance, low: msDur(low)}
 	}
 	for _, tc := range []struct {
-		name   string
-		places []*place
-		want   time.Duration
+		name string
+		ev   []evidence
+		want time.Duration
 	}{
-		{"the only plausible place, well evidenced", []*place{pl(0.5, 0.01, 150)}, msDur(150)},
-		{"the only plausible place, one answer", []*place{pl(0.5, 0.1, 150)}, -1},
-		{"it gives the candidate a chance", []*place{pl(0.5, 0.01, 90)}, -1},
+		{"the only plausible profile, well evidenced", []evidence{ev(0.5, 1, 0.01, 150)}, msDur(150)},
+		{"the only plausible profile, one answer", []evidence{ev(0.5, 1, 0.1, 150)}, -1},
+		{"it gives the candidate a chance", []evidence{ev(0.5, 1, 0.01, 90)}, -1},
 		// The Orlando case of README: after its neighbours' place was
 		// refuted, S fitted the profiles of a rarer place (prior 0.1) on
 		// five answers from nodes that see both places alike; a place that
 		// fits as well and puts the candidate near keeps it.
-		{"a competing place fits as well", []*place{pl(0.1, 0.005, 280), pl(0.02, 0.3, 80)}, -1},
-		// A place that knows nothing of the candidate is, for it, like a
-		// place not seen: it counts with the chance of a chance fit.
-		{"a competing place knows nothing of it", []*place{pl(0.1, 0.005, 280), {prior: 0.02, chance: 0.3, low: -1}}, msDur(280)},
-		{"without it the rarer place prunes", []*place{pl(0.1, 0.005, 280)}, msDur(280)},
-		{"two places agree", []*place{pl(0.45, 0.1, 150), pl(0.45, 0.1, 130)}, msDur(130)},
+		{"a competing place fits as well", []evidence{ev(0.1, 1, 0.005, 280), ev(0.02, 1, 0.3, 80)}, -1},
+		// The Sydney case: a profile that gives the candidate a chance but
+		// fits the answers badly explains them little.
+		{"a competing profile fits badly", []evidence{ev(0.7, 1, 0.03, 272), ev(0.08, 0.005, 0.03, 90)}, msDur(272)},
+		// A plausible profile that knows nothing of the candidate is
+		// neither for nor against it.
+		{"a plausible profile knows nothing of it", []evidence{ev(0.1, 1, 0.005, 280), {prior: 0.5, low: -1}}, msDur(280)},
+		{"without it the rarer place prunes", []evidence{ev(0.1, 1, 0.005, 280)}, msDur(280)},
+		{"two profiles agree", []evidence{ev(0.45, 1, 0.1, 150), ev(0.45, 1, 0.1, 130)}, msDur(130)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := prunable(append(tc.places, nil), target); got != tc.want {
+			if got := prunable(tc.ev, target); got != tc.want {
 				t.Errorf("prunable = %v, want %v", got, tc.want)
 			}
 		})

@@ -303,6 +303,21 @@ func (t *Tree) Org(id ID) string {
 	return ""
 }
 
+// Country returns the registry country of id: its own, or that of the
+// nearest ancestor that names one, leaving out the codes that name no
+// country ("ZZ", "EU", "AP"); "" when none does. Ranges of the IP-to-ASN
+// layer name no country and inherit their allocation's.
+func (t *Tree) Country(id ID) string {
+	for x := id; t.valid(x); x = t.Parent(x) {
+		switch cc := t.attrs[x].cc; cc {
+		case [2]byte{}, [2]byte{'Z', 'Z'}, [2]byte{'E', 'U'}, [2]byte{'A', 'P'}:
+		default:
+			return string(cc[:])
+		}
+	}
+	return ""
+}
+
 // OrgName returns the display name of an organisation key, or "" when the
 // sources named none.
 func (t *Tree) OrgName(key string) string {

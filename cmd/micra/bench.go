@@ -13,6 +13,7 @@ import (
 
 	"github.com/micra-net/micra/internal/evaluate"
 	"github.com/micra-net/micra/internal/world"
+	"github.com/micra-net/micra/subnet"
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -41,6 +42,7 @@ func intList(s string) ([]int, error) {
 
 type benchJSON struct {
 	World       world.Params      `json:"world"`
+	Geo         *benchGeo         `json:"geo,omitempty"` // a real-geo world (--geo)
 	Probes      string            `json:"probes"`
 	WorldSites  int               `json:"world_sites"`
 	Seeds       []int64           `json:"seeds"`
@@ -50,6 +52,19 @@ type benchJSON struct {
 	Elapsed     float64           `json:"elapsed_s"`
 }
 
+// benchGeo describes a real-geo world in bench delegation's JSON.
+type benchGeo struct {
+	world.GeoFileStats
+	Dropped     int    `json:"dropped"`  // sites dropped: repeated addresses, no subnet
+	Snapshot    string `json:"snapshot"` // the hierarchy searched
+	Nodes       int    `json:"nodes"`    // nodes placed (the node sets are drawn from them)
+	Attribution string `json:"attribution,omitempty"`
+}
+
+// dbipAttribution is the credit DB-IP's licence (CC BY 4.0) asks for
+// wherever results derived from its data are shown.
+const dbipAttribution = "IP Geolocation by DB-IP (https://db-ip.com), CC BY 4.0"
+
 func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench delegation", "[flags]", stderr)
 	seed := fs.Int64("seed", 1, "first `seed`: of the world (unless --world) and of the repetitions")
@@ -58,7 +73,9 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	thFlag := fs.String("threshold", "25,50,75,100", "probing thresholds in ms, comma-separated")
 	stratFlag := fs.String("strategies", strings.Join(evaluate.AllStrategies, ","), "strategies: "+strings.Join(evaluate.AllStrategies, ", "))
 	worldDir := fs.String("world", "", "evaluate the world written by \"micra world gen\" in `DIR` (default: generate one)")
-	sites := fs.Int("sites", 1000, "sites of a generated world")
+	geoFile := fs.String("geo", "", "evaluate on real structure: sites are real addresses from the geolocation CSV `FILE` (prefix or ipv4, latitude, longitude columns; gzip or plain), in the built-in real hierarchy, at their coordinates, with the real RTT matrix")
+	strict := fs.Bool("strict", false, "with --geo: a malformed row is an error, not skipped")
+	sites := fs.Int("sites", 1000, "sites of a generated world; with --geo, rows sampled from the file")
 	fromReal := fs.Bool("from-real", true, "derive a generated world's allocation structure from the real RIR and ip2asn data")
 	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
 	progressive := fs.Int("progressive", 1000, "sites in the progressive-learning run (0 skips it)")
@@ -103,23 +120,51 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	cfg.Progressive = *progressive
 
+	if *geoFile != "" && *worldDir != "" {
+		return fmt.Errorf("%w: --geo and --world exclude each other", errUsage)
+	}
+
 	start := time.Now()
-	var w *world.World
-	if *worldDir != "" {
-		w, err = world.Load(ctx, *worldDir, *dataDir)
-	} else {
-		p := world.DefaultParams()
-		p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir = *seed, *sites, slices.Max(cfg.Nodes), *fromReal, *dataDir
-		w, err = world.Generate(ctx, p)
+	var (
+		w      evaluate.World
+		tree   *subnet.Tree
+		params world.Params
+		geoOut *benchGeo
+	)
+	switch {
+	case *geoFile != "":
+		g, info, err := evaluate.LoadGeo(ctx, evaluate.GeoConfig{Path: *geoFile, Sites: *sites, Strict: *strict, Seed: *seed, Nodes: slices.Max(cfg.Nodes), DataDir: *dataDir})
+		if err != nil {
+			return err
+		}
+		w, tree = g, info.Tree
+		geoOut = &benchGeo{GeoFileStats: info.File, Dropped: g.Dropped(), Snapshot: tree.ID().String(), Nodes: len(g.Nodes())}
+		if strings.Contains(strings.ToLower(*geoFile), "dbip") {
+			geoOut.Attribution = dbipAttribution
+		}
+		fmt.Fprintf(stderr, "real-geo world: %d sites of %d rows in %s (%d malformed rows skipped, %d sites dropped), %d nodes placed, real hierarchy %s\n",
+			len(g.Sites()), info.File.Rows, *geoFile, info.File.Skipped, g.Dropped(), len(g.Nodes()), tree.ID().Short())
+		for _, ex := range info.File.Examples {
+			fmt.Fprintf(stderr, "  skipped %s\n", ex)
+		}
+	default:
+		var gw *world.World
+		if *worldDir != "" {
+			gw, err = world.Load(ctx, *worldDir, *dataDir)
+		} else {
+			p := world.DefaultParams()
+			p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir = *seed, *sites, slices.Max(cfg.Nodes), *fromReal, *dataDir
+			gw, err = world.Generate(ctx, p)
+		}
+		if err != nil {
+			return err
+		}
+		if tree, err = gw.Tree(ctx); err != nil {
+			return fmt.Errorf("loading the world's registry: %w", err)
+		}
+		w, params = gw, gw.Params()
+		fmt.Fprintf(stderr, "world: %d sites, %d nodes, %d ranges (snapshot %s)\n", len(gw.Sites()), len(gw.Nodes()), tree.Len()-2, tree.ID().Short())
 	}
-	if err != nil {
-		return err
-	}
-	tree, err := w.Tree(ctx)
-	if err != nil {
-		return fmt.Errorf("loading the world's registry: %w", err)
-	}
-	fmt.Fprintf(stderr, "world: %d sites, %d nodes, %d ranges (snapshot %s)\n", len(w.Sites()), len(w.Nodes()), tree.Len()-2, tree.ID().Short())
 	var prober evaluate.Prober = evaluate.ModelProber{World: w}
 	if *probes == "jitter" {
 		prober = evaluate.JitterProber{World: w, Seed: uint64(*seed)}
@@ -149,7 +194,7 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 		}
 	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(benchJSON{World: w.Params(), Probes: *probes, WorldSites: len(w.Sites()), Seeds: cfg.Seeds,
+		return json.NewEncoder(stdout).Encode(benchJSON{World: params, Geo: geoOut, Probes: *probes, WorldSites: len(w.Sites()), Seeds: cfg.Seeds,
 			Results: results, Progressive: curves, Paper: evaluate.Published, Elapsed: time.Since(start).Seconds()})
 	}
 	fmt.Fprintf(stdout, "Training split (thesis 8.6): %.0f %% of the sites delegated optimally, the rest by each strategy; mean ± sd over %d seeds; probes: %s.\n\n",
@@ -162,6 +207,9 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 		if err := evaluate.WriteCurves(stdout, curves); err != nil {
 			return err
 		}
+	}
+	if geoOut != nil && geoOut.Attribution != "" {
+		fmt.Fprintf(stdout, "\n%s\n", geoOut.Attribution)
 	}
 	fmt.Fprintf(stdout, "\n%.1f s\n", time.Since(start).Seconds())
 	return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -174,5 +175,54 @@ func TestBenchDelegation(t *testing.T) {
 	v.Results = nil
 	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Results) != 1 || v.Results[0].OptimalPct > 100 || v.Results[0].OptimalPct < 50 {
 		t.Errorf("jitter: %v %+v", err, v.Results)
+	}
+}
+
+func TestBenchDelegationGeo(t *testing.T) {
+	needData(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "servers.csv")
+	var b strings.Builder
+	b.WriteString("ipv4,latitude,longitude,country_code\n")
+	for i, r := range [][3]string{{"8.8.8.8", "37.42", "-122.08"}, {"81.2.69.142", "51.51", "-0.13"}, {"193.0.6.139", "52.37", "4.9"},
+		{"200.160.2.3", "-23.55", "-46.63"}, {"203.119.101.61", "35.68", "139.69"}, {"84.200.69.80", "50.11", "8.68"},
+		{"1.1.1.1", "-33.87", "151.21"}, {"77.88.8.8", "55.75", "37.62"}, {"196.216.2.6", "-20.16", "57.5"}, {"64.6.64.6", "38.95", "-77.45"}} {
+		fmt.Fprintf(&b, "%s,%s,%s,%s\n", r[0], r[1], r[2], []string{"US", "GB", "NL", "BR", "JP", "DE", "AU", "RU", "MU", "US"}[i])
+	}
+	b.WriteString("broken,1,2,US\n")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCmd(t, "bench", "delegation", "--geo", path, "--nodes", "6", "--threshold", "50", "--repeats", "1",
+		"--progressive", "0", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var v struct {
+		Geo struct {
+			Rows, Skipped, Sampled int
+			Examples               []string
+		} `json:"geo"`
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if v.Geo.Rows != 10 || v.Geo.Skipped != 1 || v.Geo.Sampled != 10 || len(v.Geo.Examples) != 1 || !strings.Contains(v.Geo.Examples[0], "servers.csv:12:") {
+		t.Errorf("geo %+v", v.Geo)
+	}
+	if len(v.Results) != 6 {
+		t.Fatalf("%d results", len(v.Results))
+	}
+	for _, r := range v.Results {
+		if _, ok := r["excess_per_url_ms"].(float64); !ok {
+			t.Errorf("result without excess_per_url_ms: %v", r)
+		}
+	}
+	if code, _, _ := runCmd(t, "bench", "delegation", "--geo", path, "--strict", "--nodes", "6", "--repeats", "1", "--progressive", "0"); code == 0 {
+		t.Error("--strict accepted a malformed row")
+	}
+	if code, _, _ := runCmd(t, "bench", "delegation", "--geo", path, "--world", dir); code != 2 {
+		t.Errorf("--geo with --world: exit %d", code)
 	}
 }

@@ -17,7 +17,10 @@
 //
 // Probes are answered by a Prober: the world's latency model (fast and
 // exactly reproducible) or, in package cmd, timed HTTP HEADs through a
-// running world. evaluate imports subnet and internal/world only.
+// running world. The same evaluation runs on real structure (LoadGeo):
+// real addresses from a geolocation file, in the built-in real hierarchy,
+// at their real places. evaluate imports subnet, subnet/embedded and
+// internal/world only.
 package evaluate
 
 import (
@@ -75,6 +78,27 @@ func DefaultConfig() Config {
 	}
 }
 
+// World is what an evaluation runs on: sites, nodes and the true RTTs
+// between them. A generated emulated Internet (*world.World) and a
+// real-geo world (*world.Geo: real addresses at their real places, in the
+// real hierarchy) implement it.
+type World interface {
+	Sites() []world.Site
+	Nodes() []world.Node
+	// RTT returns the true mean RTT from a node's address to a site.
+	RTT(from netip.Addr, s world.Site) time.Duration
+	// RTTAddr returns the true mean RTT between two nodes' addresses.
+	RTTAddr(a, b netip.Addr) time.Duration
+	// SampleRTT returns one RTT sample from a node's address to a site:
+	// the mean plus z standard deviations of the pair's jitter.
+	SampleRTT(from netip.Addr, s world.Site, z float64) time.Duration
+}
+
+var (
+	_ World = (*world.World)(nil)
+	_ World = (*world.Geo)(nil)
+)
+
 // Prober answers probes for an evaluation: the RTT from a node address to
 // a site, unscaled.
 type Prober interface {
@@ -83,7 +107,7 @@ type Prober interface {
 
 // ModelProber answers probes from the world's latency model: the true mean
 // RTT, as a perfect probe would measure it.
-type ModelProber struct{ World *world.World }
+type ModelProber struct{ World World }
 
 // Probe implements Prober.
 func (m ModelProber) Probe(_ context.Context, node netip.Addr, site world.Site) (time.Duration, error) {
@@ -100,7 +124,7 @@ func (m ModelProber) Probe(_ context.Context, node netip.Addr, site world.Site) 
 // are a function of Seed, the node and the site, so every strategy of a
 // run sees the same measurement of a pair, and a run is reproducible.
 type JitterProber struct {
-	World    *world.World
+	World    World
 	Attempts int
 	Seed     uint64
 }
@@ -138,7 +162,7 @@ func (o Outcome) IsOptimal() bool { return o.RTT <= o.Optimal+10*time.Microsecon
 // env is one run's setting: a world, its tree, a node subset and the
 // delegation table, with node names being their addresses.
 type env struct {
-	w       *world.World
+	w       World
 	tree    *subnet.Tree
 	nodes   []netip.Addr
 	names   []string
@@ -150,8 +174,8 @@ type env struct {
 	optimal map[int]time.Duration
 }
 
-func newEnv(w *world.World, tree *subnet.Tree, nodes []netip.Addr, p Prober) (*env, error) {
-	e := &env{w: w, tree: tree, nodes: nodes, prober: p, table: subnet.NewMemTable(), cache: &subnet.MemProbeCache{},
+func newEnv(w World, tree *subnet.Tree, nodes []netip.Addr, p Prober) (*env, error) {
+	e := &env{w: w, tree: tree, nodes: nodes, prober: p, table: subnet.NewMemTable(), cache: &subnet.MemProbeCache{Tree: tree},
 		byAddr: map[netip.Addr]world.Site{}, optimal: map[int]time.Duration{}}
 	for _, s := range w.Sites() {
 		for _, a := range s.Addrs {
@@ -232,7 +256,10 @@ func (e *env) optimalRTT(s world.Site) time.Duration {
 	if d, ok := e.optimal[s.ID]; ok {
 		return d
 	}
-	_, d, _ := e.w.Optimal(s, e.nodes)
+	d := subnet.Unreachable
+	for _, n := range e.nodes {
+		d = min(d, e.w.RTT(n, s))
+	}
 	e.optimal[s.ID] = d
 	return d
 }
@@ -327,8 +354,11 @@ type Stats struct {
 	ProbesPerURL float64 `json:"probes_per_url"`
 	ProbesPerNew float64 `json:"probes_per_new_subnet"`
 	ExcessMS     float64 `json:"excess_ms"` // mean over the sub-optimal ones; 0 when none
-	Suboptimal   int     `json:"suboptimal"`
-	MeanRTTMS    float64 `json:"mean_rtt_ms"`
+	// ExcessPerURLMS is the mean excess RTT over every delegated URL, 0
+	// for the optimal ones: what a user loses on average.
+	ExcessPerURLMS float64 `json:"excess_per_url_ms"`
+	Suboptimal     int     `json:"suboptimal"`
+	MeanRTTMS      float64 `json:"mean_rtt_ms"`
 }
 
 // Summarise computes the metrics of outcomes.
@@ -362,6 +392,7 @@ func Summarise(out []Outcome) Stats {
 		s.ExcessMS = excess / float64(subopt)
 	}
 	s.Suboptimal = subopt
+	s.ExcessPerURLMS = excess / float64(s.URLs)
 	s.MeanRTTMS = rtt / float64(s.URLs)
 	return s
 }
@@ -370,7 +401,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // pickNodes returns k node addresses of the world, a different subset per
 // seed, spread over distinct locations when the world has enough.
-func pickNodes(w *world.World, k int, rng *rand.Rand) ([]netip.Addr, error) {
+func pickNodes(w World, k int, rng *rand.Rand) ([]netip.Addr, error) {
 	all := w.Nodes()
 	if k > len(all) {
 		return nil, fmt.Errorf("%d nodes asked, the world has %d", k, len(all))
@@ -400,7 +431,7 @@ func pickNodes(w *world.World, k int, rng *rand.Rand) ([]netip.Addr, error) {
 
 // evalSites returns the sites that take part: every site but the hostile
 // ones, which serve no real pages.
-func evalSites(w *world.World) []world.Site {
+func evalSites(w World) []world.Site {
 	var out []world.Site
 	for _, s := range w.Sites() {
 		if s.Hostile == world.NotHostile && len(s.Addrs) > 0 {

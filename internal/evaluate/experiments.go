@@ -35,7 +35,7 @@ func usesThreshold(name string) bool { return name == IPMicra || name == Guided 
 // and node count, the sites are shuffled, the first TrainFraction of them
 // delegated optimally, and the rest delegated by each strategy, starting
 // from the same trained table each time.
-func Split(ctx context.Context, w *world.World, tree *subnet.Tree, p Prober, cfg Config) ([]Result, error) {
+func Split(ctx context.Context, w World, tree *subnet.Tree, p Prober, cfg Config) ([]Result, error) {
 	sites := evalSites(w)
 	if len(sites) == 0 {
 		return nil, errNoSites
@@ -148,6 +148,7 @@ func aggregate(ss []Stats) (mean, std Stats) {
 	mean.ProbesPerURL, std.ProbesPerURL = col(func(s Stats) float64 { return s.ProbesPerURL })
 	mean.ProbesPerNew, std.ProbesPerNew = col(func(s Stats) float64 { return s.ProbesPerNew })
 	mean.ExcessMS, std.ExcessMS = col(func(s Stats) float64 { return s.ExcessMS })
+	mean.ExcessPerURLMS, std.ExcessPerURLMS = col(func(s Stats) float64 { return s.ExcessPerURLMS })
 	mean.MeanRTTMS, std.MeanRTTMS = col(func(s Stats) float64 { return s.MeanRTTMS })
 	return mean, std
 }
@@ -169,7 +170,7 @@ type Curve struct {
 // Progressive delegates up to cfg.Progressive sites one after the other
 // with IPMicra from a clean start (only the nodes' own subnets delegated)
 // for each threshold, with nodes nodes, and returns the curves.
-func Progressive(ctx context.Context, w *world.World, tree *subnet.Tree, p Prober, nodes int, seed int64, cfg Config) ([]Curve, error) {
+func Progressive(ctx context.Context, w World, tree *subnet.Tree, p Prober, nodes int, seed int64, cfg Config) ([]Curve, error) {
 	sites := evalSites(w)
 	if len(sites) == 0 {
 		return nil, errNoSites

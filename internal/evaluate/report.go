@@ -24,18 +24,21 @@ type Paper struct {
 	OptimalPct   float64 // -1 when not published
 	ProbesPerURL float64
 	ExcessMS     float64 // -1 when not published
-	Note         string
+	// ExcessPerURLMS is the excess over every URL, derived from the
+	// published optimal share and excess (-1 when either is missing).
+	ExcessPerURLMS float64
+	Note           string
 }
 
 // Published lists the paper's figures that micra's results are set beside.
 var Published = []Paper{
-	{IPMicra, 12, 25, 90, 2051.0 / 350, 5.6, "thesis 8.6: 313/350 optimal, 2051 probes"},
-	{IPMicra, 12, 50, 75, 1048.0 / 350, 13, "thesis 8.6 and paper IV: 261/350 optimal, 1048 probes"},
-	{IPMicra, 12, 100, 53, 617.0 / 350, 29.9, "thesis 8.6: 187/350 optimal, 617 probes"},
-	{IPMicra, 6, 25, -1, 0.67 * 6, -1, "thesis table 8.3: 67 % of brute force's probes"},
-	{IPMicra, 6, 50, -1, 0.45 * 6, -1, "thesis table 8.3: 45 % of brute force's probes"},
-	{Brute, 12, 0, 100, 12, 0, "thesis 8.6: 12 × 350 = 4200 probes"},
-	{HiMicra, 12, 50, -1, 6, -1, "thesis 8.5: about half of brute force's probes"},
+	{IPMicra, 12, 25, 90, 2051.0 / 350, 5.6, 5.6 * 37 / 350, "thesis 8.6: 313/350 optimal, 2051 probes"},
+	{IPMicra, 12, 50, 75, 1048.0 / 350, 13, 13.0 * 89 / 350, "thesis 8.6 and paper IV: 261/350 optimal, 1048 probes"},
+	{IPMicra, 12, 100, 53, 617.0 / 350, 29.9, 29.9 * 163 / 350, "thesis 8.6: 187/350 optimal, 617 probes"},
+	{IPMicra, 6, 25, -1, 0.67 * 6, -1, -1, "thesis table 8.3: 67 % of brute force's probes"},
+	{IPMicra, 6, 50, -1, 0.45 * 6, -1, -1, "thesis table 8.3: 45 % of brute force's probes"},
+	{Brute, 12, 0, 100, 12, 0, 0, "thesis 8.6: 12 × 350 = 4200 probes"},
+	{HiMicra, 12, 50, -1, 6, -1, -1, "thesis 8.5: about half of brute force's probes"},
 }
 
 // published returns the paper's figure for a result, if any.
@@ -51,19 +54,19 @@ func published(r Result) (Paper, bool) {
 // WriteTable prints the split results with the paper's figures beside.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tnodes\tthreshold ms\toptimal %\tprobes/URL\tprobes/new subnet\texcess ms\tpooled\tnew/URLs\t\tpaper: optimal %\tprobes/URL\texcess ms\t")
+	fmt.Fprintln(tw, "strategy\tnodes\tthreshold ms\toptimal %\tprobes/URL\tprobes/new subnet\texcess ms\tpooled\texcess/URL ms\tnew/URLs\t\tpaper: optimal %\tprobes/URL\texcess ms\texcess/URL\t")
 	for _, r := range results {
 		th := "-"
 		if r.ThresholdMS > 0 {
 			th = strconv.FormatFloat(r.ThresholdMS, 'f', 0, 64)
 		}
-		paper := "\t\t\t"
+		paper := "\t\t\t\t"
 		if p, ok := published(r); ok {
-			paper = fmt.Sprintf("%s\t%.2f\t%s\t", orDash(p.OptimalPct, "%.0f"), p.ProbesPerURL, orDash(p.ExcessMS, "%.1f"))
+			paper = fmt.Sprintf("%s\t%.2f\t%s\t%s\t", orDash(p.OptimalPct, "%.0f"), p.ProbesPerURL, orDash(p.ExcessMS, "%.1f"), orDash(p.ExcessPerURLMS, "%.2f"))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f ±%.1f\t%.2f ±%.2f\t%.2f ±%.2f\t%.1f ±%.1f\t%.1f\t%d/%d\t\t%s\n",
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f ±%.1f\t%.2f ±%.2f\t%.2f ±%.2f\t%.1f ±%.1f\t%.1f\t%.2f ±%.2f\t%d/%d\t\t%s\n",
 			r.Strategy, r.Nodes, th, r.OptimalPct, r.Std.OptimalPct, r.ProbesPerURL, r.Std.ProbesPerURL,
-			r.ProbesPerNew, r.Std.ProbesPerNew, r.ExcessMS, r.Std.ExcessMS, r.PooledExcessMS, r.New, r.URLs, paper)
+			r.ProbesPerNew, r.Std.ProbesPerNew, r.ExcessMS, r.Std.ExcessMS, r.PooledExcessMS, r.ExcessPerURLMS, r.Std.ExcessPerURLMS, r.New, r.URLs, paper)
 	}
 	return tw.Flush()
 }
@@ -93,13 +96,13 @@ func WriteCSV(w io.Writer, results []Result) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"strategy", "nodes", "threshold_ms", "seeds", "delegated", "new_subnets",
 		"optimal_pct", "optimal_pct_std", "probes_per_url", "probes_per_url_std", "probes_per_new_subnet",
-		"probes_per_new_subnet_std", "excess_ms", "excess_ms_std", "mean_rtt_ms", "setup_probes", "pooled_excess_ms"})
+		"probes_per_new_subnet_std", "excess_ms", "excess_ms_std", "mean_rtt_ms", "setup_probes", "pooled_excess_ms", "excess_per_url_ms", "excess_per_url_ms_std"})
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 4, 64) }
 	for _, r := range results {
 		_ = cw.Write([]string{r.Strategy, strconv.Itoa(r.Nodes), f(r.ThresholdMS), strconv.Itoa(r.Seeds),
 			strconv.Itoa(r.URLs), strconv.Itoa(r.New), f(r.OptimalPct), f(r.Std.OptimalPct), f(r.ProbesPerURL),
 			f(r.Std.ProbesPerURL), f(r.ProbesPerNew), f(r.Std.ProbesPerNew), f(r.ExcessMS), f(r.Std.ExcessMS),
-			f(r.MeanRTTMS), f(r.SetupProbes), f(r.PooledExcessMS)})
+			f(r.MeanRTTMS), f(r.SetupProbes), f(r.PooledExcessMS), f(r.ExcessPerURLMS), f(r.Std.ExcessPerURLMS)})
 	}
 	cw.Flush()
 	return cw.Error()

@@ -1,7 +1,8 @@
 // Package world is micra's emulated Internet: the test bed that
 // integration tests, benchmarks and the demo run against, since no real
 // Internet is reachable. It owns everything of that Internet and nothing of
-// micra's: it imports only the subnet package (to read real registry data
+// micra's: it imports only the subnet and internal/geo packages (to read
+// real registry and geolocation data
 // and to load its own registry files back) and never node, overlay, crawl
 // or libp2p.
 //
@@ -40,6 +41,18 @@
 // the true (mean, unscaled) values: the oracle for optimal delegation.
 // Addresses outside every organisation's range, and any address outside
 // 127/8, are at Params.DefaultCity with a 5 ms last mile.
+//
+// # Real-geo worlds
+//
+// NewGeo builds a Geo instead: real addresses (from a geolocation file,
+// ReadGeoSites) in a real hierarchy, each at its own coordinates, placed
+// at the nearest location of the latency data with a last mile for the
+// rest of the way (LastMileMS: fibre at 200 km/ms, a path twice the great
+// circle, there and back), and nodes at the latency data's locations
+// drawn with a seed, each with its own access delay (1 to 10 ms) and an
+// address in its country's registry allocations. A Geo serves nothing: it
+// answers the same questions as a World (sites, nodes, true RTTs) for
+// evaluations on the real Internet's structure.
 //
 // # Serving
 //

@@ -33,31 +33,42 @@ func (w *World) endpointU(u uint32) endpoint {
 }
 
 // meanRTT returns the model's mean RTT in ms between two endpoints.
-func (w *World) meanRTT(x, y endpoint) float64 {
-	base := w.p.IntraCityRTT
+func (w *World) meanRTT(x, y endpoint) float64 { return w.lat.meanRTT(x, y, w.p.IntraCityRTT) }
+
+// sampleRTT returns one RTT in ms between two endpoints (see
+// latencyData.sampleRTT).
+func (w *World) sampleRTT(x, y endpoint, z float64) float64 {
+	return w.lat.sampleRTT(x, y, w.p.IntraCityRTT, w.p.Jitter, z)
+}
+
+// meanRTT returns the mean RTT in ms between two endpoints: the measured
+// RTT between their locations (intra, in ms, within one location) plus the
+// last mile of each.
+func (d *latencyData) meanRTT(x, y endpoint, intra float64) float64 {
+	base := intra
 	if x.loc != y.loc {
-		base = w.lat.at(x.loc, y.loc)
+		base = d.at(x.loc, y.loc)
 	}
 	return base + x.lastMile + y.lastMile
 }
 
 // jitterSD returns the standard deviation in ms of one RTT sample: the
 // measured deviation between the two locations plus a twentieth of the
-// last miles, times Params.Jitter.
-func (w *World) jitterSD(x, y endpoint) float64 {
+// last miles, times jitter.
+func (d *latencyData) jitterSD(x, y endpoint, jitter float64) float64 {
 	dev := 0.1
 	if x.loc != y.loc {
-		dev = w.lat.dev(x.loc, y.loc)
+		dev = d.dev(x.loc, y.loc)
 	}
-	return w.p.Jitter * (dev + 0.05*(x.lastMile+y.lastMile))
+	return jitter * (dev + 0.05*(x.lastMile+y.lastMile))
 }
 
 // sampleRTT returns one RTT in ms: the mean plus a normal jitter clipped
 // at two deviations (so the mean is kept), never below half the mean.
-func (w *World) sampleRTT(x, y endpoint, z float64) float64 {
-	m := w.meanRTT(x, y)
+func (d *latencyData) sampleRTT(x, y endpoint, intra, jitter, z float64) float64 {
+	m := d.meanRTT(x, y, intra)
 	z = math.Max(-2, math.Min(2, z))
-	return math.Max(m/2, m+z*w.jitterSD(x, y))
+	return math.Max(m/2, m+z*d.jitterSD(x, y, jitter))
 }
 
 // bandwidth returns a path's throughput in bytes/s.

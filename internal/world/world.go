@@ -349,6 +349,7 @@ type Site struct {
 	Org     string   // display name of the organisation holding the address
 	Loc     Location // of the first address; a CDN-like site is at every point of presence
 	Subnet  subnet.Range
+	Place   Place       // a real-geo site's own place (Geo); zero in a generated world, whose sites are at Loc
 	Hostile HostileKind // NotHostile for a normal site
 	Pages   int         // pages reachable by links from the home page, listed by World.Pages
 

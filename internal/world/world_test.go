@@ -544,8 +544,8 @@ func TestRTTModel(t *testing.T) {
 	r := newRNG(1, "jitter-test")
 	for range 20000 {
 		v := w.sampleRTT(x, y, r.norm())
-		if v < m/2 || v > m+2*w.jitterSD(x, y)+1e-9 {
-			t.Fatalf("sample %v outside [%v, %v]", v, m/2, m+2*w.jitterSD(x, y))
+		if v < m/2 || v > m+2*w.lat.jitterSD(x, y, w.p.Jitter)+1e-9 {
+			t.Fatalf("sample %v outside [%v, %v]", v, m/2, m+2*w.lat.jitterSD(x, y, w.p.Jitter))
 		}
 		sum += v
 	}

@@ -1,0 +1,150 @@
+package evaluate
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/micra-net/micra/internal/world"
+)
+
+// geoData returns the shared data directory and the DB-IP file in it,
+// skipping without them unless CI is set.
+func geoData(t *testing.T) (dir, dbip string) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("real-data tests run without -race")
+	}
+	dir, err := world.FindDataDir("")
+	if err == nil {
+		dbip = filepath.Join(dir, world.DBIPFile)
+		_, err = os.Stat(dbip)
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI needs the real data: %v", err)
+		}
+		t.Skipf("real data not found: %v", err)
+	}
+	return dir, dbip
+}
+
+// checkInvariants checks what holds of every evaluation's results.
+func checkInvariants(t *testing.T, res []Result, nodes int) {
+	t.Helper()
+	get := func(name string) Result {
+		for _, r := range res {
+			if r.Strategy == name && r.Nodes == nodes {
+				return r
+			}
+		}
+		t.Fatalf("no result for %s", name)
+		return Result{}
+	}
+	oracle, brute, random := get(OracleStr), get(Brute), get(Random)
+	if brute.OptimalPct != oracle.OptimalPct || brute.ProbesPerNew != float64(nodes) || oracle.ProbesPerURL != 0 {
+		t.Errorf("brute force %+v against the oracle %+v", brute.Stats, oracle.Stats)
+	}
+	for _, r := range res {
+		if r.Nodes != nodes {
+			continue
+		}
+		if r.Strategy != OracleStr && r.OptimalPct > oracle.OptimalPct+1e-9 {
+			t.Errorf("%s beats the oracle: %.1f %% > %.1f %%", r.Strategy, r.OptimalPct, oracle.OptimalPct)
+		}
+		// The excess per URL spreads the excess of the sub-optimal ones
+		// over every URL.
+		if r.Seeds == 1 && math.Abs(r.ExcessPerURLMS*float64(r.URLs)-r.ExcessMS*float64(r.Suboptimal)) > 1e-6*float64(r.URLs) {
+			t.Errorf("%s: excess per URL %.3f × %d URLs ≠ excess %.3f × %d sub-optimal", r.Strategy, r.ExcessPerURLMS, r.URLs, r.ExcessMS, r.Suboptimal)
+		}
+		if r.Strategy != Random && r.ExcessPerURLMS >= random.ExcessPerURLMS {
+			t.Errorf("%s loses as much per URL as random: %.2f ms", r.Strategy, r.ExcessPerURLMS)
+		}
+		if r.Strategy == IPMicra || r.Strategy == Guided {
+			if r.ProbesPerNew >= brute.ProbesPerNew || r.OptimalPct <= random.OptimalPct {
+				t.Errorf("%s %+v is no better than the baselines", r.Strategy, r.Stats)
+			}
+		}
+	}
+}
+
+// TestGeoFile: a hand-made file of real server addresses (an ipv4 column,
+// extra columns, one bad row) is a real-geo world like any other.
+func TestGeoFile(t *testing.T) {
+	dir, _ := geoData(t)
+	var b strings.Builder
+	b.WriteString("name,ipv4,latitude,longitude,country_code\n")
+	// Addresses of well-known networks in several countries, at their
+	// operators' main cities (approximate, for the test).
+	rows := []struct {
+		ip       string
+		lat, lon float64
+		cc       string
+	}{
+		{"8.8.8.8", 37.42, -122.08, "US"}, {"1.1.1.1", -33.87, 151.21, "AU"}, {"9.9.9.9", 47.37, 8.54, "CH"},
+		{"81.2.69.142", 51.51, -0.13, "GB"}, {"193.0.6.139", 52.37, 4.9, "NL"}, {"202.12.29.205", -27.47, 153.02, "AU"},
+		{"200.160.2.3", -23.55, -46.63, "BR"}, {"196.216.2.6", -20.16, 57.5, "MU"}, {"203.119.101.61", 35.68, 139.69, "JP"},
+		{"84.200.69.80", 50.11, 8.68, "DE"}, {"77.88.8.8", 55.75, 37.62, "RU"}, {"114.114.114.114", 32.06, 118.79, "CN"},
+		{"80.80.80.80", 52.37, 4.9, "NL"}, {"156.154.70.1", 38.9, -77.04, "US"}, {"64.6.64.6", 38.95, -77.45, "US"},
+		{"185.228.168.9", 51.51, -0.13, "GB"}, {"94.140.14.14", 34.68, 33.04, "CY"}, {"180.76.76.76", 39.9, 116.4, "CN"},
+		{"168.126.63.1", 37.57, 126.98, "KR"}, {"203.80.96.10", 22.32, 114.17, "HK"},
+	}
+	for i, r := range rows {
+		fmt.Fprintf(&b, "s%d,%s,%v,%v,%s\n", i, r.ip, r.lat, r.lon, r.cc)
+	}
+	b.WriteString("bad,not-an-address,1,2,XX\n")
+	path := filepath.Join(t.TempDir(), "servers.csv")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, info, err := LoadGeo(context.Background(), GeoConfig{Path: path, Sites: 1000, Seed: 1, Nodes: 12, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.File.Rows != len(rows) || info.File.Skipped != 1 || info.File.Sampled != len(rows) || len(g.Sites())+g.Dropped() != len(rows) {
+		t.Fatalf("read %+v, %d sites, %d dropped", info.File, len(g.Sites()), g.Dropped())
+	}
+	for _, s := range g.Sites() {
+		if s.Name == "8.8.8.8" && (s.Place.Country != "US" || s.Loc.Country != "US") {
+			t.Errorf("8.8.8.8 placed at %+v, %s", s.Place, s.Loc.City)
+		}
+	}
+	if _, _, err := LoadGeo(context.Background(), GeoConfig{Path: path, Strict: true, Seed: 1, Nodes: 12, DataDir: dir}); err == nil {
+		t.Error("strict accepted the bad row")
+	}
+	cfg := DefaultConfig()
+	cfg.Seeds, cfg.Nodes, cfg.Thresholds = []int64{1}, []int{12}, []time.Duration{50 * time.Millisecond}
+	res, err := Split(context.Background(), g, info.Tree, ModelProber{g}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != len(AllStrategies) {
+		t.Fatalf("%d results", len(res))
+	}
+}
+
+// TestGeoSplit runs every strategy on real structure: sites sampled from
+// DB-IP City Lite in the real hierarchy, 12 and 100 nodes.
+func TestGeoSplit(t *testing.T) {
+	dir, dbip := geoData(t)
+	g, info, err := LoadGeo(context.Background(), GeoConfig{Path: dbip, Sites: 400, Seed: 3, Nodes: 100, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Sites()) < 390 || info.File.Rows < 6_000_000 || info.File.Skipped != 0 {
+		t.Fatalf("%d sites of %+v", len(g.Sites()), info.File)
+	}
+	cfg := DefaultConfig()
+	cfg.Seeds, cfg.Nodes, cfg.Thresholds = []int64{3}, []int{12, 100}, []time.Duration{50 * time.Millisecond}
+	res, err := Split(context.Background(), g, info.Tree, ModelProber{g}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, res, 12)
+	checkInvariants(t, res, 100)
+}

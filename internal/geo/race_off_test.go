@@ -1,0 +1,5 @@
+//go:build !race
+
+package geo
+
+const raceEnabled = false
