@@ -106,6 +106,7 @@ type Probe struct {
 // Decision is the outcome of a delegation search for one address.
 type Decision struct {
 	Subnet ID            // the range delegated: the smallest non-unary range of the address
+	Part   Range         // the part of Subnet delegated apart (DelegatePart) or holding the address (StepOwned); zero for the whole range
 	Node   string        // the node it goes to
 	RTT    time.Duration // Node's probe, or Unreachable when none was needed
 	Step   Step
@@ -254,8 +255,11 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 		return Decision{}, fmt.Errorf("invalid address %v", addr)
 	}
 	d := Decision{Subnet: s, RTT: Unreachable}
-	if node, ok := owner(m.Table, s); ok {
-		d.Node, d.Step = node, StepOwned
+	if h, ok := Holder(t, m.Table, addr); ok {
+		d.Node, d.Step = h.Node, StepOwned
+		if h.Range != t.Range(s) {
+			d.Part = h.Range
+		}
 		return d, nil
 	}
 	r := &run{m: m, ctx: ctx, addr: addr, subnet: t.Range(s), cfg: cfg, d: &d, asked: map[string]bool{}}
@@ -284,20 +288,24 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 		return r.guided(s, nil)
 	}
 
-	// 3. Bottom-up through the hierarchy.
-	for nodes := range m.levels(s) {
+	return r.bottomUp(s)
+}
+
+// bottomUp runs the paper's steps 3 and 4 for S: bottom-up through the
+// hierarchy, then everybody else; the first answer under the threshold
+// wins, else the best.
+func (r *run) bottomUp(s ID) (Decision, error) {
+	for nodes := range r.m.levels(s) {
 		if won, err := r.tryAll(nodes, StepHierarchy); won || err != nil {
-			return d, err
+			return *r.d, err
 		}
 		if r.capped() {
 			break
 		}
 	}
-
-	// 4. Everybody else, then the best.
-	if !cfg.NoFallback && !r.capped() {
-		if won, err := r.tryAll(m.Table.Nodes(), StepHierarchy); won || err != nil {
-			return d, err
+	if !r.cfg.NoFallback && !r.capped() {
+		if won, err := r.tryAll(r.m.Table.Nodes(), StepHierarchy); won || err != nil {
+			return *r.d, err
 		}
 	}
 	return r.best()

@@ -19,6 +19,10 @@ var (
 
 	// ErrTooLarge is returned when an input exceeds a configured size limit.
 	ErrTooLarge = errors.New("input too large")
+
+	// ErrBadPart is returned when a part to delegate apart is not inside
+	// the range of the address it is searched for.
+	ErrBadPart = errors.New("not a part of the range")
 )
 
 func errCorrupt(what string) error { return fmt.Errorf("%w: %s", ErrCorruptSnapshot, what) }

@@ -321,8 +321,8 @@ type guide struct {
 	trusted   bool    // some profile may model S
 }
 
-func newGuide(t *Tree, idx ProbeIndex, s ID, cfg SearchConfig, nodes []string) *guide {
-	g := &guide{tree: t, idx: idx, self: t.Range(s), s: s, cc: t.Country(s), org: t.Org(s), x: s, margin: cfg.Margin, tolerance: cfg.Tolerance, seen: map[Range]bool{}, nodes: nodes}
+func newGuide(t *Tree, idx ProbeIndex, s ID, self Range, cfg SearchConfig, nodes []string) *guide {
+	g := &guide{tree: t, idx: idx, self: self, s: s, cc: t.Country(s), org: t.Org(s), x: s, margin: cfg.Margin, tolerance: cfg.Tolerance, seen: map[Range]bool{}, nodes: nodes}
 	if cfg.Between != nil {
 		memo := map[[2]string]time.Duration{}
 		g.between = func(a, b string) (time.Duration, bool) {
@@ -629,12 +629,19 @@ func (r *run) guided(s ID, orgNodes []string) (Decision, error) {
 	for i, c := range cands {
 		nodes[i] = c.node
 	}
-	g := newGuide(m.Tree, idx, s, cfg, nodes)
-	g.update(cands, Unreachable)
+	g := newGuide(m.Tree, idx, s, r.subnet, cfg, nodes)
+	// Answers the search was given (DelegatePart's observation).
+	best := Unreachable
+	for _, p := range r.d.Probes {
+		best = min(best, p.RTT)
+		g.observe(p.Node, p.RTT)
+		r.bound(cands, p.Node, p.RTT)
+	}
+	g.update(cands, best)
 	// The paper takes the organisation's only node without probing; so do
 	// we when the stored probes agree: it is the node predicted nearest,
 	// under the threshold.
-	if len(orgNodes) == 1 && g.trusted {
+	if len(orgNodes) == 1 && g.trusted && len(r.d.Probes) == 0 {
 		var top *candidate
 		for _, c := range cands {
 			if c.pred >= 0 && (top == nil || c.pred < top.pred) {
@@ -646,7 +653,6 @@ func (r *run) guided(s ID, orgNodes []string) (Decision, error) {
 			return *r.d, nil
 		}
 	}
-	best := Unreachable
 	for !r.capped() {
 		// The most promising node that may still beat the best.
 		var next *candidate

@@ -46,6 +46,7 @@ type benchJSON struct {
 	Probes      string            `json:"probes"`
 	WorldSites  int               `json:"world_sites"`
 	Seeds       []int64           `json:"seeds"`
+	SplitMS     int               `json:"split_ms"` // 0: whole ranges
 	Results     []evaluate.Result `json:"results"`
 	Progressive []evaluate.Curve  `json:"progressive"`
 	Paper       []evaluate.Paper  `json:"paper"`
@@ -79,6 +80,7 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	fromReal := fs.Bool("from-real", true, "derive a generated world's allocation structure from the real RIR and ip2asn data")
 	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
 	progressive := fs.Int("progressive", 1000, "sites in the progressive-learning run (0 skips it)")
+	split := fs.Int("split", 10, "delegate parts of registry ranges apart: a site its range's holder measures more than `MS` slower than its probe of the range has the part holding it searched apart (0: whole ranges, as the paper)")
 	probes := fs.String("probes", "model", "what a probe answers: model (the true mean RTT) or jitter (the least of 3 samples of the world's per-request jitter, as a timed probe measures)")
 	asJSON := fs.Bool("json", false, "print the results as one JSON object")
 	csvOut := fs.String("csv", "", "write the results as CSV to `FILE`")
@@ -119,6 +121,10 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 		cfg.Seeds = append(cfg.Seeds, *seed+int64(i))
 	}
 	cfg.Progressive = *progressive
+	if *split < 0 {
+		return fmt.Errorf("%w: --split must not be negative", errUsage)
+	}
+	cfg.Split = time.Duration(*split) * time.Millisecond
 
 	if *geoFile != "" && *worldDir != "" {
 		return fmt.Errorf("%w: --geo and --world exclude each other", errUsage)
@@ -194,7 +200,7 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 		}
 	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(benchJSON{World: params, Geo: geoOut, Probes: *probes, WorldSites: len(w.Sites()), Seeds: cfg.Seeds,
+		return json.NewEncoder(stdout).Encode(benchJSON{World: params, Geo: geoOut, Probes: *probes, SplitMS: *split, WorldSites: len(w.Sites()), Seeds: cfg.Seeds,
 			Results: results, Progressive: curves, Paper: evaluate.Published, Elapsed: time.Since(start).Seconds()})
 	}
 	fmt.Fprintf(stdout, "Training split (thesis 8.6): %.0f %% of the sites delegated optimally, the rest by each strategy; mean ± sd over %d seeds; probes: %s.\n\n",

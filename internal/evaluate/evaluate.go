@@ -61,6 +61,13 @@ type Config struct {
 	HiMicraSample int             // sites every node probes to build HiMicra's hierarchy (100)
 	Branching     int             // HiMicra's branching factor (2, as in the thesis)
 	Progressive   int             // sites in the progressive-learning run (1000; 0 skips it)
+	// Split delegates parts of registry ranges apart (subnet.DelegatePart):
+	// a site whose range's holder measures it more than Split slower than
+	// its stored probe of the range (the crawl's own timing) has the part
+	// holding it searched apart, by the strategies that can (the paper's
+	// search, the guided search, brute force, oracle). 0 keeps whole
+	// ranges, as the paper did.
+	Split time.Duration
 }
 
 // DefaultConfig returns the paper's setup: 6 and 12 nodes (and 25, 50 for
@@ -75,6 +82,7 @@ func DefaultConfig() Config {
 		HiMicraSample: 100,
 		Branching:     2,
 		Progressive:   1000,
+		Split:         10 * time.Millisecond,
 	}
 }
 
@@ -152,7 +160,8 @@ type Outcome struct {
 	RTT     time.Duration // true RTT of the delegated node
 	Optimal time.Duration // true RTT of the best node
 	Probes  int           // probe requests issued
-	New     bool          // the site's subnet was not delegated before
+	New     bool          // the site's subnet was not delegated before, or a part of it was searched apart
+	Split   bool          // a part of the site's delegated range was searched apart (Config.Split)
 	Step    subnet.Step
 }
 
@@ -170,7 +179,8 @@ type env struct {
 	cache   *subnet.MemProbeCache
 	prober  Prober
 	byAddr  map[netip.Addr]world.Site
-	issued  int // probes issued through probeAdapter
+	issued  int           // probes issued through probeAdapter
+	split   time.Duration // Config.Split; 0: no parts delegated apart
 	optimal map[int]time.Duration
 }
 
@@ -193,7 +203,7 @@ func newEnv(w World, tree *subnet.Tree, nodes []netip.Addr, p Prober) (*env, err
 			return nil, fmt.Errorf("node %s has no subnet in the world's hierarchy", n)
 		}
 		if _, owned := first(e.table.Owned(id, id)); !owned {
-			e.table.Set(id, n.String())
+			e.table.SetAt(id, n.String(), n)
 		}
 	}
 	return e, nil
@@ -243,6 +253,16 @@ func (e *env) home(node string) (subnet.Range, bool) {
 		return subnet.Range{}, false
 	}
 	return e.tree.Range(id), true
+}
+
+// rttTo returns the model's RTT from node to address a: a site's, or
+// another node's.
+func (e *env) rttTo(node string, a netip.Addr) time.Duration {
+	if s, ok := e.byAddr[a]; ok {
+		return e.trueRTT(node, s)
+	}
+	n, _ := netip.ParseAddr(node)
+	return e.w.RTTAddr(n, a)
 }
 
 // trueRTT returns the model's RTT from node to s.
@@ -302,34 +322,65 @@ func (e *env) strategy(ctx context.Context, name string, th time.Duration, rng *
 	return nil, 0, fmt.Errorf("unknown strategy %q", name)
 }
 
-// delegate runs one strategy on site s and records the decision.
+// delegate runs one strategy on site s and records the decision. With
+// splitting on (env.split), a site in a delegated range that its holder
+// measures more than split slower than its stored probe of the range (the
+// crawl's timing: no probe is counted) has the part holding it searched
+// apart (subnet.DelegatePart), by the strategies that can.
 func (e *env) delegate(ctx context.Context, st subnet.Strategy, s world.Site) (Outcome, error) {
 	before := e.issued
-	d, err := st.Delegate(ctx, s.Addrs[0])
+	a := s.Addrs[0]
+	d, err := st.Delegate(ctx, a)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("site %s: %w", s.Name, err)
 	}
-	if d.Step != subnet.StepOwned {
-		e.table.Set(d.Subnet, d.Node)
+	switch ps, ok := st.(subnet.PartStrategy); {
+	case d.Step != subnet.StepOwned:
+		e.table.SetAt(d.Subnet, d.Node, a)
+	case ok && e.split > 0:
+		h, _ := subnet.Holder(e.tree, e.table, a)
+		observed := e.trueRTT(h.Node, s)
+		if !h.Addr.IsValid() || observed <= e.rttTo(h.Node, h.Addr)+e.split {
+			break
+		}
+		part, ok := subnet.SplitRange(h, a)
+		if !ok {
+			break
+		}
+		if d, err = ps.DelegatePart(ctx, a, part, h.Node, observed); err != nil {
+			return Outcome{}, fmt.Errorf("site %s, part %s: %w", s.Name, part, err)
+		}
+		e.table.SetPart(d.Subnet, subnet.Part{Range: part, Node: d.Node, Addr: a})
 	}
 	n, _ := netip.ParseAddr(d.Node)
 	return Outcome{
 		Site: s.ID, Node: n, RTT: e.trueRTT(d.Node, s), Optimal: e.optimalRTT(s),
-		Probes: e.issued - before, New: d.Step != subnet.StepOwned, Step: d.Step,
+		Probes: e.issued - before, New: d.Step != subnet.StepOwned, Split: d.Part.Start.IsValid() && d.Step != subnet.StepOwned, Step: d.Step,
 	}, nil
 }
 
 // train records the optimal delegation of s and keeps every node's probe
 // of it, as the training of the split experiment did (thesis 8.6 steps
 // 2-4: subset A was probed by all crawlers and delegated by the probes).
-// Its probes are not counted.
+// With splitting on, a site in a delegated range whose holder is more than
+// split slower than the best node has its part delegated apart to it. Its
+// probes are not counted.
 func (e *env) train(ctx context.Context, s world.Site) error {
-	id := e.tree.SmallestNonUnary(s.Addrs[0])
-	if _, owned := first(e.table.Owned(id, id)); owned {
-		return nil
-	}
+	a := s.Addrs[0]
+	id := e.tree.SmallestNonUnary(a)
 	r := e.tree.Range(id)
+	h, owned := subnet.Holder(e.tree, e.table, a)
+	if owned {
+		if e.split <= 0 {
+			return nil
+		}
+		var ok bool
+		if r, ok = subnet.SplitRange(h, a); !ok {
+			return nil
+		}
+	}
 	best, bestRTT := "", subnet.Unreachable
+	var holderRTT time.Duration
 	for i, n := range e.nodes {
 		rtt, err := e.prober.Probe(ctx, n, s)
 		if err != nil {
@@ -339,9 +390,16 @@ func (e *env) train(ctx context.Context, s world.Site) error {
 		if rtt < bestRTT {
 			best, bestRTT = e.names[i], rtt
 		}
+		if owned && e.names[i] == h.Node {
+			holderRTT = rtt
+		}
 	}
-	if best != "" {
-		e.table.Set(id, best)
+	switch {
+	case best == "":
+	case !owned:
+		e.table.SetAt(id, best, a)
+	case holderRTT > bestRTT+e.split:
+		e.table.SetPart(id, subnet.Part{Range: r, Node: best, Addr: a})
 	}
 	return nil
 }
@@ -358,6 +416,7 @@ type Stats struct {
 	// for the optimal ones: what a user loses on average.
 	ExcessPerURLMS float64 `json:"excess_per_url_ms"`
 	Suboptimal     int     `json:"suboptimal"`
+	Splits         int     `json:"splits"` // parts of delegated ranges searched apart (Config.Split), counted in New
 	MeanRTTMS      float64 `json:"mean_rtt_ms"`
 }
 
@@ -372,6 +431,9 @@ func Summarise(out []Outcome) Stats {
 		rtt += ms(o.RTT)
 		if o.New {
 			s.New++
+		}
+		if o.Split {
+			s.Splits++
 		}
 		if o.IsOptimal() {
 			s.OptimalPct++

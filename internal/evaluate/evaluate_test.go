@@ -21,6 +21,7 @@ func TestSplit(t *testing.T) {
 	cfg.Seeds = []int64{1, 2}
 	cfg.Nodes = []int{6, 12}
 	cfg.Thresholds = []time.Duration{50 * time.Millisecond}
+	cfg.Split = 0 // whole ranges, as the paper: every strategy meets the same new subnets
 	res, err := Split(context.Background(), w, tree, ModelProber{w}, cfg)
 	if err != nil {
 		t.Fatal(err)

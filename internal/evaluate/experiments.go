@@ -74,6 +74,7 @@ func Split(ctx context.Context, w World, tree *subnet.Tree, p Prober, cfg Config
 					if err != nil {
 						return nil, err
 					}
+					e.split = cfg.Split
 					for _, s := range train {
 						if err := e.train(ctx, s); err != nil {
 							return nil, err
@@ -144,6 +145,8 @@ func aggregate(ss []Stats) (mean, std Stats) {
 	mean.URLs, mean.New = int(u+0.5), int(n+0.5)
 	sub, _ := col(func(s Stats) float64 { return float64(s.Suboptimal) })
 	mean.Suboptimal = int(sub + 0.5)
+	sp, _ := col(func(s Stats) float64 { return float64(s.Splits) })
+	mean.Splits = int(sp + 0.5)
 	mean.OptimalPct, std.OptimalPct = col(func(s Stats) float64 { return s.OptimalPct })
 	mean.ProbesPerURL, std.ProbesPerURL = col(func(s Stats) float64 { return s.ProbesPerURL })
 	mean.ProbesPerNew, std.ProbesPerNew = col(func(s Stats) float64 { return s.ProbesPerNew })
@@ -188,6 +191,7 @@ func Progressive(ctx context.Context, w World, tree *subnet.Tree, p Prober, node
 		if err != nil {
 			return nil, err
 		}
+		e.split = cfg.Split
 		st, _, err := e.strategy(ctx, IPMicra, th, rng, nil, cfg.Branching)
 		if err != nil {
 			return nil, err

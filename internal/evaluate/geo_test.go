@@ -47,7 +47,7 @@ func checkInvariants(t *testing.T, res []Result, nodes int) {
 		return Result{}
 	}
 	oracle, brute, random := get(OracleStr), get(Brute), get(Random)
-	if brute.OptimalPct != oracle.OptimalPct || brute.ProbesPerNew != float64(nodes) || oracle.ProbesPerURL != 0 {
+	if brute.OptimalPct != oracle.OptimalPct || brute.New != oracle.New || oracle.ProbesPerURL != 0 {
 		t.Errorf("brute force %+v against the oracle %+v", brute.Stats, oracle.Stats)
 	}
 	for _, r := range res {
