@@ -146,7 +146,7 @@ const confidence = 0.95
 // that is its own, with one more count for a place not seen yet (S's
 // place may be none of its neighbours'). Profiles that know one node are
 // left out of the total: one probe tells nothing of a place.
-func weigh(ps []*profile) {
+func weigh(ps []*profile) (unseen float64) {
 	n := 0.0
 	for _, p := range ps {
 		if len(p.rtt) >= 2 {
@@ -156,6 +156,7 @@ func weigh(ps []*profile) {
 	for _, p := range ps {
 		p.prior = p.weight / (n + 1)
 	}
+	return 1 / (n + 1)
 }
 
 // Weights of a profile by its relation to S (relation), from the real
@@ -234,20 +235,24 @@ type evidence struct {
 // best answer less the tolerance), given the evidence of the plausible
 // profiles: each one's prediction for the candidate less its error, or
 // nothing when it does not know the candidate. S is at one of their
-// places, or at a place no plausible profile models (one not seen, or one
-// whose profiles the answers refuted), where the answers fit the profiles
-// only by chance. The profiles that rule the candidate out (their
+// places, or at a place no answer bears on (open: a place not seen, or one
+// whose profiles know none of the nodes that answered), where the answers
+// fit the profiles only by chance; not at a place whose profiles the
+// answers refuted. The profiles that rule the candidate out (their
 // prediction is not below target) are weighed against those that give it a
 // chance (below it), each with its prior times its fit to the answers (a
-// profile that fits worse explains them less), and against the prior that
-// no plausible profile holds, which counts with the chance that the
-// answers fit the ruling profiles by chance. A plausible profile that does
+// profile that fits worse explains them less), and against open, which
+// counts with the chance that the answers fit the ruling profiles by
+// chance. A plausible profile that does
 // not know the candidate is neither: S may be at its place, where other
 // profiles may know the candidate. The candidate is pruned when the ruling
 // profiles hold S with probability at least confidence; with one plausible
-// profile that fits perfectly that is prior / (prior + (1 − prior) ·
-// chance). It returns the ruling profiles' lowest prediction, or -1 when
-// the candidate stays.
+// profile that fits perfectly that is prior / (prior + open · chance). It
+// returns the ruling profiles' lowest prediction, or -1 when the candidate
+// stays. Counting the refuted profiles' prior as open (the search before)
+// kept a Los Angeles site's search going after its country's rarer
+// western place was confirmed: most of the country's profiles were in the
+// east and refuted.
 //
 // Weighing only the places that rule a node out against chance (the
 // search before) let a rare place that fitted the answers prune a node
@@ -260,10 +265,9 @@ type evidence struct {
 // fitted the answers badly give a node the chance of its whole place: a
 // Sydney site, whose Australian place held a Canberra subnet 17.8 ms off
 // the answers, had Minneapolis asked at 284 ms after Honolulu answered 216.
-func prunable(ev []evidence, target time.Duration) time.Duration {
-	low, rule, give, priors, chance := time.Duration(-1), 0.0, 0.0, 0.0, 1.0
+func prunable(ev []evidence, open float64, target time.Duration) time.Duration {
+	low, rule, give, chance := time.Duration(-1), 0.0, 0.0, 1.0
 	for _, e := range ev {
-		priors += e.prior
 		if e.low < 0 {
 			continue
 		}
@@ -280,7 +284,7 @@ func prunable(ev []evidence, target time.Duration) time.Duration {
 	if rule == 0 {
 		return -1
 	}
-	against := give + max(0, 1-priors)*chance
+	against := give + open*chance
 	if rule/(rule+against) < confidence {
 		return -1
 	}
@@ -316,6 +320,7 @@ type guide struct {
 	tolerance time.Duration // SearchConfig.Tolerance
 	between   func(a, b string) (time.Duration, bool)
 	profiles  []*profile
+	unseen    float64 // the prior that S is at a place no profile models (weigh)
 	seen      map[Range]bool
 	answers   []Probe // the answers about S so far, failures left out
 	trusted   bool    // some profile may model S
@@ -405,7 +410,7 @@ func (g *guide) addPlaces(s ID) {
 		}
 	}
 	if len(g.profiles) > n {
-		weigh(g.profiles)
+		g.unseen = weigh(g.profiles)
 	}
 }
 
@@ -453,7 +458,7 @@ func (g *guide) add(x ID) bool {
 	if len(g.profiles) == n {
 		return false
 	}
-	weigh(g.profiles)
+	g.unseen = weigh(g.profiles)
 	return true
 }
 
@@ -537,6 +542,15 @@ func (g *guide) update(cands []*candidate, best time.Duration) {
 			}
 		}
 	}
+	// The prior that no answer bears on: a place not seen, and profiles
+	// that know none of the nodes that answered. Profiles the answers
+	// refuted hold none of it: S is not at their places.
+	open := g.unseen
+	for _, p := range g.profiles {
+		if p.matched == 0 {
+			open += p.prior
+		}
+	}
 	var preds []weighted
 	var ev []evidence
 	for _, c := range cands {
@@ -566,7 +580,7 @@ func (g *guide) update(cands []*candidate, best time.Duration) {
 				ev = append(ev, evidence{prior: p.prior, like: p.like, chance: p.chance, low: lo})
 			}
 		}
-		c.low = prunable(ev, target)
+		c.low = prunable(ev, open, target)
 		if len(preds) > 0 {
 			// The prediction is the profiles' median, each counting with
 			// its weight; the chance that c beats the best by more than

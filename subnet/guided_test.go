@@ -187,7 +187,7 @@ func TestProfileFit(t *testing.T) {
 			}
 			p.fit(answers, 0.1, nil)
 			// Confirmed: the only plausible place, it rules a candidate out.
-			confirmed := p.plausible && prunable([]evidence{{prior: p.prior, like: 1, chance: p.chance, low: msDur(1)}}, 0) >= 0
+			confirmed := p.plausible && prunable([]evidence{{prior: p.prior, like: 1, chance: p.chance, low: msDur(1)}}, 1-p.prior, 0) >= 0
 			if p.shift != tc.shift || p.plausible != tc.plausible || confirmed != tc.confirmed {
 				t.Errorf("shift %v plausible %v confirmed %v; want %v %v %v", p.shift, p.plausible, confirmed, tc.shift, tc.plausible, tc.confirmed)
 			}
@@ -225,27 +225,33 @@ func TestPrunable(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ev   []evidence
+		open float64 // the prior no answer bears on
 		want time.Duration
 	}{
-		{"the only plausible profile, well evidenced", []evidence{ev(0.5, 1, 0.01, 150)}, msDur(150)},
-		{"the only plausible profile, one answer", []evidence{ev(0.5, 1, 0.1, 150)}, -1},
-		{"it gives the candidate a chance", []evidence{ev(0.5, 1, 0.01, 90)}, -1},
+		{"the only plausible profile, well evidenced", []evidence{ev(0.5, 1, 0.01, 150)}, 0.5, msDur(150)},
+		{"the only plausible profile, one answer", []evidence{ev(0.5, 1, 0.1, 150)}, 0.5, -1},
+		{"it gives the candidate a chance", []evidence{ev(0.5, 1, 0.01, 90)}, 0.5, -1},
 		// The Orlando case of README: after its neighbours' place was
 		// refuted, S fitted the profiles of a rarer place (prior 0.1) on
 		// five answers from nodes that see both places alike; a place that
 		// fits as well and puts the candidate near keeps it.
-		{"a competing place fits as well", []evidence{ev(0.1, 1, 0.005, 280), ev(0.02, 1, 0.3, 80)}, -1},
+		{"a competing place fits as well", []evidence{ev(0.1, 1, 0.005, 280), ev(0.02, 1, 0.3, 80)}, 0.88, -1},
 		// The Sydney case: a profile that gives the candidate a chance but
 		// fits the answers badly explains them little.
-		{"a competing profile fits badly", []evidence{ev(0.7, 1, 0.03, 272), ev(0.08, 0.005, 0.03, 90)}, msDur(272)},
+		{"a competing profile fits badly", []evidence{ev(0.7, 1, 0.03, 272), ev(0.08, 0.005, 0.03, 90)}, 0.22, msDur(272)},
 		// A plausible profile that knows nothing of the candidate is
 		// neither for nor against it.
-		{"a plausible profile knows nothing of it", []evidence{ev(0.1, 1, 0.005, 280), {prior: 0.5, low: -1}}, msDur(280)},
-		{"without it the rarer place prunes", []evidence{ev(0.1, 1, 0.005, 280)}, msDur(280)},
-		{"two profiles agree", []evidence{ev(0.45, 1, 0.1, 150), ev(0.45, 1, 0.1, 130)}, msDur(130)},
+		{"a plausible profile knows nothing of it", []evidence{ev(0.1, 1, 0.005, 280), {prior: 0.5, low: -1}}, 0.4, msDur(280)},
+		{"without it the rarer place prunes", []evidence{ev(0.1, 1, 0.005, 280)}, 0.9, msDur(280)},
+		{"two profiles agree", []evidence{ev(0.45, 1, 0.1, 150), ev(0.45, 1, 0.1, 130)}, 0.1, msDur(130)},
+		// Los Angeles: one answer confirms a rare place of the country's
+		// profiles; the others' places, refuted, hold no prior, so it
+		// prunes; were they unseen places instead, it could not.
+		{"the rest refuted", []evidence{ev(0.1, 1, 0.1, 280)}, 0.01, msDur(280)},
+		{"the rest unseen", []evidence{ev(0.1, 1, 0.1, 280)}, 0.9, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := prunable(tc.ev, target); got != tc.want {
+			if got := prunable(tc.ev, tc.open, target); got != tc.want {
 				t.Errorf("prunable = %v, want %v", got, tc.want)
 			}
 		})
