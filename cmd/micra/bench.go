@@ -17,14 +17,19 @@ import (
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "delegation" {
-		fmt.Fprintln(stderr, "Usage: micra bench delegation [flags]   (run with -h for the flags)")
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			return nil
+	if len(args) > 0 {
+		switch args[0] {
+		case "delegation":
+			return benchDelegation(ctx, args[1:], stdout, stderr)
+		case "structure":
+			return benchStructure(ctx, args[1:], stdout, stderr)
 		}
-		return fmt.Errorf("%w: want a benchmark name: delegation", errUsage)
 	}
-	return benchDelegation(ctx, args[1:], stdout, stderr)
+	fmt.Fprintln(stderr, "Usage: micra bench delegation|structure [flags]   (run with -h for the flags)")
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		return nil
+	}
+	return fmt.Errorf("%w: want a benchmark name: delegation or structure", errUsage)
 }
 
 // intList parses "6,12,25".

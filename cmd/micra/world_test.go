@@ -226,3 +226,28 @@ func TestBenchDelegationGeo(t *testing.T) {
 		t.Errorf("--geo with --world: exit %d", code)
 	}
 }
+
+func TestBenchStructure(t *testing.T) {
+	needData(t)
+	code, out, errs := runCmd(t, "bench", "structure", "--rows", "3000", "--sites", "300", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var v struct {
+		Real, Generated struct {
+			Sites        int     `json:"sites"`
+			SiblingPairs int     `json:"sibling_pairs"`
+			SamePlace    float64 `json:"sibling_same_place"`
+		}
+		Attribution string `json:"attribution"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if v.Real.Sites != 3000 || v.Generated.Sites == 0 || v.Real.SamePlace < 0 || v.Real.SamePlace > 1 || !strings.Contains(v.Attribution, "DB-IP") {
+		t.Errorf("structure %+v", v)
+	}
+	if code, _, _ := runCmd(t, "bench", "structure", "--rows", "0"); code != 2 {
+		t.Errorf("--rows 0: exit %d", code)
+	}
+}

@@ -148,3 +148,77 @@ func TestGeoSplit(t *testing.T) {
 	checkInvariants(t, res, 12)
 	checkInvariants(t, res, 100)
 }
+
+// TestStructure bounds the figures docs/delegation.md publishes of real
+// structure against a generated world's (micra bench structure).
+func TestStructure(t *testing.T) {
+	dir, dbip := geoData(t)
+	g, info, err := LoadGeo(context.Background(), GeoConfig{Path: dbip, Sites: 100_000, Seed: 1, Nodes: 1, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := Describe(g, info.Tree)
+	p := world.DefaultParams()
+	p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir = 1, 2000, 1, true, dir
+	w, err := world.Generate(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := w.Tree(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := Describe(w, tree)
+	t.Logf("real %+v\ngenerated %+v", real, gen)
+	within := func(name string, v, lo, hi float64) {
+		t.Helper()
+		if v < lo || v > hi {
+			t.Errorf("%s = %.3f, want %.2f to %.2f", name, v, lo, hi)
+		}
+	}
+	within("real: sibling ranges' sites at one place", real.SiblingSamePlace, 0.25, 0.40)
+	within("real: sibling ranges' sites in one country", real.SiblingSameCountry, 0.65, 0.85)
+	within("real: an organisation's sites at its most common place", real.OrgTopShare, 0.45, 0.65)
+	within("real: organisations spanning 3,000 km", real.OrgFarShare, 0.12, 0.30)
+	within("real: one allocation's sites at one place", real.AllocSamePlace, 0.30, 0.50)
+	if real.SiblingPairs < 50_000 || real.Orgs < 1000 {
+		t.Errorf("too few pairs or organisations to tell: %+v", real)
+	}
+	if gen.SiblingSamePlace < real.SiblingSamePlace+0.3 || gen.AllocSamePlace < real.AllocSamePlace+0.3 {
+		t.Errorf("the generated world is no longer much kinder than the real one: %+v against %+v; update docs/delegation.md", gen, real)
+	}
+}
+
+// TestGeoHeadline bounds the headline figures of README and
+// docs/delegation.md: 1,000 DB-IP sites (seed 1), 12 nodes, 50 ms, five
+// repetitions, as "micra bench delegation --geo ... --nodes 12
+// --threshold 50" runs them.
+func TestGeoHeadline(t *testing.T) {
+	dir, dbip := geoData(t)
+	g, info, err := LoadGeo(context.Background(), GeoConfig{Path: dbip, Sites: 1000, Seed: 1, Nodes: 12, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Nodes, cfg.Thresholds = []int{12}, []time.Duration{50 * time.Millisecond}
+	cfg.Strategies = []string{IPMicra, Guided, OracleStr}
+	res, err := Split(context.Background(), g, info.Tree, ModelProber{g}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		t.Logf("%s: %.1f %% optimal, %.2f probes per new subnet, %.2f per URL, %.2f ms excess per URL", r.Strategy, r.OptimalPct, r.ProbesPerNew, r.ProbesPerURL, r.ExcessPerURLMS)
+		var ok bool
+		switch r.Strategy {
+		case Guided: // published: 91.0 %, 1.57, 1.04 ms
+			ok = r.OptimalPct >= 89 && r.ProbesPerNew <= 1.65 && r.ExcessPerURLMS <= 1.3
+		case IPMicra: // published: 75.6 %, 3.21 per URL, 3.89 ms
+			ok = r.OptimalPct >= 70 && r.OptimalPct <= 82 && r.ProbesPerURL >= 2.7 && r.ProbesPerURL <= 3.7
+		case OracleStr: // published: 97.9 %
+			ok = r.OptimalPct >= 97
+		}
+		if !ok {
+			t.Errorf("%s is off its published figures: %+v", r.Strategy, r.Stats)
+		}
+	}
+}
