@@ -81,6 +81,7 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	worldDir := fs.String("world", "", "evaluate the world written by \"micra world gen\" in `DIR` (default: generate one)")
 	geoFile := fs.String("geo", "", "evaluate on real structure: sites are real addresses from the geolocation CSV `FILE` (prefix or ipv4, latitude, longitude columns; gzip or plain), in the built-in real hierarchy, at their coordinates, with the real RTT matrix")
 	strict := fs.Bool("strict", false, "with --geo: a malformed row is an error, not skipped")
+	org := fs.String("org", "", "with --geo: only the rows whose organisation in the real hierarchy has a name containing `TEXT` (one organisation's prefixes, e.g. Amazon)")
 	sites := fs.Int("sites", 1000, "sites of a generated world; with --geo, rows sampled from the file")
 	fromReal := fs.Bool("from-real", true, "derive a generated world's allocation structure from the real RIR and ip2asn data")
 	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
@@ -134,6 +135,9 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	if *geoFile != "" && *worldDir != "" {
 		return fmt.Errorf("%w: --geo and --world exclude each other", errUsage)
 	}
+	if *org != "" && *geoFile == "" {
+		return fmt.Errorf("%w: --org needs --geo", errUsage)
+	}
 
 	start := time.Now()
 	var (
@@ -144,7 +148,7 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	)
 	switch {
 	case *geoFile != "":
-		g, info, err := evaluate.LoadGeo(ctx, evaluate.GeoConfig{Path: *geoFile, Sites: *sites, Strict: *strict, Seed: *seed, Nodes: slices.Max(cfg.Nodes), DataDir: *dataDir})
+		g, info, err := evaluate.LoadGeo(ctx, evaluate.GeoConfig{Path: *geoFile, Sites: *sites, Strict: *strict, Seed: *seed, Nodes: slices.Max(cfg.Nodes), DataDir: *dataDir, Org: *org})
 		if err != nil {
 			return err
 		}
@@ -153,8 +157,8 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 		if strings.Contains(strings.ToLower(*geoFile), "dbip") {
 			geoOut.Attribution = dbipAttribution
 		}
-		fmt.Fprintf(stderr, "real-geo world: %d sites of %d rows in %s (%d malformed rows skipped, %d sites dropped), %d nodes placed, real hierarchy %s\n",
-			len(g.Sites()), info.File.Rows, *geoFile, info.File.Skipped, g.Dropped(), len(g.Nodes()), tree.ID().Short())
+		fmt.Fprintf(stderr, "real-geo world: %d sites of %d rows (%d kept) in %s (%d malformed rows skipped, %d sites dropped), %d nodes placed, real hierarchy %s\n",
+			len(g.Sites()), info.File.Rows, info.File.Kept, *geoFile, info.File.Skipped, g.Dropped(), len(g.Nodes()), tree.ID().Short())
 		for _, ex := range info.File.Examples {
 			fmt.Fprintf(stderr, "  skipped %s\n", ex)
 		}

@@ -3,6 +3,10 @@ package evaluate
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/micra-net/micra/internal/geo"
 
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/subnet"
@@ -17,6 +21,10 @@ type GeoConfig struct {
 	Seed    int64  // sample, addresses, node places
 	Nodes   int    // the most nodes an evaluation will use
 	DataDir string // the shared data directory ("" finds it)
+	// Org keeps only the rows whose range's organisation (its own or its
+	// nearest ancestor's, in the real hierarchy) has a name containing
+	// Org, case folded: one organisation's prefixes, such as a cloud's.
+	Org string
 }
 
 // GeoInfo says what LoadGeo read and searched.
@@ -37,16 +45,34 @@ func LoadGeo(ctx context.Context, cfg GeoConfig) (*world.Geo, GeoInfo, error) {
 	if err != nil {
 		return nil, info, err
 	}
-	sites, st, err := world.ReadGeoSites(cfg.Path, cfg.Sites, cfg.Seed, cfg.Strict)
-	info.File = st
-	if err != nil {
-		return nil, info, err
-	}
 	tree, err := embedded.Tree()
 	if err != nil {
 		return nil, info, fmt.Errorf("loading the built-in hierarchy: %w", err)
 	}
 	info.Tree = tree
+	var keep func(geo.Row, netip.Addr) bool
+	if cfg.Org != "" {
+		want := strings.ToLower(cfg.Org)
+		names := map[string]bool{} // organisation key → whether it matches
+		keep = func(_ geo.Row, a netip.Addr) bool {
+			id := tree.SmallestNonUnary(a)
+			if id == subnet.None {
+				return false
+			}
+			key := orgOf(tree, id)
+			ok, seen := names[key]
+			if !seen {
+				ok = key != "" && strings.Contains(strings.ToLower(tree.OrgName(key)), want)
+				names[key] = ok
+			}
+			return ok
+		}
+	}
+	sites, st, err := world.ReadGeoSites(cfg.Path, cfg.Sites, cfg.Seed, cfg.Strict, keep)
+	info.File = st
+	if err != nil {
+		return nil, info, err
+	}
 	g, err := world.NewGeo(ctx, sites, tree, world.GeoParams{Seed: cfg.Seed, Nodes: max(cfg.Nodes, len(locs)), DataDir: cfg.DataDir})
 	if err != nil {
 		return nil, info, err

@@ -222,3 +222,43 @@ func TestGeoHeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestGeoOrg: one cloud organisation's prefixes in many cities (Amazon's
+// in DB-IP City Lite). Whole registry ranges cap any search well below
+// 100 % optimal; parts searched apart lift the cap (docs/delegation.md).
+func TestGeoOrg(t *testing.T) {
+	dir, dbip := geoData(t)
+	g, info, err := LoadGeo(context.Background(), GeoConfig{Path: dbip, Sites: 600, Seed: 1, Nodes: 12, DataDir: dir, Org: "amazon"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.File.Kept < 100_000 || info.File.Kept > 120_000 || len(g.Sites()) != 600 {
+		t.Fatalf("kept %d rows, %d sites", info.File.Kept, len(g.Sites()))
+	}
+	cities := map[int]bool{}
+	for _, s := range g.Sites() {
+		id := info.Tree.SmallestNonUnary(s.Addrs[0])
+		if name := info.Tree.OrgName(orgOf(info.Tree, id)); !strings.Contains(strings.ToLower(name), "amazon") {
+			t.Fatalf("site %s of %q", s.Name, name)
+		}
+		cities[s.Loc.ID] = true
+	}
+	if len(cities) < 20 {
+		t.Errorf("the organisation's sites are at %d places only", len(cities))
+	}
+	oracle := func(split time.Duration) float64 {
+		cfg := DefaultConfig()
+		cfg.Seeds, cfg.Nodes, cfg.Thresholds, cfg.Strategies = []int64{1, 2}, []int{12}, []time.Duration{50 * time.Millisecond}, []string{OracleStr}
+		cfg.Split = split
+		res, err := Split(context.Background(), g, info.Tree, ModelProber{g}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].OptimalPct
+	}
+	whole, parts := oracle(0), oracle(10*time.Millisecond)
+	t.Logf("oracle: %.1f %% with whole ranges, %.1f %% with parts", whole, parts)
+	if whole > 88 || parts < whole+8 {
+		t.Errorf("oracle %.1f %% with whole ranges, %.1f %% with parts: want at most 88 and 8 points more", whole, parts)
+	}
+}

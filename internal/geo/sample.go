@@ -12,10 +12,14 @@ import (
 // random without replacement (reservoir sampling: the same seed and input
 // give the same rows), in file order; every row when the file has n or
 // fewer. n <= 0 returns every row.
-func Sample(r *Reader, n int, seed uint64) ([]Row, error) {
+func Sample(r *Reader, n int, seed uint64) ([]Row, error) { return SampleFunc(r, n, seed, nil) }
+
+// SampleFunc is Sample over the rows keep accepts (every row when keep is
+// nil).
+func SampleFunc(r *Reader, n int, seed uint64, keep func(Row) bool) ([]Row, error) {
 	rng := rand.New(rand.NewPCG(seed, 0x67656f73616d706c)) // "geosampl"
 	var out []Row
-	for i := 0; ; i++ {
+	for i := 0; ; {
 		row, err := r.Next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
@@ -23,11 +27,15 @@ func Sample(r *Reader, n int, seed uint64) ([]Row, error) {
 			}
 			return nil, err
 		}
+		if keep != nil && !keep(row) {
+			continue
+		}
+		i++
 		switch {
 		case n <= 0 || len(out) < n:
 			out = append(out, row)
 		default:
-			if j := rng.IntN(i + 1); j < n {
+			if j := rng.IntN(i); j < n {
 				out[j] = row
 			}
 		}

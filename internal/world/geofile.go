@@ -2,6 +2,7 @@ package world
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/micra-net/micra/internal/geo"
 )
@@ -17,6 +18,7 @@ type GeoFileStats struct {
 	Rows     int      `json:"rows"`     // usable rows in the file
 	Skipped  int      `json:"skipped"`  // malformed rows skipped
 	Examples []string `json:"examples"` // the first skipped rows, "file:line: reason"
+	Kept     int      `json:"kept"`     // rows that may be taken (all usable rows without a filter)
 	Sampled  int      `json:"sampled"`  // rows taken as sites
 }
 
@@ -24,8 +26,9 @@ type GeoFileStats struct {
 // of its rows drawn with seed (every row when it has n or fewer; n ≤ 0
 // takes all), in file order, each as one address inside the row's prefix,
 // also drawn with seed. With strict, a malformed row is an error;
-// otherwise it is skipped and counted.
-func ReadGeoSites(path string, n int, seed int64, strict bool) ([]GeoSite, GeoFileStats, error) {
+// otherwise it is skipped and counted. keep, when not nil, chooses the rows
+// that may be drawn by the address drawn in each.
+func ReadGeoSites(path string, n int, seed int64, strict bool, keep func(geo.Row, netip.Addr) bool) ([]GeoSite, GeoFileStats, error) {
 	var opts []geo.Option
 	if strict {
 		opts = append(opts, geo.Strict())
@@ -36,7 +39,13 @@ func ReadGeoSites(path string, n int, seed int64, strict bool) ([]GeoSite, GeoFi
 		return nil, st, err
 	}
 	defer r.Close()
-	rows, err := geo.Sample(r, n, uint64(seed))
+	rows, err := geo.SampleFunc(r, n, uint64(seed), func(row geo.Row) bool {
+		if keep == nil || keep(row, siteAddr(row, seed)) {
+			st.Kept++
+			return true
+		}
+		return false
+	})
 	gs := r.Stats()
 	st.Rows, st.Skipped, st.Examples = gs.Rows, gs.Skipped, gs.Examples
 	if err != nil {
@@ -47,8 +56,13 @@ func ReadGeoSites(path string, n int, seed int64, strict bool) ([]GeoSite, GeoFi
 	}
 	out := make([]GeoSite, len(rows))
 	for i, row := range rows {
-		out[i] = GeoSite{Addr: row.Addr(mix(uint64(seed), "geo-addr", uint64(row.Line))), Lat: row.Lat, Lon: row.Lon, Country: row.Country, City: row.City}
+		out[i] = GeoSite{Addr: siteAddr(row, seed), Lat: row.Lat, Lon: row.Lon, Country: row.Country, City: row.City}
 	}
 	st.Sampled = len(out)
 	return out, st, nil
+}
+
+// siteAddr is the address a row's site gets: drawn inside its prefix.
+func siteAddr(row geo.Row, seed int64) netip.Addr {
+	return row.Addr(mix(uint64(seed), "geo-addr", uint64(row.Line)))
 }
