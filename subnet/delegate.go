@@ -139,27 +139,32 @@ type SearchConfig struct {
 	// Guided turns on micra's improvement over the paper (the pure
 	// IPMicra search runs without it): a nearest-neighbour search with
 	// pruning, in the manner of AESA for metric spaces, guided by stored
-	// probes (which needs a Cache that is a ProbeIndex). Each subnet near S
-	// in the hierarchy with stored probes is a profile of a place; by the
-	// model of network coordinates with heights (Vivaldi), S at that place
-	// sees every node at the profile's RTT plus one constant, its access
-	// delay's difference. Nodes are asked in order of their predicted RTT
-	// (the median over the profiles that fit the answers so far; then the
-	// lower bound below; then the paper's order), and the best answer under
-	// the threshold wins unless the profiles still give another node a
-	// chance above 1 − confidence of beating it by the Tolerance, or no
-	// profile that may model S knows a node that the triangle inequality
-	// leaves room to beat it by the Tolerance (stored probes are those of
-	// the nodes asked before: silence is no prediction). A node
-	// that cannot beat the best answer by the Tolerance is never asked, and
-	// the search ends when nobody is left: by the predictions, when, by
-	// Bayes over the places S may be at, the places whose profiles rule it
-	// out (their lowest prediction less its error) hold S with probability
-	// at least 0.95 — a place's prior is the share of neighbours there,
-	// with one count for an unseen place; another place that fits the
-	// answers as well and gives the node a chance counts with its prior;
-	// the rest count with the chance that the answers fit by chance, about
-	// one in ten per answer (less evidence from nodes close to an earlier
+	// probes (which needs a Cache that is a ProbeIndex). Each subnet with
+	// stored probes near S in the hierarchy, of S's organisation, or (with
+	// a PlaceIndex) of S's registry country is a profile of a place,
+	// weighted by how often subnets so related to S share its place on the
+	// real Internet (relation); by the model of network coordinates with
+	// heights (Vivaldi), S at that place sees every node at the profile's
+	// RTT plus one constant, its access delay's difference. Nodes are asked
+	// in the order the profiles vote for (the weight of those that put a
+	// node nearest), then of their predictions (the weighted median over
+	// the profiles that fit the answers so far), then of the lower bound
+	// below, then in the paper's order; each profile counts with its fit to
+	// the answers. The best answer under the threshold wins unless the
+	// profiles still give another node a chance above 1 − confidence of
+	// beating it by the Tolerance, or no profile that may model S knows a
+	// node that the triangle inequality leaves room to beat it by the
+	// Tolerance (stored probes are those of the nodes asked before: silence
+	// is no prediction). A node that cannot beat the best answer by the
+	// Tolerance is never asked, and the search ends when nobody is left: by
+	// the predictions, when, by Bayes over the places S may be at, the
+	// profiles that rule it out (their prediction less its error) hold S
+	// with probability at least 0.95 (prunable: a profile's prior is its
+	// share of the profiles' weight, with one count for an unseen place;
+	// another profile that fits the answers and gives the node a chance
+	// counts against; places the answers refuted count for nothing, an
+	// unseen place with the chance that the answers fit by chance, about
+	// one in ten per answer, less evidence from nodes close to an earlier
 	// one, by Between); or by the triangle inequality over inter-node RTTs
 	// (|r − d(n, m)|, with the Margin), unless the profiles, which measure
 	// the node's path, give it a chance. S's own stored probes are answers,

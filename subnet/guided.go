@@ -243,13 +243,12 @@ type evidence struct {
 // chance (below it), each with its prior times its fit to the answers (a
 // profile that fits worse explains them less), and against open, which
 // counts with the chance that the answers fit the ruling profiles by
-// chance. A plausible profile that does
-// not know the candidate is neither: S may be at its place, where other
-// profiles may know the candidate. The candidate is pruned when the ruling
-// profiles hold S with probability at least confidence; with one plausible
-// profile that fits perfectly that is prior / (prior + open · chance). It
-// returns the ruling profiles' lowest prediction, or -1 when the candidate
-// stays. Counting the refuted profiles' prior as open (the search before)
+// chance. A plausible profile that does not know the candidate is neither:
+// S may be at its place, where other profiles may know the candidate. The
+// candidate is pruned when the ruling profiles hold S with probability at
+// least confidence; with one plausible profile that fits perfectly that is
+// prior / (prior + open · chance). It returns the ruling profiles' lowest
+// prediction, or -1 when the candidate stays. Counting the refuted profiles' prior as open (the search before)
 // kept a Los Angeles site's search going after its country's rarer
 // western place was confirmed: most of the country's profiles were in the
 // east and refuted.

@@ -19,8 +19,8 @@
 // exactly reproducible) or, in package cmd, timed HTTP HEADs through a
 // running world. The same evaluation runs on real structure (LoadGeo):
 // real addresses from a geolocation file, in the built-in real hierarchy,
-// at their real places. evaluate imports subnet, subnet/embedded and
-// internal/world only.
+// at their real places. evaluate imports subnet, subnet/embedded,
+// internal/geo and internal/world only.
 package evaluate
 
 import (
@@ -63,10 +63,10 @@ type Config struct {
 	Progressive   int             // sites in the progressive-learning run (1000; 0 skips it)
 	// Split delegates parts of registry ranges apart (subnet.DelegatePart):
 	// a site whose range's holder measures it more than Split slower than
-	// its stored probe of the range (the crawl's own timing) has the part
-	// holding it searched apart, by the strategies that can (the paper's
-	// search, the guided search, brute force, oracle). 0 keeps whole
-	// ranges, as the paper did.
+	// the address the range was decided for (the crawl's own timings) has
+	// the part holding it searched apart, by the strategies that can (the
+	// paper's search, the guided search, brute force, oracle). 0 keeps
+	// whole ranges, as the paper did.
 	Split time.Duration
 }
 
