@@ -132,6 +132,12 @@ func readMsg(r pbio.Reader, m *pb.Message) error {
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, network.ErrReset),
 			errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), isTimeout(err):
 			return err
+		case errors.Is(err, multistream.ErrNotSupported[protocol.ID]{}), errors.As(err, new(*network.StreamError)):
+			// The protocol's lazy negotiation failed, or the peer reset the
+			// stream: a stream error for streamErr, not a malformed frame.
+			// A peer that dropped the protocol, when the dialler had not
+			// heard of it yet, read as malformed.
+			return err
 		}
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
