@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -47,7 +48,7 @@ func benchStructure(ctx context.Context, args []string, stdout, stderr io.Writer
 		if err != nil {
 			return err
 		}
-		path = dir + "/" + world.DBIPFile
+		path = filepath.Join(dir, world.DBIPFile)
 	}
 	g, info, err := evaluate.LoadGeo(ctx, evaluate.GeoConfig{Path: path, Sites: *rows, Seed: *seed, Nodes: 1, DataDir: *dataDir})
 	if err != nil {

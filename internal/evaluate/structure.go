@@ -1,7 +1,6 @@
 package evaluate
 
 import (
-	"math"
 	"net/netip"
 	"slices"
 
@@ -97,7 +96,7 @@ func Describe(w World, tree *subnet.Tree) Structure {
 			best = max(best, count[ss[i].place])
 			if !isFar {
 				for _, j := range idx {
-					if km(ss[i].lat, ss[i].lon, ss[j].lat, ss[j].lon) > 3000 {
+					if world.DistanceKm(ss[i].lat, ss[i].lon, ss[j].lat, ss[j].lon) > 3000 {
 						isFar = true
 						break
 					}
@@ -161,7 +160,7 @@ func Describe(w World, tree *subnet.Tree) Structure {
 		if a.alloc == subnet.None || b.alloc == subnet.None || a.alloc == b.alloc {
 			continue
 		}
-		kms = append(kms, km(a.lat, a.lon, b.lat, b.lon))
+		kms = append(kms, world.DistanceKm(a.lat, a.lon, b.lat, b.lon))
 	}
 	if len(kms) > 0 {
 		slices.Sort(kms)
@@ -199,13 +198,4 @@ func orgOf(t *subnet.Tree, id subnet.ID) string {
 		}
 	}
 	return ""
-}
-
-// km is the great-circle distance in km.
-func km(lat1, lon1, lat2, lon2 float64) float64 {
-	const r = 6371.0
-	rad := math.Pi / 180
-	dlat, dlon := (lat2-lat1)*rad, (lon2-lon1)*rad
-	h := math.Sin(dlat/2)*math.Sin(dlat/2) + math.Cos(lat1*rad)*math.Cos(lat2*rad)*math.Sin(dlon/2)*math.Sin(dlon/2)
-	return 2 * r * math.Asin(math.Min(1, math.Sqrt(h)))
 }

@@ -116,11 +116,7 @@ func NewGeo(ctx context.Context, sites []GeoSite, tree *subnet.Tree, p GeoParams
 	case p.Jitter < 0:
 		p.Jitter = 0
 	}
-	dir, err := FindDataDir(p.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	lat, err := loadLatency(dir)
+	lat, _, err := findLatency(p.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -327,11 +323,7 @@ func (g *Geo) SampleRTT(from netip.Addr, s Site, z float64) time.Duration {
 // LoadLocations returns the locations of the latency data in dataDir (""
 // finds it, see FindDataDir), ordered by ID: where nodes and sites can be.
 func LoadLocations(dataDir string) ([]Location, error) {
-	dir, err := FindDataDir(dataDir)
-	if err != nil {
-		return nil, err
-	}
-	lat, err := loadLatency(dir)
+	lat, _, err := findLatency(dataDir)
 	if err != nil {
 		return nil, err
 	}

@@ -82,6 +82,17 @@ type latencyOnce struct {
 	err  error
 }
 
+// findLatency finds the data directory (see FindDataDir) and loads its
+// latency data.
+func findLatency(dataDir string) (*latencyData, string, error) {
+	dir, err := FindDataDir(dataDir)
+	if err != nil {
+		return nil, "", err
+	}
+	lat, err := loadLatency(dir)
+	return lat, dir, err
+}
+
 // loadLatency reads (once per process and directory) the latency data in
 // dataDir.
 func loadLatency(dataDir string) (*latencyData, error) {
@@ -272,12 +283,16 @@ func estimateRTT(a, b Location) float64 {
 	return 5 + 2*greatCircleKm(a, b)/100
 }
 
-func greatCircleKm(a, b Location) float64 {
+func greatCircleKm(a, b Location) float64 { return DistanceKm(a.Lat, a.Lon, b.Lat, b.Lon) }
+
+// DistanceKm returns the great-circle distance in km between two points
+// given in degrees.
+func DistanceKm(lat1, lon1, lat2, lon2 float64) float64 {
 	const r = 6371.0
 	rad := math.Pi / 180
-	dlat := (b.Lat - a.Lat) * rad
-	dlon := (b.Lon - a.Lon) * rad
-	h := math.Sin(dlat/2)*math.Sin(dlat/2) + math.Cos(a.Lat*rad)*math.Cos(b.Lat*rad)*math.Sin(dlon/2)*math.Sin(dlon/2)
+	dlat := (lat2 - lat1) * rad
+	dlon := (lon2 - lon1) * rad
+	h := math.Sin(dlat/2)*math.Sin(dlat/2) + math.Cos(lat1*rad)*math.Cos(lat2*rad)*math.Sin(dlon/2)*math.Sin(dlon/2)
 	return 2 * r * math.Asin(math.Min(1, math.Sqrt(h)))
 }
 

@@ -69,11 +69,7 @@ func Generate(ctx context.Context, p Params) (*World, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	dir, err := FindDataDir(p.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	lat, err := loadLatency(dir)
+	lat, dir, err := findLatency(p.DataDir)
 	if err != nil {
 		return nil, err
 	}
