@@ -60,6 +60,7 @@ type demoConfig struct {
 	depth      int
 	duration   time.Duration
 	dataDir    string
+	geo        string
 	keep       string
 	linger     bool
 	submitters int
@@ -77,6 +78,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&c.depth, "depth", 2, "link depth of the crawl from each site's home page")
 	fs.DurationVar(&c.duration, "duration", 2*time.Minute, "longest time the crawl runs before the summary")
 	fs.StringVar(&c.dataDir, "data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
+	fs.StringVar(&c.geo, "geo", "", "a real-geo world: sites drawn from the geolocation CSV `FILE` (such as DB-IP's under the data directory), at their real places, in the real hierarchy's shape mapped into 127/8")
 	fs.StringVar(&c.keep, "keep", "", "keep the nodes' and the indexer's data in `DIR` (default: a temporary directory, removed)")
 	fs.IntVar(&c.submitters, "submitters", 4, "seeds submitted at once, each through another node")
 	fs.BoolVar(&c.linger, "linger", false, "after the summary, keep everything running until interrupted")
@@ -137,7 +139,7 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 
 	// The emulated Internet.
 	p := world.DefaultParams()
-	p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir, p.Port = c.seed, c.sites, c.nodes, true, c.dataDir, 0
+	p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir, p.Port, p.Geo = c.seed, c.sites, c.nodes, c.geo == "", c.dataDir, 0, c.geo
 	w, err := world.Generate(ctx, p)
 	if err != nil {
 		return fmt.Errorf("generating the emulated Internet: %w (the demo needs the shared data: ../shared/data beside the checkout, $MICRA_DATA or --data)", err)

@@ -18,7 +18,7 @@ func runWorld(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(w, `Usage: micra world <command> [arguments]
 
 Commands:
-  gen   --out DIR [--seed N] [--sites M] [--nodes K] [--from-real] [flags]
+  gen   --out DIR [--seed N] [--sites M] [--nodes K] [--from-real | --geo FILE] [flags]
         generate an emulated Internet: DIR/world.json and registry files
   serve [--scale F] [--hostile] [--port P] DIR
         serve the world in DIR on loopback until interrupted
@@ -55,6 +55,7 @@ func worldGen(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&p.Sites, "sites", p.Sites, "number of web sites")
 	fs.IntVar(&p.Nodes, "nodes", p.Nodes, "number of volunteer node addresses")
 	fs.BoolVar(&p.FromReal, "from-real", p.FromReal, "derive the allocations from the real RIR and ip2asn data")
+	fs.StringVar(&p.Geo, "geo", "", "draw the sites from the geolocation CSV `FILE`, at their real places in the real hierarchy's shape (not with --from-real)")
 	fs.StringVar(&p.DataDir, "data", "", "data `DIR` (default: $MICRA_DATA or shared/data beside the checkout)")
 	fs.IntVar(&p.Port, "port", p.Port, "port of every site and of the DNS server")
 	fs.IntVar(&p.Hostile, "hostile", p.Hostile, "number of hostile sites (hostile only when served with --hostile)")
@@ -86,7 +87,7 @@ func worldGen(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stdout, "generated %d sites and %d nodes (seed %d%s) in %v\n", len(w.Sites()), len(w.Nodes()), p.Seed,
-		map[bool]string{true: ", from real data", false: ""}[p.FromReal], time.Since(start).Round(time.Millisecond))
+		map[bool]string{true: ", from real data", false: ""}[p.FromReal || p.Geo != ""], time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(stdout, "wrote %s and %d registry files in %s\n", filepath.Join(*out, world.SpecFile), len(w.Registry()), filepath.Join(*out, world.RegistryDir))
 	return nil
 }

@@ -108,8 +108,9 @@ type siteRec struct {
 	hostile HostileKind
 	org     *org
 	hosts   []*host
-	loc     int // of the first address
-	block   int // smallest non-unary block of the first address
+	loc     int   // of the first address
+	block   int   // smallest non-unary block of the first address
+	place   Place // a geo world's site's real place (Params.Geo)
 
 	seed       uint64
 	pages      int

@@ -19,7 +19,11 @@
 //     organisation subnets, customer assignments, sub-assignments and
 //     unary ranges (RPSL inetnum objects). It is either synthetic or, with
 //     Params.FromReal, real allocations of /24 to /16 remapped into 127/8
-//     with their routed sub-ranges (ip2asn) at their real offsets.
+//     with their routed sub-ranges (ip2asn) at their real offsets. With
+//     Params.Geo its sites are rows of a geolocation file at their real
+//     places, and the hierarchy is the part of the built-in real one
+//     that holds them and the nodes, in its real shape (fromgeo.go): a
+//     servable real-geo world, for the demo on real structure.
 //   - the anomalies IPMicra meets: organisations with subnets in far-apart
 //     places, customer subnets placed far from their parent and siblings,
 //     shared-hosting subnets holding many sites, CDN-like sites with a

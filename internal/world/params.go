@@ -18,6 +18,12 @@ type Params struct {
 	Nodes    int    `json:"nodes"`     // number of volunteer node addresses, 1 to 10,000
 	FromReal bool   `json:"from_real"` // derive the allocation structure from the real RIR and ip2asn data
 	DataDir  string `json:"-"`         // the data directory; "" finds it (see FindDataDir)
+	// Geo, when not "", is a geolocation file (package geo's CSV format,
+	// such as DB-IP's, DBIPFile under the data directory): the world's
+	// sites are Sites of its rows, at their real places, in the part of
+	// the built-in real hierarchy that holds them, remapped into 127/8
+	// with its shape (see fromgeo.go). Not with FromReal.
+	Geo string `json:"geo,omitempty"`
 
 	// Port is the TCP port of every site and the TCP and UDP port of the
 	// DNS server, on their own loopback addresses. 0 makes Start choose a
@@ -132,6 +138,8 @@ func (p *Params) Validate() error {
 		return bad("sites must be 1 to 100000, got %d", p.Sites)
 	case p.Nodes < 1 || p.Nodes > 10_000:
 		return bad("nodes must be 1 to 10000, got %d", p.Nodes)
+	case p.Geo != "" && p.FromReal:
+		return bad("geo and from real exclude each other")
 	case p.Port < 0 || p.Port > 65535:
 		return bad("port must be 0 to 65535, got %d", p.Port)
 	case p.MaxDepth < 4 || p.MaxDepth > 8:

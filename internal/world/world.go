@@ -62,9 +62,9 @@ const (
 )
 
 // Generate builds the world p describes. It reads the latency data (and,
-// with FromReal, the registry data) from the data directory; the same
-// Params and data give the same world, byte for byte. It honours ctx only
-// while reading real data.
+// with FromReal, the registry data; with Geo, the geolocation file) from
+// the data directory; the same Params and data give the same world, byte
+// for byte. It honours ctx only while reading real data.
 func Generate(ctx context.Context, p Params) (*World, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -85,14 +85,23 @@ func Generate(ctx context.Context, p Params) (*World, error) {
 	}
 	w.data = []DataFile{lat.sums, lat.pings}
 	g := newGen(p, lat)
-	if p.FromReal {
+	switch {
+	case p.Geo != "":
+		files, err := g.fromGeo(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		w.data = append(w.data, files...)
+	case p.FromReal:
 		files, err := g.fromReal(ctx, dir)
 		if err != nil {
 			return nil, err
 		}
 		w.data = append(w.data, files...)
-	} else if err := g.synthetic(); err != nil {
-		return nil, err
+	default:
+		if err := g.synthetic(); err != nil {
+			return nil, err
+		}
 	}
 	if err := g.layout(); err != nil {
 		return nil, err
@@ -369,6 +378,7 @@ func (w *World) site(s *siteRec) Site {
 		Kind:       s.kind,
 		Loc:        w.lat.locs[s.loc],
 		Subnet:     w.blockRange(s.block),
+		Place:      s.place,
 		Hostile:    s.hostile,
 		Pages:      s.pages,
 		Robots:     s.robots,
