@@ -194,6 +194,16 @@ type SearchConfig struct {
 	// the only evidence of where nodes are. Nil: no homes (nor without
 	// Between).
 	Home func(node string) (Range, bool)
+	// Places, when set, is a latency map: places where a server may be
+	// (such as the cities of a measured RTT matrix) with the RTT each node
+	// would measure to a server there, less the server's own access delay
+	// (the profiles' shift absorbs it). The guided search takes every
+	// place as the profile of a place, those of S's registry country
+	// sharing a prior of MapCountryWeight and the others one of
+	// MapOtherWeight, so that from a cold start the answers locate S on
+	// the map and pick the next node. Nodes the map does not name are
+	// unknown to its places. The slice is read, never changed.
+	Places []MapPlace
 	// Trace, when set, receives the guided search's reasoning, one line a
 	// step (the profiles, each node asked and why, the nodes left out and
 	// why), for debugging. It is called from the search's goroutine.
@@ -224,6 +234,13 @@ func (c SearchConfig) withDefaults() SearchConfig {
 		c.Tolerance = 0
 	}
 	return c
+}
+
+// MapPlace is a place of a latency map (SearchConfig.Places).
+type MapPlace struct {
+	Name    string                   // for traces
+	Country string                   // ISO 3166 alpha-2
+	RTT     map[string]time.Duration // node → the RTT it would measure to a server at the place, less the server's access delay
 }
 
 // IPMicra is the IPMicra delegation search (paper III.E, thesis 7.6.1) over

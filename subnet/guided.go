@@ -30,6 +30,7 @@ import (
 // answers about S so far.
 type profile struct {
 	r   Range
+	at  *MapPlace                // a place of the map (SearchConfig.Places), r being zero
 	rtt map[string]time.Duration // node → stored probe; failed probes left out
 
 	matched   int           // answers about S from nodes the profile knows
@@ -346,11 +347,49 @@ func newGuide(t *Tree, idx ProbeIndex, s ID, self Range, cfg SearchConfig, nodes
 	if idx != nil {
 		g.add(s)
 		g.addPlaces(s)
-		if len(g.profiles) == 0 {
-			g.widen()
-		}
+	}
+	g.addMap(cfg.Places)
+	if idx != nil && len(g.profiles) == 0 {
+		g.widen()
 	}
 	return g
+}
+
+// Prior weights of a latency map's places (SearchConfig.Places), shared
+// by the places of S's registry country and by all the others: as much as
+// a few subnets of S's country with stored probes, so that stored probes,
+// which say where a country's servers are, soon outweigh the map's even
+// spread. Of 1,000 sampled DB-IP addresses, 93 % are in their range's
+// registry country.
+const (
+	MapCountryWeight = 2.0
+	MapOtherWeight   = 0.15
+)
+
+// addMap takes in the map's places as profiles (SearchConfig.Places).
+func (g *guide) addMap(places []MapPlace) {
+	in := 0
+	for i := range places {
+		if places[i].Country == g.cc {
+			in++
+		}
+	}
+	out := len(places) - in
+	n := len(g.profiles)
+	for i := range places {
+		mp := &places[i]
+		if len(mp.RTT) == 0 {
+			continue
+		}
+		w := MapOtherWeight / float64(out)
+		if mp.Country == g.cc {
+			w = MapCountryWeight / float64(in)
+		}
+		g.profiles = append(g.profiles, &profile{at: mp, rtt: mp.RTT, weight: w})
+	}
+	if len(g.profiles) > n {
+		g.unseen = weigh(g.profiles)
+	}
 }
 
 // placeProfiles bounds the profiles the guided search takes from S's
@@ -723,7 +762,7 @@ func (g *guide) String() string {
 	fmt.Fprintf(&b, "trusted %v at %s, %d answers, profiles:", g.trusted, g.tree.Range(g.x), len(g.answers))
 	for _, p := range g.profiles {
 		fmt.Fprintf(&b, " [%s n=%d matched=%d plausible=%v shift=%v misfit=%v prior=%.3f like=%.3f chance=%.2f]",
-			p.r, len(p.rtt), p.matched, p.plausible, p.shift, p.misfit, p.prior, p.like, p.chance)
+			p.name(), len(p.rtt), p.matched, p.plausible, p.shift, p.misfit, p.prior, p.like, p.chance)
 	}
 	return b.String()
 }
@@ -796,4 +835,12 @@ func (r *run) promising(c *candidate, best time.Duration, trusted bool) bool {
 // pruned.
 func (c *candidate) mayBeat(trusted bool) bool {
 	return trusted && c.chance > 1-confidence || c.bounded && (!trusted || c.pred < 0)
+}
+
+// name names p's place for SearchConfig.Trace.
+func (p *profile) name() string {
+	if p.at != nil {
+		return "map:" + p.at.Name
+	}
+	return p.r.String()
 }

@@ -334,3 +334,52 @@ func TestGuidedHomes(t *testing.T) {
 		})
 	}
 }
+
+func TestGuidedLatencyMap(t *testing.T) {
+	// A cold start: nothing is stored, no node's home is near. The map
+	// knows three places (two in Germany, one in the US) and what each
+	// node would measure there. S is registered in one country and sits
+	// at one of its places with a 5 ms access link the map does not know.
+	// The map's places of S's country outweigh the others, so a node
+	// nearest one of them is asked first (b). At Munich its answer fits
+	// Munich alone (Berlin would need a 25 ms shift, which means another
+	// place), and nobody else can beat it; at Berlin it fits both German
+	// places, and a, nearest Berlin, is asked. In the US the other
+	// country's place is d's. Without the map the paper's order asks d,
+	// c, then b, which is under the threshold.
+	places := []MapPlace{
+		{Name: "Berlin", Country: "DE", RTT: map[string]time.Duration{"a": msDur(10), "b": msDur(40), "c": msDur(60), "d": msDur(150)}},
+		{Name: "Munich", Country: "DE", RTT: map[string]time.Duration{"a": msDur(40), "b": msDur(10), "c": msDur(50), "d": msDur(150)}},
+		{Name: "New York", Country: "US", RTT: map[string]time.Duration{"a": msDur(150), "b": msDur(150), "c": msDur(160), "d": msDur(10)}},
+	}
+	access := msDur(5)
+	for _, tc := range []struct {
+		name    string
+		country string
+		at      int // S's place
+		places  []MapPlace
+		want    string
+		asked   []string
+	}{
+		{"Munich", "DE", 1, places, "b", []string{"b"}},
+		{"Berlin", "DE", 0, places, "a", []string{"b", "a"}},
+		{"New York", "US", 2, places, "d", []string{"d"}},
+		{"no map", "DE", 1, nil, "b", []string{"d", "c", "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, _ := build(t, "inetnum: 10.0.0.0 - 10.255.255.255\nnetname: BLOCK\ncountry: "+tc.country+"\nsource: RIPE\n\n"+
+				"inetnum: 10.4.1.0 - 10.4.1.255\nnetname: S\ncountry: "+tc.country+"\nsource: RIPE\n")
+			rtt := map[string]int{}
+			for n, d := range places[tc.at].RTT {
+				rtt[n] = int((d + access) / time.Millisecond)
+			}
+			p := &fakeProber{rtt: rtt}
+			m := &IPMicra{Tree: tr, Table: NewMemTable("d", "c", "b", "a"), Prober: p, Cache: &MemProbeCache{},
+				Config: SearchConfig{Guided: true, Threshold: 50 * time.Millisecond, Places: tc.places}}
+			dec, err := m.Delegate(context.Background(), mustAddr(t, "10.4.1.1"))
+			if err != nil || dec.Node != tc.want || !slices.Equal(p.asked, tc.asked) {
+				t.Errorf("node %s asked %v err %v; want %s after %v", dec.Node, p.asked, err, tc.want, tc.asked)
+			}
+		})
+	}
+}

@@ -86,6 +86,8 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	fromReal := fs.Bool("from-real", true, "derive a generated world's allocation structure from the real RIR and ip2asn data")
 	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
 	progressive := fs.Int("progressive", 1000, "sites in the progressive-learning run (0 skips it)")
+	useMap := fs.Bool("map", false, "give the guided search the latency map: nodes know their own locations and the public RTT matrix, and estimate their access delays from the RTTs between them")
+	mapError := fs.Float64("map-error", 0, "with --map, the map's error: every RTT of the map is multiplied by e^x, x normal with standard deviation `SD` (0.1: about ±10 %)")
 	split := fs.Int("split", 10, "delegate parts of registry ranges apart: a site its range's holder measures more than `MS` slower than its probe of the range has the part holding it searched apart (0: whole ranges, as the paper)")
 	probes := fs.String("probes", "model", "what a probe answers: model (the true mean RTT) or jitter (the least of 3 samples of the world's per-request jitter, as a timed probe measures)")
 	asJSON := fs.Bool("json", false, "print the results as one JSON object")
@@ -131,6 +133,10 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 		return fmt.Errorf("%w: --split must not be negative", errUsage)
 	}
 	cfg.Split = time.Duration(*split) * time.Millisecond
+	if *mapError < 0 || *mapError > 2 {
+		return fmt.Errorf("%w: --map-error %v must lie in [0, 2]", errUsage, *mapError)
+	}
+	cfg.Map, cfg.MapError = *useMap, *mapError
 
 	if *geoFile != "" && *worldDir != "" {
 		return fmt.Errorf("%w: --geo and --world exclude each other", errUsage)

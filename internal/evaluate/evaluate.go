@@ -68,6 +68,17 @@ type Config struct {
 	// paper's search, the guided search, brute force, oracle). 0 keeps
 	// whole ranges, as the paper did.
 	Split time.Duration
+	// Map gives the guided search the latency map of the world's latency
+	// data (subnet.SearchConfig.Places, world.LatencyMap): nodes know
+	// their own locations and the public RTT matrix, and estimate their
+	// access delays from the RTTs between them.
+	Map bool
+	// MapError, with Map, is the map's error: every RTT of the map is
+	// multiplied by e^x, x drawn from N(0, MapError²) once per map. The
+	// map of a world's own latency data is exact but for the sites' last
+	// miles; the real Internet is not the matrix, and this measures how
+	// much the search relies on the map being right.
+	MapError float64
 }
 
 // DefaultConfig returns the paper's setup: 6 and 12 nodes (and 25, 50 for
@@ -100,6 +111,8 @@ type World interface {
 	// SampleRTT returns one RTT sample from a node's address to a site:
 	// the mean plus z standard deviations of the pair's jitter.
 	SampleRTT(from netip.Addr, s world.Site, z float64) time.Duration
+	// Locations and LocRTT are the latency data: for the latency map.
+	world.LocRTTer
 }
 
 var (
@@ -181,6 +194,9 @@ type env struct {
 	byAddr  map[netip.Addr]world.Site
 	issued  int           // probes issued through probeAdapter
 	split   time.Duration // Config.Split; 0: no parts delegated apart
+	useMap  bool          // Config.Map
+	mapErr  float64       // Config.MapError
+	places  []subnet.MapPlace
 	optimal map[int]time.Duration
 }
 
@@ -228,6 +244,33 @@ func (e *env) Probe(ctx context.Context, node string, addr netip.Addr) (time.Dur
 	}
 	e.issued++
 	return e.prober.Probe(ctx, n, s)
+}
+
+// latencyMap returns the latency map of the env's nodes (Config.Map),
+// built on first use.
+func (e *env) latencyMap() []subnet.MapPlace {
+	if e.places == nil {
+		at := map[netip.Addr]world.Location{}
+		for _, n := range e.w.Nodes() {
+			at[n.Addr] = n.Loc
+		}
+		locs := make([]world.Location, len(e.nodes))
+		for i, n := range e.nodes {
+			locs[i] = at[n]
+		}
+		e.places = world.LatencyMap(e.w, e.names, locs, e.between)
+		if e.mapErr > 0 {
+			rng := rand.New(rand.NewPCG(uint64(len(e.names)), uint64(len(e.places))))
+			for _, p := range e.places {
+				for _, n := range e.names { // in order: the same draws every run
+					if d, ok := p.RTT[n]; ok {
+						p.RTT[n] = time.Duration(float64(d) * math.Exp(e.mapErr*rng.NormFloat64()))
+					}
+				}
+			}
+		}
+	}
+	return e.places
 }
 
 // between returns the RTT between two nodes, as the overlay measures it
@@ -291,6 +334,9 @@ func (e *env) strategy(ctx context.Context, name string, th time.Duration, rng *
 		return &subnet.IPMicra{Tree: e.tree, Table: e.table, Prober: e, Cache: e.cache, Config: subnet.SearchConfig{Threshold: th}}, 0, nil
 	case Guided:
 		cfg := subnet.SearchConfig{Threshold: th, Guided: true, Between: e.between, Home: e.home}
+		if e.useMap {
+			cfg.Places = e.latencyMap()
+		}
 		return &subnet.IPMicra{Tree: e.tree, Table: e.table, Prober: e, Cache: e.cache, Config: cfg}, 0, nil
 	case Brute:
 		return &subnet.BruteForce{Tree: e.tree, Table: e.table, Prober: e, Cache: e.cache}, 0, nil

@@ -262,3 +262,35 @@ func TestGeoOrg(t *testing.T) {
 		t.Errorf("oracle %.1f %% with whole ranges, %.1f %% with parts: want at most 88 and 8 points more", whole, parts)
 	}
 }
+
+// TestGeoLatencyMap: the latency map (Config.Map) at 100 nodes on real
+// structure, exact and with a 20 % error (docs/delegation.md, "The
+// latency map"). Exact, it gains optimal delegations and saves probes;
+// wrong by a fifth, it must not cost more than the search without it.
+func TestGeoLatencyMap(t *testing.T) {
+	dir, dbip := geoData(t)
+	g, info, err := LoadGeo(context.Background(), GeoConfig{Path: dbip, Sites: 1000, Seed: 1, Nodes: 100, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(useMap bool, mapErr float64) Stats {
+		cfg := DefaultConfig()
+		cfg.Nodes, cfg.Thresholds, cfg.Strategies = []int{100}, []time.Duration{50 * time.Millisecond}, []string{Guided}
+		cfg.Map, cfg.MapError = useMap, mapErr
+		res, err := Split(context.Background(), g, info.Tree, ModelProber{g}, cfg)
+		if err != nil || len(res) != 1 {
+			t.Fatalf("%v, %d results", err, len(res))
+		}
+		s := res[0].Stats
+		t.Logf("map %v, error %.1f: %.1f %% optimal, %.2f probes per new subnet, %.2f ms excess per URL", useMap, mapErr, s.OptimalPct, s.ProbesPerNew, s.ExcessPerURLMS)
+		return s
+	}
+	off, on, wrong := run(false, 0), run(true, 0), run(true, 0.2)
+	// Published: 81.7 %, 1.86; 84.5 %, 1.58; 81.5 %, 1.82.
+	if on.OptimalPct < off.OptimalPct+1.5 || on.ProbesPerNew > off.ProbesPerNew-0.15 || on.ExcessPerURLMS > off.ExcessPerURLMS {
+		t.Errorf("the exact map gains too little: %+v against %+v", on, off)
+	}
+	if wrong.OptimalPct < off.OptimalPct-1.5 || wrong.ProbesPerNew > off.ProbesPerNew+0.1 {
+		t.Errorf("a map wrong by a fifth costs: %+v against %+v", wrong, off)
+	}
+}

@@ -1,8 +1,11 @@
 package world
 
 import (
+	"cmp"
 	"math"
 	"net/netip"
+	"slices"
+	"time"
 )
 
 // endpoint is where the latency model puts an address.
@@ -78,4 +81,46 @@ func (w *World) bandwidth(x, y endpoint, rttMs float64) float64 {
 		bw = math.Min(bw, tcpWindow/(rttMs/1000))
 	}
 	return bw
+}
+
+// locRTT returns the mean RTT in ms between two locations of the data
+// (intra within one), no last miles; false when either is not the data's.
+func (d *latencyData) locRTT(a, b Location, intra float64) (float64, bool) {
+	i, ok1 := d.index(a)
+	j, ok2 := d.index(b)
+	switch {
+	case !ok1 || !ok2:
+		return 0, false
+	case i == j:
+		return intra, true
+	}
+	return d.at(i, j), true
+}
+
+// index returns the index of location l in the data, by its server id.
+func (d *latencyData) index(l Location) (int, bool) {
+	i, ok := slices.BinarySearchFunc(d.locs, l.ID, func(x Location, id int) int { return cmp.Compare(x.ID, id) })
+	if ok && d.locs[i] == l {
+		return i, true
+	}
+	for i, x := range d.locs {
+		if x == l {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// LocRTT returns the latency data's mean RTT between two of its locations
+// (Locations), the intra-city RTT within one, without last miles: what a
+// map of the matrix predicts. ok is false for another location.
+func (w *World) LocRTT(a, b Location) (rtt time.Duration, ok bool) {
+	ms, ok := w.lat.locRTT(a, b, w.p.IntraCityRTT)
+	return msDur(ms), ok
+}
+
+// LocRTT is World.LocRTT for a real-geo world.
+func (g *Geo) LocRTT(a, b Location) (rtt time.Duration, ok bool) {
+	ms, ok := g.lat.locRTT(a, b, g.p.IntraCityRTT)
+	return msDur(ms), ok
 }
