@@ -107,7 +107,8 @@ func TestStatusCommand(t *testing.T) {
 // TestDemo runs a short demo and checks that it reports every part:
 // nodes with dashboards, the indexer, the crawl's figures, the
 // delegation-quality table and a sample search. The dashboards answer
-// while it runs.
+// while it runs. It runs with the latency map (--map); CI's run of the
+// README's command covers the demo without it.
 func TestDemo(t *testing.T) {
 	needData(t)
 	if testing.Short() || raceEnabled {
@@ -118,7 +119,7 @@ func TestDemo(t *testing.T) {
 	out := &syncBuffer{}
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"demo", "--nodes", "4", "--sites", "30", "--duration", "25s"}, out, out)
+		done <- run(ctx, []string{"demo", "--nodes", "4", "--sites", "30", "--duration", "25s", "--map"}, out, out)
 	}()
 	// While it runs, the first node's dashboard answers.
 	dash := regexp.MustCompile(`(?m)^0 .*(http://127\.0\.0\.1:\d+/)`)
@@ -142,7 +143,7 @@ func TestDemo(t *testing.T) {
 	if !reached {
 		t.Errorf("node 0's dashboard did not answer while the demo ran:\n%s", text)
 	}
-	for _, want := range []string{"4 nodes and the indexer joined", "sites delegated", "Delegation quality", "optimal", "IPMicra paper", "Indexer:"} {
+	for _, want := range []string{"4 nodes and the indexer joined", "sites delegated", "Delegation quality", "optimal", "excess per URL", "IPMicra paper", "Indexer:"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, text)
 		}

@@ -25,6 +25,7 @@ type config struct {
 	threshold   time.Duration
 	guided      bool
 	between     func(a, b peer.ID) (time.Duration, bool)
+	latencyMap  func(nodes []peer.ID) []subnet.MapPlace
 	maxProbes   int
 	probeTO     time.Duration
 	cacheTTL    time.Duration
@@ -78,6 +79,21 @@ func Between(f func(a, b peer.ID) (time.Duration, bool)) Option {
 			return errors.New("nil Between")
 		}
 		c.between = f
+		return nil
+	}
+}
+
+// LatencyMap gives the guided search a latency map of the nodes it may
+// ask (subnet.SearchConfig.Places): f returns, for the live peers of a
+// decision, the places where a server may be with the RTT each peer would
+// measure there. It needs the peers' locations, which the overlay does
+// not exchange; the demo passes the emulated Internet's.
+func LatencyMap(f func(nodes []peer.ID) []subnet.MapPlace) Option {
+	return func(c *config) error {
+		if f == nil {
+			return errors.New("nil LatencyMap")
+		}
+		c.latencyMap = f
 		return nil
 	}
 }
@@ -163,6 +179,7 @@ func Logger(l *slog.Logger) Option {
 type Delegator struct {
 	cfg     config
 	cache   *cache
+	places  *places
 	pending *pending
 	stats   counters
 }
@@ -191,7 +208,7 @@ func New(opts ...Option) (*Delegator, error) {
 			return nil, err
 		}
 	}
-	return &Delegator{cfg: cfg, cache: newCache(cfg.cacheTTL), pending: &pending{}}, nil
+	return &Delegator{cfg: cfg, cache: newCache(cfg.cacheTTL), places: &places{}, pending: &pending{}}, nil
 }
 
 // Stats returns the counters so far.
@@ -262,6 +279,15 @@ func (d *Delegator) search(ctx context.Context, v *view, addr netip.Addr) (subne
 	}
 	cfg.Between = func(a, b string) (time.Duration, bool) { return between(peer.ID(a), peer.ID(b)) }
 	cfg.Home = v.home
+	if d.cfg.latencyMap != nil {
+		ids := make([]peer.ID, 0, len(v.peers))
+		for _, p := range v.peers {
+			if !v.excluded[p.ID] {
+				ids = append(ids, p.ID)
+			}
+		}
+		cfg.Places = d.cfg.latencyMap(ids)
+	}
 	if log := d.cfg.log; log.Enabled(ctx, slog.LevelDebug) {
 		r := v.tree.Range(v.req.Subnet).String()
 		cfg.Trace = func(line string) {
@@ -288,6 +314,7 @@ func (d *Delegator) remember(v *view, node peer.ID, addr netip.Addr) {
 	ix := overlay.IndexedDelegation{Delegation: overlay.Delegation{Subnet: r, Node: node, Decided: time.Now(), Addr: addr},
 		Probes: v.env.Probes(v.req.Subnet)}
 	d.cache.addToBlocks(v.tree, ix)
+	d.places.add(v.tree, ix)
 }
 
 // pending counts the load of recent delegations a node has not declared

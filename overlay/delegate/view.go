@@ -1,6 +1,7 @@
 package delegate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"iter"
@@ -112,21 +113,8 @@ func (v *view) addOwner(dl overlay.Delegation) {
 // decision: an excluded node's, older than MaxProbeAge, a failure older
 // than the retry time, or the decided subnet's from before req.Fresh.
 func (v *view) addProbe(p overlay.ProbeResult) {
-	if v.excluded[p.Peer] {
-		return
-	}
-	age := time.Since(p.At)
-	rtt := p.RTT
-	if rtt < 0 {
-		rtt = subnet.Unreachable
-		if age > v.d.cfg.probeFailed {
-			return
-		}
-	}
-	if age > v.d.cfg.maxAge {
-		return
-	}
-	if !v.req.Fresh.IsZero() && p.At.Before(v.req.Fresh) && p.Subnet == v.tree.Range(v.req.Subnet) {
+	rtt, ok := v.usable(p)
+	if !ok {
 		return
 	}
 	m := v.probes[p.Subnet]
@@ -137,6 +125,29 @@ func (v *view) addProbe(p overlay.ProbeResult) {
 	if old, ok := m[string(p.Peer)]; !ok || !p.At.Before(old.at) {
 		m[string(p.Peer)] = probe{rtt, p.At}
 	}
+}
+
+// usable returns the RTT of a stored probe for the search (subnet.Unreachable
+// for a failure), false when it is void for this decision (addProbe).
+func (v *view) usable(p overlay.ProbeResult) (time.Duration, bool) {
+	if v.excluded[p.Peer] {
+		return 0, false
+	}
+	age := time.Since(p.At)
+	rtt := p.RTT
+	if rtt < 0 {
+		rtt = subnet.Unreachable
+		if age > v.d.cfg.probeFailed {
+			return 0, false
+		}
+	}
+	if age > v.d.cfg.maxAge {
+		return 0, false
+	}
+	if !v.req.Fresh.IsZero() && p.At.Before(v.req.Fresh) && p.Subnet == v.tree.Range(v.req.Subnet) {
+		return 0, false
+	}
+	return rtt, true
 }
 
 // block merges the block index of x, a strict ancestor of the anchor, once
@@ -156,6 +167,7 @@ func (v *view) block(x subnet.ID) {
 		for _, p := range ix.Probes {
 			v.addProbe(p)
 		}
+		v.d.places.add(v.tree, ix)
 	}
 }
 
@@ -230,8 +242,9 @@ func (v *view) Put(node string, r subnet.Range, rtt time.Duration) {
 	m[node] = probe{rtt, time.Now()}
 }
 
-// Within implements subnet.ProbeIndex. For r above the shard's anchor the
-// block index of r is merged in first.
+// Within implements subnet.ProbeIndex: the decision's probes, then the
+// Delegator's places (places.go) of subnets it has none of. For r above
+// the shard's anchor the block index of r is merged in first.
 func (v *view) Within(r subnet.Range) iter.Seq2[subnet.Range, []subnet.Probe] {
 	if id, ok := v.tree.Find(r); ok {
 		v.block(id)
@@ -242,17 +255,85 @@ func (v *view) Within(r subnet.Range) iter.Seq2[subnet.Range, []subnet.Probe] {
 			rs = append(rs, sr)
 		}
 	}
-	slices.SortFunc(rs, func(a, b subnet.Range) int {
-		if c := a.Start.Compare(b.Start); c != 0 {
-			return c
+	more := map[subnet.Range][]subnet.Probe{}
+	for _, e := range v.d.places.within(r) {
+		if _, ok := v.probes[e.r]; !ok {
+			if ps := v.placeProbes(e); len(ps) > 0 {
+				rs = append(rs, e.r)
+				more[e.r] = ps
+			}
 		}
-		return b.End.Compare(a.End)
-	})
+	}
+	slices.SortFunc(rs, compareRanges)
+	return v.yieldProbes(rs, more)
+}
+
+// Country implements subnet.PlaceIndex: the stored probes of the subnets
+// of registry country cc that the decision or the Delegator's places
+// hold, nearest to near in address order first.
+func (v *view) Country(cc string, near subnet.Range) iter.Seq2[subnet.Range, []subnet.Probe] {
+	type cand struct {
+		r subnet.Range
+		d uint64
+	}
+	var cs []cand
+	dist := func(r subnet.Range) uint64 {
+		if r.Start.Less(near.Start) {
+			return distance(r.Start, near.Start)
+		}
+		return distance(near.Start, r.Start)
+	}
+	for sr, m := range v.probes {
+		if len(m) > 0 && v.tree.Country(v.tree.SmallestNonUnary(sr.Start)) == cc {
+			cs = append(cs, cand{sr, dist(sr)})
+		}
+	}
+	more := map[subnet.Range][]subnet.Probe{}
+	for _, e := range v.d.places.country(cc, near.Start) {
+		if len(cs) >= 4*placeCandidates {
+			break
+		}
+		if _, ok := v.probes[e.r]; !ok {
+			if ps := v.placeProbes(e); len(ps) > 0 {
+				cs = append(cs, cand{e.r, dist(e.r)})
+				more[e.r] = ps
+			}
+		}
+	}
+	slices.SortFunc(cs, func(a, b cand) int { return cmp.Or(cmp.Compare(a.d, b.d), compareRanges(a.r, b.r)) })
+	rs := make([]subnet.Range, len(cs))
+	for i, c := range cs {
+		rs[i] = c.r
+	}
+	return v.yieldProbes(rs, more)
+}
+
+// placeCandidates bounds, in multiples of four, the Delegator's places a
+// Country lookup reads: the search takes up to 32 of them.
+const placeCandidates = 32
+
+// placeProbes returns the usable probes of a place entry.
+func (v *view) placeProbes(e placeEntry) []subnet.Probe {
+	var ps []subnet.Probe
+	for _, p := range e.probes {
+		if rtt, ok := v.usable(p); ok {
+			ps = append(ps, subnet.Probe{Node: string(p.Peer), RTT: rtt, Cached: true})
+		}
+	}
+	return ps
+}
+
+// yieldProbes yields the probes of each range of rs in order: the
+// decision's, or those in more.
+func (v *view) yieldProbes(rs []subnet.Range, more map[subnet.Range][]subnet.Probe) iter.Seq2[subnet.Range, []subnet.Probe] {
 	return func(yield func(subnet.Range, []subnet.Probe) bool) {
 		for _, sr := range rs {
-			ps := make([]subnet.Probe, 0, len(v.probes[sr]))
-			for n, p := range v.probes[sr] {
-				ps = append(ps, subnet.Probe{Node: n, RTT: p.rtt, Cached: true})
+			ps, ok := more[sr]
+			if !ok {
+				ps = make([]subnet.Probe, 0, len(v.probes[sr]))
+				for n, p := range v.probes[sr] {
+					ps = append(ps, subnet.Probe{Node: n, RTT: p.rtt, Cached: true})
+				}
 			}
 			slices.SortFunc(ps, func(a, b subnet.Probe) int { return strings.Compare(a.Node, b.Node) })
 			if !yield(sr, ps) {
@@ -288,3 +369,4 @@ var (
 	_ subnet.ProbeIndex = (*view)(nil)
 	_ subnet.Prober     = (*view)(nil)
 )
+var _ subnet.PlaceIndex = (*view)(nil)
