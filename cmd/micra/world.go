@@ -62,6 +62,7 @@ func worldGen(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&p.MaxDepth, "max-depth", p.MaxDepth, "deepest level of the registry hierarchy, 4 to 8")
 	fs.Float64Var(&p.International, "international", p.International, "fraction of organisations with subnets far apart")
 	fs.Float64Var(&p.AdjacentFar, "adjacent-far", p.AdjacentFar, "fraction of customer subnets placed far from their parent")
+	fs.Float64Var(&p.OtherCity, "other-city", p.OtherCity, "fraction of customer subnets placed in another city of their parent's country")
 	fs.Float64Var(&p.SharedHosting, "shared-hosting", p.SharedHosting, "fraction of sites in shared-hosting subnets")
 	fs.IntVar(&p.SitesPerAddr, "sites-per-addr", p.SitesPerAddr, "sites sharing one address in shared hosting")
 	fs.Float64Var(&p.CDN, "cdn", p.CDN, "fraction of CDN-like sites")

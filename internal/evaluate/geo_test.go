@@ -184,8 +184,24 @@ func TestStructure(t *testing.T) {
 	if real.SiblingPairs < 50_000 || real.Orgs < 1000 {
 		t.Errorf("too few pairs or organisations to tell: %+v", real)
 	}
-	if gen.SiblingSamePlace < real.SiblingSamePlace+0.3 || gen.AllocSamePlace < real.AllocSamePlace+0.3 {
-		t.Errorf("the generated world is no longer much kinder than the real one: %+v against %+v; update docs/delegation.md", gen, real)
+	// The generated world's defaults are calibrated to the real
+	// structure (Params.OtherCity, AdjacentFar, International and how
+	// providers spread): measured 62.6 %, 16.7 %, 41.0 %, 81.6 %, 26.2 %
+	// and 2,895 km against the real 54.0 %, 20.2 %, 31.2 %, 75.9 %,
+	// 39.3 % and 1,716 km; before the calibration 100 %, 0 %, 97.2 %,
+	// 97.2 %, 90.9 % and 3,808 km. The bounds are the measured values
+	// with a margin of about 0.1, which the spread between seeds needs
+	// (seeds 1 to 5 give 38-63 %, 17-50 %, 28-41 %, 59-86 %, 26-33 %):
+	// they fail when the world drifts back towards the kind one. If they
+	// fail, recalibrate the defaults (and docs/delegation.md).
+	within("generated: an organisation's sites at its most common place", gen.OrgTopShare, 0.52, 0.73)
+	within("generated: organisations spanning 3,000 km", gen.OrgFarShare, 0.05, 0.35)
+	within("generated: sibling ranges' sites at one place", gen.SiblingSamePlace, 0.30, 0.51)
+	within("generated: sibling ranges' sites in one country", gen.SiblingSameCountry, 0.70, 0.90)
+	within("generated: one allocation's sites at one place", gen.AllocSamePlace, 0.18, 0.40)
+	within("generated: consecutive allocations' median km", gen.ConsecutiveKm, 1500, 3500)
+	if gen.SiblingPairs < 500 || gen.AllocPairs < 2000 || gen.Orgs < 4 {
+		t.Errorf("too few generated pairs or organisations to tell: %+v", gen)
 	}
 }
 

@@ -25,7 +25,9 @@
 //     that holds them and the nodes, in its real shape (fromgeo.go): a
 //     servable real-geo world, for the demo on real structure.
 //   - the anomalies IPMicra meets: organisations with subnets in far-apart
-//     places, customer subnets placed far from their parent and siblings,
+//     places, customer subnets placed far from their parent and siblings
+//     or in another city of its country (at rates calibrated to how real
+//     addresses sit: micra bench structure),
 //     shared-hosting subnets holding many sites, CDN-like sites with a
 //     point of presence near everybody, and ranges whose registry country
 //     is stale.

@@ -1,6 +1,7 @@
 package world
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -465,6 +466,13 @@ func (g *gen) newHoster(r *rng) *org {
 			locs = append(locs, c)
 		}
 	}
+	// A big provider has data centres in more cities of its country:
+	// one more for every doubling of its weight, up to three.
+	for k := min(3, int(math.Log2(o.weight))); k > 0; k-- {
+		if c, ok := g.otherCity(r, o.home); ok && !slices.Contains(locs, c) {
+			locs = append(locs, c)
+		}
+	}
 	for _, l := range locs {
 		dc := g.newBlock(bOrgNet, o, l)
 		dc.lastMile = r.logUniform(0.2, 1.5)
@@ -568,14 +576,27 @@ func (g *gen) customerBlock(r *rng, parent *block, provider, cust *org, parentLo
 	cb.netname = g.netname(cust, "NET")
 	cb.descr = cust.name
 	cb.status = "ASSIGNED PA"
-	if r.chance(g.p.AdjacentFar) {
-		cb.loc = g.farFrom(r, []int{parentLoc})
-		cb.lastMile = r.logUniform(0.5, 4)
+	g.relocate(r, cb, parentLoc)
+	return cb
+}
+
+// relocate places b, a subnet below a parent at parentLoc, where Params
+// ask: far from the parent in another country (AdjacentFar; the registry
+// may keep the parent's country, StaleCountry), in another city of the
+// parent's country (OtherCity), or with its parent (b.loc stays -1).
+func (g *gen) relocate(r *rng, b *block, parentLoc int) {
+	switch u := r.float(); {
+	case u < g.p.AdjacentFar:
+		b.loc = g.farFrom(r, []int{parentLoc})
+		b.lastMile = r.logUniform(0.5, 4)
 		if r.chance(g.p.StaleCountry) {
-			cb.country = g.lat.locs[parentLoc].Country
+			b.country = g.lat.locs[parentLoc].Country
+		}
+	case u < g.p.AdjacentFar+g.p.OtherCity:
+		if c, ok := g.otherCity(r, parentLoc); ok {
+			b.loc = c
 		}
 	}
-	return cb
 }
 
 // placeDeep puts h into b, possibly nested in sub-assignments and a unary
@@ -932,7 +953,25 @@ func (g *gen) registryBlocks(r *rng) error {
 		if len(as) == 0 {
 			continue
 		}
-		slices.SortStableFunc(as, func(a, b *block) int { return int(b.slotSize()>>1) - int(a.slotSize()>>1) })
+		// A registry hands out neighbouring space in one region: the
+		// allocations fill its blocks in the order of their countries'
+		// longitudes (of a country's first city), so that addresses
+		// next to each other are mostly in one country or nearby ones.
+		lon := func(a *block) float64 {
+			if cs := g.lat.byCountry[a.country]; len(cs) > 0 {
+				return g.lat.locs[cs[0]].Lon
+			}
+			return 0
+		}
+		slices.SortStableFunc(as, func(a, b *block) int {
+			if c := cmp.Compare(lon(a), lon(b)); c != 0 {
+				return c
+			}
+			if c := strings.Compare(a.country, b.country); c != 0 {
+				return c
+			}
+			return int(b.slotSize()>>1) - int(a.slotSize()>>1)
+		})
 		var blocks []*block
 		var used []uint32
 		for _, a := range as {

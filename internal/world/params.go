@@ -32,8 +32,9 @@ type Params struct {
 
 	// Structure of the registry hierarchy and the anomalies IPMicra meets.
 	MaxDepth       int     `json:"max_depth"`        // deepest level, 127/8 being level 1 and unary ranges the deepest; 4 to 8 (8)
-	International  float64 `json:"international"`    // of hosting and enterprise organisations: subnets in several far-apart places (0.15)
-	AdjacentFar    float64 `json:"adjacent_far"`     // of customer subnets: placed far from their parent and siblings (0.05)
+	International  float64 `json:"international"`    // of hosting and enterprise organisations: subnets in several far-apart places (0.25)
+	AdjacentFar    float64 `json:"adjacent_far"`     // of customer subnets (from real data, also of shared-hosting subnets): placed far from their parent and siblings, in another country (0.15)
+	OtherCity      float64 `json:"other_city"`       // of customer subnets (from real data, also of shared-hosting subnets and an allocation's routed ranges): in another city of their parent's country (0.35)
 	FarRTT         float64 `json:"far_rtt_ms"`       // RTT in ms that counts as far apart (100)
 	SharedHosting  float64 `json:"shared_hosting"`   // sites in shared-hosting subnets (0.3)
 	SharedSize     int     `json:"shared_size"`      // sites per shared-hosting subnet (40)
@@ -86,8 +87,9 @@ func DefaultParams() Params {
 		Nodes:          8,
 		Port:           8080,
 		MaxDepth:       8,
-		International:  0.15,
-		AdjacentFar:    0.05,
+		International:  0.25,
+		AdjacentFar:    0.15,
+		OtherCity:      0.35,
 		FarRTT:         100,
 		SharedHosting:  0.3,
 		SharedSize:     40,
@@ -173,7 +175,7 @@ func (p *Params) Validate() error {
 		name string
 		v    float64
 	}{
-		{"international", p.International}, {"adjacent far", p.AdjacentFar}, {"shared hosting", p.SharedHosting},
+		{"international", p.International}, {"adjacent far", p.AdjacentFar}, {"other city", p.OtherCity}, {"shared hosting", p.SharedHosting},
 		{"cdn", p.CDN}, {"self hosted", p.SelfHosted}, {"isp hosted", p.ISPHosted}, {"multi alloc", p.MultiAlloc},
 		{"unary", p.Unary}, {"nodes at hosting", p.NodesAtHosting}, {"stale country", p.StaleCountry},
 		{"broken links", p.BrokenLinks}, {"change fraction", p.ChangeFraction}, {"trivial", p.Trivial},
@@ -188,6 +190,9 @@ func (p *Params) Validate() error {
 	}
 	if s := p.SharedHosting + p.CDN + p.SelfHosted + p.ISPHosted; s > 1 {
 		return bad("shared hosting + cdn + self hosted + isp hosted must not exceed 1, got %v", s)
+	}
+	if s := p.AdjacentFar + p.OtherCity; s > 1 {
+		return bad("adjacent far + other city must not exceed 1, got %v", s)
 	}
 	if p.Disallow+p.CrawlDelay+p.NoRobots+p.RobotsError > 1 {
 		return bad("disallow + crawl delay + no robots + robots error must not exceed 1")

@@ -109,9 +109,11 @@ type realAlloc struct {
 // 127/8 with its routed sub-ranges at the same offsets, so prefix lengths,
 // alignment and organisation grouping are the real ones. Real
 // organisations with ranges in several far-apart countries are taken on
-// purpose (Params.International). Sites and nodes then get synthetic
-// customer assignments inside the real ranges, with the same anomalies as
-// a synthetic world; CDN-like sites get a synthetic CDN.
+// purpose (Params.International); some routed ranges serve another city
+// of their allocation's country (Params.OtherCity). Sites and nodes then
+// get synthetic customer assignments and shared-hosting subnets inside
+// the real ranges, with the same anomalies as a synthetic world; CDN-like
+// sites get a synthetic CDN.
 func (g *gen) fromReal(ctx context.Context, dir string) ([]DataFile, error) {
 	t, files, err := loadRealTree(ctx, dir)
 	if err != nil {
@@ -234,6 +236,7 @@ func (g *gen) fromReal(ctx context.Context, dir string) ([]DataFile, error) {
 	// World organisations and blocks.
 	orgOf := map[string]*org{}
 	var leaves []*block
+	var leafLocs []int
 	for _, i := range order {
 		c := cands[i]
 		key := c.key
@@ -244,11 +247,19 @@ func (g *gen) fromReal(ctx context.Context, dir string) ([]DataFile, error) {
 		g.realAllocs = append(g.realAllocs, a)
 		if len(a.kids) == 0 {
 			leaves = append(leaves, a)
-		} else {
-			leaves = append(leaves, a.kids...)
+			leafLocs = append(leafLocs, a.org.home)
+			continue
+		}
+		for _, k := range a.kids {
+			loc := k.loc
+			if loc < 0 {
+				loc = a.org.home
+			}
+			leaves = append(leaves, k)
+			leafLocs = append(leafLocs, loc)
 		}
 	}
-	if err := g.realPlace(r, leaves, nodeLocs); err != nil {
+	if err := g.realPlace(r, leaves, leafLocs, nodeLocs); err != nil {
 		return nil, err
 	}
 	return files, g.allocate(r)
@@ -412,38 +423,55 @@ func (g *gen) realAllocBlock(r *rng, t *subnet.Tree, c realAlloc, key string, or
 		k.country = c.cc
 		k.lastMile = r.logUniform(0.3, 3)
 		k.bw = r.logUniform(50, 1000) * mbit
+		// An allocation's routed ranges serve several cities of its
+		// country, as the real ones do.
+		if r.chance(g.p.OtherCity) {
+			if c, ok := g.otherCity(r, o.home); ok {
+				k.loc = c
+			}
+		}
 		a.kids = append(a.kids, k)
 	}
 	return a
 }
 
 // realPlace gives sites and nodes synthetic assignments inside the real
-// leaves that have room.
-func (g *gen) realPlace(r *rng, leaves []*block, nodeLocs []int) error {
+// leaves that have room; locs are the leaves' locations.
+func (g *gen) realPlace(r *rng, leaves []*block, locs []int, nodeLocs []int) error {
 	p := g.p
 	room := make([]uint32, len(leaves))
+	byOrg := map[*org][]int{}
 	for i, l := range leaves {
 		room[i] = alignedCapacity(subnet.Range{Start: u32addr(uint32(l.rel)), End: u32addr(uint32(l.rel) + l.size - 1)})
 		if l.kind == bAlloc {
 			room[i] = alignedCapacity(subnet.Range{Start: u32addr(l.slotOff), End: u32addr(l.slotOff + l.size - 1)})
 		}
 		room[i] = room[i] / 2 // keep each real range a proper parent
+		byOrg[l.org] = append(byOrg[l.org], i)
 	}
-	// leafFor returns a leaf with room for size addresses, preferring
-	// country cc when it is not "".
-	leafFor := func(size uint32, cc string) (*block, error) {
+	// leafFor returns a leaf of those in (all when nil) with room for
+	// size addresses, in country cc when it is not "", and takes the room.
+	leafFor := func(size uint32, cc string, in []int) (int, error) {
 		var fit []int
-		for i, l := range leaves {
-			if room[i] >= size && (cc == "" || l.country == cc) {
+		ok := func(i int) bool { return room[i] >= size && (cc == "" || leaves[i].country == cc) }
+		if in == nil {
+			for i := range leaves {
+				if ok(i) {
+					fit = append(fit, i)
+				}
+			}
+		}
+		for _, i := range in {
+			if ok(i) {
 				fit = append(fit, i)
 			}
 		}
 		if len(fit) == 0 {
-			return nil, fmt.Errorf("%w: the chosen real ranges have no room for a /%d; use fewer sites or nodes", ErrParams, 32-bitsOf(size))
+			return -1, fmt.Errorf("%w: the chosen real ranges have no room for a /%d; use fewer sites or nodes", ErrParams, 32-bitsOf(size))
 		}
 		i := fit[r.intn(len(fit))]
 		room[i] -= size
-		return leaves[i], nil
+		return i, nil
 	}
 	n := p.Sites
 	nCDN := int(math.Round(float64(n) * p.CDN))
@@ -475,22 +503,71 @@ func (g *gen) realPlace(r *rng, leaves []*block, nodeLocs []int) error {
 			shared = append(shared, s)
 		}
 	}
+	// Shared hosting: as in a synthetic world, providers of heavy-tailed
+	// size run it, each in shared-hosting subnets under its
+	// own ranges, wherever those are; a subnet may sit elsewhere than its
+	// range, as customers do. International of them are real
+	// organisations with ranges in far-apart places, the others the
+	// holders of random leaves.
+	var intl []*org
+	for o, is := range byOrg {
+		if g.spansFar(locs, is) {
+			intl = append(intl, o)
+		}
+	}
+	slices.SortFunc(intl, func(a, b *org) int { return a.idx - b.idx })
+	var hosters []*org
+	var weights []float64
+	if len(shared) > 0 {
+		groups := (len(shared) + p.SharedSize - 1) / p.SharedSize
+		for k := (groups + 2) / 3; k > 0; k-- { // about three subnets each
+			o := leaves[r.intn(len(leaves))].org
+			if len(intl) > 0 && r.chance(p.International) {
+				o = intl[r.intn(len(intl))]
+			}
+			if !slices.Contains(hosters, o) {
+				hosters = append(hosters, o)
+				weights = append(weights, r.pareto(1.2))
+			}
+		}
+	}
 	for i := 0; i < len(shared); i += p.SharedSize {
 		group := shared[i:min(i+p.SharedSize, len(shared))]
 		size := max(nextPow2(uint32((len(group)+p.SitesPerAddr-1)/p.SitesPerAddr)+2), 16)
 		for size-2*max(1, size/256) < uint32(len(group)) {
 			size *= 2
 		}
-		leaf, err := leafFor(size, "")
+		// A provider with room, or a new one when all are full.
+		w := slices.Clone(weights)
+		full := true
+		for k, o := range hosters {
+			if !slices.ContainsFunc(byOrg[o], func(i int) bool { return room[i] >= size }) {
+				w[k] = 0
+			} else {
+				full = false
+			}
+		}
+		var li int
+		var err error
+		if full {
+			if li, err = leafFor(size, "", nil); err == nil {
+				hosters = append(hosters, leaves[li].org)
+				weights = append(weights, r.pareto(1.2))
+			}
+		} else {
+			li, err = leafFor(size, "", byOrg[hosters[r.weighted(w)]])
+		}
 		if err != nil {
 			return err
 		}
+		leaf := leaves[li]
 		sb := leaf.add(g.newBlock(bShared, leaf.org, -1))
 		sb.size = size
 		sb.fixed = true
 		sb.netname = g.netname(leaf.org, "SHARED")
 		sb.descr = leaf.org.name + " shared web hosting"
 		sb.status = "ASSIGNED PA"
+		g.relocate(r, sb, locs[li])
 		var h *host
 		for j, s := range group {
 			if j%p.SitesPerAddr == 0 {
@@ -502,19 +579,28 @@ func (g *gen) realPlace(r *rng, leaves []*block, nodeLocs []int) error {
 			s.org = leaf.org
 		}
 	}
+	// Customers: half in a range that already serves customers, so
+	// that busy ranges have many, as real providers' ranges do.
+	var served []int
 	for _, s := range g.sites {
 		if s.kind != RealHosted {
 			continue
 		}
 		size := uint32(1) << r.rangeInt(3, 5)
-		leaf, err := leafFor(size, "")
+		li, err := -1, error(nil)
+		if len(served) > 0 && r.chance(0.5) {
+			li, err = leafFor(size, "", served)
+		}
+		if li < 0 {
+			li, err = leafFor(size, "", nil)
+		}
 		if err != nil {
 			return err
 		}
-		loc := leaf.loc
-		if loc < 0 {
-			loc = leaf.org.home
+		if !slices.Contains(served, li) {
+			served = append(served, li)
 		}
+		leaf, loc := leaves[li], locs[li]
 		cust := g.newCustomer(r, leaf.org, loc)
 		cb := g.customerBlock(r, leaf, leaf.org, cust, loc)
 		cb.size = size
@@ -526,10 +612,11 @@ func (g *gen) realPlace(r *rng, leaves []*block, nodeLocs []int) error {
 	g.placeCDN(r, cdn)
 	for i, loc := range nodeLocs {
 		cc := g.lat.locs[loc].Country
-		leaf, err := leafFor(16, cc)
+		li, err := leafFor(16, cc, nil)
 		if err != nil {
 			return err
 		}
+		leaf := leaves[li]
 		nd := &nodeRec{id: i, host: &host{}}
 		g.nodes = append(g.nodes, nd)
 		res := leaf.add(g.newBlock(bResidential, leaf.org, loc))
@@ -543,6 +630,19 @@ func (g *gen) realPlace(r *rng, leaves []*block, nodeLocs []int) error {
 	}
 	g.placeDNS()
 	return nil
+}
+
+// spansFar reports whether two of the locations locs[i], i in is, are at
+// least FarRTT apart.
+func (g *gen) spansFar(locs []int, is []int) bool {
+	for a, i := range is {
+		for _, j := range is[a+1:] {
+			if g.lat.at(locs[i], locs[j]) >= g.p.FarRTT {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func bitsOf(size uint32) int {

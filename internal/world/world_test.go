@@ -194,7 +194,12 @@ func TestRegistryRoundTrip(t *testing.T) {
 		p        Params
 		maxDepth int
 	}{
-		{"synthetic", params(1, 400, 12), 8},
+		// Seed 2: a world that reaches depth 8. Whether one does is
+		// chance (a customer's sub-assignments, then a unary range);
+		// since the calibration of where subnets sit (Params.OtherCity)
+		// the seed-1 world stops at 7, as one world in 30 of this size
+		// does (the same share as before).
+		{"synthetic", params(2, 400, 12), 8},
 		{"virtual hosts", func() Params { p := params(2, 200, 4); p.SitesPerAddr = 4; return p }(), 8},
 		{"max depth 5", func() Params { p := params(3, 200, 8); p.MaxDepth = 5; return p }(), 5},
 		{"from real", func() Params { p := params(4, 200, 12); p.FromReal = true; return p }(), 8},
