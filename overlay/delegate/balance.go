@@ -125,7 +125,7 @@ func (d *Delegator) balance(ctx, budget context.Context, v *view, dec subnet.Dec
 	}
 	if full > 0 && budget.Err() == nil {
 		v2 := d.newView(ctx, budget, v.env, v.req, v.addr, more)
-		if dec2, err := d.search(ctx, v2, v.addr); err == nil {
+		if dec2, err := d.search(ctx, v2, v.addr); err == nil && !probeFailed(dec2) {
 			d.stats.reruns.Add(1)
 			return peer.ID(dec2.Node)
 		}
@@ -134,4 +134,23 @@ func (d *Delegator) balance(ctx, budget context.Context, v *view, dec subnet.Dec
 	d.cfg.log.Info("load balancing: no node with room; the nearest takes the subnet over its capacity", "subnet",
 		v.tree.Range(v.req.Subnet).String(), "peer", node)
 	return node
+}
+
+// probeFailed reports whether the search chose a node whose probe of the
+// subnet failed: when every node it asked failed, its last resort. Such a
+// node (dead, or cut off, and not yet found silent) never takes a subnet
+// from a live one, as in subnet.Balance, where unreachable probes are
+// never candidates.
+func probeFailed(dec subnet.Decision) bool {
+	failed := false
+	for _, p := range dec.Probes {
+		if p.Node != dec.Node {
+			continue
+		}
+		if p.RTT != subnet.Unreachable {
+			return false
+		}
+		failed = true
+	}
+	return failed
 }

@@ -361,6 +361,21 @@ func TestDelegatorLoadBalancing(t *testing.T) {
 			t.Errorf("chose %s (stats %+v), want n3 from a second search", n, d.Stats())
 		}
 	})
+	t.Run("nobody else answers: the nearest, over capacity", func(t *testing.T) {
+		// n3 to n5 died (their probes fail) but are not excluded yet, as
+		// when two nodes die together and a coordinator re-delegates the
+		// first one's subnets before it finds the second silent: the
+		// second search must not hand the subnet to a node whose probe
+		// failed (TestChurn left such a subnet unheld past its limit).
+		e := base(t)
+		e.rtt = map[peer.ID]int{"n1": 80, "n2": 30}
+		e.setLoad("n1", 100, 100, 1)
+		e.setLoad("n2", 100, 100, 1)
+		n, d := run(t, e, overlay.DelegateRequest{}, Pure())
+		if n != "n2" || d.Stats().Over != 1 || d.Stats().Reruns != 0 {
+			t.Errorf("chose %s (stats %+v), want n2 over capacity", n, d.Stats())
+		}
+	})
 	t.Run("everybody full: the nearest, over capacity", func(t *testing.T) {
 		e := base(t)
 		for _, n := range []peer.ID{"n1", "n2", "n3", "n4", "n5"} {
