@@ -85,6 +85,7 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	sites := fs.Int("sites", 1000, "sites of a generated world; with --geo, rows sampled from the file")
 	fromReal := fs.Bool("from-real", true, "derive a generated world's allocation structure from the real RIR and ip2asn data")
 	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
+	train := fs.Float64("train", 0.65, "share of the sites delegated optimally before the others are delegated by each strategy (thesis 8.6); 0: a cold start, as a new network")
 	progressive := fs.Int("progressive", 1000, "sites in the progressive-learning run (0 skips it)")
 	useMap := fs.Bool("map", false, "give the guided search the latency map: nodes know their own locations and the public RTT matrix, and estimate their access delays from the RTTs between them")
 	mapError := fs.Float64("map-error", 0, "with --map, the map's error: every RTT of the map is multiplied by e^x, x normal with standard deviation `SD` (0.1: about ±10 %)")
@@ -137,6 +138,10 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 		return fmt.Errorf("%w: --map-error %v must lie in [0, 2]", errUsage, *mapError)
 	}
 	cfg.Map, cfg.MapError = *useMap, *mapError
+	if *train < 0 || *train > 0.95 {
+		return fmt.Errorf("%w: --train %v must lie in [0, 0.95]", errUsage, *train)
+	}
+	cfg.TrainFraction = *train
 
 	if *geoFile != "" && *worldDir != "" {
 		return fmt.Errorf("%w: --geo and --world exclude each other", errUsage)

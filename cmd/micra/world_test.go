@@ -219,6 +219,25 @@ func TestBenchDelegationGeo(t *testing.T) {
 			t.Errorf("result without excess_per_url_ms: %v", r)
 		}
 	}
+	// A cold start delegates every site by the strategy, the training
+	// split only about a third.
+	delegated := func(train string) float64 {
+		t.Helper()
+		code, out, errs := runCmd(t, "bench", "delegation", "--geo", path, "--nodes", "6", "--repeats", "1", "--progressive", "0",
+			"--strategies", "oracle", "--train", train, "--json")
+		var v struct{ Results []map[string]any }
+		if code != 0 || json.Unmarshal([]byte(out), &v) != nil || len(v.Results) != 1 {
+			t.Fatalf("--train %s: exit %d: %s", train, code, errs)
+		}
+		n, _ := v.Results[0]["delegated"].(float64)
+		return n
+	}
+	if cold, trained := delegated("0"), delegated("0.65"); cold != 10 || trained >= cold || trained < 1 {
+		t.Errorf("delegated %v sites cold, %v after training, want 10 and fewer", cold, trained)
+	}
+	if code, _, _ := runCmd(t, "bench", "delegation", "--geo", path, "--train", "1"); code != 2 {
+		t.Errorf("--train 1: exit %d", code)
+	}
 	if code, _, _ := runCmd(t, "bench", "delegation", "--geo", path, "--strict", "--nodes", "6", "--repeats", "1", "--progressive", "0"); code == 0 {
 		t.Error("--strict accepted a malformed row")
 	}
