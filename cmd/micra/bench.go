@@ -23,13 +23,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return benchDelegation(ctx, args[1:], stdout, stderr)
 		case "structure":
 			return benchStructure(ctx, args[1:], stdout, stderr)
+		case "crawl":
+			return benchCrawl(ctx, args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintln(stderr, "Usage: micra bench delegation|structure [flags]   (run with -h for the flags)")
+	fmt.Fprintln(stderr, "Usage: micra bench delegation|structure|crawl [flags]   (run with -h for the flags)")
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 		return nil
 	}
-	return fmt.Errorf("%w: want a benchmark name: delegation or structure", errUsage)
+	return fmt.Errorf("%w: want a benchmark name: delegation, structure or crawl", errUsage)
 }
 
 // intList parses "6,12,25".

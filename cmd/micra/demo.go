@@ -395,7 +395,7 @@ loop:
 		fmt.Fprintf(stdout, "%d seeds could not be submitted (see the log)\n", n)
 	}
 	fmt.Fprintln(stdout)
-	if err := delegationTable(ctx, stdout, w, tree, nodes, seeds, trace); err != nil {
+	if err := delegationTable(ctx, stdout, w, run, tree, nodes, seeds, trace); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout)
@@ -456,7 +456,7 @@ func (f demoFigures) String() string {
 
 // delegationTable prints how good the delegations of the seeded sites
 // are, by the metrics of DESIGN.md, beside the paper's figures.
-func delegationTable(ctx context.Context, out io.Writer, w *world.World, tree *subnet.Tree, nodes []*demoNode, seeds []world.Site, trace *decisionTrace) error {
+func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *world.Running, tree *subnet.Tree, nodes []*demoNode, seeds []world.Site, trace *decisionTrace) error {
 	byPeer := map[peer.ID]*demoNode{}
 	own := map[subnet.Range]bool{}
 	var addrs []netip.Addr
@@ -468,6 +468,7 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, tree *s
 	o := nodes[0].n.Overlay()
 	var judged, optimal, undelegated, cdn int
 	var excess time.Duration
+	var speed crawlSpeed
 	subnets := map[subnet.Range]bool{}
 	explained := map[subnet.Range]bool{}
 	for _, s := range seeds {
@@ -491,6 +492,7 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, tree *s
 		}
 		subnets[r] = true
 		judged++
+		speed.add(w, run, s, dn.addr, addrs)
 		_, best, _ := w.Optimal(s, addrs)
 		if got := w.RTT(dn.addr, s); got-best <= 10*time.Microsecond {
 			optimal++
@@ -533,6 +535,7 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, tree *s
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	speed.print(out)
 	if balanced > 0 {
 		fmt.Fprintf(out, "Load balancing changed %d decisions (the chosen node was full: a held subnet handed off, the second-best node, or a search without the full nodes).\n", balanced)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/micra-net/micra/internal/evaluate"
 	"github.com/micra-net/micra/internal/world"
 )
 
@@ -268,5 +269,45 @@ func TestBenchStructure(t *testing.T) {
 	}
 	if code, _, _ := runCmd(t, "bench", "structure", "--rows", "0"); code != 2 {
 		t.Errorf("--rows 0: exit %d", code)
+	}
+}
+
+func TestBenchCrawl(t *testing.T) {
+	needData(t)
+	dir := t.TempDir()
+	code, out, errs := runCmd(t, "bench", "crawl", "--sites", "80", "--nodes", "6", "--pages", "30", "--agreement", "5", "--scale", "0.02",
+		"--json", "--csv", filepath.Join(dir, "c.csv"), "--plot", filepath.Join(dir, "c.png"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var v struct {
+		Agreement *float64         `json:"head_get_agreement_pct"`
+		Results   []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if v.Agreement == nil || *v.Agreement < 0 || *v.Agreement > 100 || len(v.Results) != 4 {
+		t.Fatalf("agreement %v, %d results", v.Agreement, len(v.Results))
+	}
+	for i, r := range v.Results {
+		for _, k := range []string{"strategy", "mode", "nodes", "download_s", "makespan_s", "mean_page_ms", "p90_page_ms", "pages", "bytes"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("result %d lacks %s: %v", i, k, r)
+			}
+		}
+		if r["pages"] != 30.0 || r["mode"] != "sequential" || r["strategy"] != evaluate.CrawlStrategies[i] {
+			t.Errorf("result %d: %v", i, r)
+		}
+	}
+	for _, f := range []string{"c.csv", "c.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	for _, bad := range [][]string{{"--mode", "parallel"}, {"--strategies", "brute"}, {"--scale", "0"}, {"--nodes", "0"}} {
+		if code, _, _ := runCmd(t, append([]string{"bench", "crawl", "--sites", "20"}, bad...)...); code == 0 {
+			t.Errorf("%v accepted", bad)
+		}
 	}
 }

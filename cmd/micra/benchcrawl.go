@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/micra-net/micra/internal/evaluate"
+	"github.com/micra-net/micra/internal/world"
+)
+
+// benchCrawlJSON is bench crawl's --json output.
+type benchCrawlJSON struct {
+	World world.Params `json:"world"`
+	Scale float64      `json:"scale"`
+	evaluate.CrawlReport
+	Elapsed float64 `json:"elapsed_s"`
+}
+
+func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench crawl", "[flags]", stderr)
+	seed := fs.Int64("seed", 1, "`seed` of the world, the node subset, the site order and the random assignment")
+	sites := fs.Int("sites", 1000, "sites of the world; with --geo, rows sampled from the file")
+	nodes := fs.Int("nodes", 12, "nodes crawling, each at its own world address")
+	geoFile := fs.String("geo", "", "a real-geo world: sites are real addresses from the geolocation CSV `FILE` at their real places, in the real hierarchy's shape")
+	pages := fs.Int("pages", 0, "front pages crawled (0: every site's but the flaky ones')")
+	agreement := fs.Int("agreement", 100, "sites of the HEAD/GET experiment (0 skips it)")
+	threshold := fs.Int("threshold", 50, "the searches' probing threshold in `MS`")
+	stratFlag := fs.String("strategies", strings.Join(evaluate.CrawlStrategies, ","), "assignments compared: "+strings.Join(evaluate.CrawlStrategies, ", "))
+	mode := fs.String("mode", evaluate.ModeSequential, "sequential: each node downloads the front pages of its sites one connection at a time (thesis 8.4)")
+	scale := fs.Float64("scale", 0.5, "the world's time scale: every modelled delay is multiplied by it (times are reported unscaled)")
+	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
+	asJSON := fs.Bool("json", false, "print the results as one JSON object")
+	csvOut := fs.String("csv", "", "write the results as CSV to `FILE`")
+	plotOut := fs.String("plot", "", "write a PNG bar chart to `FILE`")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	switch {
+	case *mode != evaluate.ModeSequential:
+		return fmt.Errorf("%w: --mode %q: only %q is measured", errUsage, *mode, evaluate.ModeSequential)
+	case *nodes < 1 || *nodes > 1000:
+		return fmt.Errorf("%w: --nodes %d must lie in [1, 1000]", errUsage, *nodes)
+	case *sites < 1 || *sites > 5000:
+		return fmt.Errorf("%w: --sites %d must lie in [1, 5000]", errUsage, *sites)
+	case *pages < 0 || *agreement < 0:
+		return fmt.Errorf("%w: --pages and --agreement must not be negative", errUsage)
+	case *threshold < 1 || *threshold > 1000:
+		return fmt.Errorf("%w: --threshold %d must lie in [1, 1000] ms", errUsage, *threshold)
+	case *scale < 0.01 || *scale > 10:
+		return fmt.Errorf("%w: --scale %v must lie in [0.01, 10]", errUsage, *scale)
+	}
+	cfg := evaluate.CrawlConfig{Nodes: *nodes, Seed: *seed, Threshold: time.Duration(*threshold) * time.Millisecond,
+		Sites: *pages, Agreement: *agreement}
+	for _, s := range strings.Split(*stratFlag, ",") {
+		cfg.Strategies = append(cfg.Strategies, strings.TrimSpace(s))
+	}
+
+	start := time.Now()
+	p := world.DefaultParams()
+	p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir, p.Port, p.Geo = *seed, *sites, *nodes, *geoFile == "", *dataDir, 0, *geoFile
+	w, err := world.Generate(ctx, p)
+	if err != nil {
+		return err
+	}
+	tree, err := w.Tree(ctx)
+	if err != nil {
+		return fmt.Errorf("loading the world's registry: %w", err)
+	}
+	run, err := w.Start(ctx, world.TimeScale(*scale), world.Port(0), world.Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		return err
+	}
+	defer run.Close()
+	fmt.Fprintf(stderr, "world: %d sites, %d nodes, time scale %v\n", len(w.Sites()), len(w.Nodes()), *scale)
+	rep, err := evaluate.Crawl(ctx, w, tree, &evaluate.HTTPDownloader{Run: run}, cfg)
+	if err != nil {
+		return err
+	}
+	if *csvOut != "" {
+		if err := writeFile(*csvOut, func(f io.Writer) error { return evaluate.WriteCrawlCSV(f, rep) }); err != nil {
+			return err
+		}
+	}
+	if *plotOut != "" {
+		if err := writeFile(*plotOut, func(f io.Writer) error { return evaluate.PlotCrawl(f, rep) }); err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(benchCrawlJSON{World: w.Params(), Scale: *scale, CrawlReport: rep, Elapsed: time.Since(start).Seconds()})
+	}
+	fmt.Fprintf(stdout, "Front pages of %d sites, each from the node its strategy assigns, one connection at a time per node; times modelled (measured / %v).\n\n",
+		rep.Results[0].Pages+rep.Results[0].Failed, *scale)
+	if err := evaluate.WriteCrawlTable(stdout, rep); err != nil {
+		return err
+	}
+	if *geoFile != "" && strings.Contains(strings.ToLower(*geoFile), "dbip") {
+		fmt.Fprintf(stdout, "\n%s\n", dbipAttribution)
+	}
+	fmt.Fprintf(stdout, "\n%.1f s\n", time.Since(start).Seconds())
+	return nil
+}

@@ -1,0 +1,318 @@
+package evaluate
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/micra-net/micra/internal/world"
+	"github.com/micra-net/micra/subnet"
+)
+
+// The crawl-speed experiments reproduce the IPMicra thesis' download-time
+// measurements: 8.4 (every page from its assigned crawler, one connection
+// at a time per crawler; location-aware assignment against UCYMicra's
+// random one) and 8.3 (does the crawler with the smallest HEAD probe also
+// download the page fastest?).
+
+// CrawlStrategies are the assignments Crawl compares, in report order.
+var CrawlStrategies = []string{Guided, IPMicra, Random, OracleStr}
+
+// ModeSequential is the thesis' mode: each node downloads the front page
+// of each of its sites, one HTTP connection at a time.
+const ModeSequential = "sequential"
+
+// CrawlConfig describes a crawl-speed experiment.
+type CrawlConfig struct {
+	Nodes      int           // nodes taking part, each at its own world address
+	Seed       int64         // node subset, site order and random assignment
+	Threshold  time.Duration // the searches' probing threshold
+	Strategies []string      // of CrawlStrategies; all when empty
+	Sites      int           // front pages crawled (0: every site's)
+	// Agreement is the number of sites of the HEAD/GET experiment (0
+	// skips it): each is probed with a HEAD and downloaded with a GET
+	// from every node.
+	Agreement int
+}
+
+// Downloader times requests from a node's address to a site's front page,
+// each on a fresh connection, as modelled (unscaled) durations.
+type Downloader interface {
+	// Get downloads the front page of s from node: the time from the start
+	// of the connect to the last body byte, and the body's bytes.
+	Get(ctx context.Context, node netip.Addr, s world.Site) (time.Duration, int64, error)
+	// Head probes s from node: the time to the response's first byte.
+	Head(ctx context.Context, node netip.Addr, s world.Site) (time.Duration, error)
+}
+
+// CrawlResult is one strategy's crawl. Times are modelled (unscaled):
+// measured wall time divided by the world's time scale. ModelS is the same
+// crawl by the world's model alone (per page two RTTs, the connect and the
+// request, plus the body at the path's bandwidth), free of the machine's
+// timing noise.
+type CrawlResult struct {
+	Strategy   string  `json:"strategy"`
+	Mode       string  `json:"mode"`
+	Nodes      int     `json:"nodes"`
+	DownloadS  float64 `json:"download_s"` // sum over pages
+	MakespanS  float64 `json:"makespan_s"` // until the last node is done
+	MeanPageMS float64 `json:"mean_page_ms"`
+	P90PageMS  float64 `json:"p90_page_ms"`
+	Pages      int     `json:"pages"`
+	Bytes      int64   `json:"bytes"`
+	Failed     int     `json:"failed"`  // downloads that failed (not in the times)
+	ModelS     float64 `json:"model_s"` // the model's download time of the same pages
+	// VsRandom and VsOracle are DownloadS divided into random's and by
+	// oracle's: how many times faster than random, how many times slower
+	// than the physical limit (0 when the strategy was not run).
+	VsRandom      float64 `json:"speedup_vs_random"`
+	VsOracle      float64 `json:"ratio_to_oracle"`
+	ModelVsRandom float64 `json:"model_speedup_vs_random"`
+	OptimalPct    float64 `json:"optimal_pct"`     // sites assigned to their nearest node
+	ProbesPerSite float64 `json:"probes_per_site"` // the assignment's probes (model prober)
+
+	sites []int // site IDs crawled, for the report's checks
+}
+
+// CrawlReport is the outcome of Crawl.
+type CrawlReport struct {
+	// AgreementPct is the share of the sampled sites where the node with
+	// the smallest HEAD probe is the node with the smallest download
+	// (thesis 8.3); ExtraMS the mean extra download time where it is not.
+	AgreementPct float64       `json:"head_get_agreement_pct"`
+	AgreementN   int           `json:"head_get_sites"`
+	ExtraMS      float64       `json:"head_get_extra_ms"`
+	Results      []CrawlResult `json:"results"`
+}
+
+// Crawl assigns the front pages of w's sites to cfg.Nodes nodes by each
+// strategy and downloads them through d in the sequential mode. The
+// searches decide from a clean start (every node owning only its own
+// subnet), one site after the other in a seeded order, with probes
+// answered by the world's model. Every strategy crawls the same pages.
+func Crawl(ctx context.Context, w *world.World, tree *subnet.Tree, d Downloader, cfg CrawlConfig) (CrawlReport, error) {
+	var rep CrawlReport
+	strategies := cfg.Strategies
+	if len(strategies) == 0 {
+		strategies = CrawlStrategies
+	}
+	for _, s := range strategies {
+		if !slices.Contains(CrawlStrategies, s) {
+			return rep, fmt.Errorf("strategy %q: the crawl compares %v", s, CrawlStrategies)
+		}
+	}
+	// Flaky sites answer one request in five with 503: they would make
+	// the strategies crawl different pages.
+	sites := slices.DeleteFunc(evalSites(w), func(s world.Site) bool { return s.Flaky })
+	if len(sites) == 0 {
+		return rep, errNoSites
+	}
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Nodes)))
+	nodes, err := pickNodes(w, cfg.Nodes, rng)
+	if err != nil {
+		return rep, err
+	}
+	rng.Shuffle(len(sites), func(i, j int) { sites[i], sites[j] = sites[j], sites[i] })
+	if cfg.Sites > 0 {
+		sites = sites[:min(len(sites), cfg.Sites)]
+	}
+	for _, name := range strategies {
+		assign, out, err := assignSites(ctx, w, tree, nodes, name, cfg, sites)
+		if err != nil {
+			return rep, fmt.Errorf("%s: %w", name, err)
+		}
+		r := crawlSequential(ctx, w, d, nodes, assign, sites)
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		st := Summarise(out)
+		r.Strategy, r.Mode, r.Nodes, r.OptimalPct, r.ProbesPerSite = name, ModeSequential, len(nodes), st.OptimalPct, st.ProbesPerURL
+		rep.Results = append(rep.Results, r)
+	}
+	ratios(rep.Results)
+	if cfg.Agreement > 0 {
+		sample := sites[:min(len(sites), cfg.Agreement)]
+		if rep.AgreementPct, rep.ExtraMS, rep.AgreementN, err = headGet(ctx, d, nodes, sample); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// assignSites delegates every site by the named strategy and returns the
+// node of each site and the delegation outcomes.
+func assignSites(ctx context.Context, w *world.World, tree *subnet.Tree, nodes []netip.Addr, name string, cfg CrawlConfig, sites []world.Site) (map[int]netip.Addr, []Outcome, error) {
+	e, err := newEnv(w, tree, nodes, ModelProber{World: w})
+	if err != nil {
+		return nil, nil, err
+	}
+	e.split = 10 * time.Millisecond
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed))
+	st, _, err := e.strategy(ctx, name, cfg.Threshold, rng, nil, 2)
+	if err != nil {
+		return nil, nil, err
+	}
+	assign := make(map[int]netip.Addr, len(sites))
+	out := make([]Outcome, 0, len(sites))
+	for _, s := range sites {
+		o, err := e.delegate(ctx, st, s)
+		if err != nil {
+			return nil, nil, err
+		}
+		assign[s.ID] = o.Node
+		out = append(out, o)
+	}
+	return assign, out, nil
+}
+
+// crawlSequential downloads every site's front page from its assigned
+// node: the nodes at once, each one page at a time.
+func crawlSequential(ctx context.Context, w *world.World, d Downloader, nodes []netip.Addr, assign map[int]netip.Addr, sites []world.Site) CrawlResult {
+	queue := map[netip.Addr][]world.Site{}
+	for _, s := range sites {
+		queue[assign[s.ID]] = append(queue[assign[s.ID]], s)
+	}
+	type page struct {
+		t     time.Duration
+		model float64 // seconds
+		bytes int64
+		ok    bool
+	}
+	results := make([][]page, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			for _, s := range queue[n] {
+				if ctx.Err() != nil {
+					return
+				}
+				t, b, err := d.Get(ctx, n, s)
+				p := page{t: t, bytes: b, ok: err == nil}
+				if p.ok {
+					p.model = ModelDownload(w, n, s, 1, b).Seconds()
+				}
+				results[i] = append(results[i], p)
+			}
+		})
+	}
+	wg.Wait()
+	var r CrawlResult
+	var times []float64
+	for _, ps := range results {
+		var sum time.Duration
+		for _, p := range ps {
+			if !p.ok {
+				r.Failed++
+				continue
+			}
+			sum += p.t
+			r.Pages++
+			r.Bytes += p.bytes
+			r.ModelS += p.model
+			times = append(times, ms(p.t))
+		}
+		r.DownloadS += sum.Seconds()
+		r.MakespanS = max(r.MakespanS, sum.Seconds())
+	}
+	if len(times) > 0 {
+		r.MeanPageMS = r.DownloadS * 1000 / float64(len(times))
+		slices.Sort(times)
+		r.P90PageMS = times[min(len(times)-1, len(times)*9/10)]
+	}
+	for _, s := range sites {
+		r.sites = append(r.sites, s.ID)
+	}
+	return r
+}
+
+// ModelDownload returns the world model's time for node to download
+// requests responses totalling bytes from s, each on a fresh connection:
+// two RTTs per request (the connect and the request) plus the bytes at
+// the path's bandwidth.
+func ModelDownload(w *world.World, node netip.Addr, s world.Site, requests, bytes int64) time.Duration {
+	sec := float64(requests)*2*w.RTT(node, s).Seconds() + float64(bytes)/w.Bandwidth(s.Addrs[0], node)
+	return time.Duration(sec * float64(time.Second))
+}
+
+// ratios fills each result's ratios to random's and oracle's.
+func ratios(rs []CrawlResult) {
+	var random, oracle *CrawlResult
+	for i := range rs {
+		switch rs[i].Strategy {
+		case Random:
+			random = &rs[i]
+		case OracleStr:
+			oracle = &rs[i]
+		}
+	}
+	for i := range rs {
+		r := &rs[i]
+		if random != nil && r.DownloadS > 0 {
+			r.VsRandom = random.DownloadS / r.DownloadS
+		}
+		if random != nil && r.ModelS > 0 {
+			r.ModelVsRandom = random.ModelS / r.ModelS
+		}
+		if oracle != nil && oracle.DownloadS > 0 {
+			r.VsOracle = r.DownloadS / oracle.DownloadS
+		}
+	}
+}
+
+// headGet runs the HEAD/GET experiment (thesis 8.3) on sample: for each
+// site, a HEAD and a GET from every node, one site at a time, the nodes
+// at once. Sites where any request failed are left out.
+func headGet(ctx context.Context, d Downloader, nodes []netip.Addr, sample []world.Site) (agreePct, extraMS float64, n int, err error) {
+	agree, misses := 0, 0
+	var extra time.Duration
+	for _, s := range sample {
+		heads := make([]time.Duration, len(nodes))
+		gets := make([]time.Duration, len(nodes))
+		errs := make([]error, len(nodes))
+		var wg sync.WaitGroup
+		for i, node := range nodes {
+			wg.Go(func() {
+				if heads[i], errs[i] = d.Head(ctx, node, s); errs[i] == nil {
+					gets[i], _, errs[i] = d.Get(ctx, node, s)
+				}
+			})
+		}
+		wg.Wait()
+		if err := ctx.Err(); err != nil {
+			return 0, 0, 0, err
+		}
+		if slices.ContainsFunc(errs, func(e error) bool { return e != nil }) {
+			continue
+		}
+		h, g := argmin(heads), argmin(gets)
+		n++
+		if h == g {
+			agree++
+			continue
+		}
+		misses++
+		extra += gets[h] - gets[g]
+	}
+	if n == 0 {
+		return 0, 0, 0, fmt.Errorf("HEAD/GET experiment: no site answered every node")
+	}
+	if misses > 0 {
+		extraMS = ms(extra) / float64(misses)
+	}
+	return 100 * float64(agree) / float64(n), extraMS, n, nil
+}
+
+// argmin returns the index of the smallest duration; the first wins ties.
+func argmin(ds []time.Duration) int {
+	best := 0
+	for i, d := range ds {
+		if d < ds[best] {
+			best = i
+		}
+	}
+	return best
+}
