@@ -84,10 +84,13 @@ type shard struct {
 	// under testing/synctest, which the virtual-time swarm needs).
 	claimSem chan struct{}
 
-	mu       sync.Mutex // guards the fields below and orders writes
-	meta     *pb.ShardMeta
-	owned    bool // claimed at meta.epoch and not superseded
-	dirty    bool // a replication push failed: push the full state again
+	mu    sync.Mutex // guards the fields below and orders writes
+	meta  *pb.ShardMeta
+	owned bool // claimed at meta.epoch and not superseded
+	dirty bool // a replication push failed: push the full state again
+	// handover counts the maintenance rounds left to hand this node's
+	// state to a closer peer that took the shard over (0: none due).
+	handover int
 	replicas []peer.ID
 	lastSeen map[peer.ID]time.Time
 	flights  map[string]*flight
@@ -188,7 +191,8 @@ func (c *coordinator) heldShards() []*shard {
 }
 
 // closestPeers returns the live peers closest to key, self included, nearest
-// first. Lists are cached for the configured TTL; refresh forces a lookup.
+// first. The slice is shared with the cache and other callers: read it, do
+// not change it. Lists are cached for the configured TTL; refresh forces a lookup.
 // Concurrent lookups of one key share one DHT lookup: a coordinator asked
 // by many joining nodes at once, or a node whose requests, heartbeats and
 // maintenance want the same shard, pays for one.
@@ -362,9 +366,11 @@ func (c *coordinator) ensureOwner(ctx context.Context, ref shardRef) (*shard, er
 	return sh, nil
 }
 
-// replicaSet returns the first replication-factor peers of peers.
+// replicaSet returns a copy of the first replication-factor peers of
+// peers, which the caller may change: peers is usually a cached closest
+// list, shared with every other caller.
 func (c *coordinator) replicaSet(peers []peer.ID) []peer.ID {
-	return peers[:min(len(peers), c.cfg.replication)]
+	return slices.Clone(peers[:min(len(peers), c.cfg.replication)])
 }
 
 // claim takes sh over: see the coordinator's doc.
@@ -446,6 +452,7 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 		return err
 	}
 	sh.owned = true
+	sh.handover = 0
 	sh.dirty = true // the merged state goes to the replicas on the next push
 	if sh.ref.kind == pb.ShardRef_ORG {
 		sh.orgDirty = true // the new epoch's record supersedes the old coordinator's
@@ -761,16 +768,20 @@ func (c *coordinator) handleReplicate(ctx context.Context, from peer.ID, req *pb
 	cur := max(sh.meta.GetEpoch(), sh.meta.GetPromised())
 	owner, _ := peer.IDFromBytes(sh.meta.GetOwner())
 	if rq.GetEpoch() < cur || (rq.GetEpoch() == sh.meta.GetEpoch() && owner != "" && owner != from) {
-		if sh.owned && from != c.self {
+		if from != c.self {
 			// Another peer coordinated this shard under an older epoch at
 			// the same time (a partition, or views of the closest peers that
 			// differed) and hands its state over. Its decisions are merged,
 			// not lost: every entry is signed by its writer, and where both
-			// decided the same key the newer epoch, ours, wins. The merged
-			// state goes to the replicas with the next push; the crawlers
-			// that lost a conflicting subnet learn it from their heartbeats.
+			// decided the same key the newer one wins (putEntries). A
+			// coordinator sends the merged state to its replicas with the
+			// next push; a replica that is not the coordinator keeps it for
+			// the next claim. The crawlers that lost a conflicting subnet
+			// learn it from their heartbeats.
 			if n, err := c.st.putEntries(sh.key, entries); err == nil && n > 0 {
-				sh.dirty = true
+				if sh.owned {
+					sh.dirty = true
+				}
 				c.log.Info("merged a stale coordinator's state", "shard", sh.ref.String(), "from", from,
 					"epoch", rq.GetEpoch(), "entries", n)
 			}
@@ -1215,18 +1226,16 @@ func (c *coordinator) maintain(ctx context.Context) {
 		sh.mu.Lock()
 		owned, dirty, prev := sh.owned, sh.dirty, sh.replicas
 		hasState := sh.meta.GetEpoch() > 0
+		if owned && !closest {
+			sh.owned = false
+			sh.handover = handoverRounds
+			c.log.Info("shard handed over to a closer peer", "shard", sh.ref.String(), "peer", peers[0])
+		}
+		handover := sh.handover > 0 && !closest
 		sh.mu.Unlock()
 		switch {
-		case owned && !closest:
-			sh.mu.Lock()
-			sh.owned = false
-			sh.mu.Unlock()
-			c.log.Info("shard handed over to a closer peer", "shard", sh.ref.String(), "peer", peers[0])
-			// The closer peer syncs from the replica set, which includes
-			// this node; pushing now lets it serve at once.
-			if err := c.pushAll(ctx, peers[0], sh); err != nil {
-				c.log.Debug("handover push failed", "peer", peers[0], "error", err)
-			}
+		case handover:
+			c.handOver(ctx, sh, peers[0])
 			continue
 		case !owned && closest && hasState:
 			if err := c.claim(ctx, sh, peers); err != nil {
@@ -1237,28 +1246,64 @@ func (c *coordinator) maintain(ctx context.Context) {
 		case !owned:
 			continue
 		}
-		set := c.replicaSet(peers)
-		for _, p := range set {
+		// The replicas that hold the state: those it was pushed to now,
+		// and those that held it already. A failed one is left out, so
+		// that the next round pushes the whole state to it again.
+		var stored []peer.ID
+		lost := false
+		for _, p := range c.replicaSet(peers) {
 			if p == c.self || (!dirty && slices.Contains(prev, p)) {
+				stored = append(stored, p)
 				continue
 			}
-			if err := c.pushAll(ctx, p, sh); err != nil {
-				if errors.Is(err, ErrStaleEpoch) {
-					sh.mu.Lock()
-					sh.owned = false
-					sh.mu.Unlock()
-					break
-				}
-				c.log.Debug("replica push failed", "peer", p, "error", err)
-				set = slices.DeleteFunc(set, func(q peer.ID) bool { return q == p })
+			err := c.pushAll(ctx, p, sh)
+			if errors.Is(err, ErrStaleEpoch) {
+				lost = true
+				break
 			}
+			if err != nil {
+				c.log.Debug("replica push failed", "peer", p, "error", err)
+				continue
+			}
+			stored = append(stored, p)
 		}
 		sh.mu.Lock()
-		sh.replicas = set
+		if lost {
+			sh.owned = false // a replica promised a newer claimer
+			sh.mu.Unlock()
+			continue
+		}
+		sh.replicas = stored
 		sh.dirty = false
 		sh.mu.Unlock()
 		if sh.ref.kind == pb.ShardRef_RANGE {
 			c.checkLiveness(ctx, sh)
+		}
+	}
+}
+
+// handoverRounds bounds the maintenance rounds in which a node that
+// coordinated a shard offers its state to the peer that took it over.
+const handoverRounds = 20
+
+// handOver pushes sh's whole state to to, the closer peer that took the
+// shard over, until it stored or merged it. The closer peer syncs from its
+// replica set when it claims, but this node need not be in that set: after
+// a partition, each side's coordinator holds decisions the other never saw,
+// and a single lost push would lose them for good.
+func (c *coordinator) handOver(ctx context.Context, sh *shard, to peer.ID) {
+	err := c.pushAll(ctx, to, sh)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	switch {
+	case err == nil || errors.Is(err, ErrStaleEpoch): // stored, or merged under its newer epoch
+		sh.handover = 0
+	default:
+		sh.handover--
+		if sh.handover == 0 {
+			c.log.Warn("handing a shard over failed", "shard", sh.ref.String(), "peer", to, "error", err)
+		} else {
+			c.log.Debug("handover push failed", "peer", to, "error", err)
 		}
 	}
 }
