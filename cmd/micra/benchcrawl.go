@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/micra-net/micra/internal/evaluate"
+	"github.com/micra-net/micra/internal/swarm"
 	"github.com/micra-net/micra/internal/world"
 )
 
@@ -31,6 +34,7 @@ func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	agreement := fs.Int("agreement", 100, "sites of the HEAD/GET experiment (0 skips it)")
 	threshold := fs.Int("threshold", 50, "the searches' probing threshold in `MS`")
 	stratFlag := fs.String("strategies", strings.Join(evaluate.CrawlStrategies, ","), "assignments compared: "+strings.Join(evaluate.CrawlStrategies, ", "))
+	decide := fs.String("decide", evaluate.DecidedByOverlay, "where ipmicra+ decides: overlay (a network of micra nodes at the crawling nodes' addresses, as a running network does) or model (the search run in the benchmark, probes answered by the world's model, as for the other strategies)")
 	mode := fs.String("mode", evaluate.ModeSequential, "sequential: each node downloads the front pages of its sites one connection at a time (thesis 8.4)")
 	scale := fs.Float64("scale", 0.5, "the world's time scale: every modelled delay is multiplied by it (times are reported unscaled)")
 	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
@@ -46,6 +50,8 @@ func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	switch {
 	case *mode != evaluate.ModeSequential:
 		return fmt.Errorf("%w: --mode %q: only %q is measured", errUsage, *mode, evaluate.ModeSequential)
+	case *decide != evaluate.DecidedByOverlay && *decide != evaluate.DecidedByModel:
+		return fmt.Errorf("%w: --decide %q: overlay or model", errUsage, *decide)
 	case *nodes < 1 || *nodes > 1000:
 		return fmt.Errorf("%w: --nodes %d must lie in [1, 1000]", errUsage, *nodes)
 	case *sites < 1 || *sites > 5000:
@@ -80,6 +86,19 @@ func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer run.Close()
 	fmt.Fprintf(stderr, "world: %d sites, %d nodes, time scale %v\n", len(w.Sites()), len(w.Nodes()), *scale)
+	if *decide == evaluate.DecidedByOverlay {
+		dir, err := os.MkdirTemp("", "micra-bench-crawl-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		sc := swarm.Config{Dir: dir, Scale: *scale, Threshold: cfg.Threshold}
+		cfg.Decide = func(ctx context.Context, nodes []netip.Addr, sites []world.Site) (map[int]netip.Addr, int64, error) {
+			sc.Nodes = nodes
+			a, err := swarm.Decide(ctx, run, tree, sc, sites)
+			return a.Node, a.Probes, err
+		}
+	}
 	rep, err := evaluate.Crawl(ctx, w, tree, &evaluate.HTTPDownloader{Run: run}, cfg)
 	if err != nil {
 		return err
@@ -99,6 +118,12 @@ func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "Front pages of %d sites, each from the node its strategy assigns, one connection at a time per node; times modelled (measured / %v).\n\n",
 		rep.Results[0].Pages+rep.Results[0].Failed, *scale)
+	for _, r := range rep.Results {
+		if r.Strategy == evaluate.Guided && r.DecidedBy == evaluate.DecidedByOverlay {
+			fmt.Fprintf(stdout, "%s decided in the overlay: %d micra nodes at the crawling nodes' addresses delegating the sites' subnets, as a running network does.\n", r.Strategy, r.Nodes)
+			break
+		}
+	}
 	if err := evaluate.WriteCrawlTable(stdout, rep); err != nil {
 		return err
 	}

@@ -23,10 +23,9 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/internal/swarm"
 	"github.com/micra-net/micra/internal/world"
-	"github.com/micra-net/micra/node"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/overlay/delegate"
 	"github.com/micra-net/micra/overlay/results"
 	"github.com/micra-net/micra/subnet"
 )
@@ -105,12 +104,6 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return demo(ctx, c, stdout, stderr)
 }
 
-// demoNode is one volunteer of the demo.
-type demoNode struct {
-	n    *node.Node
-	addr netip.Addr
-}
-
 func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err error) {
 	start := time.Now()
 	dir := c.keep
@@ -158,109 +151,22 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	fmt.Fprintf(stdout, "emulated Internet: %d sites, %d volunteer addresses, time scale %v, DNS %s; log in %s\n",
 		len(w.Sites()), len(w.Nodes()), c.scale, run.DNS(), logFile.Name())
 
-	// The volunteers. Between gives the delegation procedure the world's
-	// latencies between nodes: libp2p measures its own traffic, which on
-	// loopback does not see the emulated latencies.
-	var byPeer sync.Map // peer.ID → netip.Addr
-	between := func(a, b peer.ID) (time.Duration, bool) {
-		x, ok1 := byPeer.Load(a)
-		y, ok2 := byPeer.Load(b)
-		if !ok1 || !ok2 {
-			return 0, false
-		}
-		return w.RTTAddr(x.(netip.Addr), y.(netip.Addr)), true
-	}
-	nodes := make([]*demoNode, len(w.Nodes()))
-	defer func() {
-		var wg sync.WaitGroup
-		for _, dn := range nodes {
-			if dn != nil {
-				wg.Go(func() { err = errors.Join(err, dn.n.Close()) })
-			}
-		}
-		wg.Wait()
-	}()
-	startNode := func(i int, boot []string) error {
-		wn := w.Nodes()[i]
-		res, err := run.Resolver(wn.Addr)
-		if err != nil {
-			return err
-		}
-		cfg := node.DefaultConfig()
-		cfg.DataDir = filepath.Join(dir, fmt.Sprintf("node-%02d", i))
-		// TCP only: on loopback QUIC dials leave from 127.0.0.1, not the
-		// node's address, which own-subnet claims check.
-		cfg.Listen = []string{"/ip4/" + wn.Addr.String() + "/tcp/0"}
-		cfg.Bootstrap = boot
-		cfg.SourceAddr = wn.Addr.String()
-		cfg.AllowPrivateNetworks = true // the demo's nodes only: the emulated Internet is on loopback
-		cfg.AllowPorts = []uint16{uint16(run.Port())}
-		cfg.Dashboard = "127.0.0.1:0"
-		cfg.MemoryLimit = "0" // many nodes share the process
-		cfg.Bandwidth = "0"
-		// The demo's crawl is compressed in time: its two minutes extrapolate
-		// to some 200,000 pages a day per node, and with a volunteer's
-		// default capacity every node soon looks full, so load balancing
-		// sends subnets to far nodes (a Korean site 278 ms away instead of
-		// 70). The demo measures the search; load balancing has its tests.
-		cfg.Capacity = 10_000_000
-		cfg.Threshold = c.threshold.String()
-		dopts := []delegate.Option{delegate.Between(between)}
-		if c.latencyMap {
-			dopts = append(dopts, delegate.LatencyMap(demoLatencyMap(w, &byPeer, between)))
-		}
-		if trace != nil {
-			dopts = append(dopts, delegate.Logger(slog.New(trace).With("node", i, "subsystem", "delegate")))
-		}
-		n, err := node.New(cfg, node.Tree(tree), node.Resolver(res), node.ProbeScale(c.scale),
-			node.Logger(logger.With("node", i)),
-			node.HostOptions(overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()),
-			node.DelegateOptions(dopts...),
-			node.OverlayOptions(overlay.Announce(2*time.Second, false)),
-			// Batches sealed within seconds, so that the indexer fills while
-			// the demo runs (a volunteer's default waits up to 5 minutes).
-			node.CrawlOptions(crawl.Batching(256<<10, 3*time.Second)),
-			node.ResultOptions(results.Republish(time.Second, 5*time.Second)))
-		if err != nil {
-			return fmt.Errorf("node %d: %w", i, err)
-		}
-		nodes[i] = &demoNode{n: n, addr: wn.Addr}
-		byPeer.Store(n.ID(), wn.Addr)
-		jctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		if err := n.Join(jctx); err != nil {
-			return fmt.Errorf("node %d: %w", i, err)
-		}
-		return nil
-	}
-	if err := startNode(0, nil); err != nil {
+	// The volunteers.
+	sw, err := swarm.Start(ctx, run, tree, swarm.Config{Dir: dir, Scale: c.scale, Threshold: c.threshold,
+		LatencyMap: c.latencyMap, Dashboards: true, Logger: logger, Trace: traceHandler(trace)})
+	if err != nil {
 		return err
 	}
-	boot := nodes[0].n.Addrs()
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i := 1; i < len(nodes); i++ {
-		wg.Go(func() { errs[i] = startNode(i, boot) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
+	defer func() { err = errors.Join(err, sw.Close()) }()
+	nodes := sw.Nodes
 
-	indexerDelegateOpts := []delegate.Option{delegate.Between(between)}
-	if c.latencyMap {
-		indexerDelegateOpts = append(indexerDelegateOpts, delegate.LatencyMap(demoLatencyMap(w, &byPeer, between)))
-	}
-	if trace != nil {
-		indexerDelegateOpts = append(indexerDelegateOpts, delegate.Logger(slog.New(trace).With("node", "indexer", "subsystem", "delegate")))
-	}
 	// The indexer: it resolves the world's names (for its audits) from
 	// 127.0.0.1.
 	indexerDNS, err := run.Resolver(netip.MustParseAddr("127.0.0.1"))
 	if err != nil {
 		return err
 	}
-	h0 := nodes[0].n.Overlay().Host()
+	h0 := nodes[0].Overlay().Host()
 	ri, err := startIndexer(ctx, indexerSetup{
 		dir: filepath.Join(dir, "indexer"), listen: []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/0")},
 		peers: []peer.AddrInfo{{ID: h0.ID(), Addrs: h0.Addrs()}}, httpAddr: "127.0.0.1:0",
@@ -271,7 +177,7 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		// it needs the world's latencies between nodes like every node
 		// (with libp2p's loopback RTTs its triangle-inequality bounds
 		// pruned the nearest nodes: 200 ms misses).
-		delegateOpts: indexerDelegateOpts,
+		delegateOpts: sw.DelegateOptions("indexer"),
 		opts: []results.Option{results.AnnounceEvery(2 * time.Second), results.Logger(logger.With("subsystem", "results")),
 			results.DNS(indexerDNS)},
 	})
@@ -284,7 +190,7 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	// takes the indexer, which its DHT knows, for a crawler: its first
 	// decisions would ask the indexer to probe and count the refusal.
 	for wait := time.Now(); time.Since(wait) < 10*time.Second; time.Sleep(100 * time.Millisecond) {
-		if !slices.ContainsFunc(nodes, func(dn *demoNode) bool { return dn.n.Overlay().MayCrawl(ri.h.ID()) }) {
+		if !slices.ContainsFunc(nodes, func(dn *swarm.Node) bool { return dn.Overlay().MayCrawl(ri.h.ID()) }) {
 			break
 		}
 	}
@@ -293,7 +199,7 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 	fmt.Fprintf(tw, "node\taddress\tlocation\tdashboard\n")
 	for i, dn := range nodes {
 		loc := w.Nodes()[i].Loc
-		fmt.Fprintf(tw, "%d\t%s\t%s, %s\thttp://%s/\n", i, dn.addr, loc.City, loc.Country, dn.n.DashboardAddr())
+		fmt.Fprintf(tw, "%d\t%s\t%s, %s\thttp://%s/\n", i, dn.Addr, loc.City, loc.Country, dn.DashboardAddr())
 	}
 	fmt.Fprintf(tw, "indexer\t127.0.0.1\t\thttp://%s/ (search)\n", ri.httpAddr)
 	tw.Flush()
@@ -317,7 +223,7 @@ func demo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err erro
 		dn := nodes[k%len(nodes)]
 		subWG.Go(func() {
 			for i := k; i < len(seeds); i += c.submitters {
-				res, err := dn.n.Submit(cctx, crawl.Request{Link: run.URL(seeds[i]), Depth: c.depth})
+				res, err := dn.Submit(cctx, crawl.Request{Link: run.URL(seeds[i]), Depth: c.depth})
 				if err != nil {
 					return
 				}
@@ -417,19 +323,19 @@ type demoFigures struct {
 	idle                     bool
 }
 
-func figures(nodes []*demoNode, ri *runningIndexer, submitted int64, seeds int) demoFigures {
+func figures(nodes []*swarm.Node, ri *runningIndexer, submitted int64, seeds int) demoFigures {
 	f := demoFigures{delegated: int(submitted), seeds: seeds, idle: true}
 	for _, dn := range nodes {
-		ds := dn.n.DelegationStats()
+		ds := dn.DelegationStats()
 		f.probes += ds.Probes
 		f.decisions += ds.Decisions
-		cs := dn.n.CrawlStats()
+		cs := dn.CrawlStats()
 		f.pages += cs.Fetched
 		f.wire += cs.WireBytes
 		f.results += cs.RecordBytes
 		f.queued += cs.Queued
 		f.inFlight += cs.InFlight
-		f.outbox += dn.n.OutboxStats().Batches
+		f.outbox += dn.OutboxStats().Batches
 		if cs.Queued > 0 || cs.InFlight > 0 {
 			f.idle = false
 		}
@@ -456,16 +362,16 @@ func (f demoFigures) String() string {
 
 // delegationTable prints how good the delegations of the seeded sites
 // are, by the metrics of DESIGN.md, beside the paper's figures.
-func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *world.Running, tree *subnet.Tree, nodes []*demoNode, seeds []world.Site, trace *decisionTrace) error {
-	byPeer := map[peer.ID]*demoNode{}
+func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *world.Running, tree *subnet.Tree, nodes []*swarm.Node, seeds []world.Site, trace *decisionTrace) error {
+	byPeer := map[peer.ID]*swarm.Node{}
 	own := map[subnet.Range]bool{}
 	var addrs []netip.Addr
 	for _, dn := range nodes {
-		byPeer[dn.n.ID()] = dn
-		own[tree.Range(tree.SmallestNonUnary(dn.addr))] = true
-		addrs = append(addrs, dn.addr)
+		byPeer[dn.ID()] = dn
+		own[tree.Range(tree.SmallestNonUnary(dn.Addr))] = true
+		addrs = append(addrs, dn.Addr)
 	}
-	o := nodes[0].n.Overlay()
+	o := nodes[0].Overlay()
 	var judged, optimal, undelegated, cdn int
 	var excess time.Duration
 	var speed crawlSpeed
@@ -492,15 +398,15 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *wo
 		}
 		subnets[r] = true
 		judged++
-		speed.add(w, run, s, dn.addr, addrs)
+		speed.add(w, run, s, dn.Addr, addrs)
 		_, best, _ := w.Optimal(s, addrs)
-		if got := w.RTT(dn.addr, s); got-best <= 10*time.Microsecond {
+		if got := w.RTT(dn.Addr, s); got-best <= 10*time.Microsecond {
 			optimal++
 		} else {
 			excess += got - best
 			if os.Getenv("MICRA_DEBUG") != "" {
 				bestAddr, _, _ := w.Optimal(s, addrs)
-				fmt.Fprintf(out, "  sub-optimal %s %s: %s at %v, best %s at %v (decided %s, own %v, url %s)\n", s.Name, r, dn.addr, got, bestAddr, best, d.Decided.Format("15:04:05.000"), d.Own, d.URL)
+				fmt.Fprintf(out, "  sub-optimal %s %s: %s at %v, best %s at %v (decided %s, own %v, url %s)\n", s.Name, r, dn.Addr, got, bestAddr, best, d.Decided.Format("15:04:05.000"), d.Own, d.URL)
 				if trace != nil && !explained[r] {
 					explained[r] = true
 					trace.explain(out, w, r.String(), s, nodes)
@@ -510,7 +416,7 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *wo
 	}
 	var probes, balanced int64
 	for _, dn := range nodes {
-		st := dn.n.DelegationStats()
+		st := dn.DelegationStats()
 		probes += st.Probes
 		balanced += st.HandOffs + st.SecondBest + st.Reruns
 	}

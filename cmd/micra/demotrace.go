@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/micra-net/micra/internal/swarm"
 	"github.com/micra-net/micra/internal/world"
 )
 
@@ -28,6 +29,14 @@ type decisionTrace struct {
 
 func newDecisionTrace(next slog.Handler) *decisionTrace {
 	return &decisionTrace{next: next, mu: &sync.Mutex{}, by: map[string][]string{}}
+}
+
+// traceHandler returns t as a slog.Handler, nil when t is nil.
+func traceHandler(t *decisionTrace) slog.Handler {
+	if t == nil {
+		return nil
+	}
+	return t
 }
 
 func (t *decisionTrace) Enabled(context.Context, slog.Level) bool { return true }
@@ -74,7 +83,7 @@ func (t *decisionTrace) WithGroup(name string) slog.Handler {
 
 // explain writes the records of subnet, peer IDs replaced by the nodes'
 // addresses with their true RTTs to site s, then every node by true RTT.
-func (t *decisionTrace) explain(out io.Writer, w *world.World, subnet string, s world.Site, nodes []*demoNode) {
+func (t *decisionTrace) explain(out io.Writer, w *world.World, subnet string, s world.Site, nodes []*swarm.Node) {
 	names := map[string]string{}
 	type nr struct {
 		addr netip.Addr
@@ -82,11 +91,11 @@ func (t *decisionTrace) explain(out io.Writer, w *world.World, subnet string, s 
 	}
 	var all []nr
 	for _, dn := range nodes {
-		rtt := w.RTT(dn.addr, s)
-		label := fmt.Sprintf("%s[true %.1f]", dn.addr, float64(rtt.Microseconds())/1000)
-		names[dn.n.ID().ShortString()] = label
-		names[dn.n.ID().String()] = label
-		all = append(all, nr{dn.addr, rtt})
+		rtt := w.RTT(dn.Addr, s)
+		label := fmt.Sprintf("%s[true %.1f]", dn.Addr, float64(rtt.Microseconds())/1000)
+		names[dn.ID().ShortString()] = label
+		names[dn.ID().String()] = label
+		all = append(all, nr{dn.Addr, rtt})
 	}
 	t.mu.Lock()
 	recs := slices.Clone(t.by[subnet])

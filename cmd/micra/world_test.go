@@ -299,13 +299,16 @@ func TestBenchCrawl(t *testing.T) {
 		if r["pages"] != 30.0 || r["mode"] != "sequential" || r["strategy"] != evaluate.CrawlStrategies[i] {
 			t.Errorf("result %d: %v", i, r)
 		}
+		if want := map[bool]string{true: "overlay", false: "model"}[r["strategy"] == evaluate.Guided]; r["decided_by"] != want {
+			t.Errorf("%v decided by %v, want %s", r["strategy"], r["decided_by"], want)
+		}
 	}
 	for _, f := range []string{"c.csv", "c.png"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
-	for _, bad := range [][]string{{"--mode", "parallel"}, {"--strategies", "brute"}, {"--scale", "0"}, {"--nodes", "0"}} {
+	for _, bad := range [][]string{{"--mode", "parallel"}, {"--strategies", "brute"}, {"--scale", "0"}, {"--nodes", "0"}, {"--decide", "oracle"}} {
 		if code, _, _ := runCmd(t, append([]string{"bench", "crawl", "--sites", "20"}, bad...)...); code == 0 {
 			t.Errorf("%v accepted", bad)
 		}

@@ -37,7 +37,23 @@ type CrawlConfig struct {
 	// skips it): each is probed with a HEAD and downloaded with a GET
 	// from every node.
 	Agreement int
+	// Decide, when set, decides the Guided strategy's assignment as a
+	// running network does: nodes of micra's overlay at the given
+	// addresses delegating the sites' subnets (internal/swarm). Without
+	// it, the guided search runs here with the world's model answering
+	// its probes, as the other searches do.
+	Decide Decider
 }
+
+// Decider assigns sites to nodes in a running network: the node of each
+// site (by ID; one of nodes) and the probes issued.
+type Decider func(ctx context.Context, nodes []netip.Addr, sites []world.Site) (map[int]netip.Addr, int64, error)
+
+// Where an assignment was decided (CrawlResult.DecidedBy).
+const (
+	DecidedByModel   = "model"   // the search run here, probes answered by the world's model
+	DecidedByOverlay = "overlay" // a running network of micra nodes (CrawlConfig.Decide)
+)
 
 // Downloader times requests from a node's address to a site's front page,
 // each on a fresh connection, as modelled (unscaled) durations.
@@ -73,7 +89,8 @@ type CrawlResult struct {
 	VsOracle      float64 `json:"ratio_to_oracle"`
 	ModelVsRandom float64 `json:"model_speedup_vs_random"`
 	OptimalPct    float64 `json:"optimal_pct"`     // sites assigned to their nearest node
-	ProbesPerSite float64 `json:"probes_per_site"` // the assignment's probes (model prober)
+	ProbesPerSite float64 `json:"probes_per_site"` // the assignment's probes
+	DecidedBy     string  `json:"decided_by"`      // DecidedByModel or DecidedByOverlay
 
 	sites []int // site IDs crawled, for the report's checks
 }
@@ -121,7 +138,12 @@ func Crawl(ctx context.Context, w *world.World, tree *subnet.Tree, d Downloader,
 		sites = sites[:min(len(sites), cfg.Sites)]
 	}
 	for _, name := range strategies {
-		assign, out, err := assignSites(ctx, w, tree, nodes, name, cfg, sites)
+		by := DecidedByModel
+		decide := assignSites
+		if name == Guided && cfg.Decide != nil {
+			by, decide = DecidedByOverlay, decideInOverlay
+		}
+		assign, out, err := decide(ctx, w, tree, nodes, name, cfg, sites)
 		if err != nil {
 			return rep, fmt.Errorf("%s: %w", name, err)
 		}
@@ -131,6 +153,7 @@ func Crawl(ctx context.Context, w *world.World, tree *subnet.Tree, d Downloader,
 		}
 		st := Summarise(out)
 		r.Strategy, r.Mode, r.Nodes, r.OptimalPct, r.ProbesPerSite = name, ModeSequential, len(nodes), st.OptimalPct, st.ProbesPerURL
+		r.DecidedBy = by
 		rep.Results = append(rep.Results, r)
 	}
 	ratios(rep.Results)
