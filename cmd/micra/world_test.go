@@ -275,7 +275,7 @@ func TestBenchStructure(t *testing.T) {
 func TestBenchCrawl(t *testing.T) {
 	needData(t)
 	dir := t.TempDir()
-	code, out, errs := runCmd(t, "bench", "crawl", "--sites", "80", "--nodes", "6", "--pages", "30", "--agreement", "5", "--scale", "0.02",
+	code, out, errs := runCmd(t, "bench", "crawl", "--sites", "80", "--nodes", "6", "--crawl-sites", "30", "--max-pages", "20", "--agreement", "5", "--scale", "0.02",
 		"--json", "--csv", filepath.Join(dir, "c.csv"), "--plot", filepath.Join(dir, "c.png"))
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -287,7 +287,7 @@ func TestBenchCrawl(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if v.Agreement == nil || *v.Agreement < 0 || *v.Agreement > 100 || len(v.Results) != 4 {
+	if v.Agreement == nil || *v.Agreement < 0 || *v.Agreement > 100 || len(v.Results) != 8 {
 		t.Fatalf("agreement %v, %d results", v.Agreement, len(v.Results))
 	}
 	for i, r := range v.Results {
@@ -296,8 +296,17 @@ func TestBenchCrawl(t *testing.T) {
 				t.Errorf("result %d lacks %s: %v", i, k, r)
 			}
 		}
-		if r["pages"] != 30.0 || r["mode"] != "sequential" || r["strategy"] != evaluate.CrawlStrategies[i] {
+		mode := evaluate.CrawlModes[i/len(evaluate.CrawlStrategies)]
+		if r["mode"] != mode || r["strategy"] != evaluate.CrawlStrategies[i%len(evaluate.CrawlStrategies)] {
 			t.Errorf("result %d: %v", i, r)
+		}
+		// Every strategy crawled the same pages in a mode: the 30 front
+		// pages, or the first result's pages to depth 1.
+		if want := map[string]any{evaluate.ModeSequential: 30.0, evaluate.ModeCrawl: v.Results[len(evaluate.CrawlStrategies)]["pages"]}[mode]; r["pages"] != want {
+			t.Errorf("result %d: %v pages, want %v", i, r["pages"], want)
+		}
+		if p, _ := r["pages"].(float64); mode == evaluate.ModeCrawl && p <= 30 {
+			t.Errorf("the crawl mode crawled %v pages of 30 sites to depth 1", p)
 		}
 		if want := map[bool]string{true: "overlay", false: "model"}[r["strategy"] == evaluate.Guided]; r["decided_by"] != want {
 			t.Errorf("%v decided by %v, want %s", r["strategy"], r["decided_by"], want)
@@ -308,7 +317,7 @@ func TestBenchCrawl(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
-	for _, bad := range [][]string{{"--mode", "parallel"}, {"--strategies", "brute"}, {"--scale", "0"}, {"--nodes", "0"}, {"--decide", "oracle"}} {
+	for _, bad := range [][]string{{"--mode", "parallel"}, {"--depth", "0"}, {"--max-pages", "5"}, {"--strategies", "brute"}, {"--scale", "0"}, {"--nodes", "0"}, {"--decide", "oracle"}} {
 		if code, _, _ := runCmd(t, append([]string{"bench", "crawl", "--sites", "20"}, bad...)...); code == 0 {
 			t.Errorf("%v accepted", bad)
 		}

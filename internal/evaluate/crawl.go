@@ -32,7 +32,9 @@ type CrawlConfig struct {
 	Seed       int64         // node subset, site order and random assignment
 	Threshold  time.Duration // the searches' probing threshold
 	Strategies []string      // of CrawlStrategies; all when empty
-	Sites      int           // front pages crawled (0: every site's)
+	Sites      int           // sites crawled (0: every site's)
+	Modes      []string      // of CrawlModes; all when empty
+	Depth      int           // link hops of ModeCrawl from each front page (0: DefaultCrawlDepth)
 	// Agreement is the number of sites of the HEAD/GET experiment (0
 	// skips it): each is probed with a HEAD and downloaded with a GET
 	// from every node.
@@ -73,6 +75,7 @@ type Downloader interface {
 type CrawlResult struct {
 	Strategy   string  `json:"strategy"`
 	Mode       string  `json:"mode"`
+	Depth      int     `json:"depth"` // link hops from the front pages (ModeCrawl)
 	Nodes      int     `json:"nodes"`
 	DownloadS  float64 `json:"download_s"` // sum over pages
 	MakespanS  float64 `json:"makespan_s"` // until the last node is done
@@ -92,7 +95,8 @@ type CrawlResult struct {
 	ProbesPerSite float64 `json:"probes_per_site"` // the assignment's probes
 	DecidedBy     string  `json:"decided_by"`      // DecidedByModel or DecidedByOverlay
 
-	sites []int // site IDs crawled, for the report's checks
+	sites []int    // site IDs crawled, for the report's checks
+	urls  []string // ModeCrawl: the URLs of the records, sorted
 }
 
 // CrawlReport is the outcome of Crawl.
@@ -106,25 +110,33 @@ type CrawlReport struct {
 	Results      []CrawlResult `json:"results"`
 }
 
-// Crawl assigns the front pages of w's sites to cfg.Nodes nodes by each
-// strategy and downloads them through d in the sequential mode. The
-// searches decide from a clean start (every node owning only its own
-// subnet), one site after the other in a seeded order, with probes
-// answered by the world's model. Every strategy crawls the same pages.
-func Crawl(ctx context.Context, w *world.World, tree *subnet.Tree, d Downloader, cfg CrawlConfig) (CrawlReport, error) {
+// Crawl assigns the sites of run's world to cfg.Nodes nodes by each
+// strategy and crawls them in each mode: the front pages one connection
+// at a time per node (ModeSequential), and by micra's crawler to a depth
+// (ModeCrawl). The searches decide from a clean start (every node owning
+// only its own subnet), one site after the other in a seeded order, with
+// probes answered by the world's model, unless cfg.Decide decides ipmicra+
+// in a running network. Each strategy decides once; every mode crawls the
+// same sites under that assignment.
+func Crawl(ctx context.Context, run *world.Running, tree *subnet.Tree, cfg CrawlConfig) (CrawlReport, error) {
 	var rep CrawlReport
-	strategies := cfg.Strategies
-	if len(strategies) == 0 {
-		strategies = CrawlStrategies
+	w := run.World()
+	strategies, err := oneOf("strategy", cfg.Strategies, CrawlStrategies)
+	if err != nil {
+		return rep, err
 	}
-	for _, s := range strategies {
-		if !slices.Contains(CrawlStrategies, s) {
-			return rep, fmt.Errorf("strategy %q: the crawl compares %v", s, CrawlStrategies)
-		}
+	modes, err := oneOf("mode", cfg.Modes, CrawlModes)
+	if err != nil {
+		return rep, err
 	}
-	// Flaky sites answer one request in five with 503: they would make
-	// the strategies crawl different pages.
-	sites := slices.DeleteFunc(evalSites(w), func(s world.Site) bool { return s.Flaky })
+	depth := cfg.Depth
+	if depth == 0 {
+		depth = DefaultCrawlDepth
+	}
+	// Flaky sites answer one request in five with 503, and a robots.txt
+	// that fails forbids the whole site: either would make the strategies
+	// crawl different pages.
+	sites := slices.DeleteFunc(evalSites(w), func(s world.Site) bool { return s.Flaky || s.Robots == world.RobotsError })
 	if len(sites) == 0 {
 		return rep, errNoSites
 	}
@@ -137,6 +149,7 @@ func Crawl(ctx context.Context, w *world.World, tree *subnet.Tree, d Downloader,
 	if cfg.Sites > 0 {
 		sites = sites[:min(len(sites), cfg.Sites)]
 	}
+	d := &HTTPDownloader{Run: run}
 	for _, name := range strategies {
 		by := DecidedByModel
 		decide := assignSites
@@ -147,15 +160,30 @@ func Crawl(ctx context.Context, w *world.World, tree *subnet.Tree, d Downloader,
 		if err != nil {
 			return rep, fmt.Errorf("%s: %w", name, err)
 		}
-		r := crawlSequential(ctx, w, d, nodes, assign, sites)
-		if err := ctx.Err(); err != nil {
-			return rep, err
-		}
 		st := Summarise(out)
-		r.Strategy, r.Mode, r.Nodes, r.OptimalPct, r.ProbesPerSite = name, ModeSequential, len(nodes), st.OptimalPct, st.ProbesPerURL
-		r.DecidedBy = by
-		rep.Results = append(rep.Results, r)
+		for _, mode := range modes {
+			var r CrawlResult
+			switch mode {
+			case ModeSequential:
+				r = crawlSequential(ctx, w, d, nodes, assign, sites)
+			case ModeCrawl:
+				if r, err = crawlDeep(ctx, run, nodes, assign, sites, depth); err != nil {
+					return rep, fmt.Errorf("%s, %s mode: %w", name, mode, err)
+				}
+				r.Depth = depth
+			}
+			if err := ctx.Err(); err != nil {
+				return rep, err
+			}
+			r.Strategy, r.Mode, r.Nodes, r.OptimalPct, r.ProbesPerSite = name, mode, len(nodes), st.OptimalPct, st.ProbesPerURL
+			r.DecidedBy = by
+			rep.Results = append(rep.Results, r)
+		}
 	}
+	// Results in mode order, the strategies in theirs within each.
+	slices.SortStableFunc(rep.Results, func(a, b CrawlResult) int {
+		return slices.Index(modes, a.Mode) - slices.Index(modes, b.Mode)
+	})
 	ratios(rep.Results)
 	if cfg.Agreement > 0 {
 		sample := sites[:min(len(sites), cfg.Agreement)]
@@ -164,6 +192,20 @@ func Crawl(ctx context.Context, w *world.World, tree *subnet.Tree, d Downloader,
 		}
 	}
 	return rep, nil
+}
+
+// oneOf returns asked, or all when asked is empty, and an error naming
+// the first of asked that is not in all.
+func oneOf(what string, asked, all []string) ([]string, error) {
+	if len(asked) == 0 {
+		return all, nil
+	}
+	for _, a := range asked {
+		if !slices.Contains(all, a) {
+			return nil, fmt.Errorf("%s %q: the crawl measures %v", what, a, all)
+		}
+	}
+	return asked, nil
 }
 
 // assignSites delegates every site by the named strategy and returns the
@@ -261,27 +303,27 @@ func ModelDownload(w *world.World, node netip.Addr, s world.Site, requests, byte
 	return time.Duration(sec * float64(time.Second))
 }
 
-// ratios fills each result's ratios to random's and oracle's.
+// ratios fills each result's ratios to random's and oracle's of its mode.
 func ratios(rs []CrawlResult) {
-	var random, oracle *CrawlResult
+	random, oracle := map[string]*CrawlResult{}, map[string]*CrawlResult{}
 	for i := range rs {
 		switch rs[i].Strategy {
 		case Random:
-			random = &rs[i]
+			random[rs[i].Mode] = &rs[i]
 		case OracleStr:
-			oracle = &rs[i]
+			oracle[rs[i].Mode] = &rs[i]
 		}
 	}
 	for i := range rs {
 		r := &rs[i]
-		if random != nil && r.DownloadS > 0 {
-			r.VsRandom = random.DownloadS / r.DownloadS
+		if rnd := random[r.Mode]; rnd != nil && r.DownloadS > 0 {
+			r.VsRandom = rnd.DownloadS / r.DownloadS
 		}
-		if random != nil && r.ModelS > 0 {
-			r.ModelVsRandom = random.ModelS / r.ModelS
+		if rnd := random[r.Mode]; rnd != nil && r.ModelS > 0 {
+			r.ModelVsRandom = rnd.ModelS / r.ModelS
 		}
-		if oracle != nil && oracle.DownloadS > 0 {
-			r.VsOracle = r.DownloadS / oracle.DownloadS
+		if o := oracle[r.Mode]; o != nil && o.DownloadS > 0 {
+			r.VsOracle = r.DownloadS / o.DownloadS
 		}
 	}
 }
@@ -339,3 +381,6 @@ func argmin(ds []time.Duration) int {
 	}
 	return best
 }
+
+// Sites returns the IDs of the sites crawled.
+func (r CrawlResult) Sites() []int { return slices.Clone(r.sites) }

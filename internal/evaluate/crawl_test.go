@@ -10,52 +10,68 @@ import (
 	"github.com/micra-net/micra/internal/world/worldtest"
 )
 
-// TestCrawl crawls a small world's front pages by every strategy over
+// TestCrawl crawls a small world by every strategy in both modes over
 // loopback. Times measured on a shared machine are noisy, so the checks on
 // speed are the model's: oracle never downloads slower than random, and
-// the location-aware search is faster than random.
+// the location-aware search is faster than random. Every strategy crawls
+// the same pages: the same front pages, and in the crawl mode the same
+// URLs to the depth.
 func TestCrawl(t *testing.T) {
-	run := worldtest.Start(t, worldtest.Params(3, 120, 8), world.TimeScale(0.02))
+	p := worldtest.Params(3, 120, 8)
+	p.MaxPages = 20 // the largest site's politeness waits set the crawl mode's run time
+	run := worldtest.Start(t, p, world.TimeScale(0.02))
 	w := run.World()
 	tree, err := w.Tree(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := CrawlConfig{Nodes: 8, Seed: 1, Threshold: 50 * time.Millisecond, Sites: 60, Agreement: 10}
-	rep, err := Crawl(context.Background(), w, tree, &HTTPDownloader{Run: run}, cfg)
+	cfg := CrawlConfig{Nodes: 8, Seed: 1, Threshold: 50 * time.Millisecond, Sites: 40, Agreement: 10}
+	rep, err := Crawl(context.Background(), run, tree, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != len(CrawlStrategies) {
-		t.Fatalf("%d results, want %d", len(rep.Results), len(CrawlStrategies))
+	if len(rep.Results) != len(CrawlStrategies)*len(CrawlModes) {
+		t.Fatalf("%d results, want %d", len(rep.Results), len(CrawlStrategies)*len(CrawlModes))
 	}
-	by := map[string]CrawlResult{}
-	for _, r := range rep.Results {
-		t.Logf("%-9s pages %d bytes %d download %.2f s (model %.2f s) makespan %.2f s mean %.0f ms p90 %.0f ms optimal %.0f %% ×%.2f vs random",
-			r.Strategy, r.Pages, r.Bytes, r.DownloadS, r.ModelS, r.MakespanS, r.MeanPageMS, r.P90PageMS, r.OptimalPct, r.VsRandom)
-		by[r.Strategy] = r
-		if r.Failed != 0 || r.Pages != 60 || r.Bytes <= 0 || r.Mode != ModeSequential || r.Nodes != 8 {
-			t.Errorf("%s: %+v", r.Strategy, r)
+	for i, mode := range CrawlModes {
+		by := map[string]CrawlResult{}
+		for j, r := range rep.Results[i*len(CrawlStrategies) : (i+1)*len(CrawlStrategies)] {
+			t.Logf("%-10s %-9s pages %4d bytes %8d download %6.2f s (model %6.2f s) makespan %6.2f s mean %4.0f ms p90 %4.0f ms optimal %3.0f %% ×%.2f vs random",
+				r.Mode, r.Strategy, r.Pages, r.Bytes, r.DownloadS, r.ModelS, r.MakespanS, r.MeanPageMS, r.P90PageMS, r.OptimalPct, r.VsRandom)
+			if r.Mode != mode || r.Strategy != CrawlStrategies[j] {
+				t.Fatalf("result %d is %s in %s mode, want %s in %s", j, r.Strategy, r.Mode, CrawlStrategies[j], mode)
+			}
+			by[r.Strategy] = r
+			if r.Failed != 0 || r.Bytes <= 0 || r.Nodes != 8 || r.P90PageMS <= 0 || r.ModelS <= 0 {
+				t.Errorf("%s, %s: %+v", r.Strategy, mode, r)
+			}
+			switch mode {
+			case ModeSequential:
+				if r.Pages != 40 || r.Depth != 0 || r.MakespanS > r.DownloadS || r.MakespanS*8 < r.DownloadS {
+					t.Errorf("%s, sequential: %d pages, makespan %.2f s of %.2f s", r.Strategy, r.Pages, r.MakespanS, r.DownloadS)
+				}
+			case ModeCrawl:
+				// Depth 1 reaches the front pages' links and the sitemaps'.
+				if r.Pages <= 40 || r.Depth != DefaultCrawlDepth || len(r.urls) != r.Pages {
+					t.Errorf("%s, crawl: %d pages (%d URLs) at depth %d", r.Strategy, r.Pages, len(r.urls), r.Depth)
+				}
+			}
 		}
-		if r.MakespanS > r.DownloadS || r.MakespanS*8 < r.DownloadS || r.P90PageMS <= 0 {
-			t.Errorf("%s: makespan %.2f s of %.2f s, p90 %.0f ms", r.Strategy, r.MakespanS, r.DownloadS, r.P90PageMS)
+		oracle, random, guided := by[OracleStr], by[Random], by[Guided]
+		for _, r := range by {
+			if !slices.Equal(r.sites, oracle.sites) || !slices.Equal(r.urls, oracle.urls) {
+				t.Errorf("%s mode: %s crawled other pages than oracle (%d URLs, oracle %d)", mode, r.Strategy, len(r.urls), len(oracle.urls))
+			}
 		}
-	}
-	ids := by[OracleStr].sites
-	for _, r := range rep.Results {
-		if !slices.Equal(r.sites, ids) {
-			t.Errorf("%s crawled other pages than oracle", r.Strategy)
+		if oracle.ModelS > random.ModelS || oracle.OptimalPct != 100 {
+			t.Errorf("%s mode: oracle %.2f s by the model (optimal %.0f %%), random %.2f s", mode, oracle.ModelS, oracle.OptimalPct, random.ModelS)
 		}
-	}
-	oracle, random, guided := by[OracleStr], by[Random], by[Guided]
-	if oracle.ModelS > random.ModelS || oracle.OptimalPct != 100 {
-		t.Errorf("oracle %.2f s by the model (optimal %.0f %%), random %.2f s", oracle.ModelS, oracle.OptimalPct, random.ModelS)
-	}
-	if guided.ModelVsRandom < 1.5 || guided.ModelS < oracle.ModelS*0.999 {
-		t.Errorf("guided search %.2f s by the model, random %.2f s, oracle %.2f s", guided.ModelS, random.ModelS, oracle.ModelS)
-	}
-	if oracle.VsOracle != 1 || random.VsRandom != 1 {
-		t.Errorf("ratios to themselves: %v %v", oracle.VsOracle, random.VsRandom)
+		if guided.ModelVsRandom < 1.5 || guided.ModelS < oracle.ModelS*0.999 {
+			t.Errorf("%s mode: guided search %.2f s by the model, random %.2f s, oracle %.2f s", mode, guided.ModelS, random.ModelS, oracle.ModelS)
+		}
+		if oracle.VsOracle != 1 || random.VsRandom != 1 {
+			t.Errorf("%s mode: ratios to themselves: %v %v", mode, oracle.VsOracle, random.VsRandom)
+		}
 	}
 	if rep.AgreementN != 10 || rep.AgreementPct < 0 || rep.AgreementPct > 100 {
 		t.Errorf("HEAD/GET: %.0f %% of %d sites", rep.AgreementPct, rep.AgreementN)
