@@ -97,6 +97,9 @@ type CrawlResult struct {
 
 	sites []int    // site IDs crawled, for the report's checks
 	urls  []string // ModeCrawl: the URLs of the records, sorted
+
+	assign      map[int]netip.Addr // the node of each site
+	bytesBySite map[int]int64      // ModeSequential: the front page's bytes of each site downloaded
 }
 
 // CrawlReport is the outcome of Crawl.
@@ -108,6 +111,9 @@ type CrawlReport struct {
 	AgreementN   int           `json:"head_get_sites"`
 	ExtraMS      float64       `json:"head_get_extra_ms"`
 	Results      []CrawlResult `json:"results"`
+	// PageSize is the sequential mode by the world's model with the front
+	// pages scaled by each of PageSizeFactors (empty without that mode).
+	PageSize []SizeModel `json:"page_size_model,omitempty"`
 }
 
 // Crawl assigns the sites of run's world to cfg.Nodes nodes by each
@@ -176,7 +182,7 @@ func Crawl(ctx context.Context, run *world.Running, tree *subnet.Tree, cfg Crawl
 				return rep, err
 			}
 			r.Strategy, r.Mode, r.Nodes, r.OptimalPct, r.ProbesPerSite = name, mode, len(nodes), st.OptimalPct, st.ProbesPerURL
-			r.DecidedBy = by
+			r.DecidedBy, r.assign = by, assign
 			rep.Results = append(rep.Results, r)
 		}
 	}
@@ -185,6 +191,7 @@ func Crawl(ctx context.Context, run *world.Running, tree *subnet.Tree, cfg Crawl
 		return slices.Index(modes, a.Mode) - slices.Index(modes, b.Mode)
 	})
 	ratios(rep.Results)
+	rep.PageSize = pageSizeModel(w, sites, rep.Results)
 	if cfg.Agreement > 0 {
 		sample := sites[:min(len(sites), cfg.Agreement)]
 		if rep.AgreementPct, rep.ExtraMS, rep.AgreementN, err = headGet(ctx, d, nodes, sample); err != nil {
@@ -242,6 +249,7 @@ func crawlSequential(ctx context.Context, w *world.World, d Downloader, nodes []
 		queue[assign[s.ID]] = append(queue[assign[s.ID]], s)
 	}
 	type page struct {
+		site  int
 		t     time.Duration
 		model float64 // seconds
 		bytes int64
@@ -256,7 +264,7 @@ func crawlSequential(ctx context.Context, w *world.World, d Downloader, nodes []
 					return
 				}
 				t, b, err := d.Get(ctx, n, s)
-				p := page{t: t, bytes: b, ok: err == nil}
+				p := page{site: s.ID, t: t, bytes: b, ok: err == nil}
 				if p.ok {
 					p.model = ModelDownload(w, n, s, 1, b).Seconds()
 				}
@@ -265,7 +273,7 @@ func crawlSequential(ctx context.Context, w *world.World, d Downloader, nodes []
 		})
 	}
 	wg.Wait()
-	var r CrawlResult
+	r := CrawlResult{bytesBySite: map[int]int64{}}
 	var times []float64
 	for _, ps := range results {
 		var sum time.Duration
@@ -274,6 +282,7 @@ func crawlSequential(ctx context.Context, w *world.World, d Downloader, nodes []
 				r.Failed++
 				continue
 			}
+			r.bytesBySite[p.site] = p.bytes
 			sum += p.t
 			r.Pages++
 			r.Bytes += p.bytes

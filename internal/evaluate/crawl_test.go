@@ -73,6 +73,15 @@ func TestCrawl(t *testing.T) {
 			t.Errorf("%s mode: ratios to themselves: %v %v", mode, oracle.VsOracle, random.VsRandom)
 		}
 	}
+	if len(rep.PageSize) != len(PageSizeFactors) {
+		t.Fatalf("page-size model: %d rows, want %d", len(rep.PageSize), len(PageSizeFactors))
+	}
+	for _, m := range rep.PageSize {
+		t.Logf("pages ×%g (mean %.1f kB): %v", m.Factor, m.MeanPageKB, m.VsRandom)
+		if m.DownloadS[OracleStr] > m.DownloadS[Random] || m.VsRandom[OracleStr] < 1 || m.MeanPageKB <= 0 {
+			t.Errorf("pages ×%g: oracle %.2f s, random %.2f s", m.Factor, m.DownloadS[OracleStr], m.DownloadS[Random])
+		}
+	}
 	if rep.AgreementN != 10 || rep.AgreementPct < 0 || rep.AgreementPct > 100 {
 		t.Errorf("HEAD/GET: %.0f %% of %d sites", rep.AgreementPct, rep.AgreementN)
 	}

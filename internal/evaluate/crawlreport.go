@@ -32,6 +32,29 @@ func WriteCrawlTable(w io.Writer, rep CrawlReport) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(rep.PageSize) > 0 && len(rep.PageSize[0].VsRandom) > 0 {
+		fmt.Fprintf(w, "\nThe sequential mode by the world's model with every front page scaled: × faster than random.\n")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprint(tw, "page size\tmean kB\t")
+		for _, r := range rep.Results {
+			if r.Mode == ModeSequential {
+				fmt.Fprintf(tw, "%s\t", r.Strategy)
+			}
+		}
+		fmt.Fprintln(tw)
+		for _, m := range rep.PageSize {
+			fmt.Fprintf(tw, "×%g\t%.1f\t", m.Factor, m.MeanPageKB)
+			for _, r := range rep.Results {
+				if r.Mode == ModeSequential {
+					fmt.Fprintf(tw, "%.2f\t", m.VsRandom[r.Strategy])
+				}
+			}
+			fmt.Fprintln(tw)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if rep.AgreementN > 0 {
 		_, err := fmt.Fprintf(w, "\nHEAD/GET (thesis 8.3): on %d sites the node with the smallest HEAD probe had the smallest download on %.1f %%; where not, its download took %.1f ms longer on average.\n",
 			rep.AgreementN, rep.AgreementPct, rep.ExtraMS)
