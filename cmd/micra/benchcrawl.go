@@ -102,7 +102,9 @@ func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		defer os.RemoveAll(dir)
-		sc := swarm.Config{Dir: dir, Scale: *scale, Threshold: cfg.Threshold}
+		// Errors only: a node that did not stop cleanly, say.
+		sc := swarm.Config{Dir: dir, Scale: *scale, Threshold: cfg.Threshold,
+			Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
 		cfg.Decide = func(ctx context.Context, nodes []netip.Addr, sites []world.Site) (map[int]netip.Addr, int64, error) {
 			sc.Nodes = nodes
 			a, err := swarm.Decide(ctx, run, tree, sc, sites)

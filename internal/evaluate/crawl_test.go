@@ -2,7 +2,9 @@ package evaluate
 
 import (
 	"context"
+	"net/netip"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,7 +84,59 @@ func TestCrawl(t *testing.T) {
 			t.Errorf("pages ×%g: oracle %.2f s, random %.2f s", m.Factor, m.DownloadS[OracleStr], m.DownloadS[Random])
 		}
 	}
-	if rep.AgreementN != 10 || rep.AgreementPct < 0 || rep.AgreementPct > 100 {
-		t.Errorf("HEAD/GET: %.0f %% of %d sites", rep.AgreementPct, rep.AgreementN)
+	if rep.AgreementN != 10 || rep.AgreementPct < 0 || rep.AgreementPct > 100 || rep.SinglePct < 0 || rep.SinglePct > 100 {
+		t.Errorf("HEAD/GET: %.0f %% (one against one: %.0f %%) of %d sites", rep.AgreementPct, rep.SinglePct, rep.AgreementN)
+	}
+}
+
+// scripted is a Downloader whose answers are given per node, in order.
+type scripted struct {
+	mu          sync.Mutex
+	heads, gets map[netip.Addr][]time.Duration
+}
+
+func (d *scripted) next(m map[netip.Addr][]time.Duration, node netip.Addr) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t := m[node][0]
+	m[node] = m[node][1:]
+	return t
+}
+
+func (d *scripted) Get(_ context.Context, node netip.Addr, _ world.Site) (time.Duration, int64, error) {
+	return d.next(d.gets, node), 1000, nil
+}
+
+func (d *scripted) Head(_ context.Context, node netip.Addr, _ world.Site) (time.Duration, error) {
+	return d.next(d.heads, node), nil
+}
+
+// TestHeadGet checks the HEAD/GET experiment's arithmetic: the probe is
+// the least of three HEADs, the download the median of three GETs.
+func TestHeadGet(t *testing.T) {
+	a, b := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	ms := func(xs ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range xs {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	d := &scripted{
+		// Site 1: a's least HEAD (10) beats b's (12), and a's median GET
+		// (50) beats b's (60), though a's first GET (90) does not: micra's
+		// probe agrees, one against one does not.
+		// Site 2: a's probe (10) beats b's (11), b's download (40) beats
+		// a's (45): a miss costing 5 ms.
+		heads: map[netip.Addr][]time.Duration{a: ms(10, 30, 20, 10, 10, 10), b: ms(12, 13, 14, 11, 11, 11)},
+		gets:  map[netip.Addr][]time.Duration{a: ms(90, 50, 40, 45, 45, 45), b: ms(60, 60, 60, 40, 40, 40)},
+	}
+	got, err := headGet(context.Background(), d, []netip.Addr{a, b}, []world.Site{{ID: 1}, {ID: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := headGetResult{agreePct: 50, extraMS: 5, singlePct: 0, n: 2}
+	if got != want {
+		t.Errorf("got %+v, want %+v", got, want)
 	}
 }

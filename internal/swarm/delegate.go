@@ -2,7 +2,6 @@ package swarm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -112,12 +111,17 @@ func (s *Swarm) delegate(ctx context.Context, run *world.Running, st world.Site,
 }
 
 // Decide starts a swarm by cfg, delegates sites through it (Delegate) and
-// stops it: the assignment a new network of those nodes makes of them.
-func Decide(ctx context.Context, run *world.Running, tree *subnet.Tree, cfg Config, sites []world.Site) (_ Assignment, err error) {
+// stops it: the assignment a new network of those nodes makes of them. A
+// node that does not stop cleanly is logged at error level, and the
+// assignment stands: it left goroutines behind, it changed no decision.
+func Decide(ctx context.Context, run *world.Running, tree *subnet.Tree, cfg Config, sites []world.Site) (Assignment, error) {
 	s, err := Start(ctx, run, tree, cfg)
 	if err != nil {
 		return Assignment{}, err
 	}
-	defer func() { err = errors.Join(err, s.Close()) }()
-	return s.Delegate(ctx, run, sites)
+	a, err := s.Delegate(ctx, run, sites)
+	if cerr := s.Close(); cerr != nil {
+		s.cfg.Logger.Error("stopping the swarm", "error", cerr)
+	}
+	return a, err
 }

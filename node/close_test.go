@@ -1,0 +1,28 @@
+package node
+
+import (
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestWithin checks the bound on a part's Close: a close that hangs is
+// given up after the limit, one that returns passes its error on.
+func TestWithin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		start := time.Now()
+		if err := within(hostCloseLimit, func() error { <-release; return nil }); err == nil {
+			t.Error("a close that hangs returned no error")
+		}
+		if waited := time.Since(start); waited != hostCloseLimit {
+			t.Errorf("gave up after %v, want %v", waited, hostCloseLimit)
+		}
+		close(release)
+		errClose := errors.New("close failed")
+		if err := within(hostCloseLimit, func() error { return errClose }); !errors.Is(err, errClose) {
+			t.Errorf("got %v, want %v", err, errClose)
+		}
+	})
+}
