@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -199,8 +200,37 @@ func newSwarm(t testing.TB, n int, extra ...Option) []*node {
 	if testing.Verbose() {
 		t.Logf("swarm: %d nodes created in %v", n, time.Since(t0))
 	}
+	// Runs before the nodes' own cleanups close them: a failed swarm test
+	// leaves the stacks of the live swarm for diagnosis.
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpGoroutines(t)
+		}
+	})
 	joinSwarm(t, nodes)
 	return nodes
+}
+
+// dumpGoroutines writes every goroutine's stack to a file in
+// $MICRA_ARTIFACTS (CI keeps it) or the system's temporary directory, and
+// logs where.
+func dumpGoroutines(t testing.TB) {
+	dir := os.Getenv("MICRA_ARTIFACTS")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	f, err := os.CreateTemp(dir, name+"-goroutines-*.txt")
+	if err != nil {
+		t.Logf("goroutine dump: %v", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.Lookup("goroutine").WriteTo(f, 2); err != nil {
+		t.Logf("goroutine dump: %v", err)
+		return
+	}
+	t.Logf("goroutines at the failure: %s", f.Name())
 }
 
 // joinSwarm has every node join through nodes[0] and bootstrap.
