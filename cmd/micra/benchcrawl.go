@@ -129,8 +129,13 @@ func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return json.NewEncoder(stdout).Encode(benchCrawlJSON{World: w.Params(), Scale: *scale, CrawlReport: rep, Elapsed: time.Since(start).Seconds()})
 	}
 	fmt.Fprintf(stdout, "%d sites, each crawled by the node its strategy assigns; times modelled (measured / %v).\n", len(rep.Results[0].Sites()), *scale)
-	fmt.Fprintf(stdout, "  %s: the front pages, one connection at a time per node (thesis 8.4).\n", evaluate.ModeSequential)
-	fmt.Fprintf(stdout, "  %s: micra's crawler on every node, polite (1 s between requests to a host) and concurrent, each site from its front page to depth %d.\n\n", evaluate.ModeCrawl, *depth)
+	if *mode != evaluate.ModeCrawl {
+		fmt.Fprintf(stdout, "  %s: the front pages, one connection at a time per node (thesis 8.4).\n", evaluate.ModeSequential)
+	}
+	if *mode != evaluate.ModeSequential {
+		fmt.Fprintf(stdout, "  %s: micra's crawler on every node, polite (1 s between requests to a host) and concurrent, each site from its front page to depth %d.\n", evaluate.ModeCrawl, *depth)
+	}
+	fmt.Fprintln(stdout)
 	for _, r := range rep.Results {
 		if r.Strategy == evaluate.Guided && r.DecidedBy == evaluate.DecidedByOverlay {
 			fmt.Fprintf(stdout, "%s decided in the overlay: %d micra nodes at the crawling nodes' addresses delegating the sites' subnets, as a running network does.\n", r.Strategy, r.Nodes)

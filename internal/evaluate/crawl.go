@@ -37,8 +37,8 @@ type CrawlConfig struct {
 	Modes      []string      // of CrawlModes; all when empty
 	Depth      int           // link hops of ModeCrawl from each front page (0: DefaultCrawlDepth)
 	// Agreement is the number of sites of the HEAD/GET experiment (0
-	// skips it): each is probed with a HEAD and downloaded with a GET
-	// from every node.
+	// skips it): each is probed with three HEADs and downloaded with
+	// three GETs from every node.
 	Agreement int
 	// Decide, when set, decides the Guided strategy's assignment as a
 	// running network does: nodes of micra's overlay at the given
@@ -68,11 +68,12 @@ type Downloader interface {
 	Head(ctx context.Context, node netip.Addr, s world.Site) (time.Duration, error)
 }
 
-// CrawlResult is one strategy's crawl. Times are modelled (unscaled):
-// measured wall time divided by the world's time scale. ModelS is the same
-// crawl by the world's model alone (per page two RTTs, the connect and the
-// request, plus the body at the path's bandwidth), free of the machine's
-// timing noise.
+// CrawlResult is one strategy's crawl in one mode. Times are modelled
+// (unscaled): measured wall time divided by the world's time scale. ModelS
+// is the same crawl by the world's model alone, free of the machine's
+// timing noise: per request two RTTs on a new connection (the connect,
+// then the request) or one on a kept-alive one, plus the body at the
+// path's bandwidth (ModelDownload; crawlDeep for the crawl mode).
 type CrawlResult struct {
 	Strategy   string  `json:"strategy"`
 	Mode       string  `json:"mode"`
