@@ -537,8 +537,12 @@ func (c *Crawler) fetchOne(j *job) bool {
 	c.stats.wireBytes.Add(wire)
 	delay := c.hostDelay(rules.CrawlDelay, timingOf(res), l.host)
 	c.polite.release(j.addr, now.Add(delay))
-	if c.ctx.Err() != nil {
-		c.finish(l, true, now) // aborted by Close: keep it queued
+	if c.ctx.Err() != nil && err != nil {
+		// Aborted by Close: keep it queued. A page that arrived whole
+		// is processed below even when Close has begun: the server
+		// has served it, and fetching it again after a restart would
+		// cost the site a second request.
+		c.finish(l, true, now)
 		return false
 	}
 	switch {

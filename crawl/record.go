@@ -134,6 +134,12 @@ var (
 	zmu     sync.Mutex // zdec.DecodeAll is safe, but bound concurrent decode memory
 )
 
+// The encoder makes its pool of block encoders on first use. Made here, at
+// package initialisation, the pool belongs to no testing/synctest bubble:
+// one made inside a bubble cannot be used from any other goroutine, and
+// zenc is shared by every crawler in the process.
+func init() { zenc.EncodeAll(nil, nil) }
+
 // appendRecord encodes r (record version 1) onto b.
 func appendRecord(b []byte, r *Record) []byte {
 	e := encoder{b: b}

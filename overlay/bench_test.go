@@ -38,9 +38,10 @@ func BenchmarkSwarm(b *testing.B) {
 	// Production-like upkeep rates: the test swarms' fast rates would
 	// measure maintenance load, not resolves.
 	opts := []Option{Maintenance(5*time.Second, 15*time.Second), Liveness(5*time.Second, time.Minute)}
+	rg := loopback(b)
 	nodes := make([]*node, n)
 	for i := range n {
-		nodes[i] = newNode(b, i, opts...)
+		nodes[i] = rg.node(i, opts...)
 	}
 	created := time.Since(start)
 	joinSwarm(b, nodes)

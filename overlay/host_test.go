@@ -64,7 +64,7 @@ func TestHostOptionsValidated(t *testing.T) {
 }
 
 func TestOptionsValidated(t *testing.T) {
-	h := newNode(t, 0).h
+	h := loopback(t).node(0).h
 	for name, o := range map[string]Option{
 		"no delegator": WithDelegator(nil),
 		"replication":  Replication(0),
@@ -89,28 +89,30 @@ func TestOptionsValidated(t *testing.T) {
 // TestDiversityFilter: with kad-dht's default limits, peers of one /16 fill
 // at most three routing-table slots.
 func TestDiversityFilter(t *testing.T) {
-	hub := newNode(t, 0, DiversityLimits(2, 3))
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	for i := 1; i <= 6; i++ {
-		n := newNode(t, 4*i) // 127.0.x.1: one /16 group
-		if err := n.h.Connect(ctx, peer.AddrInfo{ID: hub.h.ID(), Addrs: hub.h.Addrs()}); err != nil {
-			t.Fatal(err)
+	simulate(t, func(t *testing.T, r *rig) {
+		hub := r.node(0, DiversityLimits(2, 3))
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		for i := 1; i <= 6; i++ {
+			n := r.node(4 * i) // 127.0.x.1: one /16 group
+			if err := n.h.Connect(ctx, peer.AddrInfo{ID: hub.h.ID(), Addrs: hub.h.Addrs()}); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	// Give the routing table time to consider every peer.
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && hub.o.dht.RoutingTable().Size() < 3 {
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(500 * time.Millisecond)
-	if n := hub.o.dht.RoutingTable().Size(); n == 0 || n > 3 {
-		t.Fatalf("routing table holds %d peers of one /16, want 1 to 3", n)
-	}
+		// Give the routing table time to consider every peer.
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) && hub.o.dht.RoutingTable().Size() < 3 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		time.Sleep(500 * time.Millisecond)
+		if n := hub.o.dht.RoutingTable().Size(); n == 0 || n > 3 {
+			t.Fatalf("routing table holds %d peers of one /16, want 1 to 3", n)
+		}
+	})
 }
 
 func TestCloseIdempotent(t *testing.T) {
-	n := newNode(t, 0)
+	n := loopback(t).node(0)
 	if err := n.o.Close(); err != nil {
 		t.Fatal(err)
 	}

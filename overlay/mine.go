@@ -111,7 +111,7 @@ func (o *Overlay) loadMine() error {
 // heartbeatAll sends one heartbeat to the coordinator of every shard in
 // which this node holds delegations, and reconciles Owned with the answers.
 func (o *Overlay) heartbeatAll(ctx context.Context) {
-	if !o.ownDone.Load() {
+	if o.ownArmed.Load() && !o.ownDone.Load() {
 		if _, err := o.ClaimOwn(ctx); err != nil {
 			o.log.Debug("claiming the own subnet failed", "error", err)
 		}

@@ -114,172 +114,174 @@ func TestOrgRecordValidator(t *testing.T) {
 // replaces it under a higher epoch, and a record signed by a peer that
 // cannot be the coordinator is refused.
 func TestSwarmOrgRecords(t *testing.T) {
-	nodes := newSwarm(t, 8, PublishRecords(true), OrgRecords(200*time.Millisecond, time.Hour))
-	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
-	defer cancel()
-	tree := mustTree(t)
-	const org = "arin:org-1"
-	want := map[subnet.Range]peer.ID{}
-	for _, n := range nodes {
-		if _, err := n.o.Delegate(ctx, "http://"+n.addr.String()+"/", n.addr); err != nil {
+	simulate(t, func(t *testing.T, r *rig) {
+		nodes := r.swarm(8, PublishRecords(true), OrgRecords(200*time.Millisecond, time.Hour))
+		ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+		defer cancel()
+		tree := mustTree(t)
+		const org = "arin:org-1"
+		want := map[subnet.Range]peer.ID{}
+		for _, n := range nodes {
+			if _, err := n.o.Delegate(ctx, "http://"+n.addr.String()+"/", n.addr); err != nil {
+				t.Fatal(err)
+			}
+			if id := tree.SmallestNonUnary(n.addr); tree.Org(id) == org {
+				want[tree.Range(id)] = n.h.ID()
+			}
+		}
+		if len(want) == 0 {
+			t.Fatal("no node in the organisation")
+		}
+		match := func(ds []Delegation) error {
+			got := map[subnet.Range]peer.ID{}
+			for _, d := range ds {
+				got[d.Subnet] = d.Node
+			}
+			if len(got) != len(want) {
+				return fmt.Errorf("index lists %d subnets, want %d", len(got), len(want))
+			}
+			for r, p := range want {
+				if got[r] != p {
+					return fmt.Errorf("index gives %s to %s, want %s", r, got[r], p)
+				}
+			}
+			return nil
+		}
+
+		// Written and read back, by a node that is not the coordinator.
+		okey := orgShard(org).key(tree.ID())
+		var coord *node
+		eventually(t, 20*time.Second, func() error {
+			id := nodes[0].o.coord.closestPeers(ctx, okey, true)[0]
+			for _, n := range nodes {
+				if n.h.ID() == id {
+					coord = n
+					return nil
+				}
+			}
+			return fmt.Errorf("no coordinator for %s", org)
+		})
+		reader := nodes[0]
+		if reader == coord {
+			reader = nodes[1]
+		}
+		var fromDHT []Delegation
+		eventually(t, 30*time.Second, func() error {
+			ds, err := reader.o.orgFromDHT(ctx, org)
+			if err != nil {
+				return err
+			}
+			fromDHT = ds
+			return match(ds)
+		})
+		if fromDHT[0].Writer != coord.h.ID() || fromDHT[0].Epoch == 0 {
+			t.Fatalf("record written by %s at epoch %d, want %s", fromDHT[0].Writer, fromDHT[0].Epoch, coord.h.ID())
+		}
+		if coord.o.Stats().Puts == 0 {
+			t.Fatal("the coordinator counted no puts")
+		}
+
+		// The coordinator stops answering coordinate requests: OrgDelegations
+		// falls back on the record.
+		coord.h.RemoveStreamHandler(CoordinateID)
+		ds, err := reader.o.OrgDelegations(ctx, org)
+		if err != nil {
+			t.Fatalf("OrgDelegations without its coordinator: %v", err)
+		}
+		if err := match(ds); err != nil {
 			t.Fatal(err)
 		}
-		if id := tree.SmallestNonUnary(n.addr); tree.Org(id) == org {
-			want[tree.Range(id)] = n.h.ID()
+
+		// A stale epoch, even signed by the coordinator itself with a higher
+		// sequence number, does not replace the record.
+		csk := coord.h.Peerstore().PrivKey(coord.h.ID())
+		putter := nodes[len(nodes)-1]
+		if putter == coord || putter == reader {
+			putter = nodes[len(nodes)-2]
 		}
-	}
-	if len(want) == 0 {
-		t.Fatal("no node in the organisation")
-	}
-	match := func(ds []Delegation) error {
-		got := map[subnet.Range]peer.ID{}
-		for _, d := range ds {
-			got[d.Subnet] = d.Node
-		}
-		if len(got) != len(want) {
-			return fmt.Errorf("index lists %d subnets, want %d", len(got), len(want))
-		}
-		for r, p := range want {
-			if got[r] != p {
-				return fmt.Errorf("index gives %s to %s, want %s", r, got[r], p)
+		put := func(sk crypto.PrivKey, r *pb.Record) error {
+			sr, err := signRecord(sk, r)
+			if err != nil {
+				t.Fatal(err)
 			}
+			return putter.o.DHT().PutValue(ctx, OrgKey(tree.ID(), org), marshalSigned(t, sr))
 		}
-		return nil
-	}
+		_ = put(csk, orgRecord(tree, org, fromDHT[0].Epoch-1, fromDHT[0].Seq+100, coord.h.ID(), "127.1.77.0/24"))
+		if ds, err := reader.o.orgFromDHT(ctx, org); err != nil || match(ds) != nil || ds[0].Epoch != fromDHT[0].Epoch {
+			t.Fatalf("after a stale put: %v, %v", ds, err)
+		}
 
-	// Written and read back, by a node that is not the coordinator.
-	okey := orgShard(org).key(tree.ID())
-	var coord *node
-	eventually(t, 20*time.Second, func() error {
-		id := nodes[0].o.coord.closestPeers(ctx, okey, true)[0]
-		for _, n := range nodes {
-			if n.h.ID() == id {
-				coord = n
-				return nil
+		// The coordinator leaves: its successor claims the shard under a higher
+		// epoch and publishes the index again, which replaces the old record.
+		// When the coordinator's own subnet is in the organisation, it is
+		// orphaned a liveness timeout after the takeover and handed to another
+		// node: the successor's record may list it with the coordinator, with
+		// its new node, or not at all.
+		coord.stop()
+		matchAfter := func(ds []Delegation) error {
+			got := map[subnet.Range]peer.ID{}
+			for _, d := range ds {
+				got[d.Subnet] = d.Node
 			}
-		}
-		return fmt.Errorf("no coordinator for %s", org)
-	})
-	reader := nodes[0]
-	if reader == coord {
-		reader = nodes[1]
-	}
-	var fromDHT []Delegation
-	eventually(t, 30*time.Second, func() error {
-		ds, err := reader.o.orgFromDHT(ctx, org)
-		if err != nil {
-			return err
-		}
-		fromDHT = ds
-		return match(ds)
-	})
-	if fromDHT[0].Writer != coord.h.ID() || fromDHT[0].Epoch == 0 {
-		t.Fatalf("record written by %s at epoch %d, want %s", fromDHT[0].Writer, fromDHT[0].Epoch, coord.h.ID())
-	}
-	if coord.o.Stats().Puts == 0 {
-		t.Fatal("the coordinator counted no puts")
-	}
-
-	// The coordinator stops answering coordinate requests: OrgDelegations
-	// falls back on the record.
-	coord.h.RemoveStreamHandler(CoordinateID)
-	ds, err := reader.o.OrgDelegations(ctx, org)
-	if err != nil {
-		t.Fatalf("OrgDelegations without its coordinator: %v", err)
-	}
-	if err := match(ds); err != nil {
-		t.Fatal(err)
-	}
-
-	// A stale epoch, even signed by the coordinator itself with a higher
-	// sequence number, does not replace the record.
-	csk := coord.h.Peerstore().PrivKey(coord.h.ID())
-	putter := nodes[len(nodes)-1]
-	if putter == coord || putter == reader {
-		putter = nodes[len(nodes)-2]
-	}
-	put := func(sk crypto.PrivKey, r *pb.Record) error {
-		sr, err := signRecord(sk, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return putter.o.DHT().PutValue(ctx, OrgKey(tree.ID(), org), marshalSigned(t, sr))
-	}
-	_ = put(csk, orgRecord(tree, org, fromDHT[0].Epoch-1, fromDHT[0].Seq+100, coord.h.ID(), "127.1.77.0/24"))
-	if ds, err := reader.o.orgFromDHT(ctx, org); err != nil || match(ds) != nil || ds[0].Epoch != fromDHT[0].Epoch {
-		t.Fatalf("after a stale put: %v, %v", ds, err)
-	}
-
-	// The coordinator leaves: its successor claims the shard under a higher
-	// epoch and publishes the index again, which replaces the old record.
-	// When the coordinator's own subnet is in the organisation, it is
-	// orphaned a liveness timeout after the takeover and handed to another
-	// node: the successor's record may list it with the coordinator, with
-	// its new node, or not at all.
-	coord.stop()
-	matchAfter := func(ds []Delegation) error {
-		got := map[subnet.Range]peer.ID{}
-		for _, d := range ds {
-			got[d.Subnet] = d.Node
-		}
-		for r := range got {
-			if _, ok := want[r]; !ok {
-				return fmt.Errorf("index lists %s, which no node asked for", r)
+			for r := range got {
+				if _, ok := want[r]; !ok {
+					return fmt.Errorf("index lists %s, which no node asked for", r)
+				}
 			}
-		}
-		for r, p := range want {
-			if p != coord.h.ID() && got[r] != p {
-				return fmt.Errorf("index gives %s to %s, want %s", r, got[r], p)
+			for r, p := range want {
+				if p != coord.h.ID() && got[r] != p {
+					return fmt.Errorf("index gives %s to %s, want %s", r, got[r], p)
+				}
 			}
+			return nil
 		}
-		return nil
-	}
-	eventually(t, 30*time.Second, func() error {
-		ds, err := reader.o.orgFromDHT(ctx, org)
-		if err != nil {
-			return err
-		}
-		if len(ds) == 0 || ds[0].Epoch <= fromDHT[0].Epoch || ds[0].Writer == coord.h.ID() {
-			return fmt.Errorf("record still from epoch %d; %s", fromDHT[0].Epoch, shardOwners(nodes, coord, okey))
-		}
-		if err := matchAfter(ds); err != nil {
-			return fmt.Errorf("record of epoch %d from %s: %w", ds[0].Epoch, ds[0].Writer, err)
-		}
-		fromDHT = ds
-		return nil
-	})
+		eventually(t, 30*time.Second, func() error {
+			ds, err := reader.o.orgFromDHT(ctx, org)
+			if err != nil {
+				return err
+			}
+			if len(ds) == 0 || ds[0].Epoch <= fromDHT[0].Epoch || ds[0].Writer == coord.h.ID() {
+				return fmt.Errorf("record still from epoch %d; %s", fromDHT[0].Epoch, shardOwners(nodes, coord, okey))
+			}
+			if err := matchAfter(ds); err != nil {
+				return fmt.Errorf("record of epoch %d from %s: %w", ds[0].Epoch, ds[0].Writer, err)
+			}
+			fromDHT = ds
+			return nil
+		})
 
-	// A record signed by a key farther from the shard than every node,
-	// which anyone can make, is refused by the DHT's validators even with a
-	// higher epoch, and the reader keeps the coordinator's.
-	// Each try succeeds with probability 1/9. 1000 tries failed in about
-	// one run in a hundred, when the farthest node sat near the far end of
-	// the key space; 100000 leave one run in ten thousand.
-	var outsider crypto.PrivKey
-	for range 100000 {
-		sk, id := newKey(t)
-		far := true
-		for _, n := range nodes {
-			if !kb.Closer(n.h.ID(), id, string(okey[:])) {
-				far = false
+		// A record signed by a key farther from the shard than every node,
+		// which anyone can make, is refused by the DHT's validators even with a
+		// higher epoch, and the reader keeps the coordinator's.
+		// Each try succeeds with probability 1/9. 1000 tries failed in about
+		// one run in a hundred, when the farthest node sat near the far end of
+		// the key space; 100000 leave one run in ten thousand.
+		var outsider crypto.PrivKey
+		for range 100000 {
+			sk, id := newKey(t)
+			far := true
+			for _, n := range nodes {
+				if !kb.Closer(n.h.ID(), id, string(okey[:])) {
+					far = false
+					break
+				}
+			}
+			if far {
+				outsider = sk
 				break
 			}
 		}
-		if far {
-			outsider = sk
-			break
+		if outsider == nil {
+			t.Fatal("no key farther from the shard than every node in 100000 tries")
 		}
-	}
-	if outsider == nil {
-		t.Fatal("no key farther from the shard than every node in 100000 tries")
-	}
-	if err := put(outsider, orgRecord(tree, org, fromDHT[0].Epoch+5, 1, mustID(t), "127.1.77.0/24")); !errors.Is(err, ErrBadRecord) {
-		t.Fatalf("forged record put: %v, want ErrBadRecord", err)
-	}
-	ds, err = reader.o.orgFromDHT(ctx, org)
-	if err != nil || matchAfter(ds) != nil || ds[0].Epoch != fromDHT[0].Epoch {
-		t.Fatalf("after a forged put: %v, %v", ds, err)
-	}
+		if err := put(outsider, orgRecord(tree, org, fromDHT[0].Epoch+5, 1, mustID(t), "127.1.77.0/24")); !errors.Is(err, ErrBadRecord) {
+			t.Fatalf("forged record put: %v, want ErrBadRecord", err)
+		}
+		ds, err = reader.o.orgFromDHT(ctx, org)
+		if err != nil || matchAfter(ds) != nil || ds[0].Epoch != fromDHT[0].Epoch {
+			t.Fatalf("after a forged put: %v, %v", ds, err)
+		}
+	})
 }
 
 // shardOwners describes which live nodes claim the shard at key, and at

@@ -62,6 +62,7 @@ type Overlay struct {
 	nonCrawlers map[peer.ID]time.Time
 	coordFor    map[[32]byte]peer.ID // last known coordinator per shard
 	ownDone     atomic.Bool          // the own-subnet claim succeeded (or none is configured)
+	ownArmed    atomic.Bool          // ClaimOwn ran once (Bootstrap or the first node's Join): the heartbeats retry it
 
 	ctx       context.Context // the loops' and handlers' lifetime
 	cancel    context.CancelFunc
@@ -272,12 +273,15 @@ func (o *Overlay) Bootstrap(ctx context.Context) error {
 // coordinator grants the claim when one of its live connections with this
 // node has this node's end in that subnet, replacing a delegation decided
 // by search but not another node's own claim (the first claimer keeps it;
-// the answer names it). Bootstrap calls it.
+// the answer names it). Bootstrap calls it. Once it has been called, a
+// failed claim is retried with the heartbeats; never before, so that a
+// node that has not joined yet does not coordinate its own shard alone.
 func (o *Overlay) ClaimOwn(ctx context.Context) (Delegation, error) {
 	a := o.cfg.ownAddr
 	if !a.IsValid() {
 		return Delegation{}, errors.New("claim own subnet: no own address configured")
 	}
+	o.ownArmed.Store(true)
 	id := o.tree.SmallestNonUnary(a)
 	if id == subnet.None {
 		return Delegation{}, fmt.Errorf("claim own subnet: %v is outside the hierarchy", a)

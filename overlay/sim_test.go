@@ -2,94 +2,17 @@ package overlay
 
 import (
 	"context"
-	"fmt"
-	"hash/fnv"
-	"net"
 	"net/netip"
 	"os"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
-	"github.com/libp2p/go-libp2p"
 	kb "github.com/libp2p/go-libp2p-kbucket"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/x/simlibp2p"
-	"github.com/marcopolo/simnet"
 
 	"github.com/micra-net/micra/bootstrap"
-	"github.com/micra-net/micra/subnet"
 )
-
-// simLatency is a fixed one-way link latency per pair of addresses, 2 to
-// 41 ms, the same in both directions.
-func simLatency(p *simnet.Packet) time.Duration {
-	a, b := p.From.(*net.UDPAddr).IP.String(), p.To.(*net.UDPAddr).IP.String()
-	if a > b {
-		a, b = b, a
-	}
-	h := fnv.New32a()
-	h.Write([]byte(a + "|" + b))
-	return time.Duration(2+h.Sum32()%40) * time.Millisecond
-}
-
-// newSimNode starts an overlay node on a host whose only transport is QUIC
-// over nw (simlibp2p's): packets are delivered by the simulated network on
-// the bubble's virtual clock, never by the kernel.
-func newSimNode(t *testing.T, nw *simnet.Simnet, tree *subnet.Tree, a netip.Addr) *node {
-	t.Helper()
-	link := simnet.NodeBiDiLinkSettings{
-		Downlink: simnet.LinkSettings{BitsPerSecond: 50 * simlibp2p.OneMbps},
-		Uplink:   simnet.LinkSettings{BitsPerSecond: 50 * simlibp2p.OneMbps},
-	}
-	h, err := libp2p.New(
-		libp2p.ListenAddrStrings(fmt.Sprintf("/ip4/%s/udp/4001/quic-v1", a)),
-		simlibp2p.QUICSimnet(nw, link),
-		libp2p.DisableIdentifyAddressDiscovery(), // stalls synctest (simlibp2p's note)
-		libp2p.ResourceManager(&network.NullResourceManager{}),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &node{h: h, addr: a, db: smallDB(t), del: &requesterDelegator{}}
-	opts := []Option{
-		DiversityLimits(64, 1024),
-		// Production-like upkeep: the run lasts a few virtual seconds.
-		Maintenance(5*time.Second, 15*time.Second),
-		Liveness(5*time.Second, time.Minute),
-		Announce(time.Minute, false),
-		PublishRecords(false),
-		WithDelegator(n.del), WithProber(fixedProber{10 * time.Millisecond}),
-		OwnAddress(a),
-		Logger(testLogger()),
-	}
-	n.o, err = New(h, tree, n.db, opts...)
-	if err != nil {
-		h.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(n.stop)
-	return n
-}
-
-// smallDB is memDB with the smallest tables badger accepts: 200 nodes share
-// the test process.
-func smallDB(t testing.TB) *badger.DB {
-	t.Helper()
-	opts := badger.DefaultOptions("").WithInMemory(true).WithLogger(nil).
-		WithMemTableSize(1 << 20).WithNumMemtables(1).WithBlockCacheSize(256 << 10).WithIndexCacheSize(256 << 10).
-		WithNumCompactors(2).WithValueThreshold(1 << 10).WithBaseTableSize(1 << 20).WithValueLogFileSize(1 << 20)
-	db, err := badger.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
 
 // TestSimSwarm runs a swarm on simlibp2p's simulated network under
 // testing/synctest: QUIC between every pair of nodes with a per-pair link
@@ -101,22 +24,20 @@ func smallDB(t testing.TB) *badger.DB {
 // delegate requests for one empty subnet from every node yield one
 // decision. 30 nodes; MICRA_LONG=1: 200.
 func TestSimSwarm(t *testing.T) {
-	if raceEnabled {
-		t.Skip("testing/synctest crashes the race runtime (go.dev/issue/78156); see race_on_test.go")
-	}
 	size := 30
-	if os.Getenv("MICRA_LONG") != "" {
+	switch {
+	case os.Getenv("MICRA_LONG") != "":
 		size = 200
+	case raceEnabled:
+		size = 10
 	}
 	tree := mustTree(t)
-	synctest.Test(t, func(t *testing.T) {
-		var packets atomic.Int64 // every packet the simulated network carries
-		nw := &simnet.Simnet{LatencyFunc: func(p *simnet.Packet) time.Duration { packets.Add(1); return simLatency(p) }}
-		nw.Start()
-		t.Cleanup(func() { nw.Close() }) // after the nodes' cleanups (LIFO)
+	simulate(t, func(t *testing.T, r *rig) {
+		// Production-like upkeep: the run lasts a few virtual seconds.
+		upkeep := []Option{Maintenance(5*time.Second, 15*time.Second), Liveness(5*time.Second, time.Minute), Announce(time.Minute, false)}
 		nodes := make([]*node, size)
 		for i := range size {
-			nodes[i] = newSimNode(t, nw, tree, nodeAddr(i))
+			nodes[i] = r.nodeWith(nodeAddr(i), nil, nil, append(upkeep, OwnAddress(nodeAddr(i)))...)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute) // virtual
 		defer cancel()
@@ -159,7 +80,7 @@ func TestSimSwarm(t *testing.T) {
 		}
 		wg.Wait()
 		converged := time.Since(t0)
-		t.Logf("%d nodes: joined node 0 in %v, converged in %v (virtual), %d packets", size, joined, converged, packets.Load())
+		t.Logf("%d nodes: joined node 0 in %v, converged in %v (virtual), %d packets", size, joined, converged, r.net.Packets())
 
 		// Coordinators agree, with each other and with the truth: the
 		// node closest to the shard key.

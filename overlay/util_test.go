@@ -12,68 +12,30 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/connmgr"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/micra-net/micra/bootstrap"
+	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/subnet"
 )
 
-// testTree builds a hierarchy inside 127/8: IANA's block, four /16
-// allocations (127.0-3.0.0/16, organisations org-0..org-3) and 256 /24
-// assignments in each, of the /16's organisation.
-var testTree = sync.OnceValues(func() (*subnet.Tree, error) {
-	var iana, rir strings.Builder
-	iana.WriteString("2|iana|20240101|1|19700101|20240101|+0000\n")
-	iana.WriteString("iana||ipv4|127.0.0.0|16777216|19810901|arin\n")
-	rir.WriteString("2.3|arin|20240101|1028|19700101|20240101|+0000\n")
-	for a := range 4 {
-		fmt.Fprintf(&rir, "arin|US|ipv4|127.%d.0.0|65536|20200101|allocated|org-%d\n", a, a)
-		for b := range 256 {
-			fmt.Fprintf(&rir, "arin|US|ipv4|127.%d.%d.0|256|20200101|assigned|org-%d\n", a, b, a)
-		}
-	}
-	bld, err := subnet.NewBuilder(subnet.Strict())
-	if err != nil {
-		return nil, err
-	}
-	ctx := context.Background()
-	if _, err := bld.Add(ctx, "iana", strings.NewReader(iana.String()), subnet.FormatDelegated); err != nil {
-		return nil, err
-	}
-	if _, err := bld.Add(ctx, "arin", strings.NewReader(rir.String()), subnet.FormatDelegated); err != nil {
-		return nil, err
-	}
-	t, _, err := bld.Build()
-	return t, err
-})
+func mustTree(t testing.TB) *subnet.Tree { return p2ptest.Tree(t) }
 
-func mustTree(t testing.TB) *subnet.Tree {
-	t.Helper()
-	tr, err := testTree()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr
-}
+func memDB(t testing.TB) *badger.DB { return p2ptest.DB(t) }
 
-func memDB(t testing.TB) *badger.DB {
+// eventually is p2ptest.WaitFor: virtual time inside a synctest bubble.
+func eventually(t testing.TB, d time.Duration, f func() error) {
 	t.Helper()
-	opts := badger.DefaultOptions("").WithInMemory(true).WithLogger(nil).
-		WithMemTableSize(4 << 20).WithNumMemtables(2).WithBlockCacheSize(1 << 20).WithIndexCacheSize(1 << 20).
-		WithNumCompactors(2).WithValueThreshold(1 << 10)
-	db, err := badger.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	p2ptest.WaitFor(t, d, f)
 }
 
 // requesterDelegator is the deterministic test procedure: the subnet goes to
@@ -131,57 +93,86 @@ func (n *node) stop() {
 	})
 }
 
-// nodeAddr spreads nodes over the test tree's /16 allocations: node i
-// listens on 127.(i%4).(i/4+1).1.
-func nodeAddr(i int) netip.Addr {
-	return netip.AddrFrom4([4]byte{127, byte(i % 4), byte(i/4 + 1), 1})
-}
+// nodeAddr is p2ptest.Addr: node i listens on 127.(i%4).(i/4+1).1.
+func nodeAddr(i int) netip.Addr { return p2ptest.Addr(i) }
 
-// swarmOpts are overlay options fast enough for tests.
+// swarmOpts are overlay options for tests: upkeep a few times faster than
+// a volunteer's, so that a test covers several rounds of it in a few
+// virtual seconds.
 func swarmOpts() []Option {
 	return []Option{
 		DiversityLimits(64, 1024), // every test peer shares 127.x.0.0/16 groups
-		Maintenance(500*time.Millisecond, 2*time.Second),
-		Liveness(200*time.Millisecond, 4*time.Second), // generous: -race on two cores is slow
+		Maintenance(time.Second, 3*time.Second),
+		Liveness(time.Second, swarmLiveness),
 		Announce(30*time.Second, false),
 		PublishRecords(false),
 	}
 }
 
-func newNode(t testing.TB, i int, extra ...Option) *node {
-	t.Helper()
-	return newNodeAt(t, nodeAddr(i), extra...)
+// swarmLiveness is swarmOpts' liveness timeout.
+const swarmLiveness = 5 * time.Second
+
+// rig makes the nodes of one test: on a simulated network in virtual time
+// (simulate), or on real loopback hosts (loopback) where the transport
+// itself is the subject.
+type rig struct {
+	t   testing.TB
+	net *p2ptest.Net // nil: loopback
 }
 
-// newNodeAt starts a node listening on a.
-func newNodeAt(t testing.TB, a netip.Addr, extra ...Option) *node {
-	t.Helper()
-	return newNodeWith(t, a, os.Getenv("MICRA_TCP_ONLY") != "", extra...)
+// simulate runs f in a testing/synctest bubble with a simulated network:
+// every timeout, heartbeat and liveness expiry of the nodes f starts runs
+// on the bubble's virtual clock.
+func simulate(t *testing.T, f func(t *testing.T, r *rig)) {
+	synctest.Test(t, func(t *testing.T) {
+		f(t, &rig{t: t, net: p2ptest.NewNet(t)})
+	})
 }
 
-// newNodeWith starts a node listening on a, with TCP only when tcpOnly
-// (its dials then leave from a, which QUIC's do not on loopback).
-func newNodeWith(t testing.TB, a netip.Addr, tcpOnly bool, extra ...Option) *node {
+// loopback makes nodes on real loopback hosts (TCP and QUIC).
+func loopback(t testing.TB) *rig { return &rig{t: t} }
+
+func (r *rig) node(i int, extra ...Option) *node {
+	r.t.Helper()
+	return r.nodeWith(nodeAddr(i), nil, nil, extra...)
+}
+
+// nodeWith starts a node at a with identity sk (fresh when nil) whose host
+// consults gater (when not nil), with swarmOpts, the requester delegator,
+// a fixed 10 ms prober and extra.
+func (r *rig) nodeWith(a netip.Addr, sk crypto.PrivKey, gater connmgr.ConnectionGater, extra ...Option) *node {
+	t := r.t
 	t.Helper()
-	sk, _, err := crypto.GenerateEd25519Key(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hopts := []HostOption{BindAddress(a, 0), Reachability(network.ReachabilityPublic), NoRelayService(), ConnLimits(200, 400)}
-	if tcpOnly {
-		hopts = append(hopts, ListenAddrs(ma.StringCast("/ip4/"+a.String()+"/tcp/0")))
-	}
-	h, err := NewHost(sk, hopts...)
-	if err != nil {
-		t.Fatal(err)
+	var h host.Host
+	if r.net != nil {
+		var hopts []libp2p.Option
+		if gater != nil {
+			hopts = append(hopts, libp2p.ConnectionGater(gater))
+		}
+		h = r.net.Host(t, sk, a, hopts...)
+	} else {
+		if sk == nil {
+			var err error
+			if sk, _, err = crypto.GenerateEd25519Key(nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hopts := []HostOption{BindAddress(a, 0), Reachability(network.ReachabilityPublic), NoRelayService(), ConnLimits(200, 400)}
+		if gater != nil {
+			hopts = append(hopts, ConnectionGater(gater))
+		}
+		var err error
+		if h, err = NewHost(sk, hopts...); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n := &node{h: h, addr: a, db: memDB(t), del: &requesterDelegator{}}
 	opts := append(append(swarmOpts(), WithDelegator(n.del), WithProber(fixedProber{10 * time.Millisecond})), extra...)
 	if lg := testLogger(); lg != nil {
 		opts = append(opts, Logger(lg))
 	}
-	n.o, err = New(h, mustTree(t), n.db, opts...)
-	if err != nil {
+	var err error
+	if n.o, err = New(h, mustTree(t), n.db, opts...); err != nil {
 		h.Close()
 		t.Fatal(err)
 	}
@@ -189,16 +180,13 @@ func newNodeWith(t testing.TB, a netip.Addr, tcpOnly bool, extra ...Option) *nod
 	return n
 }
 
-// newSwarm starts n nodes; every node joins through node 0.
-func newSwarm(t testing.TB, n int, extra ...Option) []*node {
+// swarm starts n nodes; every node joins through node 0.
+func (r *rig) swarm(n int, extra ...Option) []*node {
+	t := r.t
 	t.Helper()
 	nodes := make([]*node, n)
-	t0 := time.Now()
 	for i := range n {
-		nodes[i] = newNode(t, i, extra...)
-	}
-	if testing.Verbose() {
-		t.Logf("swarm: %d nodes created in %v", n, time.Since(t0))
+		nodes[i] = r.node(i, extra...)
 	}
 	// Runs before the nodes' own cleanups close them: a failed swarm test
 	// leaves the stacks of the live swarm for diagnosis.
@@ -236,13 +224,7 @@ func dumpGoroutines(t testing.TB) {
 // joinSwarm has every node join through nodes[0] and bootstrap.
 func joinSwarm(t testing.TB, nodes []*node) {
 	t.Helper()
-	t0 := time.Now()
 	n := len(nodes)
-	defer func() {
-		if testing.Verbose() {
-			t.Logf("swarm: joined and bootstrapped in %v", time.Since(t0))
-		}
-	}()
 	boot := []peer.AddrInfo{{ID: nodes[0].h.ID(), Addrs: nodes[0].h.Addrs()}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -260,13 +242,9 @@ func joinSwarm(t testing.TB, nodes []*node) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if testing.Verbose() {
-		t.Logf("swarm: joined node 0 at %v", time.Since(t0))
-	}
-	// One Kademlia join: each node looks itself up through node 0.
-	// On a loaded machine a fresh connection to node 0 is sometimes gone
-	// again by then (the node has no peer left to bootstrap from): such a
-	// node joins again, at most twice more.
+	// One Kademlia join: each node looks itself up through node 0. A
+	// node whose connection to node 0 is gone again by then (no peer left
+	// to bootstrap from) joins again, at most twice more.
 	for _, nd := range nodes {
 		wg.Go(func() {
 			for attempt := 0; ; attempt++ {
@@ -292,20 +270,4 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// eventually polls f every 50 ms until it returns nil or d passes.
-func eventually(t testing.TB, d time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not reached within %v: %v", d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

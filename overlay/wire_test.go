@@ -48,10 +48,10 @@ func (a *recordingAck) HandleAck(ctx context.Context, from peer.ID, refs []Batch
 }
 
 // pair starts two connected nodes; b has the forward and ack handlers.
-func pair(t *testing.T) (a, b *node, fwd *recordingForward, ack *recordingAck) {
+func pair(t *testing.T, r *rig) (a, b *node, fwd *recordingForward, ack *recordingAck) {
 	fwd, ack = &recordingForward{}, &recordingAck{}
-	a = newNode(t, 0)
-	b = newNode(t, 1, WithForwardHandler(fwd), WithAckHandler(ack))
+	a = r.node(0)
+	b = r.node(1, WithForwardHandler(fwd), WithAckHandler(ack))
 	if err := a.h.Connect(t.Context(), peer.AddrInfo{ID: b.h.ID(), Addrs: b.h.Addrs()}); err != nil {
 		t.Fatal(err)
 	}
@@ -59,51 +59,53 @@ func pair(t *testing.T) (a, b *node, fwd *recordingForward, ack *recordingAck) {
 }
 
 func TestProtocols(t *testing.T) {
-	a, b, fwd, ack := pair(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
+	simulate(t, func(t *testing.T, r *rig) {
+		a, b, fwd, ack := pair(t, r)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
 
-	rtt, err := a.o.Probe(ctx, b.h.ID(), "http://127.0.0.9/")
-	if err != nil || rtt != 10*time.Millisecond {
-		t.Fatalf("Probe = %v, %v", rtt, err)
-	}
-	if _, err := a.o.Probe(ctx, b.h.ID(), "http://fail.example/"); !errors.Is(err, ErrProbeFailed) {
-		t.Fatalf("failing probe = %v, want ErrProbeFailed", err)
-	}
-	if _, err := a.o.Probe(ctx, b.h.ID(), strings.Repeat("x", maxURLLen+1)); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("oversize URL = %v, want ErrTooLarge", err)
-	}
+		rtt, err := a.o.Probe(ctx, b.h.ID(), "http://127.0.0.9/")
+		if err != nil || rtt != 10*time.Millisecond {
+			t.Fatalf("Probe = %v, %v", rtt, err)
+		}
+		if _, err := a.o.Probe(ctx, b.h.ID(), "http://fail.example/"); !errors.Is(err, ErrProbeFailed) {
+			t.Fatalf("failing probe = %v, want ErrProbeFailed", err)
+		}
+		if _, err := a.o.Probe(ctx, b.h.ID(), strings.Repeat("x", maxURLLen+1)); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("oversize URL = %v, want ErrTooLarge", err)
+		}
 
-	id := []byte("0123456789abcdef")
-	dup, err := a.o.Forward(ctx, b.h.ID(), id, []string{"http://127.1.1.1/a", "http://127.1.1.1/b"})
-	if err != nil || dup {
-		t.Fatalf("Forward = %v, %v", dup, err)
-	}
-	dup, err = a.o.Forward(ctx, b.h.ID(), id, []string{"http://127.1.1.1/a", "http://127.1.1.1/b"})
-	if err != nil || !dup {
-		t.Fatalf("repeated Forward = %v, %v; want a duplicate", dup, err)
-	}
-	fwd.mu.Lock()
-	calls, urls := fwd.calls, len(fwd.urls)
-	fwd.mu.Unlock()
-	if calls != 1 || urls != 2 {
-		t.Fatalf("handler saw %d calls, %d URLs; want 1 and 2", calls, urls)
-	}
-	// a has no forward handler.
-	if _, err := b.o.Forward(ctx, a.h.ID(), id, []string{"http://x/"}); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Forward to a node without handler = %v, want ErrUnavailable", err)
-	}
+		id := []byte("0123456789abcdef")
+		dup, err := a.o.Forward(ctx, b.h.ID(), id, []string{"http://127.1.1.1/a", "http://127.1.1.1/b"})
+		if err != nil || dup {
+			t.Fatalf("Forward = %v, %v", dup, err)
+		}
+		dup, err = a.o.Forward(ctx, b.h.ID(), id, []string{"http://127.1.1.1/a", "http://127.1.1.1/b"})
+		if err != nil || !dup {
+			t.Fatalf("repeated Forward = %v, %v; want a duplicate", dup, err)
+		}
+		fwd.mu.Lock()
+		calls, urls := fwd.calls, len(fwd.urls)
+		fwd.mu.Unlock()
+		if calls != 1 || urls != 2 {
+			t.Fatalf("handler saw %d calls, %d URLs; want 1 and 2", calls, urls)
+		}
+		// a has no forward handler.
+		if _, err := b.o.Forward(ctx, a.h.ID(), id, []string{"http://x/"}); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Forward to a node without handler = %v, want ErrUnavailable", err)
+		}
 
-	ref := BatchRef{Node: b.h.ID(), Seq: 7, Digest: [32]byte{1, 2, 3}}
-	if err := a.o.Ack(ctx, b.h.ID(), []BatchRef{ref}); err != nil {
-		t.Fatal(err)
-	}
-	ack.mu.Lock()
-	refs := append([]BatchRef(nil), ack.refs...)
-	ack.mu.Unlock()
-	if len(refs) != 1 || refs[0] != ref {
-		t.Fatalf("ack handler saw %v", refs)
-	}
+		ref := BatchRef{Node: b.h.ID(), Seq: 7, Digest: [32]byte{1, 2, 3}}
+		if err := a.o.Ack(ctx, b.h.ID(), []BatchRef{ref}); err != nil {
+			t.Fatal(err)
+		}
+		ack.mu.Lock()
+		refs := append([]BatchRef(nil), ack.refs...)
+		ack.mu.Unlock()
+		if len(refs) != 1 || refs[0] != ref {
+			t.Fatalf("ack handler saw %v", refs)
+		}
+	})
 }
 
 // rawExchange writes frame bytes (already delimited) on a fresh stream and
@@ -140,60 +142,59 @@ func delimited(m proto.Message) []byte {
 }
 
 func TestRefusals(t *testing.T) {
-	a, b, _, _ := pair(t)
-	probe := &pb.Message{Version: wireVersion, Type: pb.Message_PROBE, Probe: &pb.Probe{Url: "http://127.0.0.9/"}}
-	v2 := proto.Clone(probe).(*pb.Message)
-	v2.Version = 2
-	noPayload := &pb.Message{Version: wireVersion, Type: pb.Message_PROBE}
-	wrongType := &pb.Message{Version: wireVersion, Type: pb.Message_RESOLVE, Resolve: &pb.Resolve{}}
-	unknownType := &pb.Message{Version: wireVersion, Type: 99}
-	huge := &pb.Message{Version: wireVersion, Type: pb.Message_PROBE, Probe: &pb.Probe{Url: strings.Repeat("x", 2*maxProbeMsg)}}
+	simulate(t, func(t *testing.T, r *rig) {
+		a, b, _, _ := pair(t, r)
+		probe := &pb.Message{Version: wireVersion, Type: pb.Message_PROBE, Probe: &pb.Probe{Url: "http://127.0.0.9/"}}
+		v2 := proto.Clone(probe).(*pb.Message)
+		v2.Version = 2
+		noPayload := &pb.Message{Version: wireVersion, Type: pb.Message_PROBE}
+		wrongType := &pb.Message{Version: wireVersion, Type: pb.Message_RESOLVE, Resolve: &pb.Resolve{}}
+		unknownType := &pb.Message{Version: wireVersion, Type: 99}
+		huge := &pb.Message{Version: wireVersion, Type: pb.Message_PROBE, Probe: &pb.Probe{Url: strings.Repeat("x", 2*maxProbeMsg)}}
 
-	tests := []struct {
-		name  string
-		frame []byte
-		want  error
-	}{
-		{"version 2", delimited(v2), ErrUnsupportedVersion},
-		{"no payload", delimited(noPayload), ErrMalformed},
-		{"type of another protocol", delimited(wrongType), ErrUnexpectedType},
-		{"unknown type", delimited(unknownType), ErrUnexpectedType},
-		{"oversize", delimited(huge), ErrTooLarge},
-		{"garbage", append([]byte{5}, 0xff, 0xff, 0xff, 0xff, 0xff), ErrMalformed},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+		tests := []struct {
+			name  string
+			frame []byte
+			want  error
+		}{
+			{"version 2", delimited(v2), ErrUnsupportedVersion},
+			{"no payload", delimited(noPayload), ErrMalformed},
+			{"type of another protocol", delimited(wrongType), ErrUnexpectedType},
+			{"unknown type", delimited(unknownType), ErrUnexpectedType},
+			{"oversize", delimited(huge), ErrTooLarge},
+			{"garbage", append([]byte{5}, 0xff, 0xff, 0xff, 0xff, 0xff), ErrMalformed},
+		}
+		// No subtests: t.Run is not allowed inside a synctest bubble.
+		for _, tt := range tests {
 			m, err := rawExchange(t, a, b.h.ID(), ProbeID, tt.frame)
-			if err != nil {
-				t.Fatalf("no error frame: %v", err)
+			switch {
+			case err != nil:
+				t.Errorf("%s: no error frame: %v", tt.name, err)
+			case m.GetType() != pb.Message_ERROR:
+				t.Errorf("%s: answer %v, want an error frame", tt.name, m.GetType())
+			case !errors.Is(codeToError(m.GetError()), tt.want):
+				t.Errorf("%s: error %v, want %v", tt.name, codeToError(m.GetError()), tt.want)
+			case m.GetError().GetMessage() == "":
+				t.Errorf("%s: error frame without a message", tt.name)
 			}
-			if m.GetType() != pb.Message_ERROR {
-				t.Fatalf("answer %v, want an error frame", m.GetType())
-			}
-			if got := codeToError(m.GetError()); !errors.Is(got, tt.want) {
-				t.Fatalf("error %v, want %v", got, tt.want)
-			}
-			if m.GetError().GetMessage() == "" {
-				t.Fatal("error frame without a message")
-			}
-		})
-	}
-	// Refused streams do not affect others.
-	if _, err := a.o.Probe(t.Context(), b.h.ID(), "http://127.0.0.9/"); err != nil {
-		t.Fatalf("probe after refusals: %v", err)
-	}
+		}
+		// Refused streams do not affect others.
+		if _, err := a.o.Probe(t.Context(), b.h.ID(), "http://127.0.0.9/"); err != nil {
+			t.Fatalf("probe after refusals: %v", err)
+		}
 
-	// Another version of the protocol is refused by negotiation.
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if _, err := rawExchange(t, a, b.h.ID(), "/micra/probe/2.0.0", delimited(probe)); err == nil {
-		t.Fatal("a /micra/probe/2.0.0 stream was served")
-	}
-	// A peer that does not speak the protocol: a clear error.
-	b.h.RemoveStreamHandler(ProbeID)
-	if _, err := a.o.Probe(ctx, b.h.ID(), "http://127.0.0.9/"); !errors.Is(err, ErrUnsupportedProtocol) {
-		t.Fatalf("probe to a peer without the protocol = %v, want ErrUnsupportedProtocol", err)
-	}
+		// Another version of the protocol is refused by negotiation.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if _, err := rawExchange(t, a, b.h.ID(), "/micra/probe/2.0.0", delimited(probe)); err == nil {
+			t.Fatal("a /micra/probe/2.0.0 stream was served")
+		}
+		// A peer that does not speak the protocol: a clear error.
+		b.h.RemoveStreamHandler(ProbeID)
+		if _, err := a.o.Probe(ctx, b.h.ID(), "http://127.0.0.9/"); !errors.Is(err, ErrUnsupportedProtocol) {
+			t.Fatalf("probe to a peer without the protocol = %v, want ErrUnsupportedProtocol", err)
+		}
+	})
 }
 
 func TestErrorCodes(t *testing.T) {
@@ -329,7 +330,7 @@ func TestRelay(t *testing.T) {
 	// circuit addresses of loopback relays (it keeps public ones only), so
 	// the test builds it; dials fail until the reservation is made.
 	circuit := relay.Addrs()[0].Encapsulate(ma.StringCast("/p2p/" + relay.ID().String() + "/p2p-circuit"))
-	a := newNode(t, 2)
+	a := loopback(t).node(2)
 	eventually(t, 30*time.Second, func() error {
 		a.h.Network().ClosePeer(natHost.ID())
 		a.h.Peerstore().ClearAddrs(natHost.ID())

@@ -25,6 +25,7 @@ import (
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/internal/evaluate"
+	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/internal/world/worldtest"
 	"github.com/micra-net/micra/overlay"
@@ -239,7 +240,7 @@ func startSwarm(t *testing.T, p world.Params, scale float64) *swarm {
 	// one, the first claimer holds it.
 	for _, n := range s.nodes {
 		own := tree.Range(tree.SmallestNonUnary(n.addr))
-		waitFor(t, 30*time.Second, func() error {
+		p2ptest.WaitFor(t, 30*time.Second, func() error {
 			for _, m := range s.nodes {
 				if tree.Range(tree.SmallestNonUnary(m.addr)) != own {
 					continue
@@ -254,21 +255,6 @@ func startSwarm(t *testing.T, p world.Params, scale float64) *swarm {
 		})
 	}
 	return s
-}
-
-func waitFor(t *testing.T, d time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not reached within %v: %v", d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // resolveAll checks that every site's subnet has exactly one node: three
@@ -614,7 +600,7 @@ func TestSwarmWorld(t *testing.T) {
 	heldBefore := countOn(full, phase1)
 	full.capacity.Store(1000)
 	full.load.Store(1000)
-	waitFor(t, 30*time.Second, func() error {
+	p2ptest.WaitFor(t, 30*time.Second, func() error {
 		for _, n := range s.nodes {
 			if n == full {
 				continue

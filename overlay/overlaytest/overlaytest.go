@@ -1,7 +1,8 @@
 // Package overlaytest is an importable test rig for packages built on the
 // overlay: a subnet tree inside 127/8, a deterministic delegation
-// procedure, and Mesh, which starts n real loopback nodes that join through
-// one bootstrap peer.
+// procedure, and Mesh, which starts n nodes that join through one
+// bootstrap peer, on a simulated network in virtual time (p2ptest.Net,
+// inside a testing/synctest bubble) or on real loopback hosts.
 //
 // Everything listens and dials on 127.0.0.0/8 only. Nodes run with fast
 // upkeep rates (see Options); swarms of 50 nodes and more belong behind an
@@ -10,11 +11,9 @@ package overlaytest
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,68 +25,22 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/bootstrap"
+	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/subnet"
 )
 
-var tree = sync.OnceValues(func() (*subnet.Tree, error) {
-	var iana, rir strings.Builder
-	iana.WriteString("2|iana|20240101|1|19700101|20240101|+0000\n")
-	iana.WriteString("iana||ipv4|127.0.0.0|16777216|19810901|arin\n")
-	rir.WriteString("2.3|arin|20240101|1028|19700101|20240101|+0000\n")
-	for a := range 4 {
-		fmt.Fprintf(&rir, "arin|US|ipv4|127.%d.0.0|65536|20200101|allocated|org-%d\n", a, a)
-		for b := range 256 {
-			fmt.Fprintf(&rir, "arin|US|ipv4|127.%d.%d.0|256|20200101|assigned|org-%d\n", a, b, a)
-		}
-	}
-	bld, err := subnet.NewBuilder(subnet.Strict())
-	if err != nil {
-		return nil, err
-	}
-	ctx := context.Background()
-	if _, err := bld.Add(ctx, "iana", strings.NewReader(iana.String()), subnet.FormatDelegated); err != nil {
-		return nil, err
-	}
-	if _, err := bld.Add(ctx, "arin", strings.NewReader(rir.String()), subnet.FormatDelegated); err != nil {
-		return nil, err
-	}
-	t, _, err := bld.Build()
-	return t, err
-})
-
-// Tree returns a hierarchy inside 127/8: IANA's /8, four /16 allocations
-// 127.0-3.0.0/16 (organisations "arin:org-0" to "arin:org-3", one shard
-// each) and all 256 /24 assignments in each, of the /16's organisation. It
-// is built once and shared.
-func Tree(t testing.TB) *subnet.Tree {
-	t.Helper()
-	tr, err := tree()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr
-}
+// Tree returns p2ptest.Tree: a hierarchy inside 127/8, four /16
+// allocations 127.0-3.0.0/16 (organisations "arin:org-0" to "arin:org-3",
+// one shard each) and all 256 /24 assignments in each.
+func Tree(t testing.TB) *subnet.Tree { return p2ptest.Tree(t) }
 
 // Addr returns the address node i of a Mesh listens on: 127.(i%4).(i/4+1).1,
 // which spreads nodes over Tree's four shards.
-func Addr(i int) netip.Addr {
-	return netip.AddrFrom4([4]byte{127, byte(i % 4), byte(i/4 + 1), 1})
-}
+func Addr(i int) netip.Addr { return p2ptest.Addr(i) }
 
 // DB opens an in-memory badger database closed at cleanup.
-func DB(t testing.TB) *badger.DB {
-	t.Helper()
-	opts := badger.DefaultOptions("").WithInMemory(true).WithLogger(nil).
-		WithMemTableSize(4 << 20).WithNumMemtables(2).WithBlockCacheSize(1 << 20).WithIndexCacheSize(1 << 20).
-		WithNumCompactors(2).WithValueThreshold(1 << 10)
-	db, err := badger.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
+func DB(t testing.TB) *badger.DB { return p2ptest.DB(t) }
 
 // RequesterDelegator is a deterministic delegation procedure for tests: the
 // subnet goes to the node that asked unless it is excluded, and otherwise
@@ -158,22 +111,31 @@ func (n *Node) Stop() {
 	})
 }
 
-// NewNode starts node i of a mesh (listening on Addr(i), TCP and QUIC) with
-// a RequesterDelegator, Options and opts. It does not join anyone.
-func NewNode(t testing.TB, i int, opts ...overlay.Option) *Node {
+// NewNode starts node i of a mesh, listening on Addr(i), with a
+// RequesterDelegator, Options and opts. On net (a simulated network, see
+// p2ptest.Net; the caller runs inside its synctest bubble) the host speaks
+// QUIC over it; with a nil net it is a real loopback host (TCP and QUIC),
+// for tests whose subject is the transport. It does not join anyone.
+func NewNode(t testing.TB, net *p2ptest.Net, i int, opts ...overlay.Option) *Node {
 	t.Helper()
-	sk, _, err := crypto.GenerateEd25519Key(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	a := Addr(i)
-	h, err := overlay.NewHost(sk, overlay.BindAddress(a, 0), overlay.Reachability(network.ReachabilityPublic),
-		overlay.NoRelayService(), overlay.ConnLimits(200, 400))
-	if err != nil {
-		t.Fatal(err)
+	var h host.Host
+	if net != nil {
+		h = net.Host(t, nil, a)
+	} else {
+		sk, _, err := crypto.GenerateEd25519Key(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err = overlay.NewHost(sk, overlay.BindAddress(a, 0), overlay.Reachability(network.ReachabilityPublic),
+			overlay.NoRelayService(), overlay.ConnLimits(200, 400))
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	n := &Node{Host: h, Addr: a, DB: DB(t), Delegator: &RequesterDelegator{}}
 	all := append(append(Options(), overlay.WithDelegator(n.Delegator)), opts...)
+	var err error
 	n.Overlay, err = overlay.New(h, Tree(t), n.DB, all...)
 	if err != nil {
 		h.Close()
@@ -183,13 +145,14 @@ func NewNode(t testing.TB, i int, opts ...overlay.Option) *Node {
 	return n
 }
 
-// Mesh starts n nodes; every node joins through node 0 with bootstrap.Join
-// and runs Overlay.Bootstrap. Nodes stop at cleanup.
-func Mesh(t testing.TB, n int, opts ...overlay.Option) []*Node {
+// Mesh starts n nodes on net (nil: loopback, see NewNode); every node
+// joins through node 0 with bootstrap.Join and runs Overlay.Bootstrap.
+// Nodes stop at cleanup.
+func Mesh(t testing.TB, net *p2ptest.Net, n int, opts ...overlay.Option) []*Node {
 	t.Helper()
 	nodes := make([]*Node, n)
 	for i := range n {
-		nodes[i] = NewNode(t, i, opts...)
+		nodes[i] = NewNode(t, net, i, opts...)
 	}
 	boot := []peer.AddrInfo{{ID: nodes[0].Host.ID(), Addrs: nodes[0].Host.Addrs()}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

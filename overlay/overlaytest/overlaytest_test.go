@@ -2,14 +2,25 @@ package overlaytest
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
-	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/internal/p2ptest"
 )
 
+// TestMesh runs a mesh on each kind of network: simulated in virtual time
+// and real loopback hosts.
 func TestMesh(t *testing.T) {
-	nodes := Mesh(t, 4)
+	t.Run("simulated", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { checkMesh(t, p2ptest.NewNet(t)) })
+	})
+	t.Run("loopback", func(t *testing.T) { checkMesh(t, nil) })
+}
+
+func checkMesh(t *testing.T, net *p2ptest.Net) {
+	nodes := Mesh(t, net, 4)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	for _, n := range nodes {
@@ -22,15 +33,12 @@ func TestMesh(t *testing.T) {
 	// coordinator (the overlay's doc: disjoint views are transient); the
 	// decision reaches the other view with the next maintenance round.
 	tree := Tree(t)
-	var d overlay.Delegation
-	var ok bool
-	var err error
-	for range 100 { // 10 s: a bound, not a timing assertion
+	p2ptest.WaitFor(t, 10*time.Second, func() error {
 		nodes[3].Overlay.Invalidate(tree.Range(tree.SmallestNonUnary(nodes[0].Addr)))
-		if d, ok, err = nodes[3].Overlay.Resolve(ctx, nodes[0].Addr); err == nil && ok && d.Node == nodes[0].Host.ID() {
-			return
+		d, ok, err := nodes[3].Overlay.Resolve(ctx, nodes[0].Addr)
+		if err != nil || !ok || d.Node != nodes[0].Host.ID() {
+			return fmt.Errorf("resolve: %v %v %v", d.Node, ok, err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("resolve: %v %v %v", d.Node, ok, err)
+		return nil
+	})
 }

@@ -106,7 +106,7 @@ func (c *countingAcks) HandleAck(ctx context.Context, from peer.ID, refs []overl
 // batches of 256 KiB of encoded records (175 records of ~1.5 KiB), into an
 // index on disk opened as micra indexer opens it.
 func BenchmarkIngest(b *testing.B) {
-	node, ixn := newTNode(b, 0, nil, nil), newTNode(b, 1, nil, indexerDB(b))
+	node, ixn := newTNode(b, nil, 0, nil, nil), newTNode(b, nil, 1, nil, indexerDB(b))
 	join(b, node, ixn)
 	acks := &countingAcks{wake: make(chan struct{}, 1)}
 	node.acks.set(acks)
@@ -178,7 +178,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 }
 
 func benchEndToEnd(b *testing.B, size int) {
-	n, ixn := newTNode(b, 0, nil, nil), newTNode(b, 1, nil, indexerDB(b), overlay.ResultsValidator(CheckEnvelope))
+	n, ixn := newTNode(b, nil, 0, nil, nil), newTNode(b, nil, 1, nil, indexerDB(b), overlay.ResultsValidator(CheckEnvelope))
 	join(b, n, ixn)
 	var mu sync.Mutex
 	stored := map[uint64]time.Time{}

@@ -20,6 +20,7 @@ import (
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/overlaytest"
 	"github.com/micra-net/micra/subnet"
@@ -120,9 +121,8 @@ func (a *ackSwitch) HandleAck(ctx context.Context, from peer.ID, refs []overlay.
 	return overlay.ErrUnavailable
 }
 
-// tnode is a test overlay node on loopback address overlaytest.Addr(i),
-// with a given key and database, so that it can be restarted as the same
-// node.
+// tnode is a test overlay node at address overlaytest.Addr(i), with a given
+// key and database, so that it can be restarted as the same node.
 type tnode struct {
 	i    int
 	sk   crypto.PrivKey
@@ -140,7 +140,10 @@ func (n *tnode) stop() {
 	})
 }
 
-func newTNode(t testing.TB, i int, sk crypto.PrivKey, db *badger.DB, opts ...overlay.Option) *tnode {
+// newTNode starts a tnode on net (a simulated network, inside its synctest
+// bubble), or on a real loopback host when net is nil (for tests that also
+// serve HTTP, which a bubble cannot carry).
+func newTNode(t testing.TB, net *p2ptest.Net, i int, sk crypto.PrivKey, db *badger.DB, opts ...overlay.Option) *tnode {
 	t.Helper()
 	if sk == nil {
 		sk = newKey(t)
@@ -148,13 +151,20 @@ func newTNode(t testing.TB, i int, sk crypto.PrivKey, db *badger.DB, opts ...ove
 	if db == nil {
 		db = memDB(t)
 	}
-	h, err := overlay.NewHost(sk, overlay.BindAddress(overlaytest.Addr(i), 0), overlay.Reachability(network.ReachabilityPublic),
-		overlay.NoRelayService(), overlay.ConnLimits(200, 400))
-	if err != nil {
-		t.Fatal(err)
+	var h host.Host
+	if net != nil {
+		h = net.Host(t, sk, overlaytest.Addr(i))
+	} else {
+		var err error
+		h, err = overlay.NewHost(sk, overlay.BindAddress(overlaytest.Addr(i), 0), overlay.Reachability(network.ReachabilityPublic),
+			overlay.NoRelayService(), overlay.ConnLimits(200, 400))
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	n := &tnode{i: i, sk: sk, h: h, db: db, acks: &ackSwitch{}}
 	all := append(overlaytest.Options(), overlay.WithDelegator(&overlaytest.RequesterDelegator{}), overlay.WithAckHandler(n.acks))
+	var err error
 	n.o, err = overlay.New(h, overlaytest.Tree(t), db, append(all, opts...)...)
 	if err != nil {
 		h.Close()

@@ -11,12 +11,14 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/overlaytest"
 	"github.com/micra-net/micra/overlay/results/pb"
@@ -26,7 +28,7 @@ import (
 func produce(t testing.TB, ob *Outbox, first, sites, n int) int {
 	t.Helper()
 	for s := first; s < first+sites; s++ {
-		if err := ob.Results(t.Context(), testBatch(t, testRecords(s, n, testNow))); err != nil {
+		if err := ob.Results(t.Context(), testBatch(t, testRecords(s, n, time.Now()))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,217 +47,233 @@ func has(t testing.TB, x *index.Index, term string) bool {
 // Nodes produce batches while no indexer is online; when one comes, every
 // batch arrives and none is stored twice.
 func TestIndexerOfflineThenOnline(t *testing.T) {
-	nodes := []*tnode{newTNode(t, 0, nil, nil), newTNode(t, 1, nil, nil), newTNode(t, 2, nil, nil)}
-	join(t, nodes[0], nodes[1:]...)
-	var obs []*Outbox
-	total, batches := 0, 0
-	for i, n := range nodes {
-		ob := startOutbox(t, n, n.db)
-		total += produce(t, ob, 10*i, 4, 25)
-		batches += 4
-		obs = append(obs, ob)
-	}
-	for _, ob := range obs {
-		if s := ob.Stats(); s.Batches != 4 || s.Published != 0 {
-			t.Fatalf("published with no indexer online: %+v", s)
+	synctest.Test(t, func(t *testing.T) {
+		net := p2ptest.NewNet(t)
+		nodes := []*tnode{newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil), newTNode(t, net, 2, nil, nil)}
+		join(t, nodes[0], nodes[1:]...)
+		var obs []*Outbox
+		total, batches := 0, 0
+		for i, n := range nodes {
+			ob := startOutbox(t, n, n.db)
+			total += produce(t, ob, 10*i, 4, 25)
+			batches += 4
+			obs = append(obs, ob)
 		}
-	}
-
-	ixn := newTNode(t, 3, nil, nil, overlay.ResultsValidator(CheckEnvelope))
-	join(t, nodes[0], ixn)
-	ix := startIndexer(t, ixn)
-	waitFor(t, "every outbox to empty", func() bool {
 		for _, ob := range obs {
-			if ob.Stats().Batches > 0 {
-				return false
+			if s := ob.Stats(); s.Batches != 4 || s.Published != 0 {
+				t.Fatalf("published with no indexer online: %+v", s)
 			}
 		}
-		return true
+
+		ixn := newTNode(t, net, 3, nil, nil, overlay.ResultsValidator(CheckEnvelope))
+		join(t, nodes[0], ixn)
+		ix := startIndexer(t, ixn)
+		waitFor(t, "every outbox to empty", func() bool {
+			for _, ob := range obs {
+				if ob.Stats().Batches > 0 {
+					return false
+				}
+			}
+			return true
+		})
+		if s := ix.Index().Stats(); s.Docs != int64(total) || s.Added != uint64(total) || s.Duplicates != 0 || s.Rejected != 0 {
+			t.Fatalf("index %+v, want %d records once", s, total)
+		}
+		if s := ix.Stats(); s.Batches != uint64(batches) || s.Rejected != 0 || s.Conflicts != 0 {
+			t.Fatalf("indexer %+v", s)
+		}
+		if !has(t, ix.Index(), "w21x24") {
+			t.Fatal("a record is not searchable")
+		}
+		// Later batches go straight through.
+		total += produce(t, obs[1], 100, 1, 5)
+		waitFor(t, "a live batch", func() bool { return ix.Index().Stats().Docs == int64(total) && obs[1].Stats().Batches == 0 })
 	})
-	if s := ix.Index().Stats(); s.Docs != int64(total) || s.Added != uint64(total) || s.Duplicates != 0 || s.Rejected != 0 {
-		t.Fatalf("index %+v, want %d records once", s, total)
-	}
-	if s := ix.Stats(); s.Batches != uint64(batches) || s.Rejected != 0 || s.Conflicts != 0 {
-		t.Fatalf("indexer %+v", s)
-	}
-	if !has(t, ix.Index(), "w21x24") {
-		t.Fatal("a record is not searchable")
-	}
-	// Later batches go straight through.
-	total += produce(t, obs[1], 100, 1, 5)
-	waitFor(t, "a live batch", func() bool { return ix.Index().Stats().Docs == int64(total) && obs[1].Stats().Batches == 0 })
 }
 
 // Two indexers each take one of two shards: each stores only its shard's
 // sites, and together all.
 func TestTwoIndexersOneShardEach(t *testing.T) {
-	nodes := []*tnode{newTNode(t, 0, nil, nil), newTNode(t, 1, nil, nil)}
-	ixns := []*tnode{newTNode(t, 2, nil, nil), newTNode(t, 3, nil, nil)}
-	join(t, nodes[0], append(nodes[1:], ixns...)...)
-	ixs := []*Indexer{startIndexer(t, ixns[0], Shards(2), Take(0)), startIndexer(t, ixns[1], Shards(2), Take(1))}
-	const sites = 16
-	total := 0
-	for i, n := range nodes {
-		ob := startOutbox(t, n, n.db, Shards(2))
-		// Each batch mixes the sites of both shards.
-		var recs []crawl.Record
-		for s := range sites / 2 {
-			recs = append(recs, testRecords(i*sites/2+s, 6, testNow)...)
-		}
-		if err := ob.Results(t.Context(), testBatch(t, recs)); err != nil {
-			t.Fatal(err)
-		}
-		total += len(recs)
-		waitFor(t, "the outbox to empty", func() bool { return ob.Stats().Batches == 0 })
-		if s := ob.Stats(); s.Stored != 2 {
-			t.Fatalf("one batch over two shards stored as %d", s.Stored)
-		}
-	}
-	docs := int64(0)
-	for _, ix := range ixs {
-		docs += ix.Index().Stats().Docs
-	}
-	if docs != int64(total) {
-		t.Fatalf("%d records stored in all, want %d", docs, total)
-	}
-	for s := range sites {
-		want := ShardOf(fmt.Sprintf("s%d.example", s), 2)
-		for i, ix := range ixs {
-			if got := has(t, ix.Index(), fmt.Sprintf("w%dx0", s)); got != (uint32(i) == want) {
-				t.Fatalf("site %d (shard %d) in indexer %d: %v", s, want, i, got)
+	synctest.Test(t, func(t *testing.T) {
+		net := p2ptest.NewNet(t)
+		nodes := []*tnode{newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil)}
+		ixns := []*tnode{newTNode(t, net, 2, nil, nil), newTNode(t, net, 3, nil, nil)}
+		join(t, nodes[0], append(nodes[1:], ixns...)...)
+		ixs := []*Indexer{startIndexer(t, ixns[0], Shards(2), Take(0)), startIndexer(t, ixns[1], Shards(2), Take(1))}
+		const sites = 16
+		total := 0
+		for i, n := range nodes {
+			ob := startOutbox(t, n, n.db, Shards(2))
+			// Each batch mixes the sites of both shards.
+			var recs []crawl.Record
+			for s := range sites / 2 {
+				recs = append(recs, testRecords(i*sites/2+s, 6, time.Now())...)
+			}
+			if err := ob.Results(t.Context(), testBatch(t, recs)); err != nil {
+				t.Fatal(err)
+			}
+			total += len(recs)
+			waitFor(t, "the outbox to empty", func() bool { return ob.Stats().Batches == 0 })
+			if s := ob.Stats(); s.Stored != 2 {
+				t.Fatalf("one batch over two shards stored as %d", s.Stored)
 			}
 		}
-	}
+		docs := int64(0)
+		for _, ix := range ixs {
+			docs += ix.Index().Stats().Docs
+		}
+		if docs != int64(total) {
+			t.Fatalf("%d records stored in all, want %d", docs, total)
+		}
+		for s := range sites {
+			want := ShardOf(fmt.Sprintf("s%d.example", s), 2)
+			for i, ix := range ixs {
+				if got := has(t, ix.Index(), fmt.Sprintf("w%dx0", s)); got != (uint32(i) == want) {
+					t.Fatalf("site %d (shard %d) in indexer %d: %v", s, want, i, got)
+				}
+			}
+		}
+	})
 }
 
 // Forged and tampered messages on the wire are rejected and logged; the
 // genuine batch beside them is stored.
 func TestForgedBatchesRejected(t *testing.T) {
-	var logs logBuf
-	victim, rogue, ixn := newTNode(t, 0, nil, nil), newTNode(t, 1, nil, nil), newTNode(t, 2, nil, nil)
-	join(t, victim, rogue, ixn)
-	ix := startIndexer(t, ixn, Logger(logs.logger()))
-	ob := startOutbox(t, victim, victim.db)
+	synctest.Test(t, func(t *testing.T) {
+		net := p2ptest.NewNet(t)
+		var logs logBuf
+		victim, rogue, ixn := newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil), newTNode(t, net, 2, nil, nil)
+		join(t, victim, rogue, ixn)
+		ix := startIndexer(t, ixn, Logger(logs.logger()))
+		ob := startOutbox(t, victim, victim.db)
 
-	victimID := victim.h.ID()
-	// Signed by the rogue's key, claiming to be the victim's batch.
-	recs := testRecords(66, 5, testNow)
-	forged, err := seal(rogue.sk, nil, batchMeta{node: victimID, seq: 1, snapshot: sid(t), created: testNow, shards: 1, batch: testBatch(t, recs)}, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The rogue's own batch, altered after signing.
-	own, err := seal(rogue.sk, nil, batchMeta{node: rogue.h.ID(), seq: 1, snapshot: sid(t), created: testNow, shards: 1, batch: testBatch(t, recs)}, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tampered := reenvelope(t, envs(t, own)[0], func(e *pb.Envelope, h *pb.Header) { e.Data[len(e.Data)-3] ^= 1 })
-	msgs := [][]byte{envs(t, forged)[0], tampered}
-	produce(t, ob, 1, 1, 5)
-	waitFor(t, "both forgeries to be rejected", func() bool {
-		for _, m := range msgs {
+		victimID := victim.h.ID()
+		// Signed by the rogue's key, claiming to be the victim's batch.
+		recs := testRecords(66, 5, time.Now())
+		forged, err := seal(rogue.sk, nil, batchMeta{node: victimID, seq: 1, snapshot: sid(t), created: time.Now(), shards: 1, batch: testBatch(t, recs)}, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The rogue's own batch, altered after signing.
+		own, err := seal(rogue.sk, nil, batchMeta{node: rogue.h.ID(), seq: 1, snapshot: sid(t), created: time.Now(), shards: 1, batch: testBatch(t, recs)}, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tampered := reenvelope(t, envs(t, own)[0], func(e *pb.Envelope, h *pb.Header) { e.Data[len(e.Data)-3] ^= 1 })
+		msgs := [][]byte{envs(t, forged)[0], tampered}
+		produce(t, ob, 1, 1, 5)
+		waitFor(t, "both forgeries to be rejected", func() bool {
+			for _, m := range msgs {
+				if err := rogue.o.PublishResults(t.Context(), m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return ix.Stats().Rejected >= 2 && ob.Stats().Batches == 0
+		})
+		if s := ix.Index().Stats(); s.Docs != 5 || has(t, ix.Index(), "w66x0") {
+			t.Fatalf("forged records stored: %+v", s)
+		}
+		for _, want := range []string{"result message rejected", "bad batch signature", "does not match its hash"} {
+			if !contains(logs.String(), want) {
+				t.Fatalf("%q not logged:\n%s", want, logs.String())
+			}
+		}
+
+		// A genuine batch replayed by another peer is acknowledged again, not
+		// stored again.
+		genuine, err := seal(victim.sk, nil, batchMeta{node: victimID, seq: 5, snapshot: sid(t), created: time.Now(), shards: 1,
+			batch: testBatch(t, testRecords(77, 4, time.Now()))}, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := envs(t, genuine)[0]
+		waitFor(t, "the genuine batch", func() bool {
+			if err := victim.o.PublishResults(t.Context(), m); err != nil {
+				t.Fatal(err)
+			}
+			return ix.Stats().Batches == 2
+		})
+		waitFor(t, "the replay", func() bool {
 			if err := rogue.o.PublishResults(t.Context(), m); err != nil {
 				t.Fatal(err)
 			}
+			return ix.Stats().Duplicates >= 1
+		})
+		if s := ix.Index().Stats(); s.Docs != 9 || s.Duplicates != 0 || ix.Stats().Batches != 2 {
+			t.Fatalf("after a replay: index %+v, indexer %+v", s, ix.Stats())
 		}
-		return ix.Stats().Rejected >= 2 && ob.Stats().Batches == 0
 	})
-	if s := ix.Index().Stats(); s.Docs != 5 || has(t, ix.Index(), "w66x0") {
-		t.Fatalf("forged records stored: %+v", s)
-	}
-	for _, want := range []string{"result message rejected", "bad batch signature", "does not match its hash"} {
-		if !contains(logs.String(), want) {
-			t.Fatalf("%q not logged:\n%s", want, logs.String())
-		}
-	}
-
-	// A genuine batch replayed by another peer is acknowledged again, not
-	// stored again.
-	genuine, err := seal(victim.sk, nil, batchMeta{node: victimID, seq: 5, snapshot: sid(t), created: testNow, shards: 1,
-		batch: testBatch(t, testRecords(77, 4, testNow))}, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := envs(t, genuine)[0]
-	waitFor(t, "the genuine batch", func() bool {
-		if err := victim.o.PublishResults(t.Context(), m); err != nil {
-			t.Fatal(err)
-		}
-		return ix.Stats().Batches == 2
-	})
-	waitFor(t, "the replay", func() bool {
-		if err := rogue.o.PublishResults(t.Context(), m); err != nil {
-			t.Fatal(err)
-		}
-		return ix.Stats().Duplicates >= 1
-	})
-	if s := ix.Index().Stats(); s.Docs != 9 || s.Duplicates != 0 || ix.Stats().Batches != 2 {
-		t.Fatalf("after a replay: index %+v, indexer %+v", s, ix.Stats())
-	}
 }
 
 // A batch larger than the message limit travels in parts.
 func TestLargeBatchInParts(t *testing.T) {
-	n, ixn := newTNode(t, 0, nil, nil), newTNode(t, 1, nil, nil)
-	join(t, n, ixn)
-	ix := startIndexer(t, ixn, MessageLimit(minMessageLimit))
-	ob := startOutbox(t, n, n.db, MessageLimit(minMessageLimit))
-	recs := testRecords(5, 400, testNow)
-	for i := range recs {
-		recs[i].Title = fmt.Sprintf("%x %x", sha256Sum([]byte(recs[i].URL)), sha256Sum([]byte(recs[i].Title)))
-	}
-	b := testBatch(t, recs)
-	if parts := (len(b.Data) + minMessageLimit - messageOverhead - 1) / (minMessageLimit - messageOverhead); parts < 4 {
-		t.Fatalf("batch of %d bytes makes only %d parts", len(b.Data), parts)
-	}
-	if err := ob.Results(t.Context(), b); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the outbox to empty", func() bool { return ob.Stats().Batches == 0 })
-	if s := ix.Index().Stats(); s.Docs != 400 {
-		t.Fatalf("index %+v", s)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		net := p2ptest.NewNet(t)
+		n, ixn := newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil)
+		join(t, n, ixn)
+		ix := startIndexer(t, ixn, MessageLimit(minMessageLimit))
+		ob := startOutbox(t, n, n.db, MessageLimit(minMessageLimit))
+		recs := testRecords(5, 400, time.Now())
+		for i := range recs {
+			recs[i].Title = fmt.Sprintf("%x %x", sha256Sum([]byte(recs[i].URL)), sha256Sum([]byte(recs[i].Title)))
+		}
+		b := testBatch(t, recs)
+		if parts := (len(b.Data) + minMessageLimit - messageOverhead - 1) / (minMessageLimit - messageOverhead); parts < 4 {
+			t.Fatalf("batch of %d bytes makes only %d parts", len(b.Data), parts)
+		}
+		if err := ob.Results(t.Context(), b); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the outbox to empty", func() bool { return ob.Stats().Batches == 0 })
+		if s := ix.Index().Stats(); s.Docs != 400 {
+			t.Fatalf("index %+v", s)
+		}
+	})
 }
 
 // The outbox survives a restart of its node: the batches made before go
 // out after, to an indexer that was offline all along.
 func TestOutboxRestartDelivers(t *testing.T) {
-	dir := t.TempDir()
-	sk := newKey(t)
-	boot := newTNode(t, 0, nil, nil)
-	db := diskDB(t, dir)
-	n := newTNode(t, 1, sk, db)
-	join(t, boot, n)
-	ob := startOutbox(t, n, db)
-	total := produce(t, ob, 0, 5, 10)
-	ob.Close()
-	n.stop()
-	db.Close()
+	synctest.Test(t, func(t *testing.T) {
+		net := p2ptest.NewNet(t)
+		dir := t.TempDir()
+		sk := newKey(t)
+		boot := newTNode(t, net, 0, nil, nil)
+		db := diskDB(t, dir)
+		n := newTNode(t, net, 1, sk, db)
+		join(t, boot, n)
+		ob := startOutbox(t, n, db)
+		total := produce(t, ob, 0, 5, 10)
+		ob.Close()
+		n.stop()
+		db.Close()
 
-	db = diskDB(t, dir)
-	t.Cleanup(func() { db.Close() })
-	n = newTNode(t, 1, sk, db)
-	join(t, boot, n)
-	ob = startOutbox(t, n, db)
-	if s := ob.Stats(); s.Batches != 5 {
-		t.Fatalf("%d batches after restart, want 5", s.Batches)
-	}
-	ixn := newTNode(t, 2, nil, nil)
-	join(t, boot, ixn)
-	ix := startIndexer(t, ixn)
-	waitFor(t, "the outbox to empty", func() bool { return ob.Stats().Batches == 0 })
-	if s := ix.Index().Stats(); s.Docs != int64(total) || s.Duplicates != 0 {
-		t.Fatalf("index %+v, want %d", s, total)
-	}
-	if s := ix.Index().Stats(); s.Docs != int64(total) {
-		t.Fatal(s)
-	}
+		db = diskDB(t, dir)
+		t.Cleanup(func() { db.Close() })
+		n = newTNode(t, net, 1, sk, db)
+		join(t, boot, n)
+		ob = startOutbox(t, n, db)
+		if s := ob.Stats(); s.Batches != 5 {
+			t.Fatalf("%d batches after restart, want 5", s.Batches)
+		}
+		ixn := newTNode(t, net, 2, nil, nil)
+		join(t, boot, ixn)
+		ix := startIndexer(t, ixn)
+		waitFor(t, "the outbox to empty", func() bool { return ob.Stats().Batches == 0 })
+		if s := ix.Index().Stats(); s.Docs != int64(total) || s.Duplicates != 0 {
+			t.Fatalf("index %+v, want %d", s, total)
+		}
+		if s := ix.Index().Stats(); s.Docs != int64(total) {
+			t.Fatal(s)
+		}
+	})
 }
 
 // Crawl requests reach the node owning the subnet of their host, with
 // their depth and owners, through Submit and the indexer's HTTP API.
 func TestCrawlRequests(t *testing.T) {
-	boot, crawler, ixn := newTNode(t, 0, nil, nil), newTNode(t, 1, nil, nil), newTNode(t, 2, nil, nil)
+	var net *p2ptest.Net // nil: loopback hosts; the test also serves HTTP, which a synctest bubble cannot carry
+	boot, crawler, ixn := newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil), newTNode(t, net, 2, nil, nil)
 	join(t, boot, crawler, ixn)
 	if _, err := crawler.o.Delegate(t.Context(), "", overlaytest.Addr(1)); err != nil {
 		t.Fatal(err)
@@ -328,6 +346,7 @@ func TestCrawlRequests(t *testing.T) {
 
 // A real crawler's pages become searchable on an indexer.
 func TestCrawlerToIndexer(t *testing.T) {
+	var net *p2ptest.Net // nil: loopback hosts; the test also serves HTTP, which a synctest bubble cannot carry
 	const pages = 12
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var i int
@@ -339,7 +358,7 @@ func TestCrawlerToIndexer(t *testing.T) {
 		fmt.Fprintf(w, "<html><title>Lighthouse %d</title><body>Keeper's logbook entry zebra%d. <a href=\"/p%d\">next</a></body></html>", i, i, (i+1)%pages)
 	}))
 	defer srv.Close()
-	n, ixn := newTNode(t, 0, nil, nil), newTNode(t, 1, nil, nil, overlay.ResultsValidator(CheckEnvelope))
+	n, ixn := newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil, overlay.ResultsValidator(CheckEnvelope))
 	join(t, n, ixn)
 	ix := startIndexer(t, ixn)
 	ob := startOutbox(t, n, n.db)
@@ -365,64 +384,67 @@ func TestCrawlerToIndexer(t *testing.T) {
 // owner. A record answers a request; a request without one is given up
 // after its attempts. Pending requests survive the indexer's restart.
 func TestCrawlRequestsOutliveTheirNode(t *testing.T) {
-	nodes := []*tnode{newTNode(t, 0, nil, nil), newTNode(t, 1, nil, nil), newTNode(t, 2, nil, nil), newTNode(t, 3, nil, nil)}
-	join(t, nodes[0], nodes[1:]...)
-	var mu sync.Mutex
-	got := map[peer.ID][]string{}
-	handler := func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, r := range reqs {
-			got[p] = append(got[p], r.Link)
+	synctest.Test(t, func(t *testing.T) {
+		net := p2ptest.NewNet(t)
+		nodes := []*tnode{newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil), newTNode(t, net, 2, nil, nil), newTNode(t, net, 3, nil, nil)}
+		join(t, nodes[0], nodes[1:]...)
+		var mu sync.Mutex
+		got := map[peer.ID][]string{}
+		handler := func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range reqs {
+				got[p] = append(got[p], r.Link)
+			}
+			return nil
 		}
-		return nil
-	}
-	for _, n := range nodes[:3] {
-		id := n.h.ID()
-		remove, err := ServeCrawlRequests(n.h, func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
-			return handler(ctx, id, reqs)
-		}, Logger(quiet()))
-		if err != nil {
+		for _, n := range nodes[:3] {
+			id := n.h.ID()
+			remove, err := ServeCrawlRequests(n.h, func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
+				return handler(ctx, id, reqs)
+			}, Logger(quiet()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(remove)
+		}
+		a, ixn := nodes[1], nodes[3]
+		if _, err := a.o.Delegate(t.Context(), "", netip.MustParseAddr("127.1.1.77")); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(remove)
-	}
-	a, ixn := nodes[1], nodes[3]
-	if _, err := a.o.Delegate(t.Context(), "", netip.MustParseAddr("127.1.1.77")); err != nil {
-		t.Fatal(err)
-	}
-	ix := startIndexer(t, ixn, CrawlPatience(time.Second, 3), LocalCrawl(func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
-		return handler(ctx, ixn.h.ID(), reqs)
-	}))
-	links := []string{"http://127.1.1.77/start", "http://127.1.1.77/other"}
-	res, err := ix.Submit(t.Context(), []crawl.Request{{Link: links[0], Depth: 2}, {Link: links[1], Depth: 1}})
-	if err != nil || res.Sent[a.h.ID()] != 2 || ix.Pending() != 2 {
-		t.Fatalf("submit: %+v, %v; %d pending", res, err, ix.Pending())
-	}
-	a.stop() // dies before crawling them
-	var owner peer.ID
-	waitFor(t, "the requests submitted again to the subnet's new owner", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for p, ls := range got {
-			if p != a.h.ID() && slices.Contains(ls, links[0]) && slices.Contains(ls, links[1]) {
-				owner = p
-				return true
-			}
+		ix := startIndexer(t, ixn, CrawlPatience(time.Second, 3), LocalCrawl(func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
+			return handler(ctx, ixn.h.ID(), reqs)
+		}))
+		links := []string{"http://127.1.1.77/start", "http://127.1.1.77/other"}
+		res, err := ix.Submit(t.Context(), []crawl.Request{{Link: links[0], Depth: 2}, {Link: links[1], Depth: 1}})
+		if err != nil || res.Sent[a.h.ID()] != 2 || ix.Pending() != 2 {
+			t.Fatalf("submit: %+v, %v; %d pending", res, err, ix.Pending())
 		}
-		return false
+		a.stop() // dies before crawling them
+		var owner peer.ID
+		waitFor(t, "the requests submitted again to the subnet's new owner", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for p, ls := range got {
+				if p != a.h.ID() && slices.Contains(ls, links[0]) && slices.Contains(ls, links[1]) {
+					owner = p
+					return true
+				}
+			}
+			return false
+		})
+		if st := ix.Stats(); st.Resent < 2 {
+			t.Errorf("stats after the resubmission: %+v", st)
+		}
+		// The new owner's record of the first page answers it; the second is
+		// given up after its third submission.
+		ix.satisfied([]crawl.Record{{URL: links[0], FinalURL: links[0]}})
+		waitFor(t, "the unanswered request given up", func() bool { return ix.Pending() == 0 })
+		if st := ix.Stats(); st.Answered != 1 || st.GaveUp != 1 {
+			t.Errorf("stats at the end: %+v", st)
+		}
+		t.Logf("resubmitted to %s; %+v", owner, ix.Stats())
 	})
-	if st := ix.Stats(); st.Resent < 2 {
-		t.Errorf("stats after the resubmission: %+v", st)
-	}
-	// The new owner's record of the first page answers it; the second is
-	// given up after its third submission.
-	ix.satisfied([]crawl.Record{{URL: links[0], FinalURL: links[0]}})
-	waitFor(t, "the unanswered request given up", func() bool { return ix.Pending() == 0 })
-	if st := ix.Stats(); st.Answered != 1 || st.GaveUp != 1 {
-		t.Errorf("stats at the end: %+v", st)
-	}
-	t.Logf("resubmitted to %s; %+v", owner, ix.Stats())
 }
 
 // TestPendingSurvivesRestart: crawl requests kept by an indexer are there

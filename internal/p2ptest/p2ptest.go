@@ -1,0 +1,104 @@
+// Package p2ptest is the lowest layer of micra's multi-node test rigs: a
+// subnet hierarchy inside 127/8, node addresses spread over it, small
+// in-memory databases, a simulated network on which libp2p hosts run in
+// virtual time, and WaitFor. It imports nothing of micra's but subnet, so
+// that the overlay's own tests and the importable rig built on the overlay
+// (overlay/overlaytest) share it.
+//
+// Protocol tests run on Net inside a testing/synctest bubble: packets are
+// carried by simnet on the bubble's clock, never by the kernel, so that
+// timeouts, heartbeats and liveness measure the protocol's round trips,
+// not the load of the machine the test runs on.
+package p2ptest
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/micra-net/micra/subnet"
+)
+
+var tree = sync.OnceValues(func() (*subnet.Tree, error) {
+	var iana, rir strings.Builder
+	iana.WriteString("2|iana|20240101|1|19700101|20240101|+0000\n")
+	iana.WriteString("iana||ipv4|127.0.0.0|16777216|19810901|arin\n")
+	rir.WriteString("2.3|arin|20240101|1028|19700101|20240101|+0000\n")
+	for a := range 4 {
+		fmt.Fprintf(&rir, "arin|US|ipv4|127.%d.0.0|65536|20200101|allocated|org-%d\n", a, a)
+		for b := range 256 {
+			fmt.Fprintf(&rir, "arin|US|ipv4|127.%d.%d.0|256|20200101|assigned|org-%d\n", a, b, a)
+		}
+	}
+	bld, err := subnet.NewBuilder(subnet.Strict())
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	if _, err := bld.Add(ctx, "iana", strings.NewReader(iana.String()), subnet.FormatDelegated); err != nil {
+		return nil, err
+	}
+	if _, err := bld.Add(ctx, "arin", strings.NewReader(rir.String()), subnet.FormatDelegated); err != nil {
+		return nil, err
+	}
+	t, _, err := bld.Build()
+	return t, err
+})
+
+// Tree returns a hierarchy inside 127/8: IANA's /8, four /16 allocations
+// 127.0-3.0.0/16 (organisations "arin:org-0" to "arin:org-3", one shard
+// each) and all 256 /24 assignments in each, of the /16's organisation. It
+// is built once and shared.
+func Tree(t testing.TB) *subnet.Tree {
+	t.Helper()
+	tr, err := tree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// Addr returns the address of test node i: 127.(i%4).(i/4+1).1, which
+// spreads nodes over Tree's four shards.
+func Addr(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{127, byte(i % 4), byte(i/4 + 1), 1})
+}
+
+// DB opens an in-memory badger database with small tables (a few hundred
+// fit in one test process), closed at cleanup.
+func DB(t testing.TB) *badger.DB {
+	t.Helper()
+	opts := badger.DefaultOptions("").WithInMemory(true).WithLogger(nil).
+		WithMemTableSize(1 << 20).WithNumMemtables(2).WithBlockCacheSize(256 << 10).WithIndexCacheSize(256 << 10).
+		WithNumCompactors(2).WithValueThreshold(1 << 10).WithBaseTableSize(1 << 20).WithValueLogFileSize(1 << 20)
+	db, err := badger.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// WaitFor calls f every 50 ms until it returns nil, and fails the test
+// with f's last error when d has passed. Inside a synctest bubble d is
+// virtual time: a bound on the protocol, not on the machine.
+func WaitFor(t testing.TB, d time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not reached within %v: %v", d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
