@@ -121,8 +121,10 @@ func defaultDataDir() string {
 	return ".micra"
 }
 
-// LoadFile reads a TOML configuration file over c. Unknown keys are an
-// error naming them, so that a typo does not silently leave a default.
+// LoadFile reads a TOML configuration file over c. Every problem is
+// named, not only the first: each key that is unknown (so that a typo does
+// not silently leave a default) or whose value has the wrong type, in file
+// order. A syntax error stops the reading, and c is then unchanged.
 func (c *Config) LoadFile(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -131,18 +133,35 @@ func (c *Config) LoadFile(path string) error {
 	if len(data) > 1<<20 {
 		return fmt.Errorf("%s: larger than 1 MiB", path)
 	}
-	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(c)
+	var prims map[string]toml.Primitive
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&prims)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
-		}
-		return fmt.Errorf("%s: unknown keys %s", path, strings.Join(keys, ", "))
+	fields := map[string]reflect.Value{}
+	v := reflect.ValueOf(c).Elem()
+	for i := range v.NumField() {
+		fields[v.Type().Field(i).Tag.Get("toml")] = v.Field(i)
 	}
-	return nil
+	var errs []error
+	for _, k := range md.Keys() {
+		if len(k) != 1 {
+			continue // inside a table: reported with the table's key
+		}
+		key := k[0]
+		f, ok := fields[key]
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s: unknown key %q", path, key))
+			continue
+		}
+		val := reflect.New(f.Type())
+		if err := md.PrimitiveDecode(prims[key], val.Interface()); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %s: %w", path, key, err))
+			continue
+		}
+		f.Set(val.Elem())
+	}
+	return errors.Join(errs...)
 }
 
 // EnvPrefix is the prefix of the environment variables that configure a
@@ -152,9 +171,10 @@ const EnvPrefix = "MICRA_"
 
 // LoadEnv applies MICRA_* variables from environ (os.Environ's form).
 // Variables that name no key are ignored, since other programs share the
-// prefix (MICRA_DATA, MICRA_BOOTSTRAP are read elsewhere); malformed values
-// are an error naming the variable.
+// prefix (MICRA_DATA, MICRA_BOOTSTRAP are read elsewhere); every malformed
+// value is an error naming the variable.
 func (c *Config) LoadEnv(environ []string) error {
+	var errs []error
 	for _, kv := range environ {
 		name, val, ok := strings.Cut(kv, "=")
 		if !ok || !strings.HasPrefix(name, EnvPrefix) {
@@ -162,10 +182,10 @@ func (c *Config) LoadEnv(environ []string) error {
 		}
 		key := strings.ToLower(strings.TrimPrefix(name, EnvPrefix))
 		if err := c.Set(key, val); err != nil && !errors.Is(err, errUnknownKey) {
-			return fmt.Errorf("%s: %w", name, err)
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 var errUnknownKey = errors.New("unknown configuration key")

@@ -62,6 +62,24 @@ func TestConfigErrors(t *testing.T) {
 	if err := c.LoadEnv([]string{"MICRA_CAPACITY=lots"}); err == nil || !strings.Contains(err.Error(), "MICRA_CAPACITY") {
 		t.Errorf("bad env value: %v", err)
 	}
+	// Every problem is named, not only the first; the good keys apply.
+	os.WriteFile(path, []byte("capacty = 5\nindexers = \"two\"\nlog_level = \"debug\"\nthreshhold = \"9ms\"\nallow_private_networks = 1\n"), 0o644)
+	c = DefaultConfig()
+	err := c.LoadFile(path)
+	for _, want := range []string{`"capacty"`, "indexers", `"threshhold"`, "allow_private_networks"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("problem %s not named in %v", want, err)
+		}
+	}
+	if c.LogLevel != "debug" {
+		t.Errorf("a good key beside bad ones was not applied: log_level %q", c.LogLevel)
+	}
+	err = c.LoadEnv([]string{"MICRA_CAPACITY=lots", "MICRA_INDEXERS=many"})
+	for _, want := range []string{"MICRA_CAPACITY", "MICRA_INDEXERS"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("env problem %s not named in %v", want, err)
+		}
+	}
 	tests := []struct {
 		mut  func(*Config)
 		want string

@@ -165,6 +165,7 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 	}
 	key := ref.key(o.sid)
 	var dropped [][]byte // owned records to delete
+	var unknown []Delegation
 	o.mu.Lock()
 	kept := false // a subnet of the shard is still held, or too recent to judge
 	for k, d := range o.owned {
@@ -180,6 +181,8 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 				// The coordinator does not know our claim (a takeover
 				// that missed it, or a reassignment): claim it again.
 				o.ownDone.Store(false)
+			} else if d.Addr.IsValid() {
+				unknown = append(unknown, d)
 			}
 			continue
 		}
@@ -208,5 +211,31 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 		if err != nil && !errors.Is(err, badger.ErrKeyNotFound) {
 			o.log.Debug("dropping delegations failed", "error", err)
 		}
+	}
+	o.askAgain(ctx, unknown)
+}
+
+// maxAskAgain bounds the dropped subnets one heartbeat asks about again.
+const maxAskAgain = 64
+
+// askAgain asks the coordinator again for subnets it did not list as this
+// node's: one it moved elsewhere answers with its owner, and one it never
+// saw is decided afresh rather than left undelegated. A coordinator that
+// took over from another whose view of the closest peers differed does not
+// have that one's decisions when it was not among the peers it trusts to
+// write the shard (coordinator.plausible); the nodes it delegated to
+// bring them back this way, through the delegation procedure, without
+// any trust in the stale coordinator.
+func (o *Overlay) askAgain(ctx context.Context, ds []Delegation) {
+	for i, d := range ds {
+		if i == maxAskAgain || ctx.Err() != nil {
+			return
+		}
+		nd, err := o.Delegate(ctx, d.URL, d.Addr)
+		if err != nil {
+			o.log.Debug("asking again for a dropped subnet failed", "subnet", d.Subnet.String(), "error", err)
+			continue
+		}
+		o.log.Debug("dropped subnet asked again", "subnet", d.Subnet.String(), "node", nd.Node)
 	}
 }

@@ -99,12 +99,19 @@ func (s store) getEntry(key [32]byte, kind pb.Entry_Kind, ekey []byte) (*pb.Entr
 	return &e, nil
 }
 
-// entryNewer reports whether a supersedes b.
+// entryNewer reports whether a supersedes b: a higher epoch, then a higher
+// sequence number, then, for entries two coordinators wrote at one epoch
+// and sequence number (views of the closest peers that differed), the
+// larger value. The order is total, so every replica keeps the same one of
+// two such entries whichever reached it first.
 func entryNewer(a, b *pb.Entry) bool {
 	if a.GetEpoch() != b.GetEpoch() {
 		return a.GetEpoch() > b.GetEpoch()
 	}
-	return a.GetSeq() > b.GetSeq()
+	if a.GetSeq() != b.GetSeq() {
+		return a.GetSeq() > b.GetSeq()
+	}
+	return bytes.Compare(a.GetValue(), b.GetValue()) > 0
 }
 
 // putEntries stores each entry unless the stored one is at least as new, and

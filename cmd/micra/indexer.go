@@ -67,7 +67,8 @@ Flags of the indexer:`
 
 func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("indexer", indexerSynopsis, stderr)
-	data := fs.String("data", defaultIndexerDir(), "data `DIR`: the database and the identity key")
+	data := fs.String("data-dir", defaultIndexerDir(), "data `DIR`: the database and the identity key (as micra node's)")
+	fs.StringVar(data, "data", defaultIndexerDir(), "the same as --data-dir (`DIR`; an older name, kept for one release)")
 	listen := fs.String("listen", "/ip4/0.0.0.0/tcp/4002,/ip4/0.0.0.0/udp/4002/quic-v1", "libp2p listen `MULTIADDRS`, comma-separated")
 	boot := fs.String("bootstrap", "", "bootstrap peers: `MULTIADDRS` ending in /p2p/<id>, comma-separated (also $MICRA_BOOTSTRAP)")
 	httpAddr := fs.String("http", defaultIndexerAPI, "`ADDR` of the HTTP search page and API (keep it on loopback unless behind a proxy)")

@@ -178,7 +178,7 @@ func TestIndexerServe(t *testing.T) {
 	var wg sync.WaitGroup
 	var code int
 	wg.Go(func() {
-		code = run(ctx, []string{"indexer", "--data", dir, "--listen", "/ip4/127.0.0.1/tcp/0", "--http", "127.0.0.1:0",
+		code = run(ctx, []string{"indexer", "--data-dir", dir, "--listen", "/ip4/127.0.0.1/tcp/0", "--http", "127.0.0.1:0",
 			"--shards", "4", "--take", "1,3", "--announce", "1s"}, out, out)
 	})
 	re := regexp.MustCompile(`search on (http://\S+)/`)

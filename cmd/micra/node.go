@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -85,26 +86,32 @@ func nodeConfig(args []string, environ []string, stderr io.Writer) (node.Config,
 		fs.Usage()
 		return node.Config{}, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
+	// Every problem of the file, the environment, the flags and the
+	// resulting values is named at once, not only the first.
 	cfg := def
+	var errs []error
 	file := *configFile
 	if file == "" {
 		file = lookupEnv(environ, "MICRA_CONFIG")
 	}
 	if file != "" {
 		if err := cfg.LoadFile(file); err != nil {
-			return cfg, err
+			errs = append(errs, err)
 		}
 	}
 	if err := cfg.LoadEnv(environ); err != nil {
-		return cfg, err
+		errs = append(errs, err)
 	}
 	for _, s := range set {
 		if err := cfg.Set(s.key, s.value); err != nil {
-			return cfg, fmt.Errorf("%w: --%s: %v", errUsage, strings.ReplaceAll(s.key, "_", "-"), err)
+			errs = append(errs, fmt.Errorf("--%s: %v", strings.ReplaceAll(s.key, "_", "-"), err))
 		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("%w: %v", errUsage, err)
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return cfg, fmt.Errorf("%w: %v", errUsage, errors.Join(errs...))
 	}
 	return cfg, nil
 }

@@ -122,11 +122,15 @@ type jsonHit struct {
 	Time     time.Time    `json:"time"`
 	Score    float64      `json:"score"`
 	Keywords jsonKeywords `json:"keywords"`
+	Matched  []string     `json:"matched"`
 }
 
 func toJSONHit(h *Hit) jsonHit {
 	j := jsonHit{URL: h.URL, FinalURL: h.FinalURL, Title: h.Title, Lang: h.Lang, Type: h.Type.String(),
-		Time: h.Time.UTC(), Score: h.Score, Keywords: make(jsonKeywords, len(h.Keywords))}
+		Time: h.Time.UTC(), Score: h.Score, Keywords: make(jsonKeywords, len(h.Keywords)), Matched: h.Matched}
+	if j.Matched == nil {
+		j.Matched = []string{}
+	}
 	for i, k := range h.Keywords {
 		j.Keywords[i] = JSONKeyword(k)
 	}
@@ -137,6 +141,8 @@ type jsonResults struct {
 	Query     string    `json:"query"`
 	Terms     []string  `json:"terms"`
 	Excluded  []string  `json:"excluded"`
+	Words     []string  `json:"words"`
+	Without   []string  `json:"without"`
 	Mode      string    `json:"mode"`
 	Total     int       `json:"total"`
 	Estimated bool      `json:"estimated"`
@@ -187,7 +193,7 @@ func (x *Index) serveSearch(w http.ResponseWriter, r *http.Request) {
 		x.writeError(w, r, err)
 		return
 	}
-	j := jsonResults{Query: res.Query, Terms: res.Terms, Excluded: res.Excluded, Mode: "all",
+	j := jsonResults{Query: res.Query, Terms: res.Terms, Excluded: res.Excluded, Words: res.Words, Without: res.Without, Mode: "all",
 		Total: res.Total, Estimated: res.Estimated, Offset: res.Offset, Limit: res.Limit,
 		TookMS: float64(time.Since(start).Microseconds()) / 1000, Hits: make([]jsonHit, len(res.Hits))}
 	if res.Any {
@@ -195,6 +201,9 @@ func (x *Index) serveSearch(w http.ResponseWriter, r *http.Request) {
 	}
 	if j.Excluded == nil {
 		j.Excluded = []string{}
+	}
+	if j.Without == nil {
+		j.Without = []string{}
 	}
 	for i := range res.Hits {
 		j.Hits[i] = toJSONHit(&res.Hits[i])

@@ -235,6 +235,23 @@ func TestHTMLPage(t *testing.T) {
 			}
 		}
 	})
+	t.Run("words, not stems", func(t *testing.T) {
+		resp, body := do(t, "GET", srv.URL+"/?q=Volcanoes+Lava+-Greece&any=1", "")
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d", resp.StatusCode)
+		}
+		for _, good := range []string{"for <b>volcanoes lava</b>", "without <b>greece</b>", "has volcanoes, lava"} {
+			if !strings.Contains(body, good) {
+				t.Errorf("page lacks %q", good)
+			}
+		}
+		_, js := do(t, "GET", srv.URL+"/api/search?q=Volcanoes", "")
+		for _, good := range []string{`"terms":["volcano"]`, `"words":["volcanoes"]`, `"matched":["volcanoes"]`} {
+			if !strings.Contains(js, good) {
+				t.Errorf("API answer lacks %s: %s", good, js)
+			}
+		}
+	})
 	t.Run("hostile query", func(t *testing.T) {
 		q := `"><script>alert(1)</script> the`
 		resp, body := do(t, "GET", srv.URL+"/?q="+url.QueryEscape(q), "")

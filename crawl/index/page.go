@@ -63,13 +63,13 @@ footer{color:#777;font-size:.8rem;padding:1rem 1.5rem;border-top:1px solid #eee}
 <p class="error" role="alert">{{.Error}}</p>
 {{- end}}
 {{- with .Results}}
-<p class="meta">{{if .Estimated}}About {{end}}{{.Total}} result{{if ne .Total 1}}s{{end}}{{if .Terms}} for <b>{{join .Terms}}</b>{{end}}{{if .Excluded}} without <b>{{join .Excluded}}</b>{{end}}{{if $.Took}} ({{$.Took}}){{end}}</p>
+<p class="meta">{{if .Estimated}}About {{end}}{{.Total}} result{{if ne .Total 1}}s{{end}}{{if .Words}} for <b>{{join .Words}}</b>{{end}}{{if .Without}} without <b>{{join .Without}}</b>{{end}}{{if $.Took}} ({{$.Took}}){{end}}</p>
 {{- if .Hits}}
 <ol>
 {{- range .Hits}}
 <li><a href="{{.FinalURL}}" rel="noreferrer nofollow">{{if .Title}}{{.Title}}{{else}}{{.URL}}{{end}}</a>
 <div class="url">{{.FinalURL}}</div>
-<div class="info">crawled {{date .Time}}{{if .Keywords}} · {{range $i, $k := .Keywords}}{{if $i}}, {{end}}{{$k.Term}}{{end}}{{end}} · score {{score .Score}}</div></li>
+<div class="info">crawled {{date .Time}}{{if .Matched}} · has {{range $i, $w := .Matched}}{{if $i}}, {{end}}{{$w}}{{end}}{{end}} · score {{score .Score}}</div></li>
 {{- end}}
 </ol>
 {{- else}}

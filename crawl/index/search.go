@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -18,6 +19,8 @@ type Results struct {
 	Query     string   // the query text
 	Terms     []string // the terms searched, after stop words and stemming
 	Excluded  []string // the terms excluded
+	Words     []string // the words searched, as the query wrote them (for display: Terms are stems)
+	Without   []string // the words excluded, as the query wrote them
 	Any       bool     // any term matched instead of all
 	Total     int      // pages matching; an estimate when Estimated
 	Estimated bool     // the scan budget stopped the query early
@@ -35,7 +38,8 @@ type Hit struct {
 	Type     crawl.DocType
 	Time     time.Time       // when the page was crawled
 	Score    float64         // see the package documentation
-	Keywords []crawl.Keyword // the page's heaviest keywords, at most hitKeywords
+	Keywords []crawl.Keyword // the page's heaviest keywords (stems), at most hitKeywords
+	Matched  []string        // the query's words the page has, as the query wrote them
 }
 
 const hitKeywords = 8
@@ -197,7 +201,8 @@ func (x *Index) Search(ctx context.Context, q Query) (*Results, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Results{Query: q.Text, Terms: pq.Terms, Excluded: pq.Excluded, Any: q.Any, Offset: q.Offset, Limit: q.Limit, Hits: []Hit{}}
+	res := &Results{Query: q.Text, Terms: pq.Terms, Excluded: pq.Excluded, Words: pq.words(pq.Terms), Without: pq.words(pq.Excluded),
+		Any: q.Any, Offset: q.Offset, Limit: q.Limit, Hits: []Hit{}}
 	err = x.db.View(func(txn *badger.Txn) error {
 		top, err := x.evaluate(ctx, txn, pq, q.Any, q.Offset+q.Limit, res)
 		if err != nil {
@@ -213,7 +218,7 @@ func (x *Index) Search(ctx context.Context, q Query) (*Results, error) {
 			}
 			res.Hits = append(res.Hits, Hit{
 				URL: r.URL, FinalURL: r.FinalURL, Title: r.Title, Lang: r.Lang, Type: r.Type,
-				Time: r.Time, Score: s.score, Keywords: topKeywords(&r, hitKeywords),
+				Time: r.Time, Score: s.score, Keywords: topKeywords(&r, hitKeywords), Matched: matched(&r, pq),
 			})
 		}
 		return nil
@@ -222,6 +227,17 @@ func (x *Index) Search(ctx context.Context, q Query) (*Results, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// matched returns the words of pq whose terms r has.
+func matched(r *crawl.Record, pq parsedQuery) []string {
+	var has []string
+	for _, t := range pq.Terms {
+		if slices.ContainsFunc(r.Keywords, func(k crawl.Keyword) bool { return k.Term == t }) {
+			has = append(has, t)
+		}
+	}
+	return pq.words(has)
 }
 
 // evaluate finds the k best pages for pq and sets res.Total and

@@ -274,8 +274,22 @@ type Query struct {
 
 // parsedQuery is a query reduced to terms.
 type parsedQuery struct {
-	Terms    []string // terms to find, distinct and sorted
-	Excluded []string // terms to exclude, distinct and sorted
+	Terms    []string          // terms to find, distinct and sorted
+	Excluded []string          // terms to exclude, distinct and sorted
+	Words    map[string]string // each term's word as the query wrote it (the first, when several stem alike)
+	order    []string          // the terms in the order the query wrote them
+}
+
+// words returns the words the query wrote for those of terms, in the
+// query's order, each once.
+func (q parsedQuery) words(terms []string) []string {
+	var out []string
+	for _, t := range q.order {
+		if w := q.Words[t]; slices.Contains(terms, t) && !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // parseQuery turns query text into terms. Words are separated by white
@@ -299,10 +313,17 @@ func parseQuery(text string, maxBytes, maxTerms int) (parsedQuery, error) {
 			plus = append(plus, f)
 		}
 	}
+	q.Words = map[string]string{}
 	terms := func(words []string) []string {
 		var out []string
 		for _, w := range words {
-			out = append(out, stems(w, maxTerms+1)...)
+			for _, t := range stems(w, maxTerms+1) {
+				if _, ok := q.Words[t]; !ok {
+					q.Words[t] = strings.ToLower(strings.Trim(w, `"'.,;:!?()[]{}`))
+					q.order = append(q.order, t)
+				}
+				out = append(out, t)
+			}
 		}
 		slices.Sort(out)
 		return slices.Compact(out)
