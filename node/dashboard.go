@@ -209,7 +209,7 @@ func lineChart(pts []Point, unit string) template.HTML {
 // barChart draws horizontal bars, one per label, as an inline SVG.
 func barChart(bars []bar, unit string) template.HTML {
 	if len(bars) == 0 {
-		return template.HTML(`<p class="muted">no delegated subnet has a probe yet</p>`)
+		return template.HTML(`<p class="muted">no delegated subnet has a known RTT (own claims and subnets decided from other subnets' probes have none)</p>`)
 	}
 	sort.SliceStable(bars, func(i, j int) bool { return bars[i].value < bars[j].value })
 	if len(bars) > 40 {

@@ -53,7 +53,12 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		}
 	}
 	for _, d := range n.o.Owned() {
-		rtt, ok := n.probeRTT.get(d.Subnet)
+		// The probe that won the subnet, as its coordinator stored it;
+		// else this node's latest probe of it.
+		rtt, ok := n.o.WonRTT(d.Subnet)
+		if !ok {
+			rtt, ok = n.probeRTT.get(d.Subnet)
+		}
 		ms := -1.0
 		if ok {
 			ms = float64(rtt.Microseconds()) / 1000

@@ -113,6 +113,7 @@ type flight struct {
 type assignJob struct {
 	to  peer.ID
 	rec *pb.SignedRecord
+	rtt time.Duration // to's stored probe of the subnet, 0 when none
 }
 
 func newCoordinator(o *Overlay) (*coordinator, error) {
@@ -1083,11 +1084,13 @@ func addrBytes(a netip.Addr) []byte {
 // (the heartbeat reconciles assignments, and the org index is refreshed by
 // the next decision in the organisation).
 func (c *coordinator) afterDecision(node peer.ID, rec *pb.SignedRecord) {
+	rtt, r := c.wonRTT(node, rec)
 	if node == c.self {
 		c.o.noteAssigned(rec)
+		c.o.noteWonRTT(r, rtt)
 	} else {
 		select {
-		case c.assignQ <- assignJob{node, rec}:
+		case c.assignQ <- assignJob{node, rec, rtt}:
 		default:
 			c.log.Warn("assign queue full; notice dropped", "peer", node)
 		}
@@ -1109,6 +1112,27 @@ func (c *coordinator) afterDecision(node peer.ID, rec *pb.SignedRecord) {
 			c.log.Debug("record publish queue full; record not published")
 		}
 	}
+}
+
+// wonRTT returns node's latest successful stored probe of the subnet rec
+// delegates (0 when there is none), and the subnet.
+func (c *coordinator) wonRTT(node peer.ID, sr *pb.SignedRecord) (time.Duration, subnet.Range) {
+	rec, err := recordOf(sr)
+	if err != nil {
+		return 0, subnet.Range{}
+	}
+	d := delegationFrom(rec)
+	id, ok := c.tree.Find(d.Subnet)
+	if !ok {
+		return 0, d.Subnet
+	}
+	var best ProbeResult
+	for _, pr := range c.probesOf(c.rangeShard(id).key(c.sid), d.Subnet, 0) {
+		if pr.Peer == node && pr.RTT > 0 && pr.At.After(best.At) {
+			best = pr
+		}
+	}
+	return best.RTT, d.Subnet
 }
 
 // notifier sends queued notices until ctx is done. Each kind has its own
@@ -1137,7 +1161,7 @@ func (c *coordinator) assignLoop(ctx context.Context) {
 			return
 		case j := <-c.assignQ:
 			m := newMsg(pb.Message_ASSIGN)
-			m.Assign = &pb.Assign{Record: j.rec}
+			m.Assign = &pb.Assign{Record: j.rec, RttMicros: j.rtt.Microseconds()}
 			retry(ctx, 3, time.Second, func() error {
 				c.o.stats.requests.Add(1)
 				_, err := c.o.request(ctx, j.to, coordSpec, m, pb.Message_OK)

@@ -363,3 +363,29 @@ func TestRedelegate(t *testing.T) {
 		})
 	}
 }
+
+// TestWonRTT: the node a subnet is delegated to learns the probe it won it
+// with, whether its coordinator is another node (the ASSIGN carries it) or
+// itself.
+func TestWonRTT(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		a := r.node(0, WithDelegator(&probingDelegator{}))
+		b := r.node(1, WithDelegator(&probingDelegator{}))
+		joinSwarm(t, []*node{a, b})
+		tree := mustTree(t)
+		for _, s := range []string{"127.0.77.7", "127.1.77.7", "127.2.77.7", "127.3.77.7"} { // shards on both nodes
+			target := netip.MustParseAddr(s)
+			d, err := a.o.Delegate(t.Context(), "http://"+s+"/", target)
+			if err != nil || d.Node != a.h.ID() {
+				t.Fatalf("delegate %s: %v, %v", s, d.Node, err)
+			}
+			rg := tree.Range(tree.SmallestNonUnary(target))
+			eventually(t, 10*time.Second, func() error {
+				if rtt, ok := a.o.WonRTT(rg); !ok || rtt != 10*time.Millisecond {
+					return fmt.Errorf("won %s (decided by %s) with %v, %v; want the 10 ms probe", rg, d.Writer, rtt, ok)
+				}
+				return nil
+			})
+		}
+	})
+}

@@ -348,6 +348,7 @@ func (o *Overlay) handleAssign(ctx context.Context, from peer.ID, req *pb.Messag
 		return nil, fmt.Errorf("%w: %s is not among the peers closest to the subnet's shard", ErrForbidden, from)
 	}
 	o.noteAssigned(sr)
+	o.noteWonRTT(d.Subnet, time.Duration(req.GetAssign().GetRttMicros())*time.Microsecond)
 	return newMsg(pb.Message_OK), nil
 }
 

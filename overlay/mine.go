@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/overlay/pb"
+	"github.com/micra-net/micra/subnet"
 )
 
 // noteAssigned records that a verified delegation record names this node:
@@ -175,6 +176,7 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 		}
 		if !held[k] && !ack.GetTruncated() && time.Since(d.Decided) > o.cfg.heartbeat {
 			delete(o.owned, k)
+			delete(o.wonRTT, k)
 			dropped = append(dropped, ownedKey([]byte(k)))
 			o.cache.invalidate(d.Subnet)
 			if d.Own {
@@ -213,6 +215,35 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 		}
 	}
 	o.askAgain(ctx, unknown)
+}
+
+// maxWonRTT bounds an RTT an assignment may report: longer is not a probe
+// any node would win with.
+const maxWonRTT = time.Minute
+
+// noteWonRTT keeps rtt as the winning probe of subnet r, which this node
+// holds; 0 or an RTT out of bounds is ignored.
+func (o *Overlay) noteWonRTT(r subnet.Range, rtt time.Duration) {
+	if rtt <= 0 || rtt > maxWonRTT {
+		return
+	}
+	k := string(rangeKey(r))
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.owned[k]; ok {
+		o.wonRTT[k] = rtt
+	}
+}
+
+// WonRTT returns the probe from this node with which it won subnet r, as
+// the deciding coordinator stored it, when r is delegated to this node
+// and the coordinator had one (not for own claims, nor for decisions made
+// from other subnets' probes). It is kept in memory only.
+func (o *Overlay) WonRTT(r subnet.Range) (time.Duration, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d, ok := o.wonRTT[string(rangeKey(r))]
+	return d, ok
 }
 
 // maxAskAgain bounds the dropped subnets one heartbeat asks about again.

@@ -52,11 +52,12 @@ type Overlay struct {
 	// Per-peer budgets of audit and refetch requests (audit.go).
 	auditLimit, refetchLimit *peerLimiter
 
-	mu    sync.Mutex
-	mine  map[[32]byte]shardRef         // shards in which this node holds delegations
-	owned map[string]Delegation         // subnets delegated to this node, by range key
-	peers map[peer.ID]PeerInfo          // announced peers, bounded
-	rtts  map[peer.ID]map[peer.ID]int64 // announced peers' measured RTTs to others, µs
+	mu     sync.Mutex
+	mine   map[[32]byte]shardRef         // shards in which this node holds delegations
+	owned  map[string]Delegation         // subnets delegated to this node, by range key
+	wonRTT map[string]time.Duration      // owned subnets' winning probe, as their coordinator stored it
+	peers  map[peer.ID]PeerInfo          // announced peers, bounded
+	rtts   map[peer.ID]map[peer.ID]int64 // announced peers' measured RTTs to others, µs
 	// nonCrawlers are peers that announced themselves as indexers that do
 	// not crawl (capacity 0): never delegation candidates. Bounded like peers.
 	nonCrawlers map[peer.ID]time.Time
@@ -130,6 +131,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		cache:        newCache(cfg.cacheSize, cfg.cacheTTL),
 		mine:         map[[32]byte]shardRef{},
 		owned:        map[string]Delegation{},
+		wonRTT:       map[string]time.Duration{},
 		peers:        map[peer.ID]PeerInfo{},
 		rtts:         map[peer.ID]map[peer.ID]int64{},
 		coordFor:     map[[32]byte]peer.ID{},

@@ -22,13 +22,13 @@ import (
 // coordinators agree with the global truth (the XOR-closest node), every
 // node's own subnet resolves to it from another node, and concurrent
 // delegate requests for one empty subnet from every node yield one
-// decision. 30 nodes; MICRA_LONG=1: 200.
+// decision. 30 nodes; MICRA_LONG=1: 200; -short and -race: 10.
 func TestSimSwarm(t *testing.T) {
 	size := 30
 	switch {
 	case os.Getenv("MICRA_LONG") != "":
 		size = 200
-	case raceEnabled:
+	case raceEnabled, testing.Short():
 		size = 10
 	}
 	tree := mustTree(t)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -14,6 +15,7 @@ import (
 	"github.com/libp2p/go-msgio/pbio"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/multiformats/go-multistream"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/micra-net/micra/overlay/pb"
 )
@@ -36,68 +38,28 @@ var (
 	auditSpec     = spec{AuditID, svcAudit, maxAuditMsg, auditDeadline}
 )
 
-// payloadOf returns whether the field belonging to m's type is present.
-// Every type except OK carries exactly its own field.
-func payloadOf(m *pb.Message) bool {
-	switch m.GetType() {
-	case pb.Message_OK:
-		return true
-	case pb.Message_ERROR:
-		return m.Error != nil
-	case pb.Message_PROBE:
-		return m.Probe != nil
-	case pb.Message_PROBE_RESULT:
-		return m.ProbeResult != nil
-	case pb.Message_RESOLVE:
-		return m.Resolve != nil
-	case pb.Message_DELEGATE:
-		return m.Delegate != nil
-	case pb.Message_DELEGATION:
-		return m.Delegation != nil
-	case pb.Message_HEARTBEAT:
-		return m.Heartbeat != nil
-	case pb.Message_HEARTBEAT_ACK:
-		return m.HeartbeatAck != nil
-	case pb.Message_REDELEGATE:
-		return m.Redelegate != nil
-	case pb.Message_ASSIGN:
-		return m.Assign != nil
-	case pb.Message_FORWARD:
-		return m.Forward != nil
-	case pb.Message_FORWARD_ACK:
-		return m.ForwardAck != nil
-	case pb.Message_ACK:
-		return m.Ack != nil
-	case pb.Message_REPLICATE:
-		return m.Replicate != nil
-	case pb.Message_SYNC:
-		return m.Sync != nil
-	case pb.Message_SYNC_STATE:
-		return m.SyncState != nil
-	case pb.Message_ORG_UPDATE:
-		return m.OrgUpdate != nil
-	case pb.Message_ORG_QUERY:
-		return m.OrgQuery != nil
-	case pb.Message_ORG_ENTRIES:
-		return m.OrgEntries != nil
-	case pb.Message_REASSIGN:
-		return m.Reassign != nil
-	case pb.Message_BLOCK_UPDATE:
-		return m.BlockUpdate != nil
-	case pb.Message_BLOCK_QUERY:
-		return m.BlockQuery != nil
-	case pb.Message_BLOCK_ENTRIES:
-		return m.BlockEntries != nil
-	case pb.Message_AUDIT:
-		return m.Audit != nil
-	case pb.Message_AUDIT_VERDICT:
-		return m.AuditVerdict != nil
-	case pb.Message_REFETCH:
-		return m.Refetch != nil
-	case pb.Message_PAGE:
-		return m.Page != nil
+// payloadFields maps each message type but OK to its payload field: the
+// field named as the type in lower case (PROBE_RESULT: probe_result).
+// TestPayloadFields checks that every type has one.
+var payloadFields = func() map[pb.Message_Type]protoreflect.FieldDescriptor {
+	fields := (&pb.Message{}).ProtoReflect().Descriptor().Fields()
+	out := map[pb.Message_Type]protoreflect.FieldDescriptor{}
+	for name, v := range pb.Message_Type_value {
+		if f := fields.ByName(protoreflect.Name(strings.ToLower(name))); f != nil {
+			out[pb.Message_Type(v)] = f
+		}
 	}
-	return false
+	return out
+}()
+
+// payloadOf returns whether the field belonging to m's type is present.
+// Every type except OK carries its own field.
+func payloadOf(m *pb.Message) bool {
+	if m.GetType() == pb.Message_OK {
+		return true
+	}
+	f, ok := payloadFields[m.GetType()]
+	return ok && m.ProtoReflect().Has(f)
 }
 
 // decodeMessage unmarshals one frame's bytes and checks the envelope: the

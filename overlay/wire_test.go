@@ -362,3 +362,29 @@ func TestRelay(t *testing.T) {
 		t.Fatalf("NATed node saw %d forwards and %d acks", calls, acks)
 	}
 }
+
+// TestPayloadFields: every message type but OK has its payload field, and
+// a message of one type is checked for that field only.
+func TestPayloadFields(t *testing.T) {
+	for name, v := range pb.Message_Type_value {
+		typ := pb.Message_Type(v)
+		if typ == pb.Message_OK || typ == pb.Message_UNKNOWN {
+			continue
+		}
+		if _, ok := payloadFields[typ]; !ok {
+			t.Errorf("message type %s has no field %s", name, strings.ToLower(name))
+		}
+	}
+	if !payloadOf(&pb.Message{Type: pb.Message_OK}) {
+		t.Error("OK needs no payload")
+	}
+	if payloadOf(&pb.Message{Type: pb.Message_ASSIGN, Probe: &pb.Probe{}}) {
+		t.Error("an ASSIGN with another type's field passed")
+	}
+	if !payloadOf(&pb.Message{Type: pb.Message_ASSIGN, Assign: &pb.Assign{}}) {
+		t.Error("an ASSIGN with its field failed")
+	}
+	if payloadOf(&pb.Message{Type: 99}) {
+		t.Error("an unknown type passed")
+	}
+}

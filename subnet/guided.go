@@ -256,7 +256,7 @@ type evidence struct {
 //
 // Weighing only the places that rule a node out against chance (the
 // search before) let a rare place that fitted the answers prune a node
-// that another place, fitting them as well, put nearest: README's Orlando
+// that another place, fitting them as well, put nearest: an Orlando
 // site, whose neighbours' place the first answer refuted, fitted a Dubai
 // place on five answers from European nodes (which see both alike), and
 // the node in Caracas was pruned although a Central American place fitted

@@ -516,10 +516,23 @@ func TestSwarmWorld(t *testing.T) {
 	t.Logf("model (same world, nodes, order and search; probes: the true RTTs): %v", exact)
 	t.Logf("model, probes the least of 3 samples of the world's jitter (mean of %d draws, optimal %.1f–%.1f%%): %v; brute force: %v",
 		draws, 100*lo, 100*hi, noisy, ceiling)
-	// The quality is reported, not asserted: probes time real requests,
-	// and on a loaded machine (the whole suite, -race) scheduling delays
-	// become part of every RTT measured. The invariants above and below do
-	// not depend on timing; the figures are compared with the model's.
+	// Bounds, loose where timing enters. The model's run is a function of
+	// the world, the nodes and the order, up to the random peer IDs, which
+	// order candidates the stored probes do not (97–100 % optimal at 1.4–2.3
+	// probes per new subnet with 5 nodes). The overlay's probes time real
+	// requests, and on a loaded machine (the whole suite, -race) scheduling
+	// delays become part of every RTT measured; with 5 nodes it is also
+	// bimodal by the peer IDs (97 % or, when a node under the threshold is
+	// asked first for a cluster, 17–64 %). The bounds catch a search that
+	// stopped working: the overlay at least half a random node's share
+	// optimal, and both well under brute force's one probe per node.
+	maxProbes := 0.7 * float64(len(s.nodes))
+	if exact.optimal < 0.9 || exact.probesPerNew > maxProbes {
+		t.Errorf("the model's search: %.1f%% optimal at %.2f probes per new subnet; want ≥ 90%% at ≤ %.1f", 100*exact.optimal, exact.probesPerNew, maxProbes)
+	}
+	if floor := 50 / float64(len(s.nodes)); optPct < floor || probes > maxProbes {
+		t.Errorf("the overlay's search: %.1f%% optimal at %.2f probes per new subnet; want ≥ %.0f%% at ≤ %.1f", optPct, probes, floor, maxProbes)
+	}
 
 	// Phase 2: calibration. A subnet delegated by search to a node, whose
 	// access link then slows down: its crawler's fetches of a page get

@@ -1416,8 +1416,12 @@ func (x *Redelegate) GetReason() string {
 }
 
 type Assign struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Record        *SignedRecord          `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Record *SignedRecord          `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// The coordinator's stored probe of the subnet from the assigned node,
+	// in microseconds; 0 when it has none (a decision made from other
+	// subnets' probes, or an own claim).
+	RttMicros     int64 `protobuf:"varint,2,opt,name=rtt_micros,json=rttMicros,proto3" json:"rtt_micros,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1457,6 +1461,13 @@ func (x *Assign) GetRecord() *SignedRecord {
 		return x.Record
 	}
 	return nil
+}
+
+func (x *Assign) GetRttMicros() int64 {
+	if x != nil {
+		return x.RttMicros
+	}
+	return 0
 }
 
 type Forward struct {
@@ -3692,9 +3703,11 @@ const file_overlay_proto_rawDesc = "" +
 	"Redelegate\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12,\n" +
 	"\x06subnet\x18\x02 \x01(\v2\x14.micra.overlay.RangeR\x06subnet\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"=\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\\\n" +
 	"\x06Assign\x123\n" +
-	"\x06record\x18\x01 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\"8\n" +
+	"\x06record\x18\x01 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\x12\x1d\n" +
+	"\n" +
+	"rtt_micros\x18\x02 \x01(\x03R\trttMicros\"8\n" +
 	"\aForward\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\fR\abatchId\x12\x12\n" +
 	"\x04urls\x18\x02 \x03(\tR\x04urls\"F\n" +
