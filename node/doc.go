@@ -10,7 +10,7 @@
 //
 //   - the libp2p host (overlay.NewHost) on Config.Listen;
 //   - the delegation procedure (overlay/delegate) with Config.Threshold;
-//   - the results outbox (overlay/results), the crawler's Sink, whose
+//   - the results outbox (results), the crawler's Sink, whose
 //     Forwarder sends URLs of other nodes' subnets to their owners;
 //   - the overlay, with the delegator, a prober that times HTTP HEADs from
 //     this node's address through the crawler's fetcher, the forward and

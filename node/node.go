@@ -27,7 +27,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/delegate"
-	"github.com/micra-net/micra/overlay/results"
+	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/subnet"
 	"github.com/micra-net/micra/subnet/embedded"
 )

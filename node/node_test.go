@@ -19,7 +19,7 @@ import (
 	"github.com/micra-net/micra/internal/world/worldtest"
 	"github.com/micra-net/micra/node"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/overlay/results"
+	"github.com/micra-net/micra/results"
 )
 
 // testNode starts a node bound to a world node's address, with its data

@@ -3,7 +3,7 @@ package overlay
 import pubsub "github.com/libp2p/go-libp2p-pubsub"
 
 // SubscribeResults subscribes to TopicResults. An indexer reads result
-// batches from it (overlay/results); pubsub refuses a second Join of a
+// batches from it (results); pubsub refuses a second Join of a
 // topic, so the subscription has to come from the handle New joined.
 // Cancel the subscription before Close.
 func (o *Overlay) SubscribeResults(opts ...pubsub.SubOpt) (*pubsub.Subscription, error) {

@@ -24,7 +24,7 @@ import (
 	"github.com/micra-net/micra/internal/world/worldtest"
 	"github.com/micra-net/micra/node"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/overlay/results"
+	"github.com/micra-net/micra/results"
 )
 
 // fabricator makes a node publish records it did not crawl: every parsed

@@ -26,7 +26,7 @@ import (
 	"github.com/micra-net/micra/internal/swarm"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/overlay/results"
+	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/subnet"
 )
 

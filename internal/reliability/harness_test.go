@@ -37,7 +37,7 @@ import (
 	"github.com/micra-net/micra/node"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/delegate"
-	"github.com/micra-net/micra/overlay/results"
+	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -560,7 +560,7 @@ func addStats(a, b results.IndexerStats) results.IndexerStats {
 }
 
 // seen is the indexer's replay table: the batches it stored, by node and
-// sequence number (key layout in overlay/results/keys.go).
+// sequence number (key layout in results/keys.go).
 func (r *indexerRig) seen() map[string]map[uint64]bool {
 	out := map[string]map[uint64]bool{}
 	if r.db == nil {

@@ -28,7 +28,7 @@ import (
 	"github.com/micra-net/micra/node"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/delegate"
-	"github.com/micra-net/micra/overlay/results"
+	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/subnet"
 )
 

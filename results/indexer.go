@@ -18,7 +18,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/overlay/results/pb"
+	"github.com/micra-net/micra/results/pb"
 	"github.com/micra-net/micra/subnet"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/overlay/results/pb"
+	"github.com/micra-net/micra/results/pb"
 )
 
 // ackLog records acknowledgements instead of sending them.

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/overlay/results/pb"
+	"github.com/micra-net/micra/results/pb"
 )
 
 // testEvidence seals recs as one batch (in parts of partSize) and returns

@@ -991,7 +991,7 @@ const file_results_proto_rawDesc = "" +
 	"\arequest\x18\x01 \x01(\v2\x1b.micra.results.CrawlRequestR\arequest\x12\x19\n" +
 	"\bfirst_ms\x18\x02 \x01(\x03R\afirstMs\x12\x17\n" +
 	"\anext_ms\x18\x03 \x01(\x03R\x06nextMs\x12\x1a\n" +
-	"\battempts\x18\x04 \x01(\rR\battemptsB/Z-github.com/micra-net/micra/overlay/results/pbb\x06proto3"
+	"\battempts\x18\x04 \x01(\rR\battemptsB'Z%github.com/micra-net/micra/results/pbb\x06proto3"
 
 var (
 	file_results_proto_rawDescOnce sync.Once

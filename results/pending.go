@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/overlay/results/pb"
+	"github.com/micra-net/micra/results/pb"
 )
 
 // Durable crawl requests. A node that dies for good takes the URLs queued

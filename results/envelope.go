@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/overlay/results/pb"
+	"github.com/micra-net/micra/results/pb"
 	"github.com/micra-net/micra/subnet"
 )
 

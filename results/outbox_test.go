@@ -17,7 +17,7 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/overlay/results/pb"
+	"github.com/micra-net/micra/results/pb"
 )
 
 // announce makes ob know p as an indexer of all shards, as an

@@ -22,7 +22,7 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/overlay/results/pb"
+	"github.com/micra-net/micra/results/pb"
 )
 
 // Audits of the records an indexer stores (issue 9, scenario 7). After a
