@@ -20,11 +20,16 @@
 //     whose calibration re-delegates a subnet whose pages got slow;
 //   - the crawl-request protocol and the dashboard with /metrics.
 //
+// StartIndexer wires the other role, an indexer (IndexerConfig): its own
+// database and identity, a host, the overlay with the delegation procedure
+// (it coordinates shards like any peer but does not crawl), the results
+// indexer with the index and the search page and API.
+//
 // Join connects to the bootstrap peers and claims the node's own subnet;
 // Close stops everything in the reverse order of dependence (dashboard,
 // crawler, outbox, overlay, host, database), so that the crawler's last
 // batches reach the outbox and nothing stored is lost.
 //
-// node may import overlay, crawl, bootstrap and subnet; nothing of micra's
-// imports node except cmd/micra.
+// node may import overlay, results, crawl, bootstrap and subnet; nothing of
+// micra's imports node except cmd/micra and the rigs under internal/.
 package node

@@ -259,15 +259,10 @@ func (n *Node) open() error {
 // crawl-request protocol.
 func (n *Node) build() error {
 	cfg := &n.cfg
-	var listen []ma.Multiaddr
-	for _, s := range cfg.Listen {
-		a, err := ma.NewMultiaddr(s)
-		if err != nil {
-			return fmt.Errorf("listen address %q: %w", s, err)
-		}
-		listen = append(listen, a)
+	listen, err := ParseListen(cfg.Listen)
+	if err != nil {
+		return err
 	}
-	var err error
 	if n.h, err = overlay.NewHost(n.sk, append([]overlay.HostOption{overlay.ListenAddrs(listen...)}, n.opt.host...)...); err != nil {
 		return err
 	}

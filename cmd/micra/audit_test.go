@@ -16,7 +16,6 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
@@ -147,15 +146,15 @@ func TestAuditsConvictFabricator(t *testing.T) {
 		t.Fatal(err)
 	}
 	h0 := ns[0].Overlay().Host()
-	ri, err := startIndexer(ctx, indexerSetup{
-		dir: filepath.Join(dir, "indexer"), listen: []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/0")},
-		peers: []peer.AddrInfo{{ID: h0.ID(), Addrs: h0.Addrs()}}, httpAddr: "127.0.0.1:0",
-		tree: tree, log: logger.With("subsystem", "indexer"), joinNow: true,
-		hostOpts:    []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},
-		overlayOpts: []overlay.Option{overlay.Announce(time.Second, true)},
+	ri, err := node.StartIndexer(ctx, node.IndexerConfig{
+		DataDir: filepath.Join(dir, "indexer"), Listen: []string{"/ip4/127.0.0.1/tcp/0"},
+		Bootstrap: []peer.AddrInfo{{ID: h0.ID(), Addrs: h0.Addrs()}}, HTTP: "127.0.0.1:0",
+		Tree: tree, Logger: logger.With("subsystem", "indexer"), JoinNow: true,
+		Host:    []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},
+		Overlay: []overlay.Option{overlay.Announce(time.Second, true)},
 		// Every record audited (a volunteer network samples 2 %): the test
 		// wants the verdict within a small crawl.
-		opts: []results.Option{results.AnnounceEvery(time.Second), results.Logger(logger.With("subsystem", "results")),
+		Results: []results.Option{results.AnnounceEvery(time.Second), results.Logger(logger.With("subsystem", "results")),
 			results.DNS(dns), results.Audits(1, 10000)},
 	})
 	if err != nil {
@@ -206,7 +205,7 @@ func TestAuditsConvictFabricator(t *testing.T) {
 	t.Logf("node %d, delegated %d sites (%d in shards others coordinate), fabricates from now on", fab, len(fabSites), judged[fabID])
 	audits := func() map[peer.ID]results.NodeAudits {
 		m := map[peer.ID]results.NodeAudits{}
-		for _, na := range ri.ix.Audited() {
+		for _, na := range ri.Results().Audited() {
 			m[na.Node] = na
 		}
 		return m
@@ -222,7 +221,7 @@ func TestAuditsConvictFabricator(t *testing.T) {
 		if a := audits()[fabID]; !a.Flagged {
 			return fmt.Errorf("fabricator not flagged: %+v", a)
 		}
-		delivered, err := ri.ix.Index().HostsOf(ctx, fabID.String(), 1000)
+		delivered, err := ri.Results().Index().HostsOf(ctx, fabID.String(), 1000)
 		if err != nil {
 			return err
 		}
@@ -276,16 +275,16 @@ func TestAuditsConvictFabricator(t *testing.T) {
 			}
 		}
 	}
-	if st := ri.ix.Stats(); st.Flagged != 1 || st.Audits == 0 {
+	if st := ri.Results().Stats(); st.Flagged != 1 || st.Audits == 0 {
 		t.Errorf("indexer stats %+v", st)
 	}
 	// Its records are stored but out of search.
-	res, err := ri.ix.Index().Search(ctx, index.Query{Text: fabricatedTerm})
+	res, err := ri.Results().Index().Search(ctx, index.Query{Text: fabricatedTerm})
 	if err != nil || len(res.Hits) != 0 {
 		t.Errorf("search for the fabricated keyword: %v, %+v", err, res)
 	}
 	var exported distrustCounter
-	if _, err := ri.ix.Index().Export(ctx, &exported); err != nil {
+	if _, err := ri.Results().Index().Export(ctx, &exported); err != nil {
 		t.Fatal(err)
 	}
 	if exported.n == 0 {

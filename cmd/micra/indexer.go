@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,23 +13,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
-	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/peer"
-	ma "github.com/multiformats/go-multiaddr"
-
 	"github.com/micra-net/micra/bootstrap"
-	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/node"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/overlay/delegate"
 	"github.com/micra-net/micra/results"
-	"github.com/micra-net/micra/subnet"
-	"github.com/micra-net/micra/subnet/embedded"
 )
 
 // defaultIndexerAPI is where the indexer serves its HTTP API by default,
@@ -89,13 +79,8 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fs.Usage()
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	var listenAddrs []ma.Multiaddr
-	for _, s := range splitList(*listen) {
-		a, err := ma.NewMultiaddr(s)
-		if err != nil {
-			return fmt.Errorf("%w: --listen %q: %v", errUsage, s, err)
-		}
-		listenAddrs = append(listenAddrs, a)
+	if _, err := node.ParseListen(splitList(*listen)); err != nil {
+		return fmt.Errorf("%w: --listen: %v", errUsage, err)
 	}
 	peers, err := bootstrap.ParseList("--bootstrap", *boot)
 	if err != nil {
@@ -141,10 +126,6 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	tree, err := loadTree(*snap)
-	if err != nil {
-		return err
-	}
 	if *liveness < 2*time.Second || *liveness > 24*time.Hour {
 		return fmt.Errorf("%w: --liveness %v is not between 2s and 24h", errUsage, *liveness)
 	}
@@ -154,178 +135,21 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *liveness/4 < 15*time.Second {
 		oopts = append(oopts, overlay.Maintenance(*liveness/4, 30*time.Second))
 	}
-	return serveIndexer(ctx, indexerSetup{
-		dir: *data, listen: listenAddrs, peers: peers, httpAddr: *httpAddr, readOnly: *readOnly,
-		tree: tree, log: logger, opts: append(opts, results.Logger(logger.With("subsystem", "results"))),
-		overlayOpts: oopts,
-	}, stdout)
-}
-
-type indexerSetup struct {
-	dir      string
-	listen   []ma.Multiaddr
-	peers    []peer.AddrInfo
-	httpAddr string
-	readOnly bool
-	tree     *subnet.Tree
-	log      *slog.Logger
-	opts     []results.Option
-	// For the demo and tests: extra host, overlay and delegation options,
-	// and joining before startIndexer returns.
-	hostOpts     []overlay.HostOption
-	overlayOpts  []overlay.Option
-	delegateOpts []delegate.Option
-	joinNow      bool
-}
-
-// serveIndexer runs an indexer until ctx ends, then shuts it down in
-// order: HTTP, indexer, overlay, host, index, database.
-func serveIndexer(ctx context.Context, s indexerSetup, stdout io.Writer) error {
-	ri, err := startIndexer(ctx, s)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "indexer %s\n", ri.h.ID())
-	for _, a := range ri.h.Addrs() {
-		fmt.Fprintf(stdout, "listening on %s/p2p/%s\n", a, ri.h.ID())
-	}
-	fmt.Fprintf(stdout, "search on http://%s/\n", ri.httpAddr)
-	<-ctx.Done()
-	s.log.Info("indexer shutting down")
-	return ri.Close()
-}
-
-// runningIndexer is an indexer started by startIndexer.
-type runningIndexer struct {
-	h        host.Host
-	ix       *results.Indexer
-	httpAddr string
-	closers  []func() error // in closing order
-}
-
-// Close shuts the indexer down in order.
-func (ri *runningIndexer) Close() error {
-	var err error
-	for _, c := range ri.closers {
-		err = errors.Join(err, c())
-	}
-	ri.closers = nil
-	return err
-}
-
-// startIndexer opens the indexer's database, index, host and overlay,
-// starts the indexer and its HTTP API, and joins the overlay in the
-// background (ctx bounds the joining).
-func startIndexer(ctx context.Context, s indexerSetup) (ri *runningIndexer, err error) {
-	ri = &runningIndexer{}
-	var stack []func() error // closers, last opened first
-	defer func() {
-		slices.Reverse(stack)
-		ri.closers = stack
-		if err != nil {
-			err = errors.Join(err, ri.Close())
-			ri = nil
-		}
-	}()
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
-		return ri, err
-	}
-	sk, err := overlay.LoadIdentity(filepath.Join(s.dir, "identity.key"))
-	if err != nil {
-		return ri, err
-	}
-	// The index writes a record with its postings in one transaction:
-	// memtables of 32 MiB allow 2.4 MiB transactions.
-	db, err := badger.Open(badger.DefaultOptions(filepath.Join(s.dir, "db")).WithLogger(nil).
-		WithMemTableSize(32 << 20).WithNumMemtables(3).WithNumVersionsToKeep(1))
-	if err != nil {
-		return ri, fmt.Errorf("opening the database in %s (is another indexer running on it?): %w", s.dir, err)
-	}
-	stack = append(stack, db.Close)
-	x, err := index.New(db, index.Logger(s.log.With("subsystem", "index")))
-	if err != nil {
-		return ri, err
-	}
-	stack = append(stack, func() error { x.Close(); return nil })
-	h, err := overlay.NewHost(sk, append([]overlay.HostOption{overlay.ListenAddrs(s.listen...)}, s.hostOpts...)...)
-	if err != nil {
-		return ri, err
-	}
-	ri.h = h
-	stack = append(stack, h.Close)
-	// The indexer coordinates the shards that fall to it like any peer and
-	// runs the same delegation procedure; it does not crawl or probe, and
-	// its announcements (capacity 0) keep it out of the candidates.
-	del, err := delegate.New(append([]delegate.Option{delegate.Logger(s.log.With("subsystem", "delegate"))}, s.delegateOpts...)...)
-	if err != nil {
-		return ri, err
-	}
-	o, err := overlay.New(h, s.tree, db, append([]overlay.Option{overlay.WithDelegator(del), overlay.ResultsValidator(results.CheckEnvelope),
-		overlay.WithEvidenceOpener(overlay.EvidenceOpenerFunc(results.OpenEvidence)),
-		overlay.Announce(5*time.Minute, true), overlay.BootstrapPeers(s.peers), overlay.Logger(s.log.With("subsystem", "overlay"))}, s.overlayOpts...)...)
-	if err != nil {
-		return ri, err
-	}
-	stack = append(stack, o.Close)
-	ix, err := results.NewIndexer(o, x, db, s.opts...)
-	if err != nil {
-		return ri, err
-	}
-	ri.ix = ix
-	stack = append(stack, ix.Close)
-
-	ln, err := net.Listen("tcp", s.httpAddr)
-	if err != nil {
-		return ri, fmt.Errorf("HTTP: %w", err)
-	}
-	ri.httpAddr = ln.Addr().String()
-	srv := &http.Server{Handler: ix.Handler(index.HTTPOptions{ReadOnly: s.readOnly}), ReadHeaderTimeout: 10 * time.Second}
-	httpDone := make(chan error, 1)
-	go func() { httpDone <- srv.Serve(ln) }()
-	stack = append(stack, func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err := srv.Shutdown(sctx)
-		if herr := <-httpDone; !errors.Is(herr, http.ErrServerClosed) {
-			err = errors.Join(err, herr)
-		}
-		return err
+	x, err := node.StartIndexer(ctx, node.IndexerConfig{
+		DataDir: *data, Listen: splitList(*listen), Bootstrap: peers, HTTP: *httpAddr, ReadOnly: *readOnly,
+		Snapshot: *snap, Logger: logger, Results: opts, Overlay: oopts,
 	})
-
-	if len(s.peers) == 0 {
-		s.log.Warn("no bootstrap peers: waiting for nodes to connect to this indexer")
-		return ri, nil
-	}
-	join := func() error {
-		if _, err := bootstrap.Join(ctx, h, h.ID(), s.peers); err != nil {
-			return fmt.Errorf("joining the overlay: %w", err)
-		}
-		if err := o.Bootstrap(ctx); err != nil {
-			return fmt.Errorf("DHT bootstrap: %w", err)
-		}
-		return nil
-	}
-	if s.joinNow {
-		return ri, join()
-	}
-	go func() {
-		if err := join(); err != nil && ctx.Err() == nil {
-			s.log.Error("joining the overlay failed", "error", err)
-		}
-	}()
-	return ri, nil
-}
-
-func loadTree(file string) (*subnet.Tree, error) {
-	if file == "" {
-		return embedded.Tree()
-	}
-	f, err := os.Open(file)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer f.Close()
-	return subnet.ReadSnapshot(f)
+	fmt.Fprintf(stdout, "indexer %s\n", x.ID())
+	for _, a := range x.Addrs() {
+		fmt.Fprintf(stdout, "listening on %s\n", a)
+	}
+	fmt.Fprintf(stdout, "search on http://%s/\n", x.HTTPAddr())
+	<-ctx.Done()
+	logger.Info("indexer shutting down")
+	return x.Close()
 }
 
 func defaultIndexerDir() string {

@@ -1,0 +1,426 @@
+// Package demo runs the whole system in one process: an emulated Internet
+// on loopback, volunteer nodes bootstrapping from the first, one indexer;
+// it seeds a crawl of every site, shows the progress and ends with the
+// quality of the delegations, the crawl speed-up and a sample search.
+// micra demo parses its flags and calls Run.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/internal/swarm"
+	"github.com/micra-net/micra/internal/world"
+	"github.com/micra-net/micra/node"
+	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/subnet"
+)
+
+// Config is what one demo run does; cmd/micra's flags fill it.
+type Config struct {
+	Nodes      int           // volunteer nodes, 2 to 50
+	Sites      int           // web sites of the emulated Internet
+	Seed       int64         // seed of the emulated Internet
+	Scale      float64       // time scale of the world's delays (1: real latencies)
+	Threshold  time.Duration // IPMicra's probing threshold (unscaled)
+	Depth      int           // link depth of the crawl from each home page
+	Duration   time.Duration // longest time the crawl runs
+	DataDir    string        // the shared data; "" for ../shared/data or $MICRA_DATA
+	Geo        string        // a geolocation CSV for a real-geo world
+	Keep       string        // keep the data here; "" for a temporary directory
+	Linger     bool          // keep running after the summary until ctx ends
+	LatencyMap bool          // give the guided search a latency map
+	Submitters int           // seeds submitted at once
+	Verbose    bool          // log at debug level
+}
+
+// Run runs one demo, writing its progress and summary to stdout and its
+// log to stderr (or, with Verbose, to demo.log in the data directory).
+func Run(ctx context.Context, c Config, stdout, stderr io.Writer) (err error) {
+	start := time.Now()
+	dir := c.Keep
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "micra-demo-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	logFile, err := os.Create(filepath.Join(dir, "demo.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	level := slog.LevelInfo
+	if c.Verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level}))
+	// MICRA_DEBUG: the delegation procedure's decisions are kept to explain
+	// the sub-optimal ones in the summary.
+	var trace *decisionTrace
+	if os.Getenv("MICRA_DEBUG") != "" {
+		trace = newDecisionTrace(logger.Handler())
+	}
+
+	// The emulated Internet.
+	p := world.DefaultParams()
+	p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir, p.Port, p.Geo = c.Seed, c.Sites, c.Nodes, c.Geo == "", c.DataDir, 0, c.Geo
+	w, err := world.Generate(ctx, p)
+	if err != nil {
+		return fmt.Errorf("generating the emulated Internet: %w (the demo needs the shared data: ../shared/data beside the checkout, $MICRA_DATA or --data)", err)
+	}
+	run, err := w.Start(ctx, world.TimeScale(c.Scale), world.Port(0), world.Logger(logger.With("subsystem", "world")))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, run.Close()) }()
+	tree, err := w.Tree(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "emulated Internet: %d sites, %d volunteer addresses, time scale %v, DNS %s; log in %s\n",
+		len(w.Sites()), len(w.Nodes()), c.Scale, run.DNS(), logFile.Name())
+
+	// The volunteers.
+	sw, err := swarm.Start(ctx, run, tree, swarm.Config{Dir: dir, Scale: c.Scale, Threshold: c.Threshold,
+		LatencyMap: c.LatencyMap, Dashboards: true, Logger: logger, Trace: traceHandler(trace)})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, sw.Close()) }()
+	nodes := sw.Nodes
+
+	// The indexer: it resolves the world's names (for its audits) from
+	// 127.0.0.1.
+	indexerDNS, err := run.Resolver(netip.MustParseAddr("127.0.0.1"))
+	if err != nil {
+		return err
+	}
+	h0 := nodes[0].Overlay().Host()
+	ri, err := node.StartIndexer(ctx, node.IndexerConfig{
+		DataDir: filepath.Join(dir, "indexer"), Listen: []string{"/ip4/127.0.0.1/tcp/0"},
+		Bootstrap: []peer.AddrInfo{{ID: h0.ID(), Addrs: h0.Addrs()}}, HTTP: "127.0.0.1:0",
+		Tree: tree, Logger: logger.With("subsystem", "indexer"), JoinNow: true,
+		Host:    []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},
+		Overlay: []overlay.Option{overlay.Announce(2*time.Second, true)},
+		// The indexer coordinates shards too and delegates their subnets:
+		// it needs the world's latencies between nodes like every node
+		// (with libp2p's loopback RTTs its triangle-inequality bounds
+		// pruned the nearest nodes: 200 ms misses).
+		Delegate: sw.DelegateOptions("indexer"),
+		Results: []results.Option{results.AnnounceEvery(2 * time.Second), results.Logger(logger.With("subsystem", "results")),
+			results.DNS(indexerDNS)},
+	})
+	if err != nil {
+		return fmt.Errorf("indexer: %w", err)
+	}
+	defer func() { err = errors.Join(err, ri.Close()) }()
+
+	// Until a node hears the indexer's first announcement (capacity 0), it
+	// takes the indexer, which its DHT knows, for a crawler: its first
+	// decisions would ask the indexer to probe and count the refusal.
+	for wait := time.Now(); time.Since(wait) < 10*time.Second; time.Sleep(100 * time.Millisecond) {
+		if !slices.ContainsFunc(nodes, func(dn *swarm.Node) bool { return dn.Overlay().MayCrawl(ri.ID()) }) {
+			break
+		}
+	}
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "node\taddress\tlocation\tdashboard\n")
+	for i, dn := range nodes {
+		loc := w.Nodes()[i].Loc
+		fmt.Fprintf(tw, "%d\t%s\t%s, %s\thttp://%s/\n", i, dn.Addr, loc.City, loc.Country, dn.DashboardAddr())
+	}
+	fmt.Fprintf(tw, "indexer\t127.0.0.1\t\thttp://%s/ (search)\n", ri.HTTPAddr())
+	tw.Flush()
+	fmt.Fprintf(stdout, "%d nodes and the indexer joined in %v\n", len(nodes), time.Since(start).Round(100*time.Millisecond))
+
+	// The crawl: every site's home page is a seed, submitted through the
+	// nodes in turn; each submission delegates the site's subnet when
+	// nobody holds it yet (the IPMicra search, probes and all).
+	var seeds []world.Site
+	for _, s := range w.Sites() {
+		if s.Hostile == world.NotHostile {
+			seeds = append(seeds, s)
+		}
+	}
+	crawlStart := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, c.Duration)
+	defer cancel()
+	var submitted, failed atomic.Int64
+	var subWG sync.WaitGroup
+	for k := range c.Submitters {
+		dn := nodes[k%len(nodes)]
+		subWG.Go(func() {
+			for i := k; i < len(seeds); i += c.Submitters {
+				res, err := dn.Submit(cctx, crawl.Request{Link: run.URL(seeds[i]), Depth: c.Depth})
+				if err != nil {
+					return
+				}
+				if len(res.Failed) > 0 {
+					failed.Add(1)
+					logger.Warn("seed not submitted", "url", res.Failed[0].Link, "error", res.Failed[0].Err)
+					continue
+				}
+				submitted.Add(1)
+			}
+		})
+	}
+	subDone := make(chan struct{})
+	go func() { subWG.Wait(); close(subDone) }()
+
+	fig := func() demoFigures { return figures(nodes, ri, submitted.Load(), len(seeds)) }
+	tty := false
+	if f, ok := stderr.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	var bar *progressbar.ProgressBar
+	if tty {
+		bar = progressbar.NewOptions64(int64(c.Duration/time.Second), progressbar.OptionSetWriter(stderr),
+			progressbar.OptionSetDescription(fig().String()), progressbar.OptionSetPredictTime(false),
+			progressbar.OptionShowElapsedTimeOnFinish(), progressbar.OptionSetWidth(20),
+			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	lastLine := time.Now()
+	idleSince := time.Time{}
+loop:
+	for {
+		select {
+		case <-cctx.Done():
+			break loop
+		case <-tick.C:
+		}
+		f := fig()
+		if bar != nil {
+			bar.Describe(f.String())
+			_ = bar.Set64(int64(time.Since(crawlStart) / time.Second))
+		} else if time.Since(lastLine) >= 10*time.Second {
+			fmt.Fprintf(stdout, "%6.0fs  %s\n", time.Since(crawlStart).Seconds(), f)
+			lastLine = time.Now()
+		}
+		// Done: every seed submitted, every crawler idle, every batch
+		// acknowledged, for two seconds in a row.
+		select {
+		case <-subDone:
+			if f.idle {
+				if idleSince.IsZero() {
+					idleSince = time.Now()
+				} else if time.Since(idleSince) > 2*time.Second {
+					break loop
+				}
+				continue
+			}
+		default:
+		}
+		idleSince = time.Time{}
+	}
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	cancel()
+	subWG.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	took := time.Since(crawlStart)
+	f := fig()
+	fmt.Fprintf(stdout, "crawl: %v, %s\n", took.Round(100*time.Millisecond), f)
+	if n := failed.Load(); n > 0 {
+		fmt.Fprintf(stdout, "%d seeds could not be submitted (see the log)\n", n)
+	}
+	fmt.Fprintln(stdout)
+	if err := delegationTable(ctx, stdout, w, run, tree, nodes, seeds, trace); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	sampleSearch(ctx, stdout, ri, seeds, run)
+	if c.Linger {
+		fmt.Fprintln(stdout, "\nrunning until interrupted (Ctrl-C): the dashboards and the search page stay up")
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// demoFigures is the line of figures the demo shows while it runs.
+type demoFigures struct {
+	delegated, seeds         int
+	probes, decisions        int64
+	pages, wire, results     int64
+	queued, inFlight, stored int64
+	outbox                   int
+	idle                     bool
+}
+
+func figures(nodes []*swarm.Node, ri *node.Indexer, submitted int64, seeds int) demoFigures {
+	f := demoFigures{delegated: int(submitted), seeds: seeds, idle: true}
+	for _, dn := range nodes {
+		ds := dn.DelegationStats()
+		f.probes += ds.Probes
+		f.decisions += ds.Decisions
+		cs := dn.CrawlStats()
+		f.pages += cs.Fetched
+		f.wire += cs.WireBytes
+		f.results += cs.RecordBytes
+		f.queued += cs.Queued
+		f.inFlight += cs.InFlight
+		f.outbox += dn.OutboxStats().Batches
+		if cs.Queued > 0 || cs.InFlight > 0 {
+			f.idle = false
+		}
+	}
+	f.stored = int64(ri.Results().Index().Stats().Docs)
+	if f.outbox > 0 {
+		f.idle = false
+	}
+	return f
+}
+
+func (f demoFigures) String() string {
+	ppd := 0.0
+	if f.decisions > 0 {
+		ppd = float64(f.probes) / float64(f.decisions)
+	}
+	ratio := "-"
+	if f.results > 0 {
+		ratio = fmt.Sprintf("1/%.0f", float64(f.wire)/float64(f.results))
+	}
+	return fmt.Sprintf("sites delegated %d/%d · probes/delegation %.2f · pages %d (queued %d) · result ratio %s · indexed %d",
+		f.delegated, f.seeds, ppd, f.pages, f.queued, ratio, f.stored)
+}
+
+// delegationTable prints how good the delegations of the seeded sites
+// are, by the metrics of DESIGN.md, beside the paper's figures.
+func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *world.Running, tree *subnet.Tree, nodes []*swarm.Node, seeds []world.Site, trace *decisionTrace) error {
+	byPeer := map[peer.ID]*swarm.Node{}
+	own := map[subnet.Range]bool{}
+	var addrs []netip.Addr
+	for _, dn := range nodes {
+		byPeer[dn.ID()] = dn
+		own[tree.Range(tree.SmallestNonUnary(dn.Addr))] = true
+		addrs = append(addrs, dn.Addr)
+	}
+	o := nodes[0].Overlay()
+	var judged, optimal, undelegated, cdn int
+	var excess time.Duration
+	var speed crawlSpeed
+	subnets := map[subnet.Range]bool{}
+	explained := map[subnet.Range]bool{}
+	for _, s := range seeds {
+		if s.Kind == world.CDNSite {
+			cdn++ // its address depends on who asks; the nearest point of presence answers
+			continue
+		}
+		r := tree.Range(tree.SmallestNonUnary(s.Addrs[0]))
+		if own[r] {
+			continue
+		}
+		d, ok, err := o.Resolve(ctx, s.Addrs[0])
+		if err != nil || !ok {
+			undelegated++
+			continue
+		}
+		dn, ok := byPeer[d.Node]
+		if !ok {
+			undelegated++
+			continue
+		}
+		subnets[r] = true
+		judged++
+		speed.add(w, run, s, dn.Addr, addrs)
+		_, best, _ := w.Optimal(s, addrs)
+		if got := w.RTT(dn.Addr, s); got-best <= 10*time.Microsecond {
+			optimal++
+		} else {
+			excess += got - best
+			if os.Getenv("MICRA_DEBUG") != "" {
+				bestAddr, _, _ := w.Optimal(s, addrs)
+				fmt.Fprintf(out, "  sub-optimal %s %s: %s at %v, best %s at %v (decided %s, own %v, url %s)\n", s.Name, r, dn.Addr, got, bestAddr, best, d.Decided.Format("15:04:05.000"), d.Own, d.URL)
+				if trace != nil && !explained[r] {
+					explained[r] = true
+					trace.explain(out, w, r.String(), s, nodes)
+				}
+			}
+		}
+	}
+	var probes, balanced int64
+	for _, dn := range nodes {
+		st := dn.DelegationStats()
+		probes += st.Probes
+		balanced += st.HandOffs + st.SecondBest + st.Reruns
+	}
+	fmt.Fprintf(out, "Delegation quality: %d sites in %d subnets delegated by search (not counting %d CDN sites, the nodes' own subnets, %d not delegated)\n",
+		judged, len(subnets), cdn, undelegated)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "	optimal	probes per new subnet	excess, sub-optimal	excess per URL	")
+	pct, ppn, ex, perURL := 0.0, 0.0, time.Duration(0), time.Duration(0)
+	if judged > 0 {
+		pct = 100 * float64(optimal) / float64(judged)
+		perURL = excess / time.Duration(judged)
+	}
+	if len(subnets) > 0 {
+		ppn = float64(probes) / float64(len(subnets))
+	}
+	if bad := judged - optimal; bad > 0 {
+		ex = excess / time.Duration(bad)
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	fmt.Fprintf(tw, "micra, this run (%d nodes)	%.1f %%	%.2f	%.1f ms	%.2f ms	\n", len(nodes), pct, ppn, ms(ex), ms(perURL))
+	fmt.Fprintf(tw, "IPMicra paper (12 nodes, 50 ms)	75 %%	2.99 per URL	13 ms	3.3 ms	\n")
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	speed.print(out)
+	if balanced > 0 {
+		fmt.Fprintf(out, "Load balancing changed %d decisions (the chosen node was full: a held subnet handed off, the second-best node, or a search without the full nodes).\n", balanced)
+	}
+	return nil
+}
+
+// sampleSearch searches the indexer for the heaviest keyword of a crawled
+// home page and prints the first hits.
+func sampleSearch(ctx context.Context, out io.Writer, ri *node.Indexer, seeds []world.Site, run *world.Running) {
+	x := ri.Results().Index()
+	st := x.Stats()
+	fmt.Fprintf(out, "Indexer: %d pages searchable, %d terms; search page http://%s/\n", st.Docs, st.Terms, ri.HTTPAddr())
+	for _, s := range seeds {
+		doc, err := x.Get(ctx, run.URL(s))
+		if err != nil || len(doc.Keywords) == 0 {
+			continue
+		}
+		term := doc.Keywords[0].Term
+		res, err := x.Search(ctx, index.Query{Text: term, Limit: 3})
+		if err != nil {
+			fmt.Fprintf(out, "search %q: %v\n", term, err)
+			return
+		}
+		fmt.Fprintf(out, "micra search %s → %d pages, the first:\n", term, res.Total)
+		for _, h := range res.Hits {
+			fmt.Fprintf(out, "  %.2f  %s  %s\n", h.Score, h.URL, h.Title)
+		}
+		return
+	}
+	fmt.Fprintln(out, "no page indexed yet: nothing to search")
+}
