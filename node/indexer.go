@@ -187,13 +187,7 @@ func StartIndexer(ctx context.Context, cfg IndexerConfig) (x *Indexer, err error
 func (x *Indexer) ID() peer.ID { return x.h.ID() }
 
 // Addrs are the indexer's listen multiaddrs with its peer id.
-func (x *Indexer) Addrs() []string {
-	var out []string
-	for _, a := range x.h.Addrs() {
-		out = append(out, a.String()+"/p2p/"+x.h.ID().String())
-	}
-	return out
-}
+func (x *Indexer) Addrs() []string { return p2pAddrs(x.h) }
 
 // HTTPAddr is the address the search page and API listen on.
 func (x *Indexer) HTTPAddr() string { return x.httpAddr }

@@ -387,10 +387,13 @@ func (n *Node) ID() peer.ID { return n.h.ID() }
 
 // Addrs are the node's listen multiaddrs with its peer id, as other nodes
 // give them to --bootstrap.
-func (n *Node) Addrs() []string {
+func (n *Node) Addrs() []string { return p2pAddrs(n.h) }
+
+// p2pAddrs are h's listen multiaddrs, each ending in /p2p/<h's id>.
+func p2pAddrs(h host.Host) []string {
 	var out []string
-	for _, a := range n.h.Addrs() {
-		out = append(out, a.String()+"/p2p/"+n.h.ID().String())
+	for _, a := range h.Addrs() {
+		out = append(out, a.String()+"/p2p/"+h.ID().String())
 	}
 	return out
 }
