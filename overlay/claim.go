@@ -1,0 +1,540 @@
+// Shard ownership: claims under an epoch, replication of writes to a
+// majority, and the sync of state on a takeover.
+
+package overlay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-msgio/pbio"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/overlay/pb"
+)
+
+// ensureOwner returns the shard when this node is (or becomes, by claiming)
+// its coordinator, and a notCoordinatorError naming the closest peer
+// otherwise.
+func (c *coordinator) ensureOwner(ctx context.Context, ref shardRef) (*shard, error) {
+	sh, err := c.shard(ref)
+	if err != nil {
+		return nil, err
+	}
+	peers := c.closestPeers(ctx, sh.key, false)
+	if peers[0] != c.self {
+		sh.mu.Lock()
+		sh.owned = false
+		sh.mu.Unlock()
+		return nil, &notCoordinatorError{closer: c.addrInfo(peers[0])}
+	}
+	sh.mu.Lock()
+	owned := sh.owned
+	sh.mu.Unlock()
+	if owned {
+		return sh, nil
+	}
+	if err := c.claim(ctx, sh, peers); err != nil {
+		return nil, err
+	}
+	return sh, nil
+}
+
+// replicaSet returns a copy of the first replication-factor peers of
+// peers, which the caller may change: peers is usually a cached closest
+// list, shared with every other caller.
+func (c *coordinator) replicaSet(peers []peer.ID) []peer.ID {
+	return slices.Clone(peers[:min(len(peers), c.cfg.replication)])
+}
+
+// claim takes sh over: see the coordinator's doc.
+func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) error {
+	select {
+	case sh.claimSem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("claiming %s: %w", sh.ref, ctx.Err())
+	}
+	defer func() { <-sh.claimSem }()
+	sh.mu.Lock()
+	if sh.owned {
+		sh.mu.Unlock()
+		return nil
+	}
+	epoch := max(sh.meta.GetEpoch(), sh.meta.GetPromised()) + 1
+	sh.meta.Promised = epoch
+	if err := c.st.saveMeta(sh.key, sh.meta); err != nil {
+		sh.mu.Unlock()
+		return err
+	}
+	prevOwner, _ := peer.IDFromBytes(sh.meta.GetOwner())
+	sh.mu.Unlock()
+
+	set := c.replicaSet(peers)
+	ask := slices.DeleteFunc(slices.Clone(set), func(p peer.ID) bool { return p == c.self })
+	if prevOwner != "" && prevOwner != c.self && !slices.Contains(ask, prevOwner) {
+		ask = append(ask, prevOwner) // the state's last writer, if still reachable
+	}
+	type res struct {
+		p     peer.ID
+		seq   uint64
+		stale uint64
+		err   error
+	}
+	results := make(chan res, len(ask))
+	var wg sync.WaitGroup
+	for _, p := range ask {
+		wg.Go(func() {
+			seq, stale, err := c.syncFrom(ctx, p, sh, epoch)
+			results <- res{p, seq, stale, err}
+		})
+	}
+	wg.Wait()
+	close(results)
+	ok := 1 // self
+	var maxSeq uint64
+	var higher uint64
+	for r := range results {
+		switch {
+		case r.err == nil:
+			if slices.Contains(set, r.p) {
+				ok++
+			}
+			maxSeq = max(maxSeq, r.seq)
+		case r.stale > 0:
+			higher = max(higher, r.stale)
+		default:
+			c.log.Debug("shard sync failed", "peer", r.p, "shard", sh.ref.String(), "error", r.err)
+		}
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if higher >= epoch {
+		sh.meta.Promised = max(sh.meta.GetPromised(), higher)
+		_ = c.st.saveMeta(sh.key, sh.meta)
+		return fmt.Errorf("claiming %s: %w", sh.ref, &staleEpochError{got: epoch, current: higher})
+	}
+	if ok < majority(len(set)) {
+		return fmt.Errorf("claiming %s: %w: %d of %d replicas answered", sh.ref, ErrUnavailable, ok, len(set))
+	}
+	if sh.meta.GetPromised() > epoch {
+		return fmt.Errorf("claiming %s: %w", sh.ref, &staleEpochError{got: epoch, current: sh.meta.GetPromised()})
+	}
+	sh.meta.Epoch = epoch
+	sh.meta.Owner = []byte(c.self)
+	sh.meta.Seq = max(sh.meta.GetSeq(), maxSeq)
+	if err := c.st.saveMeta(sh.key, sh.meta); err != nil {
+		return err
+	}
+	sh.owned = true
+	sh.handover = 0
+	sh.dirty = true // the merged state goes to the replicas on the next push
+	if sh.ref.kind == pb.ShardRef_ORG {
+		sh.orgDirty = true // the new epoch's record supersedes the old coordinator's
+	}
+	sh.replicas = nil
+	now := time.Now()
+	// Crawlers get a full liveness timeout from the takeover: heartbeats
+	// went to the previous coordinator.
+	_ = c.st.scan(sh.key, pb.Entry_DELEGATION, func(e *pb.Entry) bool {
+		if d, err := c.entryDelegation(e); err == nil {
+			sh.lastSeen[d.Node] = now
+		}
+		return true
+	})
+	c.log.Info("shard claimed", "shard", sh.ref.String(), "epoch", epoch, "replicas", len(set)-1)
+	return nil
+}
+
+// syncFrom asks p for sh's state under a promise for epoch and merges what
+// it sends. It returns the highest entry sequence number received, or the
+// peer's epoch when it refused because it promised a higher one.
+func (c *coordinator) syncFrom(ctx context.Context, p peer.ID, sh *shard, epoch uint64) (uint64, uint64, error) {
+	s, err := c.o.openStream(ctx, p, replicateSpec)
+	if err != nil {
+		return 0, 0, err
+	}
+	c.o.stats.requests.Add(1)
+	req := newMsg(pb.Message_SYNC)
+	req.Sync = &pb.Sync{Snapshot: c.sid[:], Shard: sh.ref.toPB(), Epoch: epoch}
+	w := pbio.NewDelimitedWriter(s)
+	r := pbio.NewDelimitedReader(s, replicateSpec.maxMsg)
+	if err := w.WriteMsg(req); err != nil {
+		s.Reset()
+		return 0, 0, err
+	}
+	_ = s.CloseWrite()
+	var maxSeq uint64
+	for chunk := 0; ; chunk++ {
+		if chunk > 1<<16 {
+			s.Reset()
+			return 0, 0, fmt.Errorf("%w: endless shard state", ErrTooLarge)
+		}
+		var m pb.Message
+		if err := readMsg(r, &m); err != nil {
+			s.Reset()
+			return 0, 0, c.o.streamErr(p, replicateSpec, err)
+		}
+		if m.GetType() == pb.Message_ERROR {
+			_ = s.Close()
+			if m.GetError().GetCode() == pb.Error_STALE_EPOCH {
+				return 0, m.GetError().GetEpoch(), codeToError(m.GetError())
+			}
+			return 0, 0, codeToError(m.GetError())
+		}
+		if m.GetType() != pb.Message_SYNC_STATE {
+			s.Reset()
+			return 0, 0, fmt.Errorf("%w: %v", ErrUnexpectedType, m.GetType())
+		}
+		st := m.GetSyncState()
+		entries, err := c.checkEntries(st.GetEntries())
+		if err != nil {
+			s.Reset()
+			return 0, 0, err
+		}
+		for _, e := range entries {
+			maxSeq = max(maxSeq, e.GetSeq())
+		}
+		sh.mu.Lock()
+		if _, err := c.st.putEntries(sh.key, entries); err != nil {
+			sh.mu.Unlock()
+			s.Reset()
+			return 0, 0, err
+		}
+		sh.meta.Seq = max(sh.meta.GetSeq(), maxSeq)
+		sh.mu.Unlock()
+		if !st.GetMore() {
+			_ = s.Close()
+			return max(maxSeq, 0), 0, nil
+		}
+	}
+}
+
+// checkEntries verifies entries received from a peer: sizes, kinds, and for
+// record entries the signature and that the key is the record's subnet.
+func (c *coordinator) checkEntries(in []*pb.Entry) ([]*pb.Entry, error) {
+	if len(in) > maxEntriesPerMsg {
+		return nil, fmt.Errorf("%w: %d entries", ErrTooLarge, len(in))
+	}
+	for _, e := range in {
+		if len(e.GetKey()) == 0 || len(e.GetKey()) > maxEntryKey || len(e.GetValue()) > maxEntryValue {
+			return nil, fmt.Errorf("%w: entry key or value size", ErrMalformed)
+		}
+		switch e.GetKind() {
+		case pb.Entry_DELEGATION, pb.Entry_ORG:
+			if _, err := c.entryDelegation(e); err != nil {
+				return nil, err
+			}
+		case pb.Entry_PROBE:
+			var pe pb.ProbeEntry
+			if err := proto.Unmarshal(e.GetValue(), &pe); err != nil {
+				return nil, fmt.Errorf("%w: probe entry: %v", ErrMalformed, err)
+			}
+		case pb.Entry_LOAD:
+			var le pb.LoadEntry
+			if err := proto.Unmarshal(e.GetValue(), &le); err != nil {
+				return nil, fmt.Errorf("%w: load entry: %v", ErrMalformed, err)
+			}
+		case pb.Entry_AUDIT:
+			if err := checkAuditEntry(e); err != nil {
+				return nil, err
+			}
+		case pb.Entry_BLOCK:
+			ix, err := c.openBlockEntry(e.GetValue(), true)
+			if err != nil {
+				return nil, err
+			}
+			if string(rangeKey(ix.Subnet)) != string(e.GetKey()) {
+				return nil, fmt.Errorf("%w: entry key is not the record's subnet", ErrBadRecord)
+			}
+		default:
+			return nil, fmt.Errorf("%w: entry kind %d", ErrMalformed, e.GetKind())
+		}
+	}
+	return in, nil
+}
+
+// entryDelegation opens a DELEGATION or ORG entry's record.
+func (c *coordinator) entryDelegation(e *pb.Entry) (Delegation, error) {
+	var sr pb.SignedRecord
+	if err := proto.Unmarshal(e.GetValue(), &sr); err != nil {
+		return Delegation{}, fmt.Errorf("%w: %v", ErrBadRecord, err)
+	}
+	r, err := openRecord(c.sid, &sr)
+	if err != nil {
+		return Delegation{}, err
+	}
+	if r.GetKind() != pb.Record_DELEGATION {
+		return Delegation{}, fmt.Errorf("%w: not a delegation", ErrBadRecord)
+	}
+	d := delegationFrom(r)
+	if string(rangeKey(d.Subnet)) != string(e.GetKey()) {
+		return Delegation{}, fmt.Errorf("%w: entry key is not the record's subnet", ErrBadRecord)
+	}
+	return d, nil
+}
+
+// write stores entries as the owner of sh, stamping them with the shard's
+// epoch and next sequence numbers (mk builds each entry's value once its
+// version is known), and replicates them to a majority of the replica set.
+func (c *coordinator) write(ctx context.Context, sh *shard, n int, mk func(i int, epoch, seq uint64) (*pb.Entry, error)) ([]*pb.Entry, error) {
+	sh.mu.Lock()
+	if !sh.owned {
+		sh.mu.Unlock()
+		return nil, fmt.Errorf("%w: shard %s was taken over", ErrNotCoordinator, sh.ref)
+	}
+	epoch := sh.meta.GetEpoch()
+	entries := make([]*pb.Entry, 0, n)
+	for i := range n {
+		sh.meta.Seq++
+		e, err := mk(i, epoch, sh.meta.Seq)
+		if err != nil {
+			sh.mu.Unlock()
+			return nil, err
+		}
+		e.Epoch, e.Seq = epoch, sh.meta.Seq
+		entries = append(entries, e)
+	}
+	if _, err := c.st.putEntries(sh.key, entries); err != nil {
+		sh.mu.Unlock()
+		return nil, err
+	}
+	if err := c.st.saveMeta(sh.key, sh.meta); err != nil {
+		sh.mu.Unlock()
+		return nil, err
+	}
+	sh.mu.Unlock()
+	if err := c.replicate(ctx, sh, epoch, entries); err != nil {
+		return nil, err
+	}
+	return entries, nil
+}
+
+// replicate pushes entries under epoch to the replica set and waits for a
+// majority (self included).
+func (c *coordinator) replicate(ctx context.Context, sh *shard, epoch uint64, entries []*pb.Entry) error {
+	set := c.replicaSet(c.closestPeers(ctx, sh.key, false))
+	others := slices.DeleteFunc(slices.Clone(set), func(p peer.ID) bool { return p == c.self })
+	need := majority(len(set)) - 1
+	if len(others) == 0 {
+		return nil
+	}
+	errs := make(chan error, len(others))
+	for _, p := range others {
+		go func() { errs <- c.pushTo(ctx, p, sh, epoch, entries) }()
+	}
+	acks, stale := 0, false
+	var last error
+	for range others {
+		err := <-errs
+		switch {
+		case err == nil:
+			acks++
+		case errors.Is(err, ErrStaleEpoch):
+			stale = true
+			last = err
+		default:
+			last = err
+		}
+	}
+	if stale {
+		sh.mu.Lock()
+		if sh.meta.GetEpoch() == epoch {
+			sh.owned = false
+		}
+		sh.mu.Unlock()
+		c.log.Info("shard lost to a newer epoch", "shard", sh.ref.String(), "epoch", epoch)
+		return fmt.Errorf("%w: %w", ErrNotCoordinator, last)
+	}
+	if acks < need {
+		sh.mu.Lock()
+		sh.dirty = true
+		sh.mu.Unlock()
+		return fmt.Errorf("replicating %s: %w: %d of %d replicas stored the write: %w", sh.ref, ErrUnavailable, acks, len(others), last)
+	}
+	if acks < len(others) {
+		sh.mu.Lock()
+		sh.dirty = true
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+func (c *coordinator) pushTo(ctx context.Context, p peer.ID, sh *shard, epoch uint64, entries []*pb.Entry) error {
+	for {
+		// A chunk holds at most half the entry and byte limits of a frame.
+		n, size := 0, 0
+		for n < len(entries) && n < maxEntriesPerMsg/2 {
+			sz := proto.Size(entries[n]) + 8
+			if n > 0 && size+sz > replicateSpec.maxMsg/2 {
+				break
+			}
+			size += sz
+			n++
+		}
+		chunk := entries[:n]
+		entries = entries[n:]
+		req := newMsg(pb.Message_REPLICATE)
+		req.Replicate = &pb.Replicate{Snapshot: c.sid[:], Shard: sh.ref.toPB(), Epoch: epoch, Owner: []byte(c.self), Entries: chunk}
+		c.o.stats.requests.Add(1)
+		if _, err := c.o.request(ctx, p, replicateSpec, req, pb.Message_OK); err != nil {
+			return err
+		}
+		if len(entries) == 0 {
+			return nil
+		}
+	}
+}
+
+// pushAll sends sh's whole state to p.
+func (c *coordinator) pushAll(ctx context.Context, p peer.ID, sh *shard) error {
+	sh.mu.Lock()
+	epoch := sh.meta.GetEpoch()
+	sh.mu.Unlock()
+	var all []*pb.Entry
+	if err := c.st.scan(sh.key, pb.Entry_UNKNOWN, func(e *pb.Entry) bool { all = append(all, e); return true }); err != nil {
+		return err
+	}
+	return c.pushTo(ctx, p, sh, epoch, all)
+}
+
+// handleReplicate stores a coordinator's write if its epoch is current.
+func (c *coordinator) handleReplicate(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	rq := req.GetReplicate()
+	if err := c.checkSnapshot(rq.GetSnapshot()); err != nil {
+		return nil, err
+	}
+	if owner, err := peer.IDFromBytes(rq.GetOwner()); err != nil || owner != from {
+		return nil, fmt.Errorf("%w: owner is not the sender", ErrMalformed)
+	}
+	ref, err := c.shardRefFromPB(rq.GetShard())
+	if err != nil {
+		return nil, err
+	}
+	entries, err := c.checkEntries(rq.GetEntries())
+	if err != nil {
+		return nil, err
+	}
+	if !c.plausible(ctx, ref.key(c.sid), from) {
+		return nil, fmt.Errorf("%w: %s is not among the peers closest to the shard", ErrNotCoordinator, from)
+	}
+	sh, err := c.shard(ref)
+	if err != nil {
+		return nil, err
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	cur := max(sh.meta.GetEpoch(), sh.meta.GetPromised())
+	owner, _ := peer.IDFromBytes(sh.meta.GetOwner())
+	if rq.GetEpoch() < cur || (rq.GetEpoch() == sh.meta.GetEpoch() && owner != "" && owner != from) {
+		if from != c.self {
+			// Another peer coordinated this shard under an older epoch at
+			// the same time (a partition, or views of the closest peers that
+			// differed) and hands its state over. Its decisions are merged,
+			// not lost: every entry is signed by its writer, and where both
+			// decided the same key the newer one wins (putEntries). A
+			// coordinator sends the merged state to its replicas with the
+			// next push; a replica that is not the coordinator keeps it for
+			// the next claim. The crawlers that lost a conflicting subnet
+			// learn it from their heartbeats.
+			if n, err := c.st.putEntries(sh.key, entries); err == nil && n > 0 {
+				if sh.owned {
+					sh.dirty = true
+				}
+				c.log.Info("merged a stale coordinator's state", "shard", sh.ref.String(), "from", from,
+					"epoch", rq.GetEpoch(), "entries", n)
+			}
+		}
+		return nil, &staleEpochError{got: rq.GetEpoch(), current: cur}
+	}
+	if rq.GetEpoch() > sh.meta.GetEpoch() || owner != from {
+		sh.meta.Epoch = rq.GetEpoch()
+		sh.meta.Owner = []byte(from)
+		if from != c.self {
+			sh.owned = false
+		}
+	}
+	sh.meta.Promised = max(sh.meta.GetPromised(), rq.GetEpoch())
+	for _, e := range entries {
+		sh.meta.Seq = max(sh.meta.GetSeq(), e.GetSeq())
+	}
+	if _, err := c.st.putEntries(sh.key, entries); err != nil {
+		return nil, err
+	}
+	if err := c.st.saveMeta(sh.key, sh.meta); err != nil {
+		return nil, err
+	}
+	return newMsg(pb.Message_OK), nil
+}
+
+// handleSync promises to refuse writes older than the asker's epoch and
+// streams the shard's state.
+func (c *coordinator) handleSync(ctx context.Context, from peer.ID, req *pb.Message, w pbio.Writer) error {
+	rq := req.GetSync()
+	if err := c.checkSnapshot(rq.GetSnapshot()); err != nil {
+		return err
+	}
+	ref, err := c.shardRefFromPB(rq.GetShard())
+	if err != nil {
+		return err
+	}
+	if !c.plausible(ctx, ref.key(c.sid), from) {
+		return fmt.Errorf("%w: %s is not among the peers closest to the shard", ErrNotCoordinator, from)
+	}
+	sh, err := c.shard(ref)
+	if err != nil {
+		return err
+	}
+	sh.mu.Lock()
+	cur := max(sh.meta.GetEpoch(), sh.meta.GetPromised())
+	if rq.GetEpoch() <= cur {
+		sh.mu.Unlock()
+		return &staleEpochError{got: rq.GetEpoch(), current: cur}
+	}
+	sh.meta.Promised = rq.GetEpoch()
+	sh.owned = false
+	err = c.st.saveMeta(sh.key, sh.meta)
+	sh.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	var chunk []*pb.Entry
+	size := 0
+	flush := func(more bool) error {
+		m := newMsg(pb.Message_SYNC_STATE)
+		m.SyncState = &pb.SyncState{Epoch: cur, Owner: sh.meta.GetOwner(), Entries: chunk, More: more}
+		chunk, size = nil, 0
+		return w.WriteMsg(m)
+	}
+	var werr error
+	err = c.st.scan(sh.key, pb.Entry_UNKNOWN, func(e *pb.Entry) bool {
+		chunk = append(chunk, e)
+		size += proto.Size(e) + 8
+		if len(chunk) >= maxEntriesPerMsg/2 || size > replicateSpec.maxMsg/2 {
+			if werr = flush(true); werr != nil {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if werr != nil {
+		return werr
+	}
+	return flush(false)
+}
+
+func (c *coordinator) checkSnapshot(b []byte) error {
+	if string(b) != string(c.sid[:]) {
+		return fmt.Errorf("%w: this node runs snapshot %s", ErrWrongSnapshot, c.sid.Short())
+	}
+	return nil
+}
+
+func majority(n int) int { return n/2 + 1 }

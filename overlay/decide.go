@@ -1,0 +1,286 @@
+// Decisions in a held shard: lookups, the delegation procedure's runs (one
+// per subnet at a time), records, reassignments and orphans.
+
+package overlay
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/overlay/pb"
+	"github.com/micra-net/micra/subnet"
+)
+
+// flight is one in-progress decision that concurrent requests for the same
+// subnet wait on.
+type flight struct {
+	done chan struct{}
+	rec  *pb.SignedRecord
+	err  error
+}
+
+// lookup returns the delegation entry of subnet r in sh, if any.
+func (c *coordinator) lookup(sh *shard, r subnet.Range) (*pb.SignedRecord, Delegation, bool, error) {
+	e, err := c.st.getEntry(sh.key, pb.Entry_DELEGATION, rangeKey(r))
+	if err != nil || e == nil {
+		return nil, Delegation{}, false, err
+	}
+	var sr pb.SignedRecord
+	if err := proto.Unmarshal(e.GetValue(), &sr); err != nil {
+		return nil, Delegation{}, false, err
+	}
+	d, err := c.entryDelegation(e)
+	if err != nil {
+		return nil, Delegation{}, false, err
+	}
+	return &sr, d, true, nil
+}
+
+// decide returns sh's delegation of subnet id, running the delegation
+// procedure when there is none (or it is orphaned, or redo is set). Decisions
+// for one subnet are made once: concurrent callers wait for the first.
+//
+// An own-subnet claim (req.Own, paper III.D) is decided here without the
+// procedure: the joining node takes its own subnet, unless another node
+// holds it by its own claim (the first claimer keeps it).
+func (c *coordinator) decide(sh *shard, req DelegateRequest, redo bool) (*pb.SignedRecord, error) {
+	r := c.tree.Range(req.Subnet)
+	// Nodes convicted by audits take no part; their own-subnet claims
+	// are decided like any subnet (and settled once it is delegated).
+	conv := c.convicted()
+	if req.Own && conv[req.From] {
+		req.Own = false
+	}
+	settled := func(d Delegation, ok bool) bool {
+		if !ok || d.Orphaned || redo {
+			return false
+		}
+		return !req.Own || d.Node == req.From || d.Own
+	}
+	sr, d, ok, err := c.lookup(sh, r)
+	if err != nil {
+		return nil, err
+	}
+	if settled(d, ok) {
+		return sr, nil
+	}
+	fk := string(rangeKey(r))
+	f, first := sh.join(fk)
+	if !first {
+		<-f.done
+		return f.rec, f.err
+	}
+	defer sh.land(fk, f)
+	// Re-check under the flight: a decision may have landed meanwhile.
+	sr, d, ok, err = c.lookup(sh, r)
+	if err == nil && settled(d, ok) {
+		f.rec = sr
+		return sr, nil
+	}
+	if ok && (d.Orphaned || redo) && req.Addr == (netip.Addr{}) {
+		req.Addr, req.URL = d.Addr, d.URL
+	}
+	for p := range conv {
+		req.Exclude = append(req.Exclude, p)
+	}
+	// The procedure runs on the overlay's lifetime, not the first
+	// requester's: the others wait on the same decision.
+	ctx, cancel := context.WithTimeout(c.o.ctx, coordDeadline)
+	defer cancel()
+	node := req.From
+	if !req.Own {
+		node, err = c.cfg.delegator.Delegate(ctx, req, &env{c: c, sh: sh, subnet: req.Subnet})
+		if err != nil {
+			f.err = fmt.Errorf("delegation procedure: %w", err)
+			return nil, f.err
+		}
+	}
+	if node == "" || slices.Contains(req.Exclude, node) {
+		f.err = fmt.Errorf("delegation procedure: %w", ErrNoCandidate)
+		return nil, f.err
+	}
+	f.rec, f.err = c.record(ctx, sh, req.Subnet, node, req.URL, req.Addr, req.Own)
+	return f.rec, f.err
+}
+
+// join returns the flight of key fk: a new one that the caller runs and
+// lands (first), or the one in progress.
+func (sh *shard) join(fk string) (f *flight, first bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if f, ok := sh.flights[fk]; ok {
+		return f, false
+	}
+	f = &flight{done: make(chan struct{})}
+	sh.flights[fk] = f
+	return f, true
+}
+
+// land ends a flight that join started.
+func (sh *shard) land(fk string, f *flight) {
+	sh.mu.Lock()
+	delete(sh.flights, fk)
+	sh.mu.Unlock()
+	close(f.done)
+}
+
+// record writes the delegation of subnet id to node as a new signed
+// record, replicates it, and queues the notices it causes.
+func (c *coordinator) record(ctx context.Context, sh *shard, id subnet.ID, node peer.ID, url string, addr netip.Addr, own bool) (*pb.SignedRecord, error) {
+	r := c.tree.Range(id)
+	var rec *pb.SignedRecord
+	_, err := c.write(ctx, sh, 1, func(_ int, epoch, seq uint64) (*pb.Entry, error) {
+		var err error
+		rec, err = signRecord(c.sk, &pb.Record{
+			Kind: pb.Record_DELEGATION, Snapshot: c.sid[:], Subnet: rangeToPB(r),
+			Org: c.tree.Org(id), Node: []byte(node), Epoch: epoch, Seq: seq,
+			DecidedMs: time.Now().UnixMilli(), Url: url, Addr: addrBytes(addr), Own: own,
+		})
+		if err != nil {
+			return nil, err
+		}
+		v, err := proto.Marshal(rec)
+		return &pb.Entry{Kind: pb.Entry_DELEGATION, Key: rangeKey(r), Value: v}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	sh.mu.Lock()
+	sh.lastSeen[node] = time.Now()
+	sh.mu.Unlock()
+	c.afterDecision(node, rec)
+	return rec, nil
+}
+
+// reassign moves subnet id of sh from node from to node to (load
+// balancing), unless a decision for it is under way or it is no longer
+// delegated to from.
+func (c *coordinator) reassign(ctx context.Context, sh *shard, id subnet.ID, from, to peer.ID) (*pb.SignedRecord, error) {
+	r := c.tree.Range(id)
+	fk := string(rangeKey(r))
+	f, first := sh.join(fk)
+	if !first {
+		return nil, fmt.Errorf("%w: %s is being decided", ErrUnavailable, r)
+	}
+	defer sh.land(fk, f)
+	sr, d, ok, err := c.lookup(sh, r)
+	if err != nil {
+		f.err = err
+		return nil, err
+	}
+	if !ok || d.Orphaned || d.Node != from {
+		f.err = fmt.Errorf("%w: %s is not delegated to %s", ErrNotFound, r, from)
+		return nil, f.err
+	}
+	if to == from {
+		f.rec = sr
+		return sr, nil
+	}
+	f.rec, f.err = c.record(ctx, sh, id, to, d.URL, d.Addr, false)
+	if f.err == nil {
+		c.log.Info("subnet reassigned", "subnet", r.String(), "from", from, "to", to)
+	}
+	return f.rec, f.err
+}
+
+// orphan marks d's subnet orphaned and hands it back to the delegation
+// procedure with its node and the silent ones excluded; reason says why
+// ("orphaned": silent past the liveness timeout; "convicted": by audits).
+func (c *coordinator) orphan(ctx context.Context, sh *shard, d Delegation, silent []peer.ID, reason string) error {
+	id, ok := c.tree.Find(d.Subnet)
+	if !ok {
+		return nil
+	}
+	_, err := c.write(ctx, sh, 1, func(_ int, epoch, seq uint64) (*pb.Entry, error) {
+		rec, err := signRecord(c.sk, &pb.Record{
+			Kind: pb.Record_DELEGATION, Snapshot: c.sid[:], Subnet: rangeToPB(d.Subnet),
+			Org: d.Org, Node: []byte(d.Node), Epoch: epoch, Seq: seq,
+			DecidedMs: time.Now().UnixMilli(), Url: d.URL, Addr: addrBytes(d.Addr), Orphaned: true,
+		})
+		if err != nil {
+			return nil, err
+		}
+		v, err := proto.Marshal(rec)
+		return &pb.Entry{Kind: pb.Entry_DELEGATION, Key: rangeKey(d.Subnet), Value: v}, err
+	})
+	if err != nil {
+		return err
+	}
+	c.log.Info("subnet orphaned", "subnet", d.Subnet.String(), "peer", d.Node, "reason", reason)
+	// Fresh probes: the stored ones may name nodes that died with this one
+	// (a failed probe counts as infinite, a stored one does not).
+	exclude := append([]peer.ID{d.Node}, silent...)
+	_, err = c.decide(sh, DelegateRequest{Subnet: id, Addr: d.Addr, URL: d.URL, From: c.self, Exclude: exclude,
+		Reason: reason, Fresh: time.Now()}, false)
+	return err
+}
+
+func addrBytes(a netip.Addr) []byte {
+	if !a.IsValid() {
+		return nil
+	}
+	return a.AsSlice()
+}
+
+// afterDecision queues the notices a new delegation causes: the delegated
+// node is told, the organisation shard and the block shards above the
+// subnet's shard index it, and the record is published in the DHT. Queues are bounded; a full queue drops the notice
+// (the heartbeat reconciles assignments, and the org index is refreshed by
+// the next decision in the organisation).
+func (c *coordinator) afterDecision(node peer.ID, rec *pb.SignedRecord) {
+	rtt, r := c.wonRTT(node, rec)
+	if node == c.self {
+		c.o.noteAssigned(rec)
+		c.o.noteWonRTT(r, rtt)
+	} else {
+		select {
+		case c.assignQ <- assignJob{node, rec, rtt}:
+		default:
+			c.log.Warn("assign queue full; notice dropped", "peer", node)
+		}
+	}
+	select {
+	case c.orgQ <- rec:
+	default:
+		c.log.Warn("organisation index queue full; update dropped")
+	}
+	select {
+	case c.blockQ <- rec:
+	default:
+		c.log.Warn("block index queue full; update dropped")
+	}
+	if c.cfg.publish {
+		select {
+		case c.pubQ <- rec:
+		default:
+			c.log.Debug("record publish queue full; record not published")
+		}
+	}
+}
+
+// wonRTT returns node's latest successful stored probe of the subnet rec
+// delegates (0 when there is none), and the subnet.
+func (c *coordinator) wonRTT(node peer.ID, sr *pb.SignedRecord) (time.Duration, subnet.Range) {
+	rec, err := recordOf(sr)
+	if err != nil {
+		return 0, subnet.Range{}
+	}
+	d := delegationFrom(rec)
+	id, ok := c.tree.Find(d.Subnet)
+	if !ok {
+		return 0, d.Subnet
+	}
+	var best ProbeResult
+	for _, pr := range c.probesOf(c.rangeShard(id).key(c.sid), d.Subnet, 0) {
+		if pr.Peer == node && pr.RTT > 0 && pr.At.After(best.At) {
+			best = pr
+		}
+	}
+	return best.RTT, d.Subnet
+}

@@ -1,0 +1,172 @@
+// Who coordinates a shard: the cached, shared DHT lookups of the peers
+// closest to a shard key.
+
+package overlay
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	kb "github.com/libp2p/go-libp2p-kbucket"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+type closestEntry struct {
+	peers []peer.ID
+	at    time.Time
+}
+
+// closestPeers returns the live peers closest to key, self included, nearest
+// first. The slice is shared with the cache and other callers: read it, do
+// not change it. Lists are cached for the configured TTL; refresh forces a lookup.
+// Concurrent lookups of one key share one DHT lookup: a coordinator asked
+// by many joining nodes at once, or a node whose requests, heartbeats and
+// maintenance want the same shard, pays for one.
+func (c *coordinator) closestPeers(ctx context.Context, key [32]byte, refresh bool) []peer.ID {
+	c.mu.Lock()
+	e, ok := c.closest[key]
+	if ok && !refresh && time.Since(e.at) >= c.cfg.closestTTL && !c.refreshing[key] && c.o.ctx.Err() == nil {
+		// Stale: answer from the cache and refresh in the background, so
+		// that requests never wait on a DHT lookup the cache can stand in
+		// for.
+		select {
+		case c.refreshQ <- key:
+			c.refreshing[key] = true
+		default: // the refresher is busy; a later request asks again
+		}
+	}
+	if ok && !refresh {
+		c.mu.Unlock()
+		return e.peers
+	}
+	f, running := c.lookups[key]
+	if !running {
+		if c.stopped {
+			c.mu.Unlock()
+			return c.nearest(key, nil)
+		}
+		f = &lookupFlight{done: make(chan struct{})}
+		c.lookups[key] = f
+		// On the overlay's lifetime: the callers that join this lookup
+		// must not lose it when the first one gives up. Started under
+		// c.mu, so that stop cannot begin waiting before it is counted.
+		c.lookupWG.Go(func() {
+			f.peers = c.lookupClosest(key, e.peers)
+			c.mu.Lock()
+			delete(c.lookups, key)
+			c.mu.Unlock()
+			close(f.done)
+		})
+	}
+	c.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.peers
+	case <-ctx.Done():
+		if ok {
+			return e.peers
+		}
+		return c.nearest(key, nil)
+	}
+}
+
+// lookupFlight is one DHT lookup of a key that concurrent callers share.
+type lookupFlight struct {
+	done  chan struct{}
+	peers []peer.ID
+}
+
+// lookupClosest runs a DHT lookup of key, caches and returns its answer
+// (old, the cached list, if it fails and finds nothing).
+func (c *coordinator) lookupClosest(key [32]byte, old []peer.ID) []peer.ID {
+	c.o.stats.lookups.Add(1)
+	lctx, cancel := context.WithTimeout(c.o.ctx, 20*time.Second)
+	found, err := c.o.dht.GetClosestPeers(lctx, string(key[:]))
+	cancel()
+	if err != nil && len(found) == 0 {
+		c.log.Debug("closest peers lookup failed", "error", err)
+		if len(old) > 0 {
+			return old
+		}
+	}
+	peers := c.nearest(key, found)
+	c.mu.Lock()
+	c.closest[key] = closestEntry{peers: peers, at: time.Now()}
+	c.mu.Unlock()
+	return peers
+}
+
+// nearest joins found with this node and the routing table's nearest peers
+// to key, nearest first, at most 20: in a small or young overlay a lookup
+// can miss a peer that timed out once, and peers that disagree about the
+// closest peer bounce requests between them.
+func (c *coordinator) nearest(key [32]byte, found []peer.ID) []peer.ID {
+	peers := append(slices.Clone(found), c.self)
+	peers = append(peers, c.o.dht.RoutingTable().NearestPeers(kb.ConvertKey(string(key[:])), c.cfg.replication)...)
+	peers = kb.SortClosestPeers(dedupe(peers), kb.ConvertKey(string(key[:])))
+	if len(peers) > 20 {
+		peers = peers[:20]
+	}
+	return peers
+}
+
+// refresher runs the background lookups closestPeers queues, until ctx is
+// done.
+func (c *coordinator) refresher(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case key := <-c.refreshQ:
+			c.closestPeers(ctx, key, true)
+			c.mu.Lock()
+			delete(c.refreshing, key)
+			c.mu.Unlock()
+		}
+	}
+}
+
+// forget drops p from every cached closest list (it did not answer).
+func (c *coordinator) forget(p peer.ID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.closest {
+		if i := slices.Index(e.peers, p); i >= 0 {
+			e.peers = slices.Delete(slices.Clone(e.peers), i, i+1)
+			c.closest[k] = e
+		}
+	}
+}
+
+func dedupe(ps []peer.ID) []peer.ID {
+	seen := map[peer.ID]bool{}
+	out := ps[:0]
+	for _, p := range ps {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// plausible reports whether p may write to the shard with key: it must be
+// among the first 2×replication peers this node knows closest to the key
+// (twice the set, to tolerate views that differ by a few peers). It keeps
+// arbitrary peers from overwriting or freezing shard state; a peer that
+// chose an id close to a key is Kademlia's Sybil problem, not solved here.
+func (c *coordinator) plausible(ctx context.Context, key [32]byte, p peer.ID) bool {
+	peers := c.closestPeers(ctx, key, false)
+	n := min(len(peers), 2*c.cfg.replication)
+	if slices.Contains(peers[:n], p) {
+		return true
+	}
+	// The cached view may predate p's arrival: look again once.
+	peers = c.closestPeers(ctx, key, true)
+	return slices.Contains(peers[:min(len(peers), 2*c.cfg.replication)], p)
+}
+
+func (c *coordinator) addrInfo(p peer.ID) peer.AddrInfo {
+	return peer.AddrInfo{ID: p, Addrs: c.o.h.Peerstore().Addrs(p)}
+}

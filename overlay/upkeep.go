@@ -1,0 +1,320 @@
+// The coordinator's loops: notices after decisions, maintenance (takeovers,
+// handovers, replica pushes) and liveness.
+
+package overlay
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/overlay/pb"
+)
+
+type assignJob struct {
+	to  peer.ID
+	rec *pb.SignedRecord
+	rtt time.Duration // to's stored probe of the subnet, 0 when none
+}
+
+// notifier sends queued notices until ctx is done. Each kind has its own
+// loop, so that a slow kind cannot hold back another: an organisation
+// update to a dead organisation coordinator retries for seconds and a DHT
+// put may take 30 s, while a crawler given an orphaned subnet must hear of
+// it at once. Assignments go out from a few loops, to several crawlers at
+// a time.
+func (c *coordinator) notifier(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range assignWorkers {
+		wg.Go(func() { c.assignLoop(ctx) })
+	}
+	wg.Go(func() { c.indexLoop(ctx) })
+	wg.Go(func() { c.publishLoop(ctx) })
+	wg.Wait()
+}
+
+// assignWorkers is how many ASSIGN notices are in flight at once.
+const assignWorkers = 4
+
+func (c *coordinator) assignLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-c.assignQ:
+			m := newMsg(pb.Message_ASSIGN)
+			m.Assign = &pb.Assign{Record: j.rec, RttMicros: j.rtt.Microseconds()}
+			retry(ctx, 3, time.Second, func() error {
+				c.o.stats.requests.Add(1)
+				_, err := c.o.request(ctx, j.to, coordSpec, m, pb.Message_OK)
+				return err
+			})
+		}
+	}
+}
+
+// indexLoop sends decisions to their organisation and block shards.
+func (c *coordinator) indexLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case rec := <-c.orgQ:
+			r, err := openRecord(c.sid, rec)
+			if err != nil || r.GetOrg() == "" {
+				continue
+			}
+			m := newMsg(pb.Message_ORG_UPDATE)
+			m.OrgUpdate = &pb.OrgUpdate{Snapshot: c.sid[:], Org: r.GetOrg(), Record: rec}
+			retry(ctx, 3, time.Second, func() error {
+				_, err := c.o.askCoordinator(ctx, orgShard(r.GetOrg()), m, pb.Message_OK)
+				return err
+			})
+		case rec := <-c.blockQ:
+			c.indexInBlocks(ctx, rec)
+		}
+	}
+}
+
+// publishLoop puts delegation records into the DHT.
+func (c *coordinator) publishLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case rec := <-c.pubQ:
+			r, err := openRecord(c.sid, rec)
+			if err != nil {
+				continue
+			}
+			rg, _ := rangeFromPB(r.GetSubnet())
+			v, err := proto.Marshal(rec)
+			if err != nil {
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if err := c.o.dht.PutValue(pctx, DelegationKey(c.sid, rg), v); err != nil {
+				c.log.Debug("publishing delegation record failed", "error", err)
+			}
+			cancel()
+		}
+	}
+}
+
+func retry(ctx context.Context, n int, wait time.Duration, f func() error) {
+	for i := range n {
+		if f() == nil {
+			return
+		}
+		if i == n-1 {
+			return
+		}
+		t := time.NewTimer(wait + time.Duration(rand.Int64N(int64(wait))))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+// maintain runs one round of shard upkeep: ownership checks, takeovers,
+// replica pushes and liveness.
+func (c *coordinator) maintain(ctx context.Context) {
+	for _, sh := range c.heldShards() {
+		if ctx.Err() != nil {
+			return
+		}
+		peers := c.closestPeers(ctx, sh.key, true)
+		closest := peers[0] == c.self
+		sh.mu.Lock()
+		owned, dirty, prev := sh.owned, sh.dirty, sh.replicas
+		hasState := sh.meta.GetEpoch() > 0
+		if owned && !closest {
+			sh.owned = false
+			sh.handover = handoverRounds
+			c.log.Info("shard handed over to a closer peer", "shard", sh.ref.String(), "peer", peers[0])
+		}
+		handover := sh.handover > 0 && !closest
+		sh.mu.Unlock()
+		switch {
+		case handover:
+			c.handOver(ctx, sh, peers[0])
+			continue
+		case !owned && closest && hasState:
+			if err := c.claim(ctx, sh, peers); err != nil {
+				c.log.Debug("takeover failed", "shard", sh.ref.String(), "error", err)
+				continue
+			}
+			dirty = true
+		case !owned:
+			continue
+		}
+		// The replicas that hold the state: those it was pushed to now,
+		// and those that held it already. A failed one is left out, so
+		// that the next round pushes the whole state to it again.
+		var stored []peer.ID
+		lost := false
+		for _, p := range c.replicaSet(peers) {
+			if p == c.self || (!dirty && slices.Contains(prev, p)) {
+				stored = append(stored, p)
+				continue
+			}
+			err := c.pushAll(ctx, p, sh)
+			if errors.Is(err, ErrStaleEpoch) {
+				lost = true
+				break
+			}
+			if err != nil {
+				c.log.Debug("replica push failed", "peer", p, "error", err)
+				continue
+			}
+			stored = append(stored, p)
+		}
+		sh.mu.Lock()
+		if lost {
+			sh.owned = false // a replica promised a newer claimer
+			sh.mu.Unlock()
+			continue
+		}
+		sh.replicas = stored
+		sh.dirty = false
+		sh.mu.Unlock()
+		if sh.ref.kind == pb.ShardRef_RANGE {
+			c.checkLiveness(ctx, sh)
+		}
+	}
+}
+
+// handoverRounds bounds the maintenance rounds in which a node that
+// coordinated a shard offers its state to the peer that took it over.
+const handoverRounds = 20
+
+// handOver pushes sh's whole state to to, the closer peer that took the
+// shard over, until it stored or merged it. The closer peer syncs from its
+// replica set when it claims, but this node need not be in that set: after
+// a partition, each side's coordinator holds decisions the other never saw,
+// and a single lost push would lose them for good.
+func (c *coordinator) handOver(ctx context.Context, sh *shard, to peer.ID) {
+	err := c.pushAll(ctx, to, sh)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	switch {
+	case err == nil || errors.Is(err, ErrStaleEpoch): // stored, or merged under its newer epoch
+		sh.handover = 0
+	default:
+		sh.handover--
+		if sh.handover == 0 {
+			c.log.Warn("handing a shard over failed", "shard", sh.ref.String(), "peer", to, "error", err)
+		} else {
+			c.log.Debug("handover push failed", "peer", to, "error", err)
+		}
+	}
+}
+
+// checkLiveness orphans subnets whose node has been silent past the
+// liveness timeout, or was convicted by audits, and re-delegates them, at
+// most 64 per round.
+func (c *coordinator) checkLiveness(ctx context.Context, sh *shard) {
+	now := time.Now()
+	convicted := c.convicted()
+	var dead []Delegation
+	_ = c.st.scan(sh.key, pb.Entry_DELEGATION, func(e *pb.Entry) bool {
+		d, err := c.entryDelegation(e)
+		// This node is alive as long as it runs this; it gives its own
+		// subnets away only when its audits convicted it (its crawler
+		// or its network alters pages).
+		if err != nil || d.Orphaned || (d.Node == c.self && !convicted[c.self]) {
+			return true
+		}
+		sh.mu.Lock()
+		seen, ok := sh.lastSeen[d.Node]
+		sh.mu.Unlock()
+		if !ok || seen.Before(d.Decided) {
+			seen = d.Decided
+		}
+		if now.Sub(seen) > c.cfg.liveness || convicted[d.Node] {
+			dead = append(dead, d)
+		}
+		return len(dead) < 64
+	})
+	// Each re-delegation runs a search with probes (seconds); a dead node
+	// may have held dozens of subnets of the shard, so they run side by
+	// side, a few at a time, and all of them within one round.
+	// Every node found silent is kept out of every one of these decisions:
+	// two nodes that died together must not be given each other's
+	// subnets (a stored probe of a dead node still looks good).
+	var silent []peer.ID
+	for _, d := range dead {
+		if !slices.Contains(silent, d.Node) {
+			silent = append(silent, d.Node)
+		}
+	}
+	sem := make(chan struct{}, orphanWorkers)
+	var wg sync.WaitGroup
+	for _, d := range dead {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			reason := "orphaned"
+			if convicted[d.Node] {
+				reason = "convicted"
+			}
+			if err := c.orphan(ctx, sh, d, silent, reason); err != nil {
+				c.log.Debug("re-delegating an orphaned subnet failed", "subnet", d.Subnet.String(), "error", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// orphanWorkers bounds the re-delegations of orphaned subnets one shard
+// runs at once.
+const orphanWorkers = 8
+
+// ownerEntries lists the subnets of sh delegated to p.
+func (c *coordinator) ownerEntries(sh *shard, p peer.ID) ([]*pb.Range, bool) {
+	var out []*pb.Range
+	truncated := false
+	_ = c.st.scan(sh.key, pb.Entry_DELEGATION, func(e *pb.Entry) bool {
+		d, err := c.entryDelegation(e)
+		if err != nil || d.Node != p || d.Orphaned {
+			return true
+		}
+		if len(out) >= maxHeartbeatList {
+			truncated = true
+			return false
+		}
+		out = append(out, rangeToPB(d.Subnet))
+		return true
+	})
+	return out, truncated
+}
+
+// hintAddrs decodes the addresses of a redirect hint, at most 8.
+func hintAddrs(h *pb.PeerHint) []ma.Multiaddr {
+	var out []ma.Multiaddr
+	for _, b := range h.GetAddrs() {
+		if len(out) >= 8 {
+			break
+		}
+		if a, err := ma.NewMultiaddrBytes(b); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
