@@ -127,7 +127,7 @@ func StartIndexer(ctx context.Context, cfg IndexerConfig) (x *Indexer, err error
 	if err != nil {
 		return x, err
 	}
-	o, err := overlay.New(h, tree, db, append([]overlay.Option{overlay.WithDelegator(del), overlay.ResultsValidator(results.CheckEnvelope),
+	o, err := overlay.New(h, tree, db, append([]overlay.Option{overlay.WithDelegator(del),
 		overlay.WithEvidenceOpener(overlay.EvidenceOpenerFunc(results.OpenEvidence)),
 		overlay.Announce(5*time.Minute, true), overlay.BootstrapPeers(cfg.Bootstrap), overlay.Logger(log.With("subsystem", "overlay"))}, cfg.Overlay...)...)
 	if err != nil {

@@ -292,7 +292,6 @@ func (n *Node) build() error {
 		overlay.WithLoad(n.load), overlay.BootstrapPeers(n.peers), overlay.ProbeWindows(sched, 20*time.Second),
 		// Result batches are verified (signature, sizes) before this node
 		// relays them, as indexers do.
-		overlay.ResultsValidator(results.CheckEnvelope),
 		// Audits: this node judges records of the shards it coordinates
 		// and refetches pages for other coordinators.
 		overlay.WithEvidenceOpener(overlay.EvidenceOpenerFunc(results.OpenEvidence)),

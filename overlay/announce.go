@@ -54,19 +54,6 @@ func (o *Overlay) validateAnnounce(ctx context.Context, from peer.ID, m *pubsub.
 	return pubsub.ValidationAccept
 }
 
-func (o *Overlay) validateResults(ctx context.Context, from peer.ID, m *pubsub.Message) pubsub.ValidationResult {
-	if len(m.GetData()) == 0 {
-		return pubsub.ValidationReject
-	}
-	if o.cfg.resultsCheck != nil {
-		if err := o.cfg.resultsCheck(m.GetData()); err != nil {
-			o.log.Debug("result batch rejected", "peer", from, "error", err)
-			return pubsub.ValidationReject
-		}
-	}
-	return pubsub.ValidationAccept
-}
-
 func (o *Overlay) readAnnouncements(sub *pubsub.Subscription) {
 	defer sub.Cancel()
 	for {

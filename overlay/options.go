@@ -14,37 +14,36 @@ import (
 type Option func(*config) error
 
 type config struct {
-	log          *slog.Logger
-	prober       Prober
-	delegator    Delegator
-	forward      ForwardHandler
-	ack          AckHandler
-	load         LoadFunc
-	anchorDepth  int
-	replication  int
-	heartbeat    time.Duration
-	liveness     time.Duration
-	maintain     time.Duration
-	closestTTL   time.Duration
-	cacheSize    int
-	cacheTTL     time.Duration
-	divPerCpl    int
-	divPerTable  int
-	bootstrap    []peer.AddrInfo
-	publish      bool
-	announce     time.Duration
-	indexer      bool
-	resultsCheck func([]byte) error
-	ownAddr      netip.Addr
-	probeSched   ProbeSchedule
-	probeWait    time.Duration
-	redelegate   time.Duration
-	orgPublish   time.Duration
-	orgRefresh   time.Duration
-	rateLimits   *rateLimits // per-peer budgets of probe and forward requests (ratelimit.go)
-	audit        AuditConfig // how audits judge and convict (audit.go)
-	evidence     EvidenceOpener
-	refetcher    Refetcher
+	log         *slog.Logger
+	prober      Prober
+	delegator   Delegator
+	forward     ForwardHandler
+	ack         AckHandler
+	load        LoadFunc
+	anchorDepth int
+	replication int
+	heartbeat   time.Duration
+	liveness    time.Duration
+	maintain    time.Duration
+	closestTTL  time.Duration
+	cacheSize   int
+	cacheTTL    time.Duration
+	divPerCpl   int
+	divPerTable int
+	bootstrap   []peer.AddrInfo
+	publish     bool
+	announce    time.Duration
+	indexer     bool
+	ownAddr     netip.Addr
+	probeSched  ProbeSchedule
+	probeWait   time.Duration
+	redelegate  time.Duration
+	orgPublish  time.Duration
+	orgRefresh  time.Duration
+	rateLimits  *rateLimits // per-peer budgets of probe and forward requests (ratelimit.go)
+	audit       AuditConfig // how audits judge and convict (audit.go)
+	evidence    EvidenceOpener
+	refetcher   Refetcher
 }
 
 func defaultConfig() config {
@@ -229,13 +228,6 @@ func Announce(every time.Duration, indexer bool) Option {
 		c.announce, c.indexer = every, indexer
 		return nil
 	}
-}
-
-// ResultsValidator sets the check applied to every message on TopicResults
-// before it is accepted and relayed (issue 7 verifies batch signatures).
-// Without one, messages are only checked for size.
-func ResultsValidator(f func(data []byte) error) Option {
-	return func(c *config) error { c.resultsCheck = f; return nil }
 }
 
 // OwnAddress is the address this node crawls from (its public address, or

@@ -43,7 +43,6 @@ type Overlay struct {
 	dht      *dht.IpfsDHT
 	ps       *pubsub.PubSub
 	announce *pubsub.Topic
-	results  *pubsub.Topic
 	coord    *coordinator
 	cache    *cache
 	// orgValidator checks organisation records read back from the DHT.
@@ -181,13 +180,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	if err := o.ps.RegisterTopicValidator(TopicAnnounce, o.validateAnnounce); err != nil {
 		return nil, err
 	}
-	if err := o.ps.RegisterTopicValidator(TopicResults, o.validateResults); err != nil {
-		return nil, err
-	}
 	if o.announce, err = o.ps.Join(TopicAnnounce); err != nil {
-		return nil, err
-	}
-	if o.results, err = o.ps.Join(TopicResults); err != nil {
 		return nil, err
 	}
 	if o.coord, err = newCoordinator(o); err != nil {
@@ -334,10 +327,8 @@ func (o *Overlay) Close() error {
 			o.coord.stop()
 		}
 		var errs []error
-		for _, t := range []*pubsub.Topic{o.announce, o.results} {
-			if t != nil {
-				errs = append(errs, t.Close())
-			}
+		if o.announce != nil {
+			errs = append(errs, o.announce.Close())
 		}
 		o.netCancel()
 		if o.dht != nil {
@@ -805,9 +796,4 @@ func (o *Overlay) Ack(ctx context.Context, p peer.ID, batches []BatchRef) error 
 	o.stats.requests.Add(1)
 	_, err := o.request(ctx, p, ackSpec, req, pb.Message_OK)
 	return err
-}
-
-// PublishResults publishes data on TopicResults.
-func (o *Overlay) PublishResults(ctx context.Context, data []byte) error {
-	return o.results.Publish(ctx, data)
 }

@@ -37,9 +37,6 @@ const (
 // Pubsub topics. Topics carry a version; a breaking change of a payload gets
 // a new topic.
 const (
-	// TopicResults carries result batches to indexers (issue 7 defines the
-	// payload and may add sharded topics "/micra/results/<shard>/1").
-	TopicResults = "/micra/results/1"
 	// TopicAnnounce carries node announcements (pb.Announce).
 	TopicAnnounce = "/micra/announce/1"
 )

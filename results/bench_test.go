@@ -178,7 +178,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 }
 
 func benchEndToEnd(b *testing.B, size int) {
-	n, ixn := newTNode(b, nil, 0, nil, nil), newTNode(b, nil, 1, nil, indexerDB(b), overlay.ResultsValidator(CheckEnvelope))
+	n, ixn := newTNode(b, nil, 0, nil, nil), newTNode(b, nil, 1, nil, indexerDB(b))
 	join(b, n, ixn)
 	var mu sync.Mutex
 	stored := map[uint64]time.Time{}

@@ -131,18 +131,8 @@ func (p *Part) Parts() int { return len(p.Header.PartHashes) }
 // Created returns the batch's creation time.
 func (p *Part) Created() time.Time { return time.UnixMilli(p.Header.CreatedMs) }
 
-// CheckEnvelope verifies one message of a result topic against the default
-// message limit and the current time: schema, sizes, the signature by the
-// node the header names, and the hash of the part carried. It is meant for
-// overlay.ResultsValidator, so that forged and tampered messages are
-// neither delivered nor relayed.
-func CheckEnvelope(data []byte) error {
-	_, err := OpenEnvelope(data, DefaultMessageLimit, time.Now())
-	return err
-}
-
 // OpenEnvelope decodes and verifies one result message of at most limit
-// bytes (see CheckEnvelope); now bounds the creation time (at most 10 min
+// bytes; now bounds the creation time (at most 10 min
 // in the future). It accepts untrusted input.
 func OpenEnvelope(data []byte, limit int, now time.Time) (*Part, error) {
 	if len(data) > limit {

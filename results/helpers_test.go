@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -130,7 +131,24 @@ type tnode struct {
 	o    *overlay.Overlay
 	db   *badger.DB
 	acks *ackSwitch
+	raw  *pubsub.Topic // see publishRaw
 	once sync.Once
+}
+
+// publishRaw publishes data on TopicResults from n as it is, joining the
+// topic (with no validator of n's own, unless n's outbox joined it first)
+// for the rest of the test.
+func (n *tnode) publishRaw(t testing.TB, data []byte) error {
+	t.Helper()
+	if n.raw == nil {
+		tp, release, err := joinTopic(n.o.PubSub(), TopicResults, nil)
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { _ = release() })
+		n.raw = tp
+	}
+	return n.raw.Publish(t.Context(), data)
 }
 
 func (n *tnode) stop() {

@@ -112,10 +112,10 @@ const (
 )
 
 // NewIndexer starts the indexer on o, storing into x; db is the database x
-// and o use (the replay table lives under Prefix). For one shard (the
-// default) it reads overlay.TopicResults, whose pubsub validator the node
-// should set to CheckEnvelope (overlay.ResultsValidator); for more it
-// joins the shards' topics with its own validator. It announces itself at
+// and o use (the replay table lives under Prefix). It joins the topics of
+// the shards it takes (Topic) with a validator that refuses what
+// OpenEnvelope refuses, so that forged and tampered messages are neither
+// delivered nor relayed. It announces itself at
 // once and then every AnnounceEvery. The caller owns o, x and db and closes
 // them after Close.
 func NewIndexer(o *overlay.Overlay, x *index.Index, db *badger.DB, opts ...Option) (ix *Indexer, err error) {
@@ -134,29 +134,21 @@ func NewIndexer(o *overlay.Overlay, x *index.Index, db *badger.DB, opts ...Optio
 		}
 	}()
 	ps := o.PubSub()
-	if ix.cfg.shards == 1 {
-		sub, err := o.SubscribeResults(pubsub.WithBufferSize(subBuffer))
+	for s := range ix.cfg.shards {
+		if ix.take != nil && !ix.take[s] {
+			continue
+		}
+		name := Topic(s, ix.cfg.shards)
+		t, rel, err := joinTopic(ps, name, resultValidator(&ix.cfg, func() { ix.stats.rejected.Add(1) }))
 		if err != nil {
-			return nil, fmt.Errorf("results: subscribing to %s: %w", overlay.TopicResults, err)
+			return nil, fmt.Errorf("results: joining %s: %w", name, err)
+		}
+		ix.release = append(ix.release, rel)
+		sub, err := t.Subscribe(pubsub.WithBufferSize(subBuffer))
+		if err != nil {
+			return nil, fmt.Errorf("results: subscribing to %s: %w", name, err)
 		}
 		ix.subs = append(ix.subs, sub)
-	} else {
-		for s := range ix.cfg.shards {
-			if ix.take != nil && !ix.take[s] {
-				continue
-			}
-			name := Topic(s, ix.cfg.shards)
-			t, rel, err := joinTopic(ps, name, resultValidator(&ix.cfg))
-			if err != nil {
-				return nil, fmt.Errorf("results: joining %s: %w", name, err)
-			}
-			ix.release = append(ix.release, rel)
-			sub, err := t.Subscribe(pubsub.WithBufferSize(subBuffer))
-			if err != nil {
-				return nil, fmt.Errorf("results: subscribing to %s: %w", name, err)
-			}
-			ix.subs = append(ix.subs, sub)
-		}
 	}
 	t, rel, err := joinTopic(ps, TopicIndexers, announceValidator(&ix.cfg))
 	if err != nil {

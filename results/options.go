@@ -179,7 +179,7 @@ func Clock(now func() time.Time) Option {
 }
 
 // Shards sets the number of result shards, network-wide (default 1: one
-// topic, overlay.TopicResults). A record's shard is ShardOf its URL's host.
+// topic, TopicResults). A record's shard is ShardOf its URL's host.
 // Nodes and indexers must agree; an indexer ignores announcements and
 // refuses batches of another count. Outbox and Indexer.
 func Shards(n int) Option {

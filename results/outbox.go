@@ -292,20 +292,16 @@ func (ob *Outbox) start(o *overlay.Overlay) (err error) {
 		}
 	}()
 	ps := o.PubSub()
-	if ob.cfg.shards == 1 {
-		ob.publish = func(ctx context.Context, _ uint32, data []byte) error { return o.PublishResults(ctx, data) }
-	} else {
-		topics := make([]*pubsub.Topic, ob.cfg.shards)
-		for s := range ob.cfg.shards {
-			t, rel, err := joinTopic(ps, Topic(s, ob.cfg.shards), resultValidator(&ob.cfg))
-			if err != nil {
-				return fmt.Errorf("results: joining %s: %w", Topic(s, ob.cfg.shards), err)
-			}
-			ob.release = append(ob.release, rel)
-			topics[s] = t
+	topics := make([]*pubsub.Topic, ob.cfg.shards)
+	for s := range ob.cfg.shards {
+		t, rel, err := joinTopic(ps, Topic(s, ob.cfg.shards), resultValidator(&ob.cfg, nil))
+		if err != nil {
+			return fmt.Errorf("results: joining %s: %w", Topic(s, ob.cfg.shards), err)
 		}
-		ob.publish = func(ctx context.Context, shard uint32, data []byte) error { return topics[shard].Publish(ctx, data) }
+		ob.release = append(ob.release, rel)
+		topics[s] = t
 	}
+	ob.publish = func(ctx context.Context, shard uint32, data []byte) error { return topics[shard].Publish(ctx, data) }
 	t, rel, err := joinTopic(ps, TopicIndexers, announceValidator(&ob.cfg))
 	if err != nil {
 		return fmt.Errorf("results: joining %s: %w", TopicIndexers, err)

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/protocol"
-
-	"github.com/micra-net/micra/overlay"
 )
 
 // Pubsub topics and the stream protocol of result delivery. Topics carry a
@@ -16,19 +14,23 @@ const (
 	// node subscribes to learn whom to expect acknowledgements from.
 	TopicIndexers = "/micra/indexers/1"
 
+	// TopicResults carries the signed result envelopes of an unsharded
+	// network; a sharded one has a topic per shard (Topic).
+	TopicResults = "/micra/results/1"
+
 	// CrawlID: crawl requests (seed URLs with a depth) to the node that
 	// owns their subnet. overlay's ForwardID carries URLs only; this
 	// carries WebRACE's full request.
 	CrawlID protocol.ID = "/micra/crawl/1.0.0"
 )
 
-// Topic returns the result topic of one shard: overlay.TopicResults when
+// Topic returns the result topic of one shard: TopicResults when
 // results are not sharded (shards == 1), "/micra/results/<shard>-of-<shards>/1"
 // otherwise. The shard count is in the name so that peers configured with
 // different counts never mix their shards.
 func Topic(shard, shards uint32) string {
 	if shards <= 1 {
-		return overlay.TopicResults
+		return TopicResults
 	}
 	return fmt.Sprintf("/micra/results/%d-of-%d/1", shard, shards)
 }

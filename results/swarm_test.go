@@ -19,7 +19,6 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/internal/p2ptest"
-	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/overlaytest"
 	"github.com/micra-net/micra/results/pb"
 )
@@ -65,7 +64,7 @@ func TestIndexerOfflineThenOnline(t *testing.T) {
 			}
 		}
 
-		ixn := newTNode(t, net, 3, nil, nil, overlay.ResultsValidator(CheckEnvelope))
+		ixn := newTNode(t, net, 3, nil, nil)
 		join(t, nodes[0], ixn)
 		ix := startIndexer(t, ixn)
 		waitFor(t, "every outbox to empty", func() bool {
@@ -164,7 +163,7 @@ func TestForgedBatchesRejected(t *testing.T) {
 		produce(t, ob, 1, 1, 5)
 		waitFor(t, "both forgeries to be rejected", func() bool {
 			for _, m := range msgs {
-				if err := rogue.o.PublishResults(t.Context(), m); err != nil {
+				if err := rogue.publishRaw(t, m); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -188,13 +187,13 @@ func TestForgedBatchesRejected(t *testing.T) {
 		}
 		m := envs(t, genuine)[0]
 		waitFor(t, "the genuine batch", func() bool {
-			if err := victim.o.PublishResults(t.Context(), m); err != nil {
+			if err := victim.publishRaw(t, m); err != nil {
 				t.Fatal(err)
 			}
 			return ix.Stats().Batches == 2
 		})
 		waitFor(t, "the replay", func() bool {
-			if err := rogue.o.PublishResults(t.Context(), m); err != nil {
+			if err := rogue.publishRaw(t, m); err != nil {
 				t.Fatal(err)
 			}
 			return ix.Stats().Duplicates >= 1
@@ -358,7 +357,7 @@ func TestCrawlerToIndexer(t *testing.T) {
 		fmt.Fprintf(w, "<html><title>Lighthouse %d</title><body>Keeper's logbook entry zebra%d. <a href=\"/p%d\">next</a></body></html>", i, i, (i+1)%pages)
 	}))
 	defer srv.Close()
-	n, ixn := newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil, overlay.ResultsValidator(CheckEnvelope))
+	n, ixn := newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil)
 	join(t, n, ixn)
 	ix := startIndexer(t, ixn)
 	ob := startOutbox(t, n, n.db)

@@ -78,13 +78,16 @@ func joinTopic(ps *pubsub.PubSub, name string, v pubsub.ValidatorEx) (t *pubsub.
 	return jt.t, release, nil
 }
 
-// resultValidator rejects result messages that CheckEnvelope refuses, with
-// the given message limit.
-func resultValidator(c *config) pubsub.ValidatorEx {
+// resultValidator rejects result messages that OpenEnvelope refuses with
+// the configured message limit, calling rejected (when not nil) for each.
+func resultValidator(c *config, rejected func()) pubsub.ValidatorEx {
 	return func(ctx context.Context, from peer.ID, m *pubsub.Message) pubsub.ValidationResult {
 		p, err := OpenEnvelope(m.GetData(), c.limit, c.now())
 		if err != nil {
 			c.log.Debug("result message rejected", "peer", from, "error", err)
+			if rejected != nil {
+				rejected()
+			}
 			return pubsub.ValidationReject
 		}
 		m.ValidatorData = p

@@ -482,7 +482,7 @@ func (r *indexerRig) start() {
 			peers = append(peers, *ai)
 		}
 	}
-	if r.o, err = overlay.New(r.h, r.c.tree, r.db, overlay.WithDelegator(del), overlay.ResultsValidator(results.CheckEnvelope),
+	if r.o, err = overlay.New(r.h, r.c.tree, r.db, overlay.WithDelegator(del),
 		overlay.Announce(2*time.Second, true), overlay.BootstrapPeers(peers), overlay.Cache(4096, time.Second),
 		// The indexer coordinates shards like any peer: it must orphan
 		// silent crawlers on the nodes' schedule (their --liveness).
