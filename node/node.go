@@ -288,7 +288,7 @@ func (n *Node) build() error {
 	}
 	oopts := []overlay.Option{
 		overlay.WithDelegator(n.del), overlay.WithProber(overlay.ProberFunc(n.probe)),
-		overlay.WithForwardHandler(forwardHandler{n}), overlay.WithAckHandler(n.ob),
+		overlay.WithForwardHandler(forwardHandler{n}),
 		overlay.WithLoad(n.load), overlay.BootstrapPeers(n.peers), overlay.ProbeWindows(sched, 20*time.Second),
 		// Result batches are verified (signature, sizes) before this node
 		// relays them, as indexers do.

@@ -478,30 +478,6 @@ func (o *Overlay) handleForward(ctx context.Context, from peer.ID, req *pb.Messa
 	return m, nil
 }
 
-func (o *Overlay) handleAck(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
-	if o.cfg.ack == nil {
-		return nil, fmt.Errorf("%w: this node takes no acknowledgements", ErrUnavailable)
-	}
-	bs := req.GetAck().GetBatches()
-	if len(bs) == 0 || len(bs) > maxAckBatches {
-		return nil, fmt.Errorf("%w: %d batches", ErrTooLarge, len(bs))
-	}
-	refs := make([]BatchRef, 0, len(bs))
-	for _, b := range bs {
-		node, err := peer.IDFromBytes(b.GetNode())
-		if err != nil || len(b.GetDigest()) != 32 {
-			return nil, fmt.Errorf("%w: batch reference", ErrMalformed)
-		}
-		ref := BatchRef{Node: node, Seq: b.GetSeq()}
-		copy(ref.Digest[:], b.GetDigest())
-		refs = append(refs, ref)
-	}
-	if err := o.cfg.ack.HandleAck(ctx, from, refs); err != nil {
-		return nil, err
-	}
-	return newMsg(pb.Message_OK), nil
-}
-
 // serveReplicate handles REPLICATE (one answer) and SYNC (a stream of
 // SYNC_STATE frames).
 func (o *Overlay) serveReplicate() network.StreamHandler {

@@ -158,11 +158,10 @@ func TestHostilePeer(t *testing.T) {
 			ProbeID:      msg(pb.Message_PROBE, func(m *pb.Message) { m.Probe = &pb.Probe{Url: "http://127.2.20.9/"} }),
 			CoordinateID: msg(pb.Message_RESOLVE, func(m *pb.Message) { m.Resolve = &pb.Resolve{Snapshot: sid[:], Addr: addrs[0].AsSlice()} }),
 			ForwardID:    msg(pb.Message_FORWARD, func(m *pb.Message) { m.Forward = &pb.Forward{BatchId: make([]byte, 16), Urls: []string{"http://x/"}} }),
-			AckID:        msg(pb.Message_ACK, func(m *pb.Message) { m.Ack = &pb.Ack{} }),
 			ReplicateID:  msg(pb.Message_REPLICATE, func(m *pb.Message) { m.Replicate = &pb.Replicate{Snapshot: sid[:]} }),
 			AuditID:      msg(pb.Message_REFETCH, func(m *pb.Message) { m.Refetch = &pb.Refetch{Url: "http://127.2.20.9/"} }),
 		}
-		limits := map[protocol.ID]int{ProbeID: maxProbeMsg, CoordinateID: maxCoordMsg, ForwardID: maxForwardMsg, AckID: maxAckMsg,
+		limits := map[protocol.ID]int{ProbeID: maxProbeMsg, CoordinateID: maxCoordMsg, ForwardID: maxForwardMsg,
 			ReplicateID: maxReplicateMsg, AuditID: maxAuditMsg}
 		for id, m := range valid {
 			v2 := proto.Clone(m).(*pb.Message)

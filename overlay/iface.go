@@ -142,19 +142,6 @@ type ForwardHandler interface {
 	HandleForward(ctx context.Context, from peer.ID, urls []string) error
 }
 
-// BatchRef names one result batch acknowledged by an indexer.
-type BatchRef struct {
-	Node   peer.ID // the batch's author
-	Seq    uint64
-	Digest [32]byte // SHA-256 of the signed batch
-}
-
-// AckHandler receives indexers' acknowledgements of result batches (the
-// results outbox implements it). It must be safe for concurrent use.
-type AckHandler interface {
-	HandleAck(ctx context.Context, from peer.ID, batches []BatchRef) error
-}
-
 // LoadFunc reports this node's declared capacity and current load in pages
 // per day, sent with heartbeats and announcements.
 type LoadFunc func() (capacity, load uint64)

@@ -18,7 +18,6 @@ type config struct {
 	prober      Prober
 	delegator   Delegator
 	forward     ForwardHandler
-	ack         AckHandler
 	load        LoadFunc
 	anchorDepth int
 	replication int
@@ -96,12 +95,6 @@ func WithDelegator(d Delegator) Option {
 // one, forwards are refused with ErrUnavailable.
 func WithForwardHandler(f ForwardHandler) Option {
 	return func(c *config) error { c.forward = f; return nil }
-}
-
-// WithAckHandler sets the receiver of result acknowledgements. Without one,
-// acknowledgements are refused with ErrUnavailable.
-func WithAckHandler(a AckHandler) Option {
-	return func(c *config) error { c.ack = a; return nil }
 }
 
 // WithLoad sets the function reporting declared capacity and load.

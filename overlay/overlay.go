@@ -206,7 +206,6 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		pb.Message_BLOCK_QUERY:  o.handleBlockQuery,
 	}))
 	h.SetStreamHandler(ForwardID, o.serve(forwardSpec, map[pb.Message_Type]handler{pb.Message_FORWARD: o.handleForward}))
-	h.SetStreamHandler(AckID, o.serve(ackSpec, map[pb.Message_Type]handler{pb.Message_ACK: o.handleAck}))
 	h.SetStreamHandler(ReplicateID, o.serveReplicate())
 	h.SetStreamHandler(AuditID, o.serve(auditSpec, map[pb.Message_Type]handler{
 		pb.Message_AUDIT:   o.handleAudit,
@@ -318,7 +317,7 @@ func (o *Overlay) Tree() *subnet.Tree { return o.tree }
 // first result.
 func (o *Overlay) Close() error {
 	o.closeOnce.Do(func() {
-		for _, id := range []string{string(ProbeID), string(CoordinateID), string(ForwardID), string(AckID), string(ReplicateID), string(AuditID)} {
+		for _, id := range []string{string(ProbeID), string(CoordinateID), string(ForwardID), string(ReplicateID), string(AuditID)} {
 			o.h.RemoveStreamHandler(protocolID(id))
 		}
 		o.cancel()
@@ -781,19 +780,4 @@ func (o *Overlay) Forward(ctx context.Context, p peer.ID, id []byte, urls []stri
 		return false, err
 	}
 	return resp.GetForwardAck().GetDuplicate(), nil
-}
-
-// Ack acknowledges result batches to their author p (an indexer calls it).
-func (o *Overlay) Ack(ctx context.Context, p peer.ID, batches []BatchRef) error {
-	if len(batches) == 0 || len(batches) > maxAckBatches {
-		return fmt.Errorf("ack: %w: %d batches (1 to %d)", ErrTooLarge, len(batches), maxAckBatches)
-	}
-	req := newMsg(pb.Message_ACK)
-	req.Ack = &pb.Ack{}
-	for _, b := range batches {
-		req.Ack.Batches = append(req.Ack.Batches, &pb.BatchRef{Node: []byte(b.Node), Seq: b.Seq, Digest: b.Digest[:]})
-	}
-	o.stats.requests.Add(1)
-	_, err := o.request(ctx, p, ackSpec, req, pb.Message_OK)
-	return err
 }

@@ -19,8 +19,6 @@ const (
 	CoordinateID protocol.ID = "/micra/coordinate/1.0.0"
 	// ForwardID: batches of URLs to the node that owns their subnet.
 	ForwardID protocol.ID = "/micra/forward/1.0.0"
-	// AckID: an indexer acknowledges result batches to their author.
-	AckID protocol.ID = "/micra/ack/1.0.0"
 	// ReplicateID: a coordinator replicates shard state to the next
 	// closest peers, and a peer taking a shard over syncs its state.
 	ReplicateID protocol.ID = "/micra/replicate/1.0.0"
@@ -61,7 +59,6 @@ const (
 	maxProbeMsg     = 4 << 10   // one URL (browsers cap URLs near 2 KiB) and a result
 	maxCoordMsg     = 256 << 10 // a heartbeat answer lists up to 4096 subnets of ~40 bytes
 	maxForwardMsg   = 1 << 20   // up to maxForwardURLs URLs of up to maxURLLen bytes, typically far less
-	maxAckMsg       = 64 << 10  // up to maxAckBatches references of ~80 bytes
 	maxReplicateMsg = 2 << 20   // a chunk of up to maxEntriesPerMsg entries
 	maxAnnounceMsg  = 4 << 10   // a pb.Announce is ~60 bytes and up to 48 RTTs of ~45
 	maxRecordSize   = 64 << 10  // a DHT record: an org index of up to maxOrgEntries entries
@@ -69,7 +66,6 @@ const (
 
 	maxURLLen        = 2048
 	maxForwardURLs   = 1024
-	maxAckBatches    = 512
 	maxEntriesPerMsg = 1024
 	maxOrgEntries    = 512
 	maxHeartbeatList = 4096
@@ -94,7 +90,7 @@ const (
 	svcProbe      = "micra.probe"
 	svcCoordinate = "micra.coordinate"
 	svcForward    = "micra.forward"
-	svcAck        = "micra.ack"
+	svcAck        = "micra.ack" // results' acknowledgements (results.AckID); its limits are set here with the host's
 	svcReplicate  = "micra.replicate"
 	svcAudit      = "micra.audit"
 )

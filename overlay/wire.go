@@ -33,7 +33,6 @@ var (
 	probeSpec     = spec{ProbeID, svcProbe, maxProbeMsg, probeDeadline}
 	coordSpec     = spec{CoordinateID, svcCoordinate, maxCoordMsg, coordDeadline}
 	forwardSpec   = spec{ForwardID, svcForward, maxForwardMsg, shortDeadline}
-	ackSpec       = spec{AckID, svcAck, maxAckMsg, shortDeadline}
 	replicateSpec = spec{ReplicateID, svcReplicate, maxReplicateMsg, syncDeadline}
 	auditSpec     = spec{AuditID, svcAudit, maxAuditMsg, auditDeadline}
 )

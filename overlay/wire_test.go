@@ -35,32 +35,20 @@ func (f *recordingForward) HandleForward(ctx context.Context, from peer.ID, urls
 	return nil
 }
 
-type recordingAck struct {
-	mu   sync.Mutex
-	refs []BatchRef
-}
-
-func (a *recordingAck) HandleAck(ctx context.Context, from peer.ID, refs []BatchRef) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.refs = append(a.refs, refs...)
-	return nil
-}
-
-// pair starts two connected nodes; b has the forward and ack handlers.
-func pair(t *testing.T, r *rig) (a, b *node, fwd *recordingForward, ack *recordingAck) {
-	fwd, ack = &recordingForward{}, &recordingAck{}
+// pair starts two connected nodes; b has the forward handler.
+func pair(t *testing.T, r *rig) (a, b *node, fwd *recordingForward) {
+	fwd = &recordingForward{}
 	a = r.node(0)
-	b = r.node(1, WithForwardHandler(fwd), WithAckHandler(ack))
+	b = r.node(1, WithForwardHandler(fwd))
 	if err := a.h.Connect(t.Context(), peer.AddrInfo{ID: b.h.ID(), Addrs: b.h.Addrs()}); err != nil {
 		t.Fatal(err)
 	}
-	return a, b, fwd, ack
+	return a, b, fwd
 }
 
 func TestProtocols(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
-		a, b, fwd, ack := pair(t, r)
+		a, b, fwd := pair(t, r)
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 
@@ -93,17 +81,6 @@ func TestProtocols(t *testing.T) {
 		// a has no forward handler.
 		if _, err := b.o.Forward(ctx, a.h.ID(), id, []string{"http://x/"}); !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("Forward to a node without handler = %v, want ErrUnavailable", err)
-		}
-
-		ref := BatchRef{Node: b.h.ID(), Seq: 7, Digest: [32]byte{1, 2, 3}}
-		if err := a.o.Ack(ctx, b.h.ID(), []BatchRef{ref}); err != nil {
-			t.Fatal(err)
-		}
-		ack.mu.Lock()
-		refs := append([]BatchRef(nil), ack.refs...)
-		ack.mu.Unlock()
-		if len(refs) != 1 || refs[0] != ref {
-			t.Fatalf("ack handler saw %v", refs)
 		}
 	})
 }
@@ -143,7 +120,7 @@ func delimited(m proto.Message) []byte {
 
 func TestRefusals(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
-		a, b, _, _ := pair(t, r)
+		a, b, _ := pair(t, r)
 		probe := &pb.Message{Version: wireVersion, Type: pb.Message_PROBE, Probe: &pb.Probe{Url: "http://127.0.0.9/"}}
 		v2 := proto.Clone(probe).(*pb.Message)
 		v2.Version = 2
@@ -291,7 +268,7 @@ func FuzzDecodeAnnounce(f *testing.F) {
 
 // TestRelay reaches a node that does not listen at all through a circuit
 // relay v2 on loopback: it is asked to probe, receives forwarded URLs, and
-// its results are acknowledged.
+// receives forwarded URLs.
 func TestRelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -308,9 +285,9 @@ func TestRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fwd, ack := &recordingForward{}, &recordingAck{}
+	fwd := &recordingForward{}
 	natOverlay, err := New(natHost, mustTree(t), memDB(t), append(swarmOpts(), WithDelegator(&requesterDelegator{}),
-		WithProber(fixedProber{25 * time.Millisecond}), WithForwardHandler(fwd), WithAckHandler(ack), Logger(testLogger()))...)
+		WithProber(fixedProber{25 * time.Millisecond}), WithForwardHandler(fwd), Logger(testLogger()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,16 +327,11 @@ func TestRelay(t *testing.T) {
 	if _, err := a.o.Forward(ctx, natHost.ID(), []byte("fedcba9876543210"), []string{"http://127.3.3.3/"}); err != nil {
 		t.Fatalf("forward through the relay: %v", err)
 	}
-	if err := a.o.Ack(ctx, natHost.ID(), []BatchRef{{Node: natHost.ID(), Seq: 1}}); err != nil {
-		t.Fatalf("ack through the relay: %v", err)
-	}
 	fwd.mu.Lock()
-	ack.mu.Lock()
-	calls, acks := fwd.calls, len(ack.refs)
-	ack.mu.Unlock()
+	calls := fwd.calls
 	fwd.mu.Unlock()
-	if calls != 1 || acks != 1 {
-		t.Fatalf("NATed node saw %d forwards and %d acks", calls, acks)
+	if calls != 1 {
+		t.Fatalf("NATed node saw %d forwards", calls)
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
-	"github.com/micra-net/micra/overlay"
 )
 
 // benchRecords makes records shaped like the crawler's on ordinary pages:
@@ -90,7 +89,7 @@ type countingAcks struct {
 	wake chan struct{}
 }
 
-func (c *countingAcks) HandleAck(ctx context.Context, from peer.ID, refs []overlay.BatchRef) error {
+func (c *countingAcks) HandleAck(ctx context.Context, from peer.ID, refs []BatchRef) error {
 	c.n.Add(int64(len(refs)))
 	select {
 	case c.wake <- struct{}{}:
@@ -109,7 +108,7 @@ func BenchmarkIngest(b *testing.B) {
 	node, ixn := newTNode(b, nil, 0, nil, nil), newTNode(b, nil, 1, nil, indexerDB(b))
 	join(b, node, ixn)
 	acks := &countingAcks{wake: make(chan struct{}, 1)}
-	node.acks.set(acks)
+	b.Cleanup(serveAcks(node.h, quiet(), acks.HandleAck))
 	x, err := index.New(ixn.db, index.Logger(quiet()))
 	if err != nil {
 		b.Fatal(err)
@@ -119,7 +118,8 @@ func BenchmarkIngest(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ix.o, ix.ack = ixn.o, ixn.o.Ack
+	ix.o = ixn.o
+	ix.ack = func(ctx context.Context, p peer.ID, refs []BatchRef) error { return sendAck(ctx, ixn.h, p, refs) }
 	ix.wg.Go(ix.acker)
 	b.Cleanup(func() { ix.Close() })
 

@@ -12,9 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-msgio/pbio"
-	"github.com/multiformats/go-multistream"
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/overlay"
@@ -150,24 +148,10 @@ func checkRequest(r crawl.Request) error {
 
 // sendCrawl sends one CRAWL request to p and waits for its answer.
 func sendCrawl(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request) error {
-	ctx = network.WithAllowLimitedConn(ctx, "micra")
-	ctx, cancel := context.WithTimeout(ctx, crawlDeadline)
-	defer cancel()
-	s, err := h.NewStream(ctx, p, CrawlID)
+	s, err := openStream(ctx, h, p, CrawlID, svcCrawl, crawlDeadline)
 	if err != nil {
-		var se *network.StreamError
-		if errors.Is(err, multistream.ErrNotSupported[protocol.ID]{}) ||
-			(errors.As(err, &se) && se.Remote && se.ErrorCode == network.StreamProtocolNegotiationFailed) {
-			return fmt.Errorf("%s: %w %s", p, overlay.ErrUnsupportedProtocol, CrawlID)
-		}
 		return err
 	}
-	if err := s.Scope().SetService(svcCrawl); err != nil {
-		s.Reset()
-		return err
-	}
-	dl, _ := ctx.Deadline()
-	_ = s.SetDeadline(dl)
 	m := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL}
 	for _, r := range reqs {
 		m.Requests = append(m.Requests, &pb.CrawlRequest{Link: r.Link, Depth: int32(r.Depth), Owners: r.Owners})

@@ -13,7 +13,7 @@
 // badger before Results returns; only then is it published on the shard's
 // topic (Topic), cut into parts that fit the pubsub message limit. A batch
 // leaves the outbox once Acks distinct known indexers have acknowledged it
-// over overlay's ack protocol (the outbox is the overlay.AckHandler), naming
+// over the acknowledgement protocol (AckID, served by the outbox), naming
 // it by (node, sequence number, SHA-256 of the header). Unacknowledged
 // batches are published again with exponential backoff, but only while an
 // indexer that takes their shard is announced: with no indexer online a

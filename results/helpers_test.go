@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,21 +106,6 @@ func testBatch(t testing.TB, recs []crawl.Record) crawl.Batch {
 	return b
 }
 
-// ackSwitch lets a test node's overlay be built before its outbox (or
-// another acknowledgement handler).
-type ackSwitch struct {
-	p atomic.Pointer[overlay.AckHandler]
-}
-
-func (a *ackSwitch) set(h overlay.AckHandler) { a.p.Store(&h) }
-
-func (a *ackSwitch) HandleAck(ctx context.Context, from peer.ID, refs []overlay.BatchRef) error {
-	if h := a.p.Load(); h != nil {
-		return (*h).HandleAck(ctx, from, refs)
-	}
-	return overlay.ErrUnavailable
-}
-
 // tnode is a test overlay node at address overlaytest.Addr(i), with a given
 // key and database, so that it can be restarted as the same node.
 type tnode struct {
@@ -130,7 +114,6 @@ type tnode struct {
 	h    host.Host
 	o    *overlay.Overlay
 	db   *badger.DB
-	acks *ackSwitch
 	raw  *pubsub.Topic // see publishRaw
 	once sync.Once
 }
@@ -180,8 +163,8 @@ func newTNode(t testing.TB, net *p2ptest.Net, i int, sk crypto.PrivKey, db *badg
 			t.Fatal(err)
 		}
 	}
-	n := &tnode{i: i, sk: sk, h: h, db: db, acks: &ackSwitch{}}
-	all := append(overlaytest.Options(), overlay.WithDelegator(&overlaytest.RequesterDelegator{}), overlay.WithAckHandler(n.acks))
+	n := &tnode{i: i, sk: sk, h: h, db: db}
+	all := append(overlaytest.Options(), overlay.WithDelegator(&overlaytest.RequesterDelegator{}))
 	var err error
 	n.o, err = overlay.New(h, overlaytest.Tree(t), db, append(all, opts...)...)
 	if err != nil {
@@ -221,7 +204,6 @@ func startOutbox(t testing.TB, n *tnode, db *badger.DB, opts ...Option) *Outbox 
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.acks.set(ob)
 	if err := ob.Start(n.o); err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ type Indexer struct {
 	take   map[uint32]bool // nil: all shards
 
 	// ack sends acknowledgements (o.Ack, or a stand-in in tests).
-	ack func(ctx context.Context, p peer.ID, refs []overlay.BatchRef) error
+	ack func(ctx context.Context, p peer.ID, refs []BatchRef) error
 
 	queue      chan inbound
 	subs       []*pubsub.Subscription
@@ -92,7 +92,7 @@ type partialBatch struct {
 }
 
 type ackQueue struct {
-	refs  []overlay.BatchRef
+	refs  []BatchRef
 	since time.Time // when the oldest waiting ref was queued
 	next  time.Time // no send before (backoff)
 	fails int
@@ -127,7 +127,7 @@ func NewIndexer(o *overlay.Overlay, x *index.Index, db *badger.DB, opts ...Optio
 		return nil, err
 	}
 	ix.o = o
-	ix.ack = o.Ack
+	ix.ack = func(ctx context.Context, p peer.ID, refs []BatchRef) error { return sendAck(ctx, o.Host(), p, refs) }
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, ix.Close())
@@ -353,7 +353,7 @@ func (ix *Indexer) checkSeen(node peer.ID, h *pb.Header, digest [32]byte) (done 
 	}
 	if prev == digest {
 		ix.stats.duplicates.Add(1)
-		ix.queueAck(node, overlay.BatchRef{Node: node, Seq: h.GetSeq(), Digest: digest})
+		ix.queueAck(node, BatchRef{Node: node, Seq: h.GetSeq(), Digest: digest})
 		return true, nil
 	}
 	ix.stats.conflicts.Add(1)
@@ -480,7 +480,7 @@ func (ix *Indexer) store(ctx context.Context, node peer.ID, h *pb.Header, digest
 	if ix.log.Enabled(ctx, slog.LevelDebug) {
 		ix.log.Debug("result batch stored", "node", node, "seq", h.GetSeq(), "records", len(recs), "added", res.Added, "rejected", res.Rejected)
 	}
-	ix.queueAck(node, overlay.BatchRef{Node: node, Seq: h.GetSeq(), Digest: digest})
+	ix.queueAck(node, BatchRef{Node: node, Seq: h.GetSeq(), Digest: digest})
 	ix.satisfied(recs)
 	ix.sampleAudits(node, digest, auth, data, recs)
 	return nil
@@ -508,7 +508,7 @@ func (ix *Indexer) decode(h *pb.Header, data []byte) ([]crawl.Record, error) {
 }
 
 // queueAck queues an acknowledgement to node.
-func (ix *Indexer) queueAck(node peer.ID, ref overlay.BatchRef) {
+func (ix *Indexer) queueAck(node peer.ID, ref BatchRef) {
 	ix.amu.Lock()
 	defer ix.amu.Unlock()
 	q := ix.pending[node]
@@ -572,7 +572,7 @@ func (ix *Indexer) acker() {
 	}
 }
 
-func (ix *Indexer) sendAcks(node peer.ID, q *ackQueue, refs []overlay.BatchRef) {
+func (ix *Indexer) sendAcks(node peer.ID, q *ackQueue, refs []BatchRef) {
 	ctx, cancel := context.WithTimeout(ix.ctx, 15*time.Second)
 	err := ix.ack(ctx, node, refs)
 	cancel()

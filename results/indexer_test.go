@@ -13,21 +13,20 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
-	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results/pb"
 )
 
 // ackLog records acknowledgements instead of sending them.
 type ackLog struct {
 	mu   sync.Mutex
-	refs map[peer.ID][]overlay.BatchRef
+	refs map[peer.ID][]BatchRef
 }
 
-func (a *ackLog) ack(ctx context.Context, p peer.ID, refs []overlay.BatchRef) error {
+func (a *ackLog) ack(ctx context.Context, p peer.ID, refs []BatchRef) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.refs == nil {
-		a.refs = map[peer.ID][]overlay.BatchRef{}
+		a.refs = map[peer.ID][]BatchRef{}
 	}
 	a.refs[p] = append(a.refs[p], refs...)
 	return nil

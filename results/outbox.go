@@ -31,10 +31,10 @@ import (
 // Outbox is the node side of result delivery: a crawl.Sink that signs the
 // crawler's batches, keeps them in badger until enough designated indexers
 // have acknowledged them, and publishes and re-announces them on the result
-// topics. It implements overlay.AckHandler.
+// topics. Start serves the acknowledgement protocol (AckID) on the
+// overlay's host and hands what arrives to HandleAck.
 //
-// Build it with NewOutbox before the overlay, give it to overlay.New with
-// overlay.WithAckHandler, then Start it on the overlay. Its methods are
+// Build it with NewOutbox, then Start it on the overlay. Its methods are
 // safe for concurrent use.
 type Outbox struct {
 	db     *badger.DB
@@ -104,8 +104,7 @@ func (k *knownIndexer) takes(shard, shards uint32) bool {
 }
 
 var (
-	_ crawl.Sink         = (*Outbox)(nil)
-	_ overlay.AckHandler = (*Outbox)(nil)
+	_ crawl.Sink = (*Outbox)(nil)
 )
 
 // NewOutbox opens the outbox kept in db under Prefix for the node whose key
@@ -307,6 +306,8 @@ func (ob *Outbox) start(o *overlay.Overlay) (err error) {
 		return fmt.Errorf("results: joining %s: %w", TopicIndexers, err)
 	}
 	ob.release = append(ob.release, rel)
+	removeAcks := serveAcks(ob.h, ob.log, ob.HandleAck)
+	ob.release = append(ob.release, func() error { removeAcks(); return nil })
 	if ob.sub, err = t.Subscribe(pubsub.WithBufferSize(64)); err != nil {
 		return fmt.Errorf("results: subscribing to %s: %w", TopicIndexers, err)
 	}
@@ -613,13 +614,13 @@ func (ob *Outbox) add(s *sealed) {
 	ob.stats.stored.Add(1)
 }
 
-// HandleAck implements overlay.AckHandler: it records the acknowledgements
+// HandleAck records the acknowledgements
 // of a known indexer and removes batches acknowledged by enough indexers.
 // References to unknown batches, other nodes' batches or with another
 // digest are ignored; acknowledgements from a peer that is not a known
 // (and trusted) indexer fail with ErrNotIndexer, which overlay reports to
 // the peer as unavailable.
-func (ob *Outbox) HandleAck(ctx context.Context, from peer.ID, refs []overlay.BatchRef) error {
+func (ob *Outbox) HandleAck(ctx context.Context, from peer.ID, refs []BatchRef) error {
 	if ob.closed.Load() {
 		return ErrClosed
 	}

@@ -29,14 +29,14 @@ func announce(t testing.TB, ob *Outbox, p peer.ID, shards uint32, take ...uint32
 }
 
 // refs returns references to every batch in ob, in sequence order.
-func refs(ob *Outbox) []overlay.BatchRef {
+func refs(ob *Outbox) []BatchRef {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
-	var out []overlay.BatchRef
+	var out []BatchRef
 	for _, e := range ob.entries {
-		out = append(out, overlay.BatchRef{Node: ob.self, Seq: e.seq, Digest: e.digest})
+		out = append(out, BatchRef{Node: ob.self, Seq: e.seq, Digest: e.digest})
 	}
-	slices.SortFunc(out, func(a, b overlay.BatchRef) int { return int(a.Seq - b.Seq) })
+	slices.SortFunc(out, func(a, b BatchRef) int { return int(a.Seq - b.Seq) })
 	return out
 }
 
@@ -89,11 +89,11 @@ func TestOutboxAcks(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		from peer.ID
-		refs []overlay.BatchRef
+		refs []BatchRef
 		left int
 		acks uint64
 	}{
-		{"wrong digest and other node ignored", ida, []overlay.BatchRef{bad, other}, 3, 0},
+		{"wrong digest and other node ignored", ida, []BatchRef{bad, other}, 3, 0},
 		{"first indexer", ida, rs, 3, 3},
 		{"same indexer again", ida, rs[:2], 3, 3},
 		{"second indexer removes", idb, rs[:2], 1, 5},
@@ -290,7 +290,7 @@ func TestOutboxPausesCrawler(t *testing.T) {
 			for _, rec := range storedRecords(t, ob, r.Seq) {
 				seen[rec.URL]++
 			}
-			if err := ob.HandleAck(t.Context(), ix, []overlay.BatchRef{r}); err != nil {
+			if err := ob.HandleAck(t.Context(), ix, []BatchRef{r}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -360,7 +360,7 @@ func TestOutboxConcurrentAcks(t *testing.T) {
 	for _, id := range ids {
 		go func() {
 			for _, r := range rs {
-				done <- ob.HandleAck(t.Context(), id, []overlay.BatchRef{r})
+				done <- ob.HandleAck(t.Context(), id, []BatchRef{r})
 			}
 		}()
 	}

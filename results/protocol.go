@@ -22,6 +22,9 @@ const (
 	// owns their subnet. overlay's ForwardID carries URLs only; this
 	// carries WebRACE's full request.
 	CrawlID protocol.ID = "/micra/crawl/1.0.0"
+
+	// AckID: an indexer acknowledges result batches to their author.
+	AckID protocol.ID = "/micra/ack/1.0.0"
 )
 
 // Topic returns the result topic of one shard: TopicResults when
@@ -73,4 +76,9 @@ const (
 	crawlDeadline    = 10 * time.Second // the handler only queues the requests
 	svcCrawl         = "micra.crawl"
 	crawlStreamMem   = 2 * maxCrawlMsg
+
+	maxAckMsg     = 64 << 10 // up to maxAckBatches references of ~80 bytes
+	maxAckBatches = 512
+	ackDeadline   = 10 * time.Second
+	svcAck        = "micra.ack" // its limits are set by overlay.NewHost
 )
