@@ -264,8 +264,9 @@ func (c *coordinator) afterDecision(node peer.ID, rec *pb.SignedRecord) {
 	}
 }
 
-// wonRTT returns node's latest successful stored probe of the subnet rec
-// delegates (0 when there is none), and the subnet.
+// wonRTT returns node's stored probe of the subnet rec delegates (0 when
+// there is none or it failed), and the subnet. A probe is stored under its
+// subnet and peer (env.Probe), so this is one read.
 func (c *coordinator) wonRTT(node peer.ID, sr *pb.SignedRecord) (time.Duration, subnet.Range) {
 	rec, err := recordOf(sr)
 	if err != nil {
@@ -276,11 +277,13 @@ func (c *coordinator) wonRTT(node peer.ID, sr *pb.SignedRecord) (time.Duration, 
 	if !ok {
 		return 0, d.Subnet
 	}
-	var best ProbeResult
-	for _, pr := range c.probesOf(c.rangeShard(id).key(c.sid), d.Subnet, 0) {
-		if pr.Peer == node && pr.RTT > 0 && pr.At.After(best.At) {
-			best = pr
-		}
+	e, err := c.st.getEntry(c.rangeShard(id).key(c.sid), pb.Entry_PROBE, append(rangeKey(d.Subnet), []byte(node)...))
+	if err != nil || e == nil {
+		return 0, d.Subnet
 	}
-	return best.RTT, d.Subnet
+	pr, ok := probeResult(e)
+	if !ok || pr.RTT <= 0 {
+		return 0, d.Subnet
+	}
+	return pr.RTT, d.Subnet
 }

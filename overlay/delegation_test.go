@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	kb "github.com/libp2p/go-libp2p-kbucket"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/overlay/pb"
@@ -366,19 +368,45 @@ func TestRedelegate(t *testing.T) {
 
 // TestWonRTT: the node a subnet is delegated to learns the probe it won it
 // with, whether its coordinator is another node (the ASSIGN carries it) or
-// itself.
+// itself: b's identity is drawn so that each of the two coordinates some of
+// the four shards.
 func TestWonRTT(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
-		a := r.node(0, WithDelegator(&probingDelegator{}))
-		b := r.node(1, WithDelegator(&probingDelegator{}))
-		joinSwarm(t, []*node{a, b})
 		tree := mustTree(t)
-		for _, s := range []string{"127.0.77.7", "127.1.77.7", "127.2.77.7", "127.3.77.7"} { // shards on both nodes
-			target := netip.MustParseAddr(s)
-			d, err := a.o.Delegate(t.Context(), "http://"+s+"/", target)
-			if err != nil || d.Node != a.h.ID() {
-				t.Fatalf("delegate %s: %v, %v", s, d.Node, err)
+		a := r.node(0, WithDelegator(&probingDelegator{}))
+		targets := []netip.Addr{netip.MustParseAddr("127.0.77.7"), netip.MustParseAddr("127.1.77.7"),
+			netip.MustParseAddr("127.2.77.7"), netip.MustParseAddr("127.3.77.7")}
+		var sk crypto.PrivKey
+		for range 100 {
+			k, _, err := crypto.GenerateEd25519Key(nil)
+			if err != nil {
+				t.Fatal(err)
 			}
+			id, _ := peer.IDFromPrivateKey(k)
+			closer := 0
+			for _, x := range targets {
+				key := a.o.coord.rangeShard(tree.SmallestNonUnary(x)).key(tree.ID())
+				if kb.Closer(id, a.h.ID(), string(key[:])) {
+					closer++
+				}
+			}
+			if closer > 0 && closer < len(targets) {
+				sk = k
+				break
+			}
+		}
+		if sk == nil {
+			t.Fatal("no identity splits the shards")
+		}
+		b := r.nodeWith(nodeAddr(1), sk, nil, WithDelegator(&probingDelegator{}))
+		joinSwarm(t, []*node{a, b})
+		writers := map[peer.ID]bool{}
+		for _, target := range targets {
+			d, err := a.o.Delegate(t.Context(), "http://"+target.String()+"/", target)
+			if err != nil || d.Node != a.h.ID() {
+				t.Fatalf("delegate %s: %v, %v", target, d.Node, err)
+			}
+			writers[d.Writer] = true
 			rg := tree.Range(tree.SmallestNonUnary(target))
 			eventually(t, 10*time.Second, func() error {
 				if rtt, ok := a.o.WonRTT(rg); !ok || rtt != 10*time.Millisecond {
@@ -386,6 +414,9 @@ func TestWonRTT(t *testing.T) {
 				}
 				return nil
 			})
+		}
+		if !writers[a.h.ID()] || !writers[b.h.ID()] {
+			t.Errorf("decided by %v only; want both the node itself and the other", writers)
 		}
 	})
 }

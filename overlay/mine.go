@@ -214,7 +214,13 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 			o.log.Debug("dropping delegations failed", "error", err)
 		}
 	}
-	o.askAgain(ctx, unknown)
+	for _, d := range unknown {
+		select {
+		case o.askQ <- d:
+		default:
+			o.log.Debug("ask-again queue full; dropped subnet left undelegated", "subnet", d.Subnet.String())
+		}
+	}
 }
 
 // maxWonRTT bounds an RTT an assignment may report: longer is not a probe
@@ -246,27 +252,33 @@ func (o *Overlay) WonRTT(r subnet.Range) (time.Duration, bool) {
 	return d, ok
 }
 
-// maxAskAgain bounds the dropped subnets one heartbeat asks about again.
-const maxAskAgain = 64
+// maxAskAgain bounds the dropped subnets waiting to be asked about again;
+// more are left undelegated until a URL of theirs is delegated anew.
+const maxAskAgain = 256
 
-// askAgain asks the coordinator again for subnets it did not list as this
-// node's: one it moved elsewhere answers with its owner, and one it never
-// saw is decided afresh rather than left undelegated. A coordinator that
-// took over from another whose view of the closest peers differed does not
-// have that one's decisions when it was not among the peers it trusts to
-// write the shard (coordinator.plausible); the nodes it delegated to
-// bring them back this way, through the delegation procedure, without
-// any trust in the stale coordinator.
-func (o *Overlay) askAgain(ctx context.Context, ds []Delegation) {
-	for i, d := range ds {
-		if i == maxAskAgain || ctx.Err() != nil {
+// askAgainLoop asks the coordinators again, one at a time, for the subnets
+// the heartbeats dropped because their coordinator did not list them as
+// this node's (the heartbeats queue them, so that a slow delegation never
+// delays a heartbeat): one moved elsewhere answers with its owner, and one
+// the coordinator never saw is decided afresh rather than left
+// undelegated. A coordinator that took over from another whose view of the
+// closest peers differed does not have that one's decisions when it was not
+// among the peers it trusts to write the shard (coordinator.plausible); the
+// nodes it delegated to bring them back this way, through the delegation
+// procedure, without any trust in the stale coordinator. It runs until the
+// overlay closes.
+func (o *Overlay) askAgainLoop() {
+	for {
+		select {
+		case <-o.ctx.Done():
 			return
+		case d := <-o.askQ:
+			nd, err := o.Delegate(o.ctx, d.URL, d.Addr)
+			if err != nil {
+				o.log.Debug("asking again for a dropped subnet failed", "subnet", d.Subnet.String(), "error", err)
+				continue
+			}
+			o.log.Debug("dropped subnet asked again", "subnet", d.Subnet.String(), "node", nd.Node)
 		}
-		nd, err := o.Delegate(ctx, d.URL, d.Addr)
-		if err != nil {
-			o.log.Debug("asking again for a dropped subnet failed", "subnet", d.Subnet.String(), "error", err)
-			continue
-		}
-		o.log.Debug("dropped subnet asked again", "subnet", d.Subnet.String(), "node", nd.Node)
 	}
 }

@@ -55,6 +55,7 @@ type Overlay struct {
 	mine   map[[32]byte]shardRef         // shards in which this node holds delegations
 	owned  map[string]Delegation         // subnets delegated to this node, by range key
 	wonRTT map[string]time.Duration      // owned subnets' winning probe, as their coordinator stored it
+	askQ   chan Delegation               // dropped subnets to ask about again (askAgainLoop)
 	peers  map[peer.ID]PeerInfo          // announced peers, bounded
 	rtts   map[peer.ID]map[peer.ID]int64 // announced peers' measured RTTs to others, µs
 	// nonCrawlers are peers that announced themselves as indexers that do
@@ -131,6 +132,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		mine:         map[[32]byte]shardRef{},
 		owned:        map[string]Delegation{},
 		wonRTT:       map[string]time.Duration{},
+		askQ:         make(chan Delegation, maxAskAgain),
 		peers:        map[peer.ID]PeerInfo{},
 		rtts:         map[peer.ID]map[peer.ID]int64{},
 		coordFor:     map[[32]byte]peer.ID{},
@@ -219,6 +221,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	o.wg.Go(func() { o.readAnnouncements(sub) })
 	o.wg.Go(func() { o.coord.notifier(o.ctx) })
 	o.wg.Go(func() { o.coord.refresher(o.ctx) })
+	o.wg.Go(o.askAgainLoop)
 	o.wg.Go(func() { o.coord.convictionLoop(o.ctx) })
 	o.wg.Go(func() { o.every(o.cfg.maintain, o.coord.maintain) })
 	o.wg.Go(func() { o.every(o.cfg.heartbeat, o.heartbeatAll) })

@@ -46,20 +46,12 @@ func serveAcks(h host.Host, log *slog.Logger, handle func(ctx context.Context, f
 
 func serveAck(ctx context.Context, log *slog.Logger, s network.Stream, handle func(context.Context, peer.ID, []BatchRef) error) {
 	from := s.Conn().RemotePeer()
-	if err := s.Scope().SetService(svcAck); err != nil {
-		log.Debug("stream refused by resource manager", "peer", from, "protocol", AckID, "error", err)
-		s.Reset()
-		return
-	}
-	if err := s.Scope().ReserveMemory(2*maxAckMsg, network.ReservationPriorityAlways); err != nil {
-		log.Debug("stream memory refused", "peer", from, "protocol", AckID, "error", err)
-		s.Reset()
+	if !acceptStream(log, s, AckID, svcAck, 2*maxAckMsg, ackDeadline) {
 		return
 	}
 	defer s.Scope().ReleaseMemory(2 * maxAckMsg)
 	ctx, cancel := context.WithTimeout(ctx, ackDeadline)
 	defer cancel()
-	_ = s.SetDeadline(time.Now().Add(ackDeadline))
 	var m opb.Message
 	if err := pbio.NewDelimitedReader(s, maxAckMsg).ReadMsg(&m); err != nil {
 		log.Debug("bad acknowledgement", "peer", from, "error", err)
@@ -109,6 +101,26 @@ func decodeAck(m *opb.Message) ([]BatchRef, error) {
 		refs = append(refs, ref)
 	}
 	return refs, nil
+}
+
+// acceptStream puts an incoming stream of protocol id in service svc,
+// reserves mem bytes for it (the caller releases them) and sets its
+// deadline d from now. It resets the stream and reports false when the
+// resource manager refuses.
+func acceptStream(log *slog.Logger, s network.Stream, id protocol.ID, svc string, mem int, d time.Duration) bool {
+	from := s.Conn().RemotePeer()
+	if err := s.Scope().SetService(svc); err != nil {
+		log.Debug("stream refused by resource manager", "peer", from, "protocol", id, "error", err)
+		s.Reset()
+		return false
+	}
+	if err := s.Scope().ReserveMemory(mem, network.ReservationPriorityAlways); err != nil {
+		log.Debug("stream memory refused", "peer", from, "protocol", id, "error", err)
+		s.Reset()
+		return false
+	}
+	_ = s.SetDeadline(time.Now().Add(d))
+	return true
 }
 
 // openStream opens a stream of protocol id to p (relayed connections

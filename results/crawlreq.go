@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -217,20 +216,12 @@ func ServeCrawlRequests(h host.Host, f CrawlHandler, opts ...Option) (remove fun
 
 func serveCrawl(ctx context.Context, cfg *config, s network.Stream, f CrawlHandler) {
 	from := s.Conn().RemotePeer()
-	if err := s.Scope().SetService(svcCrawl); err != nil {
-		cfg.log.Debug("stream refused by resource manager", "peer", from, "protocol", CrawlID, "error", err)
-		s.Reset()
-		return
-	}
-	if err := s.Scope().ReserveMemory(crawlStreamMem, network.ReservationPriorityAlways); err != nil {
-		cfg.log.Debug("stream memory refused", "peer", from, "protocol", CrawlID, "error", err)
-		s.Reset()
+	if !acceptStream(cfg.log, s, CrawlID, svcCrawl, crawlStreamMem, crawlDeadline) {
 		return
 	}
 	defer s.Scope().ReleaseMemory(crawlStreamMem)
 	ctx, cancel := context.WithTimeout(ctx, crawlDeadline)
 	defer cancel()
-	_ = s.SetDeadline(time.Now().Add(crawlDeadline))
 	w := pbio.NewDelimitedWriter(s)
 	var m pb.CrawlMessage
 	if err := pbio.NewDelimitedReader(s, maxCrawlMsg).ReadMsg(&m); err != nil {

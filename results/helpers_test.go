@@ -235,17 +235,16 @@ func startIndexer(t testing.TB, n *tnode, opts ...Option) *Indexer {
 	return ix
 }
 
-// waitFor polls cond every 20 ms for up to 90 s (a bound for slow, loaded
-// machines, not a timing assertion).
+// waitFor is p2ptest.WaitFor with a condition: a bound of 90 s (virtual
+// inside a synctest bubble), not a timing assertion.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for range 4500 {
+	p2ptest.WaitFor(t, 90*time.Second, func() error {
 		if cond() {
-			return
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+		return fmt.Errorf("waiting for %s", what)
+	})
 }
 
 func sid(t testing.TB) subnet.SnapshotID { return overlaytest.Tree(t).ID() }
