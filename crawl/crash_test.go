@@ -2,6 +2,7 @@ package crawl
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -203,7 +204,8 @@ func TestCrawlerReleaseUsesCrawlDelay(t *testing.T) {
 }
 
 // TestCrashBetweenFetchAndDelivery: a crash after a page was fetched and
-// before its record reached the sink loses nothing. Fetched but not
+// before its record reached the sink loses nothing, nor its links for
+// other nodes. Fetched but not
 // processed: the request is still queued after the restart. Processed but
 // not delivered: the record is pending in badger and the next start
 // delivers it. Before, the request left the queue at the fetch and the
@@ -234,8 +236,10 @@ func TestCrashBetweenFetchAndDelivery(t *testing.T) {
 		}
 	}
 	rec := Record{URL: lb.entry.URL, FinalURL: lb.entry.URL, Time: now, Status: 200, Change: ChangeNew, Title: "Processed"}
-	if _, err := f.complete(lb, func(p *pageState) { p.Visits++; p.Indexed = true }, now.Add(time.Hour), &entry{URL: lb.entry.URL}, appendRecord(nil, &rec)); err != nil {
-		t.Fatal(err)
+	out := []Outlink{{Request: Request{Link: "http://c.test/elsewhere", ParentLink: lb.entry.URL, Depth: 2, Owners: []string{"alice"}},
+		Addr: netip.MustParseAddr("127.9.9.9")}}
+	if _, stored, err := f.complete(lb, func(p *pageState) { p.Visits++; p.Indexed = true }, now.Add(time.Hour), &entry{URL: lb.entry.URL}, appendRecord(nil, &rec), out); err != nil || stored != 1 {
+		t.Fatal(stored, err)
 	}
 	if err := db.Close(); err != nil { // the crash
 		t.Fatal(err)
@@ -257,6 +261,15 @@ func TestCrashBetweenFetchAndDelivery(t *testing.T) {
 	}
 	if got := sink.byURL("/processed"); got[0].Title != "Processed" {
 		t.Fatalf("carried record %+v", got[0])
+	}
+	// The processed page's link for another node was stored with its
+	// completion: it waits for the node to hand it on.
+	if st := c.Stats(); st.Outgoing != 1 {
+		t.Fatalf("outgoing %d after the crash, want 1", st.Outgoing)
+	}
+	if got, err := c.Outgoing(Outlink{}, 10); err != nil || len(got) != 1 || got[0].Link != out[0].Link ||
+		got[0].ParentLink != out[0].ParentLink || got[0].Depth != 2 || got[0].Addr != out[0].Addr || got[0].Owners[0] != "alice" {
+		t.Fatalf("outgoing after the crash: %+v %v", got, err)
 	}
 	f2, err := openFrontier(db, 1000, time.Hour, 1, nil)
 	if err != nil {

@@ -20,10 +20,9 @@ import (
 
 // testSink collects what the crawler hands out.
 type testSink struct {
-	mu       sync.Mutex
-	records  []Record
-	batches  int
-	forwards []Request
+	mu      sync.Mutex
+	records []Record
+	batches int
 }
 
 func (s *testSink) Results(_ context.Context, b Batch) error {
@@ -38,21 +37,14 @@ func (s *testSink) Results(_ context.Context, b Batch) error {
 	return nil
 }
 
-func (s *testSink) Forward(_ context.Context, reqs []Request) error {
+func (s *testSink) snapshot() []Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.forwards = append(s.forwards, reqs...)
-	return nil
-}
-
-func (s *testSink) snapshot() ([]Record, []Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Record(nil), s.records...), append([]Request(nil), s.forwards...)
+	return append([]Record(nil), s.records...)
 }
 
 func (s *testSink) byURL(path string) []Record {
-	recs, _ := s.snapshot()
+	recs := s.snapshot()
 	var out []Record
 	for _, r := range recs {
 		if u, err := url.Parse(r.URL); err == nil && u.RequestURI() == path {
@@ -64,9 +56,7 @@ func (s *testSink) byURL(path string) []Record {
 
 type hostRouter struct{ local string }
 
-func (r hostRouter) Route(_ context.Context, u *url.URL, _ netip.Addr) (bool, error) {
-	return u.Hostname() == r.local, nil
-}
+func (r hostRouter) Route(u *url.URL, _ netip.Addr) bool { return u.Hostname() == r.local }
 
 // waitFor polls cond for at most 20 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -99,7 +89,7 @@ func newTestCrawler(t *testing.T, sink Sink, opts ...Option) *Crawler {
 	t.Helper()
 	base := []Option{
 		AllowPrivateNetworks(), Politeness(0, 0), Workers(4, 2, 8),
-		Batching(4096, 50*time.Millisecond), ForwardBatching(100, 50*time.Millisecond), Logger(quietLogger()),
+		Batching(4096, 50*time.Millisecond), Logger(quietLogger()),
 	}
 	c, err := New(openMemDB(t), sink, append(base, opts...)...)
 	if err != nil {
@@ -149,9 +139,13 @@ func TestCrawlSite(t *testing.T) {
 	if err := c.Submit(t.Context(), Request{Link: srv.URL + "/", Depth: DefaultDepth, Owners: []string{"alice"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "5 records", func() bool { r, _ := sink.snapshot(); return len(r) >= 5 })
+	waitFor(t, "5 records", func() bool { r := sink.snapshot(); return len(r) >= 5 })
 	waitIdle(t, c)
-	recs, fwd := sink.snapshot()
+	recs := sink.snapshot()
+	fwd, err := c.Outgoing(Outlink{}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(recs) != 5 {
 		for _, r := range recs {
 			t.Logf("record %s %v", r.URL, r.Change)
@@ -179,8 +173,22 @@ func TestCrawlSite(t *testing.T) {
 	if c := sink.byURL("/c"); len(c) != 1 || c[0].Type != TypeText {
 		t.Fatalf("feed item not crawled: %+v", c)
 	}
-	if len(fwd) != 1 || fwd[0].Link != "http://other.test/page" || fwd[0].ParentLink != srv.URL+"/" || fwd[0].Depth != c.cfg.maxDepth-1 {
-		t.Fatalf("forwarded %+v", fwd)
+	if len(fwd) != 1 || fwd[0].Link != "http://other.test/page" || fwd[0].ParentLink != srv.URL+"/" || fwd[0].Depth != c.cfg.maxDepth-1 ||
+		fwd[0].Addr != netip.MustParseAddr("127.0.0.2") || len(fwd[0].Owners) != 1 || fwd[0].Owners[0] != "alice" {
+		t.Fatalf("outgoing %+v", fwd)
+	}
+	if st := c.Stats(); st.Outgoing != 1 || st.Forwarded != 0 {
+		t.Fatalf("stats before the hand-on %+v", st)
+	}
+	// Handed on: deleted once, counted once.
+	if err := c.Handed(fwd...); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Handed(fwd...); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := c.Outgoing(Outlink{}, 10); err != nil || len(left) != 0 {
+		t.Fatalf("outgoing after Handed: %+v %v", left, err)
 	}
 	if robotsHits.Load() != 1 {
 		t.Fatalf("robots.txt fetched %d times", robotsHits.Load())
@@ -188,7 +196,7 @@ func TestCrawlSite(t *testing.T) {
 	if s, _ := ua.Load().(string); !strings.HasPrefix(s, "micra/") || !strings.Contains(s, "+https://") {
 		t.Fatalf("User-Agent %q", s)
 	}
-	if st := c.Stats(); st.RobotsDenied != 1 || st.Records != 5 || st.Forwarded != 1 || st.RecordBytes == 0 {
+	if st := c.Stats(); st.RobotsDenied != 1 || st.Records != 5 || st.Forwarded != 1 || st.Outgoing != 0 || st.RecordBytes == 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -236,12 +244,12 @@ func TestChangeDetection(t *testing.T) {
 		waitIdle(t, c)
 	}
 	submit()
-	waitFor(t, "3 records", func() bool { r, _ := sink.snapshot(); return len(r) == 3 })
+	waitFor(t, "3 records", func() bool { r := sink.snapshot(); return len(r) == 3 })
 	// Version 1: counter and date changed only. Static answers 304.
 	version.Store(1)
 	submit()
 	time.Sleep(200 * time.Millisecond) // let a wrong record reach the sink
-	if r, _ := sink.snapshot(); len(r) != 3 {
+	if r := sink.snapshot(); len(r) != 3 {
 		t.Fatalf("trivial change or 304 produced records: %d", len(r))
 	}
 	if conditional.Load() != 1 {
@@ -250,7 +258,7 @@ func TestChangeDetection(t *testing.T) {
 	// Version 2: a real change and a removal.
 	version.Store(2)
 	submit()
-	waitFor(t, "change records", func() bool { r, _ := sink.snapshot(); return len(r) == 5 })
+	waitFor(t, "change records", func() bool { r := sink.snapshot(); return len(r) == 5 })
 	if n := sink.byURL("/news"); len(n) != 2 || n[1].Change != ChangeModified {
 		t.Fatalf("news records %+v", n)
 	}
@@ -277,7 +285,7 @@ func TestRetryAfterBackoff(t *testing.T) {
 	sink := &testSink{}
 	c := newTestCrawler(t, sink)
 	c.Submit(t.Context(), Request{Link: srv.URL + "/x"})
-	waitFor(t, "record after retry", func() bool { r, _ := sink.snapshot(); return len(r) == 1 })
+	waitFor(t, "record after retry", func() bool { r := sink.snapshot(); return len(r) == 1 })
 	if hits.Load() != 2 {
 		t.Fatalf("%d hits", hits.Load())
 	}
@@ -403,7 +411,7 @@ func TestCrawlerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Submit(t.Context(), Request{Link: srv.URL + "/", Depth: 1})
-	waitFor(t, "first record", func() bool { r, _ := sink.snapshot(); return len(r) >= 1 })
+	waitFor(t, "first record", func() bool { r := sink.snapshot(); return len(r) >= 1 })
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +428,7 @@ func TestCrawlerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	waitFor(t, "all four pages", func() bool { r, _ := sink.snapshot(); return len(r) == 4 })
+	waitFor(t, "all four pages", func() bool { r := sink.snapshot(); return len(r) == 4 })
 	waitIdle(t, c)
 	hits.Range(func(k, v any) bool {
 		if n := v.(*atomic.Int32).Load(); n != 1 {
@@ -537,7 +545,7 @@ func TestRobotsSitemaps(t *testing.T) {
 	if err := c.Submit(t.Context(), Request{Link: srv.URL + "/", Depth: 0}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "4 records", func() bool { r, _ := sink.snapshot(); return len(r) >= 4 })
+	waitFor(t, "4 records", func() bool { r := sink.snapshot(); return len(r) >= 4 })
 	waitIdle(t, c)
 	for _, p := range []string{"/", "/a", "/b"} {
 		if r := sink.byURL(p); len(r) != 1 || r[0].Type != TypeHTML {

@@ -1,12 +1,13 @@
 // Package crawl is micra's crawler: a plain library, in the manner of colly,
 // that fetches pages politely from the subnets delegated to its node, turns
-// them into compact keyword records and reports every URL it discovers so
-// that the node can forward it to the owner of its subnet.
+// them into compact keyword records and keeps every URL it discovers for
+// another node's subnet until the node has handed it to the subnet's owner.
 //
 // crawl imports nothing of micra's and never libp2p; node wires it to the
-// overlay through the small interfaces this package declares: Router (does
-// a URL belong to this node?) and Sink (record batches out, URLs for other
-// nodes out).
+// overlay through the small interfaces this package declares: Router (is a
+// URL known to be this node's? answered at once, never over the network)
+// and Sink (record batches out), and through the outgoing store (Outgoing,
+// Handed, Keep: URLs for other nodes out).
 //
 // # Pipeline
 //
@@ -48,9 +49,13 @@
 //   - index: weighted stemmed keywords, SimHash, change detection that
 //     ignores counters, dates and link order: only new, modified and gone
 //     pages produce a Record;
-//   - extract: links are normalised (WHATWG, session ids and fragments
+//   - route: links are normalised (WHATWG, session ids and fragments
 //     removed); same-host links are queued, others are resolved and given to
-//     the Router, and non-local ones are batched to Sink.Forward.
+//     the Router, and the ones it does not keep are stored in the outgoing
+//     store with the page's completion, with the address they resolved to,
+//     until the node reports them Handed (acknowledged by their owner) or
+//     Keep (found to be this node's after all). The store is bounded
+//     (OutgoingCap); links beyond it are dropped and counted.
 //
 // Records are batched by size and age, compressed with zstd and handed to
 // Sink.Results; DecodeBatch reads them back for indexers. A fetched request

@@ -59,6 +59,8 @@ type frontier struct {
 
 	nQueued atomic.Int64 // queue entries, leased ones included
 	nHosts  atomic.Int64 // hosts in the ready index
+	nOut    atomic.Int64 // links in the outgoing store
+	outCap  int64        // at most this many links in the outgoing store
 }
 
 // lease is one queued request checked out for fetching. Until finish, putBack
@@ -77,7 +79,7 @@ type lease struct {
 // releaseLeases): a host that had requests in flight becomes ready at the
 // open time plus release(host), its politeness delay (nil: no delay).
 func openFrontier(db *badger.DB, expected uint, leaseDur time.Duration, perHost int, release func(host string) time.Duration) (*frontier, error) {
-	f := &frontier{db: db, seq: uint64(time.Now().UnixNano()), lease: leaseDur, perHost: max(perHost, 1),
+	f := &frontier{db: db, seq: uint64(time.Now().UnixNano()), lease: leaseDur, perHost: max(perHost, 1), outCap: defaultOutgoingCap,
 		leased: make(map[string]map[string]time.Time), processing: make(map[string]map[string]time.Time),
 		parked: make(map[string]bool), queueLow: make(map[string][]byte)}
 	err := db.Update(func(txn *badger.Txn) error {
@@ -107,6 +109,9 @@ func openFrontier(db *badger.DB, expected uint, leaseDur time.Duration, perHost 
 	if err := f.releaseLeases(leased, time.Now(), release); err != nil {
 		return nil, err
 	}
+	if err := f.countOut(); err != nil {
+		return nil, fmt.Errorf("counting outgoing links: %w", err)
+	}
 	return f, nil
 }
 
@@ -129,11 +134,12 @@ func getState(txn *badger.Txn, h [16]byte) (pageState, bool, error) {
 
 // delta collects counter changes of one transaction; they are applied only
 // once it commits.
-type delta struct{ queued, hosts int64 }
+type delta struct{ queued, hosts, out int64 }
 
 func (f *frontier) apply(d delta) {
 	f.nQueued.Add(d.queued)
 	f.nHosts.Add(d.hosts)
+	f.nOut.Add(d.out)
 }
 
 // addResult says what add did.
@@ -308,14 +314,14 @@ func (f *frontier) rekey(txn *badger.Txn, host string, st *pageState, hops int) 
 // stored under a pending key, which it returns, until the batch holding it
 // is delivered (deletePending). If next parked the host while its request
 // was processed, it becomes ready at the time the fetch set.
-func (f *frontier) complete(l *lease, fn func(*pageState), revisitAt time.Time, rev *entry, rec []byte) ([]byte, error) {
+func (f *frontier) complete(l *lease, fn func(*pageState), revisitAt time.Time, rev *entry, rec []byte, out []Outlink) (pending []byte, stored int, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	readyAt, wasProcessing := f.processing[l.host][string(l.key)]
 	f.undoProcessing(l)
 	var d delta
-	var pending []byte
-	err := f.db.Update(func(txn *badger.Txn) error {
+	err = f.db.Update(func(txn *badger.Txn) error {
+		d, pending = delta{}, nil
 		if _, err := txn.Get(l.key); err == nil {
 			d.queued--
 			if err := txn.Delete(l.key); err != nil {
@@ -334,6 +340,10 @@ func (f *frontier) complete(l *lease, fn func(*pageState), revisitAt time.Time, 
 				return err
 			}
 		}
+		var err error
+		if stored, err = f.addOutTxn(txn, out, &d); err != nil {
+			return err
+		}
 		if !wasProcessing || !f.parked[l.host] {
 			return nil
 		}
@@ -341,10 +351,10 @@ func (f *frontier) complete(l *lease, fn func(*pageState), revisitAt time.Time, 
 	})
 	if err != nil {
 		f.clearHints()
-		return nil, fmt.Errorf("frontier complete: %w", err)
+		return nil, 0, fmt.Errorf("frontier complete: %w", err)
 	}
 	f.apply(d)
-	return pending, nil
+	return pending, stored, nil
 }
 
 // counts returns the queued requests and the hosts in the ready index.
@@ -354,17 +364,6 @@ func (f *frontier) counts() (queued, hosts int64) {
 
 // queued counts queued requests (for tests and stats; it scans keys).
 func (f *frontier) queued() (int, error) {
-	n := 0
-	err := f.db.View(func(txn *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.PrefetchValues = false
-		opts.Prefix = prefixQueue
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		for it.Seek(prefixQueue); it.ValidForPrefix(prefixQueue); it.Next() {
-			n++
-		}
-		return nil
-	})
-	return n, err
+	n, err := countKeys(f.db, prefixQueue)
+	return int(n), err
 }

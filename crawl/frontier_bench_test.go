@@ -142,7 +142,7 @@ func BenchmarkFrontierPage(b *testing.B) {
 				if err := f.fetched(l, lb.now); err != nil {
 					b.Fatal(err)
 				}
-				k, err := f.complete(l, visit, lb.now.Add(time.Hour), rev, rec)
+				k, _, err := f.complete(l, visit, lb.now.Add(time.Hour), rev, rec, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

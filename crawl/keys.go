@@ -27,6 +27,8 @@ import (
 //	/crawl/r/<host>                    cached robots.txt (value: robotsEntry)
 //	/crawl/p/<seq:8>                   a record made and not yet delivered in a batch
 //	                                   (value: the record's batch encoding)
+//	/crawl/o/<seq:8>                   a link for another node, until handed on
+//	                                   (value: Outlink encoding)
 const KeyPrefix = "/crawl/"
 
 // schemaVersion is stored under /crawl/meta/schema.
@@ -49,6 +51,7 @@ var (
 	prefixRevisit = []byte(KeyPrefix + "rv/")
 	prefixRobots  = []byte(KeyPrefix + "r/")
 	prefixPending = []byte(KeyPrefix + "p/")
+	prefixOut     = []byte(KeyPrefix + "o/") // links for other nodes (outgoing.go)
 )
 
 var errKey = errors.New("malformed key")

@@ -55,8 +55,7 @@ type config struct {
 	expectedURLs uint
 	batchBytes   int
 	batchAge     time.Duration
-	forwardBatch int
-	forwardAge   time.Duration
+	outCap       int64
 	revisitMin   time.Duration
 	revisitMax   time.Duration
 
@@ -98,8 +97,7 @@ func defaults() *config {
 		expectedURLs:  4 << 20,
 		batchBytes:    256 << 10,
 		batchAge:      5 * time.Minute,
-		forwardBatch:  512,
-		forwardAge:    30 * time.Second,
+		outCap:        defaultOutgoingCap,
 		revisitMin:    time.Hour,
 		revisitMax:    30 * 24 * time.Hour,
 		location:      time.Local,
@@ -124,7 +122,7 @@ func (c *config) validate() error {
 	check(c.workers > 0 && c.procWorkers > 0 && c.queueSize > 0, "workers and queue sizes must be positive")
 	check(c.maxDepth >= 0 && c.maxLinks > 0 && c.maxKeywords > 0, "depth, links and keywords limits invalid")
 	check(c.batchBytes >= 1024 && c.batchBytes <= maxBatchRaw/2 && c.batchAge > 0, "batch limits invalid (bytes in 1 KiB..%d)", maxBatchRaw/2)
-	check(c.forwardBatch > 0 && c.forwardAge > 0, "forward batch limits invalid")
+	check(c.outCap > 0, "outgoing cap must be positive")
 	check(c.revisitMin > 0 && c.revisitMax >= c.revisitMin, "revisit interval bounds invalid")
 	check(c.bwCap >= 0 && c.dailyCap >= 0, "caps must not be negative")
 	check(c.expectedURLs > 0, "expected URLs must be positive")
@@ -287,10 +285,11 @@ func Batching(maxBytes int, maxAge time.Duration) Option {
 	return func(c *config) error { c.batchBytes, c.batchAge = maxBytes, maxAge; return nil }
 }
 
-// ForwardBatching sets when URLs for other nodes are handed to the sink: at
-// n URLs or maxAge. Defaults: 512, 30 s.
-func ForwardBatching(n int, maxAge time.Duration) Option {
-	return func(c *config) error { c.forwardBatch, c.forwardAge = n, maxAge; return nil }
+// OutgoingCap bounds the outgoing store: links for other nodes stored and
+// not handed on yet. Links beyond it are dropped and counted in
+// Stats.Dropped. Default: 1 Mi links (about 150 MB on disk).
+func OutgoingCap(n int) Option {
+	return func(c *config) error { c.outCap = int64(n); return nil }
 }
 
 // Revisit bounds the adaptive revisit interval of a page. Defaults: 1 h, 30 days.

@@ -26,7 +26,6 @@ type worldSink struct {
 	mu         sync.Mutex
 	records    []crawl.Record
 	batchBytes int64
-	forwards   int
 }
 
 func (s *worldSink) Results(_ context.Context, b crawl.Batch) error {
@@ -38,13 +37,6 @@ func (s *worldSink) Results(_ context.Context, b crawl.Batch) error {
 	defer s.mu.Unlock()
 	s.records = append(s.records, recs...)
 	s.batchBytes += int64(len(b.Data))
-	return nil
-}
-
-func (s *worldSink) Forward(_ context.Context, reqs []crawl.Request) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.forwards += len(reqs)
 	return nil
 }
 

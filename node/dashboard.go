@@ -45,13 +45,17 @@ type Window struct {
 
 // Crawl are the crawler's counters.
 type Crawl struct {
-	Fetched  int64 `json:"fetched"`
-	Records  int64 `json:"records"`
-	Queued   int64 `json:"queued"`
-	Hosts    int64 `json:"hosts"`
-	InFlight int64 `json:"in_flight"`
-	Bytes    int64 `json:"bytes"` // downloaded
-	Errors   int64 `json:"errors"`
+	Fetched int64 `json:"fetched"`
+	Records int64 `json:"records"`
+	Queued  int64 `json:"queued"`
+	// Outgoing counts links for other nodes' subnets waiting to be handed
+	// on; Forwarded those handed on (acknowledged by their owner).
+	Outgoing  int64 `json:"outgoing"`
+	Forwarded int64 `json:"forwarded"`
+	Hosts     int64 `json:"hosts"`
+	InFlight  int64 `json:"in_flight"`
+	Bytes     int64 `json:"bytes"` // downloaded
+	Errors    int64 `json:"errors"`
 	// RobotsDenied counts requests taken off the queues because robots.txt
 	// disallows them.
 	RobotsDenied int64 `json:"robots_denied"`
@@ -266,6 +270,7 @@ table{border-collapse:collapse} td,th{padding:.2em .8em .2em 0;text-align:left;v
 <div><div class="n" id="shards">{{.Shards}}</div>shards coordinated</div>
 <div><div class="n" id="fetched">{{.Crawl.Fetched}}</div>pages fetched</div>
 <div><div class="n" id="queued">{{.Crawl.Queued}}</div>URLs queued</div>
+<div><div class="n" id="outgoing">{{.Crawl.Outgoing}}</div>URLs for other nodes</div>
 <div><div class="n" id="outbox">{{.Outbox.Batches}}</div>batches in the outbox ({{mib .Outbox.Bytes}} of {{mib .Outbox.Cap}})</div>
 <div><div class="n" id="probes-run">{{.Probes.Run}}</div>probes run</div>
 <div><div class="n" id="probes-issued">{{.Probes.Issued}}</div>probes issued</div>

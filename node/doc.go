@@ -10,15 +10,20 @@
 //
 //   - the libp2p host (overlay.NewHost) on Config.Listen;
 //   - the delegation procedure (overlay/delegate) with Config.Threshold;
-//   - the results outbox (results), the crawler's Sink, whose
-//     Forwarder sends URLs of other nodes' subnets to their owners;
+//   - the results outbox (results), the crawler's Sink;
+//   - the crawler, whose Router keeps a discovered URL when the overlay
+//     knows its subnet is delegated here (answered at once; see handon.go)
+//     and whose calibration re-delegates a subnet whose pages got slow;
 //   - the overlay, with the delegator, a prober that times HTTP HEADs from
-//     this node's address through the crawler's fetcher, the forward and
-//     ack handlers, the declared capacity and load, and the probing windows;
-//   - the crawler, whose Router keeps a discovered URL when its subnet is
-//     delegated here (delegating the subnet first when nobody holds it) and
-//     whose calibration re-delegates a subnet whose pages got slow;
-//   - the crawl-request protocol and the dashboard with /metrics.
+//     this node's address through the crawler's fetcher, a refetcher for
+//     audits through the crawler, the handler of older nodes' forwarded
+//     URLs, the declared capacity and load, and the probing windows;
+//   - the crawl-request protocol, the hand-on loop (the crawler's links for
+//     other nodes to their owners, delegating unknown subnets in the
+//     background) and the dashboard with /metrics.
+//
+// Everything a peer can ask of the node exists before the overlay answers
+// peers, so no handler waits for the node to be built.
 //
 // StartIndexer wires the other role, an indexer (IndexerConfig): its own
 // database and identity, a host, the overlay with the delegation procedure

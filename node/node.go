@@ -123,9 +123,8 @@ type Node struct {
 	o   *overlay.Overlay
 	cr  *crawl.Crawler
 
-	ready     chan struct{} // closed once every part is built, or New failed
-	readyOK   atomic.Bool
-	readyOnce sync.Once
+	route     *router
+	hand      *handOn
 	joined    chan struct{} // closed when Join succeeded
 	joinOnce  sync.Once
 	removeReq func()
@@ -154,7 +153,7 @@ func New(cfg Config, opts ...Option) (n *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	n = &Node{cfg: cfg, started: time.Now(), ready: make(chan struct{}), joined: make(chan struct{}),
+	n = &Node{cfg: cfg, started: time.Now(), joined: make(chan struct{}),
 		recalAt: map[subnet.Range]time.Time{}}
 	for _, o := range opts {
 		o(&n.opt)
@@ -168,7 +167,6 @@ func New(cfg Config, opts ...Option) (n *Node, err error) {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
-			n.markReady(false)
 			err = errors.Join(err, n.Close())
 			n = nil
 		}
@@ -182,7 +180,6 @@ func New(cfg Config, opts ...Option) (n *Node, err error) {
 	if err := n.build(); err != nil {
 		return n, err
 	}
-	n.markReady(true)
 	if err := n.serveDashboard(); err != nil {
 		return n, err
 	}
@@ -255,8 +252,10 @@ func (n *Node) open() error {
 }
 
 // build makes the parts, in the order their dependencies need: host,
-// delegator, outbox, overlay, crawler; then starts the outbox and the
-// crawl-request protocol.
+// delegator, outbox, crawler, overlay (which probes, refetches and takes
+// forwarded URLs through the crawler); then it starts the outbox, the
+// crawl-request protocol and the hand-on loop. Whatever a peer can ask of
+// the node exists before the overlay answers peers, so no handler waits.
 func (n *Node) build() error {
 	cfg := &n.cfg
 	listen, err := ParseListen(cfg.Listen)
@@ -276,7 +275,7 @@ func (n *Node) build() error {
 	}
 	if n.ob, err = results.NewOutbox(n.db, n.sk, n.tree.ID(), append([]results.Option{
 		results.Acks(cfg.Indexers), results.OutboxCap(outboxCap, outboxCap/16), results.Shards(cfg.ResultShards),
-		results.Forwarder(n.forward), results.Logger(n.log.With("subsystem", "outbox")),
+		results.Logger(n.log.With("subsystem", "outbox")),
 	}, n.opt.results...)...); err != nil {
 		return err
 	}
@@ -284,6 +283,9 @@ func (n *Node) build() error {
 	windows, _ := cfg.CrawlWindows()
 	sched, err := crawl.NewSchedule(loc, windows...)
 	if err != nil {
+		return err
+	}
+	if err := n.buildCrawler(loc, windows); err != nil {
 		return err
 	}
 	oopts := []overlay.Option{
@@ -310,6 +312,22 @@ func (n *Node) build() error {
 	if n.o, err = overlay.New(n.h, n.tree, n.db, append(oopts, n.opt.overlay...)...); err != nil {
 		return err
 	}
+	n.route.o.Store(n.o)
+	if err := n.ob.Start(n.o); err != nil {
+		return err
+	}
+	if n.removeReq, err = results.ServeCrawlRequests(n.h, n.crawlLocal); err != nil {
+		return err
+	}
+	n.hand = newHandOn(n)
+	n.wg.Go(func() { n.hand.run(n.ctx) })
+	return nil
+}
+
+// buildCrawler makes the crawler. Its Router knows nothing until the
+// overlay exists: links found before then wait in the outgoing store.
+func (n *Node) buildCrawler(loc *time.Location, windows []crawl.Window) error {
+	cfg := &n.cfg
 	cal, err := crawl.NewCalibrator(crawl.CalibrationConfig{})
 	if err != nil {
 		return err
@@ -317,9 +335,10 @@ func (n *Node) build() error {
 	bw, _ := ParseSize(cfg.Bandwidth)
 	daily, _ := ParseSize(cfg.DailyTransfer)
 	batchWait, _ := time.ParseDuration(cfg.BatchWait)
+	n.route = &router{self: n.h.ID()}
 	copts := []crawl.Option{
-		crawl.Batching(defaultBatchBytes, batchWait), crawl.ForwardBatching(defaultForwardBatch, min(batchWait, defaultForwardWait)),
-		crawl.Routing(router{n}), crawl.Windows(loc, windows...), crawl.Bandwidth(bw, daily),
+		crawl.Batching(defaultBatchBytes, batchWait),
+		crawl.Routing(n.route), crawl.Windows(loc, windows...), crawl.Bandwidth(bw, daily),
 		crawl.Calibration(cal, n.onSlow), crawl.Logger(n.log.With("subsystem", "crawl")),
 	}
 	if n.own.IsValid() && cfg.SourceAddr != "" {
@@ -335,13 +354,7 @@ func (n *Node) build() error {
 	if n.opt.wrapSink != nil {
 		sink = n.opt.wrapSink(sink)
 	}
-	if n.cr, err = crawl.New(n.db, sink, append(copts, n.opt.crawl...)...); err != nil {
-		return err
-	}
-	if err := n.ob.Start(n.o); err != nil {
-		return err
-	}
-	n.removeReq, err = results.ServeCrawlRequests(n.h, n.crawlLocal)
+	n.cr, err = crawl.New(n.db, sink, append(copts, n.opt.crawl...)...)
 	return err
 }
 
@@ -491,61 +504,9 @@ func within(limit time.Duration, f func() error) error {
 	}
 }
 
-func (n *Node) markReady(ok bool) {
-	n.readyOnce.Do(func() {
-		n.readyOK.Store(ok)
-		close(n.ready)
-	})
-}
-
-// waitJoined waits until Join succeeded; false when ctx ended first.
-func (n *Node) waitJoined(ctx context.Context) bool {
-	select {
-	case <-n.joined:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// waitReady waits until New has built every part; false when New failed
-// or ctx ended.
-func (n *Node) waitReady(ctx context.Context) bool {
-	select {
-	case <-n.ready:
-		return n.readyOK.Load()
-	case <-ctx.Done():
-		return false
-	}
-}
-
-var errNotReady = errors.New("node not ready")
-
-// router is the crawler's Router: a discovered URL is local when its
-// subnet is delegated to this node; a subnet delegated to nobody (or
-// orphaned) is delegated first, which runs the IPMicra search at its
-// coordinator. Resolutions are cached by the overlay.
-type router struct{ n *Node }
-
-func (r router) Route(ctx context.Context, u *url.URL, addr netip.Addr) (bool, error) {
-	// Before Join nobody can be asked: links found by a crawl resumed
-	// from the database wait rather than being dropped.
-	if !r.n.waitReady(ctx) || !r.n.waitJoined(ctx) {
-		return false, errNotReady
-	}
-	d, ok, err := r.n.o.Resolve(ctx, addr)
-	if err != nil {
-		return false, err
-	}
-	if !ok || d.Orphaned {
-		if d, err = r.n.o.Delegate(ctx, u.String(), addr); err != nil {
-			return false, err
-		}
-	}
-	return d.Node == r.n.h.ID(), nil
-}
-
-// forwardHandler queues URLs other nodes forward to this one.
+// forwardHandler queues URLs older nodes forward to this one with the
+// overlay's forward protocol (served for one release; nodes now send
+// crawl requests).
 type forwardHandler struct{ n *Node }
 
 func (f forwardHandler) HandleForward(ctx context.Context, from peer.ID, urls []string) error {
@@ -559,36 +520,12 @@ func (f forwardHandler) HandleForward(ctx context.Context, from peer.ID, urls []
 // crawlLocal queues crawl requests (seeds, forwarded URLs) in the
 // crawler, durably.
 func (n *Node) crawlLocal(ctx context.Context, from peer.ID, reqs []crawl.Request) error {
-	if !n.waitReady(ctx) {
-		return errNotReady
-	}
 	return n.cr.Submit(ctx, reqs...)
-}
-
-// forward hands URLs of other nodes' subnets to their owners (the
-// outbox's Forwarder). Any failure fails the batch, which the crawler
-// retries: delivery is at least once and the receiving crawler knows the
-// URLs it has queued.
-func (n *Node) forward(ctx context.Context, reqs []crawl.Request) error {
-	if !n.waitReady(ctx) {
-		return errNotReady
-	}
-	res, err := n.Submit(ctx, reqs...)
-	if err != nil {
-		return err
-	}
-	if len(res.Failed) > 0 {
-		return fmt.Errorf("forwarding %d of %d URLs failed, first %s: %w", len(res.Failed), len(reqs), res.Failed[0].Link, res.Failed[0].Err)
-	}
-	return nil
 }
 
 // probe answers a coordinator's probe request: timed HTTP HEADs from this
 // node's address, the least of a few.
 func (n *Node) probe(ctx context.Context, u string) (time.Duration, error) {
-	if !n.waitReady(ctx) {
-		return 0, errNotReady
-	}
 	n.probesRun.Add(1)
 	rtt, err := n.cr.Fetcher().Probe(ctx, u, crawl.DefaultProbeAttempts)
 	if err != nil {
@@ -608,9 +545,6 @@ func (n *Node) probe(ctx context.Context, u string) (time.Duration, error) {
 // refetch fetches a page afresh for a coordinator's audit, with the
 // crawler's politeness and pipeline.
 func (n *Node) refetch(ctx context.Context, u string) (overlay.Page, error) {
-	if !n.waitReady(ctx) {
-		return overlay.Page{}, errNotReady
-	}
 	o, err := n.cr.Refetch(ctx, u)
 	if err != nil {
 		return overlay.Page{}, err
@@ -621,6 +555,10 @@ func (n *Node) refetch(ctx context.Context, u string) (overlay.Page, error) {
 // onSlow turns a calibration signal into a re-delegation of the server's
 // subnet, at most one per subnet per recalibrateGap.
 func (n *Node) onSlow(s crawl.Slow) {
+	o := n.route.o.Load()
+	if o == nil {
+		return // a crawl resumed before the overlay was built
+	}
 	r := n.tree.Range(n.tree.SmallestNonUnary(s.Addr))
 	n.recalMu.Lock()
 	if at, ok := n.recalAt[r]; ok && time.Since(at) < recalibrateGap {
@@ -640,7 +578,7 @@ func (n *Node) onSlow(s crawl.Slow) {
 	n.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(n.ctx, 2*time.Minute)
 		defer cancel()
-		d, err := n.o.Recalibrate(ctx, s.Addr, reason)
+		d, err := o.Recalibrate(ctx, s.Addr, reason)
 		if err != nil {
 			n.log.Warn("re-delegation after calibration failed", "subnet", r, "error", err)
 			return
@@ -652,11 +590,9 @@ func (n *Node) onSlow(s crawl.Slow) {
 // The overlay's and the crawler's defaults that Config.Liveness and
 // Config.BatchWait adjust.
 const (
-	defaultMaintenance  = 15 * time.Second // overlay: ownership, replica and liveness checks
-	defaultClosestTTL   = 30 * time.Second // overlay: cached closest-peer lists
-	defaultBatchBytes   = 256 << 10        // crawl: a batch of records is sealed at this size
-	defaultForwardBatch = 512              // crawl: URLs for other nodes handed on at this many
-	defaultForwardWait  = 30 * time.Second // crawl: or after this long
+	defaultMaintenance = 15 * time.Second // overlay: ownership, replica and liveness checks
+	defaultClosestTTL  = 30 * time.Second // overlay: cached closest-peer lists
+	defaultBatchBytes  = 256 << 10        // crawl: a batch of records is sealed at this size
 )
 
 const (

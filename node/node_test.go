@@ -127,8 +127,18 @@ func TestNodeJoinCrawlRestart(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("%d seeds: sent %v; fetched a=%d b=%d; subnets a=%d b=%d; delegations decided a=%+v b=%+v", len(seeds), res.Sent,
-		a.CrawlStats().Fetched, b.CrawlStats().Fetched, len(a.Overlay().Owned()), len(b.Overlay().Owned()), a.DelegationStats(), b.DelegationStats())
+	// Links into the other node's subnets, and into subnets nobody held
+	// (delegated in the background), were handed on and acknowledged or
+	// kept: none waits.
+	waitUntil(t, "links handed on", func() error {
+		if sa, sb := a.CrawlStats(), b.CrawlStats(); sa.Outgoing+sb.Outgoing > 0 {
+			return fmt.Errorf("%d and %d links waiting", sa.Outgoing, sb.Outgoing)
+		}
+		return nil
+	})
+	t.Logf("%d seeds: sent %v; fetched a=%d b=%d; handed on a=%d b=%d; subnets a=%d b=%d; delegations decided a=%+v b=%+v", len(seeds), res.Sent,
+		a.CrawlStats().Fetched, b.CrawlStats().Fetched, a.CrawlStats().Forwarded, b.CrawlStats().Forwarded,
+		len(a.Overlay().Owned()), len(b.Overlay().Owned()), a.DelegationStats(), b.DelegationStats())
 	// Each seed's server was fetched only from the node owning its subnet.
 	for _, s := range run.World().Sites() {
 		c := run.Counters(s)

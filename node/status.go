@@ -19,9 +19,6 @@ import (
 
 // Status returns what the dashboard and "micra status" show.
 func (n *Node) Status(ctx context.Context) (Status, error) {
-	if !n.waitReady(ctx) {
-		return Status{}, errNotReady
-	}
 	now := time.Now()
 	cs := n.cr.Stats()
 	os := n.ob.Stats()
@@ -32,7 +29,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Started: n.started, Now: now, Peers: len(n.h.Network().Peers()), Shards: n.o.Coordinating(),
 		Capacity: int(capacity), Load: int(load),
 		Crawl: Crawl{
-			Fetched: cs.Fetched, Records: cs.Records, Queued: cs.Queued, Hosts: cs.Hosts,
+			Fetched: cs.Fetched, Records: cs.Records, Queued: cs.Queued, Outgoing: cs.Outgoing, Forwarded: cs.Forwarded, Hosts: cs.Hosts,
 			InFlight: cs.InFlight, Bytes: cs.WireBytes, Errors: cs.FetchErrors, RobotsDenied: cs.RobotsDenied,
 		},
 		Outbox:    Outbox{Batches: os.Batches, Bytes: os.Bytes, Cap: os.Cap, Acked: int64(os.Removed)},
@@ -133,6 +130,7 @@ func (n *Node) collector() prometheus.Collector {
 		"records":     desc("records_total", "Keyword records produced."),
 		"forwarded":   desc("urls_forwarded_total", "URLs handed to the nodes owning their subnets."),
 		"queued":      desc("frontier_urls", "URLs waiting in the crawler's host queues."),
+		"outgoing":    desc("outgoing_urls", "URLs for other nodes' subnets waiting to be handed on."),
 		"probesRun":   desc("probes_run_total", "Probes this node ran for coordinators."),
 		"probesAsked": desc("probes_issued_total", "Probes this node asked of others as a coordinator."),
 		"decisions":   desc("delegation_decisions_total", "Delegation searches run as a coordinator."),
@@ -173,6 +171,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("records", float64(cs.Records))
 	counter("forwarded", float64(cs.Forwarded))
 	gauge("queued", float64(cs.Queued))
+	gauge("outgoing", float64(cs.Outgoing))
 	counter("probesRun", float64(n.probesRun.Load()))
 	counter("probesAsked", float64(ds.Probes))
 	counter("decisions", float64(ds.Decisions))

@@ -374,6 +374,26 @@ func (o *Overlay) Resolve(ctx context.Context, a netip.Addr) (Delegation, bool, 
 	return o.resolveReq(ctx, id, req)
 }
 
+// Cached returns the delegation of the smallest non-unary range containing
+// a when this node knows it without asking anyone: a subnet delegated to
+// this node, or one resolved, delegated or announced recently (the cache).
+// It never touches the network; false means "not known here".
+func (o *Overlay) Cached(a netip.Addr) (Delegation, bool) {
+	id := o.tree.SmallestNonUnary(a)
+	if id == subnet.None {
+		return Delegation{}, false
+	}
+	r := o.tree.Range(id)
+	if d, ok := o.cache.get(r); ok {
+		o.stats.cacheHits.Add(1)
+		return d, true
+	}
+	o.mu.Lock()
+	d, ok := o.owned[string(rangeKey(r))]
+	o.mu.Unlock()
+	return d, ok
+}
+
 // Lookup returns the delegation of exactly the range id, asking the
 // coordinator of its shard.
 func (o *Overlay) Lookup(ctx context.Context, id subnet.ID) (Delegation, bool, error) {
@@ -760,6 +780,11 @@ func (o *Overlay) Probe(ctx context.Context, p peer.ID, url string) (time.Durati
 // names the batch (16 to 32 bytes, e.g. random or a hash of the URLs);
 // re-sending the same id after a lost answer is acknowledged without
 // delivering the batch twice. It returns whether p had it already.
+//
+// Deprecated: nodes deliver URLs with the results package's crawl-request
+// protocol, which carries depth and owners. ForwardID is still served, for
+// one release, so that older nodes' batches are taken; Forward remains to
+// test that server.
 func (o *Overlay) Forward(ctx context.Context, p peer.ID, id []byte, urls []string) (duplicate bool, err error) {
 	if len(id) < 16 || len(id) > 32 {
 		return false, fmt.Errorf("forward: batch id must be 16 to 32 bytes, got %d", len(id))

@@ -2,11 +2,9 @@ package results
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -22,9 +20,6 @@ import (
 type SubmitResult struct {
 	Sent   map[peer.ID]int // requests accepted by each owning node (this peer included when LocalCrawl took them)
 	Failed []SubmitFailure
-	// Forwarded counts requests delivered through overlay.Forward to nodes
-	// that do not speak CrawlID: their depth and owners were not carried.
-	Forwarded int
 }
 
 // SubmitFailure is one request Submit could not deliver.
@@ -77,12 +72,7 @@ func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts 
 			case node == self:
 				err = cfg.crawlLocal(ctx, self, chunk)
 			default:
-				err = sendCrawl(ctx, o.Host(), node, chunk)
-				if errors.Is(err, overlay.ErrUnsupportedProtocol) {
-					if err = forwardURLs(ctx, o, node, chunk); err == nil {
-						res.Forwarded += len(chunk)
-					}
-				}
+				err = SendCrawl(ctx, o.Host(), node, chunk)
 			}
 			if err != nil {
 				for _, r := range chunk {
@@ -145,8 +135,29 @@ func checkRequest(r crawl.Request) error {
 	return nil
 }
 
-// sendCrawl sends one CRAWL request to p and waits for its answer.
-func sendCrawl(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request) error {
+// SendCrawl sends crawl requests to p, the node owning their subnets, in
+// CRAWL frames of at most 256 requests, and returns once p acknowledged
+// every frame: p has queued them durably. It fails with the first frame p
+// did not acknowledge (those before it were delivered); requests are
+// checked against the protocol's bounds first.
+func SendCrawl(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request) error {
+	for _, r := range reqs {
+		if err := checkRequest(r); err != nil {
+			return fmt.Errorf("%s: %w", r.Link, err)
+		}
+	}
+	for len(reqs) > 0 {
+		chunk := reqs[:min(len(reqs), maxCrawlRequests)]
+		reqs = reqs[len(chunk):]
+		if err := sendCrawlFrame(ctx, h, p, chunk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendCrawlFrame sends one CRAWL frame to p and waits for its answer.
+func sendCrawlFrame(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request) error {
 	s, err := openStream(ctx, h, p, CrawlID, svcCrawl, crawlDeadline)
 	if err != nil {
 		return err
@@ -177,17 +188,6 @@ func sendCrawl(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request
 		return fmt.Errorf("%w: answer %v version %d", ErrMalformed, resp.GetType(), resp.GetVersion())
 	}
 	return nil
-}
-
-// forwardURLs falls back on overlay.Forward for a node without CrawlID.
-func forwardURLs(ctx context.Context, o *overlay.Overlay, p peer.ID, reqs []crawl.Request) error {
-	urls := make([]string, len(reqs))
-	for i, r := range reqs {
-		urls[i] = r.Link
-	}
-	id := sha256.Sum256([]byte(strings.Join(urls, "\n")))
-	_, err := o.Forward(ctx, p, id[:16], urls)
-	return err
 }
 
 // ServeCrawlRequests registers the handler of CrawlID on h: each request

@@ -70,8 +70,10 @@
 //
 // Submit sends seed URLs with a depth to the nodes owning their subnets
 // (overlay Resolve, or Delegate for a subnet not delegated yet) over
-// CrawlID; ServeCrawlRequests is the node's handler, which hands them to
-// the crawler. Nodes without CrawlID get the URLs through overlay.Forward.
+// CrawlID; SendCrawl sends requests to one known owner (a node hands its
+// crawler's links on with it); ServeCrawlRequests is the node's handler,
+// which hands them to the crawler. CrawlID is the one URL-delivery
+// protocol: nothing sends the overlay's older ForwardID any more.
 // An indexer keeps the crawl requests it submits (Indexer.Submit) until a
 // record of the page arrives, and submits them again, to the subnet's
 // owner of the moment, when none came within CrawlPatience (doubling, up to

@@ -87,10 +87,9 @@ func (ix *Indexer) serveCrawl(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := struct {
-		Sent      int            `json:"sent"`
-		Forwarded int            `json:"forwarded"`
-		Failed    []crawlFailure `json:"failed"`
-	}{Forwarded: res.Forwarded, Failed: []crawlFailure{}}
+		Sent   int            `json:"sent"`
+		Failed []crawlFailure `json:"failed"`
+	}{Failed: []crawlFailure{}}
 	for _, n := range res.Sent {
 		out.Sent += n
 	}

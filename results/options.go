@@ -20,10 +20,6 @@ import (
 // Each option says which it applies to; the others ignore it.
 type Option func(*config) error
 
-// ForwardFunc receives the URLs the crawler found in other nodes' subnets
-// (Outbox.Forward passes them on unchanged).
-type ForwardFunc func(ctx context.Context, reqs []crawl.Request) error
-
 // CrawlHandler receives crawl requests sent to this node. It must queue
 // them durably (the crawler's Submit does) before returning nil, and be
 // safe for concurrent use.
@@ -49,7 +45,6 @@ type config struct {
 	window       int
 	gap          time.Duration
 	ackWait      time.Duration
-	forward      ForwardFunc
 	trusted      map[peer.ID]bool
 	forgetIdx    time.Duration
 	connectIndex bool
@@ -259,13 +254,6 @@ func Pace(window int, ackWait, gap time.Duration) Option {
 		c.window, c.ackWait, c.gap = window, ackWait, gap
 		return nil
 	}
-}
-
-// Forwarder sets where Outbox.Forward hands URLs of other nodes' subnets
-// (the node's forwarding to their owners). Without one, Forward fails and
-// the crawler drops the URLs after its retries. Outbox.
-func Forwarder(f ForwardFunc) Option {
-	return func(c *config) error { c.forward = f; return nil }
 }
 
 // TrustedIndexers restricts the indexers whose acknowledgements count, and

@@ -432,9 +432,8 @@ func indexerCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		body["owners"] = []string{*owner}
 	}
 	var out struct {
-		Sent      int `json:"sent"`
-		Forwarded int `json:"forwarded"`
-		Failed    []struct {
+		Sent   int `json:"sent"`
+		Failed []struct {
 			URL   string `json:"url"`
 			Error string `json:"error"`
 		} `json:"failed"`
@@ -442,11 +441,7 @@ func indexerCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := c.do(ctx, http.MethodPost, "/api/crawl", nil, body, &out); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%d URLs sent to the nodes owning their subnets", out.Sent)
-	if out.Forwarded > 0 {
-		fmt.Fprintf(stdout, " (%d without depth: their nodes do not take crawl requests)", out.Forwarded)
-	}
-	fmt.Fprintln(stdout)
+	fmt.Fprintf(stdout, "%d URLs sent to the nodes owning their subnets\n", out.Sent)
 	for _, f := range out.Failed {
 		fmt.Fprintf(stdout, "failed: %s: %s\n", f.URL, f.Error)
 	}

@@ -56,7 +56,7 @@ type Config struct {
 // Run runs one demo, writing its progress and summary to stdout and its
 // log to stderr (or, with Verbose, to demo.log in the data directory).
 func Run(ctx context.Context, c Config, stdout, stderr io.Writer) (err error) {
-	start := time.Now()
+	d := &demo{c: c, out: stdout, errOut: stderr, start: time.Now()}
 	dir := c.Keep
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "micra-demo-"); err != nil {
@@ -75,94 +75,156 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) (err error) {
 	if c.Verbose {
 		level = slog.LevelDebug
 	}
-	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level}))
+	d.log, d.logName = slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level})), logFile.Name()
 	// MICRA_DEBUG: the delegation procedure's decisions are kept to explain
 	// the sub-optimal ones in the summary.
-	var trace *decisionTrace
 	if os.Getenv("MICRA_DEBUG") != "" {
-		trace = newDecisionTrace(logger.Handler())
+		d.trace = newDecisionTrace(d.log.Handler())
 	}
+	var closers []func() error
+	defer func() {
+		for _, closeIt := range slices.Backward(closers) {
+			err = errors.Join(err, closeIt())
+		}
+	}()
+	steps := []func(context.Context, string) (func() error, error){d.startWorld, d.startNodes, d.startIndexer}
+	for _, step := range steps {
+		closer, err := step(ctx, dir)
+		if closer != nil {
+			closers = append(closers, closer)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	d.printNodes()
+	if err := d.crawl(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	if err := delegationTable(ctx, stdout, d.w, d.run, d.tree, d.nodes, d.seeds, d.trace); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	sampleSearch(ctx, stdout, d.ri, d.seeds, d.run)
+	if c.Linger {
+		fmt.Fprintln(stdout, "\nrunning until interrupted (Ctrl-C): the dashboards and the search page stay up")
+		<-ctx.Done()
+	}
+	return nil
+}
 
-	// The emulated Internet.
+// demo is one run's parts, made by Run's steps in order.
+type demo struct {
+	c           Config
+	out, errOut io.Writer
+	start       time.Time
+	log         *slog.Logger
+	logName     string
+	trace       *decisionTrace
+
+	w     *world.World
+	run   *world.Running
+	tree  *subnet.Tree
+	sw    *swarm.Swarm
+	nodes []*swarm.Node
+	ri    *node.Indexer
+	seeds []world.Site
+}
+
+// startWorld generates the emulated Internet and serves it.
+func (d *demo) startWorld(ctx context.Context, _ string) (func() error, error) {
+	c := d.c
 	p := world.DefaultParams()
 	p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir, p.Port, p.Geo = c.Seed, c.Sites, c.Nodes, c.Geo == "", c.DataDir, 0, c.Geo
 	w, err := world.Generate(ctx, p)
 	if err != nil {
-		return fmt.Errorf("generating the emulated Internet: %w (the demo needs the shared data: ../shared/data beside the checkout, $MICRA_DATA or --data)", err)
+		return nil, fmt.Errorf("generating the emulated Internet: %w (the demo needs the shared data: ../shared/data beside the checkout, $MICRA_DATA or --data)", err)
 	}
-	run, err := w.Start(ctx, world.TimeScale(c.Scale), world.Port(0), world.Logger(logger.With("subsystem", "world")))
+	run, err := w.Start(ctx, world.TimeScale(c.Scale), world.Port(0), world.Logger(d.log.With("subsystem", "world")))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer func() { err = errors.Join(err, run.Close()) }()
-	tree, err := w.Tree(ctx)
-	if err != nil {
-		return err
+	d.w, d.run = w, run
+	if d.tree, err = w.Tree(ctx); err != nil {
+		return run.Close, err
 	}
-	fmt.Fprintf(stdout, "emulated Internet: %d sites, %d volunteer addresses, time scale %v, DNS %s; log in %s\n",
-		len(w.Sites()), len(w.Nodes()), c.Scale, run.DNS(), logFile.Name())
+	fmt.Fprintf(d.out, "emulated Internet: %d sites, %d volunteer addresses, time scale %v, DNS %s; log in %s\n",
+		len(w.Sites()), len(w.Nodes()), c.Scale, run.DNS(), d.logName)
+	return run.Close, nil
+}
 
-	// The volunteers.
-	sw, err := swarm.Start(ctx, run, tree, swarm.Config{Dir: dir, Scale: c.Scale, Threshold: c.Threshold,
-		LatencyMap: c.LatencyMap, Dashboards: true, Logger: logger, Trace: traceHandler(trace)})
+// startNodes starts the volunteers, each bootstrapping from the first.
+func (d *demo) startNodes(ctx context.Context, dir string) (func() error, error) {
+	sw, err := swarm.Start(ctx, d.run, d.tree, swarm.Config{Dir: dir, Scale: d.c.Scale, Threshold: d.c.Threshold,
+		LatencyMap: d.c.LatencyMap, Dashboards: true, Logger: d.log, Trace: traceHandler(d.trace)})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer func() { err = errors.Join(err, sw.Close()) }()
-	nodes := sw.Nodes
+	d.sw, d.nodes = sw, sw.Nodes
+	return sw.Close, nil
+}
 
-	// The indexer: it resolves the world's names (for its audits) from
-	// 127.0.0.1.
-	indexerDNS, err := run.Resolver(netip.MustParseAddr("127.0.0.1"))
+// startIndexer starts the indexer and waits until the nodes know it for
+// one.
+func (d *demo) startIndexer(ctx context.Context, dir string) (func() error, error) {
+	// It resolves the world's names (for its audits) from 127.0.0.1.
+	indexerDNS, err := d.run.Resolver(netip.MustParseAddr("127.0.0.1"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	h0 := nodes[0].Overlay().Host()
+	h0 := d.nodes[0].Overlay().Host()
 	ri, err := node.StartIndexer(ctx, node.IndexerConfig{
 		DataDir: filepath.Join(dir, "indexer"), Listen: []string{"/ip4/127.0.0.1/tcp/0"},
 		Bootstrap: []peer.AddrInfo{{ID: h0.ID(), Addrs: h0.Addrs()}}, HTTP: "127.0.0.1:0",
-		Tree: tree, Logger: logger.With("subsystem", "indexer"), JoinNow: true,
+		Tree: d.tree, Logger: d.log.With("subsystem", "indexer"), JoinNow: true,
 		Host:    []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},
 		Overlay: []overlay.Option{overlay.Announce(2*time.Second, true)},
 		// The indexer coordinates shards too and delegates their subnets:
 		// it needs the world's latencies between nodes like every node
 		// (with libp2p's loopback RTTs its triangle-inequality bounds
 		// pruned the nearest nodes: 200 ms misses).
-		Delegate: sw.DelegateOptions("indexer"),
-		Results: []results.Option{results.AnnounceEvery(2 * time.Second), results.Logger(logger.With("subsystem", "results")),
+		Delegate: d.sw.DelegateOptions("indexer"),
+		Results: []results.Option{results.AnnounceEvery(2 * time.Second), results.Logger(d.log.With("subsystem", "results")),
 			results.DNS(indexerDNS)},
 	})
 	if err != nil {
-		return fmt.Errorf("indexer: %w", err)
+		return nil, fmt.Errorf("indexer: %w", err)
 	}
-	defer func() { err = errors.Join(err, ri.Close()) }()
-
+	d.ri = ri
 	// Until a node hears the indexer's first announcement (capacity 0), it
 	// takes the indexer, which its DHT knows, for a crawler: its first
 	// decisions would ask the indexer to probe and count the refusal.
 	for wait := time.Now(); time.Since(wait) < 10*time.Second; time.Sleep(100 * time.Millisecond) {
-		if !slices.ContainsFunc(nodes, func(dn *swarm.Node) bool { return dn.Overlay().MayCrawl(ri.ID()) }) {
+		if !slices.ContainsFunc(d.nodes, func(dn *swarm.Node) bool { return dn.Overlay().MayCrawl(ri.ID()) }) {
 			break
 		}
 	}
+	return ri.Close, nil
+}
 
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+// printNodes lists the nodes, their places and dashboards.
+func (d *demo) printNodes() {
+	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "node\taddress\tlocation\tdashboard\n")
-	for i, dn := range nodes {
-		loc := w.Nodes()[i].Loc
+	for i, dn := range d.nodes {
+		loc := d.w.Nodes()[i].Loc
 		fmt.Fprintf(tw, "%d\t%s\t%s, %s\thttp://%s/\n", i, dn.Addr, loc.City, loc.Country, dn.DashboardAddr())
 	}
-	fmt.Fprintf(tw, "indexer\t127.0.0.1\t\thttp://%s/ (search)\n", ri.HTTPAddr())
+	fmt.Fprintf(tw, "indexer\t127.0.0.1\t\thttp://%s/ (search)\n", d.ri.HTTPAddr())
 	tw.Flush()
-	fmt.Fprintf(stdout, "%d nodes and the indexer joined in %v\n", len(nodes), time.Since(start).Round(100*time.Millisecond))
+	fmt.Fprintf(d.out, "%d nodes and the indexer joined in %v\n", len(d.nodes), time.Since(d.start).Round(100*time.Millisecond))
+}
 
-	// The crawl: every site's home page is a seed, submitted through the
-	// nodes in turn; each submission delegates the site's subnet when
-	// nobody holds it yet (the IPMicra search, probes and all).
-	var seeds []world.Site
-	for _, s := range w.Sites() {
+// crawl seeds every site's home page, submitted through the nodes in
+// turn (each submission delegates the site's subnet when nobody holds it
+// yet: the IPMicra search, probes and all), and shows the progress until
+// everything is crawled and indexed or the configured duration passed.
+func (d *demo) crawl(ctx context.Context) error {
+	c := d.c
+	for _, s := range d.w.Sites() {
 		if s.Hostile == world.NotHostile {
-			seeds = append(seeds, s)
+			d.seeds = append(d.seeds, s)
 		}
 	}
 	crawlStart := time.Now()
@@ -171,33 +233,34 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) (err error) {
 	var submitted, failed atomic.Int64
 	var subWG sync.WaitGroup
 	for k := range c.Submitters {
-		dn := nodes[k%len(nodes)]
+		dn := d.nodes[k%len(d.nodes)]
 		subWG.Go(func() {
-			for i := k; i < len(seeds); i += c.Submitters {
-				res, err := dn.Submit(cctx, crawl.Request{Link: run.URL(seeds[i]), Depth: c.Depth})
+			for i := k; i < len(d.seeds); i += c.Submitters {
+				res, err := dn.Submit(cctx, crawl.Request{Link: d.run.URL(d.seeds[i]), Depth: c.Depth})
 				if err != nil {
 					return
 				}
 				if len(res.Failed) > 0 {
 					failed.Add(1)
-					logger.Warn("seed not submitted", "url", res.Failed[0].Link, "error", res.Failed[0].Err)
+					d.log.Warn("seed not submitted", "url", res.Failed[0].Link, "error", res.Failed[0].Err)
 					continue
 				}
 				submitted.Add(1)
 			}
 		})
 	}
+	defer subWG.Wait()
 	subDone := make(chan struct{})
 	go func() { subWG.Wait(); close(subDone) }()
 
-	fig := func() demoFigures { return figures(nodes, ri, submitted.Load(), len(seeds)) }
+	fig := func() demoFigures { return figures(d.nodes, d.ri, submitted.Load(), len(d.seeds)) }
 	tty := false
-	if f, ok := stderr.(*os.File); ok {
+	if f, ok := d.errOut.(*os.File); ok {
 		tty = term.IsTerminal(int(f.Fd()))
 	}
 	var bar *progressbar.ProgressBar
 	if tty {
-		bar = progressbar.NewOptions64(int64(c.Duration/time.Second), progressbar.OptionSetWriter(stderr),
+		bar = progressbar.NewOptions64(int64(c.Duration/time.Second), progressbar.OptionSetWriter(d.errOut),
 			progressbar.OptionSetDescription(fig().String()), progressbar.OptionSetPredictTime(false),
 			progressbar.OptionShowElapsedTimeOnFinish(), progressbar.OptionSetWidth(20),
 			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
@@ -218,11 +281,11 @@ loop:
 			bar.Describe(f.String())
 			_ = bar.Set64(int64(time.Since(crawlStart) / time.Second))
 		} else if time.Since(lastLine) >= 10*time.Second {
-			fmt.Fprintf(stdout, "%6.0fs  %s\n", time.Since(crawlStart).Seconds(), f)
+			fmt.Fprintf(d.out, "%6.0fs  %s\n", time.Since(crawlStart).Seconds(), f)
 			lastLine = time.Now()
 		}
-		// Done: every seed submitted, every crawler idle, every batch
-		// acknowledged, for two seconds in a row.
+		// Done: every seed submitted, every crawler idle, every link
+		// handed on, every batch acknowledged, for two seconds in a row.
 		select {
 		case <-subDone:
 			if f.idle {
@@ -245,21 +308,9 @@ loop:
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	took := time.Since(crawlStart)
-	f := fig()
-	fmt.Fprintf(stdout, "crawl: %v, %s\n", took.Round(100*time.Millisecond), f)
+	fmt.Fprintf(d.out, "crawl: %v, %s\n", time.Since(crawlStart).Round(100*time.Millisecond), fig())
 	if n := failed.Load(); n > 0 {
-		fmt.Fprintf(stdout, "%d seeds could not be submitted (see the log)\n", n)
-	}
-	fmt.Fprintln(stdout)
-	if err := delegationTable(ctx, stdout, w, run, tree, nodes, seeds, trace); err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout)
-	sampleSearch(ctx, stdout, ri, seeds, run)
-	if c.Linger {
-		fmt.Fprintln(stdout, "\nrunning until interrupted (Ctrl-C): the dashboards and the search page stay up")
-		<-ctx.Done()
+		fmt.Fprintf(d.out, "%d seeds could not be submitted (see the log)\n", n)
 	}
 	return nil
 }
@@ -287,7 +338,7 @@ func figures(nodes []*swarm.Node, ri *node.Indexer, submitted int64, seeds int) 
 		f.queued += cs.Queued
 		f.inFlight += cs.InFlight
 		f.outbox += dn.OutboxStats().Batches
-		if cs.Queued > 0 || cs.InFlight > 0 {
+		if cs.Queued > 0 || cs.InFlight > 0 || cs.Outgoing > 0 {
 			f.idle = false
 		}
 	}

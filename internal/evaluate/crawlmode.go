@@ -48,20 +48,19 @@ const (
 )
 
 // elsewhere is the crawl mode's Router: a link to another host leaves the
-// node (Sink.Forward), as a link to another node's subnet does in a
+// node (the outgoing store), as a link to another node's subnet does in a
 // network. Each site is crawled from its own front page by its own node,
 // so the pages crawled are the same under every assignment; a link into
 // another site would reach that site's pages at another depth.
 type elsewhere struct{}
 
-func (elsewhere) Route(context.Context, *url.URL, netip.Addr) (bool, error) { return false, nil }
+func (elsewhere) Route(*url.URL, netip.Addr) bool { return false }
 
 // pageSink collects one crawler's records.
 type pageSink struct {
-	mu       sync.Mutex
-	records  []crawl.Record
-	forwards int
-	err      error
+	mu      sync.Mutex
+	records []crawl.Record
+	err     error
 }
 
 func (s *pageSink) Results(_ context.Context, b crawl.Batch) error {
@@ -75,13 +74,6 @@ func (s *pageSink) Results(_ context.Context, b crawl.Batch) error {
 		return nil
 	}
 	s.records = append(s.records, recs...)
-	return nil
-}
-
-func (s *pageSink) Forward(_ context.Context, reqs []crawl.Request) error {
-	s.mu.Lock()
-	s.forwards += len(reqs)
-	s.mu.Unlock()
 	return nil
 }
 

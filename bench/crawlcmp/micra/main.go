@@ -25,12 +25,12 @@ import (
 	"github.com/micra-net/micra/crawl"
 )
 
-// fileSink stores sealed batches in a file, as a node's outbox would, and
-// drops forwarded URLs (they belong to other nodes).
+// fileSink stores sealed batches in a file, as a node's outbox would.
+// Links to other hosts stay in the crawler's outgoing store, as a node's
+// do until it hands them on.
 type fileSink struct {
 	w                *bufio.Writer
 	bytes, raw, recs atomic.Int64
-	forwarded        atomic.Int64
 }
 
 func (s *fileSink) Results(_ context.Context, b crawl.Batch) error {
@@ -43,18 +43,11 @@ func (s *fileSink) Results(_ context.Context, b crawl.Batch) error {
 	return err
 }
 
-func (s *fileSink) Forward(_ context.Context, reqs []crawl.Request) error {
-	s.forwarded.Add(int64(len(reqs)))
-	return nil
-}
-
 // localRouter keeps the start host local; everything else goes to "other
 // nodes".
 type localRouter struct{ host string }
 
-func (r localRouter) Route(_ context.Context, u *url.URL, _ netip.Addr) (bool, error) {
-	return u.Host == r.host, nil
-}
+func (r localRouter) Route(u *url.URL, _ netip.Addr) bool { return u.Host == r.host }
 
 // farResolver answers every name with one address that is never dialled:
 // other hosts' links are routed, not fetched, and no real DNS is asked.

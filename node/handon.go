@@ -1,0 +1,298 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/subnet"
+)
+
+// The path of a discovered link. The crawler asks the router whether the
+// link's address is this node's; the router answers from what the overlay
+// knows without asking anyone (overlay.Cached). A link that is not known to
+// be local goes to the crawler's outgoing store, in the transaction that
+// completes its page. The hand-on loop below pages through that store:
+// a link whose owner is known goes to it with the crawl-request protocol
+// (results.SendCrawl) and is deleted once the owner acknowledged it; a link
+// whose subnet turns out to be this node's is kept (crawl.Keep); a link
+// whose owner is not known waits in the store while its subnet is
+// delegated by a few workers in the background, fed by a bounded queue of
+// subnets. The owner a delegation finds is cached by the overlay, which is
+// where the next pass reads it. Nothing is resolved twice: the crawler
+// stored the address the host resolved to.
+
+// router is the crawler's Router.
+type router struct {
+	o    atomic.Pointer[overlay.Overlay] // set once the overlay is built; until then nothing is known
+	self peer.ID
+}
+
+func (r *router) Route(_ *url.URL, addr netip.Addr) bool {
+	o := r.o.Load()
+	if o == nil {
+		return false
+	}
+	d, ok := o.Cached(addr)
+	return ok && !d.Orphaned && d.Node == r.self
+}
+
+// Hand-on limits.
+const (
+	handOnPage      = 256              // links read from the store at a time
+	handOnPass      = 4096             // links looked at in one pass
+	handOnGap       = time.Second      // at least this long between two sweeps of the whole store
+	handOnTick      = 5 * time.Second  // a pass at least this often while links wait
+	handOnSend      = 30 * time.Second // one owner's acknowledgement
+	delegateWorkers = 2
+	delegateQueue   = 1024             // subnets waiting for a delegation
+	delegateRetry   = 30 * time.Second // a subnet whose delegation failed is tried again after this
+	delegateLimit   = 2 * time.Minute  // one delegation
+)
+
+// outStore is the crawler's outgoing store (*crawl.Crawler).
+type outStore interface {
+	Outgoing(after crawl.Outlink, n int) ([]crawl.Outlink, error)
+	Handed(links ...crawl.Outlink) error
+	Keep(links ...crawl.Outlink) error
+	OutgoingStored() <-chan struct{}
+}
+
+// owners is what the hand-on loop asks of the overlay (*overlay.Overlay).
+type owners interface {
+	Cached(a netip.Addr) (overlay.Delegation, bool)
+	Resolve(ctx context.Context, a netip.Addr) (overlay.Delegation, bool, error)
+	Delegate(ctx context.Context, link string, a netip.Addr) (overlay.Delegation, error)
+	Invalidate(r subnet.Range)
+}
+
+// handOn is the node's hand-on loop and its delegation queue.
+type handOn struct {
+	store  outStore
+	owners owners
+	send   func(ctx context.Context, p peer.ID, reqs []crawl.Request) error // to the owner p, acknowledged
+	self   peer.ID
+	tree   *subnet.Tree
+	log    *slog.Logger
+	joined <-chan struct{}
+
+	queue chan delegation
+	wake  chan struct{} // a delegation finished
+
+	mu    sync.Mutex
+	asked map[subnet.Range]time.Time // queued or running (zero time), or failed: not before then
+
+	failed map[peer.ID]backoff // owners that did not acknowledge: not sent to before then (pass only)
+
+	cursor crawl.Outlink // where the next pass starts; the zero value is the store's start
+	swept  time.Time     // when the last sweep of the whole store ended
+}
+
+type backoff struct {
+	until time.Time
+	wait  time.Duration
+}
+
+type delegation struct {
+	r    subnet.Range
+	link string
+	addr netip.Addr
+}
+
+func newHandOn(n *Node) *handOn {
+	return &handOn{store: n.cr, owners: n.o, self: n.h.ID(), tree: n.tree, log: n.log.With("subsystem", "handon"), joined: n.joined,
+		send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
+			return results.SendCrawl(ctx, n.h, p, reqs)
+		},
+		queue: make(chan delegation, delegateQueue), wake: make(chan struct{}, 1),
+		asked: map[subnet.Range]time.Time{}, failed: map[peer.ID]backoff{}}
+}
+
+// run hands links on until ctx ends, from the moment the node joined.
+func (h *handOn) run(ctx context.Context) {
+	select {
+	case <-h.joined:
+	case <-ctx.Done():
+		return
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for range delegateWorkers {
+		wg.Go(func() { h.delegate(ctx) })
+	}
+	tick := time.NewTicker(handOnTick)
+	defer tick.Stop()
+	for {
+		wrapped := h.pass(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if !wrapped {
+			continue // the rest of the store first
+		}
+		if wait := time.Until(h.swept.Add(handOnGap)); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case <-h.store.OutgoingStored():
+		case <-h.wake:
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// pass looks at up to handOnPass links from the cursor and hands on those
+// whose owner is known; it reports whether it reached the store's end
+// (the cursor is back at the start).
+func (h *handOn) pass(ctx context.Context) (wrapped bool) {
+	o, cr, self := h.owners, h.store, h.self
+	groups := map[peer.ID][]crawl.Outlink{}
+	for seen := 0; seen < handOnPass; {
+		links, err := cr.Outgoing(h.cursor, handOnPage)
+		if err != nil {
+			h.log.Error("reading the outgoing links failed", "error", err)
+			return true
+		}
+		if len(links) == 0 {
+			wrapped = true
+			break
+		}
+		seen += len(links)
+		h.cursor = links[len(links)-1]
+		for _, l := range links {
+			d, ok := o.Cached(l.Addr)
+			if !ok || d.Orphaned {
+				h.ask(l)
+				continue
+			}
+			groups[d.Node] = append(groups[d.Node], l)
+		}
+	}
+	if wrapped {
+		h.cursor, h.swept = crawl.Outlink{}, time.Now()
+		for p, b := range h.failed {
+			if time.Now().After(b.until.Add(time.Hour)) {
+				delete(h.failed, p)
+			}
+		}
+	}
+	now := time.Now()
+	for p, links := range groups {
+		if ctx.Err() != nil {
+			return wrapped
+		}
+		if b, ok := h.failed[p]; ok && now.Before(b.until) {
+			continue
+		}
+		if p == self {
+			if err := cr.Keep(links...); err != nil {
+				h.log.Warn("queueing own links failed", "count", len(links), "error", err)
+			}
+			continue
+		}
+		reqs := make([]crawl.Request, len(links))
+		for i, l := range links {
+			reqs[i] = l.Request
+		}
+		sctx, cancel := context.WithTimeout(ctx, handOnSend)
+		err := h.send(sctx, p, reqs)
+		cancel()
+		if err != nil {
+			// The owner may have gone: it is not sent to again for a while
+			// (doubling up to 5 min), and its subnets are resolved afresh,
+			// so that links whose subnet moved go to the new owner.
+			b := h.failed[p]
+			b.wait = min(max(2*b.wait, delegateRetry), 5*time.Minute)
+			b.until = time.Now().Add(b.wait)
+			h.failed[p] = b
+			h.log.Debug("handing links on failed; they wait", "peer", p, "count", len(links), "retry", b.wait, "error", err)
+			for _, l := range links {
+				o.Invalidate(h.tree.Range(h.tree.SmallestNonUnary(l.Addr)))
+			}
+			continue
+		}
+		delete(h.failed, p)
+		if err := cr.Handed(links...); err != nil {
+			h.log.Error("deleting handed links failed", "error", err)
+		}
+	}
+	return wrapped
+}
+
+// ask queues the delegation of l's subnet unless it is queued, running,
+// or failed less than delegateRetry ago. A full queue leaves it for a
+// later pass.
+func (h *handOn) ask(l crawl.Outlink) {
+	r := h.tree.Range(h.tree.SmallestNonUnary(l.Addr))
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if at, ok := h.asked[r]; ok && (at.IsZero() || now.Before(at)) {
+		return
+	}
+	select {
+	case h.queue <- delegation{r: r, link: l.Link, addr: l.Addr}:
+		h.asked[r] = time.Time{}
+	default:
+		return
+	}
+	if len(h.asked) > 4*delegateQueue {
+		for k, at := range h.asked {
+			if !at.IsZero() && now.After(at) {
+				delete(h.asked, k)
+			}
+		}
+	}
+}
+
+// delegate works the delegation queue: it resolves each subnet and, when
+// nobody holds it (or its owner left), runs its delegation. The overlay
+// caches what it finds; the hand-on loop is woken to use it.
+func (h *handOn) delegate(ctx context.Context) {
+	for {
+		var q delegation
+		select {
+		case q = <-h.queue:
+		case <-ctx.Done():
+			return
+		}
+		dctx, cancel := context.WithTimeout(ctx, delegateLimit)
+		d, ok, err := h.owners.Resolve(dctx, q.addr)
+		if err == nil && (!ok || d.Orphaned) {
+			_, err = h.owners.Delegate(dctx, q.link, q.addr)
+		}
+		cancel()
+		h.mu.Lock()
+		if err != nil {
+			h.asked[q.r] = time.Now().Add(delegateRetry)
+		} else {
+			delete(h.asked, q.r)
+		}
+		h.mu.Unlock()
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Debug("delegation for waiting links failed; retried later", "subnet", q.r, "error", err)
+			}
+			continue
+		}
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+	}
+}

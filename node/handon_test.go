@@ -1,0 +1,238 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/p2ptest"
+	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/subnet"
+)
+
+// memStore is an outgoing store in memory; links are told apart by Link.
+type memStore struct {
+	mu     sync.Mutex
+	links  []crawl.Outlink
+	kept   []string
+	handed []string
+	stored chan struct{}
+}
+
+func (s *memStore) add(ls ...crawl.Outlink) {
+	s.mu.Lock()
+	s.links = append(s.links, ls...)
+	s.mu.Unlock()
+	select {
+	case s.stored <- struct{}{}:
+	default:
+	}
+}
+
+func (s *memStore) Outgoing(after crawl.Outlink, n int) ([]crawl.Outlink, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := 0
+	if after.Link != "" {
+		i = slices.IndexFunc(s.links, func(l crawl.Outlink) bool { return l.Link > after.Link })
+		if i < 0 {
+			return nil, nil
+		}
+	}
+	return slices.Clone(s.links[i:min(len(s.links), i+n)]), nil
+}
+
+func (s *memStore) remove(ls []crawl.Outlink, to *[]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range ls {
+		if i := slices.IndexFunc(s.links, func(x crawl.Outlink) bool { return x.Link == l.Link }); i >= 0 {
+			s.links = slices.Delete(s.links, i, i+1)
+			*to = append(*to, l.Link)
+		}
+	}
+}
+
+func (s *memStore) Handed(ls ...crawl.Outlink) error { s.remove(ls, &s.handed); return nil }
+func (s *memStore) Keep(ls ...crawl.Outlink) error   { s.remove(ls, &s.kept); return nil }
+func (s *memStore) OutgoingStored() <-chan struct{}  { return s.stored }
+
+func (s *memStore) state() (waiting int, kept, handed []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.links), slices.Clone(s.kept), slices.Clone(s.handed)
+}
+
+// fakeOwners knows the owners of some subnets; the others are delegated
+// to delegateTo, which takes a while.
+type fakeOwners struct {
+	mu         sync.Mutex
+	tree       *subnet.Tree
+	cache      map[subnet.Range]overlay.Delegation
+	held       map[subnet.Range]peer.ID // what the coordinators would answer
+	delegateTo peer.ID
+	delegated  map[subnet.Range]int
+}
+
+func (f *fakeOwners) rng(a netip.Addr) subnet.Range { return f.tree.Range(f.tree.SmallestNonUnary(a)) }
+
+func (f *fakeOwners) Cached(a netip.Addr) (overlay.Delegation, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, ok := f.cache[f.rng(a)]
+	return d, ok
+}
+
+func (f *fakeOwners) Resolve(ctx context.Context, a netip.Addr) (overlay.Delegation, bool, error) {
+	time.Sleep(20 * time.Millisecond) // a round trip
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.rng(a)
+	p, ok := f.held[r]
+	if !ok {
+		return overlay.Delegation{}, false, nil
+	}
+	d := overlay.Delegation{Subnet: r, Node: p}
+	f.cache[r] = d
+	return d, true, nil
+}
+
+func (f *fakeOwners) Delegate(ctx context.Context, link string, a netip.Addr) (overlay.Delegation, error) {
+	time.Sleep(2 * time.Second) // probes
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.rng(a)
+	f.delegated[r]++
+	f.held[r] = f.delegateTo
+	d := overlay.Delegation{Subnet: r, Node: f.delegateTo}
+	f.cache[r] = d
+	return d, nil
+}
+
+func (f *fakeOwners) Invalidate(r subnet.Range) {
+	f.mu.Lock()
+	delete(f.cache, r)
+	f.mu.Unlock()
+}
+
+// TestHandOn: links whose owner is known go to it and are deleted once it
+// acknowledged them; links of this node's subnets are kept; links of a
+// subnet nobody holds wait while it is delegated, once, in the
+// background, then go to the owner found; links for an owner that does
+// not answer wait, are not sent again within the back-off, and go once it
+// answers. Nothing is lost and nothing is sent twice.
+func TestHandOn(t *testing.T) {
+	tree := p2ptest.Tree(t)
+	synctest.Test(t, func(t *testing.T) {
+		self, owner, late, down := peer.ID("self"), peer.ID("owner"), peer.ID("late"), peer.ID("down")
+		addr := func(b, c byte) netip.Addr { return netip.AddrFrom4([4]byte{127, b, c, 9}) }
+		link := func(i int, a netip.Addr) crawl.Outlink {
+			return crawl.Outlink{Request: crawl.Request{Link: "http://h" + string(rune('a'+i)) + ".test/", Depth: 1}, Addr: a}
+		}
+		fo := &fakeOwners{tree: tree, cache: map[subnet.Range]overlay.Delegation{}, held: map[subnet.Range]peer.ID{},
+			delegateTo: late, delegated: map[subnet.Range]int{}}
+		fo.held[fo.rng(addr(0, 1))] = owner
+		fo.held[fo.rng(addr(0, 2))] = self
+		fo.held[fo.rng(addr(0, 3))] = down
+		for _, a := range []netip.Addr{addr(0, 1), addr(0, 2), addr(0, 3)} {
+			_, _, _ = fo.Resolve(t.Context(), a) // known: in the cache
+		}
+		st := &memStore{stored: make(chan struct{}, 1)}
+		var mu sync.Mutex
+		sent := map[peer.ID][]string{}
+		downUp := false
+		attempts := map[peer.ID]int{}
+		joined := make(chan struct{})
+		h := &handOn{store: st, owners: fo, self: self, tree: tree, log: slog.New(slog.DiscardHandler), joined: joined,
+			send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
+				mu.Lock()
+				defer mu.Unlock()
+				attempts[p]++
+				if p == down && !downUp {
+					return errors.New("no answer")
+				}
+				for _, r := range reqs {
+					sent[p] = append(sent[p], r.Link)
+				}
+				return nil
+			},
+			queue: make(chan delegation, delegateQueue), wake: make(chan struct{}, 1),
+			asked: map[subnet.Range]time.Time{}, failed: map[peer.ID]backoff{}}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { h.run(ctx); close(done) }()
+
+		// Stored before the node joined: nothing moves until it has.
+		st.add(link(0, addr(0, 1)), link(1, addr(0, 2)), link(2, addr(1, 7)), link(3, addr(1, 7)), link(4, addr(0, 3)))
+		time.Sleep(time.Minute)
+		if n, _, _ := st.state(); n != 5 {
+			t.Fatalf("%d links waiting before the join, want 5", n)
+		}
+		close(joined)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		n, kept, handed := st.state()
+		if !slices.Equal(kept, []string{"http://hb.test/"}) || !slices.Equal(handed, []string{"http://ha.test/"}) || n != 3 {
+			t.Fatalf("after the first pass: kept %v, handed %v, %d waiting", kept, handed, n)
+		}
+		// The unknown subnet is delegated in the background (2 s of
+		// probes); its links, one more found meanwhile, then go to the
+		// owner found.
+		st.add(link(6, addr(1, 7)))
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if _, _, handed = st.state(); !slices.Contains(handed, "http://hc.test/") || !slices.Contains(handed, "http://hd.test/") ||
+			!slices.Contains(handed, "http://hg.test/") {
+			t.Fatalf("links of the delegated subnet not handed on: %v", handed)
+		}
+		mu.Lock()
+		if got := sent[late]; len(got) != 3 {
+			t.Errorf("sent to the delegated owner: %v", got)
+		}
+		mu.Unlock()
+		if got := fo.delegated[fo.rng(addr(1, 7))]; got != 1 {
+			t.Errorf("the unknown subnet was delegated %d times, want once", got)
+		}
+		// The owner that does not answer: tried, then left alone for the
+		// back-off although passes run and new links arrive.
+		mu.Lock()
+		first := attempts[down]
+		mu.Unlock()
+		if first == 0 {
+			t.Fatal("the silent owner was never tried")
+		}
+		st.add(link(5, addr(0, 1)))
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		mu.Lock()
+		if attempts[down] != first {
+			t.Errorf("the silent owner was tried %d times within its back-off", attempts[down]-first)
+		}
+		downUp = true
+		mu.Unlock()
+		time.Sleep(delegateRetry + handOnTick)
+		synctest.Wait()
+		n, _, handed = st.state()
+		if n != 0 || !slices.Contains(handed, "http://he.test/") || !slices.Contains(handed, "http://hf.test/") {
+			t.Fatalf("after the owner answered: %d waiting, handed %v", n, handed)
+		}
+		mu.Lock()
+		for p, links := range sent {
+			if len(links) != len(slices.Compact(slices.Sorted(slices.Values(links)))) {
+				t.Errorf("%s got a link twice: %v", p, links)
+			}
+		}
+		mu.Unlock()
+		cancel()
+		<-done
+	})
+}
