@@ -27,14 +27,15 @@
 //
 // StartIndexer wires the other role, an indexer (IndexerConfig): its own
 // database and identity, a host, the overlay with the delegation procedure
-// (it coordinates shards like any peer but does not crawl), the results
-// indexer with the index and the search page and API.
+// (it coordinates shards like any peer but does not crawl: overlay.NoCrawl),
+// and the indexer (the indexer package) with the index and the search page
+// and API.
 //
 // Join connects to the bootstrap peers and claims the node's own subnet;
 // Close stops everything in the reverse order of dependence (dashboard,
 // crawler, outbox, overlay, host, database), so that the crawler's last
 // batches reach the outbox and nothing stored is lost.
 //
-// node may import overlay, results, crawl, bootstrap and subnet; nothing of
+// node may import overlay, results, indexer, crawl, bootstrap and subnet; nothing of
 // micra's imports node except cmd/micra and the rigs under internal/.
 package node

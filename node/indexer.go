@@ -19,6 +19,7 @@ import (
 
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/indexer"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/delegate"
 	"github.com/micra-net/micra/results"
@@ -39,7 +40,7 @@ type IndexerConfig struct {
 	Snapshot  string          // subnet snapshot file; "" for the built-in one
 	Tree      *subnet.Tree    // the hierarchy, instead of Snapshot
 	Logger    *slog.Logger    // nil: slog.Default()
-	Results   []results.Option
+	Indexer   []indexer.Option
 	Overlay   []overlay.Option
 	Host      []overlay.HostOption
 	Delegate  []delegate.Option
@@ -51,7 +52,7 @@ type IndexerConfig struct {
 // Indexer is a running indexer.
 type Indexer struct {
 	h        host.Host
-	ix       *results.Indexer
+	ix       *indexer.Indexer
 	httpAddr string
 	closers  []func() error // in closing order
 }
@@ -129,12 +130,12 @@ func StartIndexer(ctx context.Context, cfg IndexerConfig) (x *Indexer, err error
 	}
 	o, err := overlay.New(h, tree, db, append([]overlay.Option{overlay.WithDelegator(del),
 		overlay.WithEvidenceOpener(overlay.EvidenceOpenerFunc(results.OpenEvidence)),
-		overlay.Announce(5*time.Minute, true), overlay.BootstrapPeers(cfg.Bootstrap), overlay.Logger(log.With("subsystem", "overlay"))}, cfg.Overlay...)...)
+		overlay.Announce(5 * time.Minute), overlay.NoCrawl(), overlay.BootstrapPeers(cfg.Bootstrap), overlay.Logger(log.With("subsystem", "overlay"))}, cfg.Overlay...)...)
 	if err != nil {
 		return x, err
 	}
 	stack = append(stack, o.Close)
-	ix, err := results.NewIndexer(o, idx, db, append([]results.Option{results.Logger(log.With("subsystem", "results"))}, cfg.Results...)...)
+	ix, err := indexer.New(o, idx, db, append([]indexer.Option{indexer.Logger(log.With("subsystem", "indexer"))}, cfg.Indexer...)...)
 	if err != nil {
 		return x, err
 	}
@@ -192,8 +193,8 @@ func (x *Indexer) Addrs() []string { return p2pAddrs(x.h) }
 // HTTPAddr is the address the search page and API listen on.
 func (x *Indexer) HTTPAddr() string { return x.httpAddr }
 
-// Results is the results indexer (its index, audits and statistics).
-func (x *Indexer) Results() *results.Indexer { return x.ix }
+// Indexer is the running indexer (its index, audits and statistics).
+func (x *Indexer) Indexer() *indexer.Indexer { return x.ix }
 
 // Close shuts the indexer down in order: HTTP, indexer, overlay, host,
 // index, database. Later calls return nil.

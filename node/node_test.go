@@ -55,7 +55,7 @@ func testNode(t *testing.T, run *world.Running, i int, dir string, boot []string
 	n, err := node.New(cfg, node.Tree(tree), node.Resolver(res), node.Logger(logger),
 		node.ProbeScale(run.TimeScale()),
 		node.HostOptions(overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()),
-		node.OverlayOptions(overlay.Announce(time.Second, false), overlay.Liveness(time.Second, 30*time.Second)),
+		node.OverlayOptions(overlay.Announce(time.Second), overlay.Liveness(time.Second, 30*time.Second)),
 		node.CrawlOptions(crawl.Politeness(0, 0), crawl.Batching(4<<10, 500*time.Millisecond)),
 		node.ResultOptions(results.Republish(300*time.Millisecond, 2*time.Second)))
 	if err != nil {

@@ -67,7 +67,9 @@ func (o *Overlay) readAnnouncements(sub *pubsub.Subscription) {
 			continue
 		}
 		if a.GetIndexer() && a.GetCapacity() == 0 {
-			// An indexer that does not crawl: never a delegation candidate.
+			// A peer that does not crawl (NoCrawl; the wire field is
+			// named for the indexers that set it): never a delegation
+			// candidate.
 			o.noteNonCrawler(author)
 			continue
 		}
@@ -94,7 +96,7 @@ func (o *Overlay) publishAnnounce(ctx context.Context) {
 	o.mu.Lock()
 	subnets := uint32(len(o.owned))
 	o.mu.Unlock()
-	a := &pb.Announce{Version: wireVersion, Snapshot: o.sid[:], Capacity: capacity, Load: load, Indexer: o.cfg.indexer,
+	a := &pb.Announce{Version: wireVersion, Snapshot: o.sid[:], Capacity: capacity, Load: load, Indexer: o.cfg.noCrawl,
 		AtMs: time.Now().UnixMilli(), Subnets: subnets, Rtts: o.measuredRTTs()}
 	b, err := proto.Marshal(a)
 	if err != nil {

@@ -56,7 +56,7 @@ func TestOwnSubnetClaim(t *testing.T) {
 		// would rightly go to the twin below.
 		slow := Liveness(200*time.Millisecond, 30*time.Second)
 		for i := range n {
-			nodes[i] = r.nodeWith(nodeAddr(i), nil, nil, OwnAddress(nodeAddr(i)), Announce(time.Second, false), slow)
+			nodes[i] = r.nodeWith(nodeAddr(i), nil, nil, OwnAddress(nodeAddr(i)), Announce(time.Second), slow)
 		}
 		joinSwarm(t, nodes)
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)

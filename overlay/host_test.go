@@ -73,7 +73,7 @@ func TestOptionsValidated(t *testing.T) {
 		"cache":        Cache(0, time.Second),
 		"diversity":    DiversityLimits(3, 2),
 		"anchor":       AnchorDepth(0),
-		"announce":     Announce(time.Millisecond, false),
+		"announce":     Announce(time.Millisecond),
 		"logger":       Logger(nil),
 		"load":         WithLoad(nil),
 	} {

@@ -32,7 +32,7 @@ type config struct {
 	bootstrap   []peer.AddrInfo
 	publish     bool
 	announce    time.Duration
-	indexer     bool
+	noCrawl     bool
 	ownAddr     netip.Addr
 	probeSched  ProbeSchedule
 	probeWait   time.Duration
@@ -212,15 +212,24 @@ func OrgRecords(every, refresh time.Duration) Option {
 }
 
 // Announce sets how often the node announces itself on TopicAnnounce
-// (default 5 min) and whether it announces itself as an indexer.
-func Announce(every time.Duration, indexer bool) Option {
+// (default 5 min).
+func Announce(every time.Duration) Option {
 	return func(c *config) error {
 		if every < time.Second {
 			return fmt.Errorf("announce interval must be at least 1 s, got %v", every)
 		}
-		c.announce, c.indexer = every, indexer
+		c.announce = every
 		return nil
 	}
+}
+
+// NoCrawl makes the peer one that never crawls (an indexer): it announces
+// so, with capacity 0, and other coordinators never ask it to probe nor
+// delegate subnets to it. The overlay knows such peers only as peers that
+// do not crawl; which of them index what is the results package's
+// business (its indexer announcements), so indexers are discovered once.
+func NoCrawl() Option {
+	return func(c *config) error { c.noCrawl = true; return nil }
 }
 
 // OwnAddress is the address this node crawls from (its public address, or

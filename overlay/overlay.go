@@ -58,8 +58,8 @@ type Overlay struct {
 	askQ   chan Delegation               // dropped subnets to ask about again (askAgainLoop)
 	peers  map[peer.ID]PeerInfo          // announced peers, bounded
 	rtts   map[peer.ID]map[peer.ID]int64 // announced peers' measured RTTs to others, µs
-	// nonCrawlers are peers that announced themselves as indexers that do
-	// not crawl (capacity 0): never delegation candidates. Bounded like peers.
+	// nonCrawlers are peers that announced they do not crawl (NoCrawl,
+	// capacity 0): never delegation candidates. Bounded like peers.
 	nonCrawlers map[peer.ID]time.Time
 	coordFor    map[[32]byte]peer.ID // last known coordinator per shard
 	ownDone     atomic.Bool          // the own-subnet claim succeeded (or none is configured)

@@ -34,7 +34,7 @@ func TestSimSwarm(t *testing.T) {
 	tree := mustTree(t)
 	simulate(t, func(t *testing.T, r *rig) {
 		// Production-like upkeep: the run lasts a few virtual seconds.
-		upkeep := []Option{Maintenance(5*time.Second, 15*time.Second), Liveness(5*time.Second, time.Minute), Announce(time.Minute, false)}
+		upkeep := []Option{Maintenance(5*time.Second, 15*time.Second), Liveness(5*time.Second, time.Minute), Announce(time.Minute)}
 		nodes := make([]*node, size)
 		for i := range size {
 			nodes[i] = r.nodeWith(nodeAddr(i), nil, nil, append(upkeep, OwnAddress(nodeAddr(i)))...)

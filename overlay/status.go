@@ -21,8 +21,7 @@ func (o *Overlay) Coordinating() int {
 	return n
 }
 
-// noteNonCrawler records that p announced itself as an indexer that does
-// not crawl.
+// noteNonCrawler records that p announced it does not crawl.
 func (o *Overlay) noteNonCrawler(p peer.ID) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -45,14 +44,14 @@ func (o *Overlay) noteNonCrawler(p peer.ID) {
 }
 
 // MayCrawl reports whether p may be given subnets as far as this node
-// knows: false for a peer that announced itself as an indexer that does
-// not crawl (until then it counts as a crawler), or that this node
+// knows: false for a peer that announced it does not crawl (NoCrawl;
+// until then it counts as a crawler), or that this node
 // convicted by audits. It is safe for concurrent use.
 func (o *Overlay) MayCrawl(p peer.ID) bool { return o.mayCrawl(p) }
 
 // mayCrawl reports whether p may be given subnets: this node when it
 // probes (has a Prober), any other peer unless it announced itself as an
-// indexer that does not crawl or this node convicted it by audits.
+// peer that does not crawl or this node convicted it by audits.
 func (o *Overlay) mayCrawl(p peer.ID) bool {
 	if p == o.h.ID() {
 		return o.cfg.prober != nil

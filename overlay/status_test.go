@@ -12,8 +12,8 @@ import (
 // coordinator that does not probe; crawlers stay.
 func TestNonCrawlersAreNoCandidates(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
-		fast := Announce(time.Second, false)
-		nodes := []*node{r.node(0, fast), r.node(1, fast), r.node(2, Announce(time.Second, true))}
+		fast := Announce(time.Second)
+		nodes := []*node{r.node(0, fast), r.node(1, fast), r.node(2, Announce(time.Second), NoCrawl())}
 		joinSwarm(t, nodes)
 		crawler, indexer := nodes[1].h.ID(), nodes[2].h.ID()
 		o := nodes[0].o

@@ -104,7 +104,7 @@ func swarmOpts() []Option {
 		DiversityLimits(64, 1024), // every test peer shares 127.x.0.0/16 groups
 		Maintenance(time.Second, 3*time.Second),
 		Liveness(time.Second, swarmLiveness),
-		Announce(30*time.Second, false),
+		Announce(30 * time.Second),
 		PublishRecords(false),
 	}
 }

@@ -30,12 +30,13 @@ type BatchRef struct {
 // kept when it moved here from the overlay.
 const ackWire = 1
 
-// serveAcks registers the handler of AckID on h: each ACK frame (at most
+// ServeAcks registers the handler of AckID on h (an Outbox does, at Start;
+// tools and tests may serve it themselves): each ACK frame (at most
 // maxAckBatches references) is handed to handle, and answered with OK
 // once it returns nil, or with an ERROR frame (UNAVAILABLE when handle's
 // error is overlay.ErrUnavailable: the node does not know the indexer
 // yet). Call the returned function to remove the handler.
-func serveAcks(h host.Host, log *slog.Logger, handle func(ctx context.Context, from peer.ID, refs []BatchRef) error) (remove func()) {
+func ServeAcks(h host.Host, log *slog.Logger, handle func(ctx context.Context, from peer.ID, refs []BatchRef) error) (remove func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.SetStreamHandler(AckID, func(s network.Stream) { serveAck(ctx, log, s, handle) })
 	return func() {
@@ -151,9 +152,9 @@ func openStream(ctx context.Context, h host.Host, p peer.ID, id protocol.ID, svc
 	return s, nil
 }
 
-// sendAck acknowledges refs to their author p and waits for its answer; a
+// SendAck acknowledges refs to their author p and waits for its answer; a
 // refusal because p does not know this indexer yet is overlay.ErrUnavailable.
-func sendAck(ctx context.Context, h host.Host, p peer.ID, refs []BatchRef) error {
+func SendAck(ctx context.Context, h host.Host, p peer.ID, refs []BatchRef) error {
 	if len(refs) == 0 || len(refs) > maxAckBatches {
 		return fmt.Errorf("ack: %w: %d batches (1 to %d)", ErrMalformed, len(refs), maxAckBatches)
 	}

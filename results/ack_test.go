@@ -31,7 +31,7 @@ func TestAckProtocol(t *testing.T) {
 		var mu sync.Mutex
 		var got []BatchRef
 		known := false
-		t.Cleanup(serveAcks(author, quiet(), func(ctx context.Context, from peer.ID, refs []BatchRef) error {
+		t.Cleanup(ServeAcks(author, quiet(), func(ctx context.Context, from peer.ID, refs []BatchRef) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if !known || from != indexer.ID() {
@@ -41,13 +41,13 @@ func TestAckProtocol(t *testing.T) {
 			return nil
 		}))
 		ref := BatchRef{Node: author.ID(), Seq: 7, Digest: [32]byte{1, 2, 3}}
-		if err := sendAck(t.Context(), indexer, author.ID(), []BatchRef{ref}); !errors.Is(err, overlay.ErrUnavailable) {
+		if err := SendAck(t.Context(), indexer, author.ID(), []BatchRef{ref}); !errors.Is(err, overlay.ErrUnavailable) {
 			t.Fatalf("an acknowledgement from an unknown indexer: %v, want ErrUnavailable", err)
 		}
 		mu.Lock()
 		known = true
 		mu.Unlock()
-		if err := sendAck(t.Context(), indexer, author.ID(), []BatchRef{ref}); err != nil {
+		if err := SendAck(t.Context(), indexer, author.ID(), []BatchRef{ref}); err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()
@@ -55,13 +55,13 @@ func TestAckProtocol(t *testing.T) {
 			t.Errorf("the handler saw %v", got)
 		}
 		mu.Unlock()
-		if err := sendAck(t.Context(), author, other.ID(), []BatchRef{ref}); !errors.Is(err, overlay.ErrUnsupportedProtocol) {
+		if err := SendAck(t.Context(), author, other.ID(), []BatchRef{ref}); !errors.Is(err, overlay.ErrUnsupportedProtocol) {
 			t.Errorf("to a peer without the protocol: %v", err)
 		}
-		if err := sendAck(t.Context(), indexer, author.ID(), nil); err == nil {
+		if err := SendAck(t.Context(), indexer, author.ID(), nil); err == nil {
 			t.Error("an empty acknowledgement was sent")
 		}
-		if err := sendAck(t.Context(), indexer, author.ID(), make([]BatchRef, maxAckBatches+1)); err == nil {
+		if err := SendAck(t.Context(), indexer, author.ID(), make([]BatchRef, maxAckBatches+1)); err == nil {
 			t.Error("an oversize acknowledgement was sent")
 		}
 	})

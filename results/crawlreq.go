@@ -63,7 +63,7 @@ func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts 
 	for _, node := range order {
 		g := groups[node]
 		for len(g) > 0 {
-			chunk := g[:min(len(g), maxCrawlRequests)]
+			chunk := g[:min(len(g), MaxCrawlRequests)]
 			g = g[len(chunk):]
 			var err error
 			switch {
@@ -88,7 +88,7 @@ func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts 
 
 // owner returns the node owning the subnet of r's host.
 func owner(ctx context.Context, o *overlay.Overlay, cfg *config, r crawl.Request) (peer.ID, error) {
-	if err := checkRequest(r); err != nil {
+	if err := CheckRequest(r); err != nil {
 		return "", err
 	}
 	u, _ := url.Parse(r.Link)
@@ -112,8 +112,8 @@ func owner(ctx context.Context, o *overlay.Overlay, cfg *config, r crawl.Request
 	return d.Node, nil
 }
 
-// checkRequest applies the protocol's bounds to one request.
-func checkRequest(r crawl.Request) error {
+// CheckRequest applies the protocol's bounds to one request.
+func CheckRequest(r crawl.Request) error {
 	if r.Link == "" || len(r.Link) > maxURLLen {
 		return fmt.Errorf("%w: URL of %d bytes", ErrMalformed, len(r.Link))
 	}
@@ -142,12 +142,12 @@ func checkRequest(r crawl.Request) error {
 // checked against the protocol's bounds first.
 func SendCrawl(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request) error {
 	for _, r := range reqs {
-		if err := checkRequest(r); err != nil {
+		if err := CheckRequest(r); err != nil {
 			return fmt.Errorf("%s: %w", r.Link, err)
 		}
 	}
 	for len(reqs) > 0 {
-		chunk := reqs[:min(len(reqs), maxCrawlRequests)]
+		chunk := reqs[:min(len(reqs), MaxCrawlRequests)]
 		reqs = reqs[len(chunk):]
 		if err := sendCrawlFrame(ctx, h, p, chunk); err != nil {
 			return err
@@ -256,13 +256,13 @@ func decodeCrawl(m *pb.CrawlMessage) ([]crawl.Request, error) {
 	if m.GetType() != pb.CrawlMessage_CRAWL {
 		return nil, fmt.Errorf("%w: unexpected %v", ErrMalformed, m.GetType())
 	}
-	if n := len(m.GetRequests()); n == 0 || n > maxCrawlRequests {
-		return nil, fmt.Errorf("%w: %d requests (1 to %d)", ErrMalformed, n, maxCrawlRequests)
+	if n := len(m.GetRequests()); n == 0 || n > MaxCrawlRequests {
+		return nil, fmt.Errorf("%w: %d requests (1 to %d)", ErrMalformed, n, MaxCrawlRequests)
 	}
 	out := make([]crawl.Request, len(m.GetRequests()))
 	for i, r := range m.GetRequests() {
 		out[i] = crawl.Request{Link: r.GetLink(), Depth: int(r.GetDepth()), Owners: r.GetOwners()}
-		if err := checkRequest(out[i]); err != nil {
+		if err := CheckRequest(out[i]); err != nil {
 			return nil, err
 		}
 	}

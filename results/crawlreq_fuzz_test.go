@@ -26,11 +26,11 @@ func FuzzDecodeCrawl(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(reqs) == 0 || len(reqs) > maxCrawlRequests {
+		if len(reqs) == 0 || len(reqs) > MaxCrawlRequests {
 			t.Fatalf("%d requests accepted", len(reqs))
 		}
 		for _, r := range reqs {
-			if err := checkRequest(r); err != nil {
+			if err := CheckRequest(r); err != nil {
 				t.Fatalf("accepted a request that fails its check: %v", err)
 			}
 		}

@@ -1,7 +1,8 @@
-// Package results carries crawl results from volunteers to indexers: the
-// node's persistent outbox, the result batch envelope, the indexer that
-// verifies, stores and acknowledges batches, and crawl requests from
-// indexers (or any client) to the nodes owning the requested subnets.
+// Package results carries crawl results from volunteers to indexers and
+// URLs to the nodes that crawl them: the node's persistent outbox, the
+// signed result batch envelope, the result and indexer topics, the
+// acknowledgement protocol, and crawl requests to the nodes owning the
+// requested subnets. The indexer package is the receiving end.
 //
 // # Node side
 //
@@ -29,42 +30,19 @@
 //
 // # Indexers
 //
-// An Indexer announces itself on TopicIndexers (the shards it takes, its
-// addresses, a lifetime of three announcement intervals). Nodes count
-// acknowledgements only from announced indexers (or, with TrustedIndexers,
-// from those listed) and dial them, since a node publishes to result
-// topics it does not subscribe to through connected subscribers only.
-// kad-dht provider records would be the other way to find indexers, but
-// overlay.New builds its DHT with providers disabled; announcements also
-// carry the shards, which a provider record cannot.
-//
-// The indexer subscribes to the topics of the shards it takes. Each
-// message is verified by the topic validator before pubsub delivers or
-// relays it (OpenEnvelope: schema, sizes, the signature by the key of the
-// node the header names, the hash of the part), then against the
-// indexer's snapshot ids, shard layout and shard. Parts are gathered in
-// bounded memory. The replay table (badger, with a TTL of ReplayWindow)
-// maps each stored (node, sequence number) to its digest: the same digest
-// again is a replay or a re-announcement, acknowledged again without
-// storing; another digest is a conflict (the node signed two batches with
-// one number), refused and logged. A new batch is decompressed with
-// crawl.DecodeBatch's caps, checked against its header (record count,
-// every record in the header's shard), stored with index.Put (the records
-// PutBatch would store; the batch is decoded once), recorded in the replay
-// table and only then acknowledged.
-//
-// # Audits
-//
-// After storing a batch the indexer samples its records (Audits: a share,
-// 2 % by default, by a keyed hash the nodes cannot predict; every record
-// of a node with a disagreement on file; within an hourly budget per
-// node) and has each audited by the coordinator of its subnet
-// (overlay.Audit) with the whole signed batch as evidence (OpenEvidence is
-// what coordinators verify it with) and the node's earlier disputed
-// records as priors. A verdict naming the node convicted flags it for
-// FlagFor: index.Distrust leaves its records out of search, and the
-// tallies, kept in badger, are served at /api/audits (Audited). The queue
-// and the evidence it holds are bounded; a full queue drops the sample.
+// Indexers (the indexer package) announce themselves on TopicIndexers
+// (the shards they take, their addresses, a lifetime of three
+// announcement intervals; IndexerAnnouncement). This is the one place
+// micra learns of indexers: the overlay knows them only as peers that do
+// not crawl (overlay.NoCrawl). Nodes count acknowledgements only from
+// announced indexers (or, with TrustedIndexers, from those listed) and dial
+// them, since a node publishes to result topics it does not subscribe to
+// through connected subscribers only. kad-dht provider records would be
+// the other way to find indexers, but overlay.New builds its DHT with
+// providers disabled; announcements also carry the shards, which a
+// provider record cannot. An indexer joins the result topics with
+// JoinTopic (the validator: OpenEnvelope), verifies what it takes against
+// the signed header and acknowledges it with SendAck.
 //
 // # Crawl requests
 //
@@ -74,12 +52,7 @@
 // crawler's links on with it); ServeCrawlRequests is the node's handler,
 // which hands them to the crawler. CrawlID is the one URL-delivery
 // protocol: nothing sends the overlay's older ForwardID any more.
-// An indexer keeps the crawl requests it submits (Indexer.Submit) until a
-// record of the page arrives, and submits them again, to the subnet's
-// owner of the moment, when none came within CrawlPatience (doubling, up to
-// its attempts; a failed delivery does not count): a node that dies for
-// good takes the URLs queued in its frontier with it.
 //
-// results imports overlay, crawl, crawl/index, subnet and libp2p; it must
-// not import node or cmd.
+// results imports overlay, crawl, subnet and libp2p; it must not import
+// indexer, node or cmd.
 package results

@@ -80,6 +80,27 @@ func seal(sk crypto.PrivKey, pub []byte, m batchMeta, partSize int) (*sealed, er
 	return &sealed{hdr: h, hdrRaw: raw, sig: sig, pub: pub, digest: sha256.Sum256(raw), data: data}, nil
 }
 
+// Seal signs b with sk as batch seq of node and returns its result
+// messages, one per part of at most partSize bytes (PartSize of the
+// message limit), as an outbox publishes them; nothing is stored. node
+// need not be sk's: such a batch fails verification everywhere. It is for
+// tools and tests; a node publishes through its Outbox.
+func Seal(sk crypto.PrivKey, node peer.ID, seq uint64, sid subnet.SnapshotID, created time.Time, shard, shards uint32, b crawl.Batch, partSize int) ([][]byte, error) {
+	pub, err := publicKeyField(sk)
+	if err != nil {
+		return nil, err
+	}
+	s, err := seal(sk, pub, batchMeta{node: node, seq: seq, snapshot: sid, created: created, shard: shard, shards: shards, batch: b}, partSize)
+	if err != nil {
+		return nil, err
+	}
+	return s.envelopes()
+}
+
+// PartSize is the most data bytes one result message of limit bytes
+// carries beside its envelope.
+func PartSize(limit int) int { return limit - messageOverhead }
+
 // publicKeyField returns what an envelope carries of the key of id: nothing
 // when the id embeds the key (Ed25519, secp256k1), else the marshalled key.
 func publicKeyField(sk crypto.PrivKey) ([]byte, error) {
@@ -122,7 +143,8 @@ type Part struct {
 	Digest [32]byte // SHA-256 of the header: the batch's name in acknowledgements
 	Index  int
 	Data   []byte
-	auth   signedHeader
+	// Signed proves the batch to a third party (SignedHeader.Evidence).
+	Signed SignedHeader
 }
 
 // Parts returns the number of parts of the batch.
@@ -162,13 +184,13 @@ func OpenEnvelope(data []byte, limit int, now time.Time) (*Part, error) {
 		return nil, fmt.Errorf("%w: part %d does not match its hash", ErrMalformed, i)
 	}
 	return &Part{Node: node, Header: h, Digest: sha256.Sum256(e.GetHeader()), Index: i, Data: e.GetData(),
-		auth: signedHeader{raw: e.GetHeader(), sig: e.GetSignature(), pub: e.GetPublicKey()}}, nil
+		Signed: SignedHeader{raw: e.GetHeader(), sig: e.GetSignature(), pub: e.GetPublicKey()}}, nil
 }
 
-// signedHeader is a batch's marshalled header with its signature and, when
+// SignedHeader is a batch's marshalled header with its signature and, when
 // the node's id does not embed it, its public key: what proves the batch to
-// a third party (see Evidence).
-type signedHeader struct{ raw, sig, pub []byte }
+// a third party (Evidence). Its zero value proves nothing.
+type SignedHeader struct{ raw, sig, pub []byte }
 
 // openHeader verifies a batch header's signature by the node it names and
 // checks its fields (checkHeader).
@@ -217,7 +239,7 @@ func checkHeader(h *pb.Header, now time.Time) (peer.ID, error) {
 		return "", fmt.Errorf("%w: sequence number 0", ErrMalformed)
 	case len(h.GetSnapshot()) != len(subnet.SnapshotID{}):
 		return "", fmt.Errorf("%w: snapshot id of %d bytes", ErrMalformed, len(h.GetSnapshot()))
-	case h.GetShards() < 1 || h.GetShards() > maxShards || h.GetShard() >= h.GetShards():
+	case h.GetShards() < 1 || h.GetShards() > MaxShards || h.GetShard() >= h.GetShards():
 		return "", fmt.Errorf("%w: shard %d of %d", ErrMalformed, h.GetShard(), h.GetShards())
 	case h.GetRecords() < 1 || h.GetRecords() > maxBatchRecs:
 		return "", fmt.Errorf("%w: %d records", ErrMalformed, h.GetRecords())

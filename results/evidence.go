@@ -19,9 +19,13 @@ import (
 // compression.
 const MaxEvidence = 4<<20 - 8<<10
 
-// evidence builds the audit evidence of a verified batch: its signed
-// header and all its data.
-func evidence(auth signedHeader, data []byte) ([]byte, error) {
+// Size is the bytes the signed header adds to Evidence beside the data
+// (and a few bytes of framing).
+func (auth SignedHeader) Size() int { return len(auth.raw) + len(auth.sig) + len(auth.pub) }
+
+// Evidence builds the audit evidence of a verified batch: its signed
+// header and all its data (OpenEvidence reads it).
+func (auth SignedHeader) Evidence(data []byte) ([]byte, error) {
 	return proto.Marshal(&pb.Evidence{Version: wireVersion, Header: auth.raw, Signature: auth.sig, PublicKey: auth.pub, Data: data})
 }
 

@@ -2,15 +2,14 @@ package results
 
 import (
 	"errors"
-	"math"
 	"testing"
-	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results/pb"
+	"github.com/micra-net/micra/results/resultstest"
 )
 
 // testEvidence seals recs as one batch (in parts of partSize) and returns
@@ -18,16 +17,16 @@ import (
 func testEvidence(t testing.TB, s *sealed) []byte {
 	t.Helper()
 	var data []byte
-	var auth signedHeader
+	var auth SignedHeader
 	for _, m := range envs(t, s) {
 		p, err := OpenEnvelope(m, DefaultMessageLimit, testNow)
 		if err != nil {
 			t.Fatal(err)
 		}
 		data = append(data, p.Data...)
-		auth = p.auth
+		auth = p.Signed
 	}
-	ev, err := evidence(auth, data)
+	ev, err := auth.Evidence(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,11 +34,11 @@ func testEvidence(t testing.TB, s *sealed) []byte {
 }
 
 func TestOpenEvidence(t *testing.T) {
-	sk, other := newKey(t), newKey(t)
+	sk, other := resultstest.Key(t), resultstest.Key(t)
 	id, _ := peer.IDFromPrivateKey(sk)
-	recs := testRecords(3, 40, testNow)
+	recs := resultstest.Records(3, 40, testNow)
 	recs[7].Fingerprint, recs[7].Status = 0xfeedface, 200
-	s := sealTest(t, sk, 11, testBatch(t, recs), 1024) // several parts
+	s := sealTest(t, sk, 11, resultstest.Batch(t, recs), 1024) // several parts
 	ev := testEvidence(t, s)
 
 	c, err := OpenEvidence(ev, recs[7].URL)
@@ -62,7 +61,7 @@ func TestOpenEvidence(t *testing.T) {
 		}
 		return b
 	}
-	otherSig := testEvidence(t, sealTest(t, other, 11, testBatch(t, recs), 1024))
+	otherSig := testEvidence(t, sealTest(t, other, 11, resultstest.Batch(t, recs), 1024))
 	for _, tc := range []struct {
 		name string
 		ev   []byte
@@ -95,10 +94,10 @@ func TestOpenEvidence(t *testing.T) {
 }
 
 func FuzzOpenEvidence(f *testing.F) {
-	sk := newKey(f)
-	recs := testRecords(1, 5, testNow)
-	f.Add(testEvidence(f, sealTest(f, sk, 9, testBatch(f, recs), 1024)), recs[2].URL)
-	f.Add(testEvidence(f, sealTest(f, sk, 9, testBatch(f, recs), 1<<20)), recs[0].URL)
+	sk := resultstest.Key(f)
+	recs := resultstest.Records(1, 5, testNow)
+	f.Add(testEvidence(f, sealTest(f, sk, 9, resultstest.Batch(f, recs), 1024)), recs[2].URL)
+	f.Add(testEvidence(f, sealTest(f, sk, 9, resultstest.Batch(f, recs), 1<<20)), recs[0].URL)
 	f.Add([]byte{}, "")
 	f.Add([]byte{0x08, 0x01, 0x12, 0x00}, "http://x/")
 	f.Fuzz(func(t *testing.T, ev []byte, url string) {
@@ -113,52 +112,4 @@ func FuzzOpenEvidence(f *testing.F) {
 			t.Fatalf("claim %+v for %q", c, url)
 		}
 	})
-}
-
-// TestAuditSampling: the keyed sample takes about the share asked, differs
-// between indexers (keys), and the hourly budget holds per node.
-func TestAuditSampling(t *testing.T) {
-	a, b := mustAuditor(t), mustAuditor(t)
-	var digest [32]byte
-	const n = 20000
-	inA, both := 0, 0
-	for i := range n {
-		digest[0], digest[1] = byte(i), byte(i>>8)
-		sa, sb := a.sampled(digest, i, 0.05), b.sampled(digest, i, 0.05)
-		if sa {
-			inA++
-		}
-		if sa && sb {
-			both++
-		}
-	}
-	// 5 % of 20,000 = 1,000, σ ≈ 31; two keys agree on about 0.25 %.
-	if math.Abs(float64(inA)-1000) > 150 || both > 150 {
-		t.Errorf("sampled %d of %d at 5 %% (want ≈ 1000), %d by both keys (want ≈ 50)", inA, n, both)
-	}
-	now := testNow
-	got := 0
-	for range 100 {
-		if a.spend("node-a", 30, now) {
-			got++
-		}
-	}
-	if got != 30 {
-		t.Errorf("budget of 30 an hour spent %d times at once", got)
-	}
-	if !a.spend("node-b", 30, now) {
-		t.Errorf("another node's budget was taken")
-	}
-	if a.spend("node-a", 30, now.Add(time.Minute)) != false || !a.spend("node-a", 30, now.Add(3*time.Minute)) {
-		t.Errorf("budget did not refill at 30 an hour")
-	}
-}
-
-func mustAuditor(t testing.TB) *auditor {
-	t.Helper()
-	a, err := newAuditor()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
 }

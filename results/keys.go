@@ -22,7 +22,8 @@ import (
 //
 // <seq> is 8 bytes big-endian, so the outbox scans in sequence order.
 // Peer ids are base32 (RFC 4648, lowercase, unpadded). Keys are built only
-// in this file.
+// in this file and, for the indexer's, in the indexer package's keys.go,
+// which shares the namespace and its schema (CheckSchema).
 const Prefix = "/results/"
 
 // schemaVersion is the layout above.
@@ -75,11 +76,6 @@ func parseAckKey(k []byte) (uint64, peer.ID, bool) {
 
 func ixKey(p peer.ID) []byte { return append(ixPrefix(), b32.EncodeToString([]byte(p))...) }
 
-func seenKey(node peer.ID, seq uint64) []byte {
-	k := []byte(Prefix + "seen/" + b32.EncodeToString([]byte(node)) + "/")
-	return binary.BigEndian.AppendUint64(k, seq)
-}
-
 // parseIxKey returns the peer of an indexer key.
 func parseIxKey(k []byte) (peer.ID, bool) {
 	p := ixPrefix()
@@ -92,40 +88,4 @@ func parseIxKey(k []byte) (peer.ID, bool) {
 	}
 	id, err := peer.IDFromBytes(raw)
 	return id, err == nil
-}
-
-func auditPrefix() []byte { return []byte(Prefix + "audit/") }
-
-func auditKey(node peer.ID) []byte {
-	return append(auditPrefix(), b32.EncodeToString([]byte(node))...)
-}
-
-// parseAuditKey returns the node of an audit key.
-func parseAuditKey(k []byte) (peer.ID, bool) {
-	p := auditPrefix()
-	if len(k) <= len(p) {
-		return "", false
-	}
-	b, err := b32.DecodeString(string(k[len(p):]))
-	if err != nil {
-		return "", false
-	}
-	id, err := peer.IDFromBytes(b)
-	return id, err == nil
-}
-
-func pendingPrefix() []byte { return []byte(Prefix + "req/") }
-
-func pendingKey(id [16]byte) []byte {
-	return append(pendingPrefix(), b32.EncodeToString(id[:])...)
-}
-
-// parsePendingKey returns the id of a pending request's key.
-func parsePendingKey(k []byte) ([16]byte, bool) {
-	p := pendingPrefix()
-	b, err := b32.DecodeString(string(k[min(len(p), len(k)):]))
-	if len(k) <= len(p) || err != nil || len(b) != 16 {
-		return [16]byte{}, false
-	}
-	return [16]byte(b), true
 }

@@ -7,16 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"runtime"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/subnet"
 )
 
-// Option configures NewOutbox, NewIndexer, Submit and ServeCrawlRequests.
+// Option configures NewOutbox, Submit, ServeCrawlRequests and JoinTopic.
 // Each option says which it applies to; the others ignore it.
 type Option func(*config) error
 
@@ -49,28 +47,10 @@ type config struct {
 	forgetIdx    time.Duration
 	connectIndex bool
 
-	// indexer
-	take       []uint32
-	announce   time.Duration
-	snapshots  []subnet.SnapshotID
-	replay     time.Duration
-	workers    int
-	ackDelay   time.Duration
-	reassembly int64
+	// Submit and crawl requests
 	crawlLocal CrawlHandler
 	resolve    Resolver
-	lookupAll  func(ctx context.Context, host string) ([]netip.Addr, error) // every address of a host (audits)
-	onStored   func(node peer.ID, seq uint64, records int)                  // tests and benchmarks
-
-	// indexer: durable crawl requests (pending.go)
-	patience time.Duration
-	attempts int
-	fresh    bool // Submit asks each subnet's coordinator, not the cache (resubmissions: the owner may have changed)
-
-	// indexer audits (audit.go)
-	auditShare   float64
-	auditPerHour int
-	flagFor      time.Duration
+	fresh      bool // Submit asks each subnet's coordinator, not the cache (resubmissions: the owner may have changed)
 }
 
 func defaultConfig() config {
@@ -88,48 +68,21 @@ func defaultConfig() config {
 		ackWait:      10 * time.Second,      // a published batch holds a window slot this long without an ack
 		forgetIdx:    24 * time.Hour,        // acks from an indexer silent this long no longer count
 		connectIndex: true,
-		announce:     time.Minute,
-		replay:       90 * 24 * time.Hour, // a (node, seq) is remembered this long; a later replay is re-stored, idempotently
-		workers:      max(1, min(runtime.GOMAXPROCS(0), 4)),
-		ackDelay:     100 * time.Millisecond, // acks to one node are sent together
-		reassembly:   64 << 20,               // bytes of incomplete multi-part batches held
 		resolve:      defaultResolve,
-		lookupAll:    netLookup(net.DefaultResolver),
-		patience:     30 * time.Minute,   // a crawl request without a record is sent again after this, then after twice as long...
-		attempts:     6,                  // ...up to six submissions (about 32 h in all)
-		auditShare:   0.02,               // one record in fifty: a node fabricating most of its records is caught within a few batches
-		auditPerHour: 120,                // per node; each audit costs the network one to four page fetches
-		flagFor:      7 * 24 * time.Hour, // overlay's default conviction
 	}
 }
 
 var defaultResolve = NetResolver(net.DefaultResolver)
 
-// DNS makes Submit and the indexer resolve hosts with r: Resolve with
-// NetResolver(r), and every address of a host, which the indexer's audits
-// need (a host may have addresses in several subnets), from r too.
+// DNS makes Submit resolve hosts with r: Resolve with NetResolver(r).
+// Submit.
 func DNS(r *net.Resolver) Option {
 	return func(c *config) error {
 		if r == nil {
 			return errors.New("nil resolver")
 		}
-		c.resolve, c.lookupAll = NetResolver(r), netLookup(r)
+		c.resolve = NetResolver(r)
 		return nil
-	}
-}
-
-// netLookup returns every address r finds for host (IP literals as they
-// are).
-func netLookup(r *net.Resolver) func(ctx context.Context, host string) ([]netip.Addr, error) {
-	return func(ctx context.Context, host string) ([]netip.Addr, error) {
-		if a, err := netip.ParseAddr(host); err == nil {
-			return []netip.Addr{a.Unmap()}, nil
-		}
-		as, err := r.LookupNetIP(ctx, "ip", host)
-		for i := range as {
-			as[i] = as[i].Unmap()
-		}
-		return as, err
 	}
 }
 
@@ -176,11 +129,11 @@ func Clock(now func() time.Time) Option {
 // Shards sets the number of result shards, network-wide (default 1: one
 // topic, TopicResults). A record's shard is ShardOf its URL's host.
 // Nodes and indexers must agree; an indexer ignores announcements and
-// refuses batches of another count. Outbox and Indexer.
+// refuses batches of another count. Outbox and JoinTopic.
 func Shards(n int) Option {
 	return func(c *config) error {
-		if n < 1 || n > maxShards {
-			return fmt.Errorf("shards must be 1 to %d, got %d", maxShards, n)
+		if n < 1 || n > MaxShards {
+			return fmt.Errorf("shards must be 1 to %d, got %d", MaxShards, n)
 		}
 		c.shards = uint32(n)
 		return nil
@@ -188,12 +141,12 @@ func Shards(n int) Option {
 }
 
 // MessageLimit sets the pubsub message limit (default DefaultMessageLimit,
-// overlay's). Batches are split into parts that fit. Outbox and Indexer;
+// overlay's). Batches are split into parts that fit. Outbox and JoinTopic;
 // they must agree.
 func MessageLimit(n int) Option {
 	return func(c *config) error {
-		if n < minMessageLimit || n > 64<<20 {
-			return fmt.Errorf("message limit must be %d bytes to 64 MiB, got %d", minMessageLimit, n)
+		if n < MinMessageLimit || n > 64<<20 {
+			return fmt.Errorf("message limit must be %d bytes to 64 MiB, got %d", MinMessageLimit, n)
 		}
 		c.limit = n
 		return nil
@@ -278,86 +231,22 @@ func ConnectIndexers(on bool) Option {
 	return func(c *config) error { c.connectIndex = on; return nil }
 }
 
-// Take sets the shards an indexer subscribes to (default all). Indexer.
-func Take(shards ...int) Option {
-	return func(c *config) error {
-		c.take = c.take[:0]
-		for _, s := range shards {
-			if s < 0 || s >= maxShards {
-				return fmt.Errorf("shard %d out of range", s)
-			}
-			c.take = append(c.take, uint32(s))
-		}
-		return nil
-	}
-}
-
-// AnnounceEvery sets how often an indexer announces itself (default
-// 1 min); an announcement holds for three intervals. Indexer.
-func AnnounceEvery(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 100*time.Millisecond || 3*d > maxAnnTTL {
-			return fmt.Errorf("announce interval must be 100 ms to 8 h, got %v", d)
-		}
-		c.announce = d
-		return nil
-	}
-}
-
-// AcceptSnapshots adds subnet snapshot ids whose batches an indexer takes
-// besides its own (during a snapshot change). Indexer.
-func AcceptSnapshots(ids ...subnet.SnapshotID) Option {
-	return func(c *config) error { c.snapshots = append(c.snapshots, ids...); return nil }
-}
-
-// ReplayWindow sets how long an indexer remembers each stored (node,
-// sequence) pair to recognise replays and conflicting batches (default 90
-// days). A replay older than that is stored again, which the index makes
-// harmless. Indexer.
-func ReplayWindow(d time.Duration) Option {
-	return func(c *config) error {
-		if d < time.Minute {
-			return fmt.Errorf("replay window must be at least 1 min, got %v", d)
-		}
-		c.replay = d
-		return nil
-	}
-}
-
-// Workers sets how many batches an indexer verifies and decodes in
-// parallel (default GOMAXPROCS, at most 4); the index serialises writes.
-// Indexer.
-func Workers(n int) Option {
-	return func(c *config) error {
-		if n < 1 || n > 64 {
-			return fmt.Errorf("workers must be 1 to 64, got %d", n)
-		}
-		c.workers = n
-		return nil
-	}
-}
-
-// AckDelay sets how long an indexer gathers acknowledgements to one node
-// before sending them (default 100 ms). Indexer.
-func AckDelay(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 || d > time.Minute {
-			return fmt.Errorf("ack delay must be 0 to 1 min, got %v", d)
-		}
-		c.ackDelay = d
-		return nil
-	}
+// Fresh makes Submit ask each subnet's coordinator for its owner instead of
+// trusting the overlay's cache (a resubmission: the owner may have
+// changed). Submit.
+func Fresh() Option {
+	return func(c *config) error { c.fresh = true; return nil }
 }
 
 // LocalCrawl sets the handler of crawl requests for subnets delegated to
-// this peer itself (Submit). Submit and Indexer.
+// this peer itself. Submit.
 func LocalCrawl(h CrawlHandler) Option {
 	return func(c *config) error { c.crawlLocal = h; return nil }
 }
 
-// Resolve sets how Submit and the indexer's audits find the address of a
+// Resolve sets how Submit finds the address of a
 // URL's host (default: IP literals as they are, names through the system
-// resolver). Submit and Indexer.
+// resolver). Submit.
 func Resolve(r Resolver) Option {
 	return func(c *config) error {
 		if r == nil {

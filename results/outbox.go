@@ -136,9 +136,9 @@ func NewOutbox(db *badger.DB, sk crypto.PrivKey, sid subnet.SnapshotID, opts ...
 	return ob, nil
 }
 
-// checkSchema writes the schema version into an empty namespace, or checks
+// CheckSchema writes the schema version into an empty namespace, or checks
 // it.
-func checkSchema(txn *badger.Txn) error {
+func CheckSchema(txn *badger.Txn) error {
 	item, err := txn.Get(schemaKey())
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return txn.Set(schemaKey(), []byte{schemaVersion})
@@ -160,7 +160,7 @@ func checkSchema(txn *badger.Txn) error {
 // acknowledgements and the known indexers.
 func (ob *Outbox) load() error {
 	return ob.db.Update(func(txn *badger.Txn) error {
-		if err := checkSchema(txn); err != nil {
+		if err := CheckSchema(txn); err != nil {
 			return err
 		}
 		item, err := txn.Get(seqKey())
@@ -276,7 +276,7 @@ func (ob *Outbox) start(o *overlay.Overlay) (err error) {
 		return fmt.Errorf("results: joining %s: %w", TopicIndexers, err)
 	}
 	ob.release = append(ob.release, rel)
-	removeAcks := serveAcks(ob.h, ob.log, ob.HandleAck)
+	removeAcks := ServeAcks(ob.h, ob.log, ob.HandleAck)
 	ob.release = append(ob.release, func() error { removeAcks(); return nil })
 	if ob.sub, err = t.Subscribe(pubsub.WithBufferSize(64)); err != nil {
 		return fmt.Errorf("results: subscribing to %s: %w", TopicIndexers, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results/pb"
+	"github.com/micra-net/micra/results/resultstest"
 )
 
 // announce makes ob know p as an indexer of all shards, as an
@@ -62,13 +63,13 @@ func storedRecords(t testing.TB, ob *Outbox, seq uint64) []crawl.Record {
 }
 
 func TestOutboxAcks(t *testing.T) {
-	ob, err := NewOutbox(memDB(t), newKey(t), sid(t), Logger(quiet()), Acks(2))
+	ob, err := NewOutbox(resultstest.MemDB(t), resultstest.Key(t), sid(t), Logger(quiet()), Acks(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ob.Close()
 	for i := range 3 {
-		if err := ob.Results(t.Context(), testBatch(t, testRecords(i, 10, testNow))); err != nil {
+		if err := ob.Results(t.Context(), resultstest.Batch(t, resultstest.Records(i, 10, testNow))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -112,7 +113,7 @@ func TestOutboxAcks(t *testing.T) {
 
 func mustID(t testing.TB) peer.ID {
 	t.Helper()
-	id, err := peer.IDFromPrivateKey(newKey(t))
+	id, err := peer.IDFromPrivateKey(resultstest.Key(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,15 +124,15 @@ func mustID(t testing.TB) peer.ID {
 // indexers it knows across a restart.
 func TestOutboxSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	sk := newKey(t)
+	sk := resultstest.Key(t)
 	ix := mustID(t)
-	db := diskDB(t, dir)
+	db := resultstest.DiskDB(t, dir)
 	ob, err := NewOutbox(db, sk, sid(t), Logger(quiet()), Acks(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 4 {
-		if err := ob.Results(t.Context(), testBatch(t, testRecords(i, 20, testNow))); err != nil {
+		if err := ob.Results(t.Context(), resultstest.Batch(t, resultstest.Records(i, 20, testNow))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -144,7 +145,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	ob.Close()
 	db.Close()
 
-	db = diskDB(t, dir)
+	db = resultstest.DiskDB(t, dir)
 	defer db.Close()
 	ob, err = NewOutbox(db, sk, sid(t), Logger(quiet()), Acks(2))
 	if err != nil {
@@ -167,7 +168,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 		t.Fatal("the known indexer was forgotten")
 	}
 	// The counter goes on; a second indexer completes the first two.
-	if err := ob.Results(t.Context(), testBatch(t, testRecords(9, 5, testNow))); err != nil {
+	if err := ob.Results(t.Context(), resultstest.Batch(t, resultstest.Records(9, 5, testNow))); err != nil {
 		t.Fatal(err)
 	}
 	if r := refs(ob); r[len(r)-1].Seq != after[len(after)-1].Seq+1 {
@@ -187,10 +188,10 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 // acknowledgements make room; a caller giving up keeps its batch in the
 // reserve, or gets ErrOutboxFull when that is full too.
 func TestOutboxCap(t *testing.T) {
-	var logs logBuf
-	b := testBatch(t, testRecords(1, 40, testNow))
+	var logs resultstest.LogBuf
+	b := resultstest.Batch(t, resultstest.Records(1, 40, testNow))
 	size := int64(len(b.Data)) + 200
-	ob, err := NewOutbox(memDB(t), newKey(t), sid(t), Logger(logs.logger()), OutboxCap(3*size+size/2, size+size/2))
+	ob, err := NewOutbox(resultstest.MemDB(t), resultstest.Key(t), sid(t), Logger(logs.Logger()), OutboxCap(3*size+size/2, size+size/2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func TestOutboxCap(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- ob.Results(t.Context(), b) }()
-	waitFor(t, "the outbox to report full", func() bool { return ob.Stats().Full })
+	resultstest.WaitFor(t, "the outbox to report full", func() bool { return ob.Stats().Full })
 	select {
 	case err := <-done:
 		t.Fatalf("Results returned %v with the outbox full", err)
@@ -228,7 +229,7 @@ func TestOutboxCap(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- ob.Results(ctx, b) }()
-		waitFor(t, "the outbox to report full", func() bool { return ob.Stats().Full })
+		resultstest.WaitFor(t, "the outbox to report full", func() bool { return ob.Stats().Full })
 		cancel()
 		if err := <-done; !errors.Is(err, want) && !(want == nil && err == nil) {
 			t.Fatalf("attempt %d: %v, want %v", i, err, want)
@@ -262,12 +263,12 @@ func TestOutboxPausesCrawler(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	ob, err := NewOutbox(memDB(t), newKey(t), sid(t), Logger(quiet()), OutboxCap(4<<10, 0))
+	ob, err := NewOutbox(resultstest.MemDB(t), resultstest.Key(t), sid(t), Logger(quiet()), OutboxCap(4<<10, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ob.Close()
-	c, err := crawl.New(memDB(t), ob, crawl.AllowPrivateNetworks(), crawl.Politeness(0, 0), crawl.Workers(4, 2, 4),
+	c, err := crawl.New(resultstest.MemDB(t), ob, crawl.AllowPrivateNetworks(), crawl.Politeness(0, 0), crawl.Workers(4, 2, 4),
 		crawl.Batching(1024, 20*time.Millisecond), crawl.Logger(quiet()))
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +277,7 @@ func TestOutboxPausesCrawler(t *testing.T) {
 	if err := c.Submit(t.Context(), crawl.Request{Link: srv.URL + "/p0", Depth: crawl.DefaultDepth}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the outbox to fill", func() bool { return ob.Stats().Full })
+	resultstest.WaitFor(t, "the outbox to fill", func() bool { return ob.Stats().Full })
 	if st := c.Stats(); st.Queued+st.InFlight == 0 {
 		t.Fatalf("the crawler finished although its sink is full: %+v", st)
 	}
@@ -285,7 +286,7 @@ func TestOutboxPausesCrawler(t *testing.T) {
 	ix := mustID(t)
 	announce(t, ob, ix, 1)
 	seen := map[string]int{}
-	waitFor(t, "the crawl to end", func() bool {
+	resultstest.WaitFor(t, "the crawl to end", func() bool {
 		for _, r := range refs(ob) {
 			for _, rec := range storedRecords(t, ob, r.Seq) {
 				seen[rec.URL]++
@@ -313,17 +314,17 @@ func TestOutboxPausesCrawler(t *testing.T) {
 // A crawler batch too large for maxParts messages becomes several
 // batches, each with its own sequence number.
 func TestOutboxSplitsOversizeBatch(t *testing.T) {
-	ob, err := NewOutbox(memDB(t), newKey(t), sid(t), Logger(quiet()), MessageLimit(minMessageLimit))
+	ob, err := NewOutbox(resultstest.MemDB(t), resultstest.Key(t), sid(t), Logger(quiet()), MessageLimit(MinMessageLimit))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ob.Close()
-	recs := testRecords(1, 8000, testNow)
+	recs := resultstest.Records(1, 8000, testNow)
 	for i := range recs {
 		recs[i].Title = fmt.Sprintf("%x%x", sha256Sum([]byte(recs[i].URL)), sha256Sum([]byte(recs[i].Title)))
 	}
-	b := testBatch(t, recs)
-	if max := maxParts * (minMessageLimit - messageOverhead); len(b.Data) <= max {
+	b := resultstest.Batch(t, recs)
+	if max := maxParts * (MinMessageLimit - messageOverhead); len(b.Data) <= max {
 		t.Fatalf("batch of %d bytes fits %d", len(b.Data), max)
 	}
 	if err := ob.Results(t.Context(), b); err != nil {
@@ -341,13 +342,13 @@ func TestOutboxSplitsOversizeBatch(t *testing.T) {
 
 // Two indexers acknowledging the same batches at once remove them all.
 func TestOutboxConcurrentAcks(t *testing.T) {
-	ob, err := NewOutbox(memDB(t), newKey(t), sid(t), Logger(quiet()), Acks(2))
+	ob, err := NewOutbox(resultstest.MemDB(t), resultstest.Key(t), sid(t), Logger(quiet()), Acks(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ob.Close()
 	for i := range 40 {
-		if err := ob.Results(t.Context(), testBatch(t, testRecords(i, 2, testNow))); err != nil {
+		if err := ob.Results(t.Context(), resultstest.Batch(t, resultstest.Records(i, 2, testNow))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -377,17 +378,17 @@ func TestOutboxConcurrentAcks(t *testing.T) {
 // Batches stored under another shard count (or snapshot, or a larger
 // message limit) are signed again at start, records unchanged.
 func TestOutboxReseals(t *testing.T) {
-	db := memDB(t)
-	sk := newKey(t)
+	db := resultstest.MemDB(t)
+	sk := resultstest.Key(t)
 	ob, err := NewOutbox(db, sk, sid(t), Logger(quiet()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var recs []crawl.Record
 	for s := range 10 {
-		recs = append(recs, testRecords(s, 3, testNow)...)
+		recs = append(recs, resultstest.Records(s, 3, testNow)...)
 	}
-	if err := ob.Results(t.Context(), testBatch(t, recs)); err != nil {
+	if err := ob.Results(t.Context(), resultstest.Batch(t, recs)); err != nil {
 		t.Fatal(err)
 	}
 	last := refs(ob)[0].Seq
@@ -406,7 +407,7 @@ func TestOutboxReseals(t *testing.T) {
 		}
 		e := ob.entries[r.Seq]
 		for _, rec := range storedRecords(t, ob, r.Seq) {
-			if recordShard(&rec, 4) != e.shard {
+			if RecordShard(&rec, 4) != e.shard {
 				t.Fatalf("%s in shard %d", rec.URL, e.shard)
 			}
 			n++

@@ -41,6 +41,9 @@ func Topic(shard, shards uint32) string {
 // Wire version of pb.Envelope, pb.Announce and pb.CrawlMessage.
 const wireVersion = 1
 
+// MaxCrawlRequests is the most crawl requests one CRAWL frame carries.
+const MaxCrawlRequests = 256
+
 // signPrefix is what a batch signature covers before the header, so that a
 // signature over a header can never be taken for one over anything else.
 const signPrefix = "micra-results/1:"
@@ -55,27 +58,30 @@ const (
 	// header and signature (≤ 3 KiB with 64 parts) and pubsub's own framing
 	// (sender, sequence number, topic, signature: ~200 bytes).
 	messageOverhead = 8 << 10
-	minMessageLimit = 16 << 10
+	// MinMessageLimit is the least message limit (MessageLimit) that
+	// leaves room for data beside the envelope.
+	MinMessageLimit = 16 << 10
+	// MaxShards is the most result shards a network has.
+	MaxShards = 4096
+	// MaxAnnounceLifetime is the longest an indexer announcement holds.
+	MaxAnnounceLifetime = 24 * time.Hour
 
 	maxHeader      = 8 << 10  // a Header with maxParts hashes is ~2.5 KiB
 	maxParts       = 64       // parts of one batch
 	maxBatchData   = 32 << 20 // compressed bytes of one batch (the crawler's raw cap is 16 MiB)
 	maxBatchRecs   = 1 << 20  // crawl's own cap
-	maxShards      = 4096     // result shards of a network
 	maxAnnounceMsg = 2 << 10  // a pb.Announce with 16 addresses
 	maxAnnAddrs    = 16
-	maxAnnTTL      = 24 * time.Hour
 	clockSkew      = 10 * time.Minute // how far in the future a timestamp may be
 
-	maxCrawlMsg      = 1 << 20 // a crawl request frame: up to maxCrawlRequests of ≤ 2 KiB URLs
-	maxCrawlRequests = 256
-	maxURLLen        = 2048
-	maxOwners        = 16
-	maxOwnerLen      = 256
-	maxDepth         = 64
-	crawlDeadline    = 10 * time.Second // the handler only queues the requests
-	svcCrawl         = "micra.crawl"
-	crawlStreamMem   = 2 * maxCrawlMsg
+	maxCrawlMsg    = 1 << 20 // a crawl request frame: up to MaxCrawlRequests of ≤ 2 KiB URLs
+	maxURLLen      = 2048
+	maxOwners      = 16
+	maxOwnerLen    = 256
+	maxDepth       = 64
+	crawlDeadline  = 10 * time.Second // the handler only queues the requests
+	svcCrawl       = "micra.crawl"
+	crawlStreamMem = 2 * maxCrawlMsg
 
 	maxAckMsg     = 64 << 10 // up to maxAckBatches references of ~80 bytes
 	maxAckBatches = 512

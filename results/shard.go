@@ -20,9 +20,9 @@ func ShardOf(host string, shards uint32) uint32 {
 	return uint32(xxhash.Sum64String(strings.ToLower(host)) % uint64(shards))
 }
 
-// recordShard returns the shard of a record: that of its URL's host (shard
+// RecordShard returns the shard of a record: that of its URL's host (shard
 // 0 when the URL does not parse; the indexer rejects such records).
-func recordShard(r *crawl.Record, shards uint32) uint32 {
+func RecordShard(r *crawl.Record, shards uint32) uint32 {
 	if shards <= 1 {
 		return 0
 	}
@@ -53,7 +53,7 @@ func splitShards(b crawl.Batch, shards uint32) ([]shardBatch, error) {
 	groups := map[uint32][]crawl.Record{}
 	var order []uint32
 	for i := range recs {
-		s := recordShard(&recs[i], shards)
+		s := RecordShard(&recs[i], shards)
 		if _, ok := groups[s]; !ok {
 			order = append(order, s)
 		}

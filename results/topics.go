@@ -8,9 +8,11 @@ import (
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/results/pb"
+	"github.com/micra-net/micra/subnet"
 )
 
 // pubsub refuses a second Join of a topic and a second validator, but an
@@ -78,6 +80,41 @@ func joinTopic(ps *pubsub.PubSub, name string, v pubsub.ValidatorEx) (t *pubsub.
 	return jt.t, release, nil
 }
 
+// JoinTopic joins name, a result topic (Topic) or TopicIndexers, on ps
+// with the package's validator for it, registered on first use: result
+// messages that OpenEnvelope refuses (with MessageLimit), calling rejected
+// (when not nil) for each, or announcements that do not decode. Logger,
+// Clock and MessageLimit apply. release drops this user's reference and
+// closes the topic after the last; an indexer and an outbox on one host
+// share it.
+func JoinTopic(ps *pubsub.PubSub, name string, rejected func(), opts ...Option) (t *pubsub.Topic, release func() error, err error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, nil, err
+		}
+	}
+	if name == TopicIndexers {
+		return joinTopic(ps, name, announceValidator(&cfg))
+	}
+	return joinTopic(ps, name, resultValidator(&cfg, rejected))
+}
+
+// IndexerAnnouncement is the message an indexer publishes on
+// TopicIndexers: the snapshot and shard layout it takes batches of, the
+// shards it takes (nil: all), up to 16 of its addresses, and how long the
+// announcement holds.
+func IndexerAnnouncement(sid subnet.SnapshotID, shards uint32, take []uint32, addrs []ma.Multiaddr, lifetime time.Duration, now time.Time) ([]byte, error) {
+	ttl := max(1, int64((lifetime+time.Second-1)/time.Second))
+	a := &pb.Announce{Version: wireVersion, Snapshot: sid[:], Shards: shards, Take: take, AtMs: now.UnixMilli(), TtlS: uint32(min(ttl, int64(MaxAnnounceLifetime/time.Second)))}
+	for _, m := range addrs {
+		if len(a.Addrs) < maxAnnAddrs {
+			a.Addrs = append(a.Addrs, m.Bytes())
+		}
+	}
+	return proto.Marshal(a)
+}
+
 // resultValidator rejects result messages that OpenEnvelope refuses with
 // the configured message limit, calling rejected (when not nil) for each.
 func resultValidator(c *config, rejected func()) pubsub.ValidatorEx {
@@ -125,11 +162,11 @@ func decodeAnnounce(data []byte, now time.Time) (*pb.Announce, error) {
 	switch {
 	case len(a.GetSnapshot()) != 32:
 		return nil, fmt.Errorf("%w: announcement snapshot of %d bytes", ErrMalformed, len(a.GetSnapshot()))
-	case a.GetShards() < 1 || a.GetShards() > maxShards || len(a.GetTake()) > int(a.GetShards()):
+	case a.GetShards() < 1 || a.GetShards() > MaxShards || len(a.GetTake()) > int(a.GetShards()):
 		return nil, fmt.Errorf("%w: announcement takes %d of %d shards", ErrMalformed, len(a.GetTake()), a.GetShards())
 	case len(a.GetAddrs()) > maxAnnAddrs:
 		return nil, fmt.Errorf("%w: announcement with %d addresses", ErrMalformed, len(a.GetAddrs()))
-	case a.GetTtlS() < 1 || time.Duration(a.GetTtlS())*time.Second > maxAnnTTL:
+	case a.GetTtlS() < 1 || time.Duration(a.GetTtlS())*time.Second > MaxAnnounceLifetime:
 		return nil, fmt.Errorf("%w: announcement lifetime %d s", ErrMalformed, a.GetTtlS())
 	case at.After(now.Add(clockSkew)) || at.Before(now.Add(-clockSkew)):
 		return nil, fmt.Errorf("%w: announcement time %v", ErrMalformed, at)

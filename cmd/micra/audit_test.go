@@ -19,6 +19,7 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/indexer"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/internal/world/worldtest"
 	"github.com/micra-net/micra/node"
@@ -114,7 +115,7 @@ func TestAuditsConvictFabricator(t *testing.T) {
 		opts := []node.Option{node.Tree(tree), node.Resolver(res), node.ProbeScale(run.TimeScale()),
 			node.Logger(logger.With("node", i)),
 			node.HostOptions(overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()),
-			node.OverlayOptions(overlay.Announce(time.Second, false)),
+			node.OverlayOptions(overlay.Announce(time.Second)),
 			node.CrawlOptions(crawl.Politeness(0, 0), crawl.Batching(8<<10, 500*time.Millisecond)),
 			node.ResultOptions(results.Republish(300*time.Millisecond, 2*time.Second))}
 		// Once bad, a node also refuses, as a coordinator, to judge its
@@ -151,11 +152,11 @@ func TestAuditsConvictFabricator(t *testing.T) {
 		Bootstrap: []peer.AddrInfo{{ID: h0.ID(), Addrs: h0.Addrs()}}, HTTP: "127.0.0.1:0",
 		Tree: tree, Logger: logger.With("subsystem", "indexer"), JoinNow: true,
 		Host:    []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},
-		Overlay: []overlay.Option{overlay.Announce(time.Second, true)},
+		Overlay: []overlay.Option{overlay.Announce(time.Second), overlay.NoCrawl()},
 		// Every record audited (a volunteer network samples 2 %): the test
 		// wants the verdict within a small crawl.
-		Results: []results.Option{results.AnnounceEvery(time.Second), results.Logger(logger.With("subsystem", "results")),
-			results.DNS(dns), results.Audits(1, 10000)},
+		Indexer: []indexer.Option{indexer.AnnounceEvery(time.Second), indexer.Logger(logger.With("subsystem", "indexer")),
+			indexer.DNS(dns), indexer.Audits(1, 10000)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -203,9 +204,9 @@ func TestAuditsConvictFabricator(t *testing.T) {
 	}
 	bad[fab].Store(true)
 	t.Logf("node %d, delegated %d sites (%d in shards others coordinate), fabricates from now on", fab, len(fabSites), judged[fabID])
-	audits := func() map[peer.ID]results.NodeAudits {
-		m := map[peer.ID]results.NodeAudits{}
-		for _, na := range ri.Results().Audited() {
+	audits := func() map[peer.ID]indexer.NodeAudits {
+		m := map[peer.ID]indexer.NodeAudits{}
+		for _, na := range ri.Indexer().Audited() {
 			m[na.Node] = na
 		}
 		return m
@@ -221,7 +222,7 @@ func TestAuditsConvictFabricator(t *testing.T) {
 		if a := audits()[fabID]; !a.Flagged {
 			return fmt.Errorf("fabricator not flagged: %+v", a)
 		}
-		delivered, err := ri.Results().Index().HostsOf(ctx, fabID.String(), 1000)
+		delivered, err := ri.Indexer().Index().HostsOf(ctx, fabID.String(), 1000)
 		if err != nil {
 			return err
 		}
@@ -275,16 +276,16 @@ func TestAuditsConvictFabricator(t *testing.T) {
 			}
 		}
 	}
-	if st := ri.Results().Stats(); st.Flagged != 1 || st.Audits == 0 {
+	if st := ri.Indexer().Stats(); st.Flagged != 1 || st.Audits == 0 {
 		t.Errorf("indexer stats %+v", st)
 	}
 	// Its records are stored but out of search.
-	res, err := ri.Results().Index().Search(ctx, index.Query{Text: fabricatedTerm})
+	res, err := ri.Indexer().Index().Search(ctx, index.Query{Text: fabricatedTerm})
 	if err != nil || len(res.Hits) != 0 {
 		t.Errorf("search for the fabricated keyword: %v, %+v", err, res)
 	}
 	var exported distrustCounter
-	if _, err := ri.Results().Index().Export(ctx, &exported); err != nil {
+	if _, err := ri.Indexer().Index().Export(ctx, &exported); err != nil {
 		t.Fatal(err)
 	}
 	if exported.n == 0 {

@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/micra-net/micra/bootstrap"
+	"github.com/micra-net/micra/indexer"
 	"github.com/micra-net/micra/node"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/results"
 )
 
 // defaultIndexerAPI is where the indexer serves its HTTP API by default,
@@ -97,14 +97,14 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *patience < time.Second {
 		return fmt.Errorf("%w: --crawl-patience %v is under a second", errUsage, *patience)
 	}
-	opts := []results.Option{results.Shards(*shards), results.AnnounceEvery(*announce), results.Audits(*auditShare, 120),
-		results.CrawlPatience(*patience, 6)}
+	opts := []indexer.Option{indexer.Shards(*shards), indexer.AnnounceEvery(*announce), indexer.Audits(*auditShare, 120),
+		indexer.CrawlPatience(*patience, 6)}
 	if *dns != "" {
 		server, err := netip.ParseAddrPort(*dns)
 		if err != nil {
 			return fmt.Errorf("%w: --dns %q: %v", errUsage, *dns, err)
 		}
-		opts = append(opts, results.DNS(&net.Resolver{PreferGo: true,
+		opts = append(opts, indexer.DNS(&net.Resolver{PreferGo: true,
 			Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 				d := net.Dialer{Timeout: 5 * time.Second}
 				return d.DialContext(ctx, network, server.String())
@@ -119,7 +119,7 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			}
 			ss = append(ss, n)
 		}
-		opts = append(opts, results.Take(ss...))
+		opts = append(opts, indexer.Take(ss...))
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -137,7 +137,7 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	x, err := node.StartIndexer(ctx, node.IndexerConfig{
 		DataDir: *data, Listen: splitList(*listen), Bootstrap: peers, HTTP: *httpAddr, ReadOnly: *readOnly,
-		Snapshot: *snap, Logger: logger, Results: opts, Overlay: oopts,
+		Snapshot: *snap, Logger: logger, Indexer: opts, Overlay: oopts,
 	})
 	if err != nil {
 		return err

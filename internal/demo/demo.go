@@ -27,11 +27,11 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/indexer"
 	"github.com/micra-net/micra/internal/swarm"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/node"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -179,14 +179,14 @@ func (d *demo) startIndexer(ctx context.Context, dir string) (func() error, erro
 		Bootstrap: []peer.AddrInfo{{ID: h0.ID(), Addrs: h0.Addrs()}}, HTTP: "127.0.0.1:0",
 		Tree: d.tree, Logger: d.log.With("subsystem", "indexer"), JoinNow: true,
 		Host:    []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},
-		Overlay: []overlay.Option{overlay.Announce(2*time.Second, true)},
+		Overlay: []overlay.Option{overlay.Announce(2 * time.Second), overlay.NoCrawl()},
 		// The indexer coordinates shards too and delegates their subnets:
 		// it needs the world's latencies between nodes like every node
 		// (with libp2p's loopback RTTs its triangle-inequality bounds
 		// pruned the nearest nodes: 200 ms misses).
 		Delegate: d.sw.DelegateOptions("indexer"),
-		Results: []results.Option{results.AnnounceEvery(2 * time.Second), results.Logger(d.log.With("subsystem", "results")),
-			results.DNS(indexerDNS)},
+		Indexer: []indexer.Option{indexer.AnnounceEvery(2 * time.Second), indexer.Logger(d.log.With("subsystem", "indexer")),
+			indexer.DNS(indexerDNS)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("indexer: %w", err)
@@ -342,7 +342,7 @@ func figures(nodes []*swarm.Node, ri *node.Indexer, submitted int64, seeds int) 
 			f.idle = false
 		}
 	}
-	f.stored = int64(ri.Results().Index().Stats().Docs)
+	f.stored = int64(ri.Indexer().Index().Stats().Docs)
 	if f.outbox > 0 {
 		f.idle = false
 	}
@@ -453,7 +453,7 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *wo
 // sampleSearch searches the indexer for the heaviest keyword of a crawled
 // home page and prints the first hits.
 func sampleSearch(ctx context.Context, out io.Writer, ri *node.Indexer, seeds []world.Site, run *world.Running) {
-	x := ri.Results().Index()
+	x := ri.Indexer().Index()
 	st := x.Stats()
 	fmt.Fprintf(out, "Indexer: %d pages searchable, %d terms; search page http://%s/\n", st.Docs, st.Terms, ri.HTTPAddr())
 	for _, s := range seeds {

@@ -32,6 +32,7 @@ import (
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/indexer"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/internal/world/worldtest"
 	"github.com/micra-net/micra/node"
@@ -442,11 +443,11 @@ type indexerRig struct {
 	x   *index.Index
 	h   host.Host
 	o   *overlay.Overlay
-	ix  *results.Indexer
+	ix  *indexer.Indexer
 	ran int // incarnations
 
 	// Counters of the closed incarnations, added up.
-	prev results.IndexerStats
+	prev indexer.Stats
 }
 
 // start opens the indexer and joins it through the running nodes.
@@ -483,7 +484,7 @@ func (r *indexerRig) start() {
 		}
 	}
 	if r.o, err = overlay.New(r.h, r.c.tree, r.db, overlay.WithDelegator(del),
-		overlay.Announce(2*time.Second, true), overlay.BootstrapPeers(peers), overlay.Cache(4096, time.Second),
+		overlay.Announce(2*time.Second), overlay.NoCrawl(), overlay.BootstrapPeers(peers), overlay.Cache(4096, time.Second),
 		// The indexer coordinates shards like any peer: it must orphan
 		// silent crawlers on the nodes' schedule (their --liveness).
 		overlay.Liveness(r.c.cfg.liveness/10, r.c.cfg.liveness), overlay.Maintenance(min(r.c.cfg.liveness/4, 15*time.Second), 30*time.Second),
@@ -494,8 +495,8 @@ func (r *indexerRig) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.ix, err = results.NewIndexer(r.o, r.x, r.db, results.AnnounceEvery(2*time.Second), results.Logger(log),
-		results.Resolve(func(ctx context.Context, h string) (netip.Addr, error) {
+	if r.ix, err = indexer.New(r.o, r.x, r.db, indexer.AnnounceEvery(2*time.Second), indexer.Logger(log),
+		indexer.Resolve(func(ctx context.Context, h string) (netip.Addr, error) {
 			if a, err := netip.ParseAddr(h); err == nil {
 				return a, nil
 			}
@@ -540,14 +541,14 @@ func (r *indexerRig) close() {
 func (r *indexerRig) up() bool { return r.db != nil }
 
 // stats are the indexer's counters over all its incarnations.
-func (r *indexerRig) stats() results.IndexerStats {
+func (r *indexerRig) stats() indexer.Stats {
 	if r.db == nil {
 		return r.prev
 	}
 	return addStats(r.prev, r.ix.Stats())
 }
 
-func addStats(a, b results.IndexerStats) results.IndexerStats {
+func addStats(a, b indexer.Stats) indexer.Stats {
 	a.Messages += b.Messages
 	a.Batches += b.Batches
 	a.Records += b.Records

@@ -214,7 +214,7 @@ func (s *Swarm) newNode(run *world.Running, tree *subnet.Tree, i int, a netip.Ad
 		node.Logger(s.cfg.Logger.With("node", i)),
 		node.HostOptions(overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()),
 		node.DelegateOptions(s.DelegateOptions(i)...),
-		node.OverlayOptions(overlay.Announce(2*time.Second, false)),
+		node.OverlayOptions(overlay.Announce(2*time.Second)),
 		// Batches sealed within seconds, so that an indexer fills while
 		// the swarm runs (a volunteer's default waits up to 5 minutes).
 		node.CrawlOptions(crawl.Batching(256<<10, 3*time.Second)),

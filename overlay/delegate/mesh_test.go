@@ -66,7 +66,7 @@ func TestMeshHandOff(t *testing.T) {
 				}
 				return 0, errors.New("unreachable")
 			})
-			opts := []overlay.Option{overlay.WithDelegator(d), overlay.WithProber(prober), overlay.Announce(time.Second, false)}
+			opts := []overlay.Option{overlay.WithDelegator(d), overlay.WithProber(prober), overlay.Announce(time.Second)}
 			if i == 0 {
 				opts = append(opts, overlay.WithLoad(func() (uint64, uint64) { return capacity.Load(), load.Load() }))
 			}

@@ -208,7 +208,7 @@ func startSwarm(t *testing.T, p world.Params, scale float64) *swarm {
 			}
 		}
 		opts := append(overlaytest.Options(),
-			overlay.Announce(time.Second, false), overlay.OwnAddress(wn.Addr), overlay.WithDelegator(del),
+			overlay.Announce(time.Second), overlay.OwnAddress(wn.Addr), overlay.WithDelegator(del),
 			overlay.WithProber(prober), overlay.RedelegateInterval(0),
 			overlay.WithLoad(func() (uint64, uint64) { return n.capacity.Load(), n.load.Load() }))
 		n.o, err = overlay.New(h, tree, overlaytest.DB(t), opts...)

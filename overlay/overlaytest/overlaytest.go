@@ -86,7 +86,7 @@ func Options() []overlay.Option {
 		overlay.DiversityLimits(64, 1024),
 		overlay.Maintenance(500*time.Millisecond, 2*time.Second),
 		overlay.Liveness(200*time.Millisecond, 4*time.Second),
-		overlay.Announce(30*time.Second, false),
+		overlay.Announce(30 * time.Second),
 		overlay.PublishRecords(false),
 		overlay.Logger(slog.New(slog.DiscardHandler)),
 	}

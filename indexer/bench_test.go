@@ -1,4 +1,4 @@
-package results
+package indexer
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/results/resultstest"
 )
 
 // benchRecords makes records shaped like the crawler's on ordinary pages:
@@ -77,7 +79,7 @@ func crawlerBatches(tb testing.TB, recs []crawl.Record) []crawl.Batch {
 				lo = mid
 			}
 		}
-		out = append(out, testBatch(tb, recs[:lo]))
+		out = append(out, resultstest.Batch(tb, recs[:lo]))
 		recs = recs[lo:]
 	}
 	return out
@@ -89,7 +91,7 @@ type countingAcks struct {
 	wake chan struct{}
 }
 
-func (c *countingAcks) HandleAck(ctx context.Context, from peer.ID, refs []BatchRef) error {
+func (c *countingAcks) HandleAck(ctx context.Context, from peer.ID, refs []results.BatchRef) error {
 	c.n.Add(int64(len(refs)))
 	select {
 	case c.wake <- struct{}{}:
@@ -108,7 +110,7 @@ func BenchmarkIngest(b *testing.B) {
 	node, ixn := newTNode(b, nil, 0, nil, nil), newTNode(b, nil, 1, nil, indexerDB(b))
 	join(b, node, ixn)
 	acks := &countingAcks{wake: make(chan struct{}, 1)}
-	b.Cleanup(serveAcks(node.h, quiet(), acks.HandleAck))
+	b.Cleanup(results.ServeAcks(node.h, quiet(), acks.HandleAck))
 	x, err := index.New(ixn.db, index.Logger(quiet()))
 	if err != nil {
 		b.Fatal(err)
@@ -119,7 +121,9 @@ func BenchmarkIngest(b *testing.B) {
 		b.Fatal(err)
 	}
 	ix.o = ixn.o
-	ix.ack = func(ctx context.Context, p peer.ID, refs []BatchRef) error { return sendAck(ctx, ixn.h, p, refs) }
+	ix.ack = func(ctx context.Context, p peer.ID, refs []results.BatchRef) error {
+		return results.SendAck(ctx, ixn.h, p, refs)
+	}
 	ix.wg.Go(ix.acker)
 	b.Cleanup(func() { ix.Close() })
 
@@ -130,7 +134,7 @@ func BenchmarkIngest(b *testing.B) {
 	var msgs [][]byte
 	nrec := 0
 	for i, bt := range batches[:min(len(batches), max(b.N, 1))] {
-		s, err := seal(node.sk, nil, batchMeta{node: node.h.ID(), seq: uint64(i + 1), snapshot: sid(b), created: now, shards: 1, batch: bt}, DefaultMessageLimit-messageOverhead)
+		s, err := seal(node.sk, nil, batchMeta{node: node.h.ID(), seq: uint64(i + 1), snapshot: sid(b), created: now, shards: 1, batch: bt}, results.PartSize(results.DefaultMessageLimit))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package results
+package indexer
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
 )
 
@@ -87,7 +88,7 @@ func (ix *Indexer) keepPending(reqs []crawl.Request) {
 	for _, r := range reqs {
 		link, err := crawl.NormalizeURL(r.Link)
 		if err != nil {
-			continue // Submit reports it
+			continue // results.Submit reports it
 		}
 		id := pendingID(link)
 		if _, ok := ix.pend.m[id]; ok {
@@ -230,8 +231,7 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 	failed := map[string]bool{}
 	if len(reqs) > 0 {
 		// The cached owner may be the node that died with the requests.
-		fresh := func(c *config) error { c.fresh = true; return nil }
-		res, err := Submit(ctx, ix.o, reqs, Resolve(ix.cfg.resolve), LocalCrawl(ix.cfg.crawlLocal), fresh)
+		res, err := results.Submit(ctx, ix.o, reqs, append(ix.cfg.results(), results.Fresh())...)
 		if err != nil && ctx.Err() != nil {
 			return
 		}
@@ -241,7 +241,7 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 		ix.stats.resubmitted.Add(uint64(len(reqs) - len(res.Failed)))
 		ix.log.Info("crawl requests without records submitted again", "sent", len(reqs)-len(res.Failed), "failed", len(res.Failed))
 	}
-	now = ix.cfg.now() // Submit may have taken a while
+	now = ix.cfg.now() // results.Submit may have taken a while
 	ix.pend.mu.Lock()
 	defer ix.pend.mu.Unlock()
 	err = ix.db.Update(func(txn *badger.Txn) error {

@@ -1,4 +1,4 @@
-package results
+package indexer
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
 )
 
@@ -152,9 +153,9 @@ func (ix *Indexer) flagged(st *pb.AuditStats, now time.Time) bool {
 }
 
 // sampleAudits queues the audits of a stored batch's records.
-func (ix *Indexer) sampleAudits(node peer.ID, digest [32]byte, auth signedHeader, data []byte, recs []crawl.Record) {
+func (ix *Indexer) sampleAudits(node peer.ID, digest [32]byte, auth results.SignedHeader, data []byte, recs []crawl.Record) {
 	a := ix.aud
-	if a == nil || ix.o == nil || ix.cfg.auditShare == 0 || len(data) > MaxEvidence-len(auth.raw)-len(auth.sig)-len(auth.pub)-64 {
+	if a == nil || ix.o == nil || ix.cfg.auditShare == 0 || len(data) > results.MaxEvidence-auth.Size()-64 {
 		return
 	}
 	a.mu.Lock()
@@ -178,7 +179,7 @@ func (ix *Indexer) sampleAudits(node peer.ID, digest [32]byte, auth signedHeader
 		}
 		if ev == nil {
 			var err error
-			if ev, err = evidence(auth, data); err != nil {
+			if ev, err = auth.Evidence(data); err != nil {
 				ix.log.Warn("building audit evidence failed", "node", node, "error", err)
 				return
 			}
@@ -303,7 +304,7 @@ func (ix *Indexer) spreadConviction(ctx context.Context, node peer.ID) {
 			return
 		}
 		// Every address: a host may sit in several subnets, and the node
-		// holds the one its Submit or crawler happened to resolve.
+		// holds the one its results.Submit or crawler happened to resolve.
 		addrs, err := ix.cfg.lookupAll(ctx, h)
 		if err != nil {
 			continue
@@ -396,7 +397,7 @@ func (a *auditor) priors(j auditJob) []overlay.AuditPrior {
 	var out []overlay.AuditPrior
 	size := len(j.evidence) + len(j.url) + 8<<10
 	for _, p := range a.disputes[j.node] {
-		if p.URL == j.url || size+len(p.Evidence)+len(p.URL)+16 > MaxEvidence || len(out) == maxPriors {
+		if p.URL == j.url || size+len(p.Evidence)+len(p.URL)+16 > results.MaxEvidence || len(out) == maxPriors {
 			continue
 		}
 		size += len(p.Evidence) + len(p.URL) + 16

@@ -1,4 +1,4 @@
-package results
+package indexer
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/results"
 )
 
 // maxCrawlBody bounds the JSON body of a crawl request.
@@ -17,7 +18,7 @@ const maxCrawlBody = 1 << 20
 // Handler (search page, /api/search, /api/record, /api/stats, /api/export,
 // /api/profiles...) and
 //
-//	GET  /api/indexer   delivery counters (IndexerStats as JSON)
+//	GET  /api/indexer   delivery counters (Stats as JSON)
 //	GET  /api/audits    the audits of each node's records ([]NodeAudits as JSON)
 //	POST /api/crawl     {"urls": ["http://..."], "depth": 2, "owners": ["me"]}
 //	                    → {"sent": n, "forwarded": n, "failed": [{"url": "...", "error": "..."}]}
@@ -65,8 +66,8 @@ func (ix *Indexer) serveCrawl(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, status, map[string]string{"error": "crawl request: " + err.Error()})
 		return
 	}
-	if len(b.URLs) == 0 || len(b.URLs) > 4*maxCrawlRequests {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("crawl request: 1 to %d urls", 4*maxCrawlRequests)})
+	if len(b.URLs) == 0 || len(b.URLs) > 4*results.MaxCrawlRequests {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("crawl request: 1 to %d urls", 4*results.MaxCrawlRequests)})
 		return
 	}
 	depth := crawl.DefaultDepth
@@ -76,7 +77,7 @@ func (ix *Indexer) serveCrawl(w http.ResponseWriter, r *http.Request) {
 	reqs := make([]crawl.Request, len(b.URLs))
 	for i, u := range b.URLs {
 		reqs[i] = crawl.Request{Link: u, Depth: depth, Owners: b.Owners}
-		if err := checkRequest(reqs[i]); err != nil {
+		if err := results.CheckRequest(reqs[i]); err != nil {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}

@@ -1,4 +1,4 @@
-package results
+package indexer
 
 import (
 	"bytes"
@@ -20,14 +20,16 @@ import (
 	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay/overlaytest"
+	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
+	"github.com/micra-net/micra/results/resultstest"
 )
 
 // produce hands batches of records of sites first.. to ob, n records each.
-func produce(t testing.TB, ob *Outbox, first, sites, n int) int {
+func produce(t testing.TB, ob *results.Outbox, first, sites, n int) int {
 	t.Helper()
 	for s := first; s < first+sites; s++ {
-		if err := ob.Results(t.Context(), testBatch(t, testRecords(s, n, time.Now()))); err != nil {
+		if err := ob.Results(t.Context(), resultstest.Batch(t, resultstest.Records(s, n, time.Now()))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,7 +52,7 @@ func TestIndexerOfflineThenOnline(t *testing.T) {
 		net := p2ptest.NewNet(t)
 		nodes := []*tnode{newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil), newTNode(t, net, 2, nil, nil)}
 		join(t, nodes[0], nodes[1:]...)
-		var obs []*Outbox
+		var obs []*results.Outbox
 		total, batches := 0, 0
 		for i, n := range nodes {
 			ob := startOutbox(t, n, n.db)
@@ -67,7 +69,7 @@ func TestIndexerOfflineThenOnline(t *testing.T) {
 		ixn := newTNode(t, net, 3, nil, nil)
 		join(t, nodes[0], ixn)
 		ix := startIndexer(t, ixn)
-		waitFor(t, "every outbox to empty", func() bool {
+		resultstest.WaitFor(t, "every outbox to empty", func() bool {
 			for _, ob := range obs {
 				if ob.Stats().Batches > 0 {
 					return false
@@ -86,7 +88,7 @@ func TestIndexerOfflineThenOnline(t *testing.T) {
 		}
 		// Later batches go straight through.
 		total += produce(t, obs[1], 100, 1, 5)
-		waitFor(t, "a live batch", func() bool { return ix.Index().Stats().Docs == int64(total) && obs[1].Stats().Batches == 0 })
+		resultstest.WaitFor(t, "a live batch", func() bool { return ix.Index().Stats().Docs == int64(total) && obs[1].Stats().Batches == 0 })
 	})
 }
 
@@ -102,17 +104,17 @@ func TestTwoIndexersOneShardEach(t *testing.T) {
 		const sites = 16
 		total := 0
 		for i, n := range nodes {
-			ob := startOutbox(t, n, n.db, Shards(2))
+			ob := startOutbox(t, n, n.db, results.Shards(2))
 			// Each batch mixes the sites of both shards.
 			var recs []crawl.Record
 			for s := range sites / 2 {
-				recs = append(recs, testRecords(i*sites/2+s, 6, time.Now())...)
+				recs = append(recs, resultstest.Records(i*sites/2+s, 6, time.Now())...)
 			}
-			if err := ob.Results(t.Context(), testBatch(t, recs)); err != nil {
+			if err := ob.Results(t.Context(), resultstest.Batch(t, recs)); err != nil {
 				t.Fatal(err)
 			}
 			total += len(recs)
-			waitFor(t, "the outbox to empty", func() bool { return ob.Stats().Batches == 0 })
+			resultstest.WaitFor(t, "the outbox to empty", func() bool { return ob.Stats().Batches == 0 })
 			if s := ob.Stats(); s.Stored != 2 {
 				t.Fatalf("one batch over two shards stored as %d", s.Stored)
 			}
@@ -125,7 +127,7 @@ func TestTwoIndexersOneShardEach(t *testing.T) {
 			t.Fatalf("%d records stored in all, want %d", docs, total)
 		}
 		for s := range sites {
-			want := ShardOf(fmt.Sprintf("s%d.example", s), 2)
+			want := results.ShardOf(fmt.Sprintf("s%d.example", s), 2)
 			for i, ix := range ixs {
 				if got := has(t, ix.Index(), fmt.Sprintf("w%dx0", s)); got != (uint32(i) == want) {
 					t.Fatalf("site %d (shard %d) in indexer %d: %v", s, want, i, got)
@@ -140,28 +142,28 @@ func TestTwoIndexersOneShardEach(t *testing.T) {
 func TestForgedBatchesRejected(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		net := p2ptest.NewNet(t)
-		var logs logBuf
+		var logs resultstest.LogBuf
 		victim, rogue, ixn := newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil), newTNode(t, net, 2, nil, nil)
 		join(t, victim, rogue, ixn)
-		ix := startIndexer(t, ixn, Logger(logs.logger()))
+		ix := startIndexer(t, ixn, Logger(logs.Logger()))
 		ob := startOutbox(t, victim, victim.db)
 
 		victimID := victim.h.ID()
 		// Signed by the rogue's key, claiming to be the victim's batch.
-		recs := testRecords(66, 5, time.Now())
-		forged, err := seal(rogue.sk, nil, batchMeta{node: victimID, seq: 1, snapshot: sid(t), created: time.Now(), shards: 1, batch: testBatch(t, recs)}, 1<<20)
+		recs := resultstest.Records(66, 5, time.Now())
+		forged, err := seal(rogue.sk, nil, batchMeta{node: victimID, seq: 1, snapshot: sid(t), created: time.Now(), shards: 1, batch: resultstest.Batch(t, recs)}, 1<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// The rogue's own batch, altered after signing.
-		own, err := seal(rogue.sk, nil, batchMeta{node: rogue.h.ID(), seq: 1, snapshot: sid(t), created: time.Now(), shards: 1, batch: testBatch(t, recs)}, 1<<20)
+		own, err := seal(rogue.sk, nil, batchMeta{node: rogue.h.ID(), seq: 1, snapshot: sid(t), created: time.Now(), shards: 1, batch: resultstest.Batch(t, recs)}, 1<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tampered := reenvelope(t, envs(t, own)[0], func(e *pb.Envelope, h *pb.Header) { e.Data[len(e.Data)-3] ^= 1 })
+		tampered := resultstest.Reenvelope(t, envs(t, own)[0], func(e *pb.Envelope, h *pb.Header) { e.Data[len(e.Data)-3] ^= 1 })
 		msgs := [][]byte{envs(t, forged)[0], tampered}
 		produce(t, ob, 1, 1, 5)
-		waitFor(t, "both forgeries to be rejected", func() bool {
+		resultstest.WaitFor(t, "both forgeries to be rejected", func() bool {
 			for _, m := range msgs {
 				if err := rogue.publishRaw(t, m); err != nil {
 					t.Fatal(err)
@@ -181,18 +183,18 @@ func TestForgedBatchesRejected(t *testing.T) {
 		// A genuine batch replayed by another peer is acknowledged again, not
 		// stored again.
 		genuine, err := seal(victim.sk, nil, batchMeta{node: victimID, seq: 5, snapshot: sid(t), created: time.Now(), shards: 1,
-			batch: testBatch(t, testRecords(77, 4, time.Now()))}, 1<<20)
+			batch: resultstest.Batch(t, resultstest.Records(77, 4, time.Now()))}, 1<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
 		m := envs(t, genuine)[0]
-		waitFor(t, "the genuine batch", func() bool {
+		resultstest.WaitFor(t, "the genuine batch", func() bool {
 			if err := victim.publishRaw(t, m); err != nil {
 				t.Fatal(err)
 			}
 			return ix.Stats().Batches == 2
 		})
-		waitFor(t, "the replay", func() bool {
+		resultstest.WaitFor(t, "the replay", func() bool {
 			if err := rogue.publishRaw(t, m); err != nil {
 				t.Fatal(err)
 			}
@@ -210,20 +212,20 @@ func TestLargeBatchInParts(t *testing.T) {
 		net := p2ptest.NewNet(t)
 		n, ixn := newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil)
 		join(t, n, ixn)
-		ix := startIndexer(t, ixn, MessageLimit(minMessageLimit))
-		ob := startOutbox(t, n, n.db, MessageLimit(minMessageLimit))
-		recs := testRecords(5, 400, time.Now())
+		ix := startIndexer(t, ixn, MessageLimit(results.MinMessageLimit))
+		ob := startOutbox(t, n, n.db, results.MessageLimit(results.MinMessageLimit))
+		recs := resultstest.Records(5, 400, time.Now())
 		for i := range recs {
 			recs[i].Title = fmt.Sprintf("%x %x", sha256Sum([]byte(recs[i].URL)), sha256Sum([]byte(recs[i].Title)))
 		}
-		b := testBatch(t, recs)
-		if parts := (len(b.Data) + minMessageLimit - messageOverhead - 1) / (minMessageLimit - messageOverhead); parts < 4 {
+		b := resultstest.Batch(t, recs)
+		if parts := (len(b.Data) + results.MinMessageLimit - (results.DefaultMessageLimit - results.PartSize(results.DefaultMessageLimit)) - 1) / (results.MinMessageLimit - (results.DefaultMessageLimit - results.PartSize(results.DefaultMessageLimit))); parts < 4 {
 			t.Fatalf("batch of %d bytes makes only %d parts", len(b.Data), parts)
 		}
 		if err := ob.Results(t.Context(), b); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the outbox to empty", func() bool { return ob.Stats().Batches == 0 })
+		resultstest.WaitFor(t, "the outbox to empty", func() bool { return ob.Stats().Batches == 0 })
 		if s := ix.Index().Stats(); s.Docs != 400 {
 			t.Fatalf("index %+v", s)
 		}
@@ -236,9 +238,9 @@ func TestOutboxRestartDelivers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		net := p2ptest.NewNet(t)
 		dir := t.TempDir()
-		sk := newKey(t)
+		sk := resultstest.Key(t)
 		boot := newTNode(t, net, 0, nil, nil)
-		db := diskDB(t, dir)
+		db := resultstest.DiskDB(t, dir)
 		n := newTNode(t, net, 1, sk, db)
 		join(t, boot, n)
 		ob := startOutbox(t, n, db)
@@ -247,7 +249,7 @@ func TestOutboxRestartDelivers(t *testing.T) {
 		n.stop()
 		db.Close()
 
-		db = diskDB(t, dir)
+		db = resultstest.DiskDB(t, dir)
 		t.Cleanup(func() { db.Close() })
 		n = newTNode(t, net, 1, sk, db)
 		join(t, boot, n)
@@ -258,7 +260,7 @@ func TestOutboxRestartDelivers(t *testing.T) {
 		ixn := newTNode(t, net, 2, nil, nil)
 		join(t, boot, ixn)
 		ix := startIndexer(t, ixn)
-		waitFor(t, "the outbox to empty", func() bool { return ob.Stats().Batches == 0 })
+		resultstest.WaitFor(t, "the outbox to empty", func() bool { return ob.Stats().Batches == 0 })
 		if s := ix.Index().Stats(); s.Docs != int64(total) || s.Duplicates != 0 {
 			t.Fatalf("index %+v, want %d", s, total)
 		}
@@ -280,13 +282,13 @@ func TestCrawlRequests(t *testing.T) {
 	var mu sync.Mutex
 	var got []crawl.Request
 	var from []peer.ID
-	remove, err := ServeCrawlRequests(crawler.h, func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
+	remove, err := results.ServeCrawlRequests(crawler.h, func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, reqs...)
 		from = append(from, p)
 		return nil
-	}, Logger(quiet()))
+	}, results.Logger(quiet()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +363,7 @@ func TestCrawlerToIndexer(t *testing.T) {
 	join(t, n, ixn)
 	ix := startIndexer(t, ixn)
 	ob := startOutbox(t, n, n.db)
-	c, err := crawl.New(memDB(t), ob, crawl.AllowPrivateNetworks(), crawl.Politeness(0, 0),
+	c, err := crawl.New(resultstest.MemDB(t), ob, crawl.AllowPrivateNetworks(), crawl.Politeness(0, 0),
 		crawl.Batching(4096, 50*time.Millisecond), crawl.Logger(quiet()))
 	if err != nil {
 		t.Fatal(err)
@@ -370,7 +372,7 @@ func TestCrawlerToIndexer(t *testing.T) {
 	if err := c.Submit(t.Context(), crawl.Request{Link: srv.URL + "/p0", Depth: crawl.DefaultDepth}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every page indexed", func() bool { return ix.Index().Stats().Docs == pages && ob.Stats().Batches == 0 })
+	resultstest.WaitFor(t, "every page indexed", func() bool { return ix.Index().Stats().Docs == pages && ob.Stats().Batches == 0 })
 	res, err := ix.Index().Search(t.Context(), index.Query{Text: "zebra7 lighthouse"})
 	if err != nil || res.Total != 1 || res.Hits[0].URL != srv.URL+"/p7" {
 		t.Fatalf("search: %+v %v", res, err)
@@ -399,9 +401,9 @@ func TestCrawlRequestsOutliveTheirNode(t *testing.T) {
 		}
 		for _, n := range nodes[:3] {
 			id := n.h.ID()
-			remove, err := ServeCrawlRequests(n.h, func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
+			remove, err := results.ServeCrawlRequests(n.h, func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
 				return handler(ctx, id, reqs)
-			}, Logger(quiet()))
+			}, results.Logger(quiet()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -423,7 +425,7 @@ func TestCrawlRequestsOutliveTheirNode(t *testing.T) {
 		var owner peer.ID
 		// Resent counts a submission once the owner's answer is back,
 		// a link latency after its handler saw the requests.
-		waitFor(t, "the requests submitted again to the subnet's new owner", func() bool {
+		resultstest.WaitFor(t, "the requests submitted again to the subnet's new owner", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			if ix.Stats().Resent < 2 {
@@ -443,7 +445,7 @@ func TestCrawlRequestsOutliveTheirNode(t *testing.T) {
 		// The new owner's record of the first page answers it; the second is
 		// given up after its third submission.
 		ix.satisfied([]crawl.Record{{URL: links[0], FinalURL: links[0]}})
-		waitFor(t, "the unanswered request given up", func() bool { return ix.Pending() == 0 })
+		resultstest.WaitFor(t, "the unanswered request given up", func() bool { return ix.Pending() == 0 })
 		if st := ix.Stats(); st.Answered != 1 || st.GaveUp != 1 {
 			t.Errorf("stats at the end: %+v", st)
 		}
@@ -454,7 +456,7 @@ func TestCrawlRequestsOutliveTheirNode(t *testing.T) {
 // TestPendingSurvivesRestart: crawl requests kept by an indexer are there
 // after a restart on the same database, and answered ones are not.
 func TestPendingSurvivesRestart(t *testing.T) {
-	db := memDB(t)
+	db := resultstest.MemDB(t)
 	x, err := index.New(db, index.Logger(quiet()))
 	if err != nil {
 		t.Fatal(err)

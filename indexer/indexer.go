@@ -1,4 +1,4 @@
-package results
+package indexer
 
 import (
 	"context"
@@ -13,17 +13,17 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
 	"github.com/micra-net/micra/subnet"
 )
 
 // Indexer is the indexer side of result delivery: it announces itself as a
-// designated indexer on TopicIndexers, subscribes to the result topics of
+// designated indexer on results.TopicIndexers, subscribes to the result topics of
 // the shards it takes, verifies every batch (signature, schema, sizes,
 // snapshot, shard, sequence), stores its records in an index.Index and
 // acknowledges it to its node. Its methods are safe for concurrent use.
@@ -38,7 +38,7 @@ type Indexer struct {
 	take   map[uint32]bool // nil: all shards
 
 	// ack sends acknowledgements (o.Ack, or a stand-in in tests).
-	ack func(ctx context.Context, p peer.ID, refs []BatchRef) error
+	ack func(ctx context.Context, p peer.ID, refs []results.BatchRef) error
 
 	queue      chan inbound
 	subs       []*pubsub.Subscription
@@ -75,7 +75,7 @@ type inbound struct {
 	topic string
 	from  peer.ID
 	data  []byte
-	part  *Part // verified by the topic validator, or nil
+	part  *results.Part // verified by the topic validator, or nil
 }
 
 type batchKey struct {
@@ -92,7 +92,7 @@ type partialBatch struct {
 }
 
 type ackQueue struct {
-	refs  []BatchRef
+	refs  []results.BatchRef
 	since time.Time // when the oldest waiting ref was queued
 	next  time.Time // no send before (backoff)
 	fails int
@@ -111,23 +111,25 @@ const (
 	partialLifetime = 10 * time.Minute
 )
 
-// NewIndexer starts the indexer on o, storing into x; db is the database x
+// New starts the indexer on o, storing into x; db is the database x
 // and o use (the replay table lives under Prefix). It joins the topics of
-// the shards it takes (Topic) with a validator that refuses what
-// OpenEnvelope refuses, so that forged and tampered messages are neither
+// the shards it takes (results.Topic) with a validator that refuses what
+// results.OpenEnvelope refuses, so that forged and tampered messages are neither
 // delivered nor relayed. It announces itself at
 // once and then every AnnounceEvery. The caller owns o, x and db and closes
 // them after Close.
-func NewIndexer(o *overlay.Overlay, x *index.Index, db *badger.DB, opts ...Option) (ix *Indexer, err error) {
+func New(o *overlay.Overlay, x *index.Index, db *badger.DB, opts ...Option) (ix *Indexer, err error) {
 	if o == nil || x == nil || db == nil {
-		return nil, errors.New("results: indexer needs an overlay, an index and a database")
+		return nil, errors.New("indexer: needs an overlay, an index and a database")
 	}
 	ix, err = newIndexer(x, db, o.Tree().ID(), opts...)
 	if err != nil {
 		return nil, err
 	}
 	ix.o = o
-	ix.ack = func(ctx context.Context, p peer.ID, refs []BatchRef) error { return sendAck(ctx, o.Host(), p, refs) }
+	ix.ack = func(ctx context.Context, p peer.ID, refs []results.BatchRef) error {
+		return results.SendAck(ctx, o.Host(), p, refs)
+	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, ix.Close())
@@ -138,21 +140,21 @@ func NewIndexer(o *overlay.Overlay, x *index.Index, db *badger.DB, opts ...Optio
 		if ix.take != nil && !ix.take[s] {
 			continue
 		}
-		name := Topic(s, ix.cfg.shards)
-		t, rel, err := joinTopic(ps, name, resultValidator(&ix.cfg, func() { ix.stats.rejected.Add(1) }))
+		name := results.Topic(s, ix.cfg.shards)
+		t, rel, err := results.JoinTopic(ps, name, func() { ix.stats.rejected.Add(1) }, ix.cfg.results()...)
 		if err != nil {
-			return nil, fmt.Errorf("results: joining %s: %w", name, err)
+			return nil, fmt.Errorf("indexer: joining %s: %w", name, err)
 		}
 		ix.release = append(ix.release, rel)
 		sub, err := t.Subscribe(pubsub.WithBufferSize(subBuffer))
 		if err != nil {
-			return nil, fmt.Errorf("results: subscribing to %s: %w", name, err)
+			return nil, fmt.Errorf("indexer: subscribing to %s: %w", name, err)
 		}
 		ix.subs = append(ix.subs, sub)
 	}
-	t, rel, err := joinTopic(ps, TopicIndexers, announceValidator(&ix.cfg))
+	t, rel, err := results.JoinTopic(ps, results.TopicIndexers, nil, ix.cfg.results()...)
 	if err != nil {
-		return nil, fmt.Errorf("results: joining %s: %w", TopicIndexers, err)
+		return nil, fmt.Errorf("indexer: joining %s: %w", results.TopicIndexers, err)
 	}
 	ix.release = append(ix.release, rel)
 	ix.annTopic = t
@@ -202,12 +204,12 @@ func newIndexer(x *index.Index, db *badger.DB, sid subnet.SnapshotID, opts ...Op
 		ix.take = map[uint32]bool{}
 		for _, s := range cfg.take {
 			if s >= cfg.shards {
-				return nil, fmt.Errorf("results: shard %d taken, but there are %d", s, cfg.shards)
+				return nil, fmt.Errorf("indexer: shard %d taken, but there are %d", s, cfg.shards)
 			}
 			ix.take[s] = true
 		}
 	}
-	if err := db.Update(checkSchema); err != nil {
+	if err := db.Update(results.CheckSchema); err != nil {
 		return nil, err
 	}
 	var err error
@@ -215,10 +217,10 @@ func newIndexer(x *index.Index, db *badger.DB, sid subnet.SnapshotID, opts ...Op
 		return nil, err
 	}
 	if err := ix.loadAudits(); err != nil {
-		return nil, fmt.Errorf("results: loading audit tallies: %w", err)
+		return nil, fmt.Errorf("indexer: loading audit tallies: %w", err)
 	}
 	if err := ix.loadPending(); err != nil {
-		return nil, fmt.Errorf("results: loading pending crawl requests: %w", err)
+		return nil, fmt.Errorf("indexer: loading pending crawl requests: %w", err)
 	}
 	ix.ctx, ix.cancel = context.WithCancel(context.Background())
 	return ix, nil
@@ -266,7 +268,7 @@ func (ix *Indexer) read(sub *pubsub.Subscription) {
 			return
 		}
 		in := inbound{topic: sub.Topic(), from: m.GetFrom(), data: m.GetData()}
-		if p, ok := m.ValidatorData.(*Part); ok {
+		if p, ok := m.ValidatorData.(*results.Part); ok {
 			in.part = p
 		}
 		select {
@@ -297,7 +299,7 @@ func (ix *Indexer) ingest(ctx context.Context, in inbound) error {
 	p := in.part
 	if p == nil {
 		var err error
-		if p, err = OpenEnvelope(in.data, ix.cfg.limit, now); err != nil {
+		if p, err = results.OpenEnvelope(in.data, ix.cfg.limit, now); err != nil {
 			ix.stats.rejected.Add(1)
 			ix.log.Debug("result message rejected", "peer", in.from, "error", err)
 			return err
@@ -318,7 +320,7 @@ func (ix *Indexer) ingest(ctx context.Context, in inbound) error {
 			return nil
 		}
 	}
-	return ix.store(ctx, p.Node, h, p.Digest, p.auth, data, now)
+	return ix.store(ctx, p.Node, h, p.Digest, p.Signed, data, now)
 }
 
 // takes checks that the batch belongs to this indexer: snapshot, shard
@@ -328,13 +330,13 @@ func (ix *Indexer) takes(topic string, h *pb.Header) error {
 	copy(sid[:], h.GetSnapshot())
 	switch {
 	case !ix.accept[sid]:
-		return fmt.Errorf("%w: snapshot %x", ErrRefused, sid[:6])
+		return fmt.Errorf("%w: snapshot %x", results.ErrRefused, sid[:6])
 	case h.GetShards() != ix.cfg.shards:
-		return fmt.Errorf("%w: %d shards, this indexer splits into %d", ErrRefused, h.GetShards(), ix.cfg.shards)
-	case topic != "" && topic != Topic(h.GetShard(), h.GetShards()):
-		return fmt.Errorf("%w: shard %d on topic %s", ErrRefused, h.GetShard(), topic)
+		return fmt.Errorf("%w: %d shards, this indexer splits into %d", results.ErrRefused, h.GetShards(), ix.cfg.shards)
+	case topic != "" && topic != results.Topic(h.GetShard(), h.GetShards()):
+		return fmt.Errorf("%w: shard %d on topic %s", results.ErrRefused, h.GetShard(), topic)
 	case ix.take != nil && !ix.take[h.GetShard()]:
-		return fmt.Errorf("%w: shard %d not taken", ErrRefused, h.GetShard())
+		return fmt.Errorf("%w: shard %d not taken", results.ErrRefused, h.GetShard())
 	}
 	return nil
 }
@@ -353,7 +355,7 @@ func (ix *Indexer) checkSeen(node peer.ID, h *pb.Header, digest [32]byte) (done 
 	}
 	if prev == digest {
 		ix.stats.duplicates.Add(1)
-		ix.queueAck(node, BatchRef{Node: node, Seq: h.GetSeq(), Digest: digest})
+		ix.queueAck(node, results.BatchRef{Node: node, Seq: h.GetSeq(), Digest: digest})
 		return true, nil
 	}
 	ix.stats.conflicts.Add(1)
@@ -361,7 +363,7 @@ func (ix *Indexer) checkSeen(node peer.ID, h *pb.Header, digest [32]byte) (done 
 	// one sequence number (a forgery with its key, or a reused counter).
 	ix.log.Warn("result batch conflicts with a stored batch: refused", "node", node, "seq", h.GetSeq(),
 		"digest", fmt.Sprintf("%x", digest[:8]), "stored", fmt.Sprintf("%x", prev[:8]))
-	return true, fmt.Errorf("%w: %s seq %d", ErrConflict, node, h.GetSeq())
+	return true, fmt.Errorf("%w: %s seq %d", results.ErrConflict, node, h.GetSeq())
 }
 
 func (ix *Indexer) seen(node peer.ID, seq uint64) (d [32]byte, ok bool, err error) {
@@ -388,7 +390,7 @@ func (ix *Indexer) seen(node peer.ID, seq uint64) (d [32]byte, ok bool, err erro
 // assemble adds a verified part to its batch and returns the batch data
 // once every part is there. Incomplete batches are bounded in number and
 // bytes, and dropped after partialLifetime: the node sends them again.
-func (ix *Indexer) assemble(p *Part, now time.Time) []byte {
+func (ix *Indexer) assemble(p *results.Part, now time.Time) []byte {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for d, pt := range ix.partial {
@@ -434,7 +436,7 @@ func (ix *Indexer) assemble(p *Part, now time.Time) []byte {
 
 // store decodes a complete, verified batch, stores its records, remembers
 // its (node, seq, digest) and queues its acknowledgement.
-func (ix *Indexer) store(ctx context.Context, node peer.ID, h *pb.Header, digest [32]byte, auth signedHeader, data []byte, now time.Time) error {
+func (ix *Indexer) store(ctx context.Context, node peer.ID, h *pb.Header, digest [32]byte, auth results.SignedHeader, data []byte, now time.Time) error {
 	key := batchKey{node, h.GetSeq()}
 	ix.mu.Lock()
 	if ix.inflight[key] {
@@ -480,7 +482,7 @@ func (ix *Indexer) store(ctx context.Context, node peer.ID, h *pb.Header, digest
 	if ix.log.Enabled(ctx, slog.LevelDebug) {
 		ix.log.Debug("result batch stored", "node", node, "seq", h.GetSeq(), "records", len(recs), "added", res.Added, "rejected", res.Rejected)
 	}
-	ix.queueAck(node, BatchRef{Node: node, Seq: h.GetSeq(), Digest: digest})
+	ix.queueAck(node, results.BatchRef{Node: node, Seq: h.GetSeq(), Digest: digest})
 	ix.satisfied(recs)
 	ix.sampleAudits(node, digest, auth, data, recs)
 	return nil
@@ -492,15 +494,15 @@ func (ix *Indexer) store(ctx context.Context, node peer.ID, h *pb.Header, digest
 func (ix *Indexer) decode(h *pb.Header, data []byte) ([]crawl.Record, error) {
 	recs, err := crawl.DecodeBatch(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: %w", results.ErrMalformed, err)
 	}
 	if len(recs) != int(h.GetRecords()) {
-		return nil, fmt.Errorf("%w: %d records, header says %d", ErrMalformed, len(recs), h.GetRecords())
+		return nil, fmt.Errorf("%w: %d records, header says %d", results.ErrMalformed, len(recs), h.GetRecords())
 	}
 	if h.GetShards() > 1 {
 		for i := range recs {
-			if s := recordShard(&recs[i], h.GetShards()); s != h.GetShard() {
-				return nil, fmt.Errorf("%w: record %q belongs to shard %d, not %d", ErrMalformed, recs[i].URL, s, h.GetShard())
+			if s := results.RecordShard(&recs[i], h.GetShards()); s != h.GetShard() {
+				return nil, fmt.Errorf("%w: record %q belongs to shard %d, not %d", results.ErrMalformed, recs[i].URL, s, h.GetShard())
 			}
 		}
 	}
@@ -508,7 +510,7 @@ func (ix *Indexer) decode(h *pb.Header, data []byte) ([]crawl.Record, error) {
 }
 
 // queueAck queues an acknowledgement to node.
-func (ix *Indexer) queueAck(node peer.ID, ref BatchRef) {
+func (ix *Indexer) queueAck(node peer.ID, ref results.BatchRef) {
 	ix.amu.Lock()
 	defer ix.amu.Unlock()
 	q := ix.pending[node]
@@ -572,7 +574,7 @@ func (ix *Indexer) acker() {
 	}
 }
 
-func (ix *Indexer) sendAcks(node peer.ID, q *ackQueue, refs []BatchRef) {
+func (ix *Indexer) sendAcks(node peer.ID, q *ackQueue, refs []results.BatchRef) {
 	ctx, cancel := context.WithTimeout(ix.ctx, 15*time.Second)
 	err := ix.ack(ctx, node, refs)
 	cancel()
@@ -642,15 +644,7 @@ func (ix *Indexer) announcer() {
 }
 
 func (ix *Indexer) publishAnnounce() {
-	ttl := max(1, int64((3*ix.cfg.announce+time.Second-1)/time.Second))
-	a := &pb.Announce{Version: wireVersion, Snapshot: ix.sid[:], Shards: ix.cfg.shards, Take: ix.takeList(),
-		AtMs: ix.cfg.now().UnixMilli(), TtlS: uint32(ttl)}
-	for _, m := range ix.o.Host().Addrs() {
-		if len(a.Addrs) < maxAnnAddrs {
-			a.Addrs = append(a.Addrs, m.Bytes())
-		}
-	}
-	b, err := proto.Marshal(a)
+	b, err := results.IndexerAnnouncement(ix.sid, ix.cfg.shards, ix.takeList(), ix.o.Host().Addrs(), 3*ix.cfg.announce, ix.cfg.now())
 	if err != nil {
 		return
 	}
@@ -659,8 +653,8 @@ func (ix *Indexer) publishAnnounce() {
 	}
 }
 
-// IndexerStats are the indexer's counters since NewIndexer.
-type IndexerStats struct {
+// Stats are the indexer's counters since New.
+type Stats struct {
 	Messages   uint64 `json:"messages"`    // result messages read
 	Batches    uint64 `json:"batches"`     // batches stored
 	Records    uint64 `json:"records"`     // records in them (the index's own Stats say how many were new)
@@ -681,9 +675,9 @@ type IndexerStats struct {
 }
 
 // Stats returns the indexer's counters.
-func (ix *Indexer) Stats() IndexerStats {
+func (ix *Indexer) Stats() Stats {
 	s := &ix.stats
-	return IndexerStats{Messages: s.messages.Load(), Batches: s.batches.Load(), Records: s.records.Load(),
+	return Stats{Messages: s.messages.Load(), Batches: s.batches.Load(), Records: s.records.Load(),
 		Duplicates: s.duplicates.Load(), Rejected: s.rejected.Load(), Conflicts: s.conflicts.Load(), Refused: s.refused.Load(),
 		Acks: s.acks.Load(), AckFails: s.ackFailures.Load(), AckDropped: s.ackDropped.Load(),
 		Audits: s.audits.Load(), AuditsLost: s.auditsDropped.Load(), Flagged: s.flagged.Load(),
@@ -693,14 +687,14 @@ func (ix *Indexer) Stats() IndexerStats {
 // Index returns the index the indexer stores into.
 func (ix *Indexer) Index() *index.Index { return ix.x }
 
-// Submit sends crawl requests into the overlay with this indexer's
-// Resolve and LocalCrawl options (see the package function Submit).
+// results.Submit sends crawl requests into the overlay with this indexer's
+// Resolve and LocalCrawl options (see the package function results.Submit).
 //
 // The indexer keeps each request until a record of its page arrives and
 // submits it again when none has come (CrawlPatience), so that a page
 // queued at a node that then dies for good is crawled by the subnet's next
 // owner.
-func (ix *Indexer) Submit(ctx context.Context, reqs []crawl.Request) (SubmitResult, error) {
+func (ix *Indexer) Submit(ctx context.Context, reqs []crawl.Request) (results.SubmitResult, error) {
 	ix.keepPending(reqs)
-	return Submit(ctx, ix.o, reqs, Resolve(ix.cfg.resolve), LocalCrawl(ix.cfg.crawlLocal))
+	return results.Submit(ctx, ix.o, reqs, ix.cfg.results()...)
 }

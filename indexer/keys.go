@@ -1,0 +1,58 @@
+package indexer
+
+import (
+	"encoding/base32"
+	"encoding/binary"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/results"
+)
+
+// The indexer's keys live in the results package's badger namespace
+// (results.Prefix, whose doc comment gives the whole layout) and share its
+// schema; they are built only here.
+
+// b32 is the namespace's base32 of ids (RFC 4648, lowercase, unpadded).
+var b32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+func seenKey(node peer.ID, seq uint64) []byte {
+	k := []byte(results.Prefix + "seen/" + b32.EncodeToString([]byte(node)) + "/")
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+func auditPrefix() []byte { return []byte(results.Prefix + "audit/") }
+
+func auditKey(node peer.ID) []byte {
+	return append(auditPrefix(), b32.EncodeToString([]byte(node))...)
+}
+
+// parseAuditKey returns the node of an audit key.
+func parseAuditKey(k []byte) (peer.ID, bool) {
+	p := auditPrefix()
+	if len(k) <= len(p) {
+		return "", false
+	}
+	b, err := b32.DecodeString(string(k[len(p):]))
+	if err != nil {
+		return "", false
+	}
+	id, err := peer.IDFromBytes(b)
+	return id, err == nil
+}
+
+func pendingPrefix() []byte { return []byte(results.Prefix + "req/") }
+
+func pendingKey(id [16]byte) []byte {
+	return append(pendingPrefix(), b32.EncodeToString(id[:])...)
+}
+
+// parsePendingKey returns the id of a pending request's key.
+func parsePendingKey(k []byte) ([16]byte, bool) {
+	p := pendingPrefix()
+	b, err := b32.DecodeString(string(k[min(len(p), len(k)):]))
+	if len(k) <= len(p) || err != nil || len(b) != 16 {
+		return [16]byte{}, false
+	}
+	return [16]byte(b), true
+}

@@ -1,0 +1,239 @@
+package indexer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/subnet"
+)
+
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
+	log   *slog.Logger
+	now   func() time.Time
+	limit int // pubsub message limit
+
+	shards     uint32
+	take       []uint32
+	announce   time.Duration
+	snapshots  []subnet.SnapshotID
+	replay     time.Duration
+	workers    int
+	ackDelay   time.Duration
+	reassembly int64
+	crawlLocal results.CrawlHandler
+	resolve    results.Resolver
+	lookupAll  func(ctx context.Context, host string) ([]netip.Addr, error) // every address of a host (audits)
+	onStored   func(node peer.ID, seq uint64, records int)                  // tests and benchmarks
+
+	// durable crawl requests (pending.go)
+	patience time.Duration
+	attempts int
+
+	// audits (audit.go)
+	auditShare   float64
+	auditPerHour int
+	flagFor      time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		log:          slog.Default().With("subsystem", "indexer"),
+		now:          time.Now,
+		limit:        results.DefaultMessageLimit,
+		shards:       1,
+		announce:     time.Minute,
+		replay:       90 * 24 * time.Hour, // a (node, seq) is remembered this long; a later replay is re-stored, idempotently
+		workers:      max(1, min(runtime.GOMAXPROCS(0), 4)),
+		ackDelay:     100 * time.Millisecond, // acks to one node are sent together
+		reassembly:   64 << 20,               // bytes of incomplete multi-part batches held
+		resolve:      results.NetResolver(net.DefaultResolver),
+		lookupAll:    netLookup(net.DefaultResolver),
+		patience:     30 * time.Minute,   // a crawl request without a record is sent again after this, then after twice as long...
+		attempts:     6,                  // ...up to six submissions (about 32 h in all)
+		auditShare:   0.02,               // one record in fifty: a node fabricating most of its records is caught within a few batches
+		auditPerHour: 120,                // per node; each audit costs the network one to four page fetches
+		flagFor:      7 * 24 * time.Hour, // overlay's default conviction
+	}
+}
+
+// results are the results package's options the indexer's settings imply,
+// for the topics it joins and the crawl requests it submits.
+func (c *config) results() []results.Option {
+	return []results.Option{results.Logger(c.log), results.Clock(c.now), results.MessageLimit(c.limit),
+		results.Shards(int(c.shards)), results.Resolve(c.resolve), results.LocalCrawl(c.crawlLocal)}
+}
+
+// Logger sets the logger (default slog.Default with subsystem=indexer).
+func Logger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("nil logger")
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// Clock sets the time source (default time.Now), for tests.
+func Clock(now func() time.Time) Option {
+	return func(c *config) error {
+		if now == nil {
+			return errors.New("nil clock")
+		}
+		c.now = now
+		return nil
+	}
+}
+
+// Shards sets the number of result shards, network-wide (default 1); it
+// must be the nodes' (results.Shards). The indexer ignores announcements
+// and refuses batches of another count.
+func Shards(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > results.MaxShards {
+			return fmt.Errorf("shards must be 1 to %d, got %d", results.MaxShards, n)
+		}
+		c.shards = uint32(n)
+		return nil
+	}
+}
+
+// MessageLimit sets the pubsub message limit (default
+// results.DefaultMessageLimit); it must be the nodes'.
+func MessageLimit(n int) Option {
+	return func(c *config) error {
+		if n < results.MinMessageLimit || n > 64<<20 {
+			return fmt.Errorf("message limit must be %d bytes to 64 MiB, got %d", results.MinMessageLimit, n)
+		}
+		c.limit = n
+		return nil
+	}
+}
+
+// DNS makes the indexer resolve hosts with r: for the crawl requests it
+// submits (results.NetResolver(r)) and every address of a host, which its
+// audits need (a host may have addresses in several subnets).
+func DNS(r *net.Resolver) Option {
+	return func(c *config) error {
+		if r == nil {
+			return errors.New("nil resolver")
+		}
+		c.resolve, c.lookupAll = results.NetResolver(r), netLookup(r)
+		return nil
+	}
+}
+
+// Resolve sets how the indexer finds the address of a URL's host for the
+// crawl requests it submits and its audits (default: IP literals as they
+// are, names through the system resolver).
+func Resolve(r results.Resolver) Option {
+	return func(c *config) error {
+		if r == nil {
+			return errors.New("nil resolver")
+		}
+		c.resolve = r
+		return nil
+	}
+}
+
+// LocalCrawl sets the handler of crawl requests the indexer submits for
+// subnets delegated to its own peer (an indexer that also crawls).
+func LocalCrawl(h results.CrawlHandler) Option {
+	return func(c *config) error { c.crawlLocal = h; return nil }
+}
+
+// Take sets the shards an indexer subscribes to (default all).
+func Take(shards ...int) Option {
+	return func(c *config) error {
+		c.take = c.take[:0]
+		for _, s := range shards {
+			if s < 0 || s >= results.MaxShards {
+				return fmt.Errorf("shard %d out of range", s)
+			}
+			c.take = append(c.take, uint32(s))
+		}
+		return nil
+	}
+}
+
+// AnnounceEvery sets how often an indexer announces itself (default
+// 1 min); an announcement holds for three intervals.
+func AnnounceEvery(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 100*time.Millisecond || 3*d > results.MaxAnnounceLifetime {
+			return fmt.Errorf("announce interval must be 100 ms to 8 h, got %v", d)
+		}
+		c.announce = d
+		return nil
+	}
+}
+
+// AcceptSnapshots adds subnet snapshot ids whose batches an indexer takes
+// besides its own (during a snapshot change).
+func AcceptSnapshots(ids ...subnet.SnapshotID) Option {
+	return func(c *config) error { c.snapshots = append(c.snapshots, ids...); return nil }
+}
+
+// ReplayWindow sets how long an indexer remembers each stored (node,
+// sequence) pair to recognise replays and conflicting batches (default 90
+// days). A replay older than that is stored again, which the index makes
+// harmless.
+func ReplayWindow(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Minute {
+			return fmt.Errorf("replay window must be at least 1 min, got %v", d)
+		}
+		c.replay = d
+		return nil
+	}
+}
+
+// Workers sets how many batches an indexer verifies and decodes in
+// parallel (default GOMAXPROCS, at most 4); the index serialises writes.
+func Workers(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > 64 {
+			return fmt.Errorf("workers must be 1 to 64, got %d", n)
+		}
+		c.workers = n
+		return nil
+	}
+}
+
+// AckDelay sets how long an indexer gathers acknowledgements to one node
+// before sending them (default 100 ms).
+func AckDelay(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 || d > time.Minute {
+			return fmt.Errorf("ack delay must be 0 to 1 min, got %v", d)
+		}
+		c.ackDelay = d
+		return nil
+	}
+}
+
+// netLookup returns every address r finds for host (IP literals as they
+// are).
+func netLookup(r *net.Resolver) func(ctx context.Context, host string) ([]netip.Addr, error) {
+	return func(ctx context.Context, host string) ([]netip.Addr, error) {
+		if a, err := netip.ParseAddr(host); err == nil {
+			return []netip.Addr{a.Unmap()}, nil
+		}
+		as, err := r.LookupNetIP(ctx, "ip", host)
+		for i := range as {
+			as[i] = as[i].Unmap()
+		}
+		return as, err
+	}
+}
