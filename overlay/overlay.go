@@ -20,6 +20,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/overlay/pb"
@@ -45,6 +46,7 @@ type Overlay struct {
 	announce *pubsub.Topic
 	coord    *coordinator
 	cache    *cache
+	handlers map[protocol.ID]map[pb.Message_Type]handler // dispatchTable, read-only after New
 	// orgValidator checks organisation records read back from the DHT.
 	orgValidator RecordValidator
 	stats        counters
@@ -194,25 +196,12 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		return nil, err
 	}
 
-	h.SetStreamHandler(ProbeID, o.serve(probeSpec, map[pb.Message_Type]handler{pb.Message_PROBE: o.handleProbe}))
-	h.SetStreamHandler(CoordinateID, o.serve(coordSpec, map[pb.Message_Type]handler{
-		pb.Message_RESOLVE:      o.handleResolve,
-		pb.Message_DELEGATE:     o.handleDelegate,
-		pb.Message_HEARTBEAT:    o.handleHeartbeat,
-		pb.Message_REDELEGATE:   o.handleRedelegate,
-		pb.Message_ASSIGN:       o.handleAssign,
-		pb.Message_ORG_UPDATE:   o.handleOrgUpdate,
-		pb.Message_ORG_QUERY:    o.handleOrgQuery,
-		pb.Message_REASSIGN:     o.handleReassign,
-		pb.Message_BLOCK_UPDATE: o.handleBlockUpdate,
-		pb.Message_BLOCK_QUERY:  o.handleBlockQuery,
-	}))
-	h.SetStreamHandler(ForwardID, o.serve(forwardSpec, map[pb.Message_Type]handler{pb.Message_FORWARD: o.handleForward}))
+	o.handlers = o.dispatchTable()
+	h.SetStreamHandler(ProbeID, o.serve(probeSpec, o.handlers[ProbeID]))
+	h.SetStreamHandler(CoordinateID, o.serve(coordSpec, o.handlers[CoordinateID]))
+	h.SetStreamHandler(ForwardID, o.serve(forwardSpec, o.handlers[ForwardID]))
 	h.SetStreamHandler(ReplicateID, o.serveReplicate())
-	h.SetStreamHandler(AuditID, o.serve(auditSpec, map[pb.Message_Type]handler{
-		pb.Message_AUDIT:   o.handleAudit,
-		pb.Message_REFETCH: o.handleRefetch,
-	}))
+	h.SetStreamHandler(AuditID, o.serve(auditSpec, o.handlers[AuditID]))
 
 	sub, err := o.announce.Subscribe(pubsub.WithBufferSize(64))
 	if err != nil {
@@ -716,32 +705,41 @@ func isRemote(err error) bool {
 	return errors.Is(err, ErrRemote)
 }
 
-// handleLocal serves a coordinate request addressed to this node without a
-// stream.
+// dispatchTable is the one table of the request/response protocols'
+// handlers, by protocol and message type: the streams serve it, and so
+// does handleLocal for requests a node addresses to itself. (Replication
+// has its own stream handler: its frames are a sequence, not one request.)
+func (o *Overlay) dispatchTable() map[protocol.ID]map[pb.Message_Type]handler {
+	return map[protocol.ID]map[pb.Message_Type]handler{
+		ProbeID: {pb.Message_PROBE: o.handleProbe},
+		CoordinateID: {
+			pb.Message_RESOLVE:      o.handleResolve,
+			pb.Message_DELEGATE:     o.handleDelegate,
+			pb.Message_HEARTBEAT:    o.handleHeartbeat,
+			pb.Message_REDELEGATE:   o.handleRedelegate,
+			pb.Message_ASSIGN:       o.handleAssign,
+			pb.Message_ORG_UPDATE:   o.handleOrgUpdate,
+			pb.Message_ORG_QUERY:    o.handleOrgQuery,
+			pb.Message_REASSIGN:     o.handleReassign,
+			pb.Message_BLOCK_UPDATE: o.handleBlockUpdate,
+			pb.Message_BLOCK_QUERY:  o.handleBlockQuery,
+		},
+		ForwardID: {pb.Message_FORWARD: o.handleForward},
+		AuditID: {
+			pb.Message_AUDIT:   o.handleAudit,
+			pb.Message_REFETCH: o.handleRefetch,
+		},
+	}
+}
+
+// handleLocal serves a coordinate or audit request addressed to this node
+// without a stream, from the dispatch table.
 func (o *Overlay) handleLocal(ctx context.Context, req *pb.Message) (*pb.Message, error) {
-	var h handler
-	switch req.GetType() {
-	case pb.Message_RESOLVE:
-		h = o.handleResolve
-	case pb.Message_DELEGATE:
-		h = o.handleDelegate
-	case pb.Message_HEARTBEAT:
-		h = o.handleHeartbeat
-	case pb.Message_REDELEGATE:
-		h = o.handleRedelegate
-	case pb.Message_ORG_UPDATE:
-		h = o.handleOrgUpdate
-	case pb.Message_ORG_QUERY:
-		h = o.handleOrgQuery
-	case pb.Message_REASSIGN:
-		h = o.handleReassign
-	case pb.Message_BLOCK_UPDATE:
-		h = o.handleBlockUpdate
-	case pb.Message_BLOCK_QUERY:
-		h = o.handleBlockQuery
-	case pb.Message_AUDIT:
-		h = o.handleAudit
-	default:
+	h, ok := o.handlers[CoordinateID][req.GetType()]
+	if !ok {
+		h, ok = o.handlers[AuditID][req.GetType()]
+	}
+	if !ok {
 		return nil, fmt.Errorf("%w: %v", ErrUnexpectedType, req.GetType())
 	}
 	resp, err := h(ctx, o.h.ID(), req)
