@@ -245,6 +245,20 @@ func (c *Crawler) Handed(links ...Outlink) error {
 	return err
 }
 
+// Discard deletes links from the outgoing store that can never be handed
+// on (their owner's protocol refuses them); it counts in Stats.Dropped.
+func (c *Crawler) Discard(links ...Outlink) error {
+	keys := make([][]byte, 0, len(links))
+	for _, l := range links {
+		if l.key != nil {
+			keys = append(keys, l.key)
+		}
+	}
+	n, err := c.front.deleteOut(keys)
+	c.stats.dropped.Add(n)
+	return err
+}
+
 // OutgoingStored returns a channel that receives a value after links were
 // stored in the outgoing store (one value for any number of stores since
 // the last receive): the node's forwarder waits on it.

@@ -64,6 +64,7 @@ type outStore interface {
 	Outgoing(after crawl.Outlink, n int) ([]crawl.Outlink, error)
 	Handed(links ...crawl.Outlink) error
 	Keep(links ...crawl.Outlink) error
+	Discard(links ...crawl.Outlink) error
 	OutgoingStored() <-chan struct{}
 }
 
@@ -175,6 +176,15 @@ func (h *handOn) pass(ctx context.Context) (wrapped bool) {
 		seen += len(links)
 		h.cursor = links[len(links)-1]
 		for _, l := range links {
+			if err := results.CheckRequest(l.Request); err != nil {
+				// Beyond the crawl-request protocol's bounds (owners, depth):
+				// no owner would ever take it.
+				h.log.Warn("link cannot be handed on; dropped", "link", l.Link, "error", err)
+				if err := cr.Discard(l); err != nil {
+					h.log.Error("deleting a link failed", "error", err)
+				}
+				continue
+			}
 			d, ok := o.Cached(l.Addr)
 			if !ok || d.Orphaned {
 				h.ask(l)

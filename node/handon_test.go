@@ -21,11 +21,12 @@ import (
 
 // memStore is an outgoing store in memory; links are told apart by Link.
 type memStore struct {
-	mu     sync.Mutex
-	links  []crawl.Outlink
-	kept   []string
-	handed []string
-	stored chan struct{}
+	mu      sync.Mutex
+	links   []crawl.Outlink
+	kept    []string
+	handed  []string
+	dropped []string
+	stored  chan struct{}
 }
 
 func (s *memStore) add(ls ...crawl.Outlink) {
@@ -64,7 +65,11 @@ func (s *memStore) remove(ls []crawl.Outlink, to *[]string) {
 
 func (s *memStore) Handed(ls ...crawl.Outlink) error { s.remove(ls, &s.handed); return nil }
 func (s *memStore) Keep(ls ...crawl.Outlink) error   { s.remove(ls, &s.kept); return nil }
-func (s *memStore) OutgoingStored() <-chan struct{}  { return s.stored }
+func (s *memStore) Discard(ls ...crawl.Outlink) error {
+	s.remove(ls, &s.dropped)
+	return nil
+}
+func (s *memStore) OutgoingStored() <-chan struct{} { return s.stored }
 
 func (s *memStore) state() (waiting int, kept, handed []string) {
 	s.mu.Lock()
@@ -172,10 +177,12 @@ func TestHandOn(t *testing.T) {
 		go func() { h.run(ctx); close(done) }()
 
 		// Stored before the node joined: nothing moves until it has.
-		st.add(link(0, addr(0, 1)), link(1, addr(0, 2)), link(2, addr(1, 7)), link(3, addr(1, 7)), link(4, addr(0, 3)))
+		tooDeep := link(7, addr(0, 1))
+		tooDeep.Depth = 1000 // beyond the crawl-request protocol: dropped, not retried forever
+		st.add(link(0, addr(0, 1)), link(1, addr(0, 2)), link(2, addr(1, 7)), link(3, addr(1, 7)), link(4, addr(0, 3)), tooDeep)
 		time.Sleep(time.Minute)
-		if n, _, _ := st.state(); n != 5 {
-			t.Fatalf("%d links waiting before the join, want 5", n)
+		if n, _, _ := st.state(); n != 6 {
+			t.Fatalf("%d links waiting before the join, want 6", n)
 		}
 		close(joined)
 		time.Sleep(time.Second)
@@ -184,6 +191,10 @@ func TestHandOn(t *testing.T) {
 		if !slices.Equal(kept, []string{"http://hb.test/"}) || !slices.Equal(handed, []string{"http://ha.test/"}) || n != 3 {
 			t.Fatalf("after the first pass: kept %v, handed %v, %d waiting", kept, handed, n)
 		}
+		if st.mu.Lock(); !slices.Equal(st.dropped, []string{tooDeep.Link}) {
+			t.Errorf("dropped %v, want the link beyond the protocol's depth", st.dropped)
+		}
+		st.mu.Unlock()
 		// The unknown subnet is delegated in the background (2 s of
 		// probes); its links, one more found meanwhile, then go to the
 		// owner found.

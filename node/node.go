@@ -124,7 +124,6 @@ type Node struct {
 	cr  *crawl.Crawler
 
 	route     *router
-	hand      *handOn
 	joined    chan struct{} // closed when Join succeeded
 	joinOnce  sync.Once
 	removeReq func()
@@ -319,8 +318,8 @@ func (n *Node) build() error {
 	if n.removeReq, err = results.ServeCrawlRequests(n.h, n.crawlLocal); err != nil {
 		return err
 	}
-	n.hand = newHandOn(n)
-	n.wg.Go(func() { n.hand.run(n.ctx) })
+	hand := newHandOn(n)
+	n.wg.Go(func() { hand.run(n.ctx) })
 	return nil
 }
 
