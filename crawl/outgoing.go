@@ -136,12 +136,10 @@ func (f *frontier) outgoing(after []byte, n int) (out []Outlink, bad int, err er
 		opts.PrefetchSize = min(n, 100)
 		it := txn.NewIterator(opts)
 		defer it.Close()
-		it.Seek(prefixOut)
-		if after != nil {
-			it.Seek(after)
-			if it.ValidForPrefix(prefixOut) && bytes.Equal(it.Item().Key(), after) {
-				it.Next()
-			}
+		if after == nil {
+			it.Seek(prefixOut)
+		} else if it.Seek(after); it.ValidForPrefix(prefixOut) && bytes.Equal(it.Item().Key(), after) {
+			it.Next()
 		}
 		for ; it.ValidForPrefix(prefixOut) && len(out) < n; it.Next() {
 			k := it.Item().KeyCopy(nil)
@@ -234,13 +232,7 @@ func (c *Crawler) Outgoing(after Outlink, n int) ([]Outlink, error) {
 // acknowledged by the node that owns them, or queued by this node's own
 // crawler. Links handed before are skipped. It counts in Stats.Forwarded.
 func (c *Crawler) Handed(links ...Outlink) error {
-	keys := make([][]byte, 0, len(links))
-	for _, l := range links {
-		if l.key != nil {
-			keys = append(keys, l.key)
-		}
-	}
-	n, err := c.front.deleteOut(keys)
+	n, err := c.front.deleteOut(outKeys(links))
 	c.stats.forwarded.Add(n)
 	return err
 }
@@ -248,15 +240,21 @@ func (c *Crawler) Handed(links ...Outlink) error {
 // Discard deletes links from the outgoing store that can never be handed
 // on (their owner's protocol refuses them); it counts in Stats.Dropped.
 func (c *Crawler) Discard(links ...Outlink) error {
+	n, err := c.front.deleteOut(outKeys(links))
+	c.stats.dropped.Add(n)
+	return err
+}
+
+// outKeys returns the store keys of links (links not read from the store
+// have none).
+func outKeys(links []Outlink) [][]byte {
 	keys := make([][]byte, 0, len(links))
 	for _, l := range links {
 		if l.key != nil {
 			keys = append(keys, l.key)
 		}
 	}
-	n, err := c.front.deleteOut(keys)
-	c.stats.dropped.Add(n)
-	return err
+	return keys
 }
 
 // OutgoingStored returns a channel that receives a value after links were
@@ -274,11 +272,7 @@ func (c *Crawler) Keep(links ...Outlink) error {
 	}
 	es := make([]entry, 0, len(links))
 	us := make([]*url.URL, 0, len(links))
-	keys := make([][]byte, 0, len(links))
 	for _, l := range links {
-		if l.key != nil {
-			keys = append(keys, l.key)
-		}
 		u, err := url.Parse(l.Link)
 		if err != nil || u.Host == "" {
 			c.stats.dropped.Add(1)
@@ -293,6 +287,6 @@ func (c *Crawler) Keep(links ...Outlink) error {
 		}
 		c.poke()
 	}
-	_, err := c.front.deleteOut(keys)
+	_, err := c.front.deleteOut(outKeys(links))
 	return err
 }
