@@ -9,13 +9,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/micra-net/micra/internal/p2ptest"
 )
 
 func newID(t testing.TB) peer.ID {
@@ -185,7 +186,7 @@ func infos(ids ...peer.ID) []peer.AddrInfo {
 }
 
 func TestJoinBackoff(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		self, a, b := newID(t), newID(t), newID(t)
 		d := &fakeDialer{failures: map[peer.ID]int{a: 2, b: 100}, calls: map[peer.ID]int{}}
 		start := time.Now()
@@ -210,7 +211,7 @@ func TestJoinBackoff(t *testing.T) {
 }
 
 func TestJoinEnoughStopsEarly(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		self, a, b := newID(t), newID(t), newID(t)
 		d := &fakeDialer{failures: map[peer.ID]int{b: 100}, calls: map[peer.ID]int{}}
 		got, err := Join(t.Context(), d, self, infos(a, b), Enough(1), Attempts(10))
@@ -224,7 +225,7 @@ func TestJoinEnoughStopsEarly(t *testing.T) {
 }
 
 func TestJoinNoneAnswered(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		self, a, b := newID(t), newID(t), newID(t)
 		d := &fakeDialer{failures: map[peer.ID]int{a: 100, b: 100}, calls: map[peer.ID]int{}}
 		_, err := Join(t.Context(), d, self, infos(a, b), Attempts(3))

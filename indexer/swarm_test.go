@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -48,7 +47,7 @@ func has(t testing.TB, x *index.Index, term string) bool {
 // Nodes produce batches while no indexer is online; when one comes, every
 // batch arrives and none is stored twice.
 func TestIndexerOfflineThenOnline(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		net := p2ptest.NewNet(t)
 		nodes := []*tnode{newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil), newTNode(t, net, 2, nil, nil)}
 		join(t, nodes[0], nodes[1:]...)
@@ -95,7 +94,7 @@ func TestIndexerOfflineThenOnline(t *testing.T) {
 // Two indexers each take one of two shards: each stores only its shard's
 // sites, and together all.
 func TestTwoIndexersOneShardEach(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		net := p2ptest.NewNet(t)
 		nodes := []*tnode{newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil)}
 		ixns := []*tnode{newTNode(t, net, 2, nil, nil), newTNode(t, net, 3, nil, nil)}
@@ -140,7 +139,7 @@ func TestTwoIndexersOneShardEach(t *testing.T) {
 // Forged and tampered messages on the wire are rejected and logged; the
 // genuine batch beside them is stored.
 func TestForgedBatchesRejected(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		net := p2ptest.NewNet(t)
 		var logs resultstest.LogBuf
 		victim, rogue, ixn := newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil), newTNode(t, net, 2, nil, nil)
@@ -208,7 +207,7 @@ func TestForgedBatchesRejected(t *testing.T) {
 
 // A batch larger than the message limit travels in parts.
 func TestLargeBatchInParts(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		net := p2ptest.NewNet(t)
 		n, ixn := newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil)
 		join(t, n, ixn)
@@ -235,7 +234,7 @@ func TestLargeBatchInParts(t *testing.T) {
 // The outbox survives a restart of its node: the batches made before go
 // out after, to an indexer that was offline all along.
 func TestOutboxRestartDelivers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		net := p2ptest.NewNet(t)
 		dir := t.TempDir()
 		sk := resultstest.Key(t)
@@ -385,7 +384,7 @@ func TestCrawlerToIndexer(t *testing.T) {
 // owner. A record answers a request; a request without one is given up
 // after its attempts. Pending requests survive the indexer's restart.
 func TestCrawlRequestsOutliveTheirNode(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		net := p2ptest.NewNet(t)
 		nodes := []*tnode{newTNode(t, net, 0, nil, nil), newTNode(t, net, 1, nil, nil), newTNode(t, net, 2, nil, nil), newTNode(t, net, 3, nil, nil)}
 		join(t, nodes[0], nodes[1:]...)

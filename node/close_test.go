@@ -3,14 +3,15 @@ package node
 import (
 	"errors"
 	"testing"
-	"testing/synctest"
 	"time"
+
+	"github.com/micra-net/micra/internal/p2ptest"
 )
 
 // TestWithin checks the bound on a part's Close: a close that hangs is
 // given up after the limit, one that returns passes its error on.
 func TestWithin(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		release := make(chan struct{})
 		start := time.Now()
 		if err := within(hostCloseLimit, func() error { <-release; return nil }); err == nil {

@@ -137,7 +137,7 @@ func (f *fakeOwners) Invalidate(r subnet.Range) {
 // answers. Nothing is lost and nothing is sent twice.
 func TestHandOn(t *testing.T) {
 	tree := p2ptest.Tree(t)
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		self, owner, late, down := peer.ID("self"), peer.ID("owner"), peer.ID("late"), peer.ID("down")
 		addr := func(b, c byte) netip.Addr { return netip.AddrFrom4([4]byte{127, b, c, 9}) }
 		link := func(i int, a netip.Addr) crawl.Outlink {

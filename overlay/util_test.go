@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -124,7 +123,7 @@ type rig struct {
 // every timeout, heartbeat and liveness expiry of the nodes f starts runs
 // on the bubble's virtual clock.
 func simulate(t *testing.T, f func(t *testing.T, r *rig)) {
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		f(t, &rig{t: t, net: p2ptest.NewNet(t)})
 	})
 }

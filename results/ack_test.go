@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"testing/synctest"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
@@ -20,7 +19,7 @@ import (
 // the sender sees as overlay.ErrUnavailable; a peer without the protocol
 // is a clear error; empty and oversize acknowledgements are not sent.
 func TestAckProtocol(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		net := p2ptest.NewNet(t)
 		author, indexer, other := net.Host(t, nil, p2ptest.Addr(0)), net.Host(t, nil, p2ptest.Addr(1)), net.Host(t, nil, p2ptest.Addr(2))
 		for _, h := range []peer.AddrInfo{{ID: indexer.ID(), Addrs: indexer.Addrs()}, {ID: other.ID(), Addrs: other.Addrs()}} {

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -32,7 +31,7 @@ import (
 // coordinator. Probes answer from a table; the threshold is low enough
 // that every node is asked, so the probe results exist.
 func TestMeshHandOff(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
 		net := p2ptest.NewNet(t)
 		ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 		// RTTs by node and probed host.

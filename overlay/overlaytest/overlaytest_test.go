@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/micra-net/micra/internal/p2ptest"
@@ -14,7 +13,7 @@ import (
 // and real loopback hosts.
 func TestMesh(t *testing.T) {
 	t.Run("simulated", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) { checkMesh(t, p2ptest.NewNet(t)) })
+		p2ptest.Bubble(t, func(t *testing.T) { checkMesh(t, p2ptest.NewNet(t)) })
 	})
 	t.Run("loopback", func(t *testing.T) { checkMesh(t, nil) })
 }
