@@ -29,6 +29,24 @@ type CalibrationConfig struct {
 	// MaxPages bounds the pages remembered, least recently fetched first
 	// out (default 65536; about 150 bytes each).
 	MaxPages int
+
+	// Reference, when set, returns the RTT with which this node won the
+	// delegation holding a server address (the probe its coordinator
+	// stored), false when unknown. A server whose first FarFetches
+	// fetches all took more than FarFactor times it and FarIncrease above
+	// it is far: signalled once (Slow.Far), so that the node has the part
+	// of the range holding it searched apart (a registry range is not
+	// always one place). It is called without the Calibrator's lock.
+	Reference func(netip.Addr) (time.Duration, bool)
+	// FarFactor (default 1.5) and FarIncrease (default 10 ms, the
+	// evaluation's split trigger) make a server far.
+	FarFactor   float64
+	FarIncrease time.Duration
+	// FarFetches is how many fetches of a server are compared, the least
+	// counting (default 2).
+	FarFetches int
+	// MaxServers bounds the servers remembered (default 65536).
+	MaxServers int
 }
 
 func (c CalibrationConfig) withDefaults() CalibrationConfig {
@@ -47,6 +65,18 @@ func (c CalibrationConfig) withDefaults() CalibrationConfig {
 	if c.MaxPages == 0 {
 		c.MaxPages = 65536
 	}
+	if c.FarFactor == 0 {
+		c.FarFactor = 1.5
+	}
+	if c.FarIncrease == 0 {
+		c.FarIncrease = 10 * time.Millisecond
+	}
+	if c.FarFetches == 0 {
+		c.FarFetches = 2
+	}
+	if c.MaxServers == 0 {
+		c.MaxServers = 65536
+	}
 	return c
 }
 
@@ -58,16 +88,22 @@ func (c CalibrationConfig) validate() error {
 	if c.MinIncrease < 0 || c.Consecutive < 1 || c.History < 2 || c.History > 64 || c.MaxPages < 1 {
 		errs = append(errs, errors.New("calibration needs MinIncrease ≥ 0, Consecutive ≥ 1, History in 2..64 and MaxPages ≥ 1"))
 	}
+	if c.FarFactor < 1 || c.FarIncrease < 0 || c.FarFetches < 1 || c.FarFetches > 64 || c.MaxServers < 1 {
+		errs = append(errs, errors.New("calibration needs FarFactor ≥ 1, FarIncrease ≥ 0, FarFetches in 1..64 and MaxServers ≥ 1"))
+	}
 	return errors.Join(errs...)
 }
 
-// Slow is a calibration signal: Page's fetches from Addr became slow.
+// Slow is a calibration signal: Page's fetches from Addr became slow, or,
+// when Far is set, the server at Addr is far from this node compared with
+// the delegation holding it.
 type Slow struct {
 	Page     string
 	Addr     netip.Addr    // the server address of the last slow fetch
-	RTT      time.Duration // the last slow fetch's RTT
-	Baseline time.Duration // the median of the history before the slowdown
-	Count    int           // consecutive slow fetches
+	RTT      time.Duration // the last slow fetch's RTT; Far: the least of the server's fetches
+	Baseline time.Duration // the median of the history before the slowdown; Far: the reference
+	Count    int           // consecutive slow fetches; Far: the server's fetches compared
+	Far      bool
 }
 
 // Calibrator is IPMicra's dynamic calibration of delegations (thesis
@@ -77,17 +113,29 @@ type Slow struct {
 // node turns a signal into a re-delegation of the server's subnet, which
 // the coordinator decides with fresh probes. After a signal the page's
 // history restarts from the slow fetches, so a slowdown that persists (no
-// better node exists) is signalled once, not on every fetch.
+// better node exists) is signalled once, not on every fetch. With a
+// Reference it also judges each server once, from its first fetches,
+// against the probe the delegation holding it was won with (Slow.Far).
 //
 // The times compared are Timing.RTT: the round trip of the request, not
 // the body's download, so page sizes and 304s do not read as slowdowns.
 // A Calibrator is safe for concurrent use and holds at most MaxPages
 // pages.
 type Calibrator struct {
-	cfg   CalibrationConfig
-	mu    sync.Mutex
-	ll    *list.List // of *pageTimes, most recent first
-	pages map[string]*list.Element
+	cfg     CalibrationConfig
+	mu      sync.Mutex
+	ll      *list.List // of *pageTimes, most recent first
+	pages   map[string]*list.Element
+	sll     *list.List // of *serverTimes, most recent first
+	servers map[netip.Addr]*list.Element
+}
+
+// serverTimes is what the far check keeps of a server.
+type serverTimes struct {
+	addr   netip.Addr
+	n      int
+	least  time.Duration
+	judged bool
 }
 
 type pageTimes struct {
@@ -102,15 +150,65 @@ func NewCalibrator(cfg CalibrationConfig) (*Calibrator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Calibrator{cfg: cfg, ll: list.New(), pages: map[string]*list.Element{}}, nil
+	return &Calibrator{cfg: cfg, ll: list.New(), pages: map[string]*list.Element{},
+		sll: list.New(), servers: map[netip.Addr]*list.Element{}}, nil
 }
 
 // Observe records one fetch of page from server address addr that took
-// rtt, and reports a signal when it completes a run of slow fetches.
+// rtt, and reports a signal when it completes a run of slow fetches, or
+// (with a Reference) when it shows the server far.
 func (c *Calibrator) Observe(page string, addr netip.Addr, rtt time.Duration) (Slow, bool) {
 	if rtt <= 0 {
 		return Slow{}, false
 	}
+	if s, ok := c.observePage(page, addr, rtt); ok {
+		return s, true
+	}
+	return c.observeServer(page, addr, rtt)
+}
+
+// observeServer is the far check of Observe.
+func (c *Calibrator) observeServer(page string, addr netip.Addr, rtt time.Duration) (Slow, bool) {
+	if c.cfg.Reference == nil || !addr.IsValid() {
+		return Slow{}, false
+	}
+	c.mu.Lock()
+	var st *serverTimes
+	if el, ok := c.servers[addr]; ok {
+		c.sll.MoveToFront(el)
+		st = el.Value.(*serverTimes)
+	} else {
+		st = &serverTimes{addr: addr}
+		c.servers[addr] = c.sll.PushFront(st)
+		for c.sll.Len() > c.cfg.MaxServers {
+			old := c.sll.Back()
+			c.sll.Remove(old)
+			delete(c.servers, old.Value.(*serverTimes).addr)
+		}
+	}
+	if st.judged {
+		c.mu.Unlock()
+		return Slow{}, false
+	}
+	st.n++
+	if st.least == 0 || rtt < st.least {
+		st.least = rtt
+	}
+	n, least := st.n, st.least
+	st.judged = n >= c.cfg.FarFetches
+	c.mu.Unlock()
+	if n < c.cfg.FarFetches {
+		return Slow{}, false
+	}
+	ref, ok := c.cfg.Reference(addr)
+	if !ok || ref <= 0 || float64(least) <= c.cfg.FarFactor*float64(ref) || least-ref < c.cfg.FarIncrease {
+		return Slow{}, false
+	}
+	return Slow{Page: page, Addr: addr, RTT: least, Baseline: ref, Count: n, Far: true}, true
+}
+
+// observePage is the page history check of Observe.
+func (c *Calibrator) observePage(page string, addr netip.Addr, rtt time.Duration) (Slow, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var p *pageTimes

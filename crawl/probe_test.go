@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -215,8 +216,44 @@ func TestCalibrator(t *testing.T) {
 			t.Errorf("%d pages after Forget, want 2", c.Len())
 		}
 	})
+	t.Run("far servers", func(t *testing.T) {
+		// This node won 192.0.2.0/24 with a 20 ms probe; nothing of
+		// 198.51.100.0/24 is its.
+		ref := func(a netip.Addr) (time.Duration, bool) {
+			if netip.MustParsePrefix("192.0.2.0/24").Contains(a) {
+				return ms(20), true
+			}
+			return 0, false
+		}
+		c, err := NewCalibrator(CalibrationConfig{Reference: ref, MaxServers: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type fetch struct {
+			addr string
+			rtt  time.Duration
+			far  bool
+		}
+		for i, f := range []fetch{
+			{"192.0.2.7", ms(25), false}, {"192.0.2.7", ms(24), false}, // near: judged, not far
+			{"192.0.2.8", ms(90), false}, {"192.0.2.8", ms(80), true}, // far: the least of two fetches, signalled once
+			{"192.0.2.8", ms(85), false}, {"192.0.2.8", ms(95), false},
+			{"192.0.2.9", ms(90), false}, {"192.0.2.9", ms(25), false}, // one near fetch clears it
+			{"192.0.2.10", ms(29), false}, {"192.0.2.10", ms(29), false}, // within 1.5 times and 10 ms of the reference
+			{"198.51.100.1", ms(300), false}, {"198.51.100.1", ms(300), false}, // no reference
+		} {
+			a := netip.MustParseAddr(f.addr)
+			s, sig := c.Observe("http://"+f.addr+"/"+strconv.Itoa(i), a, f.rtt)
+			if sig != f.far || (sig && (!s.Far || s.Addr != a || s.RTT != ms(80) || s.Baseline != ms(20) || s.Count != 2)) {
+				t.Fatalf("fetch %d of %s (%v): signal %v %+v, want far = %v", i, f.addr, f.rtt, sig, s, f.far)
+			}
+		}
+		if c.sll.Len() != 4 {
+			t.Errorf("%d servers remembered, want the bound 4", c.sll.Len())
+		}
+	})
 	t.Run("invalid", func(t *testing.T) {
-		for _, cfg := range []CalibrationConfig{{Factor: 0.5}, {History: 1}, {Consecutive: -1}, {MinIncrease: -1}} {
+		for _, cfg := range []CalibrationConfig{{Factor: 0.5}, {History: 1}, {Consecutive: -1}, {MinIncrease: -1}, {FarFactor: 0.5}, {FarFetches: -1}} {
 			if _, err := NewCalibrator(cfg); err == nil {
 				t.Errorf("%+v accepted", cfg)
 			}

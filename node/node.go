@@ -41,6 +41,7 @@ type options struct {
 	logger     *slog.Logger
 	resolver   crawl.Resolver
 	probeScale float64
+	split      *time.Duration
 	delegate   []delegate.Option
 	overlay    []overlay.Option
 	host       []overlay.HostOption
@@ -65,6 +66,12 @@ func Resolver(r crawl.Resolver) Option { return func(o *options) { o.resolver = 
 // emulated Internet served at time scale f, the coordinators then compare
 // unscaled RTTs with their threshold.
 func ProbeScale(f float64) Option { return func(o *options) { o.probeScale = f } }
+
+// SplitMargin sets how much slower than the probe this node won a range
+// with a server's first fetches must be (and 1.5 times) for the part of
+// the range holding it to be searched apart (overlay.Split; default 10 ms,
+// unscaled); 0 or less turns splitting off.
+func SplitMargin(d time.Duration) Option { return func(o *options) { o.split = &d } }
 
 // DelegateOptions, OverlayOptions, HostOptions, CrawlOptions and
 // ResultOptions are appended to the options the node derives from its
@@ -140,6 +147,7 @@ type Node struct {
 	rate      rateSeries
 	recalMu   sync.Mutex
 	recalAt   map[subnet.Range]time.Time
+	splitQ    chan crawl.Slow // far servers waiting for their split
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -153,7 +161,7 @@ func New(cfg Config, opts ...Option) (n *Node, err error) {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
 	n = &Node{cfg: cfg, started: time.Now(), joined: make(chan struct{}),
-		recalAt: map[subnet.Range]time.Time{}}
+		recalAt: map[subnet.Range]time.Time{}, splitQ: make(chan crawl.Slow, splitQueue)}
 	for _, o := range opts {
 		o(&n.opt)
 	}
@@ -320,6 +328,7 @@ func (n *Node) build() error {
 	}
 	hand := newHandOn(n)
 	n.wg.Go(func() { hand.run(n.ctx) })
+	n.wg.Go(func() { n.splitLoop(n.ctx) })
 	return nil
 }
 
@@ -327,7 +336,20 @@ func (n *Node) build() error {
 // overlay exists: links found before then wait in the outgoing store.
 func (n *Node) buildCrawler(loc *time.Location, windows []crawl.Window) error {
 	cfg := &n.cfg
-	cal, err := crawl.NewCalibrator(crawl.CalibrationConfig{})
+	var calCfg crawl.CalibrationConfig
+	if margin := defaultFarIncrease; n.opt.split == nil || *n.opt.split > 0 {
+		if n.opt.split != nil {
+			margin = *n.opt.split
+		}
+		calCfg.Reference = n.wonRTT
+		calCfg.FarIncrease = margin
+		if f := n.opt.probeScale; f > 0 {
+			// Fetches take f times the world's RTTs (wonRTT scales the
+			// reference back): the far check's margin scales with them.
+			calCfg.FarIncrease = time.Duration(f * float64(margin))
+		}
+	}
+	cal, err := crawl.NewCalibrator(calCfg)
 	if err != nil {
 		return err
 	}
@@ -552,11 +574,16 @@ func (n *Node) refetch(ctx context.Context, u string) (overlay.Page, error) {
 }
 
 // onSlow turns a calibration signal into a re-delegation of the server's
-// subnet, at most one per subnet per recalibrateGap.
+// subnet, at most one per subnet per recalibrateGap, or, for a far server,
+// into a split (onFar).
 func (n *Node) onSlow(s crawl.Slow) {
 	o := n.route.o.Load()
 	if o == nil {
 		return // a crawl resumed before the overlay was built
+	}
+	if s.Far {
+		n.onFar(s)
+		return
 	}
 	r := n.tree.Range(n.tree.SmallestNonUnary(s.Addr))
 	n.recalMu.Lock()

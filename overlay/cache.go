@@ -2,25 +2,28 @@ package overlay
 
 import (
 	"container/list"
+	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/micra-net/micra/subnet"
 )
 
-// cache holds resolved delegations by subnet, least recently used first out,
-// each for at most ttl.
+// cache holds resolved delegations by subnet (a range of the tree or a
+// part of one), least recently used first out, each for at most ttl.
 type cache struct {
 	mu    sync.Mutex
 	size  int
 	ttl   time.Duration
 	ll    *list.List
 	items map[subnet.Range]*list.Element
+	parts int // items that are parts
 }
 
 type cacheItem struct {
-	d   Delegation
-	exp time.Time
+	d    Delegation
+	exp  time.Time
+	part bool
 }
 
 func newCache(size int, ttl time.Duration) *cache {
@@ -30,22 +33,34 @@ func newCache(size int, ttl time.Duration) *cache {
 func (c *cache) get(r subnet.Range) (Delegation, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.getLocked(r)
+}
+
+// holding returns the cached delegation holding a, whose smallest
+// non-unary range is s: the most specific part of s holding a, else s's.
+func (c *cache) holding(s subnet.Range, a netip.Addr) (Delegation, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return mostSpecific(s, a, c.parts > 0, c.getLocked)
+}
+
+func (c *cache) getLocked(r subnet.Range) (Delegation, bool) {
 	el, ok := c.items[r]
 	if !ok {
 		return Delegation{}, false
 	}
 	it := el.Value.(*cacheItem)
 	if time.Now().After(it.exp) {
-		c.ll.Remove(el)
-		delete(c.items, r)
+		c.remove(el)
 		return Delegation{}, false
 	}
 	c.ll.MoveToFront(el)
 	return it.d, true
 }
 
-// put stores d unless a newer delegation of the same subnet is cached.
-func (c *cache) put(d Delegation) {
+// put stores d, a part when part is set, unless a newer delegation of the
+// same subnet is cached.
+func (c *cache) put(d Delegation, part bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.items[d.Subnet]; ok {
@@ -57,11 +72,12 @@ func (c *cache) put(d Delegation) {
 		c.ll.MoveToFront(el)
 		return
 	}
-	c.items[d.Subnet] = c.ll.PushFront(&cacheItem{d: d, exp: time.Now().Add(c.ttl)})
+	c.items[d.Subnet] = c.ll.PushFront(&cacheItem{d: d, exp: time.Now().Add(c.ttl), part: part})
+	if part {
+		c.parts++
+	}
 	for c.ll.Len() > c.size {
-		el := c.ll.Back()
-		c.ll.Remove(el)
-		delete(c.items, el.Value.(*cacheItem).d.Subnet)
+		c.remove(c.ll.Back())
 	}
 }
 
@@ -69,7 +85,15 @@ func (c *cache) invalidate(r subnet.Range) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.items[r]; ok {
-		c.ll.Remove(el)
-		delete(c.items, r)
+		c.remove(el)
+	}
+}
+
+func (c *cache) remove(el *list.Element) {
+	it := el.Value.(*cacheItem)
+	c.ll.Remove(el)
+	delete(c.items, it.d.Subnet)
+	if it.part {
+		c.parts--
 	}
 }

@@ -133,13 +133,18 @@ func (sh *shard) land(fk string, f *flight) {
 // record writes the delegation of subnet id to node as a new signed
 // record, replicates it, and queues the notices it causes.
 func (c *coordinator) record(ctx context.Context, sh *shard, id subnet.ID, node peer.ID, url string, addr netip.Addr, own bool) (*pb.SignedRecord, error) {
-	r := c.tree.Range(id)
+	return c.recordRange(ctx, sh, c.tree.Range(id), c.tree.Org(id), node, url, addr, own)
+}
+
+// recordRange is record for r, a range of the tree or a part of one, in
+// organisation org.
+func (c *coordinator) recordRange(ctx context.Context, sh *shard, r subnet.Range, org string, node peer.ID, url string, addr netip.Addr, own bool) (*pb.SignedRecord, error) {
 	var rec *pb.SignedRecord
 	_, err := c.write(ctx, sh, 1, func(_ int, epoch, seq uint64) (*pb.Entry, error) {
 		var err error
 		rec, err = signRecord(c.sk, &pb.Record{
 			Kind: pb.Record_DELEGATION, Snapshot: c.sid[:], Subnet: rangeToPB(r),
-			Org: c.tree.Org(id), Node: []byte(node), Epoch: epoch, Seq: seq,
+			Org: org, Node: []byte(node), Epoch: epoch, Seq: seq,
 			DecidedMs: time.Now().UnixMilli(), Url: url, Addr: addrBytes(addr), Own: own,
 		})
 		if err != nil {
@@ -193,7 +198,7 @@ func (c *coordinator) reassign(ctx context.Context, sh *shard, id subnet.ID, fro
 // procedure with its node and the silent ones excluded; reason says why
 // ("orphaned": silent past the liveness timeout; "convicted": by audits).
 func (c *coordinator) orphan(ctx context.Context, sh *shard, d Delegation, silent []peer.ID, reason string) error {
-	id, ok := c.tree.Find(d.Subnet)
+	id, part, ok := rangeOrPart(c.tree, d.Subnet)
 	if !ok {
 		return nil
 	}
@@ -213,6 +218,12 @@ func (c *coordinator) orphan(ctx context.Context, sh *shard, d Delegation, silen
 		return err
 	}
 	c.log.Info("subnet orphaned", "subnet", d.Subnet.String(), "peer", d.Node, "reason", reason)
+	if part {
+		// A part is not decided again: its sites fall back to the
+		// range's delegation, whose node splits it again when they are
+		// far from it.
+		return nil
+	}
 	// Fresh probes: the stored ones may name nodes that died with this one
 	// (a failed probe counts as infinite, a stored one does not).
 	exclude := append([]peer.ID{d.Node}, silent...)
@@ -245,6 +256,11 @@ func (c *coordinator) afterDecision(node peer.ID, rec *pb.SignedRecord) {
 			c.log.Warn("assign queue full; notice dropped", "peer", node)
 		}
 	}
+	if _, part, _ := rangeOrPart(c.tree, r); part {
+		// Parts are known from their range's shard only: the
+		// organisation, block and DHT indexes list registry ranges.
+		return
+	}
 	select {
 	case c.orgQ <- rec:
 	default:
@@ -273,7 +289,7 @@ func (c *coordinator) wonRTT(node peer.ID, sr *pb.SignedRecord) (time.Duration, 
 		return 0, subnet.Range{}
 	}
 	d := delegationFrom(rec)
-	id, ok := c.tree.Find(d.Subnet)
+	id, _, ok := rangeOrPart(c.tree, d.Subnet)
 	if !ok {
 		return 0, d.Subnet
 	}

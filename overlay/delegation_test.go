@@ -30,7 +30,7 @@ func (d *probingDelegator) Delegate(ctx context.Context, req DelegateRequest, en
 	d.mu.Lock()
 	d.reqs = append(d.reqs, req)
 	d.mu.Unlock()
-	if _, err := env.Probe(ctx, req.From, "http://"+req.Addr.String()+"/", req.Subnet); err != nil {
+	if _, err := env.Probe(ctx, req.From, "http://"+req.Addr.String()+"/", env.Tree().Range(req.Subnet)); err != nil {
 		return "", err
 	}
 	return req.From, nil

@@ -46,7 +46,10 @@
 // (OwnAddress, ClaimOwn; paper III.D), granted by the coordinator without
 // the procedure when the node's connection comes from that subnet. A node
 // whose fetches of a subnet got slow asks for a re-decision with fresh
-// probes (Redelegate; crawl.Calibrator detects it). Load balancing moves a
+// probes (Redelegate; crawl.Calibrator detects it), and a node that finds a
+// server in its range much farther than the probe it won the range with
+// has the part of the range holding it delegated apart (Split, part.go).
+// Load balancing moves a
 // subnet of another shard with REASSIGN, accepted only from a peer
 // plausibly coordinating the shard of the decision that needed the room.
 //

@@ -43,16 +43,19 @@ func (e *env) OrgDelegations(ctx context.Context, org string) ([]Delegation, err
 	return e.c.o.OrgDelegations(ctx, org)
 }
 
-func (e *env) Probe(ctx context.Context, p peer.ID, url string, s subnet.ID) (time.Duration, error) {
+func (e *env) Probe(ctx context.Context, p peer.ID, url string, r subnet.Range) (time.Duration, error) {
+	if id, _, ok := rangeOrPart(e.c.tree, r); !ok || e.c.rangeShard(id).key(e.c.sid) != e.sh.key {
+		return 0, fmt.Errorf("%w: probe for %s outside the shard", ErrNotFound, r)
+	}
 	rtt, err := e.c.o.Probe(ctx, p, url)
 	stored := rtt.Microseconds()
 	if err != nil {
 		stored = -1
 	}
-	pe := &pb.ProbeEntry{Subnet: rangeToPB(e.c.tree.Range(s)), Peer: []byte(p), RttMicros: stored, AtMs: time.Now().UnixMilli()}
+	pe := &pb.ProbeEntry{Subnet: rangeToPB(r), Peer: []byte(p), RttMicros: stored, AtMs: time.Now().UnixMilli()}
 	v, merr := proto.Marshal(pe)
 	if merr == nil && storeProbe(err) {
-		key := append(rangeKey(e.c.tree.Range(s)), []byte(p)...)
+		key := append(rangeKey(r), []byte(p)...)
 		if len(key) <= maxEntryKey {
 			if _, werr := e.c.write(ctx, e.sh, 1, func(int, uint64, uint64) (*pb.Entry, error) {
 				return &pb.Entry{Kind: pb.Entry_PROBE, Key: key, Value: v}, nil

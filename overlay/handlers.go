@@ -115,7 +115,10 @@ func (o *Overlay) handleResolve(ctx context.Context, from peer.ID, req *pb.Messa
 	if err := o.coord.checkSnapshot(rq.GetSnapshot()); err != nil {
 		return nil, err
 	}
-	var id subnet.ID
+	var (
+		id subnet.ID
+		a  netip.Addr // when valid: resolve the delegation holding a
+	)
 	if rq.GetSubnet() != nil {
 		r, err := rangeFromPB(rq.GetSubnet())
 		if err != nil {
@@ -126,21 +129,33 @@ func (o *Overlay) handleResolve(ctx context.Context, from peer.ID, req *pb.Messa
 			return nil, fmt.Errorf("%w: range %s", ErrNotFound, r)
 		}
 	} else {
-		a, err := addrFromWire(rq.GetAddr())
-		if err != nil {
+		var err error
+		if a, err = addrFromWire(rq.GetAddr()); err != nil {
 			return nil, err
 		}
-		id = o.tree.SmallestNonUnary(a)
+		if id = o.tree.SmallestNonUnary(a); id == subnet.None {
+			return nil, fmt.Errorf("%w: %v is in no range", ErrNotFound, a)
+		}
 	}
 	sh, err := o.coord.ensureOwner(ctx, o.coord.rangeShard(id))
 	if err != nil {
 		return nil, err
 	}
-	sr, d, ok, err := o.coord.lookup(sh, o.tree.Range(id))
+	var (
+		sr *pb.SignedRecord
+		ok bool
+	)
+	if a.IsValid() {
+		sr, _, ok, err = o.coord.holding(sh, id, a)
+	} else {
+		var d Delegation
+		sr, d, ok, err = o.coord.lookup(sh, o.tree.Range(id))
+		ok = ok && !d.Orphaned
+	}
 	if err != nil {
 		return nil, err
 	}
-	if !ok || d.Orphaned {
+	if !ok {
 		return o.delegationMsg(nil), nil
 	}
 	return o.delegationMsg(sr), nil
@@ -171,6 +186,12 @@ func (o *Overlay) handleDelegate(ctx context.Context, from peer.ID, req *pb.Mess
 	sr, err := o.coord.decide(sh, DelegateRequest{Subnet: id, Addr: a, URL: rq.GetUrl(), From: from, Own: rq.GetOwn()}, false)
 	if err != nil {
 		return nil, err
+	}
+	if !rq.GetOwn() {
+		// a may lie in a part of the subnet delegated apart.
+		if psr, _, ok, err := o.coord.holding(sh, id, a); err == nil && ok {
+			sr = psr
+		}
 	}
 	return o.delegationMsg(sr), nil
 }
@@ -336,7 +357,7 @@ func (o *Overlay) handleAssign(ctx context.Context, from peer.ID, req *pb.Messag
 	if rec.GetKind() != pb.Record_DELEGATION || d.Node != o.h.ID() || d.Writer != from {
 		return nil, fmt.Errorf("%w: assignment not for this node or not from its writer", ErrBadRecord)
 	}
-	id, ok := o.tree.Find(d.Subnet)
+	id, _, ok := rangeOrPart(o.tree, d.Subnet)
 	if !ok {
 		return nil, fmt.Errorf("%w: subnet %s", ErrNotFound, d.Subnet)
 	}

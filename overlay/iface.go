@@ -48,7 +48,19 @@ type DelegateRequest struct {
 	// void: a re-delegation (calibration found the subnet's fetches slow)
 	// decides with fresh probes.
 	Fresh time.Time
+	// Part, when valid, asks for a part of Subnet to be delegated apart
+	// (Overlay.Split): a CIDR block holding Addr inside Subnet. Holder, the
+	// node of the delegation it is cut from, measured Observed to Addr
+	// (its crawl's timing): its answer, not a probe to issue. The Delegator
+	// searches the part (subnet.PartStrategy), probes stored under it, and
+	// returns Holder when no node is nearer.
+	Part     subnet.Range
+	Holder   peer.ID
+	Observed time.Duration
 }
+
+// IsPart reports whether the request is for a part (Part is set).
+func (r DelegateRequest) IsPart() bool { return r.Part.Start.IsValid() }
 
 // Delegator runs the delegation procedure (the IPMicra search, issue 5) for
 // one subnet on the coordinator of its shard and returns the chosen node.
@@ -71,10 +83,11 @@ type DelegationEnv interface {
 	// its organisation shard (at most 512), or from the shard's index
 	// record in the DHT when its coordinator cannot be reached.
 	OrgDelegations(ctx context.Context, org string) ([]Delegation, error)
-	// Probe asks p to probe url and stores the result with subnet s in the
-	// shard's replicated state. A failed probe returns an error wrapping
-	// ErrProbeFailed and is stored as failed.
-	Probe(ctx context.Context, p peer.ID, url string, s subnet.ID) (time.Duration, error)
+	// Probe asks p to probe url and stores the result with r, the subnet
+	// decided or a part of it, in the shard's replicated state. A failed
+	// probe returns an error wrapping ErrProbeFailed and is stored as
+	// failed.
+	Probe(ctx context.Context, p peer.ID, url string, r subnet.Range) (time.Duration, error)
 	// Probes returns the stored probe results for subnet s.
 	Probes(s subnet.ID) []ProbeResult
 	// Peers returns the live peers the coordinator knows, with their

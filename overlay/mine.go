@@ -21,7 +21,7 @@ func (o *Overlay) noteAssigned(sr *pb.SignedRecord) {
 		return
 	}
 	d := delegationFrom(rec)
-	id, ok := o.tree.Find(d.Subnet)
+	id, part, ok := rangeOrPart(o.tree, d.Subnet)
 	if !ok || d.Node != o.h.ID() {
 		return
 	}
@@ -32,12 +32,12 @@ func (o *Overlay) noteAssigned(sr *pb.SignedRecord) {
 	old, had := o.owned[string(rk)]
 	fresh := !had || newer(rec, &pb.Record{Epoch: old.Epoch, Seq: old.Seq})
 	if fresh {
-		o.owned[string(rk)] = d
+		o.own(d, part)
 	}
 	_, known := o.mine[key]
 	o.mine[key] = ref
 	o.mu.Unlock()
-	o.cache.put(d)
+	o.cache.put(d, part)
 	if !known || fresh {
 		err := o.db.Update(func(txn *badger.Txn) error {
 			if !known {
@@ -87,12 +87,12 @@ func (o *Overlay) loadMine() error {
 			if err == nil {
 				d = delegationFrom(rec)
 			}
-			_, inTree := o.tree.Find(d.Subnet)
+			_, part, inTree := rangeOrPart(o.tree, d.Subnet)
 			if err != nil || rec.GetKind() != pb.Record_DELEGATION || d.Node != o.h.ID() || !inTree {
 				stale = append(stale, it2.Item().KeyCopy(nil)) // another snapshot, or not ours
 				continue
 			}
-			o.owned[string(rangeKey(d.Subnet))] = d
+			o.own(d, part)
 		}
 		return nil
 	})
@@ -170,20 +170,22 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 	o.mu.Lock()
 	kept := false // a subnet of the shard is still held, or too recent to judge
 	for k, d := range o.owned {
-		id, ok := o.tree.Find(d.Subnet)
+		id, part, ok := rangeOrPart(o.tree, d.Subnet)
 		if !ok || o.coord.rangeShard(id).key(o.sid) != key {
 			continue
 		}
 		if !held[k] && !ack.GetTruncated() && time.Since(d.Decided) > o.cfg.heartbeat {
-			delete(o.owned, k)
-			delete(o.wonRTT, k)
+			o.disown(k, part)
 			dropped = append(dropped, ownedKey([]byte(k)))
 			o.cache.invalidate(d.Subnet)
 			if d.Own {
 				// The coordinator does not know our claim (a takeover
 				// that missed it, or a reassignment): claim it again.
 				o.ownDone.Store(false)
-			} else if d.Addr.IsValid() {
+			} else if d.Addr.IsValid() && !part {
+				// A part is not asked for again: its sites fall back
+				// to the range's delegation, which splits it again
+				// when they are far from it.
 				unknown = append(unknown, d)
 			}
 			continue
@@ -221,6 +223,26 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 			o.log.Debug("ask-again queue full; dropped subnet left undelegated", "subnet", d.Subnet.String())
 		}
 	}
+}
+
+// own records d, a part when part is set, as delegated to this node.
+// o.mu is held.
+func (o *Overlay) own(d Delegation, part bool) {
+	k := string(rangeKey(d.Subnet))
+	if _, had := o.owned[k]; !had && part {
+		o.ownedParts++
+	}
+	o.owned[k] = d
+}
+
+// disown forgets the delegation of range key k, a part when part is set.
+// o.mu is held.
+func (o *Overlay) disown(k string, part bool) {
+	if _, had := o.owned[k]; had && part {
+		o.ownedParts--
+	}
+	delete(o.owned, k)
+	delete(o.wonRTT, k)
 }
 
 // maxWonRTT bounds an RTT an assignment may report: longer is not a probe

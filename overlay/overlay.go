@@ -53,13 +53,14 @@ type Overlay struct {
 	// Per-peer budgets of audit and refetch requests (audit.go).
 	auditLimit, refetchLimit *peerLimiter
 
-	mu     sync.Mutex
-	mine   map[[32]byte]shardRef         // shards in which this node holds delegations
-	owned  map[string]Delegation         // subnets delegated to this node, by range key
-	wonRTT map[string]time.Duration      // owned subnets' winning probe, as their coordinator stored it
-	askQ   chan Delegation               // dropped subnets to ask about again (askAgainLoop)
-	peers  map[peer.ID]PeerInfo          // announced peers, bounded
-	rtts   map[peer.ID]map[peer.ID]int64 // announced peers' measured RTTs to others, µs
+	mu         sync.Mutex
+	mine       map[[32]byte]shardRef         // shards in which this node holds delegations
+	owned      map[string]Delegation         // subnets and parts delegated to this node, by range key
+	ownedParts int                           // parts in owned
+	wonRTT     map[string]time.Duration      // owned subnets' winning probe, as their coordinator stored it
+	askQ       chan Delegation               // dropped subnets to ask about again (askAgainLoop)
+	peers      map[peer.ID]PeerInfo          // announced peers, bounded
+	rtts       map[peer.ID]map[peer.ID]int64 // announced peers' measured RTTs to others, µs
 	// nonCrawlers are peers that announced they do not crawl (NoCrawl,
 	// capacity 0): never delegation candidates. Bounded like peers.
 	nonCrawlers map[peer.ID]time.Time
@@ -282,7 +283,7 @@ func (o *Overlay) ClaimOwn(ctx context.Context) (Delegation, error) {
 	if err != nil {
 		return Delegation{}, err
 	}
-	o.cache.put(d)
+	o.cache.put(d, false)
 	if d.Node == o.h.ID() {
 		o.noteAssigned(resp.GetDelegation().GetRecord())
 	}
@@ -345,41 +346,48 @@ func (o *Overlay) every(d time.Duration, f func(context.Context)) {
 	}
 }
 
-// Resolve returns the delegation of the smallest non-unary range containing
-// a, and false when that subnet is not delegated. Delegations resolved
+// Resolve returns the delegation holding a: the most specific part of a's
+// smallest non-unary range delegated apart that holds a (Split), else the
+// range's own; false when neither is delegated. Delegations resolved
 // before come from the cache without a network round trip.
 func (o *Overlay) Resolve(ctx context.Context, a netip.Addr) (Delegation, bool, error) {
 	id := o.tree.SmallestNonUnary(a)
 	if id == subnet.None {
 		return Delegation{}, false, fmt.Errorf("resolve %v: invalid address", a)
 	}
-	if d, ok := o.cache.get(o.tree.Range(id)); ok {
+	a = a.Unmap()
+	if d, ok := o.cache.holding(o.tree.Range(id), a); ok {
 		o.stats.cacheHits.Add(1)
 		return d, true, nil
 	}
 	o.stats.cacheMisses.Add(1)
 	req := newMsg(pb.Message_RESOLVE)
-	req.Resolve = &pb.Resolve{Snapshot: o.sid[:], Addr: a.Unmap().AsSlice()}
-	return o.resolveReq(ctx, id, req)
+	req.Resolve = &pb.Resolve{Snapshot: o.sid[:], Addr: a.AsSlice()}
+	return o.resolveReq(ctx, id, a, req)
 }
 
-// Cached returns the delegation of the smallest non-unary range containing
-// a when this node knows it without asking anyone: a subnet delegated to
-// this node, or one resolved, delegated or announced recently (the cache).
+// Cached returns the delegation holding a (as Resolve) when this node knows
+// it without asking anyone: a subnet or part delegated to this node, or one
+// resolved, delegated or announced recently (the cache); the more specific
+// of the two.
 // It never touches the network; false means "not known here".
 func (o *Overlay) Cached(a netip.Addr) (Delegation, bool) {
 	id := o.tree.SmallestNonUnary(a)
 	if id == subnet.None {
 		return Delegation{}, false
 	}
+	a = a.Unmap()
 	r := o.tree.Range(id)
-	if d, ok := o.cache.get(r); ok {
+	o.mu.Lock()
+	own, mine := mostSpecific(r, a, o.ownedParts > 0, func(r subnet.Range) (Delegation, bool) {
+		d, ok := o.owned[string(rangeKey(r))]
+		return d, ok
+	})
+	o.mu.Unlock()
+	if d, ok := o.cache.holding(r, a); ok && (!mine || own.Subnet.ContainsRange(d.Subnet)) {
 		return d, true
 	}
-	o.mu.Lock()
-	d, ok := o.owned[string(rangeKey(r))]
-	o.mu.Unlock()
-	return d, ok
+	return own, mine
 }
 
 // Lookup returns the delegation of exactly the range id, asking the
@@ -392,10 +400,12 @@ func (o *Overlay) Lookup(ctx context.Context, id subnet.ID) (Delegation, bool, e
 	}
 	req := newMsg(pb.Message_RESOLVE)
 	req.Resolve = &pb.Resolve{Snapshot: o.sid[:], Subnet: rangeToPB(r)}
-	return o.resolveReq(ctx, id, req)
+	return o.resolveReq(ctx, id, netip.Addr{}, req)
 }
 
-func (o *Overlay) resolveReq(ctx context.Context, id subnet.ID, req *pb.Message) (Delegation, bool, error) {
+// resolveReq asks the coordinator of range id: about address a (its
+// delegation, a part or id's own), or about exactly id when a is invalid.
+func (o *Overlay) resolveReq(ctx context.Context, id subnet.ID, a netip.Addr, req *pb.Message) (Delegation, bool, error) {
 	resp, err := o.askCoordinator(ctx, o.coord.rangeShard(id), req, pb.Message_DELEGATION)
 	if err != nil {
 		return Delegation{}, false, err
@@ -404,14 +414,19 @@ func (o *Overlay) resolveReq(ctx context.Context, id subnet.ID, req *pb.Message)
 	if sr == nil {
 		return Delegation{}, false, nil
 	}
-	d, err := o.checkDelegation(sr, o.tree.Range(id))
+	var d Delegation
+	if a.IsValid() {
+		d, err = o.checkHolding(sr, id, a)
+	} else {
+		d, err = o.checkDelegation(sr, o.tree.Range(id))
+	}
 	if err != nil {
 		return Delegation{}, false, err
 	}
 	if d.Orphaned {
 		return Delegation{}, false, nil
 	}
-	o.cache.put(d)
+	o.cache.put(d, d.Subnet != o.tree.Range(id))
 	return d, true, nil
 }
 
@@ -434,7 +449,8 @@ func (o *Overlay) checkDelegation(sr *pb.SignedRecord, r subnet.Range) (Delegati
 // Delegate returns the node crawling the subnet of a (the address url's
 // host resolved to), running the delegation procedure on the subnet's
 // coordinator when the subnet is not yet delegated. Concurrent calls for one
-// subnet from any nodes yield one decision.
+// subnet from any nodes yield one decision. When a lies in a part of the
+// subnet delegated apart (Split), the part's delegation is returned.
 func (o *Overlay) Delegate(ctx context.Context, url string, a netip.Addr) (Delegation, error) {
 	id := o.tree.SmallestNonUnary(a)
 	if id == subnet.None {
@@ -443,21 +459,22 @@ func (o *Overlay) Delegate(ctx context.Context, url string, a netip.Addr) (Deleg
 	if len(url) > maxURLLen {
 		return Delegation{}, fmt.Errorf("delegate: %w: URL of %d bytes", ErrTooLarge, len(url))
 	}
-	if d, ok := o.cache.get(o.tree.Range(id)); ok {
+	a = a.Unmap()
+	if d, ok := o.cache.holding(o.tree.Range(id), a); ok {
 		o.stats.cacheHits.Add(1)
 		return d, nil
 	}
 	req := newMsg(pb.Message_DELEGATE)
-	req.Delegate = &pb.Delegate{Snapshot: o.sid[:], Addr: a.Unmap().AsSlice(), Url: url}
+	req.Delegate = &pb.Delegate{Snapshot: o.sid[:], Addr: a.AsSlice(), Url: url}
 	resp, err := o.askCoordinator(ctx, o.coord.rangeShard(id), req, pb.Message_DELEGATION)
 	if err != nil {
 		return Delegation{}, err
 	}
-	d, err := o.checkDelegation(resp.GetDelegation().GetRecord(), o.tree.Range(id))
+	d, err := o.checkHolding(resp.GetDelegation().GetRecord(), id, a)
 	if err != nil {
 		return Delegation{}, err
 	}
-	o.cache.put(d)
+	o.cache.put(d, d.Subnet != o.tree.Range(id))
 	if d.Node == o.h.ID() {
 		o.noteAssigned(resp.GetDelegation().GetRecord())
 	}
@@ -486,7 +503,7 @@ func (o *Overlay) Redelegate(ctx context.Context, r subnet.Range, reason string)
 		return Delegation{}, err
 	}
 	o.cache.invalidate(r)
-	o.cache.put(d)
+	o.cache.put(d, false)
 	return d, nil
 }
 
@@ -528,7 +545,7 @@ func (o *Overlay) reassign(ctx context.Context, t subnet.ID, from, to peer.ID, c
 	if err != nil {
 		return Delegation{}, err
 	}
-	o.cache.put(d)
+	o.cache.put(d, false)
 	return d, nil
 }
 
@@ -722,6 +739,7 @@ func (o *Overlay) dispatchTable() map[protocol.ID]map[pb.Message_Type]handler {
 			pb.Message_REASSIGN:     o.handleReassign,
 			pb.Message_BLOCK_UPDATE: o.handleBlockUpdate,
 			pb.Message_BLOCK_QUERY:  o.handleBlockQuery,
+			pb.Message_SPLIT:        o.handleSplit,
 		},
 		ForwardID: {pb.Message_FORWARD: o.handleForward},
 		AuditID: {

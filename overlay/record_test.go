@@ -210,14 +210,14 @@ func TestAnchor(t *testing.T) {
 func TestCache(t *testing.T) {
 	c := newCache(2, time.Hour)
 	r := func(s string) subnet.Range { return subnet.RangeOf(netip.MustParsePrefix(s)) }
-	c.put(Delegation{Subnet: r("127.0.1.0/24"), Epoch: 2})
-	c.put(Delegation{Subnet: r("127.0.1.0/24"), Epoch: 1}) // older: ignored
+	c.put(Delegation{Subnet: r("127.0.1.0/24"), Epoch: 2}, false)
+	c.put(Delegation{Subnet: r("127.0.1.0/24"), Epoch: 1}, false) // older: ignored
 	if d, ok := c.get(r("127.0.1.0/24")); !ok || d.Epoch != 2 {
 		t.Fatalf("get = %v, %v", d, ok)
 	}
-	c.put(Delegation{Subnet: r("127.0.2.0/24")})
+	c.put(Delegation{Subnet: r("127.0.2.0/24")}, false)
 	c.get(r("127.0.1.0/24"))
-	c.put(Delegation{Subnet: r("127.0.3.0/24")}) // evicts 127.0.2.0/24, the least recently used
+	c.put(Delegation{Subnet: r("127.0.3.0/24")}, false) // evicts 127.0.2.0/24, the least recently used
 	if _, ok := c.get(r("127.0.2.0/24")); ok {
 		t.Fatal("least recently used entry kept")
 	}
@@ -226,7 +226,7 @@ func TestCache(t *testing.T) {
 		t.Fatal("invalidated entry kept")
 	}
 	short := newCache(4, time.Nanosecond)
-	short.put(Delegation{Subnet: r("127.0.1.0/24")})
+	short.put(Delegation{Subnet: r("127.0.1.0/24")}, false)
 	time.Sleep(time.Millisecond)
 	if _, ok := short.get(r("127.0.1.0/24")); ok {
 		t.Fatal("expired entry returned")

@@ -36,10 +36,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Int64Var(&c.Seed, "seed", 1, "seed of the emulated Internet")
 	fs.Float64Var(&c.Scale, "scale", 0.2, "time scale of the emulated Internet's delays (1: real latencies)")
 	fs.DurationVar(&c.Threshold, "threshold", 50*time.Millisecond, "IPMicra's probing threshold (unscaled)")
+	fs.DurationVar(&c.Split, "split", 10*time.Millisecond, "a node that finds a server this much (and 1.5 times) slower than the probe it won the server's range with has the part of the range holding it delegated apart (unscaled; 0: never)")
 	fs.IntVar(&c.Depth, "depth", 2, "link depth of the crawl from each site's home page")
 	fs.DurationVar(&c.Duration, "duration", 2*time.Minute, "longest time the crawl runs before the summary")
 	fs.StringVar(&c.DataDir, "data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
 	fs.StringVar(&c.Geo, "geo", "", "a real-geo world: sites drawn from the geolocation CSV `FILE` (such as DB-IP's under the data directory), at their real places, in the real hierarchy's shape mapped into 127/8")
+	fs.StringVar(&c.Org, "org", "", "with --geo: only the rows whose organisation in the real hierarchy has a name containing `TEXT` (one organisation's prefixes, e.g. Amazon's)")
 	fs.StringVar(&c.Keep, "keep", "", "keep the nodes' and the indexer's data in `DIR` (default: a temporary directory, removed)")
 	fs.BoolVar(&c.LatencyMap, "map", false, "give the guided search a latency map: the nodes' locations (the emulated Internet's) and the RTT matrix (see micra bench delegation --map)")
 	fs.IntVar(&c.Submitters, "submitters", 4, "seeds submitted at once, each through another node")
@@ -59,8 +61,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("%w: --sites must be 10 to 5000", errUsage)
 	case c.Scale <= 0 || c.Scale > 1:
 		return fmt.Errorf("%w: --scale must be in (0, 1]", errUsage)
+	case c.Org != "" && c.Geo == "":
+		return fmt.Errorf("%w: --org needs --geo", errUsage)
+	case c.Split < 0:
+		return fmt.Errorf("%w: --split must not be negative", errUsage)
 	case c.Threshold <= 0 || c.Depth < 0 || c.Depth > 8 || c.Duration <= 0 || c.Duration > time.Hour:
 		return fmt.Errorf("%w: --threshold, --depth (0-8) or --duration (up to 1h) out of range", errUsage)
+	}
+	if c.Split == 0 {
+		c.Split = -1 // demo.Config's zero is the default
 	}
 	return demo.Run(ctx, c, stdout, stderr)
 }

@@ -42,10 +42,12 @@ type Config struct {
 	Seed       int64         // seed of the emulated Internet
 	Scale      float64       // time scale of the world's delays (1: real latencies)
 	Threshold  time.Duration // IPMicra's probing threshold (unscaled)
+	Split      time.Duration // node.SplitMargin (unscaled); 0: its default, negative: no splits
 	Depth      int           // link depth of the crawl from each home page
 	Duration   time.Duration // longest time the crawl runs
 	DataDir    string        // the shared data; "" for ../shared/data or $MICRA_DATA
 	Geo        string        // a geolocation CSV for a real-geo world
+	Org        string        // with Geo: only one organisation's rows (world.Params.GeoOrg)
 	Keep       string        // keep the data here; "" for a temporary directory
 	Linger     bool          // keep running after the summary until ctx ends
 	LatencyMap bool          // give the guided search a latency map
@@ -136,7 +138,7 @@ type demo struct {
 func (d *demo) startWorld(ctx context.Context, _ string) (func() error, error) {
 	c := d.c
 	p := world.DefaultParams()
-	p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir, p.Port, p.Geo = c.Seed, c.Sites, c.Nodes, c.Geo == "", c.DataDir, 0, c.Geo
+	p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir, p.Port, p.Geo, p.GeoOrg = c.Seed, c.Sites, c.Nodes, c.Geo == "", c.DataDir, 0, c.Geo, c.Org
 	w, err := world.Generate(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("generating the emulated Internet: %w (the demo needs the shared data: ../shared/data beside the checkout, $MICRA_DATA or --data)", err)
@@ -156,7 +158,7 @@ func (d *demo) startWorld(ctx context.Context, _ string) (func() error, error) {
 
 // startNodes starts the volunteers, each bootstrapping from the first.
 func (d *demo) startNodes(ctx context.Context, dir string) (func() error, error) {
-	sw, err := swarm.Start(ctx, d.run, d.tree, swarm.Config{Dir: dir, Scale: d.c.Scale, Threshold: d.c.Threshold,
+	sw, err := swarm.Start(ctx, d.run, d.tree, swarm.Config{Dir: dir, Scale: d.c.Scale, Threshold: d.c.Threshold, Split: d.c.Split,
 		LatencyMap: d.c.LatencyMap, Dashboards: true, Logger: d.log, Trace: traceHandler(d.trace)})
 	if err != nil {
 		return nil, err
@@ -374,7 +376,7 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *wo
 		addrs = append(addrs, dn.Addr)
 	}
 	o := nodes[0].Overlay()
-	var judged, optimal, undelegated, cdn int
+	var judged, optimal, undelegated, cdn, inParts int
 	var excess time.Duration
 	var speed crawlSpeed
 	subnets := map[subnet.Range]bool{}
@@ -388,10 +390,14 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *wo
 		if own[r] {
 			continue
 		}
+		o.Invalidate(r) // judged by the coordinators' state now, parts included
 		d, ok, err := o.Resolve(ctx, s.Addrs[0])
 		if err != nil || !ok {
 			undelegated++
 			continue
+		}
+		if d.Subnet != r {
+			inParts++
 		}
 		dn, ok := byPeer[d.Node]
 		if !ok {
@@ -422,8 +428,8 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *wo
 		probes += st.Probes
 		balanced += st.HandOffs + st.SecondBest + st.Reruns
 	}
-	fmt.Fprintf(out, "Delegation quality: %d sites in %d subnets delegated by search (not counting %d CDN sites, the nodes' own subnets, %d not delegated)\n",
-		judged, len(subnets), cdn, undelegated)
+	fmt.Fprintf(out, "Delegation quality: %d sites in %d subnets delegated by search, %d of them in parts delegated apart (not counting %d CDN sites, the nodes' own subnets, %d not delegated)\n",
+		judged, len(subnets), inParts, cdn, undelegated)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "	optimal	probes per new subnet	excess, sub-optimal	excess per URL	")
 	pct, ppn, ex, perURL := 0.0, 0.0, time.Duration(0), time.Duration(0)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strings"
 
 	"github.com/micra-net/micra/internal/geo"
 
@@ -52,21 +51,8 @@ func LoadGeo(ctx context.Context, cfg GeoConfig) (*world.Geo, GeoInfo, error) {
 	info.Tree = tree
 	var keep func(geo.Row, netip.Addr) bool
 	if cfg.Org != "" {
-		want := strings.ToLower(cfg.Org)
-		names := map[string]bool{} // organisation key → whether it matches
-		keep = func(_ geo.Row, a netip.Addr) bool {
-			id := tree.SmallestNonUnary(a)
-			if id == subnet.None {
-				return false
-			}
-			key := orgOf(tree, id)
-			ok, seen := names[key]
-			if !seen {
-				ok = key != "" && strings.Contains(strings.ToLower(tree.OrgName(key)), want)
-				names[key] = ok
-			}
-			return ok
-		}
+		in := world.OrgFilter(tree, cfg.Org)
+		keep = func(_ geo.Row, a netip.Addr) bool { return in(a) }
 	}
 	sites, st, err := world.ReadGeoSites(cfg.Path, cfg.Sites, cfg.Seed, cfg.Strict, keep)
 	info.File = st

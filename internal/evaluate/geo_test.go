@@ -254,7 +254,7 @@ func TestGeoOrg(t *testing.T) {
 	cities := map[int]bool{}
 	for _, s := range g.Sites() {
 		id := info.Tree.SmallestNonUnary(s.Addrs[0])
-		if name := info.Tree.OrgName(orgOf(info.Tree, id)); !strings.Contains(strings.ToLower(name), "amazon") {
+		if name := info.Tree.OrgName(world.OrgOf(info.Tree, id)); !strings.Contains(strings.ToLower(name), "amazon") {
 			t.Fatalf("site %s of %q", s.Name, name)
 		}
 		cities[s.Loc.ID] = true

@@ -64,7 +64,7 @@ func Describe(w World, tree *subnet.Tree) Structure {
 		if id == subnet.None {
 			continue
 		}
-		x := site{addr: s.Addrs[0], id: id, place: s.Loc.ID, country: s.Loc.Country, lat: s.Loc.Lat, lon: s.Loc.Lon, alloc: allocOf(tree, id), org: orgOf(tree, id)}
+		x := site{addr: s.Addrs[0], id: id, place: s.Loc.ID, country: s.Loc.Country, lat: s.Loc.Lat, lon: s.Loc.Lon, alloc: allocOf(tree, id), org: world.OrgOf(tree, id)}
 		if s.Place != (world.Place{}) {
 			x.lat, x.lon = s.Place.Lat, s.Place.Lon
 			if s.Place.Country != "" {
@@ -187,15 +187,4 @@ func allocOf(t *subnet.Tree, id subnet.ID) subnet.ID {
 		}
 	}
 	return alloc
-}
-
-// orgOf returns the organisation of id or of its nearest ancestor that
-// names one.
-func orgOf(t *subnet.Tree, id subnet.ID) string {
-	for x := id; x != subnet.None; x = t.Parent(x) {
-		if o := t.Org(x); o != "" {
-			return o
-		}
-	}
-	return ""
 }

@@ -44,6 +44,9 @@ type Config struct {
 	Scale float64
 	// Threshold is the delegation procedure's probing threshold.
 	Threshold time.Duration
+	// Split is the nodes' split margin (node.SplitMargin; 0: the default,
+	// negative: off).
+	Split time.Duration
 	// LatencyMap gives the guided search a latency map of the nodes' world
 	// locations (delegate.LatencyMap; demo --map).
 	LatencyMap bool
@@ -210,7 +213,11 @@ func (s *Swarm) newNode(run *world.Running, tree *subnet.Tree, i int, a netip.Ad
 	// measures the search; load balancing has its tests.
 	cfg.Capacity = 10_000_000
 	cfg.Threshold = s.cfg.Threshold.String()
-	return node.New(cfg, node.Tree(tree), node.Resolver(res), node.ProbeScale(s.cfg.Scale),
+	opts := []node.Option{node.Tree(tree), node.Resolver(res), node.ProbeScale(s.cfg.Scale)}
+	if s.cfg.Split != 0 {
+		opts = append(opts, node.SplitMargin(s.cfg.Split))
+	}
+	return node.New(cfg, append(opts,
 		node.Logger(s.cfg.Logger.With("node", i)),
 		node.HostOptions(overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()),
 		node.DelegateOptions(s.DelegateOptions(i)...),
@@ -218,7 +225,7 @@ func (s *Swarm) newNode(run *world.Running, tree *subnet.Tree, i int, a netip.Ad
 		// Batches sealed within seconds, so that an indexer fills while
 		// the swarm runs (a volunteer's default waits up to 5 minutes).
 		node.CrawlOptions(crawl.Batching(256<<10, 3*time.Second)),
-		node.ResultOptions(results.Republish(time.Second, 5*time.Second)))
+		node.ResultOptions(results.Republish(time.Second, 5*time.Second)))...)
 }
 
 // DelegateOptions are the delegation options of the swarm's nodes: the

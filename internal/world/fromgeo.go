@@ -63,9 +63,16 @@ func (g *gen) fromGeo(ctx context.Context, dir string) ([]DataFile, error) {
 		id := t.SmallestNonUnary(a)
 		return id != subnet.None && t.Parent(id) != subnet.None
 	}
-	sites, _, err := ReadGeoSites(p.Geo, p.Sites, p.Seed, false, func(_ geo.Row, a netip.Addr) bool { return usable(a) })
+	inOrg := func(netip.Addr) bool { return true }
+	if p.GeoOrg != "" {
+		inOrg = OrgFilter(t, p.GeoOrg)
+	}
+	sites, _, err := ReadGeoSites(p.Geo, p.Sites, p.Seed, false, func(_ geo.Row, a netip.Addr) bool { return usable(a) && inOrg(a) })
 	if err != nil {
 		return nil, err
+	}
+	if len(sites) == 0 && p.GeoOrg != "" {
+		return nil, fmt.Errorf("%w: no row of %s is in an organisation named like %q", ErrParams, p.Geo, p.GeoOrg)
 	}
 	byID := map[subnet.ID]*geoRange{}
 	var tops []*geoRange

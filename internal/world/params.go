@@ -24,6 +24,10 @@ type Params struct {
 	// the built-in real hierarchy that holds them, remapped into 127/8
 	// with its shape (see fromgeo.go). Not with FromReal.
 	Geo string `json:"geo,omitempty"`
+	// GeoOrg, with Geo, keeps only the rows whose range belongs to an
+	// organisation whose name contains it (OrgFilter): one organisation's
+	// prefixes, such as a cloud's.
+	GeoOrg string `json:"geo_org,omitempty"`
 
 	// Port is the TCP port of every site and the TCP and UDP port of the
 	// DNS server, on their own loopback addresses. 0 makes Start choose a
@@ -142,6 +146,10 @@ func (p *Params) Validate() error {
 		return bad("nodes must be 1 to 10000, got %d", p.Nodes)
 	case p.Geo != "" && p.FromReal:
 		return bad("geo and from real exclude each other")
+	case p.GeoOrg != "" && p.Geo == "":
+		return bad("geo org needs geo")
+	case len(p.GeoOrg) > 256:
+		return bad("geo org of %d bytes", len(p.GeoOrg))
 	case p.Port < 0 || p.Port > 65535:
 		return bad("port must be 0 to 65535, got %d", p.Port)
 	case p.MaxDepth < 4 || p.MaxDepth > 8:

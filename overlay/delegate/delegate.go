@@ -228,7 +228,9 @@ const searchMargin = 5 * time.Second
 // subnet's older probe results; then, when the chosen node has no room
 // for the subnet, load balancing picks between a hand-off and the
 // second-best node (subnet.Balance), searching once more without the full
-// nodes when no probed node has room.
+// nodes when no probed node has room. For a part (req.IsPart) it runs the
+// part's search (subnet.IPMicra.DelegatePart, the holder's observation
+// its first answer) without load balancing.
 func (d *Delegator) Delegate(ctx context.Context, req overlay.DelegateRequest, env overlay.DelegationEnv) (peer.ID, error) {
 	d.stats.decisions.Add(1)
 	tree := env.Tree()
@@ -238,6 +240,9 @@ func (d *Delegator) Delegate(ctx context.Context, req overlay.DelegateRequest, e
 	}
 	if tree.SmallestNonUnary(addr) != req.Subnet {
 		return "", fmt.Errorf("address %v is not in subnet %s", addr, tree.Range(req.Subnet))
+	}
+	if req.IsPart() && (!req.Part.Contains(addr) || !tree.Range(req.Subnet).ContainsRange(req.Part) || req.Holder == "") {
+		return "", fmt.Errorf("part %s of %s for %v from %q: not a part holding the address", req.Part, tree.Range(req.Subnet), addr, req.Holder)
 	}
 	budget := ctx
 	if dl, ok := ctx.Deadline(); ok {
@@ -260,8 +265,14 @@ func (d *Delegator) Delegate(ctx context.Context, req overlay.DelegateRequest, e
 		for _, p := range dec.Probes {
 			ps = append(ps, fmt.Sprintf("%s=%v(cached=%v)", peer.ID(p.Node).ShortString(), p.RTT, p.Cached))
 		}
-		log.Debug("search decided", "subnet", tree.Range(req.Subnet).String(), "step", dec.Step.String(), "peer", node,
+		log.Debug("search decided", "subnet", v.target().String(), "step", dec.Step.String(), "peer", node,
 			"issued", v.issued, "probes", ps, "reason", req.Reason)
+	}
+	if req.IsPart() {
+		// A part is a small share of a range its holder already
+		// carries: no load balancing, no pending load, and the block
+		// caches index registry ranges only.
+		return node, nil
 	}
 	if d.cfg.balance {
 		node = d.balance(ctx, budget, v, dec, excluded)
@@ -289,7 +300,7 @@ func (d *Delegator) search(ctx context.Context, v *view, addr netip.Addr) (subne
 		cfg.Places = d.cfg.latencyMap(ids)
 	}
 	if log := d.cfg.log; log.Enabled(ctx, slog.LevelDebug) {
-		r := v.tree.Range(v.req.Subnet).String()
+		r := v.target().String()
 		cfg.Trace = func(line string) {
 			for _, p := range v.peers { // node names are raw peer IDs
 				line = strings.ReplaceAll(line, string(p.ID), p.ID.String())
@@ -298,7 +309,15 @@ func (d *Delegator) search(ctx context.Context, v *view, addr netip.Addr) (subne
 		}
 	}
 	m := &subnet.IPMicra{Tree: v.tree, Table: v, Prober: v, Cache: v, Config: cfg}
-	dec, err := m.Delegate(ctx, addr)
+	var (
+		dec subnet.Decision
+		err error
+	)
+	if v.req.IsPart() {
+		dec, err = m.DelegatePart(ctx, addr, v.req.Part, string(v.req.Holder), v.req.Observed)
+	} else {
+		dec, err = m.Delegate(ctx, addr)
+	}
 	if err != nil {
 		return dec, err
 	}

@@ -72,10 +72,10 @@ func (e *fakeEnv) Lookup(context.Context, subnet.ID) (overlay.Delegation, bool, 
 func (e *fakeEnv) OrgDelegations(context.Context, string) ([]overlay.Delegation, error) {
 	return nil, nil
 }
-func (e *fakeEnv) Probe(_ context.Context, p peer.ID, url string, s subnet.ID) (time.Duration, error) {
+func (e *fakeEnv) Probe(_ context.Context, p peer.ID, url string, s subnet.Range) (time.Duration, error) {
 	e.asked = append(e.asked, p)
 	ms, ok := e.rtt[p]
-	r := overlay.ProbeResult{Subnet: e.tree.Range(s), Peer: p, RTT: time.Duration(ms) * time.Millisecond, At: time.Now()}
+	r := overlay.ProbeResult{Subnet: s, Peer: p, RTT: time.Duration(ms) * time.Millisecond, At: time.Now()}
 	if !ok {
 		r.RTT = -1
 	}
@@ -291,6 +291,58 @@ func TestDelegatorSearch(t *testing.T) {
 		n, _ := run(t, e, overlay.DelegateRequest{})
 		if n != "n3" || !slices.Equal(e.asked, []peer.ID{"n3"}) {
 			t.Errorf("guided search chose %s after asking %v; want n3 at once", n, e.asked)
+		}
+	})
+
+	t.Run("a part is searched apart, the holder's observation its first answer", func(t *testing.T) {
+		part := subnet.RangeOf(netip.MustParsePrefix("127.0.3.128/25"))
+		addr := netip.MustParseAddr("127.0.3.200")
+		for _, c := range []struct {
+			name     string
+			opts     []Option
+			observed time.Duration
+			want     peer.ID
+		}{
+			{"the paper's search, observation over the threshold", []Option{Pure()}, 95 * time.Millisecond, "n2"},
+			{"the paper's search, observation under the threshold", []Option{Pure()}, 40 * time.Millisecond, "n5"},
+			{"guided, a neighbour's profile", nil, 95 * time.Millisecond, "n3"},
+		} {
+			e := newEnv(t, "127.0.3.0/24", rtts)
+			if c.opts == nil { // every node probed a neighbour: n3 predicted nearest
+				nb := e.tree.Range(find(t, e.tree, "127.0.4.0/24"))
+				for n, ms := range rtts {
+					e.stored = append(e.stored, overlay.ProbeResult{Subnet: nb, Peer: n, RTT: time.Duration(ms) * time.Millisecond, At: time.Now()})
+				}
+			}
+			stored := len(e.stored)
+			e.delegate(t, "127.0.1.0/24", "n1")
+			e.delegate(t, "127.0.2.0/24", "n2")
+			e.delegate(t, "127.0.3.0/24", "n5") // the holder
+			n, d := run(t, e, overlay.DelegateRequest{Addr: addr, Reason: "split", Part: part, Holder: "n5", Observed: c.observed}, c.opts...)
+			if n != c.want || slices.Contains(e.asked, "n5") {
+				t.Errorf("%s: chose %s after asking %v; want %s, the holder not probed", c.name, n, e.asked, c.want)
+			}
+			if len(e.stored) == stored && n != "n5" {
+				t.Errorf("%s: no probe stored", c.name)
+			}
+			for _, p := range e.stored[stored:] {
+				if p.Subnet != part {
+					t.Errorf("%s: probe of %s stored under %s, want the part %s", c.name, p.Peer, p.Subnet, part)
+				}
+			}
+			if d.Stats().HandOffs+d.Stats().SecondBest+d.Stats().Reruns != 0 {
+				t.Errorf("%s: load balancing ran for a part: %+v", c.name, d.Stats())
+			}
+		}
+		// A request whose part does not hold its address is refused.
+		e := newEnv(t, "127.0.3.0/24", rtts)
+		dl, err := New(Logger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = dl.Delegate(t.Context(), overlay.DelegateRequest{Subnet: e.subnet, Addr: netip.MustParseAddr("127.0.3.5"), Part: part, Holder: "n5", Observed: time.Second}, e)
+		if err == nil {
+			t.Error("a part not holding the address was searched")
 		}
 	})
 

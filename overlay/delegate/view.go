@@ -361,7 +361,16 @@ func (v *view) Probe(_ context.Context, node string, _ netip.Addr) (time.Duratio
 	defer cancel()
 	v.issued++
 	v.d.stats.probes.Add(1)
-	return v.env.Probe(ctx, p, v.url, v.req.Subnet)
+	return v.env.Probe(ctx, p, v.url, v.target())
+}
+
+// target is the range decided: the subnet, or the part of it searched
+// apart.
+func (v *view) target() subnet.Range {
+	if v.req.IsPart() {
+		return v.req.Part
+	}
+	return v.tree.Range(v.req.Subnet)
 }
 
 var (

@@ -56,6 +56,7 @@ const (
 	Message_AUDIT_VERDICT Message_Type = 26 // audit_verdict
 	Message_REFETCH       Message_Type = 27 // refetch: fetch a page afresh for an audit; answered with PAGE
 	Message_PAGE          Message_Type = 28 // page
+	Message_SPLIT         Message_Type = 29 // split: the holder of a range asks for a part of it to be delegated apart; answered with DELEGATION
 )
 
 // Enum value maps for Message_Type.
@@ -90,6 +91,7 @@ var (
 		26: "AUDIT_VERDICT",
 		27: "REFETCH",
 		28: "PAGE",
+		29: "SPLIT",
 	}
 	Message_Type_value = map[string]int32{
 		"UNKNOWN":       0,
@@ -121,6 +123,7 @@ var (
 		"AUDIT_VERDICT": 26,
 		"REFETCH":       27,
 		"PAGE":          28,
+		"SPLIT":         29,
 	}
 )
 
@@ -349,7 +352,7 @@ func (x Entry_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Entry_Kind.Descriptor instead.
 func (Entry_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{25, 0}
+	return file_overlay_proto_rawDescGZIP(), []int{26, 0}
 }
 
 type Record_Kind int32
@@ -398,7 +401,7 @@ func (x Record_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Record_Kind.Descriptor instead.
 func (Record_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{28, 0}
+	return file_overlay_proto_rawDescGZIP(), []int{29, 0}
 }
 
 type AuditVerdict_Result int32
@@ -453,7 +456,7 @@ func (x AuditVerdict_Result) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AuditVerdict_Result.Descriptor instead.
 func (AuditVerdict_Result) EnumDescriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{40, 0}
+	return file_overlay_proto_rawDescGZIP(), []int{41, 0}
 }
 
 // Message is the envelope of every frame on micra's request/response stream
@@ -492,6 +495,7 @@ type Message struct {
 	AuditVerdict  *AuditVerdict `protobuf:"bytes,27,opt,name=audit_verdict,json=auditVerdict,proto3" json:"audit_verdict,omitempty"`
 	Refetch       *Refetch      `protobuf:"bytes,28,opt,name=refetch,proto3" json:"refetch,omitempty"`
 	Page          *Page         `protobuf:"bytes,29,opt,name=page,proto3" json:"page,omitempty"`
+	Split         *Split        `protobuf:"bytes,30,opt,name=split,proto3" json:"split,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -725,6 +729,13 @@ func (x *Message) GetRefetch() *Refetch {
 func (x *Message) GetPage() *Page {
 	if x != nil {
 		return x.Page
+	}
+	return nil
+}
+
+func (x *Message) GetSplit() *Split {
+	if x != nil {
+		return x.Split
 	}
 	return nil
 }
@@ -1184,7 +1195,11 @@ func (x *Delegate) GetOwn() bool {
 type Delegation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// record is absent when the subnet is not delegated (RESOLVE only).
-	Record        *SignedRecord `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	Record *SignedRecord `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// parts (RESOLVE only): the range's parts delegated apart, orphaned ones
+	// left out, at most 64. Each is a DELEGATION record of a CIDR block
+	// strictly inside the range.
+	Parts         []*SignedRecord `protobuf:"bytes,2,rep,name=parts,proto3" json:"parts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1222,6 +1237,13 @@ func (*Delegation) Descriptor() ([]byte, []int) {
 func (x *Delegation) GetRecord() *SignedRecord {
 	if x != nil {
 		return x.Record
+	}
+	return nil
+}
+
+func (x *Delegation) GetParts() []*SignedRecord {
+	if x != nil {
+		return x.Parts
 	}
 	return nil
 }
@@ -1415,6 +1437,78 @@ func (x *Redelegate) GetReason() string {
 	return ""
 }
 
+// Split asks the coordinator of the range holding addr to search the part
+// of it that holds addr apart (subnet.SplitRange): the sender holds the
+// delegation addr falls in, and its crawl measured observed_micros to addr,
+// much more than it won the delegation with.
+type Split struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot       []byte                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Addr           []byte                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Url            string                 `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	ObservedMicros int64                  `protobuf:"varint,4,opt,name=observed_micros,json=observedMicros,proto3" json:"observed_micros,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Split) Reset() {
+	*x = Split{}
+	mi := &file_overlay_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Split) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Split) ProtoMessage() {}
+
+func (x *Split) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Split.ProtoReflect.Descriptor instead.
+func (*Split) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Split) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *Split) GetAddr() []byte {
+	if x != nil {
+		return x.Addr
+	}
+	return nil
+}
+
+func (x *Split) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Split) GetObservedMicros() int64 {
+	if x != nil {
+		return x.ObservedMicros
+	}
+	return 0
+}
+
 type Assign struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Record *SignedRecord          `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
@@ -1428,7 +1522,7 @@ type Assign struct {
 
 func (x *Assign) Reset() {
 	*x = Assign{}
-	mi := &file_overlay_proto_msgTypes[13]
+	mi := &file_overlay_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1534,7 @@ func (x *Assign) String() string {
 func (*Assign) ProtoMessage() {}
 
 func (x *Assign) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[13]
+	mi := &file_overlay_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1547,7 @@ func (x *Assign) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assign.ProtoReflect.Descriptor instead.
 func (*Assign) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{13}
+	return file_overlay_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Assign) GetRecord() *SignedRecord {
@@ -1480,7 +1574,7 @@ type Forward struct {
 
 func (x *Forward) Reset() {
 	*x = Forward{}
-	mi := &file_overlay_proto_msgTypes[14]
+	mi := &file_overlay_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1586,7 @@ func (x *Forward) String() string {
 func (*Forward) ProtoMessage() {}
 
 func (x *Forward) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[14]
+	mi := &file_overlay_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1599,7 @@ func (x *Forward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forward.ProtoReflect.Descriptor instead.
 func (*Forward) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{14}
+	return file_overlay_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Forward) GetBatchId() []byte {
@@ -1532,7 +1626,7 @@ type ForwardAck struct {
 
 func (x *ForwardAck) Reset() {
 	*x = ForwardAck{}
-	mi := &file_overlay_proto_msgTypes[15]
+	mi := &file_overlay_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +1638,7 @@ func (x *ForwardAck) String() string {
 func (*ForwardAck) ProtoMessage() {}
 
 func (x *ForwardAck) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[15]
+	mi := &file_overlay_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +1651,7 @@ func (x *ForwardAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardAck.ProtoReflect.Descriptor instead.
 func (*ForwardAck) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{15}
+	return file_overlay_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ForwardAck) GetAccepted() uint32 {
@@ -1583,7 +1677,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_overlay_proto_msgTypes[16]
+	mi := &file_overlay_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1689,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[16]
+	mi := &file_overlay_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1702,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{16}
+	return file_overlay_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Ack) GetBatches() []*BatchRef {
@@ -1629,7 +1723,7 @@ type BatchRef struct {
 
 func (x *BatchRef) Reset() {
 	*x = BatchRef{}
-	mi := &file_overlay_proto_msgTypes[17]
+	mi := &file_overlay_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1735,7 @@ func (x *BatchRef) String() string {
 func (*BatchRef) ProtoMessage() {}
 
 func (x *BatchRef) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[17]
+	mi := &file_overlay_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1748,7 @@ func (x *BatchRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRef.ProtoReflect.Descriptor instead.
 func (*BatchRef) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{17}
+	return file_overlay_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BatchRef) GetNode() []byte {
@@ -1691,7 +1785,7 @@ type Replicate struct {
 
 func (x *Replicate) Reset() {
 	*x = Replicate{}
-	mi := &file_overlay_proto_msgTypes[18]
+	mi := &file_overlay_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1797,7 @@ func (x *Replicate) String() string {
 func (*Replicate) ProtoMessage() {}
 
 func (x *Replicate) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[18]
+	mi := &file_overlay_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +1810,7 @@ func (x *Replicate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replicate.ProtoReflect.Descriptor instead.
 func (*Replicate) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{18}
+	return file_overlay_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Replicate) GetSnapshot() []byte {
@@ -1765,7 +1859,7 @@ type Sync struct {
 
 func (x *Sync) Reset() {
 	*x = Sync{}
-	mi := &file_overlay_proto_msgTypes[19]
+	mi := &file_overlay_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1871,7 @@ func (x *Sync) String() string {
 func (*Sync) ProtoMessage() {}
 
 func (x *Sync) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[19]
+	mi := &file_overlay_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1884,7 @@ func (x *Sync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sync.ProtoReflect.Descriptor instead.
 func (*Sync) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{19}
+	return file_overlay_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Sync) GetSnapshot() []byte {
@@ -1826,7 +1920,7 @@ type SyncState struct {
 
 func (x *SyncState) Reset() {
 	*x = SyncState{}
-	mi := &file_overlay_proto_msgTypes[20]
+	mi := &file_overlay_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +1932,7 @@ func (x *SyncState) String() string {
 func (*SyncState) ProtoMessage() {}
 
 func (x *SyncState) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[20]
+	mi := &file_overlay_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +1945,7 @@ func (x *SyncState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncState.ProtoReflect.Descriptor instead.
 func (*SyncState) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{20}
+	return file_overlay_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SyncState) GetEpoch() uint64 {
@@ -1893,7 +1987,7 @@ type OrgUpdate struct {
 
 func (x *OrgUpdate) Reset() {
 	*x = OrgUpdate{}
-	mi := &file_overlay_proto_msgTypes[21]
+	mi := &file_overlay_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +1999,7 @@ func (x *OrgUpdate) String() string {
 func (*OrgUpdate) ProtoMessage() {}
 
 func (x *OrgUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[21]
+	mi := &file_overlay_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2012,7 @@ func (x *OrgUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrgUpdate.ProtoReflect.Descriptor instead.
 func (*OrgUpdate) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{21}
+	return file_overlay_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OrgUpdate) GetSnapshot() []byte {
@@ -1952,7 +2046,7 @@ type OrgQuery struct {
 
 func (x *OrgQuery) Reset() {
 	*x = OrgQuery{}
-	mi := &file_overlay_proto_msgTypes[22]
+	mi := &file_overlay_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2058,7 @@ func (x *OrgQuery) String() string {
 func (*OrgQuery) ProtoMessage() {}
 
 func (x *OrgQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[22]
+	mi := &file_overlay_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2071,7 @@ func (x *OrgQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrgQuery.ProtoReflect.Descriptor instead.
 func (*OrgQuery) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{22}
+	return file_overlay_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OrgQuery) GetSnapshot() []byte {
@@ -2004,7 +2098,7 @@ type OrgEntries struct {
 
 func (x *OrgEntries) Reset() {
 	*x = OrgEntries{}
-	mi := &file_overlay_proto_msgTypes[23]
+	mi := &file_overlay_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2110,7 @@ func (x *OrgEntries) String() string {
 func (*OrgEntries) ProtoMessage() {}
 
 func (x *OrgEntries) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[23]
+	mi := &file_overlay_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2123,7 @@ func (x *OrgEntries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrgEntries.ProtoReflect.Descriptor instead.
 func (*OrgEntries) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{23}
+	return file_overlay_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OrgEntries) GetRecords() []*SignedRecord {
@@ -2060,7 +2154,7 @@ type ShardMeta struct {
 
 func (x *ShardMeta) Reset() {
 	*x = ShardMeta{}
-	mi := &file_overlay_proto_msgTypes[24]
+	mi := &file_overlay_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2166,7 @@ func (x *ShardMeta) String() string {
 func (*ShardMeta) ProtoMessage() {}
 
 func (x *ShardMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[24]
+	mi := &file_overlay_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2179,7 @@ func (x *ShardMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMeta.ProtoReflect.Descriptor instead.
 func (*ShardMeta) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{24}
+	return file_overlay_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ShardMeta) GetShard() *ShardRef {
@@ -2137,7 +2231,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_overlay_proto_msgTypes[25]
+	mi := &file_overlay_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2243,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[25]
+	mi := &file_overlay_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2256,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{25}
+	return file_overlay_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Entry) GetKind() Entry_Kind {
@@ -2212,7 +2306,7 @@ type ProbeEntry struct {
 
 func (x *ProbeEntry) Reset() {
 	*x = ProbeEntry{}
-	mi := &file_overlay_proto_msgTypes[26]
+	mi := &file_overlay_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2318,7 @@ func (x *ProbeEntry) String() string {
 func (*ProbeEntry) ProtoMessage() {}
 
 func (x *ProbeEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[26]
+	mi := &file_overlay_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,7 +2331,7 @@ func (x *ProbeEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeEntry.ProtoReflect.Descriptor instead.
 func (*ProbeEntry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{26}
+	return file_overlay_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ProbeEntry) GetSubnet() *Range {
@@ -2281,7 +2375,7 @@ type LoadEntry struct {
 
 func (x *LoadEntry) Reset() {
 	*x = LoadEntry{}
-	mi := &file_overlay_proto_msgTypes[27]
+	mi := &file_overlay_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2387,7 @@ func (x *LoadEntry) String() string {
 func (*LoadEntry) ProtoMessage() {}
 
 func (x *LoadEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[27]
+	mi := &file_overlay_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2400,7 @@ func (x *LoadEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadEntry.ProtoReflect.Descriptor instead.
 func (*LoadEntry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{27}
+	return file_overlay_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LoadEntry) GetPeer() []byte {
@@ -2370,7 +2464,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_overlay_proto_msgTypes[28]
+	mi := &file_overlay_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2476,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[28]
+	mi := &file_overlay_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2489,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{28}
+	return file_overlay_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Record) GetVersion() uint32 {
@@ -2513,7 +2607,7 @@ type OrgEntry struct {
 
 func (x *OrgEntry) Reset() {
 	*x = OrgEntry{}
-	mi := &file_overlay_proto_msgTypes[29]
+	mi := &file_overlay_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2619,7 @@ func (x *OrgEntry) String() string {
 func (*OrgEntry) ProtoMessage() {}
 
 func (x *OrgEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[29]
+	mi := &file_overlay_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2632,7 @@ func (x *OrgEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrgEntry.ProtoReflect.Descriptor instead.
 func (*OrgEntry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{29}
+	return file_overlay_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *OrgEntry) GetSubnet() *Range {
@@ -2572,7 +2666,7 @@ type Announce struct {
 
 func (x *Announce) Reset() {
 	*x = Announce{}
-	mi := &file_overlay_proto_msgTypes[30]
+	mi := &file_overlay_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +2678,7 @@ func (x *Announce) String() string {
 func (*Announce) ProtoMessage() {}
 
 func (x *Announce) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[30]
+	mi := &file_overlay_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +2691,7 @@ func (x *Announce) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Announce.ProtoReflect.Descriptor instead.
 func (*Announce) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{30}
+	return file_overlay_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Announce) GetVersion() uint32 {
@@ -2666,7 +2760,7 @@ type SignedRecord struct {
 
 func (x *SignedRecord) Reset() {
 	*x = SignedRecord{}
-	mi := &file_overlay_proto_msgTypes[31]
+	mi := &file_overlay_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2772,7 @@ func (x *SignedRecord) String() string {
 func (*SignedRecord) ProtoMessage() {}
 
 func (x *SignedRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[31]
+	mi := &file_overlay_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2785,7 @@ func (x *SignedRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedRecord.ProtoReflect.Descriptor instead.
 func (*SignedRecord) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{31}
+	return file_overlay_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SignedRecord) GetRecord() []byte {
@@ -2720,7 +2814,7 @@ type PeerRTT struct {
 
 func (x *PeerRTT) Reset() {
 	*x = PeerRTT{}
-	mi := &file_overlay_proto_msgTypes[32]
+	mi := &file_overlay_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2826,7 @@ func (x *PeerRTT) String() string {
 func (*PeerRTT) ProtoMessage() {}
 
 func (x *PeerRTT) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[32]
+	mi := &file_overlay_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2839,7 @@ func (x *PeerRTT) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerRTT.ProtoReflect.Descriptor instead.
 func (*PeerRTT) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{32}
+	return file_overlay_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PeerRTT) GetPeer() []byte {
@@ -2778,7 +2872,7 @@ type Reassign struct {
 
 func (x *Reassign) Reset() {
 	*x = Reassign{}
-	mi := &file_overlay_proto_msgTypes[33]
+	mi := &file_overlay_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +2884,7 @@ func (x *Reassign) String() string {
 func (*Reassign) ProtoMessage() {}
 
 func (x *Reassign) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[33]
+	mi := &file_overlay_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +2897,7 @@ func (x *Reassign) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reassign.ProtoReflect.Descriptor instead.
 func (*Reassign) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{33}
+	return file_overlay_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Reassign) GetSnapshot() []byte {
@@ -2856,7 +2950,7 @@ type BlockUpdate struct {
 
 func (x *BlockUpdate) Reset() {
 	*x = BlockUpdate{}
-	mi := &file_overlay_proto_msgTypes[34]
+	mi := &file_overlay_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +2962,7 @@ func (x *BlockUpdate) String() string {
 func (*BlockUpdate) ProtoMessage() {}
 
 func (x *BlockUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[34]
+	mi := &file_overlay_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +2975,7 @@ func (x *BlockUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockUpdate.ProtoReflect.Descriptor instead.
 func (*BlockUpdate) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{34}
+	return file_overlay_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BlockUpdate) GetSnapshot() []byte {
@@ -2925,7 +3019,7 @@ type BlockQuery struct {
 
 func (x *BlockQuery) Reset() {
 	*x = BlockQuery{}
-	mi := &file_overlay_proto_msgTypes[35]
+	mi := &file_overlay_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2937,7 +3031,7 @@ func (x *BlockQuery) String() string {
 func (*BlockQuery) ProtoMessage() {}
 
 func (x *BlockQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[35]
+	mi := &file_overlay_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2950,7 +3044,7 @@ func (x *BlockQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockQuery.ProtoReflect.Descriptor instead.
 func (*BlockQuery) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{35}
+	return file_overlay_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BlockQuery) GetSnapshot() []byte {
@@ -2984,7 +3078,7 @@ type BlockEntries struct {
 
 func (x *BlockEntries) Reset() {
 	*x = BlockEntries{}
-	mi := &file_overlay_proto_msgTypes[36]
+	mi := &file_overlay_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3090,7 @@ func (x *BlockEntries) String() string {
 func (*BlockEntries) ProtoMessage() {}
 
 func (x *BlockEntries) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[36]
+	mi := &file_overlay_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3103,7 @@ func (x *BlockEntries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockEntries.ProtoReflect.Descriptor instead.
 func (*BlockEntries) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{36}
+	return file_overlay_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *BlockEntries) GetEntries() []*BlockEntry {
@@ -3036,7 +3130,7 @@ type BlockEntry struct {
 
 func (x *BlockEntry) Reset() {
 	*x = BlockEntry{}
-	mi := &file_overlay_proto_msgTypes[37]
+	mi := &file_overlay_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3142,7 @@ func (x *BlockEntry) String() string {
 func (*BlockEntry) ProtoMessage() {}
 
 func (x *BlockEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[37]
+	mi := &file_overlay_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3155,7 @@ func (x *BlockEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockEntry.ProtoReflect.Descriptor instead.
 func (*BlockEntry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{37}
+	return file_overlay_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BlockEntry) GetRecord() *SignedRecord {
@@ -3100,7 +3194,7 @@ type Audit struct {
 
 func (x *Audit) Reset() {
 	*x = Audit{}
-	mi := &file_overlay_proto_msgTypes[38]
+	mi := &file_overlay_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3206,7 @@ func (x *Audit) String() string {
 func (*Audit) ProtoMessage() {}
 
 func (x *Audit) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[38]
+	mi := &file_overlay_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3219,7 @@ func (x *Audit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audit.ProtoReflect.Descriptor instead.
 func (*Audit) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{38}
+	return file_overlay_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Audit) GetSnapshot() []byte {
@@ -3173,7 +3267,7 @@ type AuditPrior struct {
 
 func (x *AuditPrior) Reset() {
 	*x = AuditPrior{}
-	mi := &file_overlay_proto_msgTypes[39]
+	mi := &file_overlay_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3185,7 +3279,7 @@ func (x *AuditPrior) String() string {
 func (*AuditPrior) ProtoMessage() {}
 
 func (x *AuditPrior) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[39]
+	mi := &file_overlay_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3198,7 +3292,7 @@ func (x *AuditPrior) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditPrior.ProtoReflect.Descriptor instead.
 func (*AuditPrior) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{39}
+	return file_overlay_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AuditPrior) GetUrl() string {
@@ -3229,7 +3323,7 @@ type AuditVerdict struct {
 
 func (x *AuditVerdict) Reset() {
 	*x = AuditVerdict{}
-	mi := &file_overlay_proto_msgTypes[40]
+	mi := &file_overlay_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3335,7 @@ func (x *AuditVerdict) String() string {
 func (*AuditVerdict) ProtoMessage() {}
 
 func (x *AuditVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[40]
+	mi := &file_overlay_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3348,7 @@ func (x *AuditVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditVerdict.ProtoReflect.Descriptor instead.
 func (*AuditVerdict) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{40}
+	return file_overlay_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AuditVerdict) GetResult() AuditVerdict_Result {
@@ -3308,7 +3402,7 @@ type Refetch struct {
 
 func (x *Refetch) Reset() {
 	*x = Refetch{}
-	mi := &file_overlay_proto_msgTypes[41]
+	mi := &file_overlay_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3320,7 +3414,7 @@ func (x *Refetch) String() string {
 func (*Refetch) ProtoMessage() {}
 
 func (x *Refetch) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[41]
+	mi := &file_overlay_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3333,7 +3427,7 @@ func (x *Refetch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refetch.ProtoReflect.Descriptor instead.
 func (*Refetch) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{41}
+	return file_overlay_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Refetch) GetUrl() string {
@@ -3360,7 +3454,7 @@ type Page struct {
 
 func (x *Page) Reset() {
 	*x = Page{}
-	mi := &file_overlay_proto_msgTypes[42]
+	mi := &file_overlay_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +3466,7 @@ func (x *Page) String() string {
 func (*Page) ProtoMessage() {}
 
 func (x *Page) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[42]
+	mi := &file_overlay_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +3479,7 @@ func (x *Page) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Page.ProtoReflect.Descriptor instead.
 func (*Page) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{42}
+	return file_overlay_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Page) GetPeer() []byte {
@@ -3462,7 +3556,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_overlay_proto_msgTypes[43]
+	mi := &file_overlay_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3474,7 +3568,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[43]
+	mi := &file_overlay_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3487,7 +3581,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{43}
+	return file_overlay_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AuditEntry) GetPeer() []byte {
@@ -3557,7 +3651,7 @@ var File_overlay_proto protoreflect.FileDescriptor
 
 const file_overlay_proto_rawDesc = "" +
 	"\n" +
-	"\roverlay.proto\x12\rmicra.overlay\"\xad\x0f\n" +
+	"\roverlay.proto\x12\rmicra.overlay\"\xe4\x0f\n" +
 	"\aMessage\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12/\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1b.micra.overlay.Message.TypeR\x04type\x12*\n" +
@@ -3597,7 +3691,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05audit\x18\x1a \x01(\v2\x14.micra.overlay.AuditR\x05audit\x12@\n" +
 	"\raudit_verdict\x18\x1b \x01(\v2\x1b.micra.overlay.AuditVerdictR\fauditVerdict\x120\n" +
 	"\arefetch\x18\x1c \x01(\v2\x16.micra.overlay.RefetchR\arefetch\x12'\n" +
-	"\x04page\x18\x1d \x01(\v2\x13.micra.overlay.PageR\x04page\"\xa5\x03\n" +
+	"\x04page\x18\x1d \x01(\v2\x13.micra.overlay.PageR\x04page\x12*\n" +
+	"\x05split\x18\x1e \x01(\v2\x14.micra.overlay.SplitR\x05split\"\xb0\x03\n" +
 	"\x04Type\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05ERROR\x10\x01\x12\x06\n" +
@@ -3633,7 +3728,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05AUDIT\x10\x19\x12\x11\n" +
 	"\rAUDIT_VERDICT\x10\x1a\x12\v\n" +
 	"\aREFETCH\x10\x1b\x12\b\n" +
-	"\x04PAGE\x10\x1c\"\xb7\x03\n" +
+	"\x04PAGE\x10\x1c\x12\t\n" +
+	"\x05SPLIT\x10\x1d\"\xb7\x03\n" +
 	"\x05Error\x12-\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x19.micra.overlay.Error.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12+\n" +
@@ -3686,10 +3782,11 @@ const file_overlay_proto_rawDesc = "" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\fR\x04addr\x12\x10\n" +
 	"\x03url\x18\x03 \x01(\tR\x03url\x12\x10\n" +
-	"\x03own\x18\x04 \x01(\bR\x03own\"A\n" +
+	"\x03own\x18\x04 \x01(\bR\x03own\"t\n" +
 	"\n" +
 	"Delegation\x123\n" +
-	"\x06record\x18\x01 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\"\xa0\x01\n" +
+	"\x06record\x18\x01 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\x121\n" +
+	"\x05parts\x18\x02 \x03(\v2\x1b.micra.overlay.SignedRecordR\x05parts\"\xa0\x01\n" +
 	"\tHeartbeat\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12-\n" +
 	"\x05shard\x18\x02 \x01(\v2\x17.micra.overlay.ShardRefR\x05shard\x12\x1a\n" +
@@ -3703,7 +3800,12 @@ const file_overlay_proto_rawDesc = "" +
 	"Redelegate\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12,\n" +
 	"\x06subnet\x18\x02 \x01(\v2\x14.micra.overlay.RangeR\x06subnet\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\\\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"r\n" +
+	"\x05Split\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\fR\x04addr\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12'\n" +
+	"\x0fobserved_micros\x18\x04 \x01(\x03R\x0eobservedMicros\"\\\n" +
 	"\x06Assign\x123\n" +
 	"\x06record\x18\x01 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\x12\x1d\n" +
 	"\n" +
@@ -3906,7 +4008,7 @@ func file_overlay_proto_rawDescGZIP() []byte {
 }
 
 var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_overlay_proto_goTypes = []any{
 	(Message_Type)(0),        // 0: micra.overlay.Message.Type
 	(Error_Code)(0),          // 1: micra.overlay.Error.Code
@@ -3927,37 +4029,38 @@ var file_overlay_proto_goTypes = []any{
 	(*Heartbeat)(nil),        // 16: micra.overlay.Heartbeat
 	(*HeartbeatAck)(nil),     // 17: micra.overlay.HeartbeatAck
 	(*Redelegate)(nil),       // 18: micra.overlay.Redelegate
-	(*Assign)(nil),           // 19: micra.overlay.Assign
-	(*Forward)(nil),          // 20: micra.overlay.Forward
-	(*ForwardAck)(nil),       // 21: micra.overlay.ForwardAck
-	(*Ack)(nil),              // 22: micra.overlay.Ack
-	(*BatchRef)(nil),         // 23: micra.overlay.BatchRef
-	(*Replicate)(nil),        // 24: micra.overlay.Replicate
-	(*Sync)(nil),             // 25: micra.overlay.Sync
-	(*SyncState)(nil),        // 26: micra.overlay.SyncState
-	(*OrgUpdate)(nil),        // 27: micra.overlay.OrgUpdate
-	(*OrgQuery)(nil),         // 28: micra.overlay.OrgQuery
-	(*OrgEntries)(nil),       // 29: micra.overlay.OrgEntries
-	(*ShardMeta)(nil),        // 30: micra.overlay.ShardMeta
-	(*Entry)(nil),            // 31: micra.overlay.Entry
-	(*ProbeEntry)(nil),       // 32: micra.overlay.ProbeEntry
-	(*LoadEntry)(nil),        // 33: micra.overlay.LoadEntry
-	(*Record)(nil),           // 34: micra.overlay.Record
-	(*OrgEntry)(nil),         // 35: micra.overlay.OrgEntry
-	(*Announce)(nil),         // 36: micra.overlay.Announce
-	(*SignedRecord)(nil),     // 37: micra.overlay.SignedRecord
-	(*PeerRTT)(nil),          // 38: micra.overlay.PeerRTT
-	(*Reassign)(nil),         // 39: micra.overlay.Reassign
-	(*BlockUpdate)(nil),      // 40: micra.overlay.BlockUpdate
-	(*BlockQuery)(nil),       // 41: micra.overlay.BlockQuery
-	(*BlockEntries)(nil),     // 42: micra.overlay.BlockEntries
-	(*BlockEntry)(nil),       // 43: micra.overlay.BlockEntry
-	(*Audit)(nil),            // 44: micra.overlay.Audit
-	(*AuditPrior)(nil),       // 45: micra.overlay.AuditPrior
-	(*AuditVerdict)(nil),     // 46: micra.overlay.AuditVerdict
-	(*Refetch)(nil),          // 47: micra.overlay.Refetch
-	(*Page)(nil),             // 48: micra.overlay.Page
-	(*AuditEntry)(nil),       // 49: micra.overlay.AuditEntry
+	(*Split)(nil),            // 19: micra.overlay.Split
+	(*Assign)(nil),           // 20: micra.overlay.Assign
+	(*Forward)(nil),          // 21: micra.overlay.Forward
+	(*ForwardAck)(nil),       // 22: micra.overlay.ForwardAck
+	(*Ack)(nil),              // 23: micra.overlay.Ack
+	(*BatchRef)(nil),         // 24: micra.overlay.BatchRef
+	(*Replicate)(nil),        // 25: micra.overlay.Replicate
+	(*Sync)(nil),             // 26: micra.overlay.Sync
+	(*SyncState)(nil),        // 27: micra.overlay.SyncState
+	(*OrgUpdate)(nil),        // 28: micra.overlay.OrgUpdate
+	(*OrgQuery)(nil),         // 29: micra.overlay.OrgQuery
+	(*OrgEntries)(nil),       // 30: micra.overlay.OrgEntries
+	(*ShardMeta)(nil),        // 31: micra.overlay.ShardMeta
+	(*Entry)(nil),            // 32: micra.overlay.Entry
+	(*ProbeEntry)(nil),       // 33: micra.overlay.ProbeEntry
+	(*LoadEntry)(nil),        // 34: micra.overlay.LoadEntry
+	(*Record)(nil),           // 35: micra.overlay.Record
+	(*OrgEntry)(nil),         // 36: micra.overlay.OrgEntry
+	(*Announce)(nil),         // 37: micra.overlay.Announce
+	(*SignedRecord)(nil),     // 38: micra.overlay.SignedRecord
+	(*PeerRTT)(nil),          // 39: micra.overlay.PeerRTT
+	(*Reassign)(nil),         // 40: micra.overlay.Reassign
+	(*BlockUpdate)(nil),      // 41: micra.overlay.BlockUpdate
+	(*BlockQuery)(nil),       // 42: micra.overlay.BlockQuery
+	(*BlockEntries)(nil),     // 43: micra.overlay.BlockEntries
+	(*BlockEntry)(nil),       // 44: micra.overlay.BlockEntry
+	(*Audit)(nil),            // 45: micra.overlay.Audit
+	(*AuditPrior)(nil),       // 46: micra.overlay.AuditPrior
+	(*AuditVerdict)(nil),     // 47: micra.overlay.AuditVerdict
+	(*Refetch)(nil),          // 48: micra.overlay.Refetch
+	(*Page)(nil),             // 49: micra.overlay.Page
+	(*AuditEntry)(nil),       // 50: micra.overlay.AuditEntry
 }
 var file_overlay_proto_depIdxs = []int32{
 	0,  // 0: micra.overlay.Message.type:type_name -> micra.overlay.Message.Type
@@ -3970,67 +4073,69 @@ var file_overlay_proto_depIdxs = []int32{
 	16, // 7: micra.overlay.Message.heartbeat:type_name -> micra.overlay.Heartbeat
 	17, // 8: micra.overlay.Message.heartbeat_ack:type_name -> micra.overlay.HeartbeatAck
 	18, // 9: micra.overlay.Message.redelegate:type_name -> micra.overlay.Redelegate
-	19, // 10: micra.overlay.Message.assign:type_name -> micra.overlay.Assign
-	20, // 11: micra.overlay.Message.forward:type_name -> micra.overlay.Forward
-	21, // 12: micra.overlay.Message.forward_ack:type_name -> micra.overlay.ForwardAck
-	22, // 13: micra.overlay.Message.ack:type_name -> micra.overlay.Ack
-	24, // 14: micra.overlay.Message.replicate:type_name -> micra.overlay.Replicate
-	25, // 15: micra.overlay.Message.sync:type_name -> micra.overlay.Sync
-	26, // 16: micra.overlay.Message.sync_state:type_name -> micra.overlay.SyncState
-	27, // 17: micra.overlay.Message.org_update:type_name -> micra.overlay.OrgUpdate
-	28, // 18: micra.overlay.Message.org_query:type_name -> micra.overlay.OrgQuery
-	29, // 19: micra.overlay.Message.org_entries:type_name -> micra.overlay.OrgEntries
-	39, // 20: micra.overlay.Message.reassign:type_name -> micra.overlay.Reassign
-	40, // 21: micra.overlay.Message.block_update:type_name -> micra.overlay.BlockUpdate
-	41, // 22: micra.overlay.Message.block_query:type_name -> micra.overlay.BlockQuery
-	42, // 23: micra.overlay.Message.block_entries:type_name -> micra.overlay.BlockEntries
-	44, // 24: micra.overlay.Message.audit:type_name -> micra.overlay.Audit
-	46, // 25: micra.overlay.Message.audit_verdict:type_name -> micra.overlay.AuditVerdict
-	47, // 26: micra.overlay.Message.refetch:type_name -> micra.overlay.Refetch
-	48, // 27: micra.overlay.Message.page:type_name -> micra.overlay.Page
-	1,  // 28: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
-	8,  // 29: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
-	2,  // 30: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
-	9,  // 31: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
-	9,  // 32: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
-	37, // 33: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
-	10, // 34: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
-	9,  // 35: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
-	9,  // 36: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
-	37, // 37: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
-	23, // 38: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
-	10, // 39: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
-	31, // 40: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
-	10, // 41: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
-	31, // 42: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
-	37, // 43: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
-	37, // 44: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
-	10, // 45: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
-	3,  // 46: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
-	9,  // 47: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
-	4,  // 48: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
-	9,  // 49: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
-	35, // 50: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
-	9,  // 51: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
-	38, // 52: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
-	9,  // 53: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
-	9,  // 54: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
-	9,  // 55: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
-	37, // 56: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
-	38, // 57: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
-	9,  // 58: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
-	9,  // 59: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
-	43, // 60: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
-	37, // 61: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
-	38, // 62: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
-	45, // 63: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
-	5,  // 64: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
-	48, // 65: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
-	66, // [66:66] is the sub-list for method output_type
-	66, // [66:66] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	20, // 10: micra.overlay.Message.assign:type_name -> micra.overlay.Assign
+	21, // 11: micra.overlay.Message.forward:type_name -> micra.overlay.Forward
+	22, // 12: micra.overlay.Message.forward_ack:type_name -> micra.overlay.ForwardAck
+	23, // 13: micra.overlay.Message.ack:type_name -> micra.overlay.Ack
+	25, // 14: micra.overlay.Message.replicate:type_name -> micra.overlay.Replicate
+	26, // 15: micra.overlay.Message.sync:type_name -> micra.overlay.Sync
+	27, // 16: micra.overlay.Message.sync_state:type_name -> micra.overlay.SyncState
+	28, // 17: micra.overlay.Message.org_update:type_name -> micra.overlay.OrgUpdate
+	29, // 18: micra.overlay.Message.org_query:type_name -> micra.overlay.OrgQuery
+	30, // 19: micra.overlay.Message.org_entries:type_name -> micra.overlay.OrgEntries
+	40, // 20: micra.overlay.Message.reassign:type_name -> micra.overlay.Reassign
+	41, // 21: micra.overlay.Message.block_update:type_name -> micra.overlay.BlockUpdate
+	42, // 22: micra.overlay.Message.block_query:type_name -> micra.overlay.BlockQuery
+	43, // 23: micra.overlay.Message.block_entries:type_name -> micra.overlay.BlockEntries
+	45, // 24: micra.overlay.Message.audit:type_name -> micra.overlay.Audit
+	47, // 25: micra.overlay.Message.audit_verdict:type_name -> micra.overlay.AuditVerdict
+	48, // 26: micra.overlay.Message.refetch:type_name -> micra.overlay.Refetch
+	49, // 27: micra.overlay.Message.page:type_name -> micra.overlay.Page
+	19, // 28: micra.overlay.Message.split:type_name -> micra.overlay.Split
+	1,  // 29: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
+	8,  // 30: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
+	2,  // 31: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
+	9,  // 32: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
+	9,  // 33: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
+	38, // 34: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
+	38, // 35: micra.overlay.Delegation.parts:type_name -> micra.overlay.SignedRecord
+	10, // 36: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
+	9,  // 37: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
+	9,  // 38: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
+	38, // 39: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
+	24, // 40: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
+	10, // 41: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
+	32, // 42: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
+	10, // 43: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
+	32, // 44: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
+	38, // 45: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
+	38, // 46: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
+	10, // 47: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
+	3,  // 48: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
+	9,  // 49: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
+	4,  // 50: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
+	9,  // 51: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
+	36, // 52: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
+	9,  // 53: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
+	39, // 54: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
+	9,  // 55: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
+	9,  // 56: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
+	9,  // 57: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
+	38, // 58: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
+	39, // 59: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
+	9,  // 60: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
+	9,  // 61: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
+	44, // 62: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
+	38, // 63: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
+	39, // 64: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
+	46, // 65: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
+	5,  // 66: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
+	49, // 67: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
+	68, // [68:68] is the sub-list for method output_type
+	68, // [68:68] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_overlay_proto_init() }
@@ -4044,7 +4149,7 @@ func file_overlay_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_overlay_proto_rawDesc), len(file_overlay_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
