@@ -49,6 +49,9 @@ type CalibrationConfig struct {
 	MaxServers int
 }
 
+// DefaultFarIncrease is CalibrationConfig.FarIncrease's default.
+const DefaultFarIncrease = 10 * time.Millisecond
+
 func (c CalibrationConfig) withDefaults() CalibrationConfig {
 	if c.Factor == 0 {
 		c.Factor = 2
@@ -69,7 +72,7 @@ func (c CalibrationConfig) withDefaults() CalibrationConfig {
 		c.FarFactor = 1.5
 	}
 	if c.FarIncrease == 0 {
-		c.FarIncrease = 10 * time.Millisecond
+		c.FarIncrease = DefaultFarIncrease
 	}
 	if c.FarFetches == 0 {
 		c.FarFetches = 2

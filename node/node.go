@@ -337,7 +337,7 @@ func (n *Node) build() error {
 func (n *Node) buildCrawler(loc *time.Location, windows []crawl.Window) error {
 	cfg := &n.cfg
 	var calCfg crawl.CalibrationConfig
-	if margin := defaultFarIncrease; n.opt.split == nil || *n.opt.split > 0 {
+	if margin := crawl.DefaultFarIncrease; n.opt.split == nil || *n.opt.split > 0 {
 		if n.opt.split != nil {
 			margin = *n.opt.split
 		}

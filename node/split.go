@@ -17,9 +17,8 @@ import (
 
 // Split limits.
 const (
-	splitQueue         = 256                   // far servers waiting for their search; more are dropped
-	splitLimit         = 2 * time.Minute       // one search
-	defaultFarIncrease = 10 * time.Millisecond // crawl.CalibrationConfig's default FarIncrease
+	splitQueue = 256             // far servers waiting for their search; more are dropped
+	splitLimit = 2 * time.Minute // one search
 )
 
 // wonRTT is the Calibrator's Reference: the RTT with which this node won

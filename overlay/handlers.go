@@ -98,6 +98,22 @@ func addrFromWire(b []byte) (netip.Addr, error) {
 	return a.Unmap(), nil
 }
 
+// checkAddrRequest checks the fields a request about a server address
+// carries (DELEGATE, SPLIT): the snapshot, the address and the URL's size.
+func (o *Overlay) checkAddrRequest(snapshot, addr []byte, url string) (netip.Addr, error) {
+	if err := o.coord.checkSnapshot(snapshot); err != nil {
+		return netip.Addr{}, err
+	}
+	a, err := addrFromWire(addr)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(url) > maxURLLen {
+		return netip.Addr{}, fmt.Errorf("%w: URL of %d bytes", ErrTooLarge, len(url))
+	}
+	return a, nil
+}
+
 func (o *Overlay) delegationMsg(sr *pb.SignedRecord) *pb.Message {
 	m := newMsg(pb.Message_DELEGATION)
 	m.Delegation = &pb.Delegation{Record: sr}
@@ -163,15 +179,9 @@ func (o *Overlay) handleResolve(ctx context.Context, from peer.ID, req *pb.Messa
 
 func (o *Overlay) handleDelegate(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
 	rq := req.GetDelegate()
-	if err := o.coord.checkSnapshot(rq.GetSnapshot()); err != nil {
-		return nil, err
-	}
-	a, err := addrFromWire(rq.GetAddr())
+	a, err := o.checkAddrRequest(rq.GetSnapshot(), rq.GetAddr(), rq.GetUrl())
 	if err != nil {
 		return nil, err
-	}
-	if len(rq.GetUrl()) > maxURLLen {
-		return nil, fmt.Errorf("%w: URL of %d bytes", ErrTooLarge, len(rq.GetUrl()))
 	}
 	id := o.tree.SmallestNonUnary(a)
 	if rq.GetOwn() && !o.inSubnet(ctx, from, id) {

@@ -430,8 +430,8 @@ func (o *Overlay) resolveReq(ctx context.Context, id subnet.ID, a netip.Addr, re
 	return d, true, nil
 }
 
-// checkDelegation verifies a delegation record received for subnet r.
-func (o *Overlay) checkDelegation(sr *pb.SignedRecord, r subnet.Range) (Delegation, error) {
+// openDelegation verifies a received delegation record.
+func (o *Overlay) openDelegation(sr *pb.SignedRecord) (Delegation, error) {
 	rec, err := openRecord(o.sid, sr)
 	if err != nil {
 		return Delegation{}, err
@@ -439,7 +439,15 @@ func (o *Overlay) checkDelegation(sr *pb.SignedRecord, r subnet.Range) (Delegati
 	if rec.GetKind() != pb.Record_DELEGATION {
 		return Delegation{}, fmt.Errorf("%w: not a delegation", ErrBadRecord)
 	}
-	d := delegationFrom(rec)
+	return delegationFrom(rec), nil
+}
+
+// checkDelegation verifies a delegation record received for subnet r.
+func (o *Overlay) checkDelegation(sr *pb.SignedRecord, r subnet.Range) (Delegation, error) {
+	d, err := o.openDelegation(sr)
+	if err != nil {
+		return Delegation{}, err
+	}
 	if d.Subnet != r {
 		return Delegation{}, fmt.Errorf("%w: record for %s, asked about %s", ErrBadRecord, d.Subnet, r)
 	}

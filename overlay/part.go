@@ -180,15 +180,9 @@ func (c *coordinator) split(sh *shard, id subnet.ID, a netip.Addr, url string, f
 // for the part holding addr to be searched apart.
 func (o *Overlay) handleSplit(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
 	rq := req.GetSplit()
-	if err := o.coord.checkSnapshot(rq.GetSnapshot()); err != nil {
-		return nil, err
-	}
-	a, err := addrFromWire(rq.GetAddr())
+	a, err := o.checkAddrRequest(rq.GetSnapshot(), rq.GetAddr(), rq.GetUrl())
 	if err != nil {
 		return nil, err
-	}
-	if len(rq.GetUrl()) > maxURLLen {
-		return nil, fmt.Errorf("%w: URL of %d bytes", ErrTooLarge, len(rq.GetUrl()))
 	}
 	observed := time.Duration(rq.GetObservedMicros()) * time.Microsecond
 	if observed <= 0 || observed > maxWonRTT {
@@ -254,17 +248,10 @@ func (o *Overlay) Split(ctx context.Context, url string, a netip.Addr, observed 
 // smallest non-unary range is id: it must delegate that range or a part of
 // it holding a.
 func (o *Overlay) checkHolding(sr *pb.SignedRecord, id subnet.ID, a netip.Addr) (Delegation, error) {
-	if sr == nil {
-		return Delegation{}, fmt.Errorf("%w: no record", ErrBadRecord)
-	}
-	rec, err := openRecord(o.sid, sr)
+	d, err := o.openDelegation(sr)
 	if err != nil {
 		return Delegation{}, err
 	}
-	if rec.GetKind() != pb.Record_DELEGATION {
-		return Delegation{}, fmt.Errorf("%w: not a delegation", ErrBadRecord)
-	}
-	d := delegationFrom(rec)
 	if d.Subnet == o.tree.Range(id) {
 		return d, nil
 	}
