@@ -23,6 +23,26 @@ var (
 	// ErrBadPart is returned when a part to delegate apart is not inside
 	// the range of the address it is searched for.
 	ErrBadPart = errors.New("not a part of the range")
+
+	// ErrBadRelease is returned for a release, or a release key, that does
+	// not follow its format.
+	ErrBadRelease = errors.New("malformed release")
+
+	// ErrUntrustedRelease is returned for a release not signed by a
+	// configured release key, or whose signature does not verify.
+	ErrUntrustedRelease = errors.New("untrusted release")
+
+	// ErrReleaseTime is returned for a release whose publication or
+	// activation time is out of bounds.
+	ErrReleaseTime = errors.New("release time out of bounds")
+
+	// ErrReleaseParent is returned for a release that does not replace the
+	// snapshot the node runs.
+	ErrReleaseParent = errors.New("release for another snapshot")
+
+	// ErrReleaseFile is returned for snapshot bytes that are not the file a
+	// release names.
+	ErrReleaseFile = errors.New("snapshot file does not match its release")
 )
 
 func errCorrupt(what string) error { return fmt.Errorf("%w: %s", ErrCorruptSnapshot, what) }

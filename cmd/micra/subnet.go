@@ -33,8 +33,17 @@ Commands:
          print the chain of ranges from the root to each address
   stats  [--snapshot FILE] [--json]
          print the shape and size of a snapshot
+  diff   [--json] [--examples N] OLD NEW
+         count the ranges unchanged, split, merged, removed and added between two snapshots
+  keygen --out FILE
+         make a release key for a network's snapshots
+  publish --key FILE --parent OLD [--activate WHEN] [--out FILE] SNAPSHOT
+         sign a release: SNAPSHOT replaces OLD on every node at WHEN
+  verify --keys KEY[,KEY] RELEASE [SNAPSHOT]
+         check a release's signature and times, and that SNAPSHOT is the file it names
 
-Without --snapshot, lookup and stats use the snapshot built into micra.`)
+Without --snapshot, lookup and stats use the snapshot built into micra; "builtin"
+names it where a command takes snapshot files.`)
 	}
 	if len(args) == 0 {
 		usage(stderr)
@@ -47,6 +56,14 @@ Without --snapshot, lookup and stats use the snapshot built into micra.`)
 		return subnetLookup(args[1:], stdout, stderr)
 	case "stats":
 		return subnetStats(args[1:], stdout, stderr)
+	case "diff":
+		return subnetDiff(args[1:], stdout, stderr)
+	case "keygen":
+		return subnetKeygen(args[1:], stdout, stderr)
+	case "publish":
+		return subnetPublish(args[1:], stdout, stderr)
+	case "verify":
+		return subnetVerify(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return nil
