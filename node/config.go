@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/subnet"
 )
 
 // Config is a volunteer node's configuration. Start from DefaultConfig; the
@@ -71,6 +73,11 @@ type Config struct {
 	// one); "" uses the snapshot built into micra. Every node of a network
 	// must use the same snapshot.
 	Snapshot string `toml:"snapshot"`
+	// SnapshotKeys are the public keys ("ed25519:BASE64", as "micra subnet
+	// keygen" prints them) whose signed snapshot releases this node takes,
+	// fetches, keeps (in data_dir/snapshots, at most two) and serves to
+	// its peers. None: releases are refused.
+	SnapshotKeys []string `toml:"snapshot_keys"`
 	// DNS is the address:port of the DNS server the crawler and the probes
 	// use; "" uses the system's resolver.
 	DNS string `toml:"dns"`
@@ -309,6 +316,9 @@ func (c *Config) Validate() error {
 			bad("dns %q is not an address:port like 127.0.0.53:53", c.DNS)
 		}
 	}
+	if _, err := c.releaseKeys(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.ResultShards < 1 || c.ResultShards > 1024 {
 		bad("result_shards must be 1 to 1024, got %d", c.ResultShards)
 	}
@@ -325,6 +335,21 @@ func (c *Config) Validate() error {
 		bad("batch_wait %q is not a duration between 1s and 1h, like 5m", c.BatchWait)
 	}
 	return errors.Join(errs...)
+}
+
+// releaseKeys parses SnapshotKeys.
+func (c *Config) releaseKeys() ([]ed25519.PublicKey, error) {
+	var keys []ed25519.PublicKey
+	var errs []error
+	for _, s := range c.SnapshotKeys {
+		k, err := subnet.ParseReleaseKey(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("snapshot_keys: %w", err))
+			continue
+		}
+		keys = append(keys, k)
+	}
+	return keys, errors.Join(errs...)
 }
 
 // ParseSize parses a byte size such as "2MiB", "10GB" or "4096"; "" and

@@ -6,35 +6,53 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"io"
 	"math"
 	"net/http"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/micra-net/micra/subnet"
 )
 
 // Status is everything the dashboard and "micra status" show about a
 // running node. The same value is served as JSON at /api/status and
 // rendered at /, so the page and the API cannot disagree.
 type Status struct {
-	Peer      string    `json:"peer"`     // libp2p peer id
-	Addrs     []string  `json:"addrs"`    // listen multiaddrs
-	Snapshot  string    `json:"snapshot"` // subnet snapshot id
-	Started   time.Time `json:"started"`  //
-	Now       time.Time `json:"now"`      //
-	Peers     int       `json:"peers"`    // connected peers
-	Shards    int       `json:"shards"`   // shards this node coordinates
-	Capacity  int       `json:"capacity"` // pages per day offered
-	Load      int       `json:"load"`     // pages per day delegated
-	Window    Window    `json:"window"`   //
-	Crawl     Crawl     `json:"crawl"`    //
-	Outbox    Outbox    `json:"outbox"`   //
-	Probes    Probes    `json:"probes"`   //
-	Audits    Audits    `json:"audits"`   //
-	Subnets   []Subnet  `json:"subnets"`  // delegated to this node, nearest first
-	Indexers  int       `json:"indexers"` // designated indexers known
-	Warnings  []string  `json:"warnings"` // conditions an operator should see
-	RateChart []Point   `json:"rate"`     // pages fetched per minute, oldest first
+	Peer     string    `json:"peer"`              // libp2p peer id
+	Addrs    []string  `json:"addrs"`             // listen multiaddrs
+	Snapshot string    `json:"snapshot"`          // subnet snapshot id
+	Started  time.Time `json:"started"`           //
+	Now      time.Time `json:"now"`               //
+	Peers    int       `json:"peers"`             // connected peers
+	Shards   int       `json:"shards"`            // shards this node coordinates
+	Capacity int       `json:"capacity"`          // pages per day offered
+	Load     int       `json:"load"`              // pages per day delegated
+	Window   Window    `json:"window"`            //
+	Crawl    Crawl     `json:"crawl"`             //
+	Outbox   Outbox    `json:"outbox"`            //
+	Probes   Probes    `json:"probes"`            //
+	Audits   Audits    `json:"audits"`            //
+	Subnets  []Subnet  `json:"subnets"`           // delegated to this node, nearest first
+	Indexers int       `json:"indexers"`          // designated indexers known
+	Release  *Release  `json:"release,omitempty"` // the release replacing the snapshot, when known
+	// ReleasesRefused counts snapshot releases refused (unsigned, signed
+	// by a key not in snapshot_keys, malformed or with times out of
+	// bounds), and ReleaseBadPeers peers that served a wrong snapshot file.
+	ReleasesRefused int64    `json:"releases_refused"`
+	ReleaseBadPeers int64    `json:"release_bad_peers"`
+	Warnings        []string `json:"warnings"` // conditions an operator should see
+	RateChart       []Point  `json:"rate"`     // pages fetched per minute, oldest first
+}
+
+// Release is a signed snapshot release that replaces the snapshot the node
+// runs.
+type Release struct {
+	Snapshot   string    `json:"snapshot"`
+	Activation time.Time `json:"activation"`
+	Ready      bool      `json:"ready"`   // its file is fetched and checked
+	Holders    int       `json:"holders"` // peers that announced holding the file
 }
 
 // Window is the state of the operator's crawl windows.
@@ -134,6 +152,47 @@ func Dashboard(status StatusFunc, token string, metrics http.Handler) http.Handl
 	}
 	return secure(mux, token)
 }
+
+// ReleaseFunc hands a signed snapshot release and its snapshot file to the
+// node, which checks both and spreads them (overlay.PublishRelease).
+type ReleaseFunc func(ctx context.Context, release, file []byte) error
+
+// ReleaseContentType is the content type of a POST to /api/release: the
+// release's subnet.ReleaseSize bytes, then the snapshot file. A type of its
+// own makes a browser ask before sending it cross-origin, so that a web
+// page cannot post to a dashboard on loopback.
+const ReleaseContentType = "application/x-micra-release"
+
+// ReleaseHandler serves POST /api/release (see ReleaseContentType) with
+// publish, behind the dashboard's token: 204 when the node took the
+// release, 400 with the reason when it did not.
+func ReleaseHandler(publish ReleaseFunc, token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/release", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Content-Type") != ReleaseContentType {
+			http.Error(w, "content type must be "+ReleaseContentType, http.StatusUnsupportedMediaType)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, subnet.ReleaseSize+maxReleaseUpload))
+		if err != nil {
+			http.Error(w, "reading the release: "+err.Error(), http.StatusRequestEntityTooLarge)
+			return
+		}
+		if len(body) <= subnet.ReleaseSize {
+			http.Error(w, fmt.Sprintf("%d bytes: a release (%d bytes) and its snapshot file are needed", len(body), subnet.ReleaseSize), http.StatusBadRequest)
+			return
+		}
+		if err := publish(r.Context(), body[:subnet.ReleaseSize], body[subnet.ReleaseSize:]); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return secure(mux, token)
+}
+
+// maxReleaseUpload bounds the snapshot file posted with a release.
+const maxReleaseUpload = 64 << 20
 
 // secure adds headers every response needs and checks the token.
 func secure(next http.Handler, token string) http.Handler {
@@ -262,7 +321,8 @@ table{border-collapse:collapse} td,th{padding:.2em .8em .2em 0;text-align:left;v
 .n{font-size:1.4em;font-weight:600}
 </style></head><body>
 <h1>micra node</h1>
-<p><code id="peer">{{.Peer}}</code><br><span class="muted">snapshot <code id="snapshot">{{.Snapshot}}</code> · up {{.Uptime}} · since {{when .Started}}</span></p>
+<p><code id="peer">{{.Peer}}</code><br><span class="muted">snapshot <code id="snapshot">{{.Snapshot}}</code> · up {{.Uptime}} · since {{when .Started}}</span>
+{{with .Release}}<br><span class="muted" id="release">next snapshot <code>{{.Snapshot}}</code> from {{when .Activation}} · {{if .Ready}}file ready{{else}}fetching its file ({{.Holders}} peers hold it){{end}}</span>{{end}}</p>
 {{range .Warnings}}<p class="warn">{{.}}</p>{{end}}
 <div class="grid">
 <div><div class="n" id="peers">{{.Peers}}</div>peers</div>

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/micra-net/micra/subnet"
 )
 
 func sampleStatus() Status {
@@ -177,4 +180,70 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatalf("no screenshot: %v", err)
 	}
 	t.Logf("screenshot: %s", shot)
+}
+
+// TestReleaseHandler: POST /api/release hands a release and its file to
+// the node; a wrong content type, a short or oversized body, a refusal by
+// the node and a missing token are answered with their reasons.
+func TestReleaseHandler(t *testing.T) {
+	var gotRel, gotFile []byte
+	publish := func(ctx context.Context, rel, file []byte) error {
+		if string(file) == "refuse" {
+			return errors.New("untrusted release: signed by someone else")
+		}
+		gotRel, gotFile = rel, file
+		return nil
+	}
+	const token = "0123456789abcdef"
+	srv := httptest.NewServer(ReleaseHandler(publish, token))
+	defer srv.Close()
+	post := func(ctype, tok string, body []byte) (int, string) {
+		req, _ := http.NewRequest("POST", srv.URL+"/api/release", bytes.NewReader(body))
+		req.Header.Set("Content-Type", ctype)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	rel := bytes.Repeat([]byte{1}, subnet.ReleaseSize)
+	body := append(bytes.Clone(rel), "snapshot bytes"...)
+	if code, msg := post(ReleaseContentType, token, body); code != http.StatusNoContent || !bytes.Equal(gotRel, rel) || string(gotFile) != "snapshot bytes" {
+		t.Fatalf("a release: %d %s", code, msg)
+	}
+	for _, c := range []struct {
+		name, ctype, token string
+		body               []byte
+		code               int
+		want               string
+	}{
+		{"no token", ReleaseContentType, "", body, http.StatusUnauthorized, "token"},
+		{"form post", "application/x-www-form-urlencoded", token, body, http.StatusUnsupportedMediaType, ReleaseContentType},
+		{"release only", ReleaseContentType, token, rel, http.StatusBadRequest, "snapshot file are needed"},
+		{"refused", ReleaseContentType, token, append(bytes.Clone(rel), "refuse"...), http.StatusBadRequest, "untrusted release"},
+		{"too large", ReleaseContentType, token, make([]byte, subnet.ReleaseSize+maxReleaseUpload+1), http.StatusRequestEntityTooLarge, "too large"},
+	} {
+		if code, msg := post(c.ctype, c.token, c.body); code != c.code || !strings.Contains(msg, c.want) {
+			t.Errorf("%s: %d %q, want %d with %q", c.name, code, msg, c.code, c.want)
+		}
+	}
+	// The page shows a pending release.
+	st := sampleStatus()
+	st.Release = &Release{Snapshot: "c0ffee", Activation: st.Now.Add(time.Hour), Holders: 3}
+	page := httptest.NewServer(Dashboard(func(context.Context) (Status, error) { return st, nil }, "", nil))
+	defer page.Close()
+	resp, err := http.Get(page.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `id="release">next snapshot <code>c0ffee</code>`) || !strings.Contains(string(b), "3 peers hold it") {
+		t.Errorf("page lacks the pending release:\n%s", b)
+	}
 }

@@ -310,6 +310,9 @@ func (n *Node) build() error {
 	if n.own.IsValid() {
 		oopts = append(oopts, overlay.OwnAddress(n.own))
 	}
+	if keys, _ := cfg.releaseKeys(); len(keys) > 0 { // validated
+		oopts = append(oopts, overlay.ReleaseKeys(filepath.Join(cfg.DataDir, "snapshots"), keys...))
+	}
 	if live, _ := time.ParseDuration(cfg.Liveness); live > 0 {
 		oopts = append(oopts, overlay.Liveness(live/10, live))
 		if live/4 < defaultMaintenance {

@@ -32,11 +32,18 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			Fetched: cs.Fetched, Records: cs.Records, Queued: cs.Queued, Outgoing: cs.Outgoing, Forwarded: cs.Forwarded, Hosts: cs.Hosts,
 			InFlight: cs.InFlight, Bytes: cs.WireBytes, Errors: cs.FetchErrors, RobotsDenied: cs.RobotsDenied,
 		},
-		Outbox:    Outbox{Batches: os.Batches, Bytes: os.Bytes, Cap: os.Cap, Acked: int64(os.Removed)},
-		Probes:    Probes{Run: n.probesRun.Load(), Issued: n.del.Stats().Probes},
-		Audits:    Audits{Judged: ovs.Audits, Refetched: ovs.Refetches, Convictions: ovs.Convictions, Convicted: []string{}},
-		Indexers:  os.Indexers,
-		RateChart: n.rate.points(),
+		Outbox:          Outbox{Batches: os.Batches, Bytes: os.Bytes, Cap: os.Cap, Acked: int64(os.Removed)},
+		Probes:          Probes{Run: n.probesRun.Load(), Issued: n.del.Stats().Probes},
+		Audits:          Audits{Judged: ovs.Audits, Refetched: ovs.Refetches, Convictions: ovs.Convictions, Convicted: []string{}},
+		Indexers:        os.Indexers,
+		RateChart:       n.rate.points(),
+		ReleasesRefused: ovs.ReleasesRefused, ReleaseBadPeers: ovs.ReleaseBadPeers,
+	}
+	if rs, ok := n.o.NextRelease(); ok {
+		st.Release = &Release{Snapshot: rs.Release.Snapshot.String(), Activation: rs.Release.Activation, Ready: rs.Ready, Holders: rs.Holders}
+		if !rs.Ready && rs.Release.Activation.Sub(now) < 5*time.Minute {
+			st.Warnings = append(st.Warnings, fmt.Sprintf("snapshot %s activates %s and its file is not fetched yet", rs.Release.Snapshot.Short(), rs.Release.Activation.Format(time.RFC3339)))
+		}
 	}
 	for _, p := range n.o.Convicted() {
 		st.Audits.Convicted = append(st.Audits.Convicted, p.String())
@@ -108,7 +115,7 @@ func (n *Node) serveDashboard() error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), n.collector())
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: 10 * time.Second})
 	n.dash = &http.Server{
-		Handler:           Dashboard(n.Status, n.cfg.DashboardToken, metrics),
+		Handler:           n.dashboardHandler(metrics),
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
 		IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
 	}
@@ -117,6 +124,15 @@ func (n *Node) serveDashboard() error {
 	go func() { n.dashDone <- n.dash.Serve(ln) }()
 	n.log.Info("dashboard", "url", "http://"+n.dashAddr+"/")
 	return nil
+}
+
+// dashboardHandler serves the dashboard, and POST /api/release.
+func (n *Node) dashboardHandler(metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	publish := func(ctx context.Context, release, file []byte) error { return n.o.PublishRelease(ctx, release, file) }
+	mux.Handle("POST /api/release", ReleaseHandler(publish, n.cfg.DashboardToken))
+	mux.Handle("/", Dashboard(n.Status, n.cfg.DashboardToken, metrics))
+	return mux
 }
 
 // collector exports the node's counters and gauges, read when scraped.

@@ -79,6 +79,9 @@ func (o *Overlay) readAnnouncements(sub *pubsub.Subscription) {
 				rtts[p] = r.GetRttMicros()
 			}
 		}
+		if len(a.GetRelease()) > 0 {
+			o.noteReleaseHolder(author, a.GetRelease())
+		}
 		now := time.Now()
 		o.mu.Lock()
 		if _, ok := o.peers[author]; ok || len(o.peers) < maxAnnouncedPeers {
@@ -97,7 +100,7 @@ func (o *Overlay) publishAnnounce(ctx context.Context) {
 	subnets := uint32(len(o.owned))
 	o.mu.Unlock()
 	a := &pb.Announce{Version: wireVersion, Snapshot: o.sid[:], Capacity: capacity, Load: load, Indexer: o.cfg.noCrawl,
-		AtMs: time.Now().UnixMilli(), Subnets: subnets, Rtts: o.measuredRTTs()}
+		AtMs: time.Now().UnixMilli(), Subnets: subnets, Rtts: o.measuredRTTs(), Release: o.releaseAnnounce()}
 	b, err := proto.Marshal(a)
 	if err != nil {
 		return

@@ -62,6 +62,15 @@
 // fingerprints; confirmed disagreements convict the author, whose subnets
 // are then re-delegated and whom later verdicts name convicted (audit.go).
 //
+// # Releases
+//
+// A network moves to new registry data by signed releases (subnet.Release):
+// nodes take those signed by a key given with ReleaseKeys, spread them on
+// TopicRelease and in the DHT (ReleaseNamespace), fetch the released
+// snapshot file in chunks from peers that hold it (ReleaseID), check it and
+// keep it for the switch (release.go; PublishRelease, NextRelease,
+// ReleasedTree).
+//
 // Everything received from peers is untrusted: frames are size-limited and
 // checked, records are verified against their writer's key, streams have
 // deadlines, and queues and tables are bounded.

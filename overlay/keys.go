@@ -15,6 +15,7 @@ import (
 //	                                              pb.Entry; kind is one decimal digit
 //	/overlay/mine/<b32 shard key>                 pb.ShardRef: a shard in which this node holds delegations
 //	/overlay/fwd/<b32 peer id>/<b32 batch id>     empty, with a TTL: forward batches already delivered
+//	/overlay/release/r/<b32 parent id>            a signed release (subnet.Release), by the snapshot it replaces
 //
 // Binary parts are base32 (RFC 4648, lowercase, unpadded), so no part holds
 // a '/'. Keys are built only in this file.
@@ -60,4 +61,8 @@ func ownedKey(rk []byte) []byte { return append(ownedPrefix(), b32.EncodeToStrin
 
 func forwardKey(from peer.ID, batch []byte) []byte {
 	return []byte(Prefix + "fwd/" + b32.EncodeToString([]byte(from)) + "/" + b32.EncodeToString(batch))
+}
+
+func releaseKey(parent [32]byte) []byte {
+	return []byte(Prefix + "release/r/" + b32.EncodeToString(parent[:]))
 }

@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,57 +15,63 @@ import (
 type Option func(*config) error
 
 type config struct {
-	log         *slog.Logger
-	prober      Prober
-	delegator   Delegator
-	forward     ForwardHandler
-	load        LoadFunc
-	anchorDepth int
-	replication int
-	heartbeat   time.Duration
-	liveness    time.Duration
-	maintain    time.Duration
-	closestTTL  time.Duration
-	cacheSize   int
-	cacheTTL    time.Duration
-	divPerCpl   int
-	divPerTable int
-	bootstrap   []peer.AddrInfo
-	publish     bool
-	announce    time.Duration
-	noCrawl     bool
-	ownAddr     netip.Addr
-	probeSched  ProbeSchedule
-	probeWait   time.Duration
-	redelegate  time.Duration
-	orgPublish  time.Duration
-	orgRefresh  time.Duration
-	rateLimits  *rateLimits // per-peer budgets of probe and forward requests (ratelimit.go)
-	audit       AuditConfig // how audits judge and convict (audit.go)
-	evidence    EvidenceOpener
-	refetcher   Refetcher
+	log           *slog.Logger
+	prober        Prober
+	delegator     Delegator
+	forward       ForwardHandler
+	load          LoadFunc
+	anchorDepth   int
+	replication   int
+	heartbeat     time.Duration
+	liveness      time.Duration
+	maintain      time.Duration
+	closestTTL    time.Duration
+	cacheSize     int
+	cacheTTL      time.Duration
+	divPerCpl     int
+	divPerTable   int
+	bootstrap     []peer.AddrInfo
+	publish       bool
+	announce      time.Duration
+	noCrawl       bool
+	ownAddr       netip.Addr
+	probeSched    ProbeSchedule
+	probeWait     time.Duration
+	redelegate    time.Duration
+	orgPublish    time.Duration
+	orgRefresh    time.Duration
+	rateLimits    *rateLimits // per-peer budgets of probe and forward requests (ratelimit.go)
+	audit         AuditConfig // how audits judge and convict (audit.go)
+	evidence      EvidenceOpener
+	refetcher     Refetcher
+	releaseKeys   []ed25519.PublicKey // keys whose snapshot releases this node takes (release.go)
+	releaseDir    string              // where released snapshot files are kept
+	releaseSpread time.Duration       // longest random wait before fetching a release's file
+	releaseCheck  time.Duration       // how often a node without a next release looks for one
 }
 
 func defaultConfig() config {
 	return config{
-		log:         slog.Default().With("subsystem", "overlay"),
-		load:        func() (uint64, uint64) { return 0, 0 },
-		replication: 3,                // the coordinator and two replicas survive one loss with a majority
-		heartbeat:   30 * time.Second, // crawlers tell their coordinators they are alive
-		liveness:    5 * time.Minute,  // ten missed heartbeats orphan a crawler's subnets
-		maintain:    15 * time.Second, // ownership, replica and liveness checks
-		closestTTL:  30 * time.Second, // cached closest-peer lists; a DHT lookup costs several round trips
-		cacheSize:   65536,            // resolved delegations kept per node (~200 bytes each)
-		cacheTTL:    10 * time.Minute, // a delegation changes rarely; stale entries are corrected by NOT_OWNER on forward
-		divPerCpl:   2,                // kad-dht's amino defaults: at most 2 peers per IP group per bucket
-		divPerTable: 3,                // and 3 per IP group in the whole table
-		publish:     true,
-		announce:    5 * time.Minute,
-		redelegate:  10 * time.Minute, // a subnet's node may ask for a new decision this often; probes cost every node asked
-		orgPublish:  10 * time.Second, // changes to an organisation index coalesce for this long before one DHT put
-		orgRefresh:  time.Hour,        // unchanged indexes are put again, reaching peers that became closest (records live 36 h)
-		rateLimits:  defaultRateLimits(),
-		audit:       AuditConfig{}.withDefaults(),
+		log:           slog.Default().With("subsystem", "overlay"),
+		load:          func() (uint64, uint64) { return 0, 0 },
+		replication:   3,                // the coordinator and two replicas survive one loss with a majority
+		heartbeat:     30 * time.Second, // crawlers tell their coordinators they are alive
+		liveness:      5 * time.Minute,  // ten missed heartbeats orphan a crawler's subnets
+		maintain:      15 * time.Second, // ownership, replica and liveness checks
+		closestTTL:    30 * time.Second, // cached closest-peer lists; a DHT lookup costs several round trips
+		cacheSize:     65536,            // resolved delegations kept per node (~200 bytes each)
+		cacheTTL:      10 * time.Minute, // a delegation changes rarely; stale entries are corrected by NOT_OWNER on forward
+		divPerCpl:     2,                // kad-dht's amino defaults: at most 2 peers per IP group per bucket
+		divPerTable:   3,                // and 3 per IP group in the whole table
+		publish:       true,
+		announce:      5 * time.Minute,
+		redelegate:    10 * time.Minute, // a subnet's node may ask for a new decision this often; probes cost every node asked
+		orgPublish:    10 * time.Second, // changes to an organisation index coalesce for this long before one DHT put
+		orgRefresh:    time.Hour,        // unchanged indexes are put again, reaching peers that became closest (records live 36 h)
+		rateLimits:    defaultRateLimits(),
+		audit:         AuditConfig{}.withDefaults(),
+		releaseSpread: 5 * time.Minute,  // a thousand nodes fetch a 15 MB file from ever more holders
+		releaseCheck:  10 * time.Minute, // a rejoining node finds a release within minutes
 	}
 }
 
@@ -278,6 +285,40 @@ func RedelegateInterval(d time.Duration) Option {
 			return fmt.Errorf("re-delegation interval %v is negative", d)
 		}
 		c.redelegate = d
+		return nil
+	}
+}
+
+// ReleaseKeys sets the keys whose signed snapshot releases this node takes,
+// stores, serves and passes on (subnet.Release), and the directory where
+// it keeps released snapshot files (at most two); releases signed by any
+// other key are refused. Default: none, every release refused.
+func ReleaseKeys(dir string, keys ...ed25519.PublicKey) Option {
+	return func(c *config) error {
+		if dir == "" && len(keys) > 0 {
+			return errors.New("release keys need a directory for the snapshot files")
+		}
+		c.releaseDir = dir
+		for _, k := range keys {
+			if len(k) != ed25519.PublicKeySize {
+				return fmt.Errorf("release key of %d bytes, want %d", len(k), ed25519.PublicKeySize)
+			}
+		}
+		c.releaseKeys = keys
+		return nil
+	}
+}
+
+// ReleaseTiming sets the longest random wait after a release is seen before
+// its snapshot file is fetched (default 5 min; shortened to half the time
+// left before the activation), and how often a node that knows no release
+// replacing its snapshot asks peers and the DHT for one (default 10 min).
+func ReleaseTiming(spread, check time.Duration) Option {
+	return func(c *config) error {
+		if spread < 0 || check < time.Second {
+			return fmt.Errorf("release timing needs a spread ≥ 0 and a check ≥ 1 s, got %v and %v", spread, check)
+		}
+		c.releaseSpread, c.releaseCheck = spread, check
 		return nil
 	}
 }

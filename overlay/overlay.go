@@ -44,6 +44,8 @@ type Overlay struct {
 	dht      *dht.IpfsDHT
 	ps       *pubsub.PubSub
 	announce *pubsub.Topic
+	releases *pubsub.Topic
+	rel      *releaseState // the release replacing the running snapshot (release.go)
 	coord    *coordinator
 	cache    *cache
 	handlers map[protocol.ID]map[pb.Message_Type]handler // dispatchTable, read-only after New
@@ -79,6 +81,7 @@ type Overlay struct {
 type counters struct {
 	requests, lookups, cacheHits, cacheMisses, redirects, puts atomic.Int64
 	audits, refetches, convictions                             atomic.Int64
+	releasesRefused, releaseBadPeers, releaseBytes             atomic.Int64
 }
 
 // Stats are cumulative counters of one overlay, for measurements.
@@ -92,6 +95,12 @@ type Stats struct {
 	Audits      int64 // audits judged as a coordinator (evidence verified)
 	Refetches   int64 // pages fetched afresh for audits, as an auditor
 	Convictions int64 // nodes convicted by audits, as a coordinator
+	// Releases: refused (unsigned, untrusted, malformed, out-of-bounds
+	// times, too large), peers that served a wrong snapshot file, and
+	// snapshot file bytes fetched.
+	ReleasesRefused int64
+	ReleaseBadPeers int64
+	ReleaseBytes    int64
 }
 
 // Stats returns the counters so far.
@@ -101,6 +110,8 @@ func (o *Overlay) Stats() Stats {
 		CacheHits: o.stats.cacheHits.Load(), CacheMisses: o.stats.cacheMisses.Load(),
 		Redirects: o.stats.redirects.Load(), Puts: o.stats.puts.Load(),
 		Audits: o.stats.audits.Load(), Refetches: o.stats.refetches.Load(), Convictions: o.stats.convictions.Load(),
+		ReleasesRefused: o.stats.releasesRefused.Load(), ReleaseBadPeers: o.stats.releaseBadPeers.Load(),
+		ReleaseBytes: o.stats.releaseBytes.Load(),
 	}
 }
 
@@ -141,6 +152,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		coordFor:     map[[32]byte]peer.ID{},
 		auditLimit:   newPeerLimiter(cfg.audit.AuditRate, float64(cfg.audit.AuditBurst)),
 		refetchLimit: newPeerLimiter(cfg.audit.RefetchRate, float64(cfg.audit.RefetchBurst)),
+		rel:          newReleaseState(),
 	}
 	o.ownDone.Store(!cfg.ownAddr.IsValid())
 	o.ctx, o.cancel = context.WithCancel(context.Background())
@@ -158,6 +170,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		validators[ns] = v
 	}
 	o.orgValidator = validators[OrgNamespace].(RecordValidator)
+	validators[ReleaseNamespace] = releaseValidator{keys: cfg.releaseKeys}
 	dopts := []dht.Option{
 		dht.Mode(dht.ModeServer),
 		dht.ProtocolPrefix(DHTPrefix),
@@ -188,6 +201,15 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	if o.announce, err = o.ps.Join(TopicAnnounce); err != nil {
 		return nil, err
 	}
+	if err := o.ps.RegisterTopicValidator(TopicRelease, o.validateRelease); err != nil {
+		return nil, err
+	}
+	if o.releases, err = o.ps.Join(TopicRelease); err != nil {
+		return nil, err
+	}
+	if err := o.loadReleases(); err != nil {
+		return nil, err
+	}
 	if o.coord, err = newCoordinator(o); err != nil {
 		return nil, err
 	}
@@ -203,12 +225,19 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	h.SetStreamHandler(ForwardID, o.serve(forwardSpec, o.handlers[ForwardID]))
 	h.SetStreamHandler(ReplicateID, o.serveReplicate())
 	h.SetStreamHandler(AuditID, o.serve(auditSpec, o.handlers[AuditID]))
+	h.SetStreamHandler(ReleaseID, o.serve(releaseSpec, o.handlers[ReleaseID]))
 
 	sub, err := o.announce.Subscribe(pubsub.WithBufferSize(64))
 	if err != nil {
 		return nil, err
 	}
 	o.wg.Go(func() { o.readAnnouncements(sub) })
+	rsub, err := o.releases.Subscribe(pubsub.WithBufferSize(8))
+	if err != nil {
+		return nil, err
+	}
+	o.wg.Go(func() { o.readReleases(rsub) })
+	o.wg.Go(o.releaseLoop)
 	o.wg.Go(func() { o.coord.notifier(o.ctx) })
 	o.wg.Go(func() { o.coord.refresher(o.ctx) })
 	o.wg.Go(o.askAgainLoop)
@@ -310,7 +339,7 @@ func (o *Overlay) Tree() *subnet.Tree { return o.tree }
 // first result.
 func (o *Overlay) Close() error {
 	o.closeOnce.Do(func() {
-		for _, id := range []string{string(ProbeID), string(CoordinateID), string(ForwardID), string(ReplicateID), string(AuditID)} {
+		for _, id := range []string{string(ProbeID), string(CoordinateID), string(ForwardID), string(ReplicateID), string(AuditID), string(ReleaseID)} {
 			o.h.RemoveStreamHandler(protocolID(id))
 		}
 		o.cancel()
@@ -321,6 +350,9 @@ func (o *Overlay) Close() error {
 		var errs []error
 		if o.announce != nil {
 			errs = append(errs, o.announce.Close())
+		}
+		if o.releases != nil {
+			errs = append(errs, o.releases.Close())
 		}
 		o.netCancel()
 		if o.dht != nil {
@@ -753,6 +785,10 @@ func (o *Overlay) dispatchTable() map[protocol.ID]map[pb.Message_Type]handler {
 		AuditID: {
 			pb.Message_AUDIT:   o.handleAudit,
 			pb.Message_REFETCH: o.handleRefetch,
+		},
+		ReleaseID: {
+			pb.Message_RELEASE_QUERY: o.handleReleaseQuery,
+			pb.Message_CHUNK_QUERY:   o.handleChunkQuery,
 		},
 	}
 }

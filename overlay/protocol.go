@@ -26,6 +26,9 @@ const (
 	// result record (AUDIT), and the coordinator has nodes near the subnet
 	// fetch the page afresh (REFETCH).
 	AuditID protocol.ID = "/micra/audit/1.0.0"
+	// ReleaseID: the release replacing a snapshot (RELEASE_QUERY), and
+	// chunks of a released snapshot file (CHUNK_QUERY); see release.go.
+	ReleaseID protocol.ID = "/micra/release/1.0.0"
 
 	// DHTPrefix is the Kademlia protocol prefix: micra's DHT speaks
 	// /micra/kad/1.0.0 and never joins the IPFS network.
@@ -37,6 +40,9 @@ const (
 const (
 	// TopicAnnounce carries node announcements (pb.Announce).
 	TopicAnnounce = "/micra/announce/1"
+	// TopicRelease carries signed snapshot releases (subnet.Release's
+	// encoding).
+	TopicRelease = "/micra/release/1"
 )
 
 // Record namespaces in the DHT. Keys are "/<namespace>/<hex snapshot id>/..."
@@ -48,6 +54,10 @@ const (
 	// OrgNamespace holds one index record per organisation, signed by the
 	// organisation shard's coordinator.
 	OrgNamespace = "micra-org"
+	// ReleaseNamespace holds the signed release replacing each snapshot,
+	// under "/micra-release/<hex parent id>" (ReleaseKey); not
+	// snapshot-scoped, since it links one snapshot to the next.
+	ReleaseNamespace = "micra-release"
 )
 
 // Wire version of pb.Message and pb.Record; this build speaks only it.
@@ -56,13 +66,14 @@ const wireVersion = 1
 // Size limits of one frame, per protocol, in bytes. Frames are
 // varint-length-delimited; a longer frame is refused before it is read.
 const (
-	maxProbeMsg     = 4 << 10   // one URL (browsers cap URLs near 2 KiB) and a result
-	maxCoordMsg     = 256 << 10 // a heartbeat answer lists up to 4096 subnets of ~40 bytes
-	maxForwardMsg   = 1 << 20   // up to maxForwardURLs URLs of up to maxURLLen bytes, typically far less
-	maxReplicateMsg = 2 << 20   // a chunk of up to maxEntriesPerMsg entries
-	maxAnnounceMsg  = 4 << 10   // a pb.Announce is ~60 bytes and up to 48 RTTs of ~45
-	maxRecordSize   = 64 << 10  // a DHT record: an org index of up to maxOrgEntries entries
-	maxAuditMsg     = 4 << 20   // an AUDIT carries a whole signed result batch as evidence (node default: 256 KiB of records before compression)
+	maxProbeMsg     = 4 << 10              // one URL (browsers cap URLs near 2 KiB) and a result
+	maxCoordMsg     = 256 << 10            // a heartbeat answer lists up to 4096 subnets of ~40 bytes
+	maxForwardMsg   = 1 << 20              // up to maxForwardURLs URLs of up to maxURLLen bytes, typically far less
+	maxReplicateMsg = 2 << 20              // a chunk of up to maxEntriesPerMsg entries
+	maxAnnounceMsg  = 4 << 10              // a pb.Announce is ~60 bytes and up to 48 RTTs of ~45
+	maxRecordSize   = 64 << 10             // a DHT record: an org index of up to maxOrgEntries entries
+	maxAuditMsg     = 4 << 20              // an AUDIT carries a whole signed result batch as evidence (node default: 256 KiB of records before compression)
+	maxReleaseMsg   = releaseChunk + 1<<10 // a CHUNK of a snapshot file
 
 	maxURLLen        = 2048
 	maxForwardURLs   = 1024
@@ -93,4 +104,5 @@ const (
 	svcAck        = "micra.ack" // results' acknowledgements (results.AckID); its limits are set here with the host's
 	svcReplicate  = "micra.replicate"
 	svcAudit      = "micra.audit"
+	svcRelease    = "micra.release"
 )

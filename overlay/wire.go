@@ -35,6 +35,7 @@ var (
 	forwardSpec   = spec{ForwardID, svcForward, maxForwardMsg, shortDeadline}
 	replicateSpec = spec{ReplicateID, svcReplicate, maxReplicateMsg, syncDeadline}
 	auditSpec     = spec{AuditID, svcAudit, maxAuditMsg, auditDeadline}
+	releaseSpec   = spec{ReleaseID, svcRelease, maxReleaseMsg, syncDeadline}
 )
 
 // payloadFields maps each message type but OK to its payload field: the

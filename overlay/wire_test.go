@@ -208,6 +208,9 @@ func FuzzDecodeMessage(f *testing.F) {
 			Priors: []*pb.AuditPrior{{Url: "http://y/", Evidence: []byte{2}}}}},
 		{Version: 1, Type: pb.Message_AUDIT_VERDICT, AuditVerdict: &pb.AuditVerdict{Result: pb.AuditVerdict_AGREE, Pages: []*pb.Page{{Peer: []byte("p"), Distance: 3}}}},
 		{Version: 1, Type: pb.Message_PAGE, Page: &pb.Page{Url: "http://x/", Status: 200, Fingerprint: 7}},
+		{Version: 1, Type: pb.Message_RELEASE_QUERY, ReleaseQuery: &pb.ReleaseQuery{Parent: make([]byte, 32)}},
+		{Version: 1, Type: pb.Message_CHUNK_QUERY, ChunkQuery: &pb.ChunkQuery{Snapshot: make([]byte, 32), Offset: releaseChunk, Length: 10}},
+		{Version: 1, Type: pb.Message_CHUNK, Chunk: &pb.Chunk{Data: []byte{1, 2}, Size: 2}},
 	} {
 		b, _ := proto.Marshal(m)
 		f.Add(b)

@@ -55,6 +55,7 @@ var nodeFlags = map[string]string{
 	"outbox_cap":             "most results kept for indexers, a `SIZE`; at the cap crawling pauses",
 	"memory_limit":           "soft memory limit of the process, a `SIZE` (0: none)",
 	"snapshot":               "subnet snapshot `FILE` (default: the one built into micra; every node of a network must use the same)",
+	"snapshot_keys":          "release `KEYS` (ed25519:BASE64, comma-separated) whose signed snapshot releases this node fetches, keeps and serves",
 	"dns":                    "`ADDR:PORT` of the DNS server for crawling and probing (default: the system's resolver)",
 	"threshold":              "IPMicra's probing threshold, a `DURATION` like 50ms",
 	"result_shards":          "`N` result topics network-wide (nodes and indexers must agree)",
@@ -140,7 +141,7 @@ func tomlView(c node.Config) map[string]any {
 		"capacity": c.Capacity, "windows": c.Windows, "timezone": c.Timezone, "bandwidth": c.Bandwidth,
 		"daily_transfer": c.DailyTransfer, "allow_private_networks": c.AllowPrivateNetworks, "allow_ports": c.AllowPorts,
 		"log_level": c.LogLevel, "dashboard": c.Dashboard, "dashboard_token": c.DashboardToken, "indexers": c.Indexers,
-		"outbox_cap": c.OutboxCap, "memory_limit": c.MemoryLimit, "snapshot": c.Snapshot, "dns": c.DNS,
+		"outbox_cap": c.OutboxCap, "memory_limit": c.MemoryLimit, "snapshot": c.Snapshot, "snapshot_keys": c.SnapshotKeys, "dns": c.DNS,
 		"threshold": c.Threshold, "result_shards": c.ResultShards, "liveness": c.Liveness, "batch_wait": c.BatchWait,
 	}
 	return out
@@ -259,6 +260,16 @@ func printStatus(w io.Writer, st node.Status) {
 		row("address", "%s", a)
 	}
 	row("up", "%v (snapshot %s)", st.Now.Sub(st.Started).Round(time.Second), st.Snapshot)
+	if r := st.Release; r != nil {
+		file := "file ready"
+		if !r.Ready {
+			file = fmt.Sprintf("fetching its file (%d peers hold it)", r.Holders)
+		}
+		row("next snapshot", "%s from %s, %s", r.Snapshot, r.Activation.Format(time.RFC3339), file)
+	}
+	if st.ReleasesRefused > 0 || st.ReleaseBadPeers > 0 {
+		row("releases", "%d refused, %d peers served wrong snapshot files", st.ReleasesRefused, st.ReleaseBadPeers)
+	}
 	row("peers", "%d", st.Peers)
 	row("shards coordinated", "%d", st.Shards)
 	row("capacity", "%d pages/day, load %d", st.Capacity, st.Load)

@@ -1,16 +1,20 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"crypto/ed25519"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/micra-net/micra/node"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -214,6 +218,55 @@ func subnetPublish(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "wrote %s\n", *out)
 	printRelease(stdout, r)
+	return nil
+}
+
+func subnetOffer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("subnet offer", "[flags] RELEASE SNAPSHOT", stderr)
+	addr := fs.String("dashboard", node.DefaultConfig().Dashboard, "`ADDR` of the dashboard of the node that spreads the release (also $MICRA_DASHBOARD)")
+	token := fs.String("token", "", "the dashboard's `TOKEN`, if it has one (also $MICRA_DASHBOARD_TOKEN)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		fs.Usage()
+		return fmt.Errorf("%w: a release and its snapshot file are needed", errUsage)
+	}
+	a, tok := *addr, *token
+	if v := os.Getenv("MICRA_DASHBOARD"); v != "" && !flagSet(fs, "dashboard") {
+		a = v
+	}
+	if v := os.Getenv("MICRA_DASHBOARD_TOKEN"); v != "" && tok == "" {
+		tok = v
+	}
+	rel, err := readBounded(fs.Arg(0), subnet.ReleaseSize)
+	if err != nil {
+		return err
+	}
+	file, err := readBounded(fs.Arg(1), subnet.MaxSnapshotSize)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+a+"/api/release", bytes.NewReader(append(rel, file...)))
+	if err != nil {
+		return fmt.Errorf("%w: --dashboard %q: %v", errUsage, a, err)
+	}
+	req.Header.Set("Content-Type", node.ReleaseContentType)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("no node answers at %s (is \"micra node\" running, with --dashboard %s?): %w", a, a, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("%s refused the release: %s: %s", a, resp.Status, strings.TrimSpace(string(body)))
+	}
+	fmt.Fprintf(stdout, "the node at %s took the release and spreads it\n", a)
 	return nil
 }
 

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/micra-net/micra/node"
 )
 
 // importSnap builds a snapshot from one delegated file's records.
@@ -105,5 +111,48 @@ func TestSubnetDiffAndRelease(t *testing.T) {
 	}
 	if _, err := os.Stat(rel + "2"); err == nil {
 		t.Error("a refused release was written")
+	}
+}
+
+// TestSubnetOffer hands a release to a node's dashboard API, which takes
+// or refuses it.
+func TestSubnetOffer(t *testing.T) {
+	dir := t.TempDir()
+	snap := importSnap(t, dir, "next", "apnic|AU|ipv4|10.0.0.0|256|20000101|allocated")
+	key := filepath.Join(dir, "k")
+	if code, _, errs := runCmd(t, "subnet", "keygen", "--out", key); code != 0 {
+		t.Fatal(errs)
+	}
+	rel := filepath.Join(dir, "next.release")
+	if code, _, errs := runCmd(t, "subnet", "publish", "--key", key, "--parent", "builtin", "--out", rel, snap); code != 0 {
+		t.Fatal(errs)
+	}
+	var got []byte
+	refuse := false
+	publish := func(ctx context.Context, r, file []byte) error {
+		if refuse {
+			return errors.New("untrusted release")
+		}
+		got = append(bytes.Clone(r), file...)
+		return nil
+	}
+	srv := httptest.NewServer(node.ReleaseHandler(publish, "0123456789abcdef"))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	code, out, errs := runCmd(t, "subnet", "offer", "--dashboard", addr, "--token", "0123456789abcdef", rel, snap)
+	want, _ := os.ReadFile(rel)
+	file, _ := os.ReadFile(snap)
+	if code != 0 || !strings.Contains(out, "took the release") || !bytes.Equal(got, append(want, file...)) {
+		t.Fatalf("offer: exit %d %s %s", code, out, errs)
+	}
+	refuse = true
+	if code, _, errs := runCmd(t, "subnet", "offer", "--dashboard", addr, "--token", "0123456789abcdef", rel, snap); code != 1 || !strings.Contains(errs, "untrusted release") {
+		t.Errorf("refused offer: exit %d %s", code, errs)
+	}
+	if code, _, errs := runCmd(t, "subnet", "offer", "--dashboard", addr, rel, snap); code != 1 || !strings.Contains(errs, "token") {
+		t.Errorf("offer without the token: exit %d %s", code, errs)
+	}
+	if code, _, _ := runCmd(t, "subnet", "offer", "--dashboard", addr, snap, snap); code != 1 {
+		t.Errorf("a snapshot as the release: exit %d", code)
 	}
 }

@@ -41,6 +41,8 @@ Commands:
          sign a release: SNAPSHOT replaces OLD on every node at WHEN
   verify --keys KEY[,KEY] RELEASE [SNAPSHOT]
          check a release's signature and times, and that SNAPSHOT is the file it names
+  offer  [--dashboard ADDR] [--token T] RELEASE SNAPSHOT
+         hand a release to a running node, which checks it and spreads it over the network
 
 Without --snapshot, lookup and stats use the snapshot built into micra; "builtin"
 names it where a command takes snapshot files.`)
@@ -64,6 +66,8 @@ names it where a command takes snapshot files.`)
 		return subnetPublish(args[1:], stdout, stderr)
 	case "verify":
 		return subnetVerify(args[1:], stdout, stderr)
+	case "offer":
+		return subnetOffer(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
 		return nil

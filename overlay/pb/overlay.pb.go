@@ -57,6 +57,10 @@ const (
 	Message_REFETCH       Message_Type = 27 // refetch: fetch a page afresh for an audit; answered with PAGE
 	Message_PAGE          Message_Type = 28 // page
 	Message_SPLIT         Message_Type = 29 // split: the holder of a range asks for a part of it to be delegated apart; answered with DELEGATION
+	Message_RELEASE_QUERY Message_Type = 30 // release_query: the release replacing a snapshot; answered with RELEASE
+	Message_RELEASE       Message_Type = 31 // release
+	Message_CHUNK_QUERY   Message_Type = 32 // chunk_query: bytes of a released snapshot file; answered with CHUNK
+	Message_CHUNK         Message_Type = 33 // chunk
 )
 
 // Enum value maps for Message_Type.
@@ -92,6 +96,10 @@ var (
 		27: "REFETCH",
 		28: "PAGE",
 		29: "SPLIT",
+		30: "RELEASE_QUERY",
+		31: "RELEASE",
+		32: "CHUNK_QUERY",
+		33: "CHUNK",
 	}
 	Message_Type_value = map[string]int32{
 		"UNKNOWN":       0,
@@ -124,6 +132,10 @@ var (
 		"REFETCH":       27,
 		"PAGE":          28,
 		"SPLIT":         29,
+		"RELEASE_QUERY": 30,
+		"RELEASE":       31,
+		"CHUNK_QUERY":   32,
+		"CHUNK":         33,
 	}
 )
 
@@ -496,6 +508,10 @@ type Message struct {
 	Refetch       *Refetch      `protobuf:"bytes,28,opt,name=refetch,proto3" json:"refetch,omitempty"`
 	Page          *Page         `protobuf:"bytes,29,opt,name=page,proto3" json:"page,omitempty"`
 	Split         *Split        `protobuf:"bytes,30,opt,name=split,proto3" json:"split,omitempty"`
+	ReleaseQuery  *ReleaseQuery `protobuf:"bytes,31,opt,name=release_query,json=releaseQuery,proto3" json:"release_query,omitempty"`
+	Release       *Release      `protobuf:"bytes,32,opt,name=release,proto3" json:"release,omitempty"`
+	ChunkQuery    *ChunkQuery   `protobuf:"bytes,33,opt,name=chunk_query,json=chunkQuery,proto3" json:"chunk_query,omitempty"`
+	Chunk         *Chunk        `protobuf:"bytes,34,opt,name=chunk,proto3" json:"chunk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -736,6 +752,34 @@ func (x *Message) GetPage() *Page {
 func (x *Message) GetSplit() *Split {
 	if x != nil {
 		return x.Split
+	}
+	return nil
+}
+
+func (x *Message) GetReleaseQuery() *ReleaseQuery {
+	if x != nil {
+		return x.ReleaseQuery
+	}
+	return nil
+}
+
+func (x *Message) GetRelease() *Release {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+func (x *Message) GetChunkQuery() *ChunkQuery {
+	if x != nil {
+		return x.ChunkQuery
+	}
+	return nil
+}
+
+func (x *Message) GetChunk() *Chunk {
+	if x != nil {
+		return x.Chunk
 	}
 	return nil
 }
@@ -2660,6 +2704,7 @@ type Announce struct {
 	AtMs          int64                  `protobuf:"varint,6,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	Subnets       uint32                 `protobuf:"varint,7,opt,name=subnets,proto3" json:"subnets,omitempty"` // subnets the node crawls
 	Rtts          []*PeerRTT             `protobuf:"bytes,8,rep,name=rtts,proto3" json:"rtts,omitempty"`        // its measured RTTs to other peers, at most 48
+	Release       []byte                 `protobuf:"bytes,9,opt,name=release,proto3" json:"release,omitempty"`  // the snapshot id of a release whose file the node holds and serves (CHUNK_QUERY)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2746,6 +2791,13 @@ func (x *Announce) GetSubnets() uint32 {
 func (x *Announce) GetRtts() []*PeerRTT {
 	if x != nil {
 		return x.Rtts
+	}
+	return nil
+}
+
+func (x *Announce) GetRelease() []byte {
+	if x != nil {
+		return x.Release
 	}
 	return nil
 }
@@ -3647,11 +3699,215 @@ func (x *AuditEntry) GetRecentN() uint32 {
 	return 0
 }
 
+// ReleaseQuery asks for the release that replaces the snapshot parent.
+type ReleaseQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        []byte                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"` // a snapshot id, 32 bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseQuery) Reset() {
+	*x = ReleaseQuery{}
+	mi := &file_overlay_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseQuery) ProtoMessage() {}
+
+func (x *ReleaseQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseQuery.ProtoReflect.Descriptor instead.
+func (*ReleaseQuery) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ReleaseQuery) GetParent() []byte {
+	if x != nil {
+		return x.Parent
+	}
+	return nil
+}
+
+// Release carries a signed release (subnet.Release's encoding).
+type Release struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Release       []byte                 `protobuf:"bytes,1,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Release) Reset() {
+	*x = Release{}
+	mi := &file_overlay_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Release) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Release) ProtoMessage() {}
+
+func (x *Release) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Release.ProtoReflect.Descriptor instead.
+func (*Release) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *Release) GetRelease() []byte {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+// ChunkQuery asks for length bytes of a released snapshot file from offset.
+type ChunkQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      []byte                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"` // the snapshot id the release names
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint32                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"` // at most the protocol's chunk size
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkQuery) Reset() {
+	*x = ChunkQuery{}
+	mi := &file_overlay_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkQuery) ProtoMessage() {}
+
+func (x *ChunkQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkQuery.ProtoReflect.Descriptor instead.
+func (*ChunkQuery) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ChunkQuery) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *ChunkQuery) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ChunkQuery) GetLength() uint32 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+// Chunk is a piece of a released snapshot file.
+type Chunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	Size          uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"` // of the whole file
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Chunk) Reset() {
+	*x = Chunk{}
+	mi := &file_overlay_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Chunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Chunk) ProtoMessage() {}
+
+func (x *Chunk) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
+func (*Chunk) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *Chunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *Chunk) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 var File_overlay_proto protoreflect.FileDescriptor
 
 const file_overlay_proto_rawDesc = "" +
 	"\n" +
-	"\roverlay.proto\x12\rmicra.overlay\"\xe4\x0f\n" +
+	"\roverlay.proto\x12\rmicra.overlay\"\xfc\x11\n" +
 	"\aMessage\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12/\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1b.micra.overlay.Message.TypeR\x04type\x12*\n" +
@@ -3692,7 +3948,12 @@ const file_overlay_proto_rawDesc = "" +
 	"\raudit_verdict\x18\x1b \x01(\v2\x1b.micra.overlay.AuditVerdictR\fauditVerdict\x120\n" +
 	"\arefetch\x18\x1c \x01(\v2\x16.micra.overlay.RefetchR\arefetch\x12'\n" +
 	"\x04page\x18\x1d \x01(\v2\x13.micra.overlay.PageR\x04page\x12*\n" +
-	"\x05split\x18\x1e \x01(\v2\x14.micra.overlay.SplitR\x05split\"\xb0\x03\n" +
+	"\x05split\x18\x1e \x01(\v2\x14.micra.overlay.SplitR\x05split\x12@\n" +
+	"\rrelease_query\x18\x1f \x01(\v2\x1b.micra.overlay.ReleaseQueryR\freleaseQuery\x120\n" +
+	"\arelease\x18  \x01(\v2\x16.micra.overlay.ReleaseR\arelease\x12:\n" +
+	"\vchunk_query\x18! \x01(\v2\x19.micra.overlay.ChunkQueryR\n" +
+	"chunkQuery\x12*\n" +
+	"\x05chunk\x18\" \x01(\v2\x14.micra.overlay.ChunkR\x05chunk\"\xec\x03\n" +
 	"\x04Type\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05ERROR\x10\x01\x12\x06\n" +
@@ -3729,7 +3990,11 @@ const file_overlay_proto_rawDesc = "" +
 	"\rAUDIT_VERDICT\x10\x1a\x12\v\n" +
 	"\aREFETCH\x10\x1b\x12\b\n" +
 	"\x04PAGE\x10\x1c\x12\t\n" +
-	"\x05SPLIT\x10\x1d\"\xb7\x03\n" +
+	"\x05SPLIT\x10\x1d\x12\x11\n" +
+	"\rRELEASE_QUERY\x10\x1e\x12\v\n" +
+	"\aRELEASE\x10\x1f\x12\x0f\n" +
+	"\vCHUNK_QUERY\x10 \x12\t\n" +
+	"\x05CHUNK\x10!\"\xb7\x03\n" +
 	"\x05Error\x12-\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x19.micra.overlay.Error.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12+\n" +
@@ -3909,7 +4174,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\tORG_INDEX\x10\x02\"L\n" +
 	"\bOrgEntry\x12,\n" +
 	"\x06subnet\x18\x01 \x01(\v2\x14.micra.overlay.RangeR\x06subnet\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\fR\x04node\"\xe5\x01\n" +
+	"\x04node\x18\x02 \x01(\fR\x04node\"\xff\x01\n" +
 	"\bAnnounce\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\fR\bsnapshot\x12\x1a\n" +
@@ -3918,7 +4183,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\aindexer\x18\x05 \x01(\bR\aindexer\x12\x13\n" +
 	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x18\n" +
 	"\asubnets\x18\a \x01(\rR\asubnets\x12*\n" +
-	"\x04rtts\x18\b \x03(\v2\x16.micra.overlay.PeerRTTR\x04rtts\"D\n" +
+	"\x04rtts\x18\b \x03(\v2\x16.micra.overlay.PeerRTTR\x04rtts\x12\x18\n" +
+	"\arelease\x18\t \x01(\fR\arelease\"D\n" +
 	"\fSignedRecord\x12\x16\n" +
 	"\x06record\x18\x01 \x01(\fR\x06record\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\"<\n" +
@@ -3993,7 +4259,19 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x16\n" +
 	"\x06judged\x18\a \x03(\x06R\x06judged\x12\x16\n" +
 	"\x06recent\x18\b \x01(\x06R\x06recent\x12\x19\n" +
-	"\brecent_n\x18\t \x01(\rR\arecentNB'Z%github.com/micra-net/micra/overlay/pbb\x06proto3"
+	"\brecent_n\x18\t \x01(\rR\arecentN\"&\n" +
+	"\fReleaseQuery\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\fR\x06parent\"#\n" +
+	"\aRelease\x12\x18\n" +
+	"\arelease\x18\x01 \x01(\fR\arelease\"X\n" +
+	"\n" +
+	"ChunkQuery\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\rR\x06length\"/\n" +
+	"\x05Chunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04sizeB'Z%github.com/micra-net/micra/overlay/pbb\x06proto3"
 
 var (
 	file_overlay_proto_rawDescOnce sync.Once
@@ -4008,7 +4286,7 @@ func file_overlay_proto_rawDescGZIP() []byte {
 }
 
 var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_overlay_proto_goTypes = []any{
 	(Message_Type)(0),        // 0: micra.overlay.Message.Type
 	(Error_Code)(0),          // 1: micra.overlay.Error.Code
@@ -4061,6 +4339,10 @@ var file_overlay_proto_goTypes = []any{
 	(*Refetch)(nil),          // 48: micra.overlay.Refetch
 	(*Page)(nil),             // 49: micra.overlay.Page
 	(*AuditEntry)(nil),       // 50: micra.overlay.AuditEntry
+	(*ReleaseQuery)(nil),     // 51: micra.overlay.ReleaseQuery
+	(*Release)(nil),          // 52: micra.overlay.Release
+	(*ChunkQuery)(nil),       // 53: micra.overlay.ChunkQuery
+	(*Chunk)(nil),            // 54: micra.overlay.Chunk
 }
 var file_overlay_proto_depIdxs = []int32{
 	0,  // 0: micra.overlay.Message.type:type_name -> micra.overlay.Message.Type
@@ -4092,50 +4374,54 @@ var file_overlay_proto_depIdxs = []int32{
 	48, // 26: micra.overlay.Message.refetch:type_name -> micra.overlay.Refetch
 	49, // 27: micra.overlay.Message.page:type_name -> micra.overlay.Page
 	19, // 28: micra.overlay.Message.split:type_name -> micra.overlay.Split
-	1,  // 29: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
-	8,  // 30: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
-	2,  // 31: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
-	9,  // 32: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
-	9,  // 33: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
-	38, // 34: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
-	38, // 35: micra.overlay.Delegation.parts:type_name -> micra.overlay.SignedRecord
-	10, // 36: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
-	9,  // 37: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
-	9,  // 38: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
-	38, // 39: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
-	24, // 40: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
-	10, // 41: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
-	32, // 42: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
-	10, // 43: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
-	32, // 44: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
-	38, // 45: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
-	38, // 46: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
-	10, // 47: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
-	3,  // 48: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
-	9,  // 49: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
-	4,  // 50: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
-	9,  // 51: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
-	36, // 52: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
-	9,  // 53: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
-	39, // 54: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
-	9,  // 55: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
-	9,  // 56: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
-	9,  // 57: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
-	38, // 58: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
-	39, // 59: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
-	9,  // 60: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
-	9,  // 61: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
-	44, // 62: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
-	38, // 63: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
-	39, // 64: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
-	46, // 65: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
-	5,  // 66: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
-	49, // 67: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
-	68, // [68:68] is the sub-list for method output_type
-	68, // [68:68] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	51, // 29: micra.overlay.Message.release_query:type_name -> micra.overlay.ReleaseQuery
+	52, // 30: micra.overlay.Message.release:type_name -> micra.overlay.Release
+	53, // 31: micra.overlay.Message.chunk_query:type_name -> micra.overlay.ChunkQuery
+	54, // 32: micra.overlay.Message.chunk:type_name -> micra.overlay.Chunk
+	1,  // 33: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
+	8,  // 34: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
+	2,  // 35: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
+	9,  // 36: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
+	9,  // 37: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
+	38, // 38: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
+	38, // 39: micra.overlay.Delegation.parts:type_name -> micra.overlay.SignedRecord
+	10, // 40: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
+	9,  // 41: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
+	9,  // 42: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
+	38, // 43: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
+	24, // 44: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
+	10, // 45: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
+	32, // 46: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
+	10, // 47: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
+	32, // 48: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
+	38, // 49: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
+	38, // 50: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
+	10, // 51: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
+	3,  // 52: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
+	9,  // 53: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
+	4,  // 54: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
+	9,  // 55: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
+	36, // 56: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
+	9,  // 57: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
+	39, // 58: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
+	9,  // 59: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
+	9,  // 60: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
+	9,  // 61: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
+	38, // 62: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
+	39, // 63: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
+	9,  // 64: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
+	9,  // 65: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
+	44, // 66: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
+	38, // 67: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
+	39, // 68: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
+	46, // 69: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
+	5,  // 70: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
+	49, // 71: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
+	72, // [72:72] is the sub-list for method output_type
+	72, // [72:72] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_overlay_proto_init() }
@@ -4149,7 +4435,7 @@ func file_overlay_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_overlay_proto_rawDesc), len(file_overlay_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   45,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
