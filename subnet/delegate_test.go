@@ -432,23 +432,32 @@ func TestMemProbeCacheWithin(t *testing.T) {
 
 func TestIPMicraGuidedOrganisation(t *testing.T) {
 	tr, _ := build(t, "inetnum: 10.0.0.0 - 10.255.255.255\norg: ORG-ISP\n\ninetnum: 10.1.0.0 - 10.1.255.255\norg: ORG-A\n\n"+
-		"inetnum: 10.2.0.0 - 10.2.255.255\norg: ORG-A\n\ninetnum: 10.3.0.0 - 10.3.255.255\norg: ORG-B\n")
+		"inetnum: 10.2.0.0 - 10.2.255.255\norg: ORG-A\n\ninetnum: 10.3.0.0 - 10.3.255.255\norg: ORG-B\n\n"+
+		"inetnum: 10.5.0.0 - 10.5.255.255\norg: ORG-A\n\ninetnum: 10.6.0.0 - 10.6.255.255\norg: ORG-A\n")
 	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
 	for _, tc := range []struct {
 		name   string
-		stored map[string]int // probes stored for 10.3.0.0/16
+		stored map[string]map[string]int // range → node → stored probe
 		asked  int
 		step   Step
 	}{
-		{"stored probes agree with the organisation: no probe", map[string]int{"a": 10, "b": 90}, 0, StepOrganisation},
-		{"stored probes disagree: the search probes", map[string]int{"a": 90, "b": 10}, 1, StepGuided},
+		{"three of the organisation's subnets put its node nearest: no probe", map[string]map[string]int{
+			"10.1.0.0/16": {"a": 10, "b": 90}, "10.5.0.0/16": {"a": 12, "b": 80}, "10.6.0.0/16": {"a": 9, "b": 95}}, 0, StepOrganisation},
+		{"one of the organisation's subnets and a neighbour agree: too little to skip probing", map[string]map[string]int{
+			"10.1.0.0/16": {"a": 10, "b": 90}, "10.3.0.0/16": {"a": 10, "b": 90}}, 1, StepGuided},
+		{"the organisation's subnets disagree (a cloud): the search probes", map[string]map[string]int{
+			"10.1.0.0/16": {"a": 10, "b": 90}, "10.5.0.0/16": {"a": 12, "b": 80}, "10.6.0.0/16": {"a": 95, "b": 9}}, 1, StepGuided},
+		{"stored probes disagree with the organisation's node: the search probes", map[string]map[string]int{
+			"10.3.0.0/16": {"a": 90, "b": 10}}, 1, StepGuided},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tab := NewMemTable("a", "b")
 			tab.Set(find(t, tr, "10.1.0.0/16"), "a")
 			cache := &MemProbeCache{}
-			for n, v := range tc.stored {
-				cache.Put(n, mustRange(t, "10.3.0.0/16"), ms(v))
+			for r, probes := range tc.stored {
+				for n, v := range probes {
+					cache.Put(n, mustRange(t, r), ms(v))
+				}
 			}
 			p := &fakeProber{rtt: map[string]int{"a": 15, "b": 12}}
 			d, err := (&IPMicra{Tree: tr, Table: tab, Prober: p, Cache: cache, Config: SearchConfig{Guided: true}}).Delegate(context.Background(), mustAddr(t, "10.2.0.1"))

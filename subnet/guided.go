@@ -179,15 +179,11 @@ const (
 // relation returns the weight of a profile of range r as a model of S's
 // place.
 func (g *guide) relation(r Range) float64 {
-	id, ok := g.tree.Find(r)
-	if !ok {
-		// A range the hierarchy does not hold (a split part): that of the
-		// smallest range that holds it.
-		for id = g.tree.Lookup(r.Start); id != None && !g.tree.Range(id).ContainsRange(r); id = g.tree.Parent(id) {
-		}
-		if id == None {
-			return weightUnknownCountry
-		}
+	// A range the hierarchy does not hold (a split part) counts as the
+	// smallest range that holds it.
+	id := g.holding(r)
+	if id == None {
+		return weightUnknownCountry
 	}
 	cc := g.tree.Country(id)
 	w := 1.0
@@ -500,6 +496,51 @@ func (g *guide) add(x ID) bool {
 	return true
 }
 
+// minOrgProfiles is how many of the organisation's subnets with stored
+// probes must put its node nearest before the guided search takes that
+// node for another of its subnets without probing.
+const minOrgProfiles = 3
+
+// orgAt reports whether the stored probes of S's organisation place it at
+// node n: at least minOrgProfiles of its subnets have n nearest, and none
+// has another node nearer than n by more than the tolerance.
+func (g *guide) orgAt(n string) bool {
+	if g.org == "" {
+		return false
+	}
+	agree := 0
+	for _, p := range g.profiles {
+		if p.at != nil || g.tree.Org(g.holding(p.r)) != g.org {
+			continue
+		}
+		at, ok := p.rtt[n]
+		if !ok {
+			continue
+		}
+		nearest := at
+		for _, d := range p.rtt {
+			nearest = min(nearest, d)
+		}
+		if at-nearest > g.tolerance {
+			return false
+		}
+		agree++
+	}
+	return agree >= minOrgProfiles
+}
+
+// holding returns the range of the hierarchy that is r, or the smallest
+// that holds r (a part delegated apart), or None.
+func (g *guide) holding(r Range) ID {
+	id, ok := g.tree.Find(r)
+	if ok {
+		return id
+	}
+	for id = g.tree.Lookup(r.Start); id != None && !g.tree.Range(id).ContainsRange(r); id = g.tree.Parent(id) {
+	}
+	return id
+}
+
 // homeProfile is the profile of node n's home h: every node at its RTT to
 // n, n itself at Between(n, n) (the RTT within its place where Between
 // models it, as the emulated Internet does; the overlay measures none and
@@ -692,8 +733,10 @@ func (r *run) guided(s ID, orgNodes []string) (Decision, error) {
 	g.update(cands, best)
 	// The paper takes the organisation's only node without probing; so do
 	// we when the stored probes agree: it is the node predicted nearest,
-	// under the threshold.
-	if len(orgNodes) == 1 && g.trusted && len(r.d.Probes) == 0 {
+	// under the threshold, and the organisation's own stored probes show
+	// it in one place (a cloud's ranges are on every continent, and one
+	// probed range of it says nothing of the next).
+	if len(orgNodes) == 1 && g.trusted && len(r.d.Probes) == 0 && g.orgAt(orgNodes[0]) {
 		var top *candidate
 		for _, c := range cands {
 			if c.pred >= 0 && (top == nil || c.pred < top.pred) {

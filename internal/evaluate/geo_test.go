@@ -226,8 +226,8 @@ func TestGeoHeadline(t *testing.T) {
 		t.Logf("%s: %.1f %% optimal, %.2f probes per new subnet, %.2f per URL, %.2f ms excess per URL", r.Strategy, r.OptimalPct, r.ProbesPerNew, r.ProbesPerURL, r.ExcessPerURLMS)
 		var ok bool
 		switch r.Strategy {
-		case Guided: // published: 91.0 %, 1.57, 1.04 ms
-			ok = r.OptimalPct >= 89 && r.ProbesPerNew <= 1.65 && r.ExcessPerURLMS <= 1.3
+		case Guided: // published: 91.7 %, 1.67, 0.85 ms
+			ok = r.OptimalPct >= 89 && r.ProbesPerNew <= 1.75 && r.ExcessPerURLMS <= 1.2
 		case IPMicra: // published: 75.6 %, 3.21 per URL, 3.89 ms
 			ok = r.OptimalPct >= 70 && r.OptimalPct <= 82 && r.ProbesPerURL >= 2.7 && r.ProbesPerURL <= 3.7
 		case OracleStr: // published: 97.9 %
@@ -276,6 +276,28 @@ func TestGeoOrg(t *testing.T) {
 	t.Logf("oracle: %.1f %% with whole ranges, %.1f %% with parts", whole, parts)
 	if whole > 88 || parts < whole+8 {
 		t.Errorf("oracle %.1f %% with whole ranges, %.1f %% with parts: want at most 88 and 8 points more", whole, parts)
+	}
+
+	// A cold start on the cloud (no training, as the demo starts): one
+	// probed range of the organisation must not send the others to its
+	// node unprobed. Published (150 sites, seed 1): 74.8 %, 2.01 probes
+	// per new subnet, 2.90 ms excess per URL; with the paper's blind
+	// same-organisation rule in the guided search, 58.1 % and 22.7 ms.
+	cold, cinfo, err := LoadGeo(context.Background(), GeoConfig{Path: dbip, Sites: 150, Seed: 1, Nodes: 12, DataDir: dir, Org: "amazon"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Nodes, cfg.Thresholds, cfg.Strategies = []int{12}, []time.Duration{50 * time.Millisecond}, []string{Guided}
+	cfg.TrainFraction = 0
+	res, err := Split(context.Background(), cold, cinfo.Tree, ModelProber{cold}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res[0]
+	t.Logf("cold start on the cloud: %.1f %% optimal, %.2f probes per new subnet, %.2f ms excess per URL", r.OptimalPct, r.ProbesPerNew, r.ExcessPerURLMS)
+	if r.OptimalPct < 70 || r.ExcessPerURLMS > 5 || r.ProbesPerNew > 2.5 {
+		t.Errorf("cold start on the cloud off its published figures: %+v", r.Stats)
 	}
 }
 
