@@ -201,14 +201,18 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	if o.announce, err = o.ps.Join(TopicAnnounce); err != nil {
 		return nil, err
 	}
-	if err := o.ps.RegisterTopicValidator(TopicRelease, o.validateRelease); err != nil {
-		return nil, err
-	}
-	if o.releases, err = o.ps.Join(TopicRelease); err != nil {
-		return nil, err
-	}
-	if err := o.loadReleases(); err != nil {
-		return nil, err
+	if len(cfg.releaseKeys) > 0 {
+		// Without release keys every release would be refused: the node
+		// neither joins the release topic nor looks for releases.
+		if err := o.ps.RegisterTopicValidator(TopicRelease, o.validateRelease); err != nil {
+			return nil, err
+		}
+		if o.releases, err = o.ps.Join(TopicRelease); err != nil {
+			return nil, err
+		}
+		if err := o.loadReleases(); err != nil {
+			return nil, err
+		}
 	}
 	if o.coord, err = newCoordinator(o); err != nil {
 		return nil, err
@@ -232,12 +236,14 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		return nil, err
 	}
 	o.wg.Go(func() { o.readAnnouncements(sub) })
-	rsub, err := o.releases.Subscribe(pubsub.WithBufferSize(8))
-	if err != nil {
-		return nil, err
+	if o.releases != nil {
+		rsub, err := o.releases.Subscribe(pubsub.WithBufferSize(8))
+		if err != nil {
+			return nil, err
+		}
+		o.wg.Go(func() { o.readReleases(rsub) })
+		o.wg.Go(o.releaseLoop)
 	}
-	o.wg.Go(func() { o.readReleases(rsub) })
-	o.wg.Go(o.releaseLoop)
 	o.wg.Go(func() { o.coord.notifier(o.ctx) })
 	o.wg.Go(func() { o.coord.refresher(o.ctx) })
 	o.wg.Go(o.askAgainLoop)

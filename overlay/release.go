@@ -269,6 +269,9 @@ func (o *Overlay) loadReleases() error {
 // file is stored and served, and the release published on TopicRelease and
 // put in the DHT.
 func (o *Overlay) PublishRelease(ctx context.Context, raw, file []byte) error {
+	if o.releases == nil {
+		return fmt.Errorf("%w: this node takes no releases (no release keys)", subnet.ErrUntrustedRelease)
+	}
 	r, err := o.openRelease(raw)
 	if err != nil {
 		return err

@@ -287,6 +287,11 @@ func TestReleaseRefused(t *testing.T) {
 		if _, ok := nd.o.NextRelease(); ok {
 			t.Error("a refused release was taken")
 		}
+		// A node without release keys takes none.
+		keyless := r.node(1)
+		if err := keyless.o.PublishRelease(t.Context(), raw, file); !errors.Is(err, subnet.ErrUntrustedRelease) {
+			t.Errorf("publishing on a node without release keys: %v", err)
+		}
 		// A release replacing another snapshot is not this node's next.
 		other := rel
 		other.Parent = subnet.SnapshotID{9}
