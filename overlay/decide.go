@@ -70,6 +70,9 @@ func (c *coordinator) decide(sh *shard, req DelegateRequest, redo bool) (*pb.Sig
 	if settled(d, ok) {
 		return sr, nil
 	}
+	if !req.Own && c.o.carrying() {
+		return nil, c.o.errCarrying()
+	}
 	fk := string(rangeKey(r))
 	f, first := sh.join(fk)
 	if !first {
@@ -133,19 +136,24 @@ func (sh *shard) land(fk string, f *flight) {
 // record writes the delegation of subnet id to node as a new signed
 // record, replicates it, and queues the notices it causes.
 func (c *coordinator) record(ctx context.Context, sh *shard, id subnet.ID, node peer.ID, url string, addr netip.Addr, own bool) (*pb.SignedRecord, error) {
-	return c.recordRange(ctx, sh, c.tree.Range(id), c.tree.Org(id), node, url, addr, own)
+	return c.recordRange(ctx, sh, c.tree.Range(id), c.tree.Org(id), node, url, addr, own, subnet.Range{})
 }
 
 // recordRange is record for r, a range of the tree or a part of one, in
-// organisation org.
-func (c *coordinator) recordRange(ctx context.Context, sh *shard, r subnet.Range, org string, node peer.ID, url string, addr netip.Addr, own bool) (*pb.SignedRecord, error) {
+// organisation org; from, when valid, is the range of the previous
+// snapshot the delegation was carried from.
+func (c *coordinator) recordRange(ctx context.Context, sh *shard, r subnet.Range, org string, node peer.ID, url string, addr netip.Addr, own bool, from subnet.Range) (*pb.SignedRecord, error) {
+	var carried *pb.Range
+	if from.Valid() {
+		carried = rangeToPB(from)
+	}
 	var rec *pb.SignedRecord
 	_, err := c.write(ctx, sh, 1, func(_ int, epoch, seq uint64) (*pb.Entry, error) {
 		var err error
 		rec, err = signRecord(c.sk, &pb.Record{
 			Kind: pb.Record_DELEGATION, Snapshot: c.sid[:], Subnet: rangeToPB(r),
 			Org: org, Node: []byte(node), Epoch: epoch, Seq: seq,
-			DecidedMs: time.Now().UnixMilli(), Url: url, Addr: addrBytes(addr), Own: own,
+			DecidedMs: time.Now().UnixMilli(), Url: url, Addr: addrBytes(addr), Own: own, CarriedFrom: carried,
 		})
 		if err != nil {
 			return nil, err

@@ -16,6 +16,7 @@ import (
 //	/overlay/mine/<b32 shard key>                 pb.ShardRef: a shard in which this node holds delegations
 //	/overlay/fwd/<b32 peer id>/<b32 batch id>     empty, with a TTL: forward batches already delivered
 //	/overlay/release/r/<b32 parent id>            a signed release (subnet.Release), by the snapshot it replaces
+//	/overlay/carry/<b32 range key>                pb.SignedRecord: a delegation of the previous snapshot naming this node, to carry
 //
 // Binary parts are base32 (RFC 4648, lowercase, unpadded), so no part holds
 // a '/'. Keys are built only in this file.
@@ -66,3 +67,7 @@ func forwardKey(from peer.ID, batch []byte) []byte {
 func releaseKey(parent [32]byte) []byte {
 	return []byte(Prefix + "release/r/" + b32.EncodeToString(parent[:]))
 }
+
+func carryPrefix() []byte { return []byte(Prefix + "carry/") }
+
+func carryKey(rk []byte) []byte { return append(carryPrefix(), b32.EncodeToString(rk)...) }

@@ -63,6 +63,7 @@ func (o *Overlay) noteAssigned(sr *pb.SignedRecord) {
 // those its coordinators no longer hold).
 func (o *Overlay) loadMine() error {
 	var stale [][]byte
+	carry := map[string][]byte{} // delegations of the previous snapshot to carry, by their new key
 	err := o.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: minePrefix()})
 		defer it.Close()
@@ -90,6 +91,12 @@ func (o *Overlay) loadMine() error {
 			_, part, inTree := rangeOrPart(o.tree, d.Subnet)
 			if err != nil || rec.GetKind() != pb.Record_DELEGATION || d.Node != o.h.ID() || !inTree {
 				stale = append(stale, it2.Item().KeyCopy(nil)) // another snapshot, or not ours
+				if o.cfg.prev != nil {
+					if pd, _, perr := o.previousDelegation(&sr); perr == nil && pd.Node == o.h.ID() && !pd.Orphaned {
+						v, _ := proto.Marshal(&sr)
+						carry[string(carryKey(rangeKey(pd.Subnet)))] = v
+					}
+				}
 				continue
 			}
 			o.own(d, part)
@@ -100,6 +107,11 @@ func (o *Overlay) loadMine() error {
 		return err
 	}
 	return o.db.Update(func(txn *badger.Txn) error {
+		for k, v := range carry {
+			if err := txn.Set([]byte(k), v); err != nil {
+				return err
+			}
+		}
 		for _, k := range stale {
 			if err := txn.Delete(k); err != nil {
 				return err
@@ -117,6 +129,7 @@ func (o *Overlay) heartbeatAll(ctx context.Context) {
 			o.log.Debug("claiming the own subnet failed", "error", err)
 		}
 	}
+	o.carryAll(ctx)
 	o.mu.Lock()
 	refs := make([]shardRef, 0, len(o.mine))
 	for _, r := range o.mine {

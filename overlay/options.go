@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/subnet"
 )
 
 // Option configures New.
@@ -48,6 +50,8 @@ type config struct {
 	releaseDir    string              // where released snapshot files are kept
 	releaseSpread time.Duration       // longest random wait before fetching a release's file
 	releaseCheck  time.Duration       // how often a node without a next release looks for one
+	prev          *subnet.Tree        // the snapshot run before this one (carry.go)
+	prevAt        time.Time           // when the network switched from prev
 }
 
 func defaultConfig() config {
@@ -319,6 +323,22 @@ func ReleaseTiming(spread, check time.Duration) Option {
 			return fmt.Errorf("release timing needs a spread ≥ 0 and a check ≥ 1 s, got %v and %v", spread, check)
 		}
 		c.releaseSpread, c.releaseCheck = spread, check
+		return nil
+	}
+}
+
+// Previous names the snapshot this node ran before the one New is given,
+// and the release's activation time, when the network switched: the node
+// carries its delegations of prev into the new snapshot (thesis 7.5.3:
+// unchanged, split, merged; carry.go), and as a coordinator it records
+// carried delegations and makes no fresh decision for one liveness
+// timeout after the activation, so that no subnet is decided twice.
+func Previous(prev *subnet.Tree, activation time.Time) Option {
+	return func(c *config) error {
+		if prev == nil {
+			return errors.New("nil previous snapshot")
+		}
+		c.prev, c.prevAt = prev, activation
 		return nil
 	}
 }

@@ -786,6 +786,7 @@ func (o *Overlay) dispatchTable() map[protocol.ID]map[pb.Message_Type]handler {
 			pb.Message_BLOCK_UPDATE: o.handleBlockUpdate,
 			pb.Message_BLOCK_QUERY:  o.handleBlockQuery,
 			pb.Message_SPLIT:        o.handleSplit,
+			pb.Message_CARRY:        o.handleCarry,
 		},
 		ForwardID: {pb.Message_FORWARD: o.handleForward},
 		AuditID: {

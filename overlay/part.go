@@ -169,7 +169,7 @@ func (c *coordinator) split(sh *shard, id subnet.ID, a netip.Addr, url string, f
 		f.err = fmt.Errorf("delegation procedure: %w", ErrNoCandidate)
 		return nil, f.err
 	}
-	f.rec, f.err = c.recordRange(ctx, sh, part, c.tree.Org(id), node, url, a, false)
+	f.rec, f.err = c.recordRange(ctx, sh, part, c.tree.Org(id), node, url, a, false, subnet.Range{})
 	if f.err == nil {
 		c.log.Info("part delegated apart", "part", part.String(), "of", s.String(), "holder", from, "observed", observed, "peer", node)
 	}
@@ -191,6 +191,9 @@ func (o *Overlay) handleSplit(ctx context.Context, from peer.ID, req *pb.Message
 	id := o.tree.SmallestNonUnary(a)
 	if id == subnet.None {
 		return nil, fmt.Errorf("%w: %v is in no range", ErrNotFound, a)
+	}
+	if o.carrying() {
+		return nil, o.errCarrying()
 	}
 	sh, err := o.coord.ensureOwner(ctx, o.coord.rangeShard(id))
 	if err != nil {

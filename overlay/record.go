@@ -37,6 +37,9 @@ type Delegation struct {
 	Addr     netip.Addr // the address the delegation was decided for
 	Orphaned bool       // the node stopped heartbeating; the subnet awaits re-delegation
 	Own      bool       // Node claimed the subnet of its own address when it joined
+	// CarriedFrom is the range of the previous snapshot whose delegation
+	// was carried into this one (Carry); zero for a decision.
+	CarriedFrom subnet.Range
 }
 
 // signRecord marshals and signs r with sk; r.Writer is set from sk.
@@ -135,10 +138,12 @@ func delegationFrom(r *pb.Record) Delegation {
 	node, _ := peer.IDFromBytes(r.GetNode())
 	writer, _ := peer.IDFromBytes(r.GetWriter())
 	addr, _ := netip.AddrFromSlice(r.GetAddr())
+	from, _ := rangeFromPB(r.GetCarriedFrom())
 	return Delegation{
 		Subnet: rg, Org: r.GetOrg(), Node: node, Writer: writer,
 		Epoch: r.GetEpoch(), Seq: r.GetSeq(), Decided: time.UnixMilli(r.GetDecidedMs()),
 		URL: r.GetUrl(), Addr: addr.Unmap(), Orphaned: r.GetOrphaned(), Own: r.GetOwn(),
+		CarriedFrom: from,
 	}
 }
 

@@ -283,6 +283,9 @@ func (o *Overlay) PublishRelease(ctx context.Context, raw, file []byte) error {
 		return err
 	}
 	o.considerRelease(r, raw, "")
+	if st, ok := o.NextRelease(); !ok || st.Release.Snapshot != r.Snapshot {
+		return fmt.Errorf("%w: a newer release replacing %s is known (snapshot %s)", ErrForbidden, r.Parent.Short(), st.Release.Snapshot.Short())
+	}
 	if err := o.storeReleaseFile(r, file); err != nil {
 		return err
 	}

@@ -122,9 +122,14 @@ const AllocationDepth = 2
 // depend only on the chain from the root, so every subnet of one shard
 // finds the same anchor on every peer holding the same snapshot.
 func (c *coordinator) anchorOf(id subnet.ID) subnet.ID {
-	t := c.tree
-	if c.cfg.anchorDepth > 0 {
-		for t.Depth(id) > c.cfg.anchorDepth {
+	return anchorIn(c.tree, c.cfg.anchorDepth, id)
+}
+
+// anchorIn is anchorOf in tree t with the fixed anchor depth depth (0: the
+// allocation level).
+func anchorIn(t *subnet.Tree, depth int, id subnet.ID) subnet.ID {
+	if depth > 0 {
+		for t.Depth(id) > depth {
 			id = t.Parent(id)
 		}
 		return id

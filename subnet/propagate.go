@@ -72,23 +72,8 @@ func Propagate(oldTree, newTree *Tree, dels []Delegation) (carried []Carried, dr
 		idx     int // index in dels
 	}
 	best := map[ID]cand{}
-	better := func(a, b cand) bool { // a preferred over b
-		if a.Case != b.Case {
-			return a.Case < b.Case
-		}
-		if a.overlap != b.overlap {
-			return a.overlap > b.overlap
-		}
-		if c := a.From.Start.Compare(b.From.Start); c != 0 {
-			return c < 0
-		}
-		if c := a.From.End.Compare(b.From.End); c != 0 {
-			return c > 0
-		}
-		return a.Owner < b.Owner
-	}
 	offer := func(id ID, c cand) {
-		if cur, ok := best[id]; !ok || better(c, cur) {
+		if cur, ok := best[id]; !ok || c.beats(cur.Carried, c.overlap, cur.overlap) {
 			best[id] = c
 		}
 	}
@@ -144,6 +129,49 @@ func Propagate(oldTree, newTree *Tree, dels []Delegation) (carried []Carried, dr
 		return cmp.Or(b.Range.End.Compare(a.Range.End), strings.Compare(a.Owner, b.Owner))
 	})
 	return carried, dropped
+}
+
+// Beats reports whether c is preferred over o when both land on the same
+// new range, by Propagate's rule: the preferred case (unchanged, split,
+// merged), then more of the new range's addresses from the old range, then
+// the old range that starts first (the larger at equal starts), then the
+// smaller owner.
+func (c Carried) Beats(o Carried) bool {
+	return c.beats(o, overlapOf(c.From, c.Range), overlapOf(o.From, o.Range))
+}
+
+func (c Carried) beats(o Carried, overlap, oOverlap uint64) bool {
+	if c.Case != o.Case {
+		return c.Case < o.Case
+	}
+	if overlap != oOverlap {
+		return overlap > oOverlap
+	}
+	if x := c.From.Start.Compare(o.From.Start); x != 0 {
+		return x < 0
+	}
+	if x := c.From.End.Compare(o.From.End); x != 0 {
+		return x > 0
+	}
+	return c.Owner < o.Owner
+}
+
+// overlapOf counts the addresses a and b share, saturated at 2^64-1.
+func overlapOf(a, b Range) uint64 {
+	if !a.Valid() || !b.Valid() || a.Start.Is4() != b.Start.Is4() {
+		return 0
+	}
+	s, e := a.Start, a.End
+	if b.Start.Compare(s) > 0 {
+		s = b.Start
+	}
+	if b.End.Compare(e) < 0 {
+		e = b.End
+	}
+	if s.Compare(e) > 0 {
+		return 0
+	}
+	return sizeOf(keyOf(s), keyOf(e))
 }
 
 // part is a piece of an old range in a new tree: either a largest new range

@@ -25,7 +25,12 @@ import (
 	"github.com/micra-net/micra/subnet"
 )
 
-var tree = sync.OnceValues(func() (*subnet.Tree, error) {
+var tree = sync.OnceValues(func() (*subnet.Tree, error) { return buildTree(false) })
+
+var nextTree = sync.OnceValues(func() (*subnet.Tree, error) { return buildTree(true) })
+
+// buildTree builds Tree's hierarchy, or with next NextTree's.
+func buildTree(next bool) (*subnet.Tree, error) {
 	var iana, rir strings.Builder
 	iana.WriteString("2|iana|20240101|1|19700101|20240101|+0000\n")
 	iana.WriteString("iana||ipv4|127.0.0.0|16777216|19810901|arin\n")
@@ -33,6 +38,18 @@ var tree = sync.OnceValues(func() (*subnet.Tree, error) {
 	for a := range 4 {
 		fmt.Fprintf(&rir, "arin|US|ipv4|127.%d.0.0|65536|20200101|allocated|org-%d\n", a, a)
 		for b := range 256 {
+			switch {
+			case !next:
+			case a == 0 && b == 8:
+				fmt.Fprintf(&rir, "arin|US|ipv4|127.0.8.0|512|20200101|assigned|org-0\n")
+				continue
+			case a == 0 && b == 9, a == 2 && b == 20:
+				continue
+			case a == 1 && b == 10:
+				fmt.Fprintf(&rir, "arin|US|ipv4|127.1.10.0|128|20200101|assigned|org-1\n")
+				fmt.Fprintf(&rir, "arin|US|ipv4|127.1.10.128|128|20200101|assigned|org-1\n")
+				continue
+			}
 			fmt.Fprintf(&rir, "arin|US|ipv4|127.%d.%d.0|256|20200101|assigned|org-%d\n", a, b, a)
 		}
 	}
@@ -49,7 +66,7 @@ var tree = sync.OnceValues(func() (*subnet.Tree, error) {
 	}
 	t, _, err := bld.Build()
 	return t, err
-})
+}
 
 // Tree returns a hierarchy inside 127/8: IANA's /8, four /16 allocations
 // 127.0-3.0.0/16 (organisations "arin:org-0" to "arin:org-3", one shard
@@ -58,6 +75,19 @@ var tree = sync.OnceValues(func() (*subnet.Tree, error) {
 func Tree(t testing.TB) *subnet.Tree {
 	t.Helper()
 	tr, err := tree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// NextTree returns Tree's hierarchy after a registry update, for snapshot
+// switches: 127.0.8.0/24 and 127.0.9.0/24 merged into 127.0.8.0/23,
+// 127.1.10.0/24 split into two /25, 127.2.20.0/24 removed (its addresses
+// fall to 127.2.0.0/16), every other range unchanged.
+func NextTree(t testing.TB) *subnet.Tree {
+	t.Helper()
+	tr, err := nextTree()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,7 @@ const (
 	Message_RELEASE       Message_Type = 31 // release
 	Message_CHUNK_QUERY   Message_Type = 32 // chunk_query: bytes of a released snapshot file; answered with CHUNK
 	Message_CHUNK         Message_Type = 33 // chunk
+	Message_CARRY         Message_Type = 34 // carry: a node carries its delegation of the previous snapshot into this one; answered with DELEGATION
 )
 
 // Enum value maps for Message_Type.
@@ -100,6 +101,7 @@ var (
 		31: "RELEASE",
 		32: "CHUNK_QUERY",
 		33: "CHUNK",
+		34: "CARRY",
 	}
 	Message_Type_value = map[string]int32{
 		"UNKNOWN":       0,
@@ -136,6 +138,7 @@ var (
 		"RELEASE":       31,
 		"CHUNK_QUERY":   32,
 		"CHUNK":         33,
+		"CARRY":         34,
 	}
 )
 
@@ -512,6 +515,7 @@ type Message struct {
 	Release       *Release      `protobuf:"bytes,32,opt,name=release,proto3" json:"release,omitempty"`
 	ChunkQuery    *ChunkQuery   `protobuf:"bytes,33,opt,name=chunk_query,json=chunkQuery,proto3" json:"chunk_query,omitempty"`
 	Chunk         *Chunk        `protobuf:"bytes,34,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Carry         *Carry        `protobuf:"bytes,35,opt,name=carry,proto3" json:"carry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -780,6 +784,13 @@ func (x *Message) GetChunkQuery() *ChunkQuery {
 func (x *Message) GetChunk() *Chunk {
 	if x != nil {
 		return x.Chunk
+	}
+	return nil
+}
+
+func (x *Message) GetCarry() *Carry {
+	if x != nil {
+		return x.Carry
 	}
 	return nil
 }
@@ -2501,7 +2512,8 @@ type Record struct {
 	Orphaned      bool                   `protobuf:"varint,12,opt,name=orphaned,proto3" json:"orphaned,omitempty"`
 	Writer        []byte                 `protobuf:"bytes,13,opt,name=writer,proto3" json:"writer,omitempty"`
 	OrgEntries    []*OrgEntry            `protobuf:"bytes,14,rep,name=org_entries,json=orgEntries,proto3" json:"org_entries,omitempty"`
-	Own           bool                   `protobuf:"varint,15,opt,name=own,proto3" json:"own,omitempty"` // node claimed the subnet of its own address (paper III.D)
+	Own           bool                   `protobuf:"varint,15,opt,name=own,proto3" json:"own,omitempty"`                                   // node claimed the subnet of its own address (paper III.D)
+	CarriedFrom   *Range                 `protobuf:"bytes,16,opt,name=carried_from,json=carriedFrom,proto3" json:"carried_from,omitempty"` // the range of the previous snapshot this delegation was carried from (CARRY)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2639,6 +2651,13 @@ func (x *Record) GetOwn() bool {
 		return x.Own
 	}
 	return false
+}
+
+func (x *Record) GetCarriedFrom() *Range {
+	if x != nil {
+		return x.CarriedFrom
+	}
+	return nil
 }
 
 type OrgEntry struct {
@@ -3903,11 +3922,74 @@ func (x *Chunk) GetSize() uint64 {
 	return 0
 }
 
+// Carry asks the coordinator of subnet (a range of the snapshot both run)
+// to record the delegation the asker held under the previous snapshot,
+// record, as thesis 7.5.3 carries it: unchanged, split or merged.
+type Carry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      []byte                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Record        *SignedRecord          `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"` // the DELEGATION record of the previous snapshot, naming the asker
+	Subnet        *Range                 `protobuf:"bytes,3,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Carry) Reset() {
+	*x = Carry{}
+	mi := &file_overlay_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Carry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Carry) ProtoMessage() {}
+
+func (x *Carry) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Carry.ProtoReflect.Descriptor instead.
+func (*Carry) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *Carry) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *Carry) GetRecord() *SignedRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *Carry) GetSubnet() *Range {
+	if x != nil {
+		return x.Subnet
+	}
+	return nil
+}
+
 var File_overlay_proto protoreflect.FileDescriptor
 
 const file_overlay_proto_rawDesc = "" +
 	"\n" +
-	"\roverlay.proto\x12\rmicra.overlay\"\xfc\x11\n" +
+	"\roverlay.proto\x12\rmicra.overlay\"\xb3\x12\n" +
 	"\aMessage\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12/\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1b.micra.overlay.Message.TypeR\x04type\x12*\n" +
@@ -3953,7 +4035,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\arelease\x18  \x01(\v2\x16.micra.overlay.ReleaseR\arelease\x12:\n" +
 	"\vchunk_query\x18! \x01(\v2\x19.micra.overlay.ChunkQueryR\n" +
 	"chunkQuery\x12*\n" +
-	"\x05chunk\x18\" \x01(\v2\x14.micra.overlay.ChunkR\x05chunk\"\xec\x03\n" +
+	"\x05chunk\x18\" \x01(\v2\x14.micra.overlay.ChunkR\x05chunk\x12*\n" +
+	"\x05carry\x18# \x01(\v2\x14.micra.overlay.CarryR\x05carry\"\xf7\x03\n" +
 	"\x04Type\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05ERROR\x10\x01\x12\x06\n" +
@@ -3994,7 +4077,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\rRELEASE_QUERY\x10\x1e\x12\v\n" +
 	"\aRELEASE\x10\x1f\x12\x0f\n" +
 	"\vCHUNK_QUERY\x10 \x12\t\n" +
-	"\x05CHUNK\x10!\"\xb7\x03\n" +
+	"\x05CHUNK\x10!\x12\t\n" +
+	"\x05CARRY\x10\"\"\xb7\x03\n" +
 	"\x05Error\x12-\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x19.micra.overlay.Error.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12+\n" +
@@ -4147,7 +4231,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\bcapacity\x18\x02 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04load\x18\x03 \x01(\x04R\x04load\x12\x13\n" +
 	"\x05at_ms\x18\x04 \x01(\x03R\x04atMs\x12\x18\n" +
-	"\asubnets\x18\x05 \x01(\rR\asubnets\"\xe3\x03\n" +
+	"\asubnets\x18\x05 \x01(\rR\asubnets\"\x9c\x04\n" +
 	"\x06Record\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12.\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1a.micra.overlay.Record.KindR\x04kind\x12\x1a\n" +
@@ -4166,7 +4250,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\x06writer\x18\r \x01(\fR\x06writer\x128\n" +
 	"\vorg_entries\x18\x0e \x03(\v2\x17.micra.overlay.OrgEntryR\n" +
 	"orgEntries\x12\x10\n" +
-	"\x03own\x18\x0f \x01(\bR\x03own\"2\n" +
+	"\x03own\x18\x0f \x01(\bR\x03own\x127\n" +
+	"\fcarried_from\x18\x10 \x01(\v2\x14.micra.overlay.RangeR\vcarriedFrom\"2\n" +
 	"\x04Kind\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -4271,7 +4356,11 @@ const file_overlay_proto_rawDesc = "" +
 	"\x06length\x18\x03 \x01(\rR\x06length\"/\n" +
 	"\x05Chunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
-	"\x04size\x18\x02 \x01(\x04R\x04sizeB'Z%github.com/micra-net/micra/overlay/pbb\x06proto3"
+	"\x04size\x18\x02 \x01(\x04R\x04size\"\x86\x01\n" +
+	"\x05Carry\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x123\n" +
+	"\x06record\x18\x02 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\x12,\n" +
+	"\x06subnet\x18\x03 \x01(\v2\x14.micra.overlay.RangeR\x06subnetB'Z%github.com/micra-net/micra/overlay/pbb\x06proto3"
 
 var (
 	file_overlay_proto_rawDescOnce sync.Once
@@ -4286,7 +4375,7 @@ func file_overlay_proto_rawDescGZIP() []byte {
 }
 
 var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_overlay_proto_goTypes = []any{
 	(Message_Type)(0),        // 0: micra.overlay.Message.Type
 	(Error_Code)(0),          // 1: micra.overlay.Error.Code
@@ -4343,6 +4432,7 @@ var file_overlay_proto_goTypes = []any{
 	(*Release)(nil),          // 52: micra.overlay.Release
 	(*ChunkQuery)(nil),       // 53: micra.overlay.ChunkQuery
 	(*Chunk)(nil),            // 54: micra.overlay.Chunk
+	(*Carry)(nil),            // 55: micra.overlay.Carry
 }
 var file_overlay_proto_depIdxs = []int32{
 	0,  // 0: micra.overlay.Message.type:type_name -> micra.overlay.Message.Type
@@ -4378,50 +4468,54 @@ var file_overlay_proto_depIdxs = []int32{
 	52, // 30: micra.overlay.Message.release:type_name -> micra.overlay.Release
 	53, // 31: micra.overlay.Message.chunk_query:type_name -> micra.overlay.ChunkQuery
 	54, // 32: micra.overlay.Message.chunk:type_name -> micra.overlay.Chunk
-	1,  // 33: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
-	8,  // 34: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
-	2,  // 35: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
-	9,  // 36: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
-	9,  // 37: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
-	38, // 38: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
-	38, // 39: micra.overlay.Delegation.parts:type_name -> micra.overlay.SignedRecord
-	10, // 40: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
-	9,  // 41: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
-	9,  // 42: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
-	38, // 43: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
-	24, // 44: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
-	10, // 45: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
-	32, // 46: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
-	10, // 47: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
-	32, // 48: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
-	38, // 49: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
-	38, // 50: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
-	10, // 51: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
-	3,  // 52: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
-	9,  // 53: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
-	4,  // 54: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
-	9,  // 55: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
-	36, // 56: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
-	9,  // 57: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
-	39, // 58: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
-	9,  // 59: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
-	9,  // 60: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
-	9,  // 61: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
-	38, // 62: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
-	39, // 63: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
-	9,  // 64: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
-	9,  // 65: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
-	44, // 66: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
-	38, // 67: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
-	39, // 68: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
-	46, // 69: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
-	5,  // 70: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
-	49, // 71: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
-	72, // [72:72] is the sub-list for method output_type
-	72, // [72:72] is the sub-list for method input_type
-	72, // [72:72] is the sub-list for extension type_name
-	72, // [72:72] is the sub-list for extension extendee
-	0,  // [0:72] is the sub-list for field type_name
+	55, // 33: micra.overlay.Message.carry:type_name -> micra.overlay.Carry
+	1,  // 34: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
+	8,  // 35: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
+	2,  // 36: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
+	9,  // 37: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
+	9,  // 38: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
+	38, // 39: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
+	38, // 40: micra.overlay.Delegation.parts:type_name -> micra.overlay.SignedRecord
+	10, // 41: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
+	9,  // 42: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
+	9,  // 43: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
+	38, // 44: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
+	24, // 45: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
+	10, // 46: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
+	32, // 47: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
+	10, // 48: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
+	32, // 49: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
+	38, // 50: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
+	38, // 51: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
+	10, // 52: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
+	3,  // 53: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
+	9,  // 54: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
+	4,  // 55: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
+	9,  // 56: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
+	36, // 57: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
+	9,  // 58: micra.overlay.Record.carried_from:type_name -> micra.overlay.Range
+	9,  // 59: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
+	39, // 60: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
+	9,  // 61: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
+	9,  // 62: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
+	9,  // 63: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
+	38, // 64: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
+	39, // 65: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
+	9,  // 66: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
+	9,  // 67: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
+	44, // 68: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
+	38, // 69: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
+	39, // 70: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
+	46, // 71: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
+	5,  // 72: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
+	49, // 73: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
+	38, // 74: micra.overlay.Carry.record:type_name -> micra.overlay.SignedRecord
+	9,  // 75: micra.overlay.Carry.subnet:type_name -> micra.overlay.Range
+	76, // [76:76] is the sub-list for method output_type
+	76, // [76:76] is the sub-list for method input_type
+	76, // [76:76] is the sub-list for extension type_name
+	76, // [76:76] is the sub-list for extension extendee
+	0,  // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_overlay_proto_init() }
@@ -4435,7 +4529,7 @@ func file_overlay_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_overlay_proto_rawDesc), len(file_overlay_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   49,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
