@@ -69,7 +69,8 @@
 // TopicRelease and in the DHT (ReleaseNamespace), fetch the released
 // snapshot file in chunks from peers that hold it (ReleaseID), check it and
 // keep it for the switch (release.go; PublishRelease, NextRelease,
-// ReleasedTree).
+// ReleasedTree). An overlay started on the new tree with Previous carries
+// the node's delegations of the old one into it (CARRY, carry.go).
 //
 // Everything received from peers is untrusted: frames are size-limited and
 // checked, records are verified against their writer's key, streams have
