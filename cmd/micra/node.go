@@ -195,13 +195,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	a, tok := *addr, *token
-	if v := os.Getenv("MICRA_DASHBOARD"); v != "" && !flagSet(fs, "dashboard") {
-		a = v
-	}
-	if v := os.Getenv("MICRA_DASHBOARD_TOKEN"); v != "" && tok == "" {
-		tok = v
-	}
+	a, tok := dashboardTarget(fs, *addr, *token)
 	st, err := fetchStatus(ctx, a, tok)
 	if err != nil {
 		return err
@@ -213,6 +207,19 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	printStatus(stdout, st)
 	return nil
+}
+
+// dashboardTarget returns the dashboard address and token a command talks
+// to: the flags, with $MICRA_DASHBOARD for an address not given and
+// $MICRA_DASHBOARD_TOKEN for an empty token.
+func dashboardTarget(fs *flag.FlagSet, addr, token string) (string, string) {
+	if v := os.Getenv("MICRA_DASHBOARD"); v != "" && !flagSet(fs, "dashboard") {
+		addr = v
+	}
+	if v := os.Getenv("MICRA_DASHBOARD_TOKEN"); v != "" && token == "" {
+		token = v
+	}
+	return addr, token
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {

@@ -232,13 +232,7 @@ func subnetOffer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.Usage()
 		return fmt.Errorf("%w: a release and its snapshot file are needed", errUsage)
 	}
-	a, tok := *addr, *token
-	if v := os.Getenv("MICRA_DASHBOARD"); v != "" && !flagSet(fs, "dashboard") {
-		a = v
-	}
-	if v := os.Getenv("MICRA_DASHBOARD_TOKEN"); v != "" && tok == "" {
-		tok = v
-	}
+	a, tok := dashboardTarget(fs, *addr, *token)
 	rel, err := readBounded(fs.Arg(0), subnet.ReleaseSize)
 	if err != nil {
 		return err
