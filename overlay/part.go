@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -135,6 +136,11 @@ func (c *coordinator) split(sh *shard, id subnet.ID, a netip.Addr, url string, f
 	if h.Node != from {
 		return nil, fmt.Errorf("%w: %s is delegated to another node", ErrForbidden, h.Subnet)
 	}
+	conv := c.convicted()
+	if conv[from] {
+		// Its range is being taken from it; it gets no part either.
+		return nil, fmt.Errorf("%w: %s was convicted by audits", ErrForbidden, from)
+	}
 	part, ok := subnet.SplitRange(subnet.Part{Range: h.Subnet, Node: string(h.Node), Addr: h.Addr}, a)
 	if !ok {
 		return hsr, nil
@@ -155,7 +161,7 @@ func (c *coordinator) split(sh *shard, id subnet.ID, a netip.Addr, url string, f
 		return sr, nil
 	}
 	req := DelegateRequest{Subnet: id, Addr: a, URL: url, From: from, Reason: "split", Part: part, Holder: from, Observed: observed}
-	for p := range c.convicted() {
+	for p := range conv {
 		req.Exclude = append(req.Exclude, p)
 	}
 	ctx, cancel := context.WithTimeout(c.o.ctx, coordDeadline)
@@ -165,7 +171,7 @@ func (c *coordinator) split(sh *shard, id subnet.ID, a netip.Addr, url string, f
 		f.err = fmt.Errorf("delegation procedure: %w", err)
 		return nil, f.err
 	}
-	if node == "" {
+	if node == "" || slices.Contains(req.Exclude, node) {
 		f.err = fmt.Errorf("delegation procedure: %w", ErrNoCandidate)
 		return nil, f.err
 	}

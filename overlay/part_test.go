@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/micra-net/micra/overlay/pb"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -192,6 +194,72 @@ func TestSplit(t *testing.T) {
 		})
 		if slices.ContainsFunc(pd.requests()[n:], func(r DelegateRequest) bool { return r.Reason == "orphaned" }) {
 			t.Fatal("an orphaned part was decided again")
+		}
+	})
+}
+
+// TestSplitConvicted: a node convicted by audits gets no part, neither
+// as the one the search picks nor as a holder asking for a split.
+func TestSplitConvicted(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		pd := &partDelegator{}
+		nodes := make([]*node, 4)
+		for i := range nodes {
+			nodes[i] = r.nodeWith(nodeAddr(i), nil, nil, WithDelegator(pd))
+		}
+		joinSwarm(t, nodes)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		tree := mustTree(t)
+		holder, other := nodes[1], nodes[3]
+		site := netip.MustParseAddr("127.2.5.10")
+		id := tree.SmallestNonUnary(site)
+		if d, err := holder.o.Delegate(ctx, "http://127.2.5.10/", site); err != nil || d.Node != holder.h.ID() {
+			t.Fatalf("range delegation: %v, %v", d.Node, err)
+		}
+		convict := func(p peer.ID) {
+			coord := holder.o.Coordinator(ctx, id)
+			for _, nd := range nodes {
+				if nd.h.ID() != coord {
+					continue
+				}
+				c := nd.o.coord
+				sh, err := c.ensureOwner(ctx, c.rangeShard(id))
+				if err != nil {
+					t.Fatal(err)
+				}
+				v, _ := proto.Marshal(&pb.AuditEntry{Peer: []byte(p), ConvictedMs: time.Now().UnixMilli()})
+				if _, err := c.write(ctx, sh, 1, func(int, uint64, uint64) (*pb.Entry, error) {
+					return &pb.Entry{Kind: pb.Entry_AUDIT, Key: []byte(p), Value: v}, nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				c.convictions.invalidate()
+				return
+			}
+			t.Fatalf("coordinator %s is no test node", coord)
+		}
+
+		// The search picks a convicted node: no part.
+		convict(other.h.ID())
+		pd.send(other.h.ID())
+		far := netip.MustParseAddr("127.2.5.200")
+		if _, err := holder.o.Split(ctx, "http://127.2.5.200/", far, 80*time.Millisecond); !errors.Is(err, ErrNoCandidate) {
+			t.Fatalf("a part for a convicted node: %v, want ErrNoCandidate", err)
+		}
+		// The holder is convicted: it may not split (its range is being
+		// taken from it, after which it holds nothing to split).
+		convict(holder.h.ID())
+		pd.send("")
+		if d, err := holder.o.Split(ctx, "http://127.2.5.200/", far, 80*time.Millisecond); !errors.Is(err, ErrForbidden) && !errors.Is(err, ErrNotFound) {
+			t.Fatalf("a split by a convicted holder: %s to %v, %v; want ErrForbidden or ErrNotFound", d.Subnet, d.Node, err)
+		}
+		for _, nd := range nodes {
+			for _, d := range nd.o.Owned() {
+				if d.Subnet != tree.Range(id) && tree.Range(id).ContainsRange(d.Subnet) {
+					t.Errorf("%s holds part %s", nd.addr, d.Subnet)
+				}
+			}
 		}
 	})
 }
