@@ -81,11 +81,22 @@ func (c *cache) put(d Delegation, part bool) {
 	}
 }
 
+// invalidate drops r's entry and the entries of the parts inside r, which
+// Resolve would otherwise still answer from for their addresses. Parts are
+// rare, so the scan for them runs only while some are cached.
 func (c *cache) invalidate(r subnet.Range) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.items[r]; ok {
 		c.remove(el)
+	}
+	if c.parts == 0 {
+		return
+	}
+	for k, el := range c.items {
+		if el.Value.(*cacheItem).part && r.ContainsRange(k) {
+			c.remove(el)
+		}
 	}
 }
 

@@ -641,8 +641,9 @@ func (o *Overlay) Between(a, b peer.ID) (time.Duration, bool) {
 	return 0, false
 }
 
-// Invalidate drops the cached delegation of r (for example after its node
-// refused a forward).
+// Invalidate drops the cached delegation of r and of the parts delegated
+// apart inside it (for example after its node refused a forward), so that
+// Resolve asks r's coordinator again for any address in r.
 func (o *Overlay) Invalidate(r subnet.Range) { o.cache.invalidate(r) }
 
 // Owned returns the subnets delegated to this node, as last told by its

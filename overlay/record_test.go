@@ -225,6 +225,23 @@ func TestCache(t *testing.T) {
 	if _, ok := c.get(r("127.0.1.0/24")); ok {
 		t.Fatal("invalidated entry kept")
 	}
+	// Invalidating a range drops the parts cached inside it, not others.
+	pc := newCache(8, time.Hour)
+	pc.put(Delegation{Subnet: r("127.0.1.0/24")}, false)
+	pc.put(Delegation{Subnet: r("127.0.1.128/25"), Node: "far"}, true)
+	pc.put(Delegation{Subnet: r("127.0.1.224/27"), Node: "farther"}, true)
+	pc.put(Delegation{Subnet: r("127.0.2.128/25"), Node: "other"}, true)
+	a := netip.MustParseAddr("127.0.1.230")
+	if d, ok := pc.holding(r("127.0.1.0/24"), a); !ok || d.Node != "farther" {
+		t.Fatalf("holding %v = %v, %v; want the /27", a, d.Node, ok)
+	}
+	pc.invalidate(r("127.0.1.0/24"))
+	if d, ok := pc.holding(r("127.0.1.0/24"), a); ok {
+		t.Fatalf("after invalidating the range, %v still resolves from the cache to %s", a, d.Subnet)
+	}
+	if _, ok := pc.get(r("127.0.2.128/25")); !ok || pc.parts != 1 {
+		t.Fatalf("a part of another range was dropped (%d parts left)", pc.parts)
+	}
 	short := newCache(4, time.Nanosecond)
 	short.put(Delegation{Subnet: r("127.0.1.0/24")}, false)
 	time.Sleep(time.Millisecond)
