@@ -181,7 +181,9 @@ func TestNodeJoinCrawlRestart(t *testing.T) {
 	if b.ID() != id {
 		t.Fatalf("restarted with identity %s, was %s", b.ID(), id)
 	}
-	if got := len(b.Overlay().Owned()); got != owned {
+	// At least those held before: a delegation decided in the background
+	// may still land between the count and Close (CI saw 3 after 2).
+	if got := len(b.Overlay().Owned()); got < owned {
 		t.Errorf("%d subnets restored from the database, %d held before", got, owned)
 	}
 	if got := b.OutboxStats().Batches; got < batches {
