@@ -1,7 +1,6 @@
 package crawl
 
 import (
-	"container/list"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -127,22 +126,18 @@ type Slow struct {
 type Calibrator struct {
 	cfg     CalibrationConfig
 	mu      sync.Mutex
-	ll      *list.List // of *pageTimes, most recent first
-	pages   map[string]*list.Element
-	sll     *list.List // of *serverTimes, most recent first
-	servers map[netip.Addr]*list.Element
+	pages   *lru[string, pageTimes]
+	servers *lru[netip.Addr, serverTimes]
 }
 
 // serverTimes is what the far check keeps of a server.
 type serverTimes struct {
-	addr   netip.Addr
 	n      int
 	least  time.Duration
 	judged bool
 }
 
 type pageTimes struct {
-	page  string
 	times []time.Duration // oldest first, at most History
 	slow  []time.Duration // the current run of slow fetches
 }
@@ -153,8 +148,8 @@ func NewCalibrator(cfg CalibrationConfig) (*Calibrator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Calibrator{cfg: cfg, ll: list.New(), pages: map[string]*list.Element{},
-		sll: list.New(), servers: map[netip.Addr]*list.Element{}}, nil
+	return &Calibrator{cfg: cfg, pages: newLRU[string, pageTimes](cfg.MaxPages),
+		servers: newLRU[netip.Addr, serverTimes](cfg.MaxServers)}, nil
 }
 
 // Observe records one fetch of page from server address addr that took
@@ -176,19 +171,7 @@ func (c *Calibrator) observeServer(page string, addr netip.Addr, rtt time.Durati
 		return Slow{}, false
 	}
 	c.mu.Lock()
-	var st *serverTimes
-	if el, ok := c.servers[addr]; ok {
-		c.sll.MoveToFront(el)
-		st = el.Value.(*serverTimes)
-	} else {
-		st = &serverTimes{addr: addr}
-		c.servers[addr] = c.sll.PushFront(st)
-		for c.sll.Len() > c.cfg.MaxServers {
-			old := c.sll.Back()
-			c.sll.Remove(old)
-			delete(c.servers, old.Value.(*serverTimes).addr)
-		}
-	}
+	st := c.servers.touch(addr)
 	if st.judged {
 		c.mu.Unlock()
 		return Slow{}, false
@@ -214,19 +197,7 @@ func (c *Calibrator) observeServer(page string, addr netip.Addr, rtt time.Durati
 func (c *Calibrator) observePage(page string, addr netip.Addr, rtt time.Duration) (Slow, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var p *pageTimes
-	if el, ok := c.pages[page]; ok {
-		c.ll.MoveToFront(el)
-		p = el.Value.(*pageTimes)
-	} else {
-		p = &pageTimes{page: page}
-		c.pages[page] = c.ll.PushFront(p)
-		for c.ll.Len() > c.cfg.MaxPages {
-			old := c.ll.Back()
-			c.ll.Remove(old)
-			delete(c.pages, old.Value.(*pageTimes).page)
-		}
-	}
+	p := c.pages.touch(page)
 	if len(p.times) >= 2 {
 		base := median(p.times)
 		if float64(rtt) > c.cfg.Factor*float64(base) && rtt-base >= c.cfg.MinIncrease {
@@ -256,17 +227,14 @@ func (c *Calibrator) observePage(page string, addr netip.Addr, rtt time.Duration
 func (c *Calibrator) Forget(page string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.pages[page]; ok {
-		c.ll.Remove(el)
-		delete(c.pages, page)
-	}
+	c.pages.remove(page)
 }
 
 // Len returns the number of pages remembered.
 func (c *Calibrator) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.ll.Len()
+	return c.pages.len()
 }
 
 func median(ds []time.Duration) time.Duration {

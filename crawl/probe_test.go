@@ -248,8 +248,8 @@ func TestCalibrator(t *testing.T) {
 				t.Fatalf("fetch %d of %s (%v): signal %v %+v, want far = %v", i, f.addr, f.rtt, sig, s, f.far)
 			}
 		}
-		if c.sll.Len() != 4 {
-			t.Errorf("%d servers remembered, want the bound 4", c.sll.Len())
+		if c.servers.len() != 4 {
+			t.Errorf("%d servers remembered, want the bound 4", c.servers.len())
 		}
 	})
 	t.Run("invalid", func(t *testing.T) {

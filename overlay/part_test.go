@@ -61,6 +61,29 @@ func (d *partDelegator) last() DelegateRequest {
 	return d.reqs[len(d.reqs)-1]
 }
 
+// partSwarm starts n nodes sharing one partDelegator and joins them.
+func partSwarm(t *testing.T, r *rig, n int) (*partDelegator, []*node) {
+	t.Helper()
+	pd := &partDelegator{}
+	nodes := make([]*node, n)
+	for i := range nodes {
+		nodes[i] = r.nodeWith(nodeAddr(i), nil, nil, WithDelegator(pd))
+	}
+	joinSwarm(t, nodes)
+	return pd, nodes
+}
+
+// holdRange has holder delegated the smallest non-unary range of site and
+// returns it.
+func holdRange(ctx context.Context, t *testing.T, holder *node, site netip.Addr) subnet.Range {
+	t.Helper()
+	s := mustTree(t).Range(mustTree(t).SmallestNonUnary(site))
+	if d, err := holder.o.Delegate(ctx, "http://"+site.String()+"/", site); err != nil || d.Node != holder.h.ID() || d.Subnet != s {
+		t.Fatalf("range delegation: %v %s, %v", d.Node, d.Subnet, err)
+	}
+	return s
+}
+
 func ownsRange(nd *node, r subnet.Range) (Delegation, bool) {
 	for _, d := range nd.o.Owned() {
 		if d.Subnet == r {
@@ -78,21 +101,13 @@ func ownsRange(nd *node, r subnet.Range) (Delegation, bool) {
 // split, and the address a delegation was decided for splits nothing.
 func TestSplit(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
-		pd := &partDelegator{}
-		nodes := make([]*node, 5)
-		for i := range nodes {
-			nodes[i] = r.nodeWith(nodeAddr(i), nil, nil, WithDelegator(pd))
-		}
-		joinSwarm(t, nodes)
+		pd, nodes := partSwarm(t, r, 5)
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
 		tree := mustTree(t)
 		holder, asker, far := nodes[1], nodes[0], nodes[3]
 		site := netip.MustParseAddr("127.2.5.10")
-		s := tree.Range(tree.SmallestNonUnary(site))
-		if d, err := holder.o.Delegate(ctx, "http://127.2.5.10/", site); err != nil || d.Node != holder.h.ID() || d.Subnet != s {
-			t.Fatalf("range delegation: %v %s, %v", d.Node, d.Subnet, err)
-		}
+		s := holdRange(ctx, t, holder, site)
 
 		farSite := netip.MustParseAddr("127.2.5.200")
 		if _, err := nodes[2].o.Split(ctx, "http://127.2.5.200/", farSite, 80*time.Millisecond); !errors.Is(err, ErrForbidden) {
@@ -202,21 +217,14 @@ func TestSplit(t *testing.T) {
 // as the one the search picks nor as a holder asking for a split.
 func TestSplitConvicted(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
-		pd := &partDelegator{}
-		nodes := make([]*node, 4)
-		for i := range nodes {
-			nodes[i] = r.nodeWith(nodeAddr(i), nil, nil, WithDelegator(pd))
-		}
-		joinSwarm(t, nodes)
+		pd, nodes := partSwarm(t, r, 4)
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
 		tree := mustTree(t)
 		holder, other := nodes[1], nodes[3]
 		site := netip.MustParseAddr("127.2.5.10")
+		holdRange(ctx, t, holder, site)
 		id := tree.SmallestNonUnary(site)
-		if d, err := holder.o.Delegate(ctx, "http://127.2.5.10/", site); err != nil || d.Node != holder.h.ID() {
-			t.Fatalf("range delegation: %v, %v", d.Node, err)
-		}
 		convict := func(p peer.ID) {
 			coord := holder.o.Coordinator(ctx, id)
 			for _, nd := range nodes {

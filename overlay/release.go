@@ -75,7 +75,6 @@ func ReleaseKey(parent subnet.SnapshotID) string {
 type releaseState struct {
 	mu      sync.Mutex
 	next    *subnet.Release
-	raw     []byte
 	ready   bool      // next's file is stored and verified
 	fetchAt time.Time // when to fetch next's file (a random part of the spread)
 	holders map[peer.ID]struct{}
@@ -206,7 +205,7 @@ func (o *Overlay) considerRelease(r subnet.Release, raw []byte, from peer.ID) bo
 		o.log.Warn("release replaced by a newer one for the same snapshot", "old", s.next.Snapshot.Short(), "new", r.Snapshot.Short())
 		o.dropReleaseFile(s.next.Snapshot)
 	}
-	s.next, s.raw, s.ready = &r, bytes.Clone(raw), false
+	s.next, s.ready = &r, false
 	clear(s.holders)
 	clear(s.bad)
 	if from != "" && from != o.h.ID() {
@@ -230,37 +229,40 @@ func newerRelease(a, b subnet.Release) bool {
 }
 
 // loadReleases restores the next release and whether its file is stored,
-// after a restart.
+// after a restart. The file was decoded when it was stored; its hash says
+// whether it is still the same.
 func (o *Overlay) loadReleases() error {
-	return o.db.View(func(txn *badger.Txn) error {
+	var raw []byte
+	err := o.db.View(func(txn *badger.Txn) error {
 		it, err := txn.Get(releaseKey(o.sid))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
 		if err != nil {
 			return err
 		}
-		raw, err := it.ValueCopy(nil)
-		if err != nil {
-			return err
-		}
-		r, err := subnet.DecodeRelease(raw, o.cfg.releaseKeys)
-		if err != nil {
-			o.log.Warn("stored release no longer trusted", "error", err)
-			return nil
-		}
-		s := o.rel
-		s.next, s.raw, s.fetchAt = &r, raw, time.Now()
-		if file, err := o.readReleaseFile(r.Snapshot); err == nil {
-			if err := checkReleaseFile(r, file); err != nil {
-				o.log.Warn("stored release file damaged; fetching it again", "snapshot", r.Snapshot.Short(), "error", err)
-				o.dropReleaseFile(r.Snapshot)
-			} else {
-				s.ready = true
-			}
-		}
-		return nil
+		raw, err = it.ValueCopy(nil)
+		return err
 	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r, err := subnet.DecodeRelease(raw, o.cfg.releaseKeys)
+	if err != nil {
+		o.log.Warn("stored release no longer trusted", "error", err)
+		return nil
+	}
+	s := o.rel
+	s.next, s.fetchAt = &r, time.Now()
+	if file, err := o.readReleaseFile(r.Snapshot); err == nil {
+		if err := r.CheckFile(file); err != nil {
+			o.log.Warn("stored release file damaged; fetching it again", "snapshot", r.Snapshot.Short(), "error", err)
+			o.dropReleaseFile(r.Snapshot)
+		} else {
+			s.ready = true
+		}
+	}
+	return nil
 }
 
 // PublishRelease makes this node the first holder of a release: raw is the
@@ -344,13 +346,7 @@ func (o *Overlay) releaseLoop() {
 				wait = min(releaseRetry, wait)
 			}
 		}
-		if !t.Stop() {
-			select {
-			case <-t.C:
-			default:
-			}
-		}
-		t.Reset(wait)
+		t.Reset(wait) // since Go 1.23 a reset timer delivers no stale tick
 	}
 }
 
