@@ -40,6 +40,19 @@ type Router interface {
 	Route(u *url.URL, addr netip.Addr) (local bool)
 }
 
+// Disowner is a Router that also knows the addresses this node no longer
+// crawls: their subnet was delegated to another node, or removed or merged
+// away, after requests for them were queued. Disowned answers at once from
+// what the node knows, without the network, and must be safe for
+// concurrent use. When the Router is a Disowner, the dispatcher asks it
+// about each request's resolved address before fetching: a disowned
+// request leaves the frontier for the outgoing store (Stats.HandedOff), as
+// if the Router had not kept it, and the node hands it on from there.
+type Disowner interface {
+	Router
+	Disowned(addr netip.Addr) bool
+}
+
 // Sink receives the crawler's records. Results is called from a single
 // goroutine, never concurrently with itself.
 type Sink interface {
@@ -59,6 +72,10 @@ type Stats struct {
 	// Outgoing is the number of links in the outgoing store: links for
 	// other nodes not handed on yet (Forwarded counts those handed on).
 	Outgoing int64
+	// HandedOff counts queued requests that the dispatcher moved to the
+	// outgoing store instead of fetching them, because the Disowner said
+	// this node no longer crawls their address.
+	HandedOff int64
 
 	// Queued is the number of requests waiting in the host queues, those
 	// being fetched or processed included; it survives restarts.
@@ -79,7 +96,7 @@ type stats struct {
 	fetched, notModified, fetchErrors, robotsDenied atomic.Int64
 	records, batches, forwarded, dropped            atomic.Int64
 	wireBytes, recordBytes                          atomic.Int64
-	inFlight                                        atomic.Int64
+	inFlight, handedOff                             atomic.Int64
 }
 
 // Crawler crawls the URLs submitted to it and those it discovers that the
@@ -95,6 +112,7 @@ type Crawler struct {
 	front  *frontier
 	robots *robotsCache
 	polite *politeness
+	disown Disowner // the Router, if it is one
 	meter  *meter
 	sched  schedule
 	log    *slog.Logger
@@ -111,6 +129,9 @@ type Crawler struct {
 	records chan pendingRecord
 	wake    chan struct{}
 	outWake chan struct{}
+	// outFull is set while hand-offs find the outgoing store full, so that
+	// the warning is logged once per episode.
+	outFull atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -154,6 +175,7 @@ func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
 		wake:    make(chan struct{}, 1),
 		outWake: make(chan struct{}, 1),
 	}
+	c.disown, _ = cfg.router.(Disowner)
 	c.robots = newRobotsCache(db, c.fetch, cfg.product, cfg.robotsTTL, cfg.minDelay, c.log)
 	// A host that had a request in flight when the process died is ready
 	// again after its delay from now, as after any request of it.
@@ -227,6 +249,7 @@ func (c *Crawler) Stats() Stats {
 		RobotsDenied: s.robotsDenied.Load(), Records: s.records.Load(), Batches: s.batches.Load(),
 		Forwarded: s.forwarded.Load(), Dropped: s.dropped.Load(), WireBytes: s.wireBytes.Load(),
 		RecordBytes: s.recordBytes.Load(), InFlight: s.inFlight.Load(), Outgoing: max(c.front.nOut.Load(), 0),
+		HandedOff: s.handedOff.Load(),
 	}
 	st.Queued, st.Hosts = c.front.counts()
 	if n, err := c.front.readyHosts(time.Now()); err == nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"mime"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -77,6 +78,10 @@ func (c *Crawler) dispatch() {
 			continue
 		}
 		addr := addrs[0]
+		if c.disown != nil && c.disown.Disowned(addr) {
+			c.handOff(l, addr, now)
+			continue
+		}
 		if at, ok := c.polite.acquire(addr, now); !ok {
 			c.putBack(l, at)
 			continue
@@ -91,6 +96,38 @@ func (c *Crawler) dispatch() {
 			return
 		}
 	}
+}
+
+// handOffRetry is how long a request this node no longer crawls stays in
+// its host's queue when the outgoing store is full, before the dispatcher
+// tries to hand it off again: long enough not to spin on the store, short
+// against the node's hand-on rounds that make room in it.
+const handOffRetry = 5 * time.Second
+
+// handOff moves a leased request whose address the Disowner disowned to
+// the outgoing store, in the transaction that takes it out of its host's
+// queue, and wakes the node's forwarder, which finds its owner. Nothing
+// was sent to the host, so the host is ready again at once. If the store
+// is full the request stays queued and its host waits handOffRetry.
+func (c *Crawler) handOff(l *lease, addr netip.Addr, now time.Time) {
+	e := l.entry
+	o := Outlink{
+		Request: Request{Link: e.URL, ParentLink: e.Parent, Depth: e.Depth, Owners: e.Owners},
+		Addr:    addr.Unmap(), hops: e.Hops, again: true,
+	}
+	stored, err := c.front.handOff(l, o, now, now.Add(handOffRetry))
+	switch {
+	case err != nil:
+		c.log.Error("frontier failed", "error", err)
+	case stored:
+		c.stats.handedOff.Add(1)
+		c.outFull.Store(false)
+		c.log.Debug("request handed off", "host", l.host, "url", e.URL)
+		c.wakeOut()
+	case !c.outFull.Swap(true):
+		c.log.Warn("outgoing store full; requests for other nodes stay queued", "cap", c.cfg.outCap)
+	}
+	c.poke()
 }
 
 // putBack returns a lease unused; its host is ready again at t. At

@@ -5,8 +5,9 @@
 //
 // crawl imports nothing of micra's and never libp2p; node wires it to the
 // overlay through the small interfaces this package declares: Router (is a
-// URL known to be this node's? answered at once, never over the network)
-// and Sink (record batches out), and through the outgoing store (Outgoing,
+// URL known to be this node's? answered at once, never over the network),
+// optionally a Disowner (which addresses are no longer this node's?) and
+// Sink (record batches out), and through the outgoing store (Outgoing,
 // Handed, Keep: URLs for other nodes out).
 //
 // # Pipeline
@@ -55,7 +56,12 @@
 //     store with the page's completion, with the address they resolved to,
 //     until the node reports them Handed (acknowledged by their owner) or
 //     Keep (found to be this node's after all). The store is bounded
-//     (OutgoingCap); links beyond it are dropped and counted.
+//     (OutgoingCap); links beyond it are dropped and counted. A queued
+//     request whose address the Disowner disowns (its subnet went to
+//     another node since it was queued) is not fetched: the dispatcher
+//     moves it from its queue into the outgoing store in one transaction
+//     (Stats.HandedOff), or leaves it queued while the store is full; Keep
+//     queues such a request again although its URL was seen.
 //
 // Records are batched by size and age, compressed with zstd and handed to
 // Sink.Results; DecodeBatch reads them back for indexers. A fetched request

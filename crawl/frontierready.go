@@ -279,7 +279,6 @@ func (f *frontier) finish(l *lease, retry bool, readyAt time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.undoLease(l)
-	h := urlHash(l.entry.URL)
 	var d delta
 	err := f.db.Update(func(txn *badger.Txn) error {
 		if retry {
@@ -288,25 +287,8 @@ func (f *frontier) finish(l *lease, retry bool, readyAt time.Time) error {
 			if err := txn.Set(l.key, e.encode()); err != nil {
 				return err
 			}
-		} else {
-			if _, err := txn.Get(l.key); err == nil {
-				d.queued--
-			} else if !errors.Is(err, badger.ErrKeyNotFound) {
-				return err
-			}
-			if err := txn.Delete(l.key); err != nil {
-				return err
-			}
-			st, found, err := getState(txn, h)
-			if err != nil {
-				return err
-			}
-			if found && bytes.Equal(st.Queued, l.key) {
-				st.Queued = nil
-				if err := txn.Set(urlKey(h), st.encode()); err != nil {
-					return err
-				}
-			}
+		} else if err := f.dequeueTxn(txn, l, &d); err != nil {
+			return err
 		}
 		return f.setReady(txn, l.host, time.Time{}, readyAt)
 	})
@@ -314,6 +296,30 @@ func (f *frontier) finish(l *lease, retry bool, readyAt time.Time) error {
 		return fmt.Errorf("frontier finish: %w", err)
 	}
 	f.apply(d)
+	return nil
+}
+
+// dequeueTxn takes the leased request l out of its host's queue in txn,
+// for good: its URL stays in the seen set, marked as queued no more. The
+// caller holds mu.
+func (f *frontier) dequeueTxn(txn *badger.Txn, l *lease, d *delta) error {
+	if _, err := txn.Get(l.key); err == nil {
+		d.queued--
+	} else if !errors.Is(err, badger.ErrKeyNotFound) {
+		return err
+	}
+	if err := txn.Delete(l.key); err != nil {
+		return err
+	}
+	h := urlHash(l.entry.URL)
+	st, found, err := getState(txn, h)
+	if err != nil {
+		return err
+	}
+	if found && bytes.Equal(st.Queued, l.key) {
+		st.Queued = nil
+		return txn.Set(urlKey(h), st.encode())
+	}
 	return nil
 }
 

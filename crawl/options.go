@@ -287,7 +287,9 @@ func Batching(maxBytes int, maxAge time.Duration) Option {
 
 // OutgoingCap bounds the outgoing store: links for other nodes stored and
 // not handed on yet. Links beyond it are dropped and counted in
-// Stats.Dropped. Default: 1 Mi links (about 150 MB on disk).
+// Stats.Dropped; queued requests that the dispatcher would hand off (see
+// Disowner) wait in their queues instead. Default: 1 Mi links (about
+// 150 MB on disk).
 func OutgoingCap(n int) Option {
 	return func(c *config) error { c.outCap = int64(n); return nil }
 }

@@ -20,6 +20,13 @@ import (
 // the node reports them handed on (Handed), which it does once their owner
 // acknowledged them. The store is bounded by OutgoingCap: links beyond it
 // are dropped and counted in Stats.Dropped.
+//
+// The dispatcher hands off queued requests too, when the Router is a
+// Disowner that disowns their address: such a request leaves its host's
+// queue and enters the store in one transaction (handOff), so that a crash
+// finds it in one of the two. Its URL stays in the seen set, so the link is
+// marked (again) for Keep to queue it again should the node own it after
+// all. A request that finds the store full stays queued.
 
 // Outlink is one stored link waiting to be handed to another node.
 type Outlink struct {
@@ -28,11 +35,19 @@ type Outlink struct {
 	// processed: the node routes by it without resolving the host again.
 	Addr netip.Addr
 	hops int // distance from the request that introduced it (entry.Hops)
-	key  []byte
+	// again marks a request handed off from the frontier: its URL is in
+	// the seen set, so Keep queues it even though it was seen.
+	again bool
+	key   []byte
 }
 
-// outlinkVersion is the first byte of a stored outlink's value.
-const outlinkVersion = 1
+// outlinkVersion is the first byte of a stored outlink's value. Version 2
+// appends a flags byte (outlinkAgain) to version 1, which decodes with no
+// flags set.
+const outlinkVersion = 2
+
+// outlinkAgain is the flag of a stored outlink whose Outlink.again is set.
+const outlinkAgain = 1
 
 func (o *Outlink) encode() []byte {
 	var w encoder
@@ -47,6 +62,11 @@ func (o *Outlink) encode() []byte {
 	a, _ := o.Addr.MarshalBinary()
 	w.bytes(a)
 	w.uvarint(uint64(max(o.hops, 0)))
+	var flags byte
+	if o.again {
+		flags |= outlinkAgain
+	}
+	w.byte(flags)
 	return w.b
 }
 
@@ -54,7 +74,8 @@ func (o *Outlink) encode() []byte {
 func decodeOutlink(b []byte) (Outlink, error) {
 	d := decoder{b: b}
 	var o Outlink
-	if v := d.byte(); d.err == nil && v != outlinkVersion {
+	v := d.byte()
+	if d.err == nil && v != 1 && v != outlinkVersion {
 		return o, fmt.Errorf("%w: outlink version %d", ErrCorruptValue, v)
 	}
 	o.Link = d.str(urlnorm.MaxLength)
@@ -72,6 +93,13 @@ func decodeOutlink(b []byte) (Outlink, error) {
 		}
 	}
 	o.hops = int(min(d.uvarint(), 1<<16))
+	if v >= 2 {
+		flags := d.byte()
+		if flags&^outlinkAgain != 0 {
+			d.fail("outlink flags %#x", flags)
+		}
+		o.again = flags&outlinkAgain != 0
+	}
 	if err := d.done(); err != nil {
 		return Outlink{}, err
 	}
@@ -100,6 +128,40 @@ func (f *frontier) addOutTxn(txn *badger.Txn, out []Outlink, d *delta) (int, err
 	}
 	d.out += int64(n)
 	return n, nil
+}
+
+// handOff ends the lease l of a request that this node no longer crawls:
+// in one transaction the request leaves its host's queue, as finish does
+// without retry, o enters the outgoing store and the host becomes ready at
+// readyAt. If the store is full, the request stays queued, as putBack
+// leaves it, and its host becomes ready at retryAt. It reports whether o
+// was stored.
+func (f *frontier) handOff(l *lease, o Outlink, readyAt, retryAt time.Time) (stored bool, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.undoLease(l)
+	var d delta
+	err = f.db.Update(func(txn *badger.Txn) error {
+		d, stored = delta{}, false
+		n, err := f.addOutTxn(txn, []Outlink{o}, &d)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return f.setReady(txn, l.host, time.Time{}, retryAt)
+		}
+		stored = true
+		if err := f.dequeueTxn(txn, l, &d); err != nil {
+			return err
+		}
+		return f.setReady(txn, l.host, time.Time{}, readyAt)
+	})
+	if err != nil {
+		f.clearHints()
+		return false, fmt.Errorf("frontier hand-off: %w", err)
+	}
+	f.apply(d)
+	return stored, nil
 }
 
 // addOut stores links in their own transaction (links that are not part of
@@ -264,25 +326,40 @@ func (c *Crawler) OutgoingStored() <-chan struct{} { return c.outWake }
 
 // Keep queues links of the outgoing store that the node found to be its own
 // (their subnet was delegated to it after the page was processed), as if
-// the Router had kept them: a link seen before is not queued again. It
-// deletes them from the store once they are queued.
+// the Router had kept them: a link seen before is not queued again. A link
+// the dispatcher handed off (see Disowner) was seen, by this crawler: it is
+// queued again unless it is queued still. Links must be passed as Outgoing
+// returned them, which marks both kinds. Keep deletes them from the store
+// once they are queued.
 func (c *Crawler) Keep(links ...Outlink) error {
 	if c.ctx.Err() != nil {
 		return ErrClosed
 	}
-	es := make([]entry, 0, len(links))
-	us := make([]*url.URL, 0, len(links))
+	// [0]: links from pages, [1]: requests handed off, queued with force.
+	var es [2][]entry
+	var us [2][]*url.URL
 	for _, l := range links {
 		u, err := url.Parse(l.Link)
 		if err != nil || u.Host == "" {
 			c.stats.dropped.Add(1)
 			continue
 		}
-		es = append(es, entry{URL: u.String(), Parent: l.ParentLink, Depth: max(l.Depth, 0), Hops: l.hops, Owners: l.Owners})
-		us = append(us, u)
+		i := 0
+		if l.again {
+			i = 1
+		}
+		// A handed-off request was counted as an in-link when it was
+		// first queued: it comes back as a revisit does, not counted again.
+		e := entry{URL: u.String(), Parent: l.ParentLink, Depth: max(l.Depth, 0), Hops: l.hops, Owners: l.Owners, Revisit: l.again}
+		es[i] = append(es[i], e)
+		us[i] = append(us[i], u)
 	}
-	if len(es) > 0 {
-		if _, err := c.front.addBatch(es, us, false, time.Now()); err != nil {
+	now := time.Now()
+	for i, force := range []bool{false, true} {
+		if len(es[i]) == 0 {
+			continue
+		}
+		if _, err := c.front.addBatch(es[i], us[i], force, now); err != nil {
 			return err
 		}
 		c.poke()

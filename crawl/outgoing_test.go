@@ -72,12 +72,58 @@ func TestOutgoingStore(t *testing.T) {
 	}
 }
 
+// encodeOutlinkV1 encodes o as version 1 did, before the flags byte.
+func encodeOutlinkV1(o Outlink) []byte {
+	b := o.encode()
+	b = b[:len(b)-1] // the flags byte
+	b[0] = 1
+	return b
+}
+
+// TestOutlinkVersions: a version 1 value, stored before the upgrade, still
+// decodes (without the hand-off mark); version 2 keeps the mark; unknown
+// flags and versions are refused.
+func TestOutlinkVersions(t *testing.T) {
+	o := Outlink{Request: Request{Link: "http://a.test/x", ParentLink: "http://b.test/", Depth: 2, Owners: []string{"alice"}}, Addr: netip.MustParseAddr("192.0.2.1"), hops: 3, again: true}
+	for _, tc := range []struct {
+		name  string
+		b     []byte
+		again bool
+	}{
+		{"v1", encodeOutlinkV1(o), false},
+		{"v2", o.encode(), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decodeOutlink(tc.b)
+			if err != nil || got.Link != o.Link || got.ParentLink != o.ParentLink || got.Depth != o.Depth || got.Addr != o.Addr ||
+				got.hops != o.hops || len(got.Owners) != 1 || got.again != tc.again {
+				t.Fatalf("decoded %+v (%v)", got, err)
+			}
+		})
+	}
+	bad := o.encode()
+	bad[len(bad)-1] = 2
+	if _, err := decodeOutlink(bad); err == nil {
+		t.Error("unknown flag accepted")
+	}
+	bad = o.encode()
+	bad[0] = 3
+	if _, err := decodeOutlink(bad); err == nil {
+		t.Error("unknown version accepted")
+	}
+}
+
 // FuzzDecodeOutlink: a stored outlink value never panics the decoder, and
 // what decodes encodes back to a value that decodes to the same link.
 func FuzzDecodeOutlink(f *testing.F) {
 	o := Outlink{Request: Request{Link: "http://a.test/x", ParentLink: "http://b.test/", Depth: -1, Owners: []string{"alice"}}, Addr: netip.MustParseAddr("2001:db8::1")}
 	f.Add(o.encode())
+	f.Add(encodeOutlinkV1(o))
+	h := Outlink{Request: Request{Link: "http://c.test/y", ParentLink: "http://a.test/x", Depth: 3}, Addr: netip.MustParseAddr("192.0.2.7"), hops: 2, again: true}
+	f.Add(h.encode())
+	f.Add(encodeOutlinkV1(h))
 	f.Add([]byte{1, 0, 0, 0, 0, 0})
+	f.Add([]byte{2, 0, 0, 0, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := decodeOutlink(b)
 		if err != nil {
@@ -85,7 +131,7 @@ func FuzzDecodeOutlink(f *testing.F) {
 		}
 		again, err := decodeOutlink(got.encode())
 		if err != nil || again.Link != got.Link || again.ParentLink != got.ParentLink || again.Depth != got.Depth ||
-			again.Addr != got.Addr || len(again.Owners) != len(got.Owners) {
+			again.Addr != got.Addr || len(again.Owners) != len(got.Owners) || again.hops != got.hops || again.again != got.again {
 			t.Fatalf("round trip: %+v → %+v (%v)", got, again, err)
 		}
 	})

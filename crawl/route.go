@@ -86,9 +86,15 @@ func (c *Crawler) storedOut(n, stored int) {
 		c.log.Warn("outgoing store full; links for other nodes dropped", "count", n-stored, "cap", c.cfg.outCap)
 	}
 	if stored > 0 {
-		select {
-		case c.outWake <- struct{}{}:
-		default:
-		}
+		c.wakeOut()
+	}
+}
+
+// wakeOut tells the node's forwarder that links were stored in the
+// outgoing store (OutgoingStored).
+func (c *Crawler) wakeOut() {
+	select {
+	case c.outWake <- struct{}{}:
+	default:
 	}
 }

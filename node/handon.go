@@ -33,17 +33,33 @@ import (
 
 // router is the crawler's Router.
 type router struct {
-	o    atomic.Pointer[overlay.Overlay] // set once the overlay is built; until then nothing is known
+	cur  *atomic.Pointer[live] // the node's; nil until the overlay is built, when nothing is known
 	self peer.ID
 }
 
 func (r *router) Route(_ *url.URL, addr netip.Addr) bool {
-	o := r.o.Load()
-	if o == nil {
+	l := r.cur.Load()
+	if l == nil {
 		return false
 	}
-	d, ok := o.Cached(addr)
+	d, ok := l.o.Cached(addr)
 	return ok && !d.Orphaned && d.Node == r.self
+}
+
+// Disowned reports that this node no longer crawls addr (crawl.Disowner):
+// its overlay knows another node holds addr's range or part (a
+// re-delegation, a split, a merge carried to another node), or addr is in
+// a range this node held before a snapshot switch that the carry did not
+// bring along. Unknown addresses stay with the node.
+func (r *router) Disowned(addr netip.Addr) bool {
+	l := r.cur.Load()
+	if l == nil {
+		return false
+	}
+	if d, ok := l.o.Cached(addr); ok {
+		return !d.Orphaned && d.Node != r.self
+	}
+	return l.gone(addr)
 }
 
 // Hand-on limits.
@@ -76,13 +92,25 @@ type owners interface {
 	Invalidate(r subnet.Range)
 }
 
+// liveOwners asks the node's running overlay, whichever snapshot it runs.
+type liveOwners struct{ n *Node }
+
+func (l liveOwners) Cached(a netip.Addr) (overlay.Delegation, bool) { return l.n.ov().Cached(a) }
+func (l liveOwners) Resolve(ctx context.Context, a netip.Addr) (overlay.Delegation, bool, error) {
+	return l.n.ov().Resolve(ctx, a)
+}
+func (l liveOwners) Delegate(ctx context.Context, link string, a netip.Addr) (overlay.Delegation, error) {
+	return l.n.ov().Delegate(ctx, link, a)
+}
+func (l liveOwners) Invalidate(r subnet.Range) { l.n.ov().Invalidate(r) }
+
 // handOn is the node's hand-on loop and its delegation queue.
 type handOn struct {
 	store  outStore
 	owners owners
 	send   func(ctx context.Context, p peer.ID, reqs []crawl.Request) error // to the owner p, acknowledged
 	self   peer.ID
-	tree   *subnet.Tree
+	tree   func() *subnet.Tree // the running snapshot
 	log    *slog.Logger
 	joined <-chan struct{}
 
@@ -110,7 +138,7 @@ type delegation struct {
 }
 
 func newHandOn(n *Node) *handOn {
-	return &handOn{store: n.cr, owners: n.o, self: n.h.ID(), tree: n.tree, log: n.log.With("subsystem", "handon"), joined: n.joined,
+	return &handOn{store: n.cr, owners: liveOwners{n}, self: n.h.ID(), tree: n.snapshot, log: n.log.With("subsystem", "handon"), joined: n.joined,
 		send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
 			return results.SendCrawl(ctx, n.h, p, reqs)
 		},
@@ -232,7 +260,8 @@ func (h *handOn) pass(ctx context.Context) (wrapped bool) {
 			h.failed[p] = b
 			h.log.Debug("handing links on failed; they wait", "peer", p, "count", len(links), "retry", b.wait, "error", err)
 			for _, l := range links {
-				o.Invalidate(h.tree.Range(h.tree.SmallestNonUnary(l.Addr)))
+				t := h.tree()
+				o.Invalidate(t.Range(t.SmallestNonUnary(l.Addr)))
 			}
 			continue
 		}
@@ -248,7 +277,8 @@ func (h *handOn) pass(ctx context.Context) (wrapped bool) {
 // or failed less than delegateRetry ago. A full queue leaves it for a
 // later pass.
 func (h *handOn) ask(l crawl.Outlink) {
-	r := h.tree.Range(h.tree.SmallestNonUnary(l.Addr))
+	t := h.tree()
+	r := t.Range(t.SmallestNonUnary(l.Addr))
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -157,7 +157,7 @@ func TestHandOn(t *testing.T) {
 		downUp := false
 		attempts := map[peer.ID]int{}
 		joined := make(chan struct{})
-		h := &handOn{store: st, owners: fo, self: self, tree: tree, log: slog.New(slog.DiscardHandler), joined: joined,
+		h := &handOn{store: st, owners: fo, self: self, tree: func() *subnet.Tree { return tree }, log: slog.New(slog.DiscardHandler), joined: joined,
 			send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
 				mu.Lock()
 				defer mu.Unlock()

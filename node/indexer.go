@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -39,11 +41,16 @@ type IndexerConfig struct {
 	ReadOnly  bool            // search and export only
 	Snapshot  string          // subnet snapshot file; "" for the built-in one
 	Tree      *subnet.Tree    // the hierarchy, instead of Snapshot
-	Logger    *slog.Logger    // nil: slog.Default()
-	Indexer   []indexer.Option
-	Overlay   []overlay.Option
-	Host      []overlay.HostOption
-	Delegate  []delegate.Option
+	// SnapshotKeys are the release keys whose snapshot releases the
+	// indexer takes and switches to at their activation, as nodes do
+	// (Config.SnapshotKeys, in the same "ed25519:BASE64" form); none: it
+	// runs Snapshot for good.
+	SnapshotKeys []string
+	Logger       *slog.Logger // nil: slog.Default()
+	Indexer      []indexer.Option
+	Overlay      []overlay.Option
+	Host         []overlay.HostOption
+	Delegate     []delegate.Option
 	// JoinNow joins the overlay before StartIndexer returns; otherwise
 	// it joins in the background, bounded by StartIndexer's ctx.
 	JoinNow bool
@@ -52,9 +59,23 @@ type IndexerConfig struct {
 // Indexer is a running indexer.
 type Indexer struct {
 	h        host.Host
-	ix       *indexer.Indexer
+	db       *badger.DB
+	idx      *index.Index
+	log      *slog.Logger
+	cfg      IndexerConfig
+	base     subnet.SnapshotID // the configured snapshot
+	oopts    []overlay.Option
+	cur      atomic.Pointer[indexerLive]
 	httpAddr string
 	closers  []func() error // in closing order
+}
+
+// indexerLive is what an indexer runs on one snapshot.
+type indexerLive struct {
+	tree    *subnet.Tree
+	o       *overlay.Overlay
+	ix      *indexer.Indexer
+	handler http.Handler
 }
 
 // ParseListen parses libp2p listen multiaddrs, naming the first bad one.
@@ -122,32 +143,66 @@ func StartIndexer(ctx context.Context, cfg IndexerConfig) (x *Indexer, err error
 	if err != nil {
 		return x, err
 	}
-	x.h = h
+	x.h, x.db, x.idx, x.log, x.cfg, x.base = h, db, idx, log, cfg, tree.ID()
 	stack = append(stack, h.Close)
 	del, err := delegate.New(append([]delegate.Option{delegate.Logger(log.With("subsystem", "delegate"))}, cfg.Delegate...)...)
 	if err != nil {
 		return x, err
 	}
-	o, err := overlay.New(h, tree, db, append([]overlay.Option{overlay.WithDelegator(del),
+	psCtx, psStop := context.WithCancel(context.Background())
+	stack = append(stack, func() error { psStop(); return nil })
+	ps, err := overlay.NewPubSub(psCtx, h, log.With("subsystem", "overlay"))
+	if err != nil {
+		return x, err
+	}
+	x.oopts = []overlay.Option{overlay.WithDelegator(del), overlay.WithPubSub(ps),
 		overlay.WithEvidenceOpener(overlay.EvidenceOpenerFunc(results.OpenEvidence)),
-		overlay.Announce(5 * time.Minute), overlay.NoCrawl(), overlay.BootstrapPeers(cfg.Bootstrap), overlay.Logger(log.With("subsystem", "overlay"))}, cfg.Overlay...)...)
+		overlay.Announce(5 * time.Minute), overlay.NoCrawl(), overlay.BootstrapPeers(cfg.Bootstrap), overlay.Logger(log.With("subsystem", "overlay"))}
+	var keys []ed25519.PublicKey
+	for _, s := range cfg.SnapshotKeys {
+		k, err := subnet.ParseReleaseKey(s)
+		if err != nil {
+			return x, fmt.Errorf("snapshot keys: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) > 0 {
+		x.oopts = append(x.oopts, overlay.ReleaseKeys(releaseDir(cfg.DataDir), keys...))
+	}
+	x.oopts = append(x.oopts, cfg.Overlay...)
+	first, prev, prevAt := resumeSnapshot(db, cfg.DataDir, tree, log)
+	oopts := x.oopts
+	var accept []subnet.SnapshotID
+	if prev != nil {
+		oopts = append(slices.Clip(oopts), overlay.Previous(prev, prevAt))
+		accept = append(accept, prev.ID())
+	}
+	o, err := overlay.New(h, first, db, oopts...)
 	if err != nil {
 		return x, err
 	}
-	stack = append(stack, o.Close)
-	ix, err := indexer.New(o, idx, db, append([]indexer.Option{indexer.Logger(log.With("subsystem", "indexer"))}, cfg.Indexer...)...)
-	if err != nil {
+	l := &indexerLive{tree: first, o: o}
+	x.cur.Store(l)
+	stack = append(stack, func() error { return x.cur.Load().o.Close() })
+	if err := x.attach(l, accept...); err != nil {
 		return x, err
 	}
-	x.ix = ix
-	stack = append(stack, ix.Close)
+	stack = append(stack, func() error { return x.cur.Load().ix.Close() })
+	swCtx, swCancel := context.WithCancel(context.Background())
+	swDone := make(chan struct{})
+	go func() {
+		defer close(swDone)
+		switchLoop(swCtx, log, func() *overlay.Overlay { return x.cur.Load().o }, x.switchTo)
+	}()
+	stack = append(stack, func() error { swCancel(); <-swDone; return nil })
 
 	ln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {
 		return x, fmt.Errorf("HTTP: %w", err)
 	}
 	x.httpAddr = ln.Addr().String()
-	srv := &http.Server{Handler: ix.Handler(index.HTTPOptions{ReadOnly: cfg.ReadOnly}), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { x.cur.Load().handler.ServeHTTP(w, r) }),
+		ReadHeaderTimeout: 10 * time.Second}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Serve(ln) }()
 	stack = append(stack, func() error {
@@ -168,7 +223,7 @@ func StartIndexer(ctx context.Context, cfg IndexerConfig) (x *Indexer, err error
 		if _, err := bootstrap.Join(ctx, h, h.ID(), cfg.Bootstrap); err != nil {
 			return fmt.Errorf("joining the overlay: %w", err)
 		}
-		if err := o.Bootstrap(ctx); err != nil {
+		if err := x.cur.Load().o.Bootstrap(ctx); err != nil {
 			return fmt.Errorf("DHT bootstrap: %w", err)
 		}
 		return nil
@@ -193,8 +248,56 @@ func (x *Indexer) Addrs() []string { return p2pAddrs(x.h) }
 // HTTPAddr is the address the search page and API listen on.
 func (x *Indexer) HTTPAddr() string { return x.httpAddr }
 
-// Indexer is the running indexer (its index, audits and statistics).
-func (x *Indexer) Indexer() *indexer.Indexer { return x.ix }
+// Indexer is the running indexer (its index, audits and statistics); a
+// snapshot switch replaces it, and its counters start again.
+func (x *Indexer) Indexer() *indexer.Indexer { return x.cur.Load().ix }
+
+// Overlay is the indexer's running overlay.
+func (x *Indexer) Overlay() *overlay.Overlay { return x.cur.Load().o }
+
+// attach starts the indexer on l's overlay, taking batches of l's snapshot
+// and of accept.
+func (x *Indexer) attach(l *indexerLive, accept ...subnet.SnapshotID) error {
+	opts := []indexer.Option{indexer.Logger(x.log.With("subsystem", "indexer"))}
+	if len(accept) > 0 {
+		opts = append(opts, indexer.AcceptSnapshots(accept...))
+	}
+	ix, err := indexer.New(l.o, x.idx, x.db, append(opts, x.cfg.Indexer...)...)
+	if err != nil {
+		return err
+	}
+	l.ix, l.handler = ix, ix.Handler(index.HTTPOptions{ReadOnly: x.cfg.ReadOnly})
+	return nil
+}
+
+// switchTo moves the indexer to release r's snapshot (see switch.go): it
+// stops taking batches, starts an overlay on the new snapshot and an
+// indexer on it that takes the batches of both snapshots, as nodes that
+// have not switched yet still seal them under the old one. Batches
+// published meanwhile are published again by their nodes' outboxes.
+func (x *Indexer) switchTo(ctx context.Context, r subnet.Release) error {
+	old := x.cur.Load()
+	began := time.Now()
+	if err := old.ix.Close(); err != nil {
+		x.log.Warn("closing the indexer for the switch", "error", err)
+	}
+	tree, o, err := reopen(ctx, x.log, x.h, x.db, old.tree, old.o, r, x.oopts)
+	if o == nil {
+		return err
+	}
+	l := &indexerLive{tree: tree, o: o}
+	if aerr := x.attach(l, old.tree.ID()); aerr != nil {
+		return errors.Join(err, aerr)
+	}
+	x.cur.Store(l)
+	if err != nil {
+		return err
+	}
+	recordSwitch(x.db, x.log, x.base, old.tree, tree, r)
+	x.log.Info("switched snapshots", "from", old.tree.ID().Short(), "to", tree.ID().Short(),
+		"late", began.Sub(r.Activation).Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
+	return nil
+}
 
 // Close shuts the indexer down in order: HTTP, indexer, overlay, host,
 // index, database. Later calls return nil.

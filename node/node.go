@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,8 +118,9 @@ type Node struct {
 	opt       options
 	log       *slog.Logger
 	started   time.Time
-	tree      *subnet.Tree
-	own       netip.Addr // the address this node crawls from, when known
+	base      *subnet.Tree // the configured snapshot
+	first     *subnet.Tree // the snapshot the node starts on: base, or the released one it switched to
+	own       netip.Addr   // the address this node crawls from, when known
 	peers     []peer.AddrInfo
 	threshold time.Duration
 
@@ -127,8 +129,13 @@ type Node struct {
 	h   host.Host
 	del *delegate.Delegator
 	ob  *results.Outbox
-	o   *overlay.Overlay
 	cr  *crawl.Crawler
+
+	cur    atomic.Pointer[live] // the running snapshot and its overlay; swapped by a switch
+	psStop context.CancelFunc   // stops the pubsub router the node's overlays share
+	oopts  []overlay.Option     // the overlay's options, for the next snapshot's
+	prev   *subnet.Tree         // the snapshot before the running one, after a restart
+	prevAt time.Time            // and its release's activation
 
 	route     *router
 	joined    chan struct{} // closed when Join succeeded
@@ -184,6 +191,7 @@ func New(cfg Config, opts ...Option) (n *Node, err error) {
 	if err := n.open(); err != nil {
 		return n, err
 	}
+	n.first, n.prev, n.prevAt = resumeSnapshot(n.db, cfg.DataDir, n.base, n.log)
 	if err := n.build(); err != nil {
 		return n, err
 	}
@@ -202,10 +210,10 @@ func (n *Node) settle() error {
 		debug.SetMemoryLimit(lim)
 	}
 	n.threshold, _ = time.ParseDuration(cfg.Threshold)
-	n.tree = n.opt.tree
-	if n.tree == nil {
+	n.base = n.opt.tree
+	if n.base == nil {
 		var err error
-		if n.tree, err = loadTree(cfg.Snapshot); err != nil {
+		if n.base, err = loadTree(cfg.Snapshot); err != nil {
 			return err
 		}
 	}
@@ -280,7 +288,7 @@ func (n *Node) build() error {
 	if outboxCap == 0 {
 		outboxCap = 512 << 20
 	}
-	if n.ob, err = results.NewOutbox(n.db, n.sk, n.tree.ID(), append([]results.Option{
+	if n.ob, err = results.NewOutbox(n.db, n.sk, n.first.ID(), append([]results.Option{
 		results.Acks(cfg.Indexers), results.OutboxCap(outboxCap, outboxCap/16), results.Shards(cfg.ResultShards),
 		results.Logger(n.log.With("subsystem", "outbox")),
 	}, n.opt.results...)...); err != nil {
@@ -311,7 +319,7 @@ func (n *Node) build() error {
 		oopts = append(oopts, overlay.OwnAddress(n.own))
 	}
 	if keys, _ := cfg.releaseKeys(); len(keys) > 0 { // validated
-		oopts = append(oopts, overlay.ReleaseKeys(filepath.Join(cfg.DataDir, "snapshots"), keys...))
+		oopts = append(oopts, overlay.ReleaseKeys(releaseDir(cfg.DataDir), keys...))
 	}
 	if live, _ := time.ParseDuration(cfg.Liveness); live > 0 {
 		oopts = append(oopts, overlay.Liveness(live/10, live))
@@ -319,11 +327,23 @@ func (n *Node) build() error {
 			oopts = append(oopts, overlay.Maintenance(live/4, defaultClosestTTL))
 		}
 	}
-	if n.o, err = overlay.New(n.h, n.tree, n.db, append(oopts, n.opt.overlay...)...); err != nil {
+	psCtx, psStop := context.WithCancel(context.Background())
+	n.psStop = psStop
+	ps, err := overlay.NewPubSub(psCtx, n.h, n.log.With("subsystem", "overlay"))
+	if err != nil {
 		return err
 	}
-	n.route.o.Store(n.o)
-	if err := n.ob.Start(n.o); err != nil {
+	n.oopts = append(append(oopts, overlay.WithPubSub(ps)), n.opt.overlay...)
+	first := n.oopts
+	if n.prev != nil {
+		first = append(slices.Clip(first), overlay.Previous(n.prev, n.prevAt))
+	}
+	o, err := overlay.New(n.h, n.first, n.db, first...)
+	if err != nil {
+		return err
+	}
+	n.cur.Store(&live{tree: n.first, o: o})
+	if err := n.ob.Start(o); err != nil {
 		return err
 	}
 	if n.removeReq, err = results.ServeCrawlRequests(n.h, n.crawlLocal); err != nil {
@@ -332,6 +352,7 @@ func (n *Node) build() error {
 	hand := newHandOn(n)
 	n.wg.Go(func() { hand.run(n.ctx) })
 	n.wg.Go(func() { n.splitLoop(n.ctx) })
+	n.wg.Go(func() { switchLoop(n.ctx, n.log, n.ov, n.switchTo) })
 	return nil
 }
 
@@ -359,7 +380,7 @@ func (n *Node) buildCrawler(loc *time.Location, windows []crawl.Window) error {
 	bw, _ := ParseSize(cfg.Bandwidth)
 	daily, _ := ParseSize(cfg.DailyTransfer)
 	batchWait, _ := time.ParseDuration(cfg.BatchWait)
-	n.route = &router{self: n.h.ID()}
+	n.route = &router{cur: &n.cur, self: n.h.ID()}
 	copts := []crawl.Option{
 		crawl.Batching(defaultBatchBytes, batchWait),
 		crawl.Routing(n.route), crawl.Windows(loc, windows...), crawl.Bandwidth(bw, daily),
@@ -390,7 +411,7 @@ func (n *Node) buildCrawler(loc *time.Location, windows []crawl.Window) error {
 func (n *Node) Join(ctx context.Context) error {
 	if len(n.peers) == 0 {
 		n.log.Warn("no bootstrap peers: this node starts a network; others join it with --bootstrap", "addrs", n.Addrs())
-		_, err := n.o.ClaimOwn(ctx)
+		_, err := n.ov().ClaimOwn(ctx)
 		if err != nil && n.own.IsValid() {
 			n.log.Info("own subnet not claimed yet; retried with the heartbeats", "error", err)
 		}
@@ -400,7 +421,7 @@ func (n *Node) Join(ctx context.Context) error {
 	if _, err := bootstrap.Join(ctx, n.h, n.h.ID(), n.peers); err != nil {
 		return fmt.Errorf("joining the overlay: %w", err)
 	}
-	if err := n.o.Bootstrap(ctx); err != nil {
+	if err := n.ov().Bootstrap(ctx); err != nil {
 		return fmt.Errorf("DHT bootstrap: %w", err)
 	}
 	n.log.Info("joined the overlay", "peer", n.h.ID(), "peers", len(n.h.Network().Peers()))
@@ -434,8 +455,25 @@ func p2pAddrs(h host.Host) []string {
 	return out
 }
 
-// Overlay is the node's overlay (for tests and the demo's measurements).
-func (n *Node) Overlay() *overlay.Overlay { return n.o }
+// Overlay is the node's running overlay (for tests and the demo's
+// measurements); a snapshot switch replaces it.
+func (n *Node) Overlay() *overlay.Overlay { return n.ov() }
+
+// ov returns the running overlay; nil before the node built it.
+func (n *Node) ov() *overlay.Overlay {
+	if l := n.cur.Load(); l != nil {
+		return l.o
+	}
+	return nil
+}
+
+// snapshot returns the running snapshot.
+func (n *Node) snapshot() *subnet.Tree {
+	if l := n.cur.Load(); l != nil {
+		return l.tree
+	}
+	return n.first
+}
 
 // DelegationStats are the counters of the delegation procedure this node
 // ran as a coordinator.
@@ -454,7 +492,7 @@ func (n *Node) DashboardAddr() string { return n.dashAddr }
 // its subnet (delegating the subnet first when nobody does), this one
 // included.
 func (n *Node) Submit(ctx context.Context, reqs ...crawl.Request) (results.SubmitResult, error) {
-	return results.Submit(ctx, n.o, reqs, results.LocalCrawl(n.crawlLocal), results.Resolve(n.resolveHost))
+	return results.Submit(ctx, n.ov(), reqs, results.LocalCrawl(n.crawlLocal), results.Resolve(n.resolveHost))
 }
 
 // Close stops the node in order — dashboard, background work, crawler
@@ -492,8 +530,11 @@ func (n *Node) Close() error {
 		if n.ob != nil {
 			step("outbox", n.ob.Close)
 		}
-		if n.o != nil {
-			step("overlay", n.o.Close)
+		if o := n.ov(); o != nil {
+			step("overlay", o.Close)
+		}
+		if n.psStop != nil {
+			n.psStop()
 		}
 		if n.h != nil {
 			step("host", func() error { return within(hostCloseLimit, n.h.Close) })
@@ -560,7 +601,8 @@ func (n *Node) probe(ctx context.Context, u string) (time.Duration, error) {
 	}
 	if pu, perr := url.Parse(u); perr == nil {
 		if a, aerr := n.resolveHost(ctx, pu.Hostname()); aerr == nil {
-			n.probeRTT.put(n.tree.Range(n.tree.SmallestNonUnary(a)), rtt)
+			t := n.snapshot()
+			n.probeRTT.put(t.Range(t.SmallestNonUnary(a)), rtt)
 		}
 	}
 	return rtt, nil
@@ -580,7 +622,7 @@ func (n *Node) refetch(ctx context.Context, u string) (overlay.Page, error) {
 // subnet, at most one per subnet per recalibrateGap, or, for a far server,
 // into a split (onFar).
 func (n *Node) onSlow(s crawl.Slow) {
-	o := n.route.o.Load()
+	o := n.ov()
 	if o == nil {
 		return // a crawl resumed before the overlay was built
 	}
@@ -588,7 +630,8 @@ func (n *Node) onSlow(s crawl.Slow) {
 		n.onFar(s)
 		return
 	}
-	r := n.tree.Range(n.tree.SmallestNonUnary(s.Addr))
+	t := n.snapshot()
+	r := t.Range(t.SmallestNonUnary(s.Addr))
 	n.recalMu.Lock()
 	if at, ok := n.recalAt[r]; ok && time.Since(at) < recalibrateGap {
 		n.recalMu.Unlock()

@@ -24,7 +24,7 @@ const (
 // wonRTT is the Calibrator's Reference: the RTT with which this node won
 // the delegation holding addr, when it holds one and knows it.
 func (n *Node) wonRTT(addr netip.Addr) (time.Duration, bool) {
-	o := n.route.o.Load()
+	o := n.ov()
 	if o == nil {
 		return 0, false
 	}
@@ -56,7 +56,7 @@ func (n *Node) splitLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case s := <-n.splitQ:
-			o := n.route.o.Load()
+			o := n.ov()
 			if o == nil {
 				continue
 			}

@@ -23,10 +23,11 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	cs := n.cr.Stats()
 	os := n.ob.Stats()
 	capacity, load := n.load()
-	ovs := n.o.Stats()
+	o := n.ov()
+	ovs := o.Stats()
 	st := Status{
-		Peer: n.h.ID().String(), Addrs: n.Addrs(), Snapshot: n.tree.ID().String(),
-		Started: n.started, Now: now, Peers: len(n.h.Network().Peers()), Shards: n.o.Coordinating(),
+		Peer: n.h.ID().String(), Addrs: n.Addrs(), Snapshot: n.snapshot().ID().String(),
+		Started: n.started, Now: now, Peers: len(n.h.Network().Peers()), Shards: o.Coordinating(),
 		Capacity: int(capacity), Load: int(load),
 		Crawl: Crawl{
 			Fetched: cs.Fetched, Records: cs.Records, Queued: cs.Queued, Outgoing: cs.Outgoing, Forwarded: cs.Forwarded, Hosts: cs.Hosts,
@@ -39,13 +40,13 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		RateChart:       n.rate.points(),
 		ReleasesRefused: ovs.ReleasesRefused, ReleaseBadPeers: ovs.ReleaseBadPeers,
 	}
-	if rs, ok := n.o.NextRelease(); ok {
+	if rs, ok := o.NextRelease(); ok {
 		st.Release = &Release{Snapshot: rs.Release.Snapshot.String(), Activation: rs.Release.Activation, Ready: rs.Ready, Holders: rs.Holders}
 		if !rs.Ready && rs.Release.Activation.Sub(now) < 5*time.Minute {
 			st.Warnings = append(st.Warnings, fmt.Sprintf("snapshot %s activates %s and its file is not fetched yet", rs.Release.Snapshot.Short(), rs.Release.Activation.Format(time.RFC3339)))
 		}
 	}
-	for _, p := range n.o.Convicted() {
+	for _, p := range o.Convicted() {
 		st.Audits.Convicted = append(st.Audits.Convicted, p.String())
 	}
 	st.Window.Open = n.cr.OpenAt(now)
@@ -56,10 +57,10 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			st.Window.Next = n.cr.NextOpen(now)
 		}
 	}
-	for _, d := range n.o.Owned() {
+	for _, d := range o.Owned() {
 		// The probe that won the subnet, as its coordinator stored it;
 		// else this node's latest probe of it.
-		rtt, ok := n.o.WonRTT(d.Subnet)
+		rtt, ok := o.WonRTT(d.Subnet)
 		if !ok {
 			rtt, ok = n.probeRTT.get(d.Subnet)
 		}
@@ -129,7 +130,9 @@ func (n *Node) serveDashboard() error {
 // dashboardHandler serves the dashboard, and POST /api/release.
 func (n *Node) dashboardHandler(metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
-	publish := func(ctx context.Context, release, file []byte) error { return n.o.PublishRelease(ctx, release, file) }
+	publish := func(ctx context.Context, release, file []byte) error {
+		return n.ov().PublishRelease(ctx, release, file)
+	}
 	mux.Handle("POST /api/release", ReleaseHandler(publish, n.cfg.DashboardToken))
 	mux.Handle("/", Dashboard(n.Status, n.cfg.DashboardToken, metrics))
 	return mux
@@ -191,13 +194,13 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("probesRun", float64(n.probesRun.Load()))
 	counter("probesAsked", float64(ds.Probes))
 	counter("decisions", float64(ds.Decisions))
-	gauge("delegations", float64(len(n.o.Owned())))
-	gauge("shards", float64(n.o.Coordinating()))
+	gauge("delegations", float64(len(n.ov().Owned())))
+	gauge("shards", float64(n.ov().Coordinating()))
 	gauge("outbox", float64(os.Batches))
 	gauge("outboxBytes", float64(os.Bytes))
 	counter("acked", float64(os.Removed))
 	gauge("peers", float64(len(n.h.Network().Peers())))
-	ovs := n.o.Stats()
+	ovs := n.ov().Stats()
 	counter("judged", float64(ovs.Audits))
 	counter("refetched", float64(ovs.Refetches))
 	counter("convictions", float64(ovs.Convictions))

@@ -277,3 +277,14 @@ func (o *Overlay) ownedRange(r subnet.Range) (Delegation, bool) {
 	d, ok := o.owned[string(rangeKey(r))]
 	return d, ok
 }
+
+// CarriedBy returns when the carry window after the switch ends: the
+// activation plus one liveness timeout, after which coordinators decide
+// afresh and a delegation of the previous snapshot that was not carried
+// is not this node's. The zero time without a previous snapshot.
+func (o *Overlay) CarriedBy() time.Time {
+	if o.cfg.prev == nil {
+		return time.Time{}
+	}
+	return o.cfg.prevAt.Add(o.cfg.liveness)
+}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/subnet"
@@ -46,6 +47,7 @@ type config struct {
 	audit         AuditConfig // how audits judge and convict (audit.go)
 	evidence      EvidenceOpener
 	refetcher     Refetcher
+	ps            *pubsub.PubSub      // given by WithPubSub; nil: the overlay makes its own
 	releaseKeys   []ed25519.PublicKey // keys whose snapshot releases this node takes (release.go)
 	releaseDir    string              // where released snapshot files are kept
 	releaseSpread time.Duration       // longest random wait before fetching a release's file
@@ -323,6 +325,21 @@ func ReleaseTiming(spread, check time.Duration) Option {
 			return fmt.Errorf("release timing needs a spread ≥ 0 and a check ≥ 1 s, got %v and %v", spread, check)
 		}
 		c.releaseSpread, c.releaseCheck = spread, check
+		return nil
+	}
+}
+
+// WithPubSub has the overlay publish on ps (NewPubSub on the same host)
+// instead of a gossipsub router of its own, and leave it running at Close.
+// A peer that switches snapshots keeps one router across its overlays:
+// its peers' streams to a router made anew would reach the closed one
+// until each failed, and messages sent meanwhile would be lost.
+func WithPubSub(ps *pubsub.PubSub) Option {
+	return func(c *config) error {
+		if ps == nil {
+			return errors.New("nil pubsub")
+		}
+		c.ps = ps
 		return nil
 	}
 }

@@ -186,14 +186,10 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	if err != nil {
 		return nil, fmt.Errorf("dht: %w", err)
 	}
-	o.ps, err = pubsub.NewGossipSub(netCtx, h,
-		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
-		pubsub.WithMaxMessageSize(1<<20),
-		pubsub.WithPeerExchange(true),
-		pubsub.WithLogger(cfg.log.With("subsystem", "pubsub")),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("pubsub: %w", err)
+	if o.ps = cfg.ps; o.ps == nil {
+		if o.ps, err = NewPubSub(netCtx, h, cfg.log); err != nil {
+			return nil, err
+		}
 	}
 	if err := o.ps.RegisterTopicValidator(TopicAnnounce, o.validateAnnounce); err != nil {
 		return nil, err
@@ -253,6 +249,25 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	o.wg.Go(func() { o.every(o.cfg.announce, o.publishAnnounce) })
 	o.wg.Go(func() { o.every(o.cfg.orgPublish, o.coord.publishOrgs) })
 	return o, nil
+}
+
+// NewPubSub makes the gossipsub router an overlay publishes on, running
+// until ctx ends. An overlay makes its own unless it is given one
+// (WithPubSub).
+func NewPubSub(ctx context.Context, h host.Host, log *slog.Logger) (*pubsub.PubSub, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ps, err := pubsub.NewGossipSub(ctx, h,
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
+		pubsub.WithMaxMessageSize(1<<20),
+		pubsub.WithPeerExchange(true),
+		pubsub.WithLogger(log.With("subsystem", "pubsub")),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("pubsub: %w", err)
+	}
+	return ps, nil
 }
 
 // Bootstrap joins the DHT through the peers the host is connected to
@@ -355,10 +370,10 @@ func (o *Overlay) Close() error {
 		}
 		var errs []error
 		if o.announce != nil {
-			errs = append(errs, o.announce.Close())
+			errs = append(errs, o.ps.UnregisterTopicValidator(TopicAnnounce), o.announce.Close())
 		}
 		if o.releases != nil {
-			errs = append(errs, o.releases.Close())
+			errs = append(errs, o.ps.UnregisterTopicValidator(TopicRelease), o.releases.Close())
 		}
 		o.netCancel()
 		if o.dht != nil {

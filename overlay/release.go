@@ -557,6 +557,26 @@ func (o *Overlay) readReleaseFile(id subnet.SnapshotID) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, maxReleaseFile))
 }
 
+// ReleasedSnapshot reads the snapshot file of id kept in the release
+// directory dir (ReleaseKeys) and decodes it: a node that switched to a
+// released snapshot runs it again after a restart. The file was checked
+// against its release when it was stored; its id is checked here again.
+func ReleasedSnapshot(dir string, id subnet.SnapshotID) (*subnet.Tree, error) {
+	o := &Overlay{cfg: config{releaseDir: dir}}
+	data, err := o.readReleaseFile(id)
+	if err != nil {
+		return nil, err
+	}
+	t, err := subnet.DecodeSnapshot(data)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot file %s: %w", filepath.Join(dir, releaseFileName(id)), err)
+	}
+	if t.ID() != id {
+		return nil, fmt.Errorf("%w: snapshot file %s holds snapshot %s", subnet.ErrReleaseFile, filepath.Join(dir, releaseFileName(id)), t.ID().Short())
+	}
+	return t, nil
+}
+
 func (o *Overlay) handleReleaseQuery(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
 	parent := req.GetReleaseQuery().GetParent()
 	if len(parent) != len(subnet.SnapshotID{}) {

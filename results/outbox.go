@@ -65,6 +65,7 @@ type Outbox struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
+	life                 sync.Mutex // Start, Switch and Close, one at a time
 	startOnce, closeOnce sync.Once
 	closeErr             error
 
@@ -241,7 +242,11 @@ func (ob *Outbox) Start(o *overlay.Overlay) error {
 		return errors.New("results: nil overlay")
 	}
 	err := ErrClosed
-	ob.startOnce.Do(func() { err = ob.start(o) })
+	ob.startOnce.Do(func() {
+		ob.life.Lock()
+		defer ob.life.Unlock()
+		err = ob.start(o)
+	})
 	return err
 }
 
@@ -298,6 +303,63 @@ func (ob *Outbox) start(o *overlay.Overlay) (err error) {
 	return nil
 }
 
+// Switch moves the started outbox to o, the overlay of the snapshot sid
+// (a node switching snapshots closes its overlay and starts one on the
+// new snapshot): it leaves the old overlay's topics and acknowledgement
+// protocol, signs its stored batches again under sid, and starts on o.
+// Indexers known from announcements stay known until their announcements
+// expire; only announcements for sid are taken from now on. A batch that
+// Results seals while Switch runs may keep the old snapshot until the next
+// start; indexers accept both during a change (indexer.AcceptSnapshots).
+func (ob *Outbox) Switch(o *overlay.Overlay, sid subnet.SnapshotID) error {
+	if o == nil {
+		return errors.New("results: nil overlay")
+	}
+	ob.life.Lock()
+	defer ob.life.Unlock()
+	if ob.closed.Load() {
+		return ErrClosed
+	}
+	if ob.net == nil {
+		return errors.New("results: Switch before Start")
+	}
+	if err := ob.detach(); err != nil {
+		// The old overlay is closed already: its topics say so.
+		ob.log.Debug("results outbox: leaving the old overlay", "error", err)
+	}
+	ob.ackMu.Lock()
+	ob.mu.Lock()
+	ob.sid = sid
+	ob.mu.Unlock()
+	err := ob.reseal()
+	ob.ackMu.Unlock()
+	if err != nil {
+		// The batches keep their old signatures: indexers taking both
+		// snapshots still take them, and the next start seals them again.
+		ob.log.Warn("results outbox: batches not signed again for the new snapshot", "error", err)
+	}
+	return ob.start(o)
+}
+
+// detach stops the goroutines Start began and leaves the overlay's topics
+// and protocol; the caller holds life.
+func (ob *Outbox) detach() error {
+	if ob.cancel != nil {
+		ob.cancel()
+	}
+	ob.wg.Wait()
+	if ob.sub != nil {
+		ob.sub.Cancel()
+		ob.sub = nil
+	}
+	var errs []error
+	for _, r := range ob.release {
+		errs = append(errs, r())
+	}
+	ob.release = nil
+	return errors.Join(errs...)
+}
+
 // Close stops publishing and waits for the outbox's goroutines. Stored
 // batches stay in the database for the next start. A Results call waiting
 // for room returns ErrClosed, so close the crawler first: its last batch
@@ -305,19 +367,11 @@ func (ob *Outbox) start(o *overlay.Overlay) (err error) {
 // safe to call more than once.
 func (ob *Outbox) Close() error {
 	ob.closeOnce.Do(func() {
+		ob.life.Lock()
+		defer ob.life.Unlock()
 		ob.closed.Store(true)
 		close(ob.done)
-		if ob.cancel != nil {
-			ob.cancel()
-		}
-		ob.wg.Wait()
-		if ob.sub != nil {
-			ob.sub.Cancel()
-		}
-		var errs []error
-		for _, r := range ob.release {
-			errs = append(errs, r())
-		}
+		err := ob.detach()
 		if ob.h != nil && ob.cfg.connectIndex {
 			ob.mu.Lock()
 			for p := range ob.indexers {
@@ -325,7 +379,7 @@ func (ob *Outbox) Close() error {
 			}
 			ob.mu.Unlock()
 		}
-		ob.closeErr = errors.Join(errs...)
+		ob.closeErr = err
 	})
 	return ob.closeErr
 }

@@ -63,10 +63,10 @@ func (ob *Outbox) sealBatch(b crawl.Batch) ([]*sealed, int64, error) {
 	ss := make([]*sealed, 0, len(groups))
 	var need int64
 	ob.mu.Lock()
-	seq := ob.nextSeq
+	seq, sid := ob.nextSeq, ob.sid
 	ob.mu.Unlock()
 	for _, g := range groups {
-		s, err := seal(ob.sk, ob.pub, batchMeta{node: ob.self, seq: seq, snapshot: ob.sid, created: now,
+		s, err := seal(ob.sk, ob.pub, batchMeta{node: ob.self, seq: seq, snapshot: sid, created: now,
 			shard: g.shard, shards: ob.cfg.shards, batch: g.batch}, ob.cfg.partSize())
 		if err != nil {
 			return nil, 0, err
@@ -91,8 +91,15 @@ func (ob *Outbox) reseal() error {
 		h *pb.Header
 	}
 	var stale []old
+	ob.mu.Lock()
+	entries := make(map[uint64]entry, len(ob.entries))
+	for seq, e := range ob.entries {
+		entries[seq] = *e
+	}
+	sid := ob.sid
+	ob.mu.Unlock()
 	err := ob.db.View(func(txn *badger.Txn) error {
-		for seq, e := range ob.entries {
+		for seq, e := range entries {
 			item, err := txn.Get(outKey(seq))
 			if err != nil {
 				return err
@@ -105,9 +112,9 @@ func (ob *Outbox) reseal() error {
 			if err := proto.Unmarshal(st.GetHeader(), &h); err != nil {
 				return err
 			}
-			if h.GetShards() != ob.cfg.shards || string(h.GetSnapshot()) != string(ob.sid[:]) ||
+			if h.GetShards() != ob.cfg.shards || string(h.GetSnapshot()) != string(sid[:]) ||
 				min(h.GetSize(), uint64(h.GetPartSize())) > uint64(ob.cfg.partSize()) {
-				stale = append(stale, old{*e, &h})
+				stale = append(stale, old{e, &h})
 			}
 		}
 		return nil

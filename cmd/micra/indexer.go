@@ -66,6 +66,7 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	take := fs.String("take", "", "`SHARDS` to take, comma-separated (default: all)")
 	readOnly := fs.Bool("read-only", false, "serve search and export only: no profile changes, no crawl requests")
 	snap := fs.String("snapshot", "", "subnet snapshot `FILE` (default: the one built into micra)")
+	keys := fs.String("snapshot-keys", "", "release `KEYS` (ed25519:BASE64, comma-separated) whose snapshot releases the indexer switches to, as the nodes' snapshot_keys")
 	announce := fs.Duration("announce", time.Minute, "how often to announce this indexer")
 	dns := fs.String("dns", "", "`ADDR:PORT` of the DNS server for crawl requests and audits (default: the system's resolver)")
 	auditShare := fs.Float64("audit-share", 0.02, "share of stored records to have audited by other nodes (0: none)")
@@ -137,7 +138,7 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	x, err := node.StartIndexer(ctx, node.IndexerConfig{
 		DataDir: *data, Listen: splitList(*listen), Bootstrap: peers, HTTP: *httpAddr, ReadOnly: *readOnly,
-		Snapshot: *snap, Logger: logger, Indexer: opts, Overlay: oopts,
+		Snapshot: *snap, SnapshotKeys: splitList(*keys), Logger: logger, Indexer: opts, Overlay: oopts,
 	})
 	if err != nil {
 		return err

@@ -52,6 +52,14 @@ type Config struct {
 	LatencyMap bool
 	// Dashboards starts each node's dashboard on a loopback port.
 	Dashboards bool
+	// SnapshotKeys are the nodes' release keys (node.Config.SnapshotKeys):
+	// they switch to the snapshots released with them.
+	SnapshotKeys []string
+	// Liveness is the nodes' liveness timeout (node.Config.Liveness; 0:
+	// the default).
+	Liveness time.Duration
+	// NodeOptions are appended to every node's options.
+	NodeOptions []node.Option
 	// Logger receives the nodes' logs (attribute node=i); none when nil.
 	Logger *slog.Logger
 	// Trace, when set, also receives the delegation procedures' logs at
@@ -213,11 +221,15 @@ func (s *Swarm) newNode(run *world.Running, tree *subnet.Tree, i int, a netip.Ad
 	// measures the search; load balancing has its tests.
 	cfg.Capacity = 10_000_000
 	cfg.Threshold = s.cfg.Threshold.String()
+	cfg.SnapshotKeys = s.cfg.SnapshotKeys
+	if s.cfg.Liveness > 0 {
+		cfg.Liveness = s.cfg.Liveness.String()
+	}
 	opts := []node.Option{node.Tree(tree), node.Resolver(res), node.ProbeScale(s.cfg.Scale)}
 	if s.cfg.Split != 0 {
 		opts = append(opts, node.SplitMargin(s.cfg.Split))
 	}
-	return node.New(cfg, append(opts,
+	opts = append(opts,
 		node.Logger(s.cfg.Logger.With("node", i)),
 		node.HostOptions(overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()),
 		node.DelegateOptions(s.DelegateOptions(i)...),
@@ -225,7 +237,8 @@ func (s *Swarm) newNode(run *world.Running, tree *subnet.Tree, i int, a netip.Ad
 		// Batches sealed within seconds, so that an indexer fills while
 		// the swarm runs (a volunteer's default waits up to 5 minutes).
 		node.CrawlOptions(crawl.Batching(256<<10, 3*time.Second)),
-		node.ResultOptions(results.Republish(time.Second, 5*time.Second)))...)
+		node.ResultOptions(results.Republish(time.Second, 5*time.Second)))
+	return node.New(cfg, append(opts, s.cfg.NodeOptions...)...)
 }
 
 // DelegateOptions are the delegation options of the swarm's nodes: the

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/micra-net/micra/subnet"
 )
 
 func fuzzWorld(t testing.TB) (*World, *Running) {
@@ -193,6 +195,40 @@ func FuzzLatencyData(f *testing.F) {
 					t.Fatalf("rtt(%d,%d) = %v, rtt(%d,%d) = %v", i, j, v, j, i, d.at(j, i))
 				}
 			}
+		}
+	})
+}
+
+// FuzzUpdateRegistry feeds arbitrary bytes as an RPSL inetnum file to
+// UpdateRegistry: it must not panic, and whatever it accepts it must turn
+// into a file it accepts again, with at most n changes of each kind and
+// none with n = 0.
+func FuzzUpdateRegistry(f *testing.F) {
+	w, _ := fuzzWorld(f)
+	for _, rf := range w.Registry() {
+		if strings.HasSuffix(rf.Name, ".db.inetnum") {
+			f.Add(rf.Data, uint64(1), uint8(3))
+		}
+	}
+	f.Add([]byte("inetnum: 10.0.0.0 - 10.0.0.255\n\ninetnum: 10.0.0.0/30\nnetname: A\n\ninetnum: 10.0.0.4 - 10.0.0.7\n"), uint64(2), uint8(1))
+	f.Add([]byte("inetnum: 0.0.0.0/0\n\ninetnum: 255.255.255.252/30\n\ninetnum: 0.0.0.0/32\n"), uint64(3), uint8(2))
+	f.Add([]byte("% c\ninetnum: 200.3/16 # x\n+ cont\n\ninetnum: 200.3.0.0 - 200.3.255.255\n"), uint64(4), uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, seed uint64, n uint8) {
+		in := []RegistryFile{{Name: "fuzz.db.inetnum", Format: subnet.FormatRPSL, Data: data}}
+		out, ch, err := UpdateRegistry(in, seed, int(n%8))
+		if err != nil {
+			return
+		}
+		for _, c := range [][]RegistryChange{ch.Split, ch.Merged, ch.Removed, ch.Added} {
+			if len(c) > int(n%8) {
+				t.Fatalf("%d changes of a kind, n = %d", len(c), n%8)
+			}
+		}
+		if n%8 == 0 && !bytes.Equal(out[0].Data, data) {
+			t.Fatalf("n = 0 changed the file to %q", out[0].Data)
+		}
+		if _, _, err := UpdateRegistry(out, seed, int(n%8)); err != nil {
+			t.Fatalf("output not accepted again: %v\n%s", err, out[0].Data)
 		}
 	})
 }

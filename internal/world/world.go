@@ -1,6 +1,7 @@
 package world
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -602,13 +603,17 @@ func (w *World) Registry() []RegistryFile { return slices.Clone(w.files) }
 
 // Tree loads the world's registry files with the subnet importer, exactly
 // as a node loads real registry data, and returns the hierarchy.
-func (w *World) Tree(ctx context.Context) (*subnet.Tree, error) {
+func (w *World) Tree(ctx context.Context) (*subnet.Tree, error) { return BuildTree(ctx, w.files) }
+
+// BuildTree loads registry files (the world's, or UpdateRegistry's) with
+// the subnet importer and returns the hierarchy.
+func BuildTree(ctx context.Context, files []RegistryFile) (*subnet.Tree, error) {
 	b, err := subnet.NewBuilder(subnet.Strict())
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range w.files {
-		if _, err := b.Add(ctx, f.Name, strings.NewReader(string(f.Data)), subnet.FormatAuto); err != nil {
+	for _, f := range files {
+		if _, err := b.Add(ctx, f.Name, bytes.NewReader(f.Data), subnet.FormatAuto); err != nil {
 			return nil, err
 		}
 	}
