@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,24 +66,7 @@ func TestCarry(t *testing.T) {
 		// The switch: every node restarts its overlay on the new tree,
 		// the merge's loser first, so that the winner must replace it.
 		switched := time.Now()
-		order := []int{2, 0, 1, 3, 4, 5}
-		dels := make([]*requesterDelegator, len(nodes))
-		for _, i := range order {
-			nd := nodes[i]
-			nd.o.Close()
-			dels[i] = &requesterDelegator{}
-			o, err := New(nd.h, newTree, nd.db, append(swarmOpts(), WithDelegator(dels[i]), Previous(oldTree, switched), Logger(testLogger()))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			nd.o = o
-			t.Cleanup(func() { o.Close() })
-		}
-		for _, nd := range nodes {
-			if err := nd.o.Bootstrap(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+		dels := switchSwarm(t, ctx, nodes, []int{2, 0, 1, 3, 4, 5}, oldTree, newTree, switched)
 
 		// Fresh decisions wait for the carry window.
 		fresh := netip.MustParseAddr("127.3.99.5")
@@ -181,6 +165,32 @@ func TestCarry(t *testing.T) {
 	})
 }
 
+// switchSwarm switches nodes, in order, from oldTree to newTree as a node
+// does at a release's activation (a new overlay on the same host and
+// database, with Previous), then bootstraps them; it returns each node's
+// new delegator.
+func switchSwarm(t *testing.T, ctx context.Context, nodes []*node, order []int, oldTree, newTree *subnet.Tree, activation time.Time) []*requesterDelegator {
+	t.Helper()
+	dels := make([]*requesterDelegator, len(nodes))
+	for _, i := range order {
+		nd := nodes[i]
+		nd.o.Close()
+		dels[i] = &requesterDelegator{}
+		o, err := New(nd.h, newTree, nd.db, append(swarmOpts(), WithDelegator(dels[i]), Previous(oldTree, activation), Logger(testLogger()))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd.o = o
+		t.Cleanup(func() { o.Close() })
+	}
+	for _, nd := range nodes {
+		if err := nd.o.Bootstrap(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dels
+}
+
 // ownedRecord returns the signed record of nd's delegation of range r
 // as nd stored it.
 func ownedRecord(nd *node, r string) (*pb.SignedRecord, error) {
@@ -202,4 +212,77 @@ func askCarry(ctx context.Context, nd *node, rec *pb.SignedRecord, r string) (*p
 	req := newMsg(pb.Message_CARRY)
 	req.Carry = &pb.Carry{Snapshot: nd.o.sid[:], Record: rec, Subnet: rangeToPB(nr)}
 	return nd.o.askCoordinator(ctx, nd.o.coord.rangeShard(id), req, pb.Message_DELEGATION)
+}
+
+// TestCarryProbes: the probe results stored in the shards of one snapshot
+// are carried, after the switch to the next (p2ptest.NextTree), to the
+// shards of the ranges Propagate takes their ranges to (the same range,
+// both halves of a split, the merged range; none for a removed one), and
+// every node then drops the previous snapshot's shards.
+func TestCarryProbes(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		nodes := r.swarm(4, WithDelegator(&probingDelegator{}))
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		oldTree, newTree := mustTree(t), p2ptest.NextTree(t)
+		probed := map[string]int{"127.0.9.5": 1, "127.1.10.5": 2, "127.3.30.5": 3, "127.2.20.5": 0} // address → node
+		for a, i := range probed {
+			if _, err := nodes[i].o.Delegate(ctx, "http://"+a+"/", netip.MustParseAddr(a)); err != nil {
+				t.Fatalf("delegating %s: %v", a, err)
+			}
+		}
+		want := map[string]int{ // new range → the node whose probe it holds
+			"127.0.8.0/23":    1, // merged
+			"127.1.10.0/25":   2, // split
+			"127.1.10.128/25": 2,
+			"127.3.30.0/24":   3, // unchanged
+		}
+		switchSwarm(t, ctx, nodes, []int{0, 1, 2, 3}, oldTree, newTree, time.Now())
+		stored := func(r subnet.Range) []ProbeResult {
+			id, _ := newTree.Find(r)
+			var out []ProbeResult
+			for _, nd := range nodes {
+				out = append(out, nd.o.coord.probesOf(nd.o.coord.rangeShard(id).key(nd.o.sid), r, 0)...)
+			}
+			return out
+		}
+		eventually(t, 2*time.Minute, func() error {
+			for s, i := range want {
+				ps := stored(subnet.RangeOf(netip.MustParsePrefix(s)))
+				if !slices.ContainsFunc(ps, func(p ProbeResult) bool { return p.Peer == nodes[i].h.ID() && p.RTT == 10*time.Millisecond }) {
+					return fmt.Errorf("%s: stored probes %v, want node %d's", s, ps, i)
+				}
+			}
+			for i, nd := range nodes {
+				metas, err := nd.o.coord.st.allMetas()
+				if err != nil {
+					return err
+				}
+				for key, m := range metas {
+					if ref, err := nd.o.coord.shardRefFromPB(m.GetShard()); err != nil || ref.key(nd.o.sid) != key {
+						return fmt.Errorf("node %d keeps a shard of another snapshot (%v)", i, m.GetShard())
+					}
+				}
+			}
+			return nil
+		})
+		if ps := stored(subnet.RangeOf(netip.MustParsePrefix("127.2.0.0/16"))); slices.ContainsFunc(ps, func(p ProbeResult) bool { return p.Peer == nodes[0].h.ID() }) {
+			t.Errorf("the removed range's probe was carried to 127.2.0.0/16: %v", ps)
+		}
+
+		// Probes carried to a range the old one does not nest with are
+		// refused.
+		ask := func(from, to string) error {
+			fr, tr := subnet.RangeOf(netip.MustParsePrefix(from)), subnet.RangeOf(netip.MustParsePrefix(to))
+			id, _ := newTree.Find(tr)
+			req := newMsg(pb.Message_CARRY_PROBES)
+			req.CarryProbes = &pb.CarryProbes{Snapshot: nodes[0].o.sid[:], Probes: []*pb.CarriedProbe{{From: rangeToPB(fr),
+				Probe: &pb.ProbeEntry{Subnet: rangeToPB(tr), Peer: []byte(nodes[0].h.ID()), RttMicros: 1000, AtMs: time.Now().UnixMilli()}}}}
+			_, err := nodes[0].o.askCoordinator(ctx, nodes[0].o.coord.rangeShard(id), req, pb.Message_OK)
+			return err
+		}
+		if err := ask("127.3.30.0/24", "127.1.10.0/25"); !errors.Is(err, ErrForbidden) {
+			t.Errorf("a probe carried to a range it does not nest with: %v, want ErrForbidden", err)
+		}
+	})
 }

@@ -112,10 +112,10 @@ func newCoordinator(o *Overlay) (*coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading shards: %w", err)
 	}
-	for _, m := range metas {
+	for key, m := range metas {
 		ref, err := c.shardRefFromPB(m.GetShard())
-		if err != nil {
-			continue // a shard of another snapshot: left alone
+		if err != nil || ref.key(c.sid) != key {
+			continue // a shard of another snapshot: carried, then dropped (carryprobes.go)
 		}
 		sh := c.newShard(ref)
 		sh.meta = m

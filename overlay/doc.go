@@ -70,7 +70,10 @@
 // snapshot file in chunks from peers that hold it (ReleaseID), check it and
 // keep it for the switch (release.go; PublishRelease, NextRelease,
 // ReleasedTree). An overlay started on the new tree with Previous carries
-// the node's delegations of the old one into it (CARRY, carry.go).
+// the node's delegations of the old one into it (CARRY, carry.go), and the
+// probe results stored in the old shards it coordinated (CARRY_PROBES,
+// carryprobes.go). A peer that switches keeps one pubsub router across its
+// overlays (WithPubSub).
 //
 // Everything received from peers is untrusted: frames are size-limited and
 // checked, records are verified against their writer's key, streams have

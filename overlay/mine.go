@@ -130,6 +130,7 @@ func (o *Overlay) heartbeatAll(ctx context.Context) {
 		}
 	}
 	o.carryAll(ctx)
+	o.carryProbes(ctx)
 	o.mu.Lock()
 	refs := make([]shardRef, 0, len(o.mine))
 	for _, r := range o.mine {

@@ -65,10 +65,11 @@ type Overlay struct {
 	rtts       map[peer.ID]map[peer.ID]int64 // announced peers' measured RTTs to others, µs
 	// nonCrawlers are peers that announced they do not crawl (NoCrawl,
 	// capacity 0): never delegation candidates. Bounded like peers.
-	nonCrawlers map[peer.ID]time.Time
-	coordFor    map[[32]byte]peer.ID // last known coordinator per shard
-	ownDone     atomic.Bool          // the own-subnet claim succeeded (or none is configured)
-	ownArmed    atomic.Bool          // ClaimOwn ran once (Bootstrap or the first node's Join): the heartbeats retry it
+	nonCrawlers   map[peer.ID]time.Time
+	coordFor      map[[32]byte]peer.ID // last known coordinator per shard
+	ownDone       atomic.Bool          // the own-subnet claim succeeded (or none is configured)
+	probesCarried atomic.Bool          // the previous snapshot's stored probes are carried (carryprobes.go)
+	ownArmed      atomic.Bool          // ClaimOwn ran once (Bootstrap or the first node's Join): the heartbeats retry it
 
 	ctx       context.Context // the loops' and handlers' lifetime
 	cancel    context.CancelFunc
@@ -803,6 +804,7 @@ func (o *Overlay) dispatchTable() map[protocol.ID]map[pb.Message_Type]handler {
 			pb.Message_BLOCK_QUERY:  o.handleBlockQuery,
 			pb.Message_SPLIT:        o.handleSplit,
 			pb.Message_CARRY:        o.handleCarry,
+			pb.Message_CARRY_PROBES: o.handleCarryProbes,
 		},
 		ForwardID: {pb.Message_FORWARD: o.handleForward},
 		AuditID: {

@@ -60,25 +60,61 @@ func (s store) saveMeta(key [32]byte, m *pb.ShardMeta) error {
 	return s.db.Update(func(txn *badger.Txn) error { return txn.Set(shardMetaKey(key), b) })
 }
 
-// allMetas returns the header of every shard held.
-func (s store) allMetas() ([]*pb.ShardMeta, error) {
-	var out []*pb.ShardMeta
+// allMetas returns the header of every shard held, by shard key (shards
+// of other snapshots included: the key names the snapshot).
+func (s store) allMetas() (map[[32]byte]*pb.ShardMeta, error) {
+	out := map[[32]byte]*pb.ShardMeta{}
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: allShardsPrefix()})
 		defer it.Close()
 		for it.Seek(allShardsPrefix()); it.ValidForPrefix(allShardsPrefix()); it.Next() {
-			if !bytes.HasSuffix(it.Item().Key(), []byte("/meta")) {
+			k := it.Item().Key()
+			enc, ok := bytes.CutSuffix(bytes.TrimPrefix(k, allShardsPrefix()), []byte("/meta"))
+			if !ok {
+				continue
+			}
+			raw, err := b32.DecodeString(string(enc))
+			if err != nil || len(raw) != 32 {
 				continue
 			}
 			var m pb.ShardMeta
 			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &m) }); err != nil {
 				return err
 			}
-			out = append(out, &m)
+			out[[32]byte(raw)] = &m
 		}
 		return nil
 	})
 	return out, err
+}
+
+// dropShard deletes a shard's header and entries.
+func (s store) dropShard(key [32]byte) error {
+	prefix := shardPrefix(key)
+	for {
+		var keys [][]byte
+		err := s.db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+			defer it.Close()
+			for it.Seek(prefix); it.ValidForPrefix(prefix) && len(keys) < 1000; it.Next() {
+				keys = append(keys, it.Item().KeyCopy(nil))
+			}
+			return nil
+		})
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		if err := s.db.Update(func(txn *badger.Txn) error {
+			for _, k := range keys {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
 }
 
 func (s store) getEntry(key [32]byte, kind pb.Entry_Kind, ekey []byte) (*pb.Entry, error) {

@@ -90,10 +90,17 @@ func TestStoreEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	metas, err := st.allMetas()
-	if err != nil || len(metas) != 1 || metas[0].GetEpoch() != 3 {
+	if err != nil || len(metas) != 1 || metas[key].GetEpoch() != 3 {
 		t.Fatalf("allMetas = %v, %v", metas, err)
 	}
 	if m, err := st.loadMeta(other); err != nil || m != nil {
 		t.Fatalf("loadMeta of a shard without header = %v, %v", m, err)
+	}
+	// Dropping a shard deletes its header and entries, and only its.
+	if err := st.dropShard(key); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.loadMeta(key); err != nil || m != nil || count(key, pb.Entry_UNKNOWN) != 0 || count(other, pb.Entry_UNKNOWN) != 2 {
+		t.Fatalf("after dropShard: header %v (%v), %d entries, %d of the other shard", m, err, count(key, pb.Entry_UNKNOWN), count(other, pb.Entry_UNKNOWN))
 	}
 }

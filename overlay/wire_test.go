@@ -211,6 +211,9 @@ func FuzzDecodeMessage(f *testing.F) {
 		{Version: 1, Type: pb.Message_RELEASE_QUERY, ReleaseQuery: &pb.ReleaseQuery{Parent: make([]byte, 32)}},
 		{Version: 1, Type: pb.Message_CHUNK_QUERY, ChunkQuery: &pb.ChunkQuery{Snapshot: make([]byte, 32), Offset: releaseChunk, Length: 10}},
 		{Version: 1, Type: pb.Message_CHUNK, Chunk: &pb.Chunk{Data: []byte{1, 2}, Size: 2}},
+		{Version: 1, Type: pb.Message_CARRY_PROBES, CarryProbes: &pb.CarryProbes{Snapshot: make([]byte, 32), Probes: []*pb.CarriedProbe{{
+			From:  &pb.Range{Start: []byte{127, 0, 0, 0}, End: []byte{127, 0, 0, 255}},
+			Probe: &pb.ProbeEntry{Subnet: &pb.Range{Start: []byte{127, 0, 0, 0}, End: []byte{127, 0, 0, 127}}, Peer: []byte("p"), RttMicros: 9000}}}}},
 	} {
 		b, _ := proto.Marshal(m)
 		f.Add(b)

@@ -62,6 +62,7 @@ const (
 	Message_CHUNK_QUERY   Message_Type = 32 // chunk_query: bytes of a released snapshot file; answered with CHUNK
 	Message_CHUNK         Message_Type = 33 // chunk
 	Message_CARRY         Message_Type = 34 // carry: a node carries its delegation of the previous snapshot into this one; answered with DELEGATION
+	Message_CARRY_PROBES  Message_Type = 35 // carry_probes: a coordinator of the previous snapshot carries its stored probe results into this one's shards; answered with OK
 )
 
 // Enum value maps for Message_Type.
@@ -102,6 +103,7 @@ var (
 		32: "CHUNK_QUERY",
 		33: "CHUNK",
 		34: "CARRY",
+		35: "CARRY_PROBES",
 	}
 	Message_Type_value = map[string]int32{
 		"UNKNOWN":       0,
@@ -139,6 +141,7 @@ var (
 		"CHUNK_QUERY":   32,
 		"CHUNK":         33,
 		"CARRY":         34,
+		"CARRY_PROBES":  35,
 	}
 )
 
@@ -516,6 +519,7 @@ type Message struct {
 	ChunkQuery    *ChunkQuery   `protobuf:"bytes,33,opt,name=chunk_query,json=chunkQuery,proto3" json:"chunk_query,omitempty"`
 	Chunk         *Chunk        `protobuf:"bytes,34,opt,name=chunk,proto3" json:"chunk,omitempty"`
 	Carry         *Carry        `protobuf:"bytes,35,opt,name=carry,proto3" json:"carry,omitempty"`
+	CarryProbes   *CarryProbes  `protobuf:"bytes,36,opt,name=carry_probes,json=carryProbes,proto3" json:"carry_probes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -791,6 +795,13 @@ func (x *Message) GetChunk() *Chunk {
 func (x *Message) GetCarry() *Carry {
 	if x != nil {
 		return x.Carry
+	}
+	return nil
+}
+
+func (x *Message) GetCarryProbes() *CarryProbes {
+	if x != nil {
+		return x.CarryProbes
 	}
 	return nil
 }
@@ -3925,6 +3936,112 @@ func (x *Chunk) GetSize() uint64 {
 // Carry asks the coordinator of subnet (a range of the snapshot both run)
 // to record the delegation the asker held under the previous snapshot,
 // record, as thesis 7.5.3 carries it: unchanged, split or merged.
+// CarryProbes carries stored probe results of the previous snapshot's
+// shards to the coordinator of one shard of this snapshot.
+type CarryProbes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      []byte                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Probes        []*CarriedProbe        `protobuf:"bytes,2,rep,name=probes,proto3" json:"probes,omitempty"` // at most 1024
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CarryProbes) Reset() {
+	*x = CarryProbes{}
+	mi := &file_overlay_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CarryProbes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CarryProbes) ProtoMessage() {}
+
+func (x *CarryProbes) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CarryProbes.ProtoReflect.Descriptor instead.
+func (*CarryProbes) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *CarryProbes) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *CarryProbes) GetProbes() []*CarriedProbe {
+	if x != nil {
+		return x.Probes
+	}
+	return nil
+}
+
+type CarriedProbe struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          *Range                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`   // the probed range (or part) of the previous snapshot
+	Probe         *ProbeEntry            `protobuf:"bytes,2,opt,name=probe,proto3" json:"probe,omitempty"` // its subnet: the range (or part) of this snapshot it is carried to
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CarriedProbe) Reset() {
+	*x = CarriedProbe{}
+	mi := &file_overlay_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CarriedProbe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CarriedProbe) ProtoMessage() {}
+
+func (x *CarriedProbe) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CarriedProbe.ProtoReflect.Descriptor instead.
+func (*CarriedProbe) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *CarriedProbe) GetFrom() *Range {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *CarriedProbe) GetProbe() *ProbeEntry {
+	if x != nil {
+		return x.Probe
+	}
+	return nil
+}
+
 type Carry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Snapshot      []byte                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
@@ -3936,7 +4053,7 @@ type Carry struct {
 
 func (x *Carry) Reset() {
 	*x = Carry{}
-	mi := &file_overlay_proto_msgTypes[49]
+	mi := &file_overlay_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +4065,7 @@ func (x *Carry) String() string {
 func (*Carry) ProtoMessage() {}
 
 func (x *Carry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[49]
+	mi := &file_overlay_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,7 +4078,7 @@ func (x *Carry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Carry.ProtoReflect.Descriptor instead.
 func (*Carry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{49}
+	return file_overlay_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Carry) GetSnapshot() []byte {
@@ -3989,7 +4106,7 @@ var File_overlay_proto protoreflect.FileDescriptor
 
 const file_overlay_proto_rawDesc = "" +
 	"\n" +
-	"\roverlay.proto\x12\rmicra.overlay\"\xb3\x12\n" +
+	"\roverlay.proto\x12\rmicra.overlay\"\x84\x13\n" +
 	"\aMessage\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12/\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1b.micra.overlay.Message.TypeR\x04type\x12*\n" +
@@ -4036,7 +4153,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\vchunk_query\x18! \x01(\v2\x19.micra.overlay.ChunkQueryR\n" +
 	"chunkQuery\x12*\n" +
 	"\x05chunk\x18\" \x01(\v2\x14.micra.overlay.ChunkR\x05chunk\x12*\n" +
-	"\x05carry\x18# \x01(\v2\x14.micra.overlay.CarryR\x05carry\"\xf7\x03\n" +
+	"\x05carry\x18# \x01(\v2\x14.micra.overlay.CarryR\x05carry\x12=\n" +
+	"\fcarry_probes\x18$ \x01(\v2\x1a.micra.overlay.CarryProbesR\vcarryProbes\"\x89\x04\n" +
 	"\x04Type\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05ERROR\x10\x01\x12\x06\n" +
@@ -4078,7 +4196,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\aRELEASE\x10\x1f\x12\x0f\n" +
 	"\vCHUNK_QUERY\x10 \x12\t\n" +
 	"\x05CHUNK\x10!\x12\t\n" +
-	"\x05CARRY\x10\"\"\xb7\x03\n" +
+	"\x05CARRY\x10\"\x12\x10\n" +
+	"\fCARRY_PROBES\x10#\"\xb7\x03\n" +
 	"\x05Error\x12-\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x19.micra.overlay.Error.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12+\n" +
@@ -4356,7 +4475,13 @@ const file_overlay_proto_rawDesc = "" +
 	"\x06length\x18\x03 \x01(\rR\x06length\"/\n" +
 	"\x05Chunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
-	"\x04size\x18\x02 \x01(\x04R\x04size\"\x86\x01\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\"^\n" +
+	"\vCarryProbes\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x123\n" +
+	"\x06probes\x18\x02 \x03(\v2\x1b.micra.overlay.CarriedProbeR\x06probes\"i\n" +
+	"\fCarriedProbe\x12(\n" +
+	"\x04from\x18\x01 \x01(\v2\x14.micra.overlay.RangeR\x04from\x12/\n" +
+	"\x05probe\x18\x02 \x01(\v2\x19.micra.overlay.ProbeEntryR\x05probe\"\x86\x01\n" +
 	"\x05Carry\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x123\n" +
 	"\x06record\x18\x02 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\x12,\n" +
@@ -4375,7 +4500,7 @@ func file_overlay_proto_rawDescGZIP() []byte {
 }
 
 var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_overlay_proto_goTypes = []any{
 	(Message_Type)(0),        // 0: micra.overlay.Message.Type
 	(Error_Code)(0),          // 1: micra.overlay.Error.Code
@@ -4432,7 +4557,9 @@ var file_overlay_proto_goTypes = []any{
 	(*Release)(nil),          // 52: micra.overlay.Release
 	(*ChunkQuery)(nil),       // 53: micra.overlay.ChunkQuery
 	(*Chunk)(nil),            // 54: micra.overlay.Chunk
-	(*Carry)(nil),            // 55: micra.overlay.Carry
+	(*CarryProbes)(nil),      // 55: micra.overlay.CarryProbes
+	(*CarriedProbe)(nil),     // 56: micra.overlay.CarriedProbe
+	(*Carry)(nil),            // 57: micra.overlay.Carry
 }
 var file_overlay_proto_depIdxs = []int32{
 	0,  // 0: micra.overlay.Message.type:type_name -> micra.overlay.Message.Type
@@ -4468,54 +4595,58 @@ var file_overlay_proto_depIdxs = []int32{
 	52, // 30: micra.overlay.Message.release:type_name -> micra.overlay.Release
 	53, // 31: micra.overlay.Message.chunk_query:type_name -> micra.overlay.ChunkQuery
 	54, // 32: micra.overlay.Message.chunk:type_name -> micra.overlay.Chunk
-	55, // 33: micra.overlay.Message.carry:type_name -> micra.overlay.Carry
-	1,  // 34: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
-	8,  // 35: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
-	2,  // 36: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
-	9,  // 37: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
-	9,  // 38: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
-	38, // 39: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
-	38, // 40: micra.overlay.Delegation.parts:type_name -> micra.overlay.SignedRecord
-	10, // 41: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
-	9,  // 42: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
-	9,  // 43: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
-	38, // 44: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
-	24, // 45: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
-	10, // 46: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
-	32, // 47: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
-	10, // 48: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
-	32, // 49: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
-	38, // 50: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
-	38, // 51: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
-	10, // 52: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
-	3,  // 53: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
-	9,  // 54: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
-	4,  // 55: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
-	9,  // 56: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
-	36, // 57: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
-	9,  // 58: micra.overlay.Record.carried_from:type_name -> micra.overlay.Range
-	9,  // 59: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
-	39, // 60: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
-	9,  // 61: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
-	9,  // 62: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
-	9,  // 63: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
-	38, // 64: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
-	39, // 65: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
-	9,  // 66: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
-	9,  // 67: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
-	44, // 68: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
-	38, // 69: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
-	39, // 70: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
-	46, // 71: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
-	5,  // 72: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
-	49, // 73: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
-	38, // 74: micra.overlay.Carry.record:type_name -> micra.overlay.SignedRecord
-	9,  // 75: micra.overlay.Carry.subnet:type_name -> micra.overlay.Range
-	76, // [76:76] is the sub-list for method output_type
-	76, // [76:76] is the sub-list for method input_type
-	76, // [76:76] is the sub-list for extension type_name
-	76, // [76:76] is the sub-list for extension extendee
-	0,  // [0:76] is the sub-list for field type_name
+	57, // 33: micra.overlay.Message.carry:type_name -> micra.overlay.Carry
+	55, // 34: micra.overlay.Message.carry_probes:type_name -> micra.overlay.CarryProbes
+	1,  // 35: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
+	8,  // 36: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
+	2,  // 37: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
+	9,  // 38: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
+	9,  // 39: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
+	38, // 40: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
+	38, // 41: micra.overlay.Delegation.parts:type_name -> micra.overlay.SignedRecord
+	10, // 42: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
+	9,  // 43: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
+	9,  // 44: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
+	38, // 45: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
+	24, // 46: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
+	10, // 47: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
+	32, // 48: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
+	10, // 49: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
+	32, // 50: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
+	38, // 51: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
+	38, // 52: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
+	10, // 53: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
+	3,  // 54: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
+	9,  // 55: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
+	4,  // 56: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
+	9,  // 57: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
+	36, // 58: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
+	9,  // 59: micra.overlay.Record.carried_from:type_name -> micra.overlay.Range
+	9,  // 60: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
+	39, // 61: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
+	9,  // 62: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
+	9,  // 63: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
+	9,  // 64: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
+	38, // 65: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
+	39, // 66: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
+	9,  // 67: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
+	9,  // 68: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
+	44, // 69: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
+	38, // 70: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
+	39, // 71: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
+	46, // 72: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
+	5,  // 73: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
+	49, // 74: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
+	56, // 75: micra.overlay.CarryProbes.probes:type_name -> micra.overlay.CarriedProbe
+	9,  // 76: micra.overlay.CarriedProbe.from:type_name -> micra.overlay.Range
+	33, // 77: micra.overlay.CarriedProbe.probe:type_name -> micra.overlay.ProbeEntry
+	38, // 78: micra.overlay.Carry.record:type_name -> micra.overlay.SignedRecord
+	9,  // 79: micra.overlay.Carry.subnet:type_name -> micra.overlay.Range
+	80, // [80:80] is the sub-list for method output_type
+	80, // [80:80] is the sub-list for method input_type
+	80, // [80:80] is the sub-list for extension type_name
+	80, // [80:80] is the sub-list for extension extendee
+	0,  // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_overlay_proto_init() }
@@ -4529,7 +4660,7 @@ func file_overlay_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_overlay_proto_rawDesc), len(file_overlay_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   50,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
