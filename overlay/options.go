@@ -48,6 +48,7 @@ type config struct {
 	evidence      EvidenceOpener
 	refetcher     Refetcher
 	ps            *pubsub.PubSub      // given by WithPubSub; nil: the overlay makes its own
+	onDHTRequest  func(from peer.ID)  // OnDHTRequest
 	releaseKeys   []ed25519.PublicKey // keys whose snapshot releases this node takes (release.go)
 	releaseDir    string              // where released snapshot files are kept
 	releaseSpread time.Duration       // longest random wait before fetching a release's file
@@ -325,6 +326,15 @@ func ReleaseTiming(spread, check time.Duration) Option {
 			return fmt.Errorf("release timing needs a spread ≥ 0 and a check ≥ 1 s, got %v and %v", spread, check)
 		}
 		c.releaseSpread, c.releaseCheck = spread, check
+		return nil
+	}
+}
+
+// OnDHTRequest has f called with the requester of every DHT request this
+// node answers (for measurements: the DHT queries one lookup costs).
+func OnDHTRequest(f func(from peer.ID)) Option {
+	return func(c *config) error {
+		c.onDHTRequest = f
 		return nil
 	}
 }

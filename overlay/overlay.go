@@ -14,10 +14,12 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
+	dhtpb "github.com/libp2p/go-libp2p-kad-dht/pb"
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	record "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -83,12 +85,14 @@ type counters struct {
 	requests, lookups, cacheHits, cacheMisses, redirects, puts atomic.Int64
 	audits, refetches, convictions                             atomic.Int64
 	releasesRefused, releaseBadPeers, releaseBytes             atomic.Int64
+	dhtServed                                                  atomic.Int64
 }
 
 // Stats are cumulative counters of one overlay, for measurements.
 type Stats struct {
 	Requests    int64 // request streams opened by this node (all micra protocols)
 	Lookups     int64 // DHT closest-peer lookups
+	DHTServed   int64 // DHT requests this node answered (every peer's lookups, puts and gets)
 	CacheHits   int64 // Resolve answered from the cache
 	CacheMisses int64
 	Redirects   int64 // NOT_COORDINATOR answers followed
@@ -109,7 +113,7 @@ func (o *Overlay) Stats() Stats {
 	return Stats{
 		Requests: o.stats.requests.Load(), Lookups: o.stats.lookups.Load(),
 		CacheHits: o.stats.cacheHits.Load(), CacheMisses: o.stats.cacheMisses.Load(),
-		Redirects: o.stats.redirects.Load(), Puts: o.stats.puts.Load(),
+		Redirects: o.stats.redirects.Load(), Puts: o.stats.puts.Load(), DHTServed: o.stats.dhtServed.Load(),
 		Audits: o.stats.audits.Load(), Refetches: o.stats.refetches.Load(), Convictions: o.stats.convictions.Load(),
 		ReleasesRefused: o.stats.releasesRefused.Load(), ReleaseBadPeers: o.stats.releaseBadPeers.Load(),
 		ReleaseBytes: o.stats.releaseBytes.Load(),
@@ -178,6 +182,12 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		dht.Validator(validators),
 		dht.RoutingTablePeerDiversityFilter(dht.NewRTPeerDiversityFilter(h, cfg.divPerCpl, cfg.divPerTable)),
 		dht.DisableProviders(),
+		dht.OnRequestHook(func(_ context.Context, s network.Stream, _ *dhtpb.Message) {
+			o.stats.dhtServed.Add(1)
+			if f := cfg.onDHTRequest; f != nil {
+				f(s.Conn().RemotePeer())
+			}
+		}),
 	}
 
 	if len(cfg.bootstrap) > 0 {

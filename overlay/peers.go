@@ -127,13 +127,19 @@ func (c *coordinator) refresher(ctx context.Context) {
 	}
 }
 
-// forget drops p from every cached closest list (it did not answer).
+// forget drops p from every cached closest list (it did not answer). A
+// list it empties is dropped, so that the next request looks the key up:
+// callers take a cached list's first peer.
 func (c *coordinator) forget(p peer.ID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, e := range c.closest {
 		if i := slices.Index(e.peers, p); i >= 0 {
 			e.peers = slices.Delete(slices.Clone(e.peers), i, i+1)
+			if len(e.peers) == 0 {
+				delete(c.closest, k)
+				continue
+			}
 			c.closest[k] = e
 		}
 	}

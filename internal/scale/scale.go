@@ -1,0 +1,451 @@
+// Package scale measures micra's overlay at network sizes a machine cannot
+// run in real time: hundreds to thousands of whole overlays (libp2p host,
+// Kademlia DHT, gossipsub, sharded coordinators, the delegation procedure)
+// on go-libp2p's simulated network in virtual time (a testing/synctest
+// bubble; internal/virtual runs one outside go test). Links have the real
+// latency matrix's RTTs between the nodes' locations in a generated world
+// (internal/world), probes are answered by the world's latency model, and
+// every figure is counted, not modelled: stream bytes from libp2p's
+// bandwidth counter, requests and DHT queries from the overlays' counters,
+// virtual time from the bubble's clock.
+//
+// scale is a rig: it imports overlay, bootstrap and internal packages, and
+// is imported by cmd/micra (micra bench overlay) and tests.
+package scale
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"net/url"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/bootstrap"
+	"github.com/micra-net/micra/internal/p2ptest"
+	"github.com/micra-net/micra/internal/world"
+	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/overlay/delegate"
+	"github.com/micra-net/micra/subnet"
+)
+
+// Config is one run.
+type Config struct {
+	Nodes   int     // network size
+	Subnets int     // distinct subnets delegated before the churn (a tenth as many after it)
+	Churn   float64 // share of the nodes that leave without a word, replaced by as many joining
+	Seed    int64   // the world (locations, sites), the nodes' keys and every choice
+	Boot    int     // bootstrap peers every node joins through (default 3)
+	// Liveness is the overlays' liveness timeout, heartbeats at a tenth of
+	// it (default micra's, 5 min); Idle the span upkeep is measured over
+	// (default 5 min).
+	Liveness, Idle time.Duration
+	// Log receives progress lines (nil: none).
+	Log func(format string, args ...any)
+}
+
+// Result is what a run measured. Times are virtual.
+type Result struct {
+	Nodes                 int     `json:"nodes"`
+	ConvergeS             float64 `json:"converge_s"`              // from the first join to every node holding its own subnet
+	Delegations           int     `json:"delegations"`             // distinct subnets delegated before the churn
+	MessagesPerDelegation float64 `json:"messages_per_delegation"` // micra requests and DHT queries per delegation, upkeep subtracted
+	BytesPerDelegation    float64 `json:"bytes_per_delegation"`    // stream bytes per delegation, upkeep subtracted
+	ProbesPerDelegation   float64 `json:"probes_per_delegation"`   // probe requests per delegation
+	HopsP50               float64 `json:"hops_p50"`                // DHT queries and micra requests of a resolve that misses every cache, median
+	HopsP90               float64 `json:"hops_p90"`
+	IdleBytesPerHour      float64 `json:"idle_bytes_per_hour"` // per node, joined and idle (heartbeats, maintenance, announcements, DHT refresh)
+	Left                  int     `json:"left"`                // nodes that left without a word (as many joined)
+	Lost                  int     `json:"lost"`                // subnets delegated before the churn not held by a live node after it
+	Doubled               int     `json:"doubled"`             // subnets held by two live nodes after the churn
+	HeapBytesPerNode      float64 `json:"heap_bytes_per_node"` // Go heap in use over the nodes, after converging
+	RealS                 float64 `json:"real_s"`              // real time of the run
+}
+
+// Defaults: micra's upkeep timing (overlay's defaults), so that the idle
+// figure is a volunteer's.
+const (
+	defaultLiveness = 5 * time.Minute
+	defaultIdle     = 5 * time.Minute
+	threshold       = 50 * time.Millisecond
+	inFlight        = 64  // delegations at once
+	hopSample       = 200 // resolves timed for hops
+)
+
+type simNode struct {
+	addr netip.Addr
+	o    *overlay.Overlay
+	gone bool
+}
+
+// Run runs cfg in t's synctest bubble (p2ptest.Bubble or virtual.Run):
+// t's cleanups close the network.
+func Run(t *testing.T, cfg Config) (Result, error) {
+	if cfg.Boot <= 0 {
+		cfg.Boot = 3
+	}
+	if cfg.Liveness <= 0 {
+		cfg.Liveness = defaultLiveness
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = defaultIdle
+	}
+	liveness, heartbeat := cfg.Liveness, cfg.Liveness/10
+	logf := cfg.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if cfg.Nodes < cfg.Boot+2 || cfg.Subnets < 1 || cfg.Churn < 0 || cfg.Churn >= 1 {
+		return Result{}, fmt.Errorf("scale: want nodes ≥ %d, subnets ≥ 1, churn in [0,1): %+v", cfg.Boot+2, cfg)
+	}
+	ctx := t.Context()
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5ca1e))
+	extra := int(float64(cfg.Nodes) * cfg.Churn)
+	p := world.DefaultParams()
+	p.Seed, p.Nodes, p.Sites, p.Port = cfg.Seed, cfg.Nodes+extra, 2*cfg.Subnets+cfg.Subnets/5, 0
+	w, err := world.Generate(ctx, p)
+	if err != nil {
+		return Result{}, err
+	}
+	tree, err := w.Tree(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	addrs := w.NodeAddrs()
+	if len(addrs) < cfg.Nodes+extra {
+		return Result{}, fmt.Errorf("scale: the world has %d node addresses, want %d", len(addrs), cfg.Nodes+extra)
+	}
+	net := p2ptest.NewNetWith(t, func(a, b netip.Addr) time.Duration { return w.RTTAddr(a, b) / 2 })
+	sites := map[netip.Addr]world.Site{}
+	for _, s := range w.Sites() {
+		sites[s.Addrs[0]] = s
+	}
+
+	var byPeer sync.Map // peer.ID → netip.Addr
+	between := func(a, b peer.ID) (time.Duration, bool) {
+		x, ok1 := byPeer.Load(a)
+		y, ok2 := byPeer.Load(b)
+		if !ok1 || !ok2 {
+			return 0, false
+		}
+		return w.RTTAddr(x.(netip.Addr), y.(netip.Addr)), true
+	}
+	var probes sync.Map  // counts per node, read at the end
+	var queries sync.Map // peer.ID → *atomic.Int64: DHT requests it sent (answered by any node)
+	onQuery := func(from peer.ID) {
+		v, ok := queries.Load(from)
+		if !ok {
+			v, _ = queries.LoadOrStore(from, new(atomic.Int64))
+		}
+		v.(*atomic.Int64).Add(1)
+	}
+	sent := func(p peer.ID) int64 {
+		if v, ok := queries.Load(p); ok {
+			return v.(*atomic.Int64).Load()
+		}
+		return 0
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	start := func(a netip.Addr) (*simNode, error) {
+		h := net.Host(t, nil, a)
+		byPeer.Store(h.ID(), a)
+		del, err := delegate.New(delegate.Threshold(threshold), delegate.Between(between), delegate.Logger(quiet))
+		if err != nil {
+			return nil, err
+		}
+		prober := overlay.ProberFunc(func(ctx context.Context, raw string) (time.Duration, error) {
+			u, err := url.Parse(raw)
+			if err != nil {
+				return 0, err
+			}
+			sa, err := netip.ParseAddr(u.Hostname())
+			s, ok := sites[sa]
+			if err != nil || !ok {
+				return 0, fmt.Errorf("no site at %s", u.Hostname())
+			}
+			n, _ := probes.LoadOrStore(a, new(int64))
+			*n.(*int64)++
+			rtt := w.RTT(a, s)
+			time.Sleep(rtt) // a HEAD takes a round trip
+			return rtt, nil
+		})
+		o, err := overlay.New(h, tree, p2ptest.DB(t), overlay.WithDelegator(del), overlay.WithProber(prober),
+			overlay.OwnAddress(a), overlay.Logger(quiet), overlay.OnDHTRequest(onQuery), overlay.Liveness(heartbeat, liveness),
+			// Every emulated address is in 127/8: a /16 group here stands
+			// for many of the real Internet's.
+			overlay.DiversityLimits(64, 1024))
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { o.Close() })
+		return &simNode{addr: a, o: o}, nil
+	}
+	join := func(nodes []*simNode, boot []peer.AddrInfo) error {
+		var wg sync.WaitGroup
+		errs := make(chan error, len(nodes))
+		sem := make(chan struct{}, 50) // arrivals at once
+		for _, n := range nodes {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				if _, err := bootstrap.Join(ctx, n.o.Host(), n.o.Host().ID(), boot); err != nil {
+					errs <- fmt.Errorf("join %s: %w", n.addr, err)
+					return
+				}
+				if err := n.o.Bootstrap(ctx); err != nil {
+					errs <- fmt.Errorf("bootstrap %s: %w", n.addr, err)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}
+	// A node has converged when its own subnet's claim was answered: it,
+	// or the node of its subnet that claimed first, holds the subnet.
+	owns := func(n *simNode) bool {
+		d, ok := n.o.Cached(n.addr)
+		return ok && d.Own && !d.Orphaned
+	}
+	live := func(nodes []*simNode) []*simNode {
+		var out []*simNode
+		for _, n := range nodes {
+			if !n.gone {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	counters := func(nodes []*simNode) (msgs int64) {
+		for _, n := range nodes {
+			st := n.o.Stats()
+			msgs += st.Requests + st.DHTServed
+		}
+		return msgs
+	}
+	bytesNow := func() int64 { b := net.Bandwidth(); return b.TotalIn }
+
+	// Join and converge.
+	t0 := time.Now()
+	nodes := make([]*simNode, cfg.Nodes)
+	for i := range nodes {
+		if nodes[i], err = start(addrs[i]); err != nil {
+			return Result{}, err
+		}
+	}
+	var boot []peer.AddrInfo
+	for _, n := range nodes[:cfg.Boot] {
+		boot = append(boot, peer.AddrInfo{ID: n.o.Host().ID(), Addrs: n.o.Host().Addrs()})
+	}
+	if err := join(nodes[1:cfg.Boot], boot[:1]); err != nil {
+		return Result{}, err
+	}
+	if err := join(nodes[cfg.Boot:], boot); err != nil {
+		return Result{}, err
+	}
+	if err := nodes[0].o.Bootstrap(ctx); err != nil { // the first node: its peers came to it
+		return Result{}, err
+	}
+	for !allOf(nodes, owns) {
+		if time.Since(t0) > 10*time.Minute {
+			var bad []string
+			for _, n := range nodes {
+				if !owns(n) {
+					d, ok := n.o.Cached(n.addr)
+					bad = append(bad, fmt.Sprintf("%s (subnet %s: %v %+v)", n.addr, tree.Range(tree.SmallestNonUnary(n.addr)), ok, d))
+				}
+			}
+			return Result{}, fmt.Errorf("scale: %d of %d nodes' own subnets not claimed after 10 minutes: %v", len(bad), len(nodes), bad)
+		}
+		time.Sleep(time.Second)
+	}
+	res := Result{Nodes: cfg.Nodes, ConvergeS: time.Since(t0).Seconds()}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	res.HeapBytesPerNode = float64(ms.HeapInuse) / float64(cfg.Nodes)
+	logf("%d nodes converged in %.1f s (virtual), %.1f MB heap per node", cfg.Nodes, res.ConvergeS, res.HeapBytesPerNode/(1<<20))
+
+	// Idle upkeep.
+	time.Sleep(2 * heartbeat) // past the joins' own traffic
+	b0, m0, i0, pr0 := bytesNow(), counters(nodes), time.Now(), net.SentByProtocol()
+	time.Sleep(cfg.Idle)
+	var split []string
+	for p, b := range net.SentByProtocol() {
+		split = append(split, fmt.Sprintf("%s %.0f kB", p, float64(b-pr0[p])/time.Since(i0).Hours()/float64(cfg.Nodes)/1000))
+	}
+	slices.Sort(split)
+	logf("idle bytes sent per node per hour by protocol: %v", split)
+	idleBytes := float64(bytesNow()-b0) / time.Since(i0).Hours() // the whole network's, per hour
+	idleMsgs := float64(counters(nodes)-m0) / time.Since(i0).Hours()
+	res.IdleBytesPerHour = idleBytes / float64(cfg.Nodes)
+	logf("idle: %.0f kB per node per hour, %.0f messages per node per hour", res.IdleBytesPerHour/1000, idleMsgs/float64(cfg.Nodes))
+
+	// Delegations: distinct subnets, each asked by a random node.
+	order := w.Sites()
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	seen := map[subnet.ID]bool{}
+	var todo, later []world.Site
+	for _, s := range order {
+		id := tree.SmallestNonUnary(s.Addrs[0])
+		if id == subnet.None || seen[id] {
+			continue
+		}
+		seen[id] = true
+		switch {
+		case len(todo) < cfg.Subnets:
+			todo = append(todo, s)
+		case len(later) < cfg.Subnets/10:
+			later = append(later, s)
+		}
+	}
+	delegateAll := func(ss []world.Site, from []*simNode) (failed int) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		sem := make(chan struct{}, inFlight)
+		picks := make([]*simNode, len(ss))
+		for i := range ss {
+			picks[i] = from[rng.IntN(len(from))]
+		}
+		for i, s := range ss {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				if _, err := picks[i].o.Delegate(ctx, "http://"+s.Addrs[0].String()+"/", s.Addrs[0]); err != nil {
+					mu.Lock()
+					failed++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return failed
+	}
+	probesNow := func() (n int64) {
+		probes.Range(func(_, v any) bool { n += *v.(*int64); return true })
+		return n
+	}
+	b0, m0, p0, d0 := bytesNow(), counters(nodes), probesNow(), time.Now()
+	failed := delegateAll(todo, nodes)
+	span := time.Since(d0).Hours()
+	res.Delegations = len(todo) - failed
+	if res.Delegations == 0 {
+		return res, fmt.Errorf("scale: no delegation succeeded of %d", len(todo))
+	}
+	nd := float64(res.Delegations)
+	res.BytesPerDelegation = (float64(bytesNow()-b0) - idleBytes*span) / nd
+	res.MessagesPerDelegation = (float64(counters(nodes)-m0) - idleMsgs*span) / nd
+	res.ProbesPerDelegation = float64(probesNow()-p0) / nd
+	logf("%d delegations (%d failed) in %.0f s: %.1f messages, %.0f bytes, %.2f probes each", res.Delegations, failed, span*3600,
+		res.MessagesPerDelegation, res.BytesPerDelegation, res.ProbesPerDelegation)
+
+	// Hops: resolves that miss every cache, one at a time; a resolve's
+	// hops are the DHT queries and micra requests its node sent (its own
+	// upkeep in that moment included).
+	var hops []float64
+	for range min(hopSample, len(todo)) {
+		n := nodes[rng.IntN(len(nodes))]
+		s := todo[rng.IntN(len(todo))]
+		n.o.Invalidate(tree.Range(tree.SmallestNonUnary(s.Addrs[0])))
+		id := n.o.Host().ID()
+		q0, r0 := sent(id), n.o.Stats().Requests
+		if _, _, err := n.o.Resolve(ctx, s.Addrs[0]); err == nil {
+			hops = append(hops, float64(sent(id)-q0+n.o.Stats().Requests-r0))
+		}
+	}
+	slices.Sort(hops)
+	if len(hops) > 0 {
+		res.HopsP50, res.HopsP90 = hops[len(hops)/2], hops[len(hops)*9/10]
+	}
+
+	// Churn: a share of the nodes (never the bootstrap peers) leaves
+	// without a word; as many join. After the liveness timeout and the
+	// coordinators' checks, every subnet delegated before must be held by
+	// a live node (the orphans of the departed re-delegated when asked),
+	// and none by two.
+	if extra > 0 {
+		held := map[subnet.Range]bool{}
+		for _, n := range nodes {
+			for _, d := range n.o.Owned() {
+				if !d.Own {
+					held[d.Subnet] = true
+				}
+			}
+		}
+		for _, i := range rng.Perm(cfg.Nodes - cfg.Boot)[:extra] {
+			n := nodes[cfg.Boot+i]
+			n.gone = true
+			net.Cut(n.addr)
+		}
+		res.Left = extra
+		fresh := make([]*simNode, extra)
+		for i := range fresh {
+			if fresh[i], err = start(addrs[cfg.Nodes+i]); err != nil {
+				return res, err
+			}
+		}
+		if err := join(fresh, boot); err != nil {
+			return res, err
+		}
+		nodes = append(nodes, fresh...)
+		time.Sleep(liveness + 2*time.Minute)
+		alive := live(nodes)
+		if f := delegateAll(later, alive); f > 0 {
+			logf("%d of %d delegations after the churn failed", f, len(later))
+		}
+		// Every subnet delegated before is asked for again, as a crawler
+		// meeting its sites would: a held subnet answers with its node,
+		// an orphan is decided afresh.
+		var again []world.Site
+		for _, s := range todo {
+			if held[tree.Range(tree.SmallestNonUnary(s.Addrs[0]))] {
+				again = append(again, s)
+			}
+		}
+		delegateAll(again, alive)
+		time.Sleep(2 * heartbeat) // heartbeats settle who holds what
+		holders := map[subnet.Range]int{}
+		for _, n := range alive {
+			for _, d := range n.o.Owned() {
+				holders[d.Subnet]++
+			}
+		}
+		for r := range held {
+			switch h := holders[r]; {
+			case h == 0:
+				res.Lost++
+			case h > 1:
+				res.Doubled++
+			}
+		}
+		for r, h := range holders {
+			if h > 1 && !held[r] {
+				res.Doubled++
+			}
+		}
+		logf("churn: %d left, %d joined; %d subnets held before, %d lost, %d doubled", extra, extra, len(held), res.Lost, res.Doubled)
+	}
+	return res, nil
+}
+
+func allOf(nodes []*simNode, f func(*simNode) bool) bool {
+	return count(nodes, f) == len(nodes)
+}
+
+func count(nodes []*simNode, f func(*simNode) bool) int {
+	n := 0
+	for _, x := range nodes {
+		if f(x) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,27 @@
+package scale
+
+import (
+	"testing"
+	"time"
+
+	"github.com/micra-net/micra/internal/p2ptest"
+)
+
+// TestRun: a small network in virtual time converges, delegates every
+// subnet asked, resolves, and after a tenth of its
+// nodes left without a word loses and doubles nothing.
+func TestRun(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("a network of 20 overlays; not with -short or -race")
+	}
+	p2ptest.Bubble(t, func(t *testing.T) {
+		res, err := Run(t, Config{Nodes: 20, Subnets: 100, Churn: 0.1, Seed: 1, Liveness: time.Minute, Idle: 2 * time.Minute, Log: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%+v", res)
+		if res.Delegations != 100 || res.Lost != 0 || res.Doubled != 0 || res.HopsP50 <= 0 || res.IdleBytesPerHour <= 0 {
+			t.Fatalf("%+v", res)
+		}
+	})
+}
