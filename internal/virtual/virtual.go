@@ -9,7 +9,7 @@
 //
 // testing.MainStart is meant for generated test mains and may change from
 // one Go release to the next; TestRun fails when it does. virtual is a rig
-// for benchmarks (micra bench overlay): it imports nothing of micra.
+// for benchmarks (micra bench overlay); its bubble is p2ptest.Bubble's.
 package virtual
 
 import (
@@ -22,8 +22,9 @@ import (
 	"regexp"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
+
+	"github.com/micra-net/micra/internal/p2ptest"
 )
 
 // mu makes Run one at a time: the testing package keeps its state in
@@ -41,7 +42,7 @@ func Run(name string, f func(t *testing.T)) (err error) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	tests := []testing.InternalTest{{Name: name, F: func(t *testing.T) { synctest.Test(t, f) }}}
+	tests := []testing.InternalTest{{Name: name, F: func(t *testing.T) { p2ptest.Bubble(t, f) }}}
 	m := testing.MainStart(deps{}, tests, nil, nil, nil)
 	if !flag.Parsed() {
 		// The testing package's flags: run this test only, no timeout
