@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/micra-net/micra/internal/scale"
+	"github.com/micra-net/micra/internal/virtual"
+)
+
+// benchOverlay runs micra's overlay at each network size in virtual time
+// (internal/scale) and prints one row, or with --json an array of objects,
+// per size.
+func benchOverlay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench overlay", "[flags]", stderr)
+	sizes := fs.String("nodes", "100,300,1000", "network `SIZES`, comma-separated")
+	subnets := fs.Int("subnets", 10000, "distinct subnets delegated before the churn (a tenth as many after it)")
+	churn := fs.Float64("churn", 0.1, "share of the nodes that leave without a word, replaced by as many joining")
+	seed := fs.Int64("seed", 1, "the world's and the run's seed")
+	boot := fs.Int("boot", 3, "bootstrap peers every node joins through")
+	liveness := fs.Duration("liveness", 5*time.Minute, "the overlays' liveness timeout (heartbeats at a tenth of it)")
+	idle := fs.Duration("idle", 5*time.Minute, "virtual time the idle upkeep is measured over")
+	asJSON := fs.Bool("json", false, "print the results as a JSON array")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ns, err := intList(*sizes)
+	if err != nil {
+		return fmt.Errorf("%w: --nodes: %v", errUsage, err)
+	}
+	if *subnets < 1 || *churn < 0 || *churn >= 1 || *boot < 1 {
+		return fmt.Errorf("%w: want --subnets ≥ 1, --churn in [0,1), --boot ≥ 1", errUsage)
+	}
+	var out []scale.Result
+	for _, n := range ns {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		cfg := scale.Config{Nodes: n, Subnets: *subnets, Churn: *churn, Seed: *seed, Boot: *boot, Liveness: *liveness, Idle: *idle,
+			Log: func(format string, a ...any) {
+				fmt.Fprintf(stderr, "[%d nodes] "+format+"\n", append([]any{n}, a...)...)
+			}}
+		var res scale.Result
+		var runErr error
+		began := time.Now()
+		err := virtual.Run(fmt.Sprintf("Overlay%d", n), func(t *testing.T) {
+			res, runErr = scale.Run(t, cfg)
+		})
+		if runErr != nil {
+			return runErr
+		}
+		if err != nil {
+			return err
+		}
+		res.RealS = time.Since(began).Seconds()
+		out = append(out, res)
+		if !*asJSON {
+			fmt.Fprintf(stdout, "%5d nodes: converged %.1f s, %.1f messages and %.0f kB per delegation (%.2f probes), hops p50 %.0f, idle %.1f MB per node per hour, %d left: %d lost, %d doubled, %.1f MB heap per node (%.0f s real)\n",
+				res.Nodes, res.ConvergeS, res.MessagesPerDelegation, res.BytesPerDelegation/1000, res.ProbesPerDelegation, res.HopsP50,
+				res.IdleBytesPerHour/1e6, res.Left, res.Lost, res.Doubled, res.HeapBytesPerNode/(1<<20), res.RealS)
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	return nil
+}
