@@ -35,6 +35,19 @@ func produce(t testing.TB, ob *results.Outbox, first, sites, n int) int {
 	return sites * n
 }
 
+// waitDrained waits until every outbox of obs has no batch left.
+func waitDrained(t testing.TB, obs []*results.Outbox) {
+	t.Helper()
+	resultstest.WaitFor(t, "every outbox to empty", func() bool {
+		for _, ob := range obs {
+			if ob.Stats().Batches > 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func has(t testing.TB, x *index.Index, term string) bool {
 	t.Helper()
 	res, err := x.Search(t.Context(), index.Query{Text: term})
@@ -68,14 +81,7 @@ func TestIndexerOfflineThenOnline(t *testing.T) {
 		ixn := newTNode(t, net, 3, nil, nil)
 		join(t, nodes[0], ixn)
 		ix := startIndexer(t, ixn)
-		resultstest.WaitFor(t, "every outbox to empty", func() bool {
-			for _, ob := range obs {
-				if ob.Stats().Batches > 0 {
-					return false
-				}
-			}
-			return true
-		})
+		waitDrained(t, obs)
 		if s := ix.Index().Stats(); s.Docs != int64(total) || s.Added != uint64(total) || s.Duplicates != 0 || s.Rejected != 0 {
 			t.Fatalf("index %+v, want %d records once", s, total)
 		}

@@ -9,7 +9,6 @@ import (
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/overlaytest"
 	"github.com/micra-net/micra/results"
-	"github.com/micra-net/micra/results/resultstest"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -69,14 +68,7 @@ func TestOutboxSwitch(t *testing.T) {
 		reopen(t, ixn, newTree, oldTree)
 		join(t, nodes[0], ixn)
 		ix := startIndexer(t, ixn)
-		resultstest.WaitFor(t, "every outbox to empty", func() bool {
-			for _, ob := range obs {
-				if ob.Stats().Batches > 0 {
-					return false
-				}
-			}
-			return true
-		})
+		waitDrained(t, obs)
 		if s := ix.Index().Stats(); s.Docs != int64(total) || s.Duplicates != 0 || s.Rejected != 0 {
 			t.Fatalf("index %+v, want %d records once", s, total)
 		}

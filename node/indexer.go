@@ -283,6 +283,13 @@ func (x *Indexer) switchTo(ctx context.Context, r subnet.Release) error {
 	}
 	tree, o, err := reopen(ctx, x.log, x.h, x.db, old.tree, old.o, r, x.oopts)
 	if o == nil {
+		// The old overlay runs on (the new snapshot's file did not
+		// check, or it could not be closed): take batches on it again.
+		back := &indexerLive{tree: old.tree, o: old.o}
+		if aerr := x.attach(back); aerr != nil {
+			return errors.Join(err, aerr)
+		}
+		x.cur.Store(back)
 		return err
 	}
 	l := &indexerLive{tree: tree, o: o}

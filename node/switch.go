@@ -96,7 +96,6 @@ func switchLoop(ctx context.Context, log *slog.Logger, cur func() *overlay.Overl
 		}
 		r, wait, due := dueRelease(cur())
 		if due {
-			wait = 0
 			if err := switchTo(ctx, r); err != nil {
 				if ctx.Err() != nil {
 					return
@@ -212,10 +211,7 @@ func resumeSnapshot(db *badger.DB, dataDir string, tree *subnet.Tree, log *slog.
 		log.Warn("the released snapshot this peer ran is not kept; the configured one runs", "snapshot", r.snapshot.Short(), "error", err)
 		return tree, nil, time.Time{}
 	}
-	switch {
-	case r.prev == tree.ID():
-		prev = tree
-	default:
+	if prev = tree; r.prev != tree.ID() {
 		if prev, err = overlay.ReleasedSnapshot(dir, r.prev); err != nil {
 			prev = nil
 		}

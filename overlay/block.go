@@ -52,6 +52,11 @@ func probeResult(en *pb.Entry) (ProbeResult, bool) {
 	if proto.Unmarshal(en.GetValue(), &pe) != nil {
 		return ProbeResult{}, false
 	}
+	return probeFromPB(&pe)
+}
+
+// probeFromPB checks and converts a ProbeEntry.
+func probeFromPB(pe *pb.ProbeEntry) (ProbeResult, bool) {
 	p, err := peer.IDFromBytes(pe.GetPeer())
 	if err != nil {
 		return ProbeResult{}, false

@@ -43,14 +43,12 @@ import (
 
 // carrying reports whether this node is in the window after a switch in
 // which coordinators record carried delegations only.
-func (o *Overlay) carrying() bool {
-	return o.cfg.prev != nil && time.Now().Before(o.cfg.prevAt.Add(o.cfg.liveness))
-}
+func (o *Overlay) carrying() bool { return time.Now().Before(o.CarriedBy()) }
 
 // errCarrying refuses fresh decisions during the carry window.
 func (o *Overlay) errCarrying() error {
 	return fmt.Errorf("%w: switching snapshots, carried delegations first until %s", ErrUnavailable,
-		o.cfg.prevAt.Add(o.cfg.liveness).UTC().Format(time.RFC3339))
+		o.CarriedBy().UTC().Format(time.RFC3339))
 }
 
 // previousDelegation opens a record of the previous snapshot: a delegation

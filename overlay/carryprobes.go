@@ -166,7 +166,7 @@ func (o *Overlay) handleCarryProbes(ctx context.Context, from peer.ID, req *pb.M
 		if err != nil || cp.GetProbe() == nil {
 			return nil, fmt.Errorf("%w: carried probe without a valid range: %v", ErrMalformed, err)
 		}
-		pr, ok := probeResult(&pb.Entry{Value: mustMarshal(cp.GetProbe())})
+		pr, ok := probeFromPB(cp.GetProbe())
 		if !ok {
 			return nil, fmt.Errorf("%w: carried probe of %s", ErrMalformed, old)
 		}
@@ -201,7 +201,11 @@ func (o *Overlay) handleCarryProbes(ctx context.Context, from peer.ID, req *pb.M
 				continue // this shard knows as recent a probe
 			}
 		}
-		entries = append(entries, &pb.Entry{Kind: pb.Entry_PROBE, Key: key, Value: mustMarshal(cp.GetProbe())})
+		v, err := proto.Marshal(cp.GetProbe())
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, &pb.Entry{Kind: pb.Entry_PROBE, Key: key, Value: v})
 	}
 	if len(entries) > 0 {
 		if _, err := c.write(ctx, sh, len(entries), func(i int, _, _ uint64) (*pb.Entry, error) { return entries[i], nil }); err != nil {
@@ -209,11 +213,4 @@ func (o *Overlay) handleCarryProbes(ctx context.Context, from peer.ID, req *pb.M
 		}
 	}
 	return newMsg(pb.Message_OK), nil
-}
-
-// mustMarshal encodes a message built here or decoded from the wire,
-// which cannot fail to encode.
-func mustMarshal(m proto.Message) []byte {
-	b, _ := proto.Marshal(m)
-	return b
 }
