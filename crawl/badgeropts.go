@@ -27,11 +27,21 @@ import (
 //   - Compression None: compressing builders keep each block twice and
 //     their memory grew to hundreds of MiB under this load; the frontier's
 //     values are short and the disk they take matters less;
-//   - BlockCacheSize 16 MiB, IndexCacheSize 16 MiB: the frontier reads by
-//     hashed key with little reuse, so big caches would hold blocks never
-//     read again; a bounded index cache keeps the indexes of thousands of
-//     tables from all staying in memory;
+//   - BlockCacheSize 0: without compression (or encryption) a block is
+//     read in place from the memory-mapped table, so a cached block saves
+//     only parsing its header, and badger charges it the rest of the
+//     mapping (cap of the slice): each insert evicted the whole cache, 4 to
+//     15 % of reads hit, and the cache cost CPU, heap and a warning in the
+//     log every minute (docs/performance.md, Footprint);
+//   - IndexCacheSize 16 MiB: a bounded index cache keeps the indexes of
+//     thousands of tables from all staying in memory;
 //   - NumCompactors 2, the least badger accepts.
+//
+// MemTableSize cannot go much lower with badger's default ValueThreshold
+// (1 MiB): a write batch may hold 15 % of a memtable and a value of
+// ValueThreshold must fit in one, so memtables need 6.7 MiB at least; a
+// lower ValueThreshold would send large values to the value log, which
+// the node never garbage-collects.
 func BadgerOptions(dir string) badger.Options {
 	o := badger.DefaultOptions(dir).
 		WithMemTableSize(8 << 20).
@@ -40,7 +50,7 @@ func BadgerOptions(dir string) badger.Options {
 		WithNumLevelZeroTablesStall(6).
 		WithBaseTableSize(1 << 20).
 		WithCompression(options.None).
-		WithBlockCacheSize(16 << 20).
+		WithBlockCacheSize(0).
 		WithIndexCacheSize(16 << 20).
 		WithNumCompactors(2).
 		WithNumVersionsToKeep(1)

@@ -48,9 +48,17 @@ type Router interface {
 // about each request's resolved address before fetching: a disowned
 // request leaves the frontier for the outgoing store (Stats.HandedOff), as
 // if the Router had not kept it, and the node hands it on from there.
+//
+// queued is when the request entered this node's queue: submitted (a seed,
+// or a request another node handed on), found on a page, or kept; zero for
+// a revisit, which this node scheduled itself. A request that entered the
+// queue after its address went to another node was sent here by a node
+// that resolved its host elsewhere (a CDN's name resolves to a different
+// point of presence for each node): Disowned must not hand it back, or two
+// such nodes pass it between them for ever.
 type Disowner interface {
 	Router
-	Disowned(addr netip.Addr) bool
+	Disowned(addr netip.Addr, queued time.Time) bool
 }
 
 // Sink receives the crawler's records. Results is called from a single

@@ -78,7 +78,7 @@ func (c *Crawler) dispatch() {
 			continue
 		}
 		addr := addrs[0]
-		if c.disown != nil && c.disown.Disowned(addr) {
+		if c.disown != nil && c.disown.Disowned(addr, queuedAt(l.entry)) {
 			c.handOff(l, addr, now)
 			continue
 		}
@@ -96,6 +96,18 @@ func (c *Crawler) dispatch() {
 			return
 		}
 	}
+}
+
+// queuedAt is when e entered this node's queue, as Disowner.Disowned takes
+// it: zero for a revisit, which this node scheduled itself (Added is when
+// it came due). A request kept again after a hand-off (Keep) is marked
+// Revisit too: it was this node's before, and goes again if its address
+// is disowned again.
+func queuedAt(e entry) time.Time {
+	if e.Revisit {
+		return time.Time{}
+	}
+	return e.Added
 }
 
 // handOffRetry is how long a request this node no longer crawls stays in

@@ -28,7 +28,7 @@ var _ Disowner = (*disownRouter)(nil)
 
 func (r *disownRouter) Route(*url.URL, netip.Addr) bool { return true }
 
-func (r *disownRouter) Disowned(a netip.Addr) bool {
+func (r *disownRouter) Disowned(a netip.Addr, _ time.Time) bool {
 	r.asked.Add(1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -151,6 +151,52 @@ func TestHandoffDisowned(t *testing.T) {
 	}
 	if st := c.Stats(); st.HandedOff != 2 || st.Outgoing != 0 || st.Queued != 0 || st.Fetched != 4 {
 		t.Fatalf("stats after Keep %+v", st)
+	}
+}
+
+// sinceRouter disowns an address for requests queued before its subnet
+// went to another node at decided, as the node's router does.
+type sinceRouter struct {
+	addr    netip.Addr
+	decided time.Time
+	asked   atomic.Int32
+}
+
+func (r *sinceRouter) Route(*url.URL, netip.Addr) bool { return true }
+
+func (r *sinceRouter) Disowned(a netip.Addr, queued time.Time) bool {
+	r.asked.Add(1)
+	return a == r.addr && r.decided.After(queued)
+}
+
+// TestHandoffQueuedAfter: a request that entered the queue after its
+// address went to another node (a node that resolved the host elsewhere
+// sent it here) is fetched, not handed back; one queued before is handed
+// off, and so is a revisit, whenever it came due.
+func TestHandoffQueuedAfter(t *testing.T) {
+	b := newHostServer(t, "127.0.0.2", func(p string) string { return "<title>b" + p + "</title><p>words of b</p>" })
+	r := &sinceRouter{addr: b.addr, decided: time.Now()}
+	sink := &testSink{}
+	c := newTestCrawler(t, sink, Routing(r))
+	if err := c.Submit(t.Context(), Request{Link: b.URL + "/after", Depth: 0}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the page queued after the decision", func() bool { return len(sink.snapshot()) == 1 })
+	waitIdle(t, c)
+	if st := c.Stats(); st.HandedOff != 0 || b.count("/after") != 1 || r.asked.Load() == 0 {
+		t.Fatalf("stats %+v, hits %v, asked %d", st, b.hits, r.asked.Load())
+	}
+	for _, e := range []entry{{URL: b.URL + "/before", Added: r.decided.Add(-time.Second)}, {URL: b.URL + "/revisit", Revisit: true, Added: time.Now()}} {
+		u, _ := url.Parse(e.URL)
+		if _, err := c.front.add(e, u, true, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.poke()
+	waitFor(t, "2 hand-offs", func() bool { return c.Stats().HandedOff == 2 })
+	waitIdle(t, c)
+	if b.count("/before") != 0 || b.count("/revisit") != 0 {
+		t.Fatalf("disowned requests fetched: %v", b.hits)
 	}
 }
 

@@ -287,7 +287,7 @@ func TestCrawlWorld(t *testing.T) {
 	// cap (plus a byte: readCapped); a processor holds a body, an unpacked
 	// copy (a hidden gzip page) and its parse tree, 8 caps' worth; the
 	// rest is 64 MiB: badger as BadgerOptions sizes it (two 8 MiB
-	// memtables, 32 MiB of block and index caches), the Bloom filter, the
+	// memtables, a 16 MiB index cache), the Bloom filter, the
 	// robots and DNS caches, and the test sink's records.
 	memBound := uint64(64<<20 + (worldWorkers+worldQueue)*(worldMaxDecoded+1) + worldProcessors*8*worldMaxDecoded)
 	if peakHeap > memBound {

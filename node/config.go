@@ -14,7 +14,9 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/dustin/go-humanize"
+	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/subnet"
 )
@@ -33,6 +35,10 @@ type Config struct {
 	// BootstrapFile lists more bootstrap peers, one multiaddr per line
 	// (# starts a comment).
 	BootstrapFile string `toml:"bootstrap_file"`
+	// Relays are circuit relays a node behind NAT reserves slots on:
+	// multiaddrs ending in /p2p/<peer id>. None: relays are chosen among
+	// connected peers that offer the relay service (docs/nat.md).
+	Relays []string `toml:"relays"`
 	// SourceAddr binds outgoing crawl and probe connections to this local
 	// address ("" lets the system choose), as a multi-homed host or the
 	// emulated Internet needs.
@@ -113,7 +119,7 @@ func DefaultConfig() Config {
 		OutboxCap:    "512MiB", // about 2000 full batches
 		Bandwidth:    "1MiB",   // per second
 		Timezone:     "",       // the system's
-		MemoryLimit:  "512MiB", // the crawler, badger and libp2p stay within it
+		MemoryLimit:  "100MiB", // soft; crawling at 1 MiB/s, the heap in use stays under 80 MB with it, 120 MB without (docs/performance.md, Footprint)
 		Threshold:    "50ms",   // the paper's best ratio of quality to probes
 		ResultShards: 1,
 		Liveness:     "5m", // ten missed heartbeats of 30 s
@@ -319,6 +325,9 @@ func (c *Config) Validate() error {
 	if _, err := c.releaseKeys(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := c.relays(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.ResultShards < 1 || c.ResultShards > 1024 {
 		bad("result_shards must be 1 to 1024, got %d", c.ResultShards)
 	}
@@ -350,6 +359,11 @@ func (c *Config) releaseKeys() ([]ed25519.PublicKey, error) {
 		keys = append(keys, k)
 	}
 	return keys, errors.Join(errs...)
+}
+
+// relays parses Relays.
+func (c *Config) relays() ([]peer.AddrInfo, error) {
+	return bootstrap.ParseList("relays", strings.Join(c.Relays, ","))
 }
 
 // ParseSize parses a byte size such as "2MiB", "10GB" or "4096"; "" and

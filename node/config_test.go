@@ -98,6 +98,8 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.BatchWait = "0s" }, "batch_wait"},
 		{func(c *Config) { c.SnapshotKeys = []string{"ed25519:short"} }, "snapshot_keys"},
 		{func(c *Config) { c.SnapshotKeys = []string{"rsa:AAAA"} }, "snapshot_keys"},
+		{func(c *Config) { c.Relays = []string{"/ip4/203.0.113.7/tcp/4001"} }, "relays"},
+		{func(c *Config) { c.Relays = []string{"relay.example"} }, "relays"},
 	}
 	for _, tc := range tests {
 		c := DefaultConfig()
@@ -105,6 +107,11 @@ func TestConfigErrors(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("want an error about %s, got %v", tc.want, err)
 		}
+	}
+	c = DefaultConfig()
+	c.Relays = []string{"/ip4/203.0.113.7/tcp/4001/p2p/12D3KooWKYzCNUYadyqNe4mezTUKYQqgErTmFwPi7S5vhJ8GJ7KT"}
+	if err := c.Validate(); err != nil {
+		t.Errorf("a relay: %v", err)
 	}
 	c = DefaultConfig()
 	c.Dashboard, c.DashboardToken = "0.0.0.0:7464", "0123456789abcdef"

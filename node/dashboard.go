@@ -44,6 +44,23 @@ type Status struct {
 	ReleaseBadPeers int64    `json:"release_bad_peers"`
 	Warnings        []string `json:"warnings"` // conditions an operator should see
 	RateChart       []Point  `json:"rate"`     // pages fetched per minute, oldest first
+	// Reachability is what AutoNAT found: "public" (peers can dial the
+	// node), "private" (behind NAT or a firewall: it reserves relay slots,
+	// whose p2p-circuit addresses join Addrs) or "unknown" (not yet known).
+	Reachability string `json:"reachability"`
+	// Conns are the open libp2p connections (at most 512), oldest first:
+	// which are direct and which go through a relay, for operators behind
+	// NAT and for the NAT test (internal/nattest).
+	Conns []Conn `json:"conns"`
+}
+
+// Conn is one open libp2p connection.
+type Conn struct {
+	Peer    string    `json:"peer"`
+	Remote  string    `json:"remote"`  // the peer's multiaddr, as dialled or accepted
+	Relayed bool      `json:"relayed"` // through a circuit relay (limited); else direct
+	Inbound bool      `json:"inbound"` // opened by the peer
+	Opened  time.Time `json:"opened"`
 }
 
 // Release is a signed snapshot release that replaces the snapshot the node

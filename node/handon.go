@@ -9,7 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/overlay"
@@ -47,17 +49,25 @@ func (r *router) Route(_ *url.URL, addr netip.Addr) bool {
 }
 
 // Disowned reports that this node no longer crawls addr (crawl.Disowner):
-// its overlay knows another node holds addr's range or part (a
-// re-delegation, a split, a merge carried to another node), or addr is in
-// a range this node held before a snapshot switch that the carry did not
-// bring along. Unknown addresses stay with the node.
-func (r *router) Disowned(addr netip.Addr) bool {
+// its overlay knows another node holds addr's range or part under a
+// delegation decided after the request was queued (a re-delegation, a
+// split, a merge carried to another node), or addr is in a range this node
+// held before a snapshot switch that the carry did not bring along.
+// Unknown addresses stay with the node.
+//
+// A delegation decided before the request was queued does not disown it:
+// the node that sent the request here resolved its host to an address of
+// this node's, and this node to one of the other's, as two nodes do for a
+// CDN's name (nearest point of presence first). The sender's resolution
+// decides, as for any link handed on; handing the request back would pass
+// it between the two for ever, and it would never be fetched.
+func (r *router) Disowned(addr netip.Addr, queued time.Time) bool {
 	l := r.cur.Load()
 	if l == nil {
 		return false
 	}
 	if d, ok := l.o.Cached(addr); ok {
-		return !d.Orphaned && d.Node != r.self
+		return !d.Orphaned && d.Node != r.self && d.Decided.After(queued)
 	}
 	return l.gone(addr)
 }
@@ -140,10 +150,64 @@ type delegation struct {
 func newHandOn(n *Node) *handOn {
 	return &handOn{store: n.cr, owners: liveOwners{n}, self: n.h.ID(), tree: n.snapshot, log: n.log.With("subsystem", "handon"), joined: n.joined,
 		send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
+			n.findAddrs(ctx, p)
 			return results.SendCrawl(ctx, n.h, p, reqs)
 		},
 		queue: make(chan delegation, delegateQueue), wake: make(chan struct{}, 1),
 		asked: map[subnet.Range]time.Time{}, failed: map[peer.ID]backoff{}}
+}
+
+// Looking up an owner's addresses: findPeerLimit bounds the DHT lookup,
+// and the peerstore is checked every findPeerPoll meanwhile.
+const (
+	findPeerLimit = 20 * time.Second
+	findPeerPoll  = 100 * time.Millisecond
+)
+
+// findAddrs looks p up in the DHT when this node is not connected to p and
+// knows no address of it. An owner behind NAT is a DHT client, in no
+// routing table, so a node that never met it has no address to dial; the
+// DHT servers connected to it (its relay among them) answer a FindPeer
+// with its addresses, relayed ones included, which the DHT adds to the
+// peerstore. The lookup then goes on to query the owner itself, which a
+// client does not answer (over a relay it waits for a direct connection
+// that a symmetric NAT never allows): findAddrs returns as soon as the
+// peerstore has an address. When none comes the send fails and the links
+// wait for the next pass.
+func (n *Node) findAddrs(ctx context.Context, p peer.ID) {
+	known := func() bool {
+		c := n.h.Network().Connectedness(p)
+		return c == network.Connected || c == network.Limited || len(n.h.Peerstore().Addrs(p)) > 0
+	}
+	o := n.ov()
+	if known() || o == nil || o.DHT() == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, findPeerLimit)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	done := make(chan struct{})
+	wg.Go(func() {
+		defer close(done)
+		ai, err := o.DHT().FindPeer(ctx, p)
+		if err != nil {
+			n.log.Debug("owner's addresses not found", "peer", p, "error", err)
+			return
+		}
+		n.h.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.TempAddrTTL)
+	})
+	tick := time.NewTicker(findPeerPoll)
+	defer tick.Stop()
+	for !known() {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // run hands links on until ctx ends, from the moment the node joined.

@@ -150,6 +150,7 @@ type Node struct {
 	wg     sync.WaitGroup
 
 	probesRun atomic.Int64
+	reach     atomic.Int32 // network.Reachability as AutoNAT last reported it
 	probeRTT  rttBook
 	rate      rateSeries
 	recalMu   sync.Mutex
@@ -277,7 +278,14 @@ func (n *Node) build() error {
 	if err != nil {
 		return err
 	}
-	if n.h, err = overlay.NewHost(n.sk, append([]overlay.HostOption{overlay.ListenAddrs(listen...)}, n.opt.host...)...); err != nil {
+	hopts := []overlay.HostOption{overlay.ListenAddrs(listen...)}
+	if relays, _ := cfg.relays(); len(relays) > 0 { // validated
+		hopts = append(hopts, overlay.StaticRelays(relays))
+	}
+	if n.h, err = overlay.NewHost(n.sk, append(hopts, n.opt.host...)...); err != nil {
+		return err
+	}
+	if err := n.watchReachability(); err != nil {
 		return err
 	}
 	if n.del, err = delegate.New(append([]delegate.Option{delegate.Threshold(n.threshold),
@@ -324,7 +332,7 @@ func (n *Node) build() error {
 	if live, _ := time.ParseDuration(cfg.Liveness); live > 0 {
 		oopts = append(oopts, overlay.Liveness(live/10, live))
 		if live/4 < defaultMaintenance {
-			oopts = append(oopts, overlay.Maintenance(live/4, defaultClosestTTL))
+			oopts = append(oopts, overlay.Maintenance(live/4, overlay.DefaultClosestTTL))
 		}
 	}
 	psCtx, psStop := context.WithCancel(context.Background())
@@ -663,7 +671,6 @@ func (n *Node) onSlow(s crawl.Slow) {
 // Config.BatchWait adjust.
 const (
 	defaultMaintenance = 15 * time.Second // overlay: ownership, replica and liveness checks
-	defaultClosestTTL  = 30 * time.Second // overlay: cached closest-peer lists
 	defaultBatchBytes  = 256 << 10        // crawl: a batch of records is sealed at this size
 )
 

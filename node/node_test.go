@@ -167,6 +167,17 @@ func TestNodeJoinCrawlRestart(t *testing.T) {
 	if st.Crawl.Fetched > b.CrawlStats().Fetched {
 		t.Errorf("status says %d fetched, the crawler %d", st.Crawl.Fetched, b.CrawlStats().Fetched)
 	}
+	// Reachability as forced on the hosts; the connection to a is direct.
+	if st.Reachability != "public" {
+		t.Errorf("status of b: reachability %q, want public", st.Reachability)
+	}
+	direct := false
+	for _, c := range st.Conns {
+		direct = direct || (c.Peer == a.ID().String() && !c.Relayed && !c.Opened.IsZero())
+	}
+	if !direct {
+		t.Errorf("status of b: no direct connection to a among %+v", st.Conns)
+	}
 
 	// Restart b from its data directory: the same identity, its subnets
 	// and its outbox (no indexer acknowledged anything) come back.

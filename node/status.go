@@ -10,6 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
+	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -39,6 +43,8 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Indexers:        os.Indexers,
 		RateChart:       n.rate.points(),
 		ReleasesRefused: ovs.ReleasesRefused, ReleaseBadPeers: ovs.ReleaseBadPeers,
+		Reachability: reachabilityName(network.Reachability(n.reach.Load())),
+		Conns:        conns(n.h.Network().Conns()),
 	}
 	if rs, ok := o.NextRelease(); ok {
 		st.Release = &Release{Snapshot: rs.Release.Snapshot.String(), Activation: rs.Release.Activation, Ready: rs.Ready, Holders: rs.Holders}
@@ -89,6 +95,63 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		st.Warnings = append(st.Warnings, "outside the crawl windows: crawling and probing wait")
 	}
 	return st, nil
+}
+
+// watchReachability keeps what AutoNAT last reported about the node's
+// reachability (the event is stateful: a subscriber gets the current value)
+// until Close.
+func (n *Node) watchReachability() error {
+	sub, err := n.h.EventBus().Subscribe(new(event.EvtLocalReachabilityChanged), eventbus.Name("micra node status"))
+	if err != nil {
+		return fmt.Errorf("reachability events: %w", err)
+	}
+	n.wg.Go(func() {
+		defer sub.Close()
+		for {
+			select {
+			case <-n.ctx.Done():
+				return
+			case e, ok := <-sub.Out():
+				if !ok {
+					return
+				}
+				r := e.(event.EvtLocalReachabilityChanged).Reachability
+				n.reach.Store(int32(r))
+				n.log.Info("reachability", "reachability", reachabilityName(r))
+			}
+		}
+	})
+	return nil
+}
+
+// reachabilityName is the status's word for r.
+func reachabilityName(r network.Reachability) string {
+	switch r {
+	case network.ReachabilityPublic:
+		return "public"
+	case network.ReachabilityPrivate:
+		return "private"
+	}
+	return "unknown"
+}
+
+// maxStatusConns bounds the connections a status lists; the connection
+// manager trims a node's above 192.
+const maxStatusConns = 512
+
+// conns describes open connections for the status: the oldest
+// maxStatusConns, oldest first.
+func conns(cs []network.Conn) []Conn {
+	out := make([]Conn, 0, len(cs))
+	for _, c := range cs {
+		st := c.Stat()
+		_, err := c.RemoteMultiaddr().ValueForProtocol(ma.P_CIRCUIT)
+		circuit := err == nil
+		out = append(out, Conn{Peer: c.RemotePeer().String(), Remote: c.RemoteMultiaddr().String(),
+			Relayed: st.Limited || circuit, Inbound: st.Direction == network.DirInbound, Opened: st.Opened})
+	}
+	slices.SortFunc(out, func(a, b Conn) int { return a.Opened.Compare(b.Opened) })
+	return out[:min(len(out), maxStatusConns)]
 }
 
 // nextClose finds when an open window closes, to the minute, within a week.

@@ -26,16 +26,35 @@ func (c *coordinator) ensureOwner(ctx context.Context, ref shardRef) (*shard, er
 	if err != nil {
 		return nil, err
 	}
-	peers := c.closestPeers(ctx, sh.key, false)
-	if peers[0] != c.self {
-		sh.mu.Lock()
-		sh.owned = false
-		sh.mu.Unlock()
-		return nil, &notCoordinatorError{closer: c.addrInfo(peers[0])}
-	}
+	// The routing table's view answers without a lookup (view), except
+	// where it may be stale in a way that matters, at most once per
+	// maintenance interval and key: before this node claims the shard (a
+	// closer peer may have joined a moment ago), and when this node is a
+	// replica and refuses in favour of another (a coordinator gone silent
+	// stays in the routing table until a lookup meets it, and the
+	// requester, which failed to reach it, came here).
+	peers := c.view(sh.key)
 	sh.mu.Lock()
 	owned := sh.owned
 	sh.mu.Unlock()
+	fresh := c.age(sh.key) < c.cfg.maintain
+	switch {
+	case peers[0] == c.self && owned:
+		return sh, nil
+	case !fresh && (peers[0] == c.self || slices.Contains(c.replicaSet(peers), c.self)):
+		peers = c.closestPeers(ctx, sh.key, true)
+	}
+	if peers[0] != c.self {
+		sh.mu.Lock()
+		if sh.owned {
+			// Its state goes to the closer peer, as when maintenance
+			// notices it first.
+			sh.owned = false
+			sh.handover = handoverRounds
+		}
+		sh.mu.Unlock()
+		return nil, &notCoordinatorError{closer: c.addrInfo(peers[0])}
+	}
 	if owned {
 		return sh, nil
 	}
@@ -226,7 +245,7 @@ func (c *coordinator) checkEntries(in []*pb.Entry) ([]*pb.Entry, error) {
 		}
 		switch e.GetKind() {
 		case pb.Entry_DELEGATION, pb.Entry_ORG:
-			if _, err := c.entryDelegation(e); err != nil {
+			if _, err := c.checkedDelegation(e); err != nil {
 				return nil, err
 			}
 		case pb.Entry_PROBE:
@@ -258,13 +277,33 @@ func (c *coordinator) checkEntries(in []*pb.Entry) ([]*pb.Entry, error) {
 	return in, nil
 }
 
-// entryDelegation opens a DELEGATION or ORG entry's record.
+// entryDelegation opens a DELEGATION or ORG entry's record, read from this
+// node's store (see checkedDelegation).
 func (c *coordinator) entryDelegation(e *pb.Entry) (Delegation, error) {
+	return c.decodeDelegation(e, false)
+}
+
+// checkedDelegation is entryDelegation for an entry from a peer: the
+// record's signature is verified too. Entries in this node's store were
+// checked so on their way in (checkEntries) or signed here, and the
+// heartbeats' and maintenance's scans of a shard do not verify them again
+// (an ed25519 verification per delegation per heartbeat).
+func (c *coordinator) checkedDelegation(e *pb.Entry) (Delegation, error) {
+	return c.decodeDelegation(e, true)
+}
+
+func (c *coordinator) decodeDelegation(e *pb.Entry, verify bool) (Delegation, error) {
 	var sr pb.SignedRecord
 	if err := proto.Unmarshal(e.GetValue(), &sr); err != nil {
 		return Delegation{}, fmt.Errorf("%w: %v", ErrBadRecord, err)
 	}
-	r, err := openRecord(c.sid, &sr)
+	var r *pb.Record
+	var err error
+	if verify {
+		r, err = openRecord(c.sid, &sr)
+	} else {
+		r, err = recordOf(&sr)
+	}
 	if err != nil {
 		return Delegation{}, err
 	}

@@ -79,6 +79,9 @@ type shard struct {
 	// handover counts the maintenance rounds left to hand this node's
 	// state to a closer peer that took the shard over (0: none due).
 	handover int
+	// lookup has the next maintenance round look the shard's closest
+	// peers up rather than trust its cached view (maintainView).
+	lookup   bool
 	replicas []peer.ID
 	lastSeen map[peer.ID]time.Time
 	flights  map[string]*flight

@@ -192,9 +192,10 @@ func (e *env) Peers() []PeerInfo {
 
 // OrgDelegations returns the delegated ranges of organisation org, from its
 // organisation shard's coordinator (at most 512). When the coordinator
-// cannot be reached, it falls back on the organisation index record the
-// coordinator publishes in the DHT (one DHT lookup; the record may lag the
-// shard by a publication interval).
+// cannot be reached and the network publishes organisation records
+// (PublishRecords), it falls back on the record the coordinator put in the
+// DHT (one DHT lookup; the record may lag the shard by a publication
+// interval).
 func (o *Overlay) OrgDelegations(ctx context.Context, org string) ([]Delegation, error) {
 	if org == "" || len(org) > 256 {
 		return nil, fmt.Errorf("organisation key of %d bytes", len(org))

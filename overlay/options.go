@@ -34,7 +34,8 @@ type config struct {
 	divPerCpl     int
 	divPerTable   int
 	bootstrap     []peer.AddrInfo
-	publish       bool
+	publish       bool // delegation records in the DHT
+	publishOrgs   bool // organisation index records in the DHT
 	announce      time.Duration
 	noCrawl       bool
 	ownAddr       netip.Addr
@@ -65,13 +66,12 @@ func defaultConfig() config {
 		heartbeat:     30 * time.Second, // crawlers tell their coordinators they are alive
 		liveness:      5 * time.Minute,  // ten missed heartbeats orphan a crawler's subnets
 		maintain:      15 * time.Second, // ownership, replica and liveness checks
-		closestTTL:    30 * time.Second, // cached closest-peer lists; a DHT lookup costs several round trips
+		closestTTL:    DefaultClosestTTL,
 		cacheSize:     65536,            // resolved delegations kept per node (~200 bytes each)
 		cacheTTL:      10 * time.Minute, // a delegation changes rarely; stale entries are corrected by NOT_OWNER on forward
 		divPerCpl:     2,                // kad-dht's amino defaults: at most 2 peers per IP group per bucket
 		divPerTable:   3,                // and 3 per IP group in the whole table
-		publish:       true,
-		announce:      5 * time.Minute,
+		announce:      15 * time.Minute, // every node hears every announcement: the cost per node grows with the network (docs/scale.md)
 		redelegate:    10 * time.Minute, // a subnet's node may ask for a new decision this often; probes cost every node asked
 		orgPublish:    10 * time.Second, // changes to an organisation index coalesce for this long before one DHT put
 		orgRefresh:    time.Hour,        // unchanged indexes are put again, reaching peers that became closest (records live 36 h)
@@ -159,9 +159,15 @@ func Liveness(heartbeat, timeout time.Duration) Option {
 	}
 }
 
+// DefaultClosestTTL is how long a closest-peer list is trusted by default
+// before a DHT lookup refreshes it. A lookup costs tens of DHT requests;
+// between lookups, maintenance watches the routing table for a change, and
+// a request sent to a peer that is no longer the coordinator is redirected.
+const DefaultClosestTTL = 5 * time.Minute
+
 // Maintenance sets how often shards are checked for ownership, replicas and
-// liveness, and how long closest-peer lists are cached (defaults 15 s and
-// 30 s).
+// liveness, and how long closest-peer lists are cached before a DHT lookup
+// refreshes them (defaults 15 s and DefaultClosestTTL).
 func Maintenance(every, closestTTL time.Duration) Option {
 	return func(c *config) error {
 		if every <= 0 || closestTTL <= 0 {
@@ -204,17 +210,23 @@ func BootstrapPeers(ps []peer.AddrInfo) Option {
 	return func(c *config) error { c.bootstrap = ps; return nil }
 }
 
-// PublishRecords controls whether coordinators publish signed delegation
-// records and organisation index records in the DHT (default on).
-func PublishRecords(on bool) Option {
-	return func(c *config) error { c.publish = on; return nil }
+// PublishRecords controls whether coordinators put signed delegation
+// records and organisation index records in the DHT (default: neither).
+// Nothing in micra reads a delegation record from the DHT: the shard's
+// coordinator and replicas hold and serve it (Lookup). An organisation
+// record is OrgDelegations' fallback when the organisation shard and its
+// replicas cannot be reached. Each put costs a lookup and a store at each
+// of the 20 peers nearest the key: about 40 messages, as much as the rest
+// of a delegation together (docs/scale.md).
+func PublishRecords(delegations, orgs bool) Option {
+	return func(c *config) error { c.publish, c.publishOrgs = delegations, orgs; return nil }
 }
 
 // OrgRecords sets how often a coordinator publishes the organisation index
 // records of its organisation shards in the DHT: a changed index waits for
 // the next round (every, default 10 s; at most 4 records are put per round),
-// an unchanged one is put again after refresh (default 1 h). See
-// PublishRecords to switch publication off.
+// an unchanged one is put again after refresh (default 1 h), when
+// PublishRecords switches publication on.
 func OrgRecords(every, refresh time.Duration) Option {
 	return func(c *config) error {
 		if every < 100*time.Millisecond || refresh < every {
@@ -226,7 +238,7 @@ func OrgRecords(every, refresh time.Duration) Option {
 }
 
 // Announce sets how often the node announces itself on TopicAnnounce
-// (default 5 min).
+// (default 15 min; its measured RTTs go in every rttEvery-th announcement).
 func Announce(every time.Duration) Option {
 	return func(c *config) error {
 		if every < time.Second {

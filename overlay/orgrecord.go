@@ -47,7 +47,7 @@ func (c *coordinator) orgChanged(sh *shard) {
 // coordinates whose index changed, or was last published more than the
 // refresh interval ago, oldest first, at most maxOrgPutsPerRound of them.
 func (c *coordinator) publishOrgs(ctx context.Context) {
-	if !c.cfg.publish {
+	if !c.cfg.publishOrgs {
 		return
 	}
 	now := time.Now()
@@ -241,7 +241,8 @@ func (c *coordinator) plausibleWriter(r *pb.Record) bool {
 
 // orgFallback reports whether OrgDelegations should fall back on the DHT
 // record after err from the organisation shard's coordinator: not when the
-// caller gave up or this overlay is closing.
+// caller gave up, this overlay is closing, or the network does not publish
+// the records (PublishRecords: every peer runs the same setting).
 func (o *Overlay) orgFallback(ctx context.Context, err error) bool {
-	return err != nil && ctx.Err() == nil && o.ctx.Err() == nil && !errors.Is(err, ErrClosed)
+	return err != nil && o.cfg.publishOrgs && ctx.Err() == nil && o.ctx.Err() == nil && !errors.Is(err, ErrClosed)
 }

@@ -115,7 +115,7 @@ func TestOrgRecordValidator(t *testing.T) {
 // cannot be the coordinator is refused.
 func TestSwarmOrgRecords(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
-		nodes := r.swarm(8, PublishRecords(true), OrgRecords(200*time.Millisecond, time.Hour))
+		nodes := r.swarm(8, PublishRecords(false, true), OrgRecords(200*time.Millisecond, time.Hour))
 		ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 		defer cancel()
 		tree := mustTree(t)

@@ -18,6 +18,7 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	record "github.com/libp2p/go-libp2p-record"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -44,6 +45,7 @@ type Overlay struct {
 	log  *slog.Logger
 
 	dht      *dht.IpfsDHT
+	private  atomic.Bool // AutoNAT found the host private: a DHT client, never a coordinator (watchReachability)
 	ps       *pubsub.PubSub
 	announce *pubsub.Topic
 	releases *pubsub.Topic
@@ -86,6 +88,16 @@ type counters struct {
 	audits, refetches, convictions                             atomic.Int64
 	releasesRefused, releaseBadPeers, releaseBytes             atomic.Int64
 	dhtServed                                                  atomic.Int64
+	kinds                                                      sync.Map // message kind name -> *atomic.Int64
+}
+
+// count adds one to the counter of a message kind.
+func (c *counters) count(kind string) {
+	v, ok := c.kinds.Load(kind)
+	if !ok {
+		v, _ = c.kinds.LoadOrStore(kind, new(atomic.Int64))
+	}
+	v.(*atomic.Int64).Add(1)
 }
 
 // Stats are cumulative counters of one overlay, for measurements.
@@ -106,18 +118,27 @@ type Stats struct {
 	ReleasesRefused int64
 	ReleaseBadPeers int64
 	ReleaseBytes    int64
+	// Kinds counts messages by kind: the micra requests this node sent
+	// ("micra/" and the message type) and the DHT requests it answered
+	// ("dht/" and the DHT message type), for measurements.
+	Kinds map[string]int64
 }
 
 // Stats returns the counters so far.
 func (o *Overlay) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Requests: o.stats.requests.Load(), Lookups: o.stats.lookups.Load(),
 		CacheHits: o.stats.cacheHits.Load(), CacheMisses: o.stats.cacheMisses.Load(),
 		Redirects: o.stats.redirects.Load(), Puts: o.stats.puts.Load(), DHTServed: o.stats.dhtServed.Load(),
 		Audits: o.stats.audits.Load(), Refetches: o.stats.refetches.Load(), Convictions: o.stats.convictions.Load(),
 		ReleasesRefused: o.stats.releasesRefused.Load(), ReleaseBadPeers: o.stats.releaseBadPeers.Load(),
-		ReleaseBytes: o.stats.releaseBytes.Load(),
+		ReleaseBytes: o.stats.releaseBytes.Load(), Kinds: map[string]int64{},
 	}
+	o.stats.kinds.Range(func(k, v any) bool {
+		st.Kinds[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return st
 }
 
 // New starts the overlay on h for the subnet tree (every peer must run the
@@ -177,13 +198,21 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	o.orgValidator = validators[OrgNamespace].(RecordValidator)
 	validators[ReleaseNamespace] = releaseValidator{keys: cfg.releaseKeys}
 	dopts := []dht.Option{
-		dht.Mode(dht.ModeServer),
+		// A DHT server unless AutoNAT finds the node private: a node behind
+		// NAT, reached only through relays, stays out of routing tables,
+		// lookups and shard coordination (internal/nattest).
+		dht.Mode(dht.ModeAutoServer),
 		dht.ProtocolPrefix(DHTPrefix),
 		dht.Validator(validators),
 		dht.RoutingTablePeerDiversityFilter(dht.NewRTPeerDiversityFilter(h, cfg.divPerCpl, cfg.divPerTable)),
 		dht.DisableProviders(),
-		dht.OnRequestHook(func(_ context.Context, s network.Stream, _ *dhtpb.Message) {
+		// Kademlia's α: three queries in flight per lookup rather than
+		// kad-dht's ten, which at micra's sizes query most of the peers
+		// they will ever meet in the first round (docs/scale.md).
+		dht.Concurrency(3),
+		dht.OnRequestHook(func(_ context.Context, s network.Stream, m *dhtpb.Message) {
 			o.stats.dhtServed.Add(1)
+			o.stats.count("dht/" + m.GetType().String())
 			if f := cfg.onDHTRequest; f != nil {
 				f(s.Conn().RemotePeer())
 			}
@@ -251,15 +280,38 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		o.wg.Go(func() { o.readReleases(rsub) })
 		o.wg.Go(o.releaseLoop)
 	}
+	rsubReach, err := h.EventBus().Subscribe(new(event.EvtLocalReachabilityChanged))
+	if err != nil {
+		return nil, fmt.Errorf("reachability events: %w", err)
+	}
+	o.wg.Go(func() { o.watchReachability(rsubReach) })
 	o.wg.Go(func() { o.coord.notifier(o.ctx) })
 	o.wg.Go(func() { o.coord.refresher(o.ctx) })
 	o.wg.Go(o.askAgainLoop)
 	o.wg.Go(func() { o.coord.convictionLoop(o.ctx) })
 	o.wg.Go(func() { o.every(o.cfg.maintain, o.coord.maintain) })
 	o.wg.Go(func() { o.every(o.cfg.heartbeat, o.heartbeatAll) })
-	o.wg.Go(func() { o.every(o.cfg.announce, o.publishAnnounce) })
+	o.wg.Go(o.announceLoop)
 	o.wg.Go(func() { o.every(o.cfg.orgPublish, o.coord.publishOrgs) })
 	return o, nil
+}
+
+// watchReachability keeps o.private current until Close: a host AutoNAT
+// finds private serves no DHT requests (dht.ModeAutoServer makes it a DHT
+// client) and so must not count itself among a shard's closest peers.
+func (o *Overlay) watchReachability(sub event.Subscription) {
+	defer sub.Close()
+	for {
+		select {
+		case <-o.ctx.Done():
+			return
+		case e, ok := <-sub.Out():
+			if !ok {
+				return
+			}
+			o.private.Store(e.(event.EvtLocalReachabilityChanged).Reachability == network.ReachabilityPrivate)
+		}
+	}
 }
 
 // NewPubSub makes the gossipsub router an overlay publishes on, running
@@ -299,7 +351,7 @@ func (o *Overlay) Bootstrap(ctx context.Context) error {
 		return fmt.Errorf("bootstrap: %w: no DHT server among the connected peers", ErrNoPeers)
 	}
 	var claim sync.WaitGroup
-	if !o.ownDone.Load() {
+	if !o.ownDone.Load() && !o.cfg.noCrawl {
 		claim.Go(func() {
 			if _, err := o.ClaimOwn(ctx); err != nil {
 				o.log.Warn("claiming the own subnet failed; retrying with the heartbeats", "error", err)
@@ -325,6 +377,9 @@ func (o *Overlay) Bootstrap(ctx context.Context) error {
 // failed claim is retried with the heartbeats; never before, so that a
 // node that has not joined yet does not coordinate its own shard alone.
 func (o *Overlay) ClaimOwn(ctx context.Context) (Delegation, error) {
+	if o.cfg.noCrawl {
+		return Delegation{}, nil // it crawls nothing, its own subnet included
+	}
 	a := o.cfg.ownAddr
 	if !a.IsValid() {
 		return Delegation{}, errors.New("claim own subnet: no own address configured")
@@ -711,7 +766,9 @@ func (o *Overlay) askCoordinatorOn(ctx context.Context, sp spec, ref shardRef, r
 	target, known := o.coordFor[key]
 	o.mu.Unlock()
 	if !known {
-		target = o.coord.closestPeers(ctx, key, false)[0]
+		// The nearest peer this node knows: a redirect or two from a peer
+		// nearer the key costs less than a lookup (tens of DHT requests).
+		target = o.coord.view(key)[0]
 	}
 	var lastErr error
 	refreshed := false
@@ -741,9 +798,9 @@ func (o *Overlay) askCoordinatorOn(ctx context.Context, sp spec, ref shardRef, r
 			if perr != nil || next == target {
 				return nil, err
 			}
-			if next == o.h.ID() {
-				// The peer thinks this node is closer; this node thought
-				// otherwise. One of the views is stale: look again.
+			if next == o.h.ID() || !closer(next, target, key) {
+				// The peer names this node, or a peer no nearer the key
+				// than itself: one of the views is stale. Look again.
 				if refreshed {
 					return nil, err
 				}

@@ -5,6 +5,7 @@ package overlay
 
 import (
 	"context"
+	"math"
 	"slices"
 	"time"
 
@@ -71,6 +72,39 @@ func (c *coordinator) closestPeers(ctx context.Context, key [32]byte, refresh bo
 	}
 }
 
+// view returns the peers closest to key that this node knows without asking
+// anyone, nearest first, never empty: a lookup's list younger than a
+// maintenance interval as it is, else the last lookup's list joined with
+// the routing table. A Kademlia routing table holds every peer of the
+// node's own neighbourhood, so the view of a key near this node is the
+// lookup's answer; the view of a key far from it is a first hop, which
+// redirects correct (askCoordinator).
+func (c *coordinator) view(key [32]byte) []peer.ID {
+	c.mu.Lock()
+	e, ok := c.closest[key]
+	c.mu.Unlock()
+	if ok && time.Since(e.at) < c.cfg.maintain {
+		return e.peers
+	}
+	return c.nearest(key, e.peers)
+}
+
+// closer reports whether a is nearer key than b in XOR distance.
+func closer(a, b peer.ID, key [32]byte) bool {
+	return kb.Closer(a, b, string(key[:]))
+}
+
+// age returns how long ago key's closest peers were last looked up (a
+// long time when never).
+func (c *coordinator) age(key [32]byte) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.closest[key]; ok {
+		return time.Since(e.at)
+	}
+	return time.Duration(math.MaxInt64)
+}
+
 // lookupFlight is one DHT lookup of a key that concurrent callers share.
 type lookupFlight struct {
 	done  chan struct{}
@@ -100,10 +134,15 @@ func (c *coordinator) lookupClosest(key [32]byte, old []peer.ID) []peer.ID {
 // nearest joins found with this node and the routing table's nearest peers
 // to key, nearest first, at most 20: in a small or young overlay a lookup
 // can miss a peer that timed out once, and peers that disagree about the
-// closest peer bounce requests between them.
+// closest peer bounce requests between them. This node is among them only
+// while it serves the DHT: a node behind NAT is a DHT client, in no other
+// peer's view, and must not take shards it could coordinate only through
+// relays. The list is never empty; callers take its first peer.
 func (c *coordinator) nearest(key [32]byte, found []peer.ID) []peer.ID {
-	peers := append(slices.Clone(found), c.self)
-	peers = append(peers, c.o.dht.RoutingTable().NearestPeers(kb.ConvertKey(string(key[:])), c.cfg.replication)...)
+	peers := append(slices.Clone(found), c.o.dht.RoutingTable().NearestPeers(kb.ConvertKey(string(key[:])), 2*c.cfg.replication)...)
+	if len(peers) == 0 || !c.o.private.Load() {
+		peers = append(peers, c.self)
+	}
 	peers = kb.SortClosestPeers(dedupe(peers), kb.ConvertKey(string(key[:])))
 	if len(peers) > 20 {
 		peers = peers[:20]
@@ -163,12 +202,23 @@ func dedupe(ps []peer.ID) []peer.ID {
 // arbitrary peers from overwriting or freezing shard state; a peer that
 // chose an id close to a key is Kademlia's Sybil problem, not solved here.
 func (c *coordinator) plausible(ctx context.Context, key [32]byte, p peer.ID) bool {
-	peers := c.closestPeers(ctx, key, false)
+	// The view is exact near this node (a lookup's list, or the routing
+	// table of a node itself among the key's closest); elsewhere the
+	// routing table knows too few peers near the key, and a peer far from
+	// it would pass: look the key up.
+	c.mu.Lock()
+	_, looked := c.closest[key]
+	c.mu.Unlock()
+	peers := c.view(key)
 	n := min(len(peers), 2*c.cfg.replication)
+	if !looked && !slices.Contains(peers[:n], c.self) {
+		peers = c.closestPeers(ctx, key, false)
+		n = min(len(peers), 2*c.cfg.replication)
+	}
 	if slices.Contains(peers[:n], p) {
 		return true
 	}
-	// The cached view may predate p's arrival: look again once.
+	// The view may predate p's arrival: look again once.
 	peers = c.closestPeers(ctx, key, true)
 	return slices.Contains(peers[:min(len(peers), 2*c.cfg.replication)], p)
 }

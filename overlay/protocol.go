@@ -93,7 +93,7 @@ const (
 	syncDeadline      = 30 * time.Second // a full shard state, in chunks
 	auditDeadline     = 90 * time.Second // an audit waits for up to three refetches, each a polite page fetch
 	streamMemory      = 1 << 20          // reserved per stream on the service scope, at most
-	maxNotCoordinator = 3                // redirects followed by one request
+	maxNotCoordinator = 6                // redirects followed by one request, each to a peer nearer the key
 )
 
 // Service names registered with the resource manager, one per protocol.

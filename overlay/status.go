@@ -54,7 +54,7 @@ func (o *Overlay) MayCrawl(p peer.ID) bool { return o.mayCrawl(p) }
 // peer that does not crawl or this node convicted it by audits.
 func (o *Overlay) mayCrawl(p peer.ID) bool {
 	if p == o.h.ID() {
-		return o.cfg.prober != nil
+		return o.cfg.prober != nil && !o.cfg.noCrawl
 	}
 	if o.coord.convicted()[p] {
 		return false

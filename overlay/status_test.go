@@ -9,7 +9,8 @@ import (
 
 // TestNonCrawlersAreNoCandidates: a peer announcing itself as an indexer
 // with no capacity is dropped from the delegation candidates, and so is a
-// coordinator that does not probe; crawlers stay.
+// coordinator that does not probe; crawlers stay. A NoCrawl peer is no
+// candidate for itself and claims no own subnet.
 func TestNonCrawlersAreNoCandidates(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
 		fast := Announce(time.Second)
@@ -31,6 +32,15 @@ func TestNonCrawlersAreNoCandidates(t *testing.T) {
 		}
 		if !o.mayCrawl(crawler) || !o.mayCrawl(o.h.ID()) {
 			t.Error("a crawler, or this probing node, is no candidate")
+		}
+		// The indexer has a prober, as any rig node, and still takes no
+		// subnet, its own included.
+		ix := nodes[2].o
+		if ix.cfg.prober == nil || ix.mayCrawl(ix.h.ID()) {
+			t.Error("a NoCrawl peer is a candidate for itself")
+		}
+		if d, err := ix.ClaimOwn(t.Context()); err != nil || d.Node != "" || len(ix.Owned()) != 0 {
+			t.Errorf("a NoCrawl peer claimed %+v (%v), holds %v", d, err, ix.Owned())
 		}
 		o.cfg.prober = nil
 		if o.mayCrawl(o.h.ID()) {

@@ -35,7 +35,7 @@ func swarmSize() int {
 
 func TestSwarmOwnSubnets(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
-		nodes := r.swarm(swarmSize(), PublishRecords(true), Announce(2*time.Second))
+		nodes := r.swarm(swarmSize(), PublishRecords(true, true), Announce(2*time.Second))
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a bound: -race on two loaded cores takes half a minute
 		defer cancel()
 		// Every node asks for its own subnet: the test procedure gives it to

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	"google.golang.org/protobuf/proto"
@@ -134,11 +135,13 @@ func (c *coordinator) maintain(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		peers := c.closestPeers(ctx, sh.key, true)
+		sh.mu.Lock()
+		owned, hasState := sh.owned, sh.meta.GetEpoch() > 0
+		sh.mu.Unlock()
+		peers := c.maintainView(ctx, sh, owned, hasState)
 		closest := peers[0] == c.self
 		sh.mu.Lock()
 		owned, dirty, prev := sh.owned, sh.dirty, sh.replicas
-		hasState := sh.meta.GetEpoch() > 0
 		if owned && !closest {
 			sh.owned = false
 			sh.handover = handoverRounds
@@ -176,6 +179,7 @@ func (c *coordinator) maintain(ctx context.Context) {
 			}
 			if err != nil {
 				c.log.Debug("replica push failed", "peer", p, "error", err)
+				c.recheck(sh)
 				continue
 			}
 			stored = append(stored, p)
@@ -193,6 +197,62 @@ func (c *coordinator) maintain(ctx context.Context) {
 			c.checkLiveness(ctx, sh)
 		}
 	}
+}
+
+// maintainView returns the peers closest to sh's key for one maintenance
+// round, nearest first. A round must notice a closer peer (hand the shard
+// over), a coordinator gone (take it over) and a replica gone (push to the
+// next one), but a DHT lookup per held shard per round was nine tenths of
+// an idle node's traffic (docs/scale.md). So a round starts from the view
+// (the last lookup's list joined with the routing table, which the DHT
+// keeps current by itself: a lookup that meets a dead peer drops it from
+// the table) and looks the key up only when
+//   - something failed since (sh.lookup: a replica push failed);
+//   - a peer of the view's replica set is not connected: it may be gone
+//     (libp2p's keep-alives close a dead peer's connection within a
+//     minute; the lookup dials it, or drops it from the table);
+//   - a replica's view makes it the coordinator: confirmed before it
+//     takes the shard over;
+//   - for the coordinator, the view's replica set differs from the last
+//     lookup's, or that lookup is older than closestTTL.
+func (c *coordinator) maintainView(ctx context.Context, sh *shard, owned, hasState bool) []peer.ID {
+	c.mu.Lock()
+	e, ok := c.closest[sh.key]
+	c.mu.Unlock()
+	sh.mu.Lock()
+	due := sh.lookup
+	sh.lookup = false
+	sh.mu.Unlock()
+	view := c.view(sh.key)
+	set := c.replicaSet(view)
+	switch {
+	case due, hasState && slices.Contains(set, c.self) && !c.connected(set):
+	case !owned:
+		if view[0] != c.self || !hasState {
+			return view
+		}
+	case ok && time.Since(e.at) < c.cfg.closestTTL && slices.Equal(set, c.replicaSet(e.peers)):
+		return e.peers
+	}
+	return c.closestPeers(ctx, sh.key, true)
+}
+
+// connected reports whether this node has a connection to every peer of
+// peers but itself.
+func (c *coordinator) connected(peers []peer.ID) bool {
+	for _, p := range peers {
+		if p != c.self && c.o.h.Network().Connectedness(p) != network.Connected {
+			return false
+		}
+	}
+	return true
+}
+
+// recheck has the next maintenance round look sh's closest peers up.
+func (c *coordinator) recheck(sh *shard) {
+	sh.mu.Lock()
+	sh.lookup = true
+	sh.mu.Unlock()
 }
 
 // handoverRounds bounds the maintenance rounds in which a node that

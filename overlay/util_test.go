@@ -104,7 +104,7 @@ func swarmOpts() []Option {
 		Maintenance(time.Second, 3*time.Second),
 		Liveness(time.Second, swarmLiveness),
 		Announce(30 * time.Second),
-		PublishRecords(false),
+		PublishRecords(false, false),
 	}
 }
 

@@ -23,7 +23,7 @@ func benchOverlay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	seed := fs.Int64("seed", 1, "the world's and the run's seed")
 	boot := fs.Int("boot", 3, "bootstrap peers every node joins through")
 	liveness := fs.Duration("liveness", 5*time.Minute, "the overlays' liveness timeout (heartbeats at a tenth of it)")
-	idle := fs.Duration("idle", 5*time.Minute, "virtual time the idle upkeep is measured over")
+	idle := fs.Duration("idle", 15*time.Minute, "virtual time the idle upkeep is measured over (at least an announcement round, 15 min)")
 	asJSON := fs.Bool("json", false, "print the results as a JSON array")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -40,6 +40,7 @@ var nodeFlags = map[string]string{
 	"listen":                 "libp2p listen `MULTIADDRS`, comma-separated",
 	"bootstrap":              "bootstrap peers: `MULTIADDRS` ending in /p2p/<peer id>, comma-separated (also $MICRA_BOOTSTRAP); none starts a new network",
 	"bootstrap_file":         "`FILE` of more bootstrap peers, one multiaddr per line",
+	"relays":                 "circuit relays to reserve slots on behind NAT: `MULTIADDRS` ending in /p2p/<peer id>, comma-separated (default: chosen among connected peers)",
 	"source_addr":            "local `ADDR` that outgoing crawl and probe connections leave from (default: the system's choice)",
 	"capacity":               "`PAGES` per day this node offers to crawl; coordinators balance delegations by it",
 	"windows":                "`WINDOWS` when crawling and probing may happen, e.g. \"mon-fri 00:00-06:00;sat,sun 00:00-24:00\" (default: always)",
@@ -137,7 +138,7 @@ func defaultNote(def node.Config, key string) string {
 // tomlView maps a Config's TOML keys to its values.
 func tomlView(c node.Config) map[string]any {
 	out := map[string]any{
-		"data_dir": c.DataDir, "listen": c.Listen, "bootstrap": c.Bootstrap, "bootstrap_file": c.BootstrapFile, "source_addr": c.SourceAddr,
+		"data_dir": c.DataDir, "listen": c.Listen, "bootstrap": c.Bootstrap, "bootstrap_file": c.BootstrapFile, "relays": c.Relays, "source_addr": c.SourceAddr,
 		"capacity": c.Capacity, "windows": c.Windows, "timezone": c.Timezone, "bandwidth": c.Bandwidth,
 		"daily_transfer": c.DailyTransfer, "allow_private_networks": c.AllowPrivateNetworks, "allow_ports": c.AllowPorts,
 		"log_level": c.LogLevel, "dashboard": c.Dashboard, "dashboard_token": c.DashboardToken, "indexers": c.Indexers,
@@ -278,6 +279,13 @@ func printStatus(w io.Writer, st node.Status) {
 		row("releases", "%d refused, %d peers served wrong snapshot files", st.ReleasesRefused, st.ReleaseBadPeers)
 	}
 	row("peers", "%d", st.Peers)
+	relayed := 0
+	for _, c := range st.Conns {
+		if c.Relayed {
+			relayed++
+		}
+	}
+	row("reachability", "%s; %d connections, %d through relays", st.Reachability, len(st.Conns), relayed)
 	row("shards coordinated", "%d", st.Shards)
 	row("capacity", "%d pages/day, load %d", st.Capacity, st.Load)
 	win := "open"

@@ -106,7 +106,10 @@ func DB(t testing.TB) *badger.DB {
 	t.Helper()
 	opts := badger.DefaultOptions("").WithInMemory(true).WithLogger(nil).
 		WithMemTableSize(1 << 20).WithNumMemtables(2).WithBlockCacheSize(256 << 10).WithIndexCacheSize(256 << 10).
-		WithNumCompactors(2).WithValueThreshold(1 << 10).WithBaseTableSize(1 << 20).WithValueLogFileSize(1 << 20)
+		// In memory there is no value log: every value must stay in the
+		// LSM tree, under the threshold (badger panics writing a larger
+		// one), which must be below the batch size (15 % of a memtable).
+		WithNumCompactors(2).WithValueThreshold(128 << 10).WithBaseTableSize(1 << 20)
 	db, err := badger.Open(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -527,9 +527,17 @@ func (r *indexerRig) close() {
 	if r.db == nil {
 		return
 	}
-	s := r.ix.Stats()
-	r.prev = addStats(r.prev, s)
-	for _, f := range []func() error{r.ix.Close, r.o.Close, r.h.Close, func() error { r.x.Close(); return nil }, r.db.Close} {
+	// The counters are read once the indexer is closed: Close waits for
+	// the batches being stored, and a batch stored after an earlier
+	// reading would be in the replay table but in no counter (and its
+	// node, unacknowledged, sends it again to the next incarnation, which
+	// counts it as a duplicate).
+	closeIndexer := func() error {
+		err := r.ix.Close()
+		r.prev = addStats(r.prev, r.ix.Stats())
+		return err
+	}
+	for _, f := range []func() error{closeIndexer, r.o.Close, r.h.Close, func() error { r.x.Close(); return nil }, r.db.Close} {
 		if err := f(); err != nil {
 			r.c.t.Errorf("closing the indexer: %v", err)
 		}

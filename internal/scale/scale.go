@@ -14,6 +14,7 @@
 package scale
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"net/url"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,10 +76,14 @@ type Result struct {
 // figure is a volunteer's.
 const (
 	defaultLiveness = 5 * time.Minute
-	defaultIdle     = 5 * time.Minute
+	defaultIdle     = 15 * time.Minute // an announcement round
 	threshold       = 50 * time.Millisecond
 	inFlight        = 64  // delegations at once
 	hopSample       = 200 // resolves timed for hops
+	// settle is how long the delegation phase goes on after its last
+	// answer: past the overlay's coalescing of organisation records (10 s)
+	// and a maintenance round (15 s).
+	settle = 30 * time.Second
 )
 
 type simNode struct {
@@ -232,6 +238,36 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		return msgs
 	}
 	bytesNow := func() int64 { b := net.Bandwidth(); return b.TotalIn }
+	kinds := func(nodes []*simNode) map[string]int64 {
+		out := map[string]int64{}
+		for _, n := range nodes {
+			st := n.o.Stats()
+			for k, v := range st.Kinds {
+				out[k] += v
+			}
+			out["(closest-peer lookups)"] += st.Lookups
+		}
+		return out
+	}
+	// perKind lists the messages of each kind since k0, per unit, largest first.
+	perKind := func(k0, k1 map[string]int64, unit float64) string {
+		type kv struct {
+			k string
+			v float64
+		}
+		var all []kv
+		for k, v := range k1 {
+			if d := float64(v - k0[k]); d > 0 {
+				all = append(all, kv{k, d / unit})
+			}
+		}
+		slices.SortFunc(all, func(a, b kv) int { return cmp.Compare(b.v, a.v) })
+		var b strings.Builder
+		for _, e := range all[:min(len(all), 40)] {
+			fmt.Fprintf(&b, " %s %.1f", e.k, e.v)
+		}
+		return b.String()
+	}
 
 	// Join and converge.
 	t0 := time.Now()
@@ -272,12 +308,14 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	res.HeapBytesPerNode = float64(ms.HeapInuse) / float64(cfg.Nodes)
+
 	logf("%d nodes converged in %.1f s (virtual), %.1f MB heap per node", cfg.Nodes, res.ConvergeS, res.HeapBytesPerNode/(1<<20))
 
 	// Idle upkeep.
 	time.Sleep(2 * heartbeat) // past the joins' own traffic
-	b0, m0, i0, pr0 := bytesNow(), counters(nodes), time.Now(), net.SentByProtocol()
+	b0, m0, i0, pr0, k0 := bytesNow(), counters(nodes), time.Now(), net.SentByProtocol(), kinds(nodes)
 	time.Sleep(cfg.Idle)
+	logf("idle messages per node per hour by kind:%s", perKind(k0, kinds(nodes), time.Since(i0).Hours()*float64(cfg.Nodes)))
 	var split []string
 	for p, b := range net.SentByProtocol() {
 		split = append(split, fmt.Sprintf("%s %.0f kB", p, float64(b-pr0[p])/time.Since(i0).Hours()/float64(cfg.Nodes)/1000))
@@ -333,9 +371,14 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		probes.Range(func(_, v any) bool { n += *v.(*int64); return true })
 		return n
 	}
-	b0, m0, p0, d0 := bytesNow(), counters(nodes), probesNow(), time.Now()
+	b0, m0, p0, d0, k0 := bytesNow(), counters(nodes), probesNow(), time.Now(), kinds(nodes)
 	failed := delegateAll(todo, nodes)
+	// What decisions set off after their answer (notices, index updates,
+	// organisation records put after coalescing, replica pushes) counts
+	// too: the phase ends a while after the last answer.
+	time.Sleep(settle)
 	span := time.Since(d0).Hours()
+	logf("delegation messages by kind, per delegation (idle upkeep included):%s", perKind(k0, kinds(nodes), float64(len(todo))))
 	res.Delegations = len(todo) - failed
 	if res.Delegations == 0 {
 		return res, fmt.Errorf("scale: no delegation succeeded of %d", len(todo))

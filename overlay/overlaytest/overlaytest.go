@@ -87,7 +87,7 @@ func Options() []overlay.Option {
 		overlay.Maintenance(500*time.Millisecond, 2*time.Second),
 		overlay.Liveness(200*time.Millisecond, 4*time.Second),
 		overlay.Announce(30 * time.Second),
-		overlay.PublishRecords(false),
+		overlay.PublishRecords(false, false),
 		overlay.Logger(slog.New(slog.DiscardHandler)),
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package nattest
+
+const raceEnabled = false
