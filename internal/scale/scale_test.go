@@ -8,8 +8,9 @@ import (
 )
 
 // TestRun: a small network in virtual time converges, delegates every
-// subnet asked, resolves, and after a tenth of its
-// nodes left without a word loses and doubles nothing.
+// subnet asked at a bounded cost in messages, idles at a bounded cost in
+// bytes, resolves, and after a tenth of its nodes left without a word
+// loses and doubles nothing.
 func TestRun(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("a network of 20 overlays; not with -short or -race")
@@ -22,6 +23,12 @@ func TestRun(t *testing.T) {
 		t.Logf("%+v", res)
 		if res.Delegations != 100 || res.Lost != 0 || res.Doubled != 0 || res.HopsP50 <= 0 || res.IdleBytesPerHour <= 0 {
 			t.Fatalf("%+v", res)
+		}
+		// docs/scale.md: about 60 messages per delegation at 20 nodes
+		// (157 with a lookup per maintenance round), idle upkeep of a
+		// megabyte or two per node per hour (31 then).
+		if res.MessagesPerDelegation > 90 || res.IdleBytesPerHour > 5e6 {
+			t.Errorf("%.1f messages per delegation (want ≤ 90), %.0f idle bytes per node per hour (want ≤ 5 MB)", res.MessagesPerDelegation, res.IdleBytesPerHour)
 		}
 	})
 }
