@@ -101,8 +101,8 @@ func (o *Overlay) readAnnouncements(sub *pubsub.Subscription) {
 // firstAnnounce bounds the wait for a node's first announcement. A peer is
 // a delegation candidate for a coordinator once it is in the coordinator's
 // routing table or has announced itself; a node behind NAT is a DHT client,
-// in no routing table, and must not wait for the regular round (2.5 to 5
-// minutes at first) to be asked to probe.
+// in no routing table, and must not wait for the regular round (7.5 to 15
+// minutes after the start, by default) to be asked to probe.
 const firstAnnounce = 10 * time.Second
 
 // announceLoop announces the node once between firstAnnounce/2 and
