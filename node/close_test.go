@@ -14,8 +14,8 @@ func TestWithin(t *testing.T) {
 	p2ptest.Bubble(t, func(t *testing.T) {
 		release := make(chan struct{})
 		start := time.Now()
-		if err := within(hostCloseLimit, func() error { <-release; return nil }); err == nil {
-			t.Error("a close that hangs returned no error")
+		if err := within(hostCloseLimit, func() error { <-release; return nil }); !errors.Is(err, errLeftBehind) {
+			t.Errorf("a close that hangs returned %v, want errLeftBehind", err)
 		}
 		if waited := time.Since(start); waited != hostCloseLimit {
 			t.Errorf("gave up after %v, want %v", waited, hostCloseLimit)

@@ -545,7 +545,17 @@ func (n *Node) Close() error {
 			n.psStop()
 		}
 		if n.h != nil {
-			step("host", func() error { return within(hostCloseLimit, n.h.Close) })
+			step("host", func() error {
+				err := within(hostCloseLimit, n.h.Close)
+				if errors.Is(err, errLeftBehind) {
+					// Not a failure of the node: its state is closed
+					// below either way, and on a starved machine a
+					// healthy host can take this long too.
+					n.log.Warn("the libp2p host did not close in time; left behind", "limit", hostCloseLimit)
+					return nil
+				}
+				return err
+			})
 		}
 		if n.db != nil {
 			step("database", n.db.Close)
@@ -559,11 +569,16 @@ func (n *Node) Close() error {
 // can hang in it for good: an identify push that arrives while the host
 // closes blocks in the event bus, holding the lock that AutoNAT v2's Close
 // waits for (seen once, closing a swarm of 50 nodes in micra bench crawl). The node
-// then leaves the host's goroutines behind rather than never finishing.
+// then leaves the host's goroutines behind rather than never finishing, and
+// says so in its log; Close does not fail for it, since a host on a machine
+// starved of CPU can take as long (TestRollover under CI's load).
 const hostCloseLimit = 15 * time.Second
 
-// within runs f and returns its error, or an error once limit passed
-// without f returning; f then goes on in the background.
+// errLeftBehind is within's error when f did not return in time.
+var errLeftBehind = errors.New("left behind")
+
+// within runs f and returns its error, or one wrapping errLeftBehind once
+// limit passed without f returning; f then goes on in the background.
 func within(limit time.Duration, f func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- f() }()
@@ -573,7 +588,7 @@ func within(limit time.Duration, f func() error) error {
 	case err := <-done:
 		return err
 	case <-t.C:
-		return fmt.Errorf("not done after %v; left behind", limit)
+		return fmt.Errorf("not done after %v: %w", limit, errLeftBehind)
 	}
 }
 
