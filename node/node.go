@@ -150,7 +150,6 @@ type Node struct {
 	wg     sync.WaitGroup
 
 	probesRun atomic.Int64
-	reach     atomic.Int32 // network.Reachability as AutoNAT last reported it
 	probeRTT  rttBook
 	rate      rateSeries
 	recalMu   sync.Mutex
@@ -283,9 +282,6 @@ func (n *Node) build() error {
 		hopts = append(hopts, overlay.StaticRelays(relays))
 	}
 	if n.h, err = overlay.NewHost(n.sk, append(hopts, n.opt.host...)...); err != nil {
-		return err
-	}
-	if err := n.watchReachability(); err != nil {
 		return err
 	}
 	if n.del, err = delegate.New(append([]delegate.Option{delegate.Threshold(n.threshold),

@@ -10,9 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/network"
-	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -43,7 +41,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Indexers:        os.Indexers,
 		RateChart:       n.rate.points(),
 		ReleasesRefused: ovs.ReleasesRefused, ReleaseBadPeers: ovs.ReleaseBadPeers,
-		Reachability: reachabilityName(network.Reachability(n.reach.Load())),
+		Reachability: reachabilityName(o.Reachability()),
 		Conns:        conns(n.h.Network().Conns()),
 	}
 	if rs, ok := o.NextRelease(); ok {
@@ -95,33 +93,6 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		st.Warnings = append(st.Warnings, "outside the crawl windows: crawling and probing wait")
 	}
 	return st, nil
-}
-
-// watchReachability keeps what AutoNAT last reported about the node's
-// reachability (the event is stateful: a subscriber gets the current value)
-// until Close.
-func (n *Node) watchReachability() error {
-	sub, err := n.h.EventBus().Subscribe(new(event.EvtLocalReachabilityChanged), eventbus.Name("micra node status"))
-	if err != nil {
-		return fmt.Errorf("reachability events: %w", err)
-	}
-	n.wg.Go(func() {
-		defer sub.Close()
-		for {
-			select {
-			case <-n.ctx.Done():
-				return
-			case e, ok := <-sub.Out():
-				if !ok {
-					return
-				}
-				r := e.(event.EvtLocalReachabilityChanged).Reachability
-				n.reach.Store(int32(r))
-				n.log.Info("reachability", "reachability", reachabilityName(r))
-			}
-		}
-	})
-	return nil
 }
 
 // reachabilityName is the status's word for r.

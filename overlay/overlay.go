@@ -45,7 +45,7 @@ type Overlay struct {
 	log  *slog.Logger
 
 	dht      *dht.IpfsDHT
-	private  atomic.Bool // AutoNAT found the host private: a DHT client, never a coordinator (watchReachability)
+	reach    atomic.Int32 // network.Reachability as AutoNAT last reported it (watchReachability)
 	ps       *pubsub.PubSub
 	announce *pubsub.Topic
 	releases *pubsub.Topic
@@ -88,11 +88,24 @@ type counters struct {
 	audits, refetches, convictions                             atomic.Int64
 	releasesRefused, releaseBadPeers, releaseBytes             atomic.Int64
 	dhtServed                                                  atomic.Int64
-	kinds                                                      sync.Map // message kind name -> *atomic.Int64
+	kinds                                                      sync.Map // msgKind -> *atomic.Int64
+}
+
+// msgKind is a message's protocol and type, as Stats.Kinds counts them.
+type msgKind struct {
+	dht bool // a DHT request served, else a micra request sent
+	t   int32
+}
+
+func (k msgKind) String() string {
+	if k.dht {
+		return "dht/" + dhtpb.Message_MessageType(k.t).String()
+	}
+	return "micra/" + pb.Message_Type(k.t).String()
 }
 
 // count adds one to the counter of a message kind.
-func (c *counters) count(kind string) {
+func (c *counters) count(kind msgKind) {
 	v, ok := c.kinds.Load(kind)
 	if !ok {
 		v, _ = c.kinds.LoadOrStore(kind, new(atomic.Int64))
@@ -135,7 +148,7 @@ func (o *Overlay) Stats() Stats {
 		ReleaseBytes: o.stats.releaseBytes.Load(), Kinds: map[string]int64{},
 	}
 	o.stats.kinds.Range(func(k, v any) bool {
-		st.Kinds[k.(string)] = v.(*atomic.Int64).Load()
+		st.Kinds[k.(msgKind).String()] = v.(*atomic.Int64).Load()
 		return true
 	})
 	return st
@@ -212,7 +225,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		dht.Concurrency(3),
 		dht.OnRequestHook(func(_ context.Context, s network.Stream, m *dhtpb.Message) {
 			o.stats.dhtServed.Add(1)
-			o.stats.count("dht/" + m.GetType().String())
+			o.stats.count(msgKind{dht: true, t: int32(m.GetType())})
 			if f := cfg.onDHTRequest; f != nil {
 				f(s.Conn().RemotePeer())
 			}
@@ -296,9 +309,15 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	return o, nil
 }
 
-// watchReachability keeps o.private current until Close: a host AutoNAT
-// finds private serves no DHT requests (dht.ModeAutoServer makes it a DHT
-// client) and so must not count itself among a shard's closest peers.
+// Reachability is what AutoNAT last reported about the host (the event is
+// stateful: the overlay has the current value from its start). A host
+// found private serves no DHT requests (dht.ModeAutoServer makes it a DHT
+// client) and so does not count itself among a shard's closest peers.
+func (o *Overlay) Reachability() network.Reachability {
+	return network.Reachability(o.reach.Load())
+}
+
+// watchReachability keeps o.reach current until Close, and logs changes.
 func (o *Overlay) watchReachability(sub event.Subscription) {
 	defer sub.Close()
 	for {
@@ -309,7 +328,10 @@ func (o *Overlay) watchReachability(sub event.Subscription) {
 			if !ok {
 				return
 			}
-			o.private.Store(e.(event.EvtLocalReachabilityChanged).Reachability == network.ReachabilityPrivate)
+			r := e.(event.EvtLocalReachabilityChanged).Reachability
+			if network.Reachability(o.reach.Swap(int32(r))) != r {
+				o.log.Info("reachability", "reachability", r.String())
+			}
 		}
 	}
 }

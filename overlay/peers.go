@@ -10,6 +10,7 @@ import (
 	"time"
 
 	kb "github.com/libp2p/go-libp2p-kbucket"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -140,7 +141,7 @@ func (c *coordinator) lookupClosest(key [32]byte, old []peer.ID) []peer.ID {
 // relays. The list is never empty; callers take its first peer.
 func (c *coordinator) nearest(key [32]byte, found []peer.ID) []peer.ID {
 	peers := append(slices.Clone(found), c.o.dht.RoutingTable().NearestPeers(kb.ConvertKey(string(key[:])), 2*c.cfg.replication)...)
-	if len(peers) == 0 || !c.o.private.Load() {
+	if len(peers) == 0 || c.o.Reachability() != network.ReachabilityPrivate {
 		peers = append(peers, c.self)
 	}
 	peers = kb.SortClosestPeers(dedupe(peers), kb.ConvertKey(string(key[:])))

@@ -253,7 +253,7 @@ func (o *Overlay) serve(sp spec, handlers map[pb.Message_Type]handler) network.S
 // (limited) connections are allowed: the exchanges are small, and a node
 // behind NAT must still be reachable.
 func (o *Overlay) request(ctx context.Context, p peer.ID, sp spec, req *pb.Message, want pb.Message_Type) (*pb.Message, error) {
-	o.stats.count("micra/" + req.GetType().String())
+	o.stats.count(msgKind{t: int32(req.GetType())})
 	s, err := o.openStream(ctx, p, sp)
 	if err != nil {
 		return nil, err

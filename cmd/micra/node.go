@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -229,34 +228,14 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return found
 }
 
-// fetchStatus reads a node's /api/status.
+// fetchStatus reads a node's /api/status (node.FetchStatus); a bad
+// address is a usage error.
 func fetchStatus(ctx context.Context, addr, token string) (node.Status, error) {
-	var st node.Status
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/status", nil)
-	if err != nil {
-		return st, fmt.Errorf("%w: --dashboard %q: %v", errUsage, addr, err)
+	st, err := node.FetchStatus(ctx, addr, token)
+	if errors.Is(err, node.ErrDashboardAddr) {
+		return st, fmt.Errorf("%w: --dashboard: %v", errUsage, err)
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return st, fmt.Errorf("no node answers at %s (is \"micra node\" running, with --dashboard %s?): %w", addr, addr, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return st, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("%s: %s: %s", addr, resp.Status, strings.TrimSpace(string(body)))
-	}
-	if err := json.Unmarshal(body, &st); err != nil {
-		return st, fmt.Errorf("%s: not a node's status: %v", addr, err)
-	}
-	return st, nil
+	return st, err
 }
 
 // printStatus prints the facts of the dashboard as text.
