@@ -42,6 +42,16 @@ type hostConfig struct {
 // DefaultPort is the TCP and UDP port a node listens on by default.
 const DefaultPort = 4001
 
+// The connection manager's defaults (ConnLimits): above DefaultConnHigh
+// connections it trims down to DefaultConnLow, sparing connections younger
+// than DefaultConnGrace. Low keeps a full-ish routing table and the shard
+// peers of a thousand-node network.
+const (
+	DefaultConnLow   = 96
+	DefaultConnHigh  = 192
+	DefaultConnGrace = time.Minute
+)
+
 func defaultHostConfig() hostConfig {
 	return hostConfig{
 		listen: []ma.Multiaddr{
@@ -67,9 +77,9 @@ func defaultHostConfig() hostConfig {
 				Memory:  64 << 20,
 			},
 		},
-		connLow:      96,  // keep a full-ish routing table and shard peers
-		connHigh:     192, // trim above this
-		connGrace:    time.Minute,
+		connLow:      DefaultConnLow,
+		connHigh:     DefaultConnHigh,
+		connGrace:    DefaultConnGrace,
 		relayService: true, // a publicly reachable node relays (limited) for NATed volunteers
 		userAgent:    "micra",
 	}

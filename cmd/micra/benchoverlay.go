@@ -24,6 +24,7 @@ func benchOverlay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	boot := fs.Int("boot", 3, "bootstrap peers every node joins through")
 	liveness := fs.Duration("liveness", 5*time.Minute, "the overlays' liveness timeout (heartbeats at a tenth of it)")
 	idle := fs.Duration("idle", 15*time.Minute, "virtual time the idle upkeep is measured over (at least an announcement round, 15 min)")
+	quic := fs.Bool("quic", false, "run the hosts on go-libp2p's QUIC over a simulated packet network (x/simlibp2p) instead of the in-memory transport: the same protocols at several times the cost")
 	asJSON := fs.Bool("json", false, "print the results as a JSON array")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -40,7 +41,7 @@ func benchOverlay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		cfg := scale.Config{Nodes: n, Subnets: *subnets, Churn: *churn, Seed: *seed, Boot: *boot, Liveness: *liveness, Idle: *idle,
+		cfg := scale.Config{Nodes: n, Subnets: *subnets, Churn: *churn, Seed: *seed, Boot: *boot, Liveness: *liveness, Idle: *idle, QUIC: *quic,
 			Log: func(format string, a ...any) {
 				fmt.Fprintf(stderr, "[%d nodes] "+format+"\n", append([]any{n}, a...)...)
 			}}

@@ -19,16 +19,20 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/x/simlibp2p"
 	"github.com/marcopolo/simnet"
+
+	"github.com/micra-net/micra/internal/memnet"
 )
 
-// Net is a simulated network (go-libp2p's x/simlibp2p over simnet): QUIC
-// between hosts, each pair of addresses with a fixed one-way latency (by
-// default 2 to 41 ms, see Latency) and every host on a 50 Mbit/s link. It
-// runs on the clock of the testing/synctest bubble it was made in; hosts
-// on it must be made in the same bubble. Every host reports its streams'
-// bytes to one counter (Bandwidth).
+// Net is a simulated network: go-libp2p's x/simlibp2p (QUIC over simnet,
+// NewNet and NewNetWith) or internal/memnet (NewMemNet, frames in memory),
+// each pair of addresses with a fixed one-way latency (by default 2 to 41
+// ms, see Latency) and every host on a 50 Mbit/s link. It runs on the
+// clock of the testing/synctest bubble it was made in; hosts on it must be
+// made in the same bubble. Every host reports its streams' bytes to one
+// counter (Bandwidth).
 type Net struct {
 	nw      *simnet.Simnet
+	mem     *memnet.Network
 	packets atomic.Int64
 	bw      *byteCounter
 	mu      sync.RWMutex
@@ -67,6 +71,18 @@ func NewNetWith(t testing.TB, latency func(from, to netip.Addr) time.Duration) *
 	return n
 }
 
+// NewMemNet starts an in-memory network (internal/memnet) whose one-way
+// latency between two addresses is latency(from, to): the hosts above the
+// transport are the same, the wire costs a fraction of QUIC's CPU and
+// memory, which lets a machine simulate a thousand hosts.
+func NewMemNet(t testing.TB, latency func(from, to netip.Addr) time.Duration) *Net {
+	t.Helper()
+	return &Net{bw: &byteCounter{}, mem: memnet.New(latency, linkBps)}
+}
+
+// linkBps is every host's link, up and down (memnet: up only).
+const linkBps = 50 * simlibp2p.OneMbps
+
 // blackhole is the latency of a packet to or from a cut address: it
 // arrives long after any simulation ends.
 const blackhole = 1000 * time.Hour
@@ -75,6 +91,10 @@ const blackhole = 1000 * time.Hour
 // pulled cable would: from now on no packet to or from it arrives. Its
 // host goes on running until closed.
 func (n *Net) Cut(a netip.Addr) {
+	if n.mem != nil {
+		n.mem.Cut(a)
+		return
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.cut[a] = true
@@ -145,11 +165,17 @@ func Latency(a, b net.IP) time.Duration {
 	return time.Duration(2+h.Sum32()%40) * time.Millisecond
 }
 
-// Packets returns how many packets the network has carried.
-func (n *Net) Packets() int64 { return n.packets.Load() }
+// Packets returns how many packets (memnet: frames) the network has
+// carried.
+func (n *Net) Packets() int64 {
+	if n.mem != nil {
+		return n.mem.Frames()
+	}
+	return n.packets.Load()
+}
 
 // Host starts a libp2p host on the network listening on a (QUIC, UDP port
-// 4001), with identity sk (a fresh Ed25519 key when nil) and opts after
+// 4001; memnet: TCP port 4001), with identity sk (a fresh Ed25519 key when nil) and opts after
 // the network's own options; it is closed at cleanup. Observed-address
 // discovery is off (it stalls synctest, as simlibp2p notes) and the
 // resource manager unlimited: the hosts run in one process.
@@ -161,18 +187,21 @@ func (n *Net) Host(t testing.TB, sk crypto.PrivKey, a netip.Addr, opts ...libp2p
 			t.Fatal(err)
 		}
 	}
-	link := simnet.NodeBiDiLinkSettings{
-		Downlink: simnet.LinkSettings{BitsPerSecond: 50 * simlibp2p.OneMbps},
-		Uplink:   simnet.LinkSettings{BitsPerSecond: 50 * simlibp2p.OneMbps},
+	var wire []libp2p.Option
+	if n.mem != nil {
+		wire = []libp2p.Option{libp2p.ListenAddrStrings(fmt.Sprintf("/ip4/%s/tcp/4001", a)), libp2p.Transport(n.mem.Transport())}
+	} else {
+		link := simnet.NodeBiDiLinkSettings{
+			Downlink: simnet.LinkSettings{BitsPerSecond: linkBps},
+			Uplink:   simnet.LinkSettings{BitsPerSecond: linkBps},
+		}
+		wire = []libp2p.Option{libp2p.ListenAddrStrings(fmt.Sprintf("/ip4/%s/udp/4001/quic-v1", a)), simlibp2p.QUICSimnet(n.nw, link)}
 	}
-	all := append([]libp2p.Option{
-		libp2p.Identity(sk),
-		libp2p.ListenAddrStrings(fmt.Sprintf("/ip4/%s/udp/4001/quic-v1", a)),
-		simlibp2p.QUICSimnet(n.nw, link),
+	all := append(append([]libp2p.Option{libp2p.Identity(sk)}, wire...),
 		libp2p.DisableIdentifyAddressDiscovery(),
 		libp2p.ResourceManager(&network.NullResourceManager{}),
-		libp2p.BandwidthReporter(n.bw),
-	}, opts...)
+		libp2p.BandwidthReporter(n.bw))
+	all = append(all, opts...)
 	h, err := libp2p.New(all...)
 	if err != nil {
 		t.Fatal(err)

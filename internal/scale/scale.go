@@ -29,7 +29,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/internal/p2ptest"
@@ -50,6 +53,10 @@ type Config struct {
 	// it (default micra's, 5 min); Idle the span upkeep is measured over
 	// (default 5 min).
 	Liveness, Idle time.Duration
+	// QUIC runs the hosts on go-libp2p's QUIC over simnet (x/simlibp2p)
+	// instead of internal/memnet's in-memory transport: the protocols'
+	// figures are the same, the cost to run them several times higher.
+	QUIC bool
 	// Log receives progress lines (nil: none).
 	Log func(format string, args ...any)
 }
@@ -78,7 +85,7 @@ const (
 	defaultLiveness = 5 * time.Minute
 	defaultIdle     = 15 * time.Minute // an announcement round
 	threshold       = 50 * time.Millisecond
-	inFlight        = 64  // delegations at once
+	inFlight        = 64  // delegations at once, at least (a quarter of the nodes in a larger network)
 	hopSample       = 200 // resolves timed for hops
 	// settle is how long the delegation phase goes on after its last
 	// answer: past the overlay's coalescing of organisation records (10 s)
@@ -129,7 +136,11 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	if len(addrs) < cfg.Nodes+extra {
 		return Result{}, fmt.Errorf("scale: the world has %d node addresses, want %d", len(addrs), cfg.Nodes+extra)
 	}
-	net := p2ptest.NewNetWith(t, func(a, b netip.Addr) time.Duration { return w.RTTAddr(a, b) / 2 })
+	oneWay := func(a, b netip.Addr) time.Duration { return w.RTTAddr(a, b) / 2 }
+	net := p2ptest.NewMemNet(t, oneWay)
+	if cfg.QUIC {
+		net = p2ptest.NewNetWith(t, oneWay)
+	}
 	sites := map[netip.Addr]world.Site{}
 	for _, s := range w.Sites() {
 		sites[s.Addrs[0]] = s
@@ -160,8 +171,15 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		return 0
 	}
 	quiet := slog.New(slog.DiscardHandler)
+	var dbs []*badger.DB
 	start := func(a netip.Addr) (*simNode, error) {
-		h := net.Host(t, nil, a)
+		// A volunteer's connection manager (overlay.NewHost's), not
+		// libp2p's default.
+		cm, err := connmgr.NewConnManager(overlay.DefaultConnLow, overlay.DefaultConnHigh, connmgr.WithGracePeriod(overlay.DefaultConnGrace))
+		if err != nil {
+			return nil, err
+		}
+		h := net.Host(t, nil, a, libp2p.ConnectionManager(cm))
 		byPeer.Store(h.ID(), a)
 		del, err := delegate.New(delegate.Threshold(threshold), delegate.Between(between), delegate.Logger(quiet))
 		if err != nil {
@@ -183,7 +201,9 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 			time.Sleep(rtt) // a HEAD takes a round trip
 			return rtt, nil
 		})
-		o, err := overlay.New(h, tree, p2ptest.DB(t), overlay.WithDelegator(del), overlay.WithProber(prober),
+		db := p2ptest.SimDB(t)
+		dbs = append(dbs, db)
+		o, err := overlay.New(h, tree, db, overlay.WithDelegator(del), overlay.WithProber(prober),
 			overlay.OwnAddress(a), overlay.Logger(quiet), overlay.OnDHTRequest(onQuery), overlay.Liveness(heartbeat, liveness),
 			// Every emulated address is in 127/8: a /16 group here stands
 			// for many of the real Internet's.
@@ -348,7 +368,7 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	delegateAll := func(ss []world.Site, from []*simNode) (failed int) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		sem := make(chan struct{}, inFlight)
+		sem := make(chan struct{}, max(inFlight, cfg.Nodes/4))
 		picks := make([]*simNode, len(ss))
 		for i := range ss {
 			picks[i] = from[rng.IntN(len(from))]
@@ -476,6 +496,17 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		}
 		logf("churn: %d left, %d joined; %d subnets held before, %d lost, %d doubled", extra, extra, len(held), res.Lost, res.Doubled)
 	}
+	// The databases run without compaction (p2ptest.SimDB): how far
+	// level 0 grew.
+	var tables, most int
+	var bytes int64
+	for _, db := range dbs {
+		n := len(db.Tables())
+		tables, most = tables+n, max(most, n)
+		lsm, _ := db.Size()
+		bytes += lsm
+	}
+	logf("badger: %.1f tables and %.0f kB per node, at most %d tables", float64(tables)/float64(len(dbs)), float64(bytes)/float64(len(dbs))/1000, most)
 	return res, nil
 }
 
