@@ -7,166 +7,345 @@ import (
 	"sync"
 	"time"
 
-	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/overlay/pb"
 )
 
-// maxAnnouncedPeers bounds the table of peers learnt from announcements.
-const maxAnnouncedPeers = 4096
+// Announcements. A node tells its state (declared capacity and load,
+// subnet count, whether it crawls, the release file it holds, and every
+// rttEvery-th time its measured RTTs) to its neighbours, not to the whole
+// network: one ANNOUNCE request over AnnounceID to each peer of its DHT
+// routing table and to the coordinator of each shard it heartbeats, which
+// the receiver answers with its own state. A round therefore costs a node
+// one exchange per routing-table peer, O(log N) of them, where flooding a
+// global topic made every node receive every node's announcement.
+//
+// The answer makes the exchange symmetric: a peer that has this node in
+// its routing table hears this node's state whether or not this node has
+// it in its own, and a node learns the state of every peer in its routing
+// table, which is where a coordinator's fallback candidates come from
+// (env.Peers). A pair that exchanged less than half a round ago (either
+// way) is skipped, so a pair of neighbours exchanges about once a round.
+//
+// The author of an ANNOUNCE is the stream's remote peer, authenticated by
+// the connection's security handshake; nothing is relayed, so nothing
+// else needs signing. Requests are bounded (maxAnnounceMsg) and budgeted
+// per peer (announceRate), and the tables they feed are bounded
+// (maxAnnouncedPeers).
+const (
+	// maxAnnouncedPeers bounds the table of peers learnt from
+	// announcements (and the table of exchanges, told).
+	maxAnnouncedPeers = 4096
+	// announceSkew is how far an announcement's time may be from ours.
+	announceSkew = 10 * time.Minute
+	// maxAnnounceTargets bounds the peers told in one round: a routing
+	// table holds some 20 × log2(N/20) peers, a few hundred at a million.
+	maxAnnounceTargets = 512
+	// minAnnounceTargets: a routing table with fewer peers than a
+	// Kademlia bucket (k = 20; a small network, or peers the diversity
+	// filter kept out) is topped up with other connected peers that speak
+	// AnnounceID, nearest first, so that in a network of a few dozen
+	// nodes every node hears nearly every other, as before.
+	minAnnounceTargets = 20
+	// announceParallel bounds the exchanges in flight in one round.
+	announceParallel = 8
+	// Per-peer budget of ANNOUNCE requests received: one a second
+	// sustained, eight at once. An honest peer sends one a round (at
+	// least a second; 15 min by default) and one more when the release
+	// file it holds changes.
+	announceRate, announceBurst = 1, 8
+)
 
-// announceSkew is how far an announcement's time may be from ours.
-const announceSkew = 10 * time.Minute
+// announcement is a peer's announced state, checked.
+type announcement struct {
+	capacity, load uint64
+	subnets        uint32
+	noCrawl        bool // the peer does not crawl (NoCrawl: an indexer)
+	at             time.Time
+	rtts           map[peer.ID]int64 // its measured RTTs, µs; nil: none carried, the last ones stand
+	release        []byte            // the snapshot id of a release file it holds, or nil
+}
 
-// decodeAnnounce decodes and checks an announcement payload.
-func decodeAnnounce(sid []byte, data []byte, now time.Time) (*pb.Announce, error) {
-	if len(data) > maxAnnounceMsg {
-		return nil, fmt.Errorf("%w: announcement of %d bytes", ErrTooLarge, len(data))
-	}
-	var a pb.Announce
-	if err := proto.Unmarshal(data, &a); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
+// checkAnnounce checks an announcement of snapshot sid received at now:
+// this build's version, our snapshot, a time within announceSkew. Of its
+// RTTs it keeps the well-formed ones, at most maxAnnouncedRTTs.
+func checkAnnounce(sid []byte, a *pb.Announce, now time.Time) (announcement, error) {
 	if a.GetVersion() != wireVersion {
-		return nil, fmt.Errorf("%w %d", ErrUnsupportedVersion, a.GetVersion())
+		return announcement{}, fmt.Errorf("%w %d", ErrUnsupportedVersion, a.GetVersion())
 	}
 	if string(a.GetSnapshot()) != string(sid) {
-		return nil, ErrWrongSnapshot
+		return announcement{}, ErrWrongSnapshot
 	}
 	at := time.UnixMilli(a.GetAtMs())
 	if at.Before(now.Add(-announceSkew)) || at.After(now.Add(announceSkew)) {
-		return nil, fmt.Errorf("%w: announcement time %v", ErrMalformed, at)
+		return announcement{}, fmt.Errorf("%w: announcement time %v", ErrMalformed, at)
 	}
-	return &a, nil
+	if len(a.GetRelease()) > len(sid) {
+		return announcement{}, fmt.Errorf("%w: release id of %d bytes", ErrMalformed, len(a.GetRelease()))
+	}
+	out := announcement{capacity: a.GetCapacity(), load: a.GetLoad(), subnets: a.GetSubnets(),
+		noCrawl: a.GetIndexer() && a.GetCapacity() == 0, at: at, release: a.GetRelease()}
+	for _, r := range a.GetRtts() {
+		if len(out.rtts) == maxAnnouncedRTTs {
+			break
+		}
+		if p, err := peer.IDFromBytes(r.GetPeer()); err == nil && r.GetRttMicros() > 0 {
+			if out.rtts == nil {
+				out.rtts = map[peer.ID]int64{}
+			}
+			out.rtts[p] = r.GetRttMicros()
+		}
+	}
+	return out, nil
 }
 
-// validateAnnounce accepts announcements that decode, are for our snapshot,
-// are recent, and come from their author (pubsub's strict signing makes the
-// author authentic).
-func (o *Overlay) validateAnnounce(ctx context.Context, from peer.ID, m *pubsub.Message) pubsub.ValidationResult {
-	if _, err := decodeAnnounce(o.sid[:], m.GetData(), time.Now()); err != nil {
-		o.log.Debug("announcement rejected", "peer", from, "error", err)
-		return pubsub.ValidationReject
+// noteAnnounce keeps what author announced: a peer that does not crawl
+// is no candidate (noteNonCrawler); a crawler's state and RTTs go in the
+// peer table (bounded: when full, only peers already in it are updated),
+// and the release file it holds in the release state.
+func (o *Overlay) noteAnnounce(author peer.ID, a announcement) {
+	if author == o.h.ID() {
+		return
 	}
-	return pubsub.ValidationAccept
-}
-
-func (o *Overlay) readAnnouncements(sub *pubsub.Subscription) {
-	defer sub.Cancel()
-	for {
-		m, err := sub.Next(o.ctx)
-		if err != nil {
-			return
+	if a.noCrawl {
+		o.noteNonCrawler(author)
+		return
+	}
+	if len(a.release) > 0 {
+		o.noteReleaseHolder(author, a.release)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.peers[author]; ok || len(o.peers) < maxAnnouncedPeers {
+		o.peers[author] = PeerInfo{ID: author, Capacity: a.capacity, Load: a.load, Subnets: a.subnets, LoadAt: a.at, Seen: time.Now()}
+		if a.rtts != nil {
+			o.rtts[author] = a.rtts
 		}
-		a, err := decodeAnnounce(o.sid[:], m.GetData(), time.Now())
-		author := m.GetFrom()
-		if err != nil || author == o.h.ID() {
-			continue
-		}
-		if a.GetIndexer() && a.GetCapacity() == 0 {
-			// A peer that does not crawl (NoCrawl; the wire field is
-			// named for the indexers that set it): never a delegation
-			// candidate.
-			o.noteNonCrawler(author)
-			continue
-		}
-		var rtts map[peer.ID]int64 // nil: the announcement carries none, the last ones stand
-		for _, r := range a.GetRtts() {
-			if p, err := peer.IDFromBytes(r.GetPeer()); err == nil && r.GetRttMicros() > 0 {
-				if rtts == nil {
-					rtts = map[peer.ID]int64{}
-				}
-				rtts[p] = r.GetRttMicros()
-			}
-		}
-		if len(a.GetRelease()) > 0 {
-			o.noteReleaseHolder(author, a.GetRelease())
-		}
-		now := time.Now()
-		o.mu.Lock()
-		if _, ok := o.peers[author]; ok || len(o.peers) < maxAnnouncedPeers {
-			o.peers[author] = PeerInfo{ID: author, Capacity: a.GetCapacity(), Load: a.GetLoad(), Subnets: a.GetSubnets(),
-				LoadAt: time.UnixMilli(a.GetAtMs()), Seen: now}
-			if rtts != nil {
-				o.rtts[author] = rtts
-			}
-		}
-		o.mu.Unlock()
 	}
 }
 
 // firstAnnounce bounds the wait for a node's first announcement. A peer is
 // a delegation candidate for a coordinator once it is in the coordinator's
-// routing table or has announced itself; a node behind NAT is a DHT client,
-// in no routing table, and must not wait for the regular round (7.5 to 15
-// minutes after the start, by default) to be asked to probe.
+// routing table or has announced itself to it; a node behind NAT is a DHT
+// client, in no routing table, and must not wait for the regular round
+// (7.5 to 15 minutes after the start, by default) to be asked to probe.
 const firstAnnounce = 10 * time.Second
 
-// announceLoop announces the node once between firstAnnounce/2 and
-// firstAnnounce after the start, when its pubsub mesh has formed, then
-// every cfg.announce until Close.
-func (o *Overlay) announceLoop() {
-	t := time.NewTimer(firstAnnounce/2 + time.Duration(randFloat()*float64(firstAnnounce/2)))
-	select {
-	case <-o.ctx.Done():
-		t.Stop()
-		return
-	case <-t.C:
-	}
-	round := 0
-	announce := func(ctx context.Context) {
-		o.publishAnnounce(ctx, round < 2 || round%rttEvery == 0)
-		round++
-	}
-	announce(o.ctx)
-	o.every(o.cfg.announce, announce)
-}
-
-// rttEvery is how often an announcement carries the node's measured RTTs:
-// the first two (the first goes out seconds after the start, when few are
-// measured) and every rttEvery-th. They are nine tenths of its bytes
-// (48 peers of 45 bytes), every node receives every announcement about as
-// many times as its mesh has peers, and RTTs between nodes change slowly;
-// peers keep the last ones they heard.
+// rttEvery is how often a node sends a peer its measured RTTs: in its
+// first two rounds (the first comes seconds after the start, when few are
+// measured), then about every rttEvery-th exchange with that peer. They
+// are nine tenths of an announcement's bytes (48 peers of 45 bytes), and
+// RTTs between nodes change slowly; peers keep the last ones they heard.
 const rttEvery = 4
 
-func (o *Overlay) publishAnnounce(ctx context.Context, withRTTs bool) {
-	var rtts []*pb.PeerRTT
-	if withRTTs {
-		o.pingUnmeasured(ctx)
-		rtts = o.measuredRTTs()
+// told is what this node last exchanged with a peer: when (either way)
+// and when it last sent the peer its RTTs.
+type told struct{ at, rtts time.Time }
+
+// announceLoop exchanges announcements once between firstAnnounce/2 and
+// firstAnnounce after the start, when the routing table has filled, then
+// in a round every cfg.announce (the first of them after a random half to
+// whole interval, to spread the network's rounds), and at once when
+// announceSoon asks, until Close.
+func (o *Overlay) announceLoop() {
+	t := time.NewTimer(firstAnnounce/2 + time.Duration(randFloat()*float64(firstAnnounce/2)))
+	defer t.Stop()
+	for round := 0; ; {
+		force := false
+		select {
+		case <-o.ctx.Done():
+			return
+		case <-t.C:
+			next := o.cfg.announce
+			if round == 0 {
+				next = time.Duration(float64(next) * (0.5 + randFloat()/2))
+			}
+			t.Reset(next)
+			o.announceRounds.Store(int32(min(round+1, 1<<30)))
+		case <-o.announceNow:
+			force = true
+		}
+		o.announceRound(o.ctx, round, force)
+		if !force {
+			round++
+		}
 	}
+}
+
+// announceSoon has the node tell its neighbours its state now rather than
+// at the next round (the release file it holds changed). It does not
+// block; requests made while a round runs coalesce into one.
+func (o *Overlay) announceSoon() {
+	select {
+	case o.announceNow <- struct{}{}:
+	default:
+	}
+}
+
+// announceRound exchanges announcements with every target but those this
+// node exchanged with less than half an interval ago (all of them when
+// force is set), then forgets peers silent for three intervals.
+func (o *Overlay) announceRound(ctx context.Context, round int, force bool) {
+	if !force && (round < 2 || round%rttEvery == 0) {
+		o.pingUnmeasured(ctx)
+	}
+	targets := o.announceTargets()
+	now := time.Now()
+	var todo []peer.ID
+	o.mu.Lock()
+	for _, p := range targets {
+		if force || now.Sub(o.told[p].at) >= o.cfg.announce/2 {
+			todo = append(todo, p)
+		}
+	}
+	o.mu.Unlock()
+	sem := make(chan struct{}, announceParallel)
+	var wg sync.WaitGroup
+	for _, p := range todo {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			o.exchangeAnnounce(ctx, p)
+		})
+	}
+	wg.Wait()
+	o.expireAnnounced()
+}
+
+// announceTargets lists the peers a round tells: the coordinators of the
+// shards this node heartbeats, the routing table's peers, and, when that
+// makes fewer than minAnnounceTargets, other connected peers, nearest
+// first; at most maxAnnounceTargets, each speaking AnnounceID as far as
+// identify told.
+func (o *Overlay) announceTargets() []peer.ID {
+	self := o.h.ID()
+	var coords []peer.ID
+	o.mu.Lock()
+	for _, ref := range o.mine {
+		if c, ok := o.coordFor[ref.key(o.sid)]; ok {
+			coords = append(coords, c)
+		}
+	}
+	o.mu.Unlock()
+	seen := map[peer.ID]bool{self: true}
+	var out []peer.ID
+	add := func(p peer.ID) {
+		if seen[p] || len(out) >= maxAnnounceTargets {
+			return
+		}
+		seen[p] = true
+		if ok, err := o.h.Peerstore().SupportsProtocols(p, AnnounceID); err == nil && len(ok) > 0 {
+			out = append(out, p)
+		}
+	}
+	for _, p := range coords {
+		add(p)
+	}
+	for _, p := range o.dht.RoutingTable().ListPeers() {
+		add(p)
+	}
+	if len(out) < minAnnounceTargets {
+		for _, p := range kb.SortClosestPeers(o.h.Network().Peers(), kb.ConvertPeerID(self)) {
+			if len(out) >= minAnnounceTargets {
+				break
+			}
+			add(p)
+		}
+	}
+	return out
+}
+
+// exchangeAnnounce sends this node's announcement to p and keeps p's
+// answer.
+func (o *Overlay) exchangeAnnounce(ctx context.Context, p peer.ID) {
+	req := newMsg(pb.Message_ANNOUNCE)
+	req.Announce = o.ownAnnounce(p)
+	o.stats.requests.Add(1)
+	resp, err := o.request(ctx, p, announceSpec, req, pb.Message_ANNOUNCE)
+	if err != nil {
+		o.log.Debug("announcement failed", "peer", p, "error", err)
+		return
+	}
+	a, err := checkAnnounce(o.sid[:], resp.GetAnnounce(), time.Now())
+	if err != nil {
+		o.log.Debug("announcement answer rejected", "peer", p, "error", err)
+		return
+	}
+	o.noteAnnounce(p, a)
+}
+
+// handleAnnounce keeps a peer's announcement and answers with this node's
+// own. A peer beyond its budget (announceRate) is refused as overloaded.
+func (o *Overlay) handleAnnounce(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	if !o.announceLimit.allow(from, 1) {
+		return nil, fmt.Errorf("%w: announcement rate limit of %d a second reached", ErrOverloaded, announceRate)
+	}
+	a, err := checkAnnounce(o.sid[:], req.GetAnnounce(), time.Now())
+	if err != nil {
+		return nil, err
+	}
+	o.noteAnnounce(from, a)
+	m := newMsg(pb.Message_ANNOUNCE)
+	m.Announce = o.ownAnnounce(from)
+	return m, nil
+}
+
+// ownAnnounce builds this node's announcement to p, with its measured
+// RTTs when they are due to p (rttEvery), and notes the exchange.
+func (o *Overlay) ownAnnounce(p peer.ID) *pb.Announce {
+	now := time.Now()
 	capacity, load := o.cfg.load()
 	o.mu.Lock()
 	subnets := uint32(len(o.owned))
+	t := o.told[p]
+	withRTTs := o.announceRounds.Load() <= 2 || now.Sub(t.rtts) >= rttEvery*o.cfg.announce-o.cfg.announce/2
+	if _, ok := o.told[p]; ok || len(o.told) < maxAnnouncedPeers {
+		t.at = now
+		if withRTTs {
+			t.rtts = now
+		}
+		o.told[p] = t
+	}
 	o.mu.Unlock()
-	a := &pb.Announce{Version: wireVersion, Snapshot: o.sid[:], Capacity: capacity, Load: load, Indexer: o.cfg.noCrawl,
-		AtMs: time.Now().UnixMilli(), Subnets: subnets, Rtts: rtts, Release: o.releaseAnnounce()}
-	b, err := proto.Marshal(a)
-	if err != nil {
-		return
+	var rtts []*pb.PeerRTT
+	if withRTTs {
+		rtts = o.measuredRTTs()
 	}
-	if err := o.announce.Publish(ctx, b); err != nil {
-		o.log.Debug("announcement failed", "error", err)
-	}
-	// Forget peers silent for three announcement rounds.
+	return &pb.Announce{Version: wireVersion, Snapshot: o.sid[:], Capacity: capacity, Load: load, Indexer: o.cfg.noCrawl,
+		AtMs: now.UnixMilli(), Subnets: subnets, Rtts: rtts, Release: o.releaseAnnounce()}
+}
+
+// expireAnnounced forgets peers silent for three announcement intervals,
+// and exchanges as old.
+func (o *Overlay) expireAnnounced() {
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	for id, pi := range o.peers {
 		if time.Since(pi.Seen) > 3*o.cfg.announce {
 			delete(o.peers, id)
 			delete(o.rtts, id)
 		}
 	}
-	o.mu.Unlock()
+	for id, t := range o.told {
+		if time.Since(t.at) > 3*o.cfg.announce {
+			delete(o.told, id)
+		}
+	}
 }
 
-// Inter-node RTTs: every node announces its peerstore's latency EWMA to up
-// to maxAnnouncedRTTs connected peers; the DHT's requests feed the EWMA,
-// and before each announcement up to pingsPerRound connected peers without
-// a measurement are pinged (libp2p's ping protocol, one round trip each).
+// Inter-node RTTs: every node sends its neighbours its peerstore's latency
+// EWMA to up to maxAnnouncedRTTs connected peers; the DHT's requests feed
+// the EWMA, and before each RTT round up to pingsPerRound connected peers
+// without a measurement are pinged (libp2p's ping protocol, one round trip
+// each).
 const (
 	maxAnnouncedRTTs = 48
 	pingsPerRound    = 8

@@ -4,8 +4,8 @@
 // Kademlia DHT under the /micra protocol prefix with the routing-table
 // diversity filter and validators for micra's signed records, the GossipSub
 // topics, the request/response protocols (probe, coordinate, forward, ack,
-// replicate; see protocol.go), and the sharded coordination of subnet
-// delegations.
+// replicate, audit, release, announce; see protocol.go), and the sharded
+// coordination of subnet delegations.
 //
 // # Sharded coordination
 //
@@ -74,6 +74,49 @@
 // probe results stored in the old shards it coordinated (CARRY_PROBES,
 // carryprobes.go). A peer that switches keeps one pubsub router across its
 // overlays (WithPubSub).
+//
+// # Announcements
+//
+// A node's state that a coordinator weighs when it decides — declared
+// capacity and load, subnet count, whether the node crawls at all
+// (NoCrawl), the release file it serves, its measured RTTs to other
+// peers — travels in announcements (announce.go). They used to be
+// flooded on a global GossipSub topic: every node received every node's
+// announcement, about once per mesh peer, so a node's idle upkeep grew
+// linearly with the network (nine tenths of it at 100 nodes). Now a node
+// exchanges its announcement over AnnounceID with its neighbours only:
+// the peers of its DHT routing table, about 20 × log2(N/20) of them, and
+// the coordinators of the shards it heartbeats; the receiver keeps it and
+// answers with its own. A round costs a node O(log N), and a pair of
+// neighbours exchanges once a round (a pair that exchanged less than half
+// a round ago is skipped).
+//
+// This suffices because of where a coordinator's candidates come from.
+// Nodes near a site are found through the hierarchy: the holders of
+// sibling and cousin ranges, from the shard's own delegations, the
+// organisation shard and the block shards, each with stored probe results.
+// The crawlers holding subnets in a shard heartbeat its coordinator with
+// their capacity, load and subnet count (LOAD entries, lastSeen). The rest
+// of the network, the fallback pool a search widens to (env.Peers), is the
+// coordinator's routing table, and the answer makes the exchange
+// symmetric: a coordinator hears from every peer in its routing table
+// (and from every peer that has it in its own), so it knows which of its
+// candidates crawl, their load and their RTTs to their own neighbours,
+// which are largely its candidates too. A peer it has never heard from is
+// a candidate with unknown capacity, as before its first announcement. A
+// node behind NAT, a DHT client in no routing table, announces itself to
+// the servers in its own table and to its coordinators, seconds after its
+// start (firstAnnounce), and is a candidate for them; elsewhere it is
+// found, like any node, through the ranges it holds. A node that stores a
+// release's file tells its neighbours at once, so holders are known
+// along the routing tables as fast as the file spreads; the release
+// itself, a rare event every node needs, stays on TopicRelease.
+//
+// An announcement's author is the stream's remote peer, authenticated by
+// the connection's handshake: nothing is relayed, so nothing needs
+// GossipSub's per-message signature. Requests are bounded in size and
+// budgeted per peer, and the tables they feed are bounded. The old topic
+// is still read, not written, for one release.
 //
 // Everything received from peers is untrusted: frames are size-limited and
 // checked, records are verified against their writer's key, streams have

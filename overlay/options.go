@@ -71,7 +71,7 @@ func defaultConfig() config {
 		cacheTTL:      10 * time.Minute, // a delegation changes rarely; stale entries are corrected by NOT_OWNER on forward
 		divPerCpl:     2,                // kad-dht's amino defaults: at most 2 peers per IP group per bucket
 		divPerTable:   3,                // and 3 per IP group in the whole table
-		announce:      15 * time.Minute, // every node hears every announcement: the cost per node grows with the network (docs/scale.md)
+		announce:      15 * time.Minute, // one exchange per routing-table neighbour a round (announce.go, docs/scale.md)
 		redelegate:    10 * time.Minute, // a subnet's node may ask for a new decision this often; probes cost every node asked
 		orgPublish:    10 * time.Second, // changes to an organisation index coalesce for this long before one DHT put
 		orgRefresh:    time.Hour,        // unchanged indexes are put again, reaching peers that became closest (records live 36 h)
@@ -237,8 +237,10 @@ func OrgRecords(every, refresh time.Duration) Option {
 	}
 }
 
-// Announce sets how often the node announces itself on TopicAnnounce
-// (default 15 min; its measured RTTs go in every rttEvery-th announcement).
+// Announce sets how often the node exchanges announcements with its
+// routing-table neighbours and the coordinators it heartbeats (default
+// 15 min; its measured RTTs go to each peer about every rttEvery-th time;
+// see announce.go).
 func Announce(every time.Duration) Option {
 	return func(c *config) error {
 		if every < time.Second {

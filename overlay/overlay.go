@@ -47,7 +47,7 @@ type Overlay struct {
 	dht      *dht.IpfsDHT
 	reach    atomic.Int32 // network.Reachability as AutoNAT last reported it (watchReachability)
 	ps       *pubsub.PubSub
-	announce *pubsub.Topic
+	announce *pubsub.Topic // TopicAnnounce, read for one more release (announcetopic.go)
 	releases *pubsub.Topic
 	rel      *releaseState // the release replacing the running snapshot (release.go)
 	coord    *coordinator
@@ -56,8 +56,11 @@ type Overlay struct {
 	// orgValidator checks organisation records read back from the DHT.
 	orgValidator RecordValidator
 	stats        counters
-	// Per-peer budgets of audit and refetch requests (audit.go).
-	auditLimit, refetchLimit *peerLimiter
+	// Per-peer budgets of audit and refetch requests (audit.go), and of
+	// announcements (announce.go).
+	auditLimit, refetchLimit, announceLimit *peerLimiter
+	announceNow                             chan struct{} // announceSoon's signal to announceLoop
+	announceRounds                          atomic.Int32  // regular announcement rounds started
 
 	mu         sync.Mutex
 	mine       map[[32]byte]shardRef         // shards in which this node holds delegations
@@ -67,6 +70,7 @@ type Overlay struct {
 	askQ       chan Delegation               // dropped subnets to ask about again (askAgainLoop)
 	peers      map[peer.ID]PeerInfo          // announced peers, bounded
 	rtts       map[peer.ID]map[peer.ID]int64 // announced peers' measured RTTs to others, µs
+	told       map[peer.ID]told              // announcements exchanged, by peer, bounded
 	// nonCrawlers are peers that announced they do not crawl (NoCrawl,
 	// capacity 0): never delegation candidates. Bounded like peers.
 	nonCrawlers   map[peer.ID]time.Time
@@ -157,10 +161,10 @@ func (o *Overlay) Stats() Stats {
 // New starts the overlay on h for the subnet tree (every peer must run the
 // same snapshot) with state in db under Prefix. It builds the DHT (server
 // mode, protocol prefix /micra, the routing-table diversity filter, micra's
-// record validators), GossipSub with the results and announcement topics,
-// registers the stream protocols, and starts the maintenance, heartbeat and
-// announcement loops. It does not dial anyone: join with bootstrap.Join,
-// then call Bootstrap. The caller keeps ownership of h and db and closes
+// record validators), GossipSub with the release topic and the deprecated
+// announcement topic (read only), registers the stream protocols, and
+// starts the maintenance, heartbeat and announcement loops. It does not
+// dial anyone: join with bootstrap.Join, then call Bootstrap. The caller keeps ownership of h and db and closes
 // them after Close (host first, badger last).
 func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Overlay, err error) {
 	cfg := defaultConfig()
@@ -181,17 +185,20 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	}
 	o = &Overlay{
 		h: h, sk: sk, tree: tree, sid: tree.ID(), db: db, cfg: cfg, log: cfg.log,
-		cache:        newCache(cfg.cacheSize, cfg.cacheTTL),
-		mine:         map[[32]byte]shardRef{},
-		owned:        map[string]Delegation{},
-		wonRTT:       map[string]time.Duration{},
-		askQ:         make(chan Delegation, maxAskAgain),
-		peers:        map[peer.ID]PeerInfo{},
-		rtts:         map[peer.ID]map[peer.ID]int64{},
-		coordFor:     map[[32]byte]peer.ID{},
-		auditLimit:   newPeerLimiter(cfg.audit.AuditRate, float64(cfg.audit.AuditBurst)),
-		refetchLimit: newPeerLimiter(cfg.audit.RefetchRate, float64(cfg.audit.RefetchBurst)),
-		rel:          newReleaseState(),
+		cache:         newCache(cfg.cacheSize, cfg.cacheTTL),
+		mine:          map[[32]byte]shardRef{},
+		owned:         map[string]Delegation{},
+		wonRTT:        map[string]time.Duration{},
+		askQ:          make(chan Delegation, maxAskAgain),
+		peers:         map[peer.ID]PeerInfo{},
+		rtts:          map[peer.ID]map[peer.ID]int64{},
+		told:          map[peer.ID]told{},
+		coordFor:      map[[32]byte]peer.ID{},
+		auditLimit:    newPeerLimiter(cfg.audit.AuditRate, float64(cfg.audit.AuditBurst)),
+		refetchLimit:  newPeerLimiter(cfg.audit.RefetchRate, float64(cfg.audit.RefetchBurst)),
+		announceLimit: newPeerLimiter(announceRate, announceBurst),
+		announceNow:   make(chan struct{}, 1),
+		rel:           newReleaseState(),
 	}
 	o.ownDone.Store(!cfg.ownAddr.IsValid())
 	o.ctx, o.cancel = context.WithCancel(context.Background())
@@ -279,6 +286,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	h.SetStreamHandler(ReplicateID, o.serveReplicate())
 	h.SetStreamHandler(AuditID, o.serve(auditSpec, o.handlers[AuditID]))
 	h.SetStreamHandler(ReleaseID, o.serve(releaseSpec, o.handlers[ReleaseID]))
+	h.SetStreamHandler(AnnounceID, o.serve(announceSpec, o.handlers[AnnounceID]))
 
 	sub, err := o.announce.Subscribe(pubsub.WithBufferSize(64))
 	if err != nil {
@@ -448,7 +456,7 @@ func (o *Overlay) Tree() *subnet.Tree { return o.tree }
 // first result.
 func (o *Overlay) Close() error {
 	o.closeOnce.Do(func() {
-		for _, id := range []string{string(ProbeID), string(CoordinateID), string(ForwardID), string(ReplicateID), string(AuditID), string(ReleaseID)} {
+		for _, id := range []string{string(ProbeID), string(CoordinateID), string(ForwardID), string(ReplicateID), string(AuditID), string(ReleaseID), string(AnnounceID)} {
 			o.h.RemoveStreamHandler(protocolID(id))
 		}
 		o.cancel()
@@ -698,7 +706,9 @@ func (o *Overlay) reassign(ctx context.Context, t subnet.ID, from, to peer.ID, c
 	return d, nil
 }
 
-// Peers returns the peers this node has heard announce themselves, with
+// Peers returns the peers that announced themselves to this node (its
+// routing table's, the crawlers that heartbeat it as a coordinator, and
+// the peers that have it in their routing tables; see announce.go), with
 // their declared capacity, load and subnet count.
 func (o *Overlay) Peers() []PeerInfo {
 	o.mu.Lock()
@@ -714,8 +724,8 @@ func (o *Overlay) Peers() []PeerInfo {
 // Between returns the round-trip time between peers a and b as the overlay
 // measured it: this node's own latency to a peer is libp2p's peerstore
 // EWMA (fed by the DHT's requests and by pings, see announcements); other
-// pairs come from the RTTs peers announce, which are their peerstore EWMAs
-// (either direction). ok is false when nobody measured the pair. The
+// pairs come from the RTTs peers announced to this node (its neighbours,
+// see announce.go), which are their peerstore EWMAs (either direction). ok is false when nobody measured the pair. The
 // guided search bounds candidates with it (triangle inequality); on the
 // emulated Internet, where libp2p's own traffic does not see the world's
 // latencies, tests substitute the world's model.
@@ -904,6 +914,7 @@ func (o *Overlay) dispatchTable() map[protocol.ID]map[pb.Message_Type]handler {
 			pb.Message_RELEASE_QUERY: o.handleReleaseQuery,
 			pb.Message_CHUNK_QUERY:   o.handleChunkQuery,
 		},
+		AnnounceID: {pb.Message_ANNOUNCE: o.handleAnnounce},
 	}
 }
 

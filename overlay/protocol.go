@@ -29,6 +29,11 @@ const (
 	// ReleaseID: the release replacing a snapshot (RELEASE_QUERY), and
 	// chunks of a released snapshot file (CHUNK_QUERY); see release.go.
 	ReleaseID protocol.ID = "/micra/release/1.0.0"
+	// AnnounceID: a node's state (capacity, load, subnet count, whether
+	// it crawls, the release file it holds, its measured RTTs), sent to
+	// its routing-table neighbours and the coordinators it heartbeats and
+	// answered with the receiver's own (ANNOUNCE; announce.go).
+	AnnounceID protocol.ID = "/micra/announce/1.0.0"
 
 	// DHTPrefix is the Kademlia protocol prefix: micra's DHT speaks
 	// /micra/kad/1.0.0 and never joins the IPFS network.
@@ -38,7 +43,12 @@ const (
 // Pubsub topics. Topics carry a version; a breaking change of a payload gets
 // a new topic.
 const (
-	// TopicAnnounce carries node announcements (pb.Announce).
+	// TopicAnnounce carried node announcements (pb.Announce), flooded to
+	// every node.
+	//
+	// Deprecated: nodes exchange announcements with their neighbours over
+	// AnnounceID. This build still reads the topic, for one release, so
+	// that older nodes' announcements are heard; it publishes nothing.
 	TopicAnnounce = "/micra/announce/1"
 	// TopicRelease carries signed snapshot releases (subnet.Release's
 	// encoding).
@@ -70,7 +80,7 @@ const (
 	maxCoordMsg     = 256 << 10            // a heartbeat answer lists up to 4096 subnets of ~40 bytes
 	maxForwardMsg   = 1 << 20              // up to maxForwardURLs URLs of up to maxURLLen bytes, typically far less
 	maxReplicateMsg = 2 << 20              // a chunk of up to maxEntriesPerMsg entries
-	maxAnnounceMsg  = 4 << 10              // a pb.Announce is ~60 bytes and up to 48 RTTs of ~45
+	maxAnnounceMsg  = 4 << 10              // an ANNOUNCE is ~70 bytes and up to 48 RTTs of ~45
 	maxRecordSize   = 64 << 10             // a DHT record: an org index of up to maxOrgEntries entries
 	maxAuditMsg     = 4 << 20              // an AUDIT carries a whole signed result batch as evidence (node default: 256 KiB of records before compression)
 	maxReleaseMsg   = releaseChunk + 1<<10 // a CHUNK of a snapshot file
@@ -105,4 +115,5 @@ const (
 	svcReplicate  = "micra.replicate"
 	svcAudit      = "micra.audit"
 	svcRelease    = "micra.release"
+	svcAnnounce   = "micra.announce"
 )

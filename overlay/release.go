@@ -42,7 +42,8 @@ import (
 //     The file is checked against the release's size and hash and decoded
 //     before it is stored; a peer that serves other bytes is not asked again
 //     for that release. Once stored, the node serves the file and says so in
-//     its announcements.
+//     its announcements, to its neighbours at once (announceSoon), so the
+//     news spreads along the routing tables as fast as the files do.
 //   - A node keeps at most two snapshot files, in its release directory
 //     (ReleaseDir; files, not badger values, since a snapshot is megabytes):
 //     the one it runs (when it came from a release) and the next.
@@ -490,11 +491,16 @@ func (o *Overlay) storeReleaseFile(r subnet.Release, file []byte) error {
 	}
 	s := o.rel
 	s.mu.Lock()
-	if s.next != nil && s.next.Snapshot == r.Snapshot {
+	ready := s.next != nil && s.next.Snapshot == r.Snapshot
+	if ready {
 		s.ready = true
 	}
 	s.mu.Unlock()
 	o.log.Info("release file stored", "snapshot", r.Snapshot.Short(), "bytes", len(file), "path", final)
+	if ready {
+		// The neighbours hear at once that this node serves the file.
+		o.announceSoon()
+	}
 	return nil
 }
 

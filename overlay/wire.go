@@ -36,6 +36,7 @@ var (
 	replicateSpec = spec{ReplicateID, svcReplicate, maxReplicateMsg, syncDeadline}
 	auditSpec     = spec{AuditID, svcAudit, maxAuditMsg, auditDeadline}
 	releaseSpec   = spec{ReleaseID, svcRelease, maxReleaseMsg, syncDeadline}
+	announceSpec  = spec{AnnounceID, svcAnnounce, maxAnnounceMsg, shortDeadline}
 )
 
 // payloadFields maps each message type but OK to its payload field: the

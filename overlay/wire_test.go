@@ -266,7 +266,7 @@ func FuzzDecodeAnnounce(f *testing.F) {
 	f.Add(good)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		a, err := decodeAnnounce(sid, b, now)
-		if err == nil && (a.GetVersion() != 1 || len(b) > maxAnnounceMsg) {
+		if err == nil && (len(b) > maxAnnounceMsg || len(a.rtts) > maxAnnouncedRTTs || a.at.Sub(now).Abs() > announceSkew) {
 			t.Fatal("accepted a bad announcement")
 		}
 	})

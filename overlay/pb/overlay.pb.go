@@ -63,6 +63,7 @@ const (
 	Message_CHUNK         Message_Type = 33 // chunk
 	Message_CARRY         Message_Type = 34 // carry: a node carries its delegation of the previous snapshot into this one; answered with DELEGATION
 	Message_CARRY_PROBES  Message_Type = 35 // carry_probes: a coordinator of the previous snapshot carries its stored probe results into this one's shards; answered with OK
+	Message_ANNOUNCE      Message_Type = 36 // announce: a node's state to a routing-table neighbour or a coordinator it heartbeats; answered with the receiver's own ANNOUNCE
 )
 
 // Enum value maps for Message_Type.
@@ -104,6 +105,7 @@ var (
 		33: "CHUNK",
 		34: "CARRY",
 		35: "CARRY_PROBES",
+		36: "ANNOUNCE",
 	}
 	Message_Type_value = map[string]int32{
 		"UNKNOWN":       0,
@@ -142,6 +144,7 @@ var (
 		"CHUNK":         33,
 		"CARRY":         34,
 		"CARRY_PROBES":  35,
+		"ANNOUNCE":      36,
 	}
 )
 
@@ -520,6 +523,7 @@ type Message struct {
 	Chunk         *Chunk        `protobuf:"bytes,34,opt,name=chunk,proto3" json:"chunk,omitempty"`
 	Carry         *Carry        `protobuf:"bytes,35,opt,name=carry,proto3" json:"carry,omitempty"`
 	CarryProbes   *CarryProbes  `protobuf:"bytes,36,opt,name=carry_probes,json=carryProbes,proto3" json:"carry_probes,omitempty"`
+	Announce      *Announce     `protobuf:"bytes,37,opt,name=announce,proto3" json:"announce,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -802,6 +806,13 @@ func (x *Message) GetCarry() *Carry {
 func (x *Message) GetCarryProbes() *CarryProbes {
 	if x != nil {
 		return x.CarryProbes
+	}
+	return nil
+}
+
+func (x *Message) GetAnnounce() *Announce {
+	if x != nil {
+		return x.Announce
 	}
 	return nil
 }
@@ -2723,7 +2734,9 @@ func (x *OrgEntry) GetNode() []byte {
 	return nil
 }
 
-// Announce is published on the announcement topic by every node.
+// Announce is a node's state: exchanged in ANNOUNCE requests and answers
+// with its routing-table neighbours and the coordinators it heartbeats
+// (AnnounceID); formerly published on the announcement topic.
 type Announce struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -4106,7 +4119,7 @@ var File_overlay_proto protoreflect.FileDescriptor
 
 const file_overlay_proto_rawDesc = "" +
 	"\n" +
-	"\roverlay.proto\x12\rmicra.overlay\"\x84\x13\n" +
+	"\roverlay.proto\x12\rmicra.overlay\"\xc7\x13\n" +
 	"\aMessage\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12/\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1b.micra.overlay.Message.TypeR\x04type\x12*\n" +
@@ -4154,7 +4167,8 @@ const file_overlay_proto_rawDesc = "" +
 	"chunkQuery\x12*\n" +
 	"\x05chunk\x18\" \x01(\v2\x14.micra.overlay.ChunkR\x05chunk\x12*\n" +
 	"\x05carry\x18# \x01(\v2\x14.micra.overlay.CarryR\x05carry\x12=\n" +
-	"\fcarry_probes\x18$ \x01(\v2\x1a.micra.overlay.CarryProbesR\vcarryProbes\"\x89\x04\n" +
+	"\fcarry_probes\x18$ \x01(\v2\x1a.micra.overlay.CarryProbesR\vcarryProbes\x123\n" +
+	"\bannounce\x18% \x01(\v2\x17.micra.overlay.AnnounceR\bannounce\"\x97\x04\n" +
 	"\x04Type\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05ERROR\x10\x01\x12\x06\n" +
@@ -4197,7 +4211,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\vCHUNK_QUERY\x10 \x12\t\n" +
 	"\x05CHUNK\x10!\x12\t\n" +
 	"\x05CARRY\x10\"\x12\x10\n" +
-	"\fCARRY_PROBES\x10#\"\xb7\x03\n" +
+	"\fCARRY_PROBES\x10#\x12\f\n" +
+	"\bANNOUNCE\x10$\"\xb7\x03\n" +
 	"\x05Error\x12-\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x19.micra.overlay.Error.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12+\n" +
@@ -4597,56 +4612,57 @@ var file_overlay_proto_depIdxs = []int32{
 	54, // 32: micra.overlay.Message.chunk:type_name -> micra.overlay.Chunk
 	57, // 33: micra.overlay.Message.carry:type_name -> micra.overlay.Carry
 	55, // 34: micra.overlay.Message.carry_probes:type_name -> micra.overlay.CarryProbes
-	1,  // 35: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
-	8,  // 36: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
-	2,  // 37: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
-	9,  // 38: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
-	9,  // 39: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
-	38, // 40: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
-	38, // 41: micra.overlay.Delegation.parts:type_name -> micra.overlay.SignedRecord
-	10, // 42: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
-	9,  // 43: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
-	9,  // 44: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
-	38, // 45: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
-	24, // 46: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
-	10, // 47: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
-	32, // 48: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
-	10, // 49: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
-	32, // 50: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
-	38, // 51: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
-	38, // 52: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
-	10, // 53: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
-	3,  // 54: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
-	9,  // 55: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
-	4,  // 56: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
-	9,  // 57: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
-	36, // 58: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
-	9,  // 59: micra.overlay.Record.carried_from:type_name -> micra.overlay.Range
-	9,  // 60: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
-	39, // 61: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
-	9,  // 62: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
-	9,  // 63: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
-	9,  // 64: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
-	38, // 65: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
-	39, // 66: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
-	9,  // 67: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
-	9,  // 68: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
-	44, // 69: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
-	38, // 70: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
-	39, // 71: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
-	46, // 72: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
-	5,  // 73: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
-	49, // 74: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
-	56, // 75: micra.overlay.CarryProbes.probes:type_name -> micra.overlay.CarriedProbe
-	9,  // 76: micra.overlay.CarriedProbe.from:type_name -> micra.overlay.Range
-	33, // 77: micra.overlay.CarriedProbe.probe:type_name -> micra.overlay.ProbeEntry
-	38, // 78: micra.overlay.Carry.record:type_name -> micra.overlay.SignedRecord
-	9,  // 79: micra.overlay.Carry.subnet:type_name -> micra.overlay.Range
-	80, // [80:80] is the sub-list for method output_type
-	80, // [80:80] is the sub-list for method input_type
-	80, // [80:80] is the sub-list for extension type_name
-	80, // [80:80] is the sub-list for extension extendee
-	0,  // [0:80] is the sub-list for field type_name
+	37, // 35: micra.overlay.Message.announce:type_name -> micra.overlay.Announce
+	1,  // 36: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
+	8,  // 37: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
+	2,  // 38: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
+	9,  // 39: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
+	9,  // 40: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
+	38, // 41: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
+	38, // 42: micra.overlay.Delegation.parts:type_name -> micra.overlay.SignedRecord
+	10, // 43: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
+	9,  // 44: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
+	9,  // 45: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
+	38, // 46: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
+	24, // 47: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
+	10, // 48: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
+	32, // 49: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
+	10, // 50: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
+	32, // 51: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
+	38, // 52: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
+	38, // 53: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
+	10, // 54: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
+	3,  // 55: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
+	9,  // 56: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
+	4,  // 57: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
+	9,  // 58: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
+	36, // 59: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
+	9,  // 60: micra.overlay.Record.carried_from:type_name -> micra.overlay.Range
+	9,  // 61: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
+	39, // 62: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
+	9,  // 63: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
+	9,  // 64: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
+	9,  // 65: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
+	38, // 66: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
+	39, // 67: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
+	9,  // 68: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
+	9,  // 69: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
+	44, // 70: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
+	38, // 71: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
+	39, // 72: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
+	46, // 73: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
+	5,  // 74: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
+	49, // 75: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
+	56, // 76: micra.overlay.CarryProbes.probes:type_name -> micra.overlay.CarriedProbe
+	9,  // 77: micra.overlay.CarriedProbe.from:type_name -> micra.overlay.Range
+	33, // 78: micra.overlay.CarriedProbe.probe:type_name -> micra.overlay.ProbeEntry
+	38, // 79: micra.overlay.Carry.record:type_name -> micra.overlay.SignedRecord
+	9,  // 80: micra.overlay.Carry.subnet:type_name -> micra.overlay.Range
+	81, // [81:81] is the sub-list for method output_type
+	81, // [81:81] is the sub-list for method input_type
+	81, // [81:81] is the sub-list for extension type_name
+	81, // [81:81] is the sub-list for extension extendee
+	0,  // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_overlay_proto_init() }

@@ -1,0 +1,278 @@
+package overlay
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/event"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/overlay/pb"
+)
+
+// announceCount is the ANNOUNCE requests nodes sent so far.
+func announceCount(nodes []*node) int64 {
+	var n int64
+	for _, nd := range nodes {
+		n += nd.o.Stats().Kinds["micra/"+pb.Message_ANNOUNCE.String()]
+	}
+	return n
+}
+
+// TestAnnounceExchange: announcements go to neighbours and come back in
+// the answer, so that every node knows every other's state and RTTs in a
+// small network; a pair of neighbours exchanges about once a round, not
+// once per node and round.
+func TestAnnounceExchange(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		const n, every = 6, 10 * time.Second
+		nodes := r.swarm(n, Announce(every))
+		eventually(t, 20*time.Second, func() error {
+			for _, nd := range nodes {
+				if got := len(nd.o.Peers()); got != n-1 {
+					return fmt.Errorf("%s heard %d announcements, want %d", nd.addr, got, n-1)
+				}
+			}
+			return nil
+		})
+		// Others' RTTs came with the announcements (the first rounds carry
+		// them).
+		eventually(t, 20*time.Second, func() error {
+			o := nodes[0].o
+			for _, a := range nodes[1:] {
+				for _, b := range nodes[1:] {
+					if _, ok := o.Between(a.h.ID(), b.h.ID()); a != b && ok {
+						return nil
+					}
+				}
+			}
+			return errors.New("no announced RTT between two other peers")
+		})
+		// Rounds: each pair of the n nodes exchanges once a round (either
+		// way), not twice.
+		const rounds = 12
+		time.Sleep(2 * every) // past the first, unsynchronised rounds
+		c0 := announceCount(nodes)
+		time.Sleep(rounds * every)
+		pairs := int64(n * (n - 1) / 2)
+		if got := announceCount(nodes) - c0; got > pairs*(rounds+2) || got < pairs*(rounds-2) {
+			t.Errorf("%d exchanges in %d rounds of %d pairs, want about %d", got, rounds, pairs, pairs*rounds)
+		}
+	})
+}
+
+// TestAnnounceTargets: a round tells the routing table's peers and the
+// coordinators the node heartbeats; other connected peers only while the
+// routing table holds fewer than a bucket.
+func TestAnnounceTargets(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		nodes := r.swarm(8)
+		o := nodes[1].o
+		eventually(t, 20*time.Second, func() error {
+			ts := o.announceTargets()
+			for _, p := range o.dht.RoutingTable().ListPeers() {
+				if !slices.Contains(ts, p) {
+					return fmt.Errorf("routing-table peer %s not told", p)
+				}
+			}
+			if len(ts) != 7 {
+				return fmt.Errorf("%d targets, want the 7 other nodes of a small network", len(ts))
+			}
+			return nil
+		})
+		// A coordinator this node heartbeats is told, whatever its
+		// routing table.
+		o.mu.Lock()
+		var coords []peer.ID
+		for _, ref := range o.mine {
+			coords = append(coords, o.coordFor[ref.key(o.sid)])
+		}
+		o.mu.Unlock()
+		ts := o.announceTargets()
+		for _, c := range coords {
+			if c != o.h.ID() && !slices.Contains(ts, c) {
+				t.Errorf("coordinator %s not told", c)
+			}
+		}
+		if slices.Contains(ts, o.h.ID()) {
+			t.Error("a node tells itself")
+		}
+	})
+}
+
+// TestAnnounceFromDHTClient: a node behind NAT (a DHT client, in no
+// routing table) is known to the servers in its own routing table, which
+// it announces itself to, as a crawler with its declared state.
+func TestAnnounceFromDHTClient(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		// The servers' next round is an hour away: what they hear of the
+		// client after their first comes from the client's own rounds.
+		nodes := []*node{r.node(0, Announce(time.Hour)), r.node(1, Announce(time.Hour)), r.node(2, Announce(time.Hour)),
+			r.node(3, Announce(5*time.Second))}
+		joinSwarm(t, nodes)
+		client := nodes[3]
+		time.Sleep(firstAnnounce)
+		em, err := client.h.EventBus().Emitter(new(event.EvtLocalReachabilityChanged), eventbus.Stateful)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer em.Close()
+		if err := em.Emit(event.EvtLocalReachabilityChanged{Reachability: network.ReachabilityPrivate}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, func() error {
+			for _, nd := range nodes[:3] {
+				if nd.o.dht.RoutingTable().Find(client.h.ID()) != "" {
+					return fmt.Errorf("%s still has the client in its routing table", nd.addr)
+				}
+			}
+			return nil
+		})
+		// Forget what the servers heard, then wait for the next round.
+		for _, nd := range nodes[:3] {
+			nd.o.mu.Lock()
+			delete(nd.o.peers, client.h.ID())
+			nd.o.mu.Unlock()
+		}
+		eventually(t, 30*time.Second, func() error {
+			for _, nd := range nodes[:3] {
+				if !slices.ContainsFunc(nd.o.Peers(), func(p PeerInfo) bool { return p.ID == client.h.ID() }) {
+					return fmt.Errorf("%s has not heard the client", nd.addr)
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// TestAnnounceReleaseHolder: a node that has stored a release's file tells
+// its neighbours at once, not at its next round.
+func TestAnnounceReleaseHolder(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		pub, priv := releaseKeys(t)
+		slow := []Option{Announce(time.Hour), ReleaseTiming(time.Hour, time.Hour)}
+		publisher := r.node(0, append(slow, ReleaseKeys(t.TempDir(), pub))...)
+		fetcher := r.node(1, Announce(time.Hour), ReleaseKeys(t.TempDir(), pub), ReleaseTiming(0, time.Hour))
+		watcher := r.node(2, append(slow, ReleaseKeys(t.TempDir(), pub))...)
+		joinSwarm(t, []*node{publisher, fetcher, watcher})
+		time.Sleep(firstAnnounce) // the first round is over: the next is half an hour away at least
+		file := nextSnapshot(t)
+		rel, raw := signedRelease(t, priv, file)
+		if err := publisher.o.PublishRelease(t.Context(), raw, file); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, time.Minute, func() error {
+			if st, ok := fetcher.o.NextRelease(); !ok || !st.Ready || st.Release.Snapshot != rel.Snapshot {
+				return errors.New("the fetcher has not stored the file")
+			}
+			return nil
+		})
+		eventually(t, 10*time.Second, func() error {
+			s := watcher.o.rel
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if _, ok := s.holders[fetcher.h.ID()]; !ok {
+				return errors.New("the watcher does not know the fetcher holds the file")
+			}
+			return nil
+		})
+	})
+}
+
+// TestAnnounceRefusals: a peer's announcements are checked and budgeted;
+// the answer is this node's own; a full announcement fits in a frame.
+func TestAnnounceRefusals(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		nodes := r.swarm(2, Announce(time.Hour))
+		o, from := nodes[0].o, nodes[1].h.ID()
+		msg := func(a *pb.Announce) *pb.Message {
+			m := newMsg(pb.Message_ANNOUNCE)
+			m.Announce = a
+			return m
+		}
+		good := func() *pb.Announce {
+			return &pb.Announce{Version: wireVersion, Snapshot: o.sid[:], Capacity: 7, Load: 3, Subnets: 2, AtMs: time.Now().UnixMilli()}
+		}
+		time.Sleep(time.Minute) // the budget is full again
+		resp, err := o.handleAnnounce(t.Context(), from, msg(good()))
+		if err != nil || resp.GetType() != pb.Message_ANNOUNCE || string(resp.GetAnnounce().GetSnapshot()) != string(o.sid[:]) {
+			t.Fatalf("answer %v, %v", resp, err)
+		}
+		if i := slices.IndexFunc(o.Peers(), func(p PeerInfo) bool { return p.ID == from }); i < 0 || o.Peers()[i].Capacity != 7 {
+			t.Fatalf("peer table after an announcement: %+v", o.Peers())
+		}
+		bad := map[string]func(a *pb.Announce){
+			"version":  func(a *pb.Announce) { a.Version = 2 },
+			"snapshot": func(a *pb.Announce) { a.Snapshot = make([]byte, 32) },
+			"old":      func(a *pb.Announce) { a.AtMs = time.Now().Add(-time.Hour).UnixMilli() },
+			"future":   func(a *pb.Announce) { a.AtMs = time.Now().Add(time.Hour).UnixMilli() },
+			"release":  func(a *pb.Announce) { a.Release = make([]byte, 33) },
+		}
+		for name, f := range bad {
+			a := good()
+			f(a)
+			if _, err := o.handleAnnounce(t.Context(), from, msg(a)); err == nil {
+				t.Errorf("%s: accepted", name)
+			}
+		}
+		// The budget: a burst, then one a second.
+		time.Sleep(time.Minute)
+		refused := 0
+		for range announceBurst + 4 {
+			if _, err := o.handleAnnounce(t.Context(), from, msg(good())); errors.Is(err, ErrOverloaded) {
+				refused++
+			}
+		}
+		if refused != 4 {
+			t.Errorf("%d of %d announcements at once refused, want 4", refused, announceBurst+4)
+		}
+		// A full announcement (maxAnnouncedRTTs RTTs to peers with the
+		// longest usual ids, a release) fits in a frame.
+		a := good()
+		a.Release = o.sid[:]
+		a.Capacity, a.Load = 1<<62, 1<<62
+		for range maxAnnouncedRTTs {
+			a.Rtts = append(a.Rtts, &pb.PeerRTT{Peer: make([]byte, 70), RttMicros: 1 << 40})
+		}
+		if size := proto.Size(msg(a)) + 3; size > maxAnnounceMsg {
+			t.Errorf("a full ANNOUNCE frame is %d bytes, over %d", size, maxAnnounceMsg)
+		}
+	})
+}
+
+// FuzzAnnounceFrame: an ANNOUNCE frame as a stream reads it (the envelope,
+// then the announcement's checks) never yields an announcement outside
+// its bounds.
+func FuzzAnnounceFrame(f *testing.F) {
+	now := time.UnixMilli(1_700_000_000_000)
+	sid := make([]byte, 32)
+	m := newMsg(pb.Message_ANNOUNCE)
+	m.Announce = &pb.Announce{Version: 1, Snapshot: sid, AtMs: now.UnixMilli(), Capacity: 5, Rtts: []*pb.PeerRTT{{Peer: []byte("x"), RttMicros: 3}}}
+	good, _ := proto.Marshal(m)
+	f.Add(good)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m pb.Message
+		if len(b) > maxAnnounceMsg || decodeMessage(b, &m) != nil || m.GetType() != pb.Message_ANNOUNCE {
+			return
+		}
+		a, err := checkAnnounce(sid, m.GetAnnounce(), now)
+		if err != nil {
+			return
+		}
+		if len(a.rtts) > maxAnnouncedRTTs || a.at.Sub(now).Abs() > announceSkew || len(a.release) > len(sid) {
+			t.Fatalf("accepted an announcement out of bounds: %+v", a)
+		}
+		for _, us := range a.rtts {
+			if us <= 0 {
+				t.Fatalf("accepted an RTT of %d µs", us)
+			}
+		}
+	})
+}
