@@ -41,7 +41,7 @@ func benchOverlay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		cfg := scale.Config{Nodes: n, Subnets: *subnets, Churn: *churn, Seed: *seed, Boot: *boot, Liveness: *liveness, Idle: *idle, QUIC: *quic,
+		cfg := scale.Config{Nodes: n, Subnets: *subnets, Churn: *churn, Seed: *seed, Boot: *boot, Liveness: *liveness, Idle: *idle, QUIC: *quic, Stop: ctx.Done(),
 			Log: func(format string, a ...any) {
 				fmt.Fprintf(stderr, "[%d nodes] "+format+"\n", append([]any{n}, a...)...)
 			}}

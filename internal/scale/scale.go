@@ -16,6 +16,7 @@ package scale
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -57,6 +58,10 @@ type Config struct {
 	// instead of internal/memnet's in-memory transport: the protocols'
 	// figures are the same, the cost to run them several times higher.
 	QUIC bool
+	// Stop, when closed, ends the run at the next phase or virtual
+	// second with ErrStopped (nil: never). It may come from outside the
+	// bubble (a command's interrupt).
+	Stop <-chan struct{}
 	// Log receives progress lines (nil: none).
 	Log func(format string, args ...any)
 }
@@ -93,6 +98,9 @@ const (
 	settle = 30 * time.Second
 )
 
+// ErrStopped is Run's error when cfg.Stop closed before the run ended.
+var ErrStopped = errors.New("scale: stopped")
+
 type simNode struct {
 	addr netip.Addr
 	o    *overlay.Overlay
@@ -118,6 +126,25 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	}
 	if cfg.Nodes < cfg.Boot+2 || cfg.Subnets < 1 || cfg.Churn < 0 || cfg.Churn >= 1 {
 		return Result{}, fmt.Errorf("scale: want nodes ≥ %d, subnets ≥ 1, churn in [0,1): %+v", cfg.Boot+2, cfg)
+	}
+	stopped := func() bool {
+		select {
+		case <-cfg.Stop:
+			return true
+		default:
+			return false
+		}
+	}
+	// wait sleeps d of virtual time, a second at a time, and reports
+	// whether the run was stopped meanwhile.
+	wait := func(d time.Duration) bool {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			if stopped() {
+				return true
+			}
+			time.Sleep(min(time.Second, time.Until(end)))
+		}
+		return stopped()
 	}
 	ctx := t.Context()
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5ca1e))
@@ -321,7 +348,9 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 			}
 			return Result{}, fmt.Errorf("scale: %d of %d nodes' own subnets not claimed after 10 minutes: %v", len(bad), len(nodes), bad)
 		}
-		time.Sleep(time.Second)
+		if wait(time.Second) {
+			return Result{}, ErrStopped
+		}
 	}
 	res := Result{Nodes: cfg.Nodes, ConvergeS: time.Since(t0).Seconds()}
 	var ms runtime.MemStats
@@ -332,9 +361,13 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	logf("%d nodes converged in %.1f s (virtual), %.1f MB heap per node", cfg.Nodes, res.ConvergeS, res.HeapBytesPerNode/(1<<20))
 
 	// Idle upkeep.
-	time.Sleep(2 * heartbeat) // past the joins' own traffic
+	if wait(2 * heartbeat) { // past the joins' own traffic
+		return res, ErrStopped
+	}
 	b0, m0, i0, pr0, k0 := bytesNow(), counters(nodes), time.Now(), net.SentByProtocol(), kinds(nodes)
-	time.Sleep(cfg.Idle)
+	if wait(cfg.Idle) {
+		return res, ErrStopped
+	}
 	logf("idle messages per node per hour by kind:%s", perKind(k0, kinds(nodes), time.Since(i0).Hours()*float64(cfg.Nodes)))
 	var split []string
 	for p, b := range net.SentByProtocol() {
@@ -377,6 +410,9 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
+				if stopped() {
+					return
+				}
 				if _, err := picks[i].o.Delegate(ctx, "http://"+s.Addrs[0].String()+"/", s.Addrs[0]); err != nil {
 					mu.Lock()
 					failed++
@@ -393,10 +429,15 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	}
 	b0, m0, p0, d0, k0 := bytesNow(), counters(nodes), probesNow(), time.Now(), kinds(nodes)
 	failed := delegateAll(todo, nodes)
+	if stopped() {
+		return res, ErrStopped
+	}
 	// What decisions set off after their answer (notices, index updates,
 	// organisation records put after coalescing, replica pushes) counts
 	// too: the phase ends a while after the last answer.
-	time.Sleep(settle)
+	if wait(settle) {
+		return res, ErrStopped
+	}
 	span := time.Since(d0).Hours()
 	logf("delegation messages by kind, per delegation (idle upkeep included):%s", perKind(k0, kinds(nodes), float64(len(todo))))
 	res.Delegations = len(todo) - failed
@@ -415,6 +456,9 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	// upkeep in that moment included).
 	var hops []float64
 	for range min(hopSample, len(todo)) {
+		if stopped() {
+			return res, ErrStopped
+		}
 		n := nodes[rng.IntN(len(nodes))]
 		s := todo[rng.IntN(len(todo))]
 		n.o.Invalidate(tree.Range(tree.SmallestNonUnary(s.Addrs[0])))
@@ -459,7 +503,9 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 			return res, err
 		}
 		nodes = append(nodes, fresh...)
-		time.Sleep(liveness + 2*time.Minute)
+		if wait(liveness + 2*time.Minute) {
+			return res, ErrStopped
+		}
 		alive := live(nodes)
 		if f := delegateAll(later, alive); f > 0 {
 			logf("%d of %d delegations after the churn failed", f, len(later))
@@ -474,7 +520,9 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 			}
 		}
 		delegateAll(again, alive)
-		time.Sleep(2 * heartbeat) // heartbeats settle who holds what
+		if wait(2 * heartbeat) { // heartbeats settle who holds what
+			return res, ErrStopped
+		}
 		holders := map[subnet.Range]int{}
 		for _, n := range alive {
 			for _, d := range n.o.Owned() {
