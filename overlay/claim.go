@@ -19,49 +19,79 @@ import (
 )
 
 // ensureOwner returns the shard when this node is (or becomes, by claiming)
-// its coordinator, and a notCoordinatorError naming the closest peer
+// its coordinator, and a notCoordinatorError naming a closer peer
 // otherwise.
+//
+// It answers from the routing table's view (view), without a DHT lookup in
+// the common case. A claim is confirmed by the claim round itself: the
+// replicas it asks for their promise are the peers nearest the key but this
+// node, whose routing tables are complete near the key, and each refuses,
+// naming the peer, when it knows a live one nearer than this node (a peer
+// that joined a moment ago, which this node has not met yet; handleSync).
+// That used to be a lookup before every claim, some twenty DHT queries, and
+// two thirds of a delegation's messages where shards are new.
+//
+// A lookup stays the fallback where views genuinely disagree, at most once
+// per maintenance interval and key: when the claim finds no majority of its
+// replica set (a peer of the view is gone, or the replicas know many peers
+// nearer the key), and when this node is a replica whose view's
+// coordinator is not connected (a coordinator gone silent stays in the
+// routing table until a query to it fails, and the requester, which failed
+// to reach it, came here). A node that has not completed its Bootstrap self
+// lookup yet looks up before it claims, as before: its routing table does
+// not hold its neighbourhood yet, so its view picks the wrong replicas, and
+// in a network that is forming theirs may not know better.
 func (c *coordinator) ensureOwner(ctx context.Context, ref shardRef) (*shard, error) {
 	sh, err := c.shard(ref)
 	if err != nil {
 		return nil, err
 	}
-	// The routing table's view answers without a lookup (view), except
-	// where it may be stale in a way that matters, at most once per
-	// maintenance interval and key: before this node claims the shard (a
-	// closer peer may have joined a moment ago), and when this node is a
-	// replica and refuses in favour of another (a coordinator gone silent
-	// stays in the routing table until a lookup meets it, and the
-	// requester, which failed to reach it, came here).
 	peers := c.view(sh.key)
 	sh.mu.Lock()
 	owned := sh.owned
 	sh.mu.Unlock()
+	if peers[0] == c.self && owned {
+		return sh, nil
+	}
 	fresh := c.age(sh.key) < c.cfg.maintain
 	switch {
-	case peers[0] == c.self && owned:
-		return sh, nil
-	case !fresh && (peers[0] == c.self || slices.Contains(c.replicaSet(peers), c.self)):
+	case fresh:
+	case peers[0] == c.self && !c.o.joined.Load(),
+		peers[0] != c.self && slices.Contains(c.replicaSet(peers), c.self) && !c.connected(peers[:1]):
 		peers = c.closestPeers(ctx, sh.key, true)
+		fresh = true
 	}
 	if peers[0] != c.self {
-		sh.mu.Lock()
-		if sh.owned {
-			// Its state goes to the closer peer, as when maintenance
-			// notices it first.
-			sh.owned = false
-			sh.handover = handoverRounds
-		}
-		sh.mu.Unlock()
-		return nil, &notCoordinatorError{closer: c.addrInfo(peers[0])}
+		return nil, c.notCloser(sh, peers[0])
 	}
 	if owned {
 		return sh, nil
 	}
-	if err := c.claim(ctx, sh, peers); err != nil {
+	err = c.claim(ctx, sh, peers)
+	if errors.Is(err, ErrUnavailable) && !fresh {
+		// No majority of the view's replica set answered: some of it is
+		// gone. Look the key up and claim again with the live set.
+		if peers = c.closestPeers(ctx, sh.key, true); peers[0] != c.self {
+			return nil, c.notCloser(sh, peers[0])
+		}
+		err = c.claim(ctx, sh, peers)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return sh, nil
+}
+
+// notCloser gives sh up to p, a peer nearer its key (its state goes to p,
+// as when maintenance notices p first), and returns the refusal naming p.
+func (c *coordinator) notCloser(sh *shard, p peer.ID) error {
+	sh.mu.Lock()
+	if sh.owned {
+		sh.owned = false
+		sh.handover = handoverRounds
+	}
+	sh.mu.Unlock()
+	return &notCoordinatorError{closer: c.addrInfo(p)}
 }
 
 // replicaSet returns a copy of the first replication-factor peers of
@@ -117,18 +147,31 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 	ok := 1 // self
 	var maxSeq uint64
 	var higher uint64
+	var nearer *peer.AddrInfo // the nearest live peer a replica knows nearer the key than this node
 	for r := range results {
+		var nc *notCoordinatorError
 		switch {
 		case r.err == nil:
 			if slices.Contains(set, r.p) {
 				ok++
 			}
 			maxSeq = max(maxSeq, r.seq)
+		case errors.As(r.err, &nc) && nc.closer.ID != c.self && closer(nc.closer.ID, c.self, sh.key):
+			if nearer == nil || closer(nc.closer.ID, nearer.ID, sh.key) {
+				nearer = &nc.closer
+			}
 		case r.stale > 0:
 			higher = max(higher, r.stale)
 		default:
 			c.log.Debug("shard sync failed", "peer", r.p, "shard", sh.ref.String(), "error", r.err)
 		}
+	}
+	if nearer != nil {
+		// This node's view missed a peer nearer the key: it is not the
+		// coordinator. The requester goes to that peer, and this node
+		// meets it, so that its routing table learns it (learn).
+		c.learn(sh.key, *nearer)
+		return fmt.Errorf("claiming %s: %w", sh.ref, &notCoordinatorError{closer: *nearer})
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -165,6 +208,9 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 		}
 		return true
 	})
+	// The replica set confirmed this node's view of the key's nearest
+	// peers: maintenance takes it as a lookup's (maintainView).
+	c.confirmed(sh.key, peers)
 	c.log.Info("shard claimed", "shard", sh.ref.String(), "epoch", epoch, "replicas", len(set)-1)
 	return nil
 }
@@ -200,8 +246,15 @@ func (c *coordinator) syncFrom(ctx context.Context, p peer.ID, sh *shard, epoch 
 		}
 		if m.GetType() == pb.Message_ERROR {
 			_ = s.Close()
-			if m.GetError().GetCode() == pb.Error_STALE_EPOCH {
+			switch m.GetError().GetCode() {
+			case pb.Error_STALE_EPOCH:
 				return 0, m.GetError().GetEpoch(), codeToError(m.GetError())
+			case pb.Error_NOT_COORDINATOR:
+				if h := m.GetError().GetHint(); h != nil {
+					if id, err := peer.IDFromBytes(h.GetId()); err == nil {
+						return 0, 0, &notCoordinatorError{closer: peer.AddrInfo{ID: id, Addrs: hintAddrs(h)}}
+					}
+				}
 			}
 			return 0, 0, codeToError(m.GetError())
 		}
@@ -356,7 +409,10 @@ func (c *coordinator) write(ctx context.Context, sh *shard, n int, mk func(i int
 // replicate pushes entries under epoch to the replica set and waits for a
 // majority (self included).
 func (c *coordinator) replicate(ctx context.Context, sh *shard, epoch uint64, entries []*pb.Entry) error {
-	set := c.replicaSet(c.closestPeers(ctx, sh.key, false))
+	// The view, not a lookup: the claim confirmed it, and maintenance
+	// looks the key up after a failed push (recheck) or a change of the
+	// replica set (maintainView).
+	set := c.replicaSet(c.view(sh.key))
 	others := slices.DeleteFunc(slices.Clone(set), func(p peer.ID) bool { return p == c.self })
 	need := majority(len(set)) - 1
 	if len(others) == 0 {
@@ -521,7 +577,23 @@ func (c *coordinator) handleSync(ctx context.Context, from peer.ID, req *pb.Mess
 	if err != nil {
 		return err
 	}
-	if !c.plausible(ctx, ref.key(c.sid), from) {
+	// The claim's confirmation (ensureOwner): a replica that knows a live
+	// peer nearer the key than the asker refuses the promise and names
+	// the peer, which the asker hands the request to. It refuses before it
+	// promises, so that a claimant whose view missed the coordinator does
+	// not depose it. The confirmation is worth something only from a
+	// replica near the key, whose routing table holds every peer there: a
+	// node that knows 2×replication peers nearer the key than itself is not
+	// one (the asker's view is young or wrong) and refuses without a hint,
+	// which the asker counts as a replica that did not answer.
+	key := ref.key(c.sid)
+	if p, ok := c.nearerLive(key, from); ok {
+		return &notCoordinatorError{closer: p}
+	}
+	if !c.ranked(key, c.self, c.view(key)) {
+		return fmt.Errorf("%w: this node is not among the peers closest to the shard", ErrNotCoordinator)
+	}
+	if !c.plausible(ctx, key, from) {
 		return fmt.Errorf("%w: %s is not among the peers closest to the shard", ErrNotCoordinator, from)
 	}
 	sh, err := c.shard(ref)
