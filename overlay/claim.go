@@ -148,12 +148,14 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 	var maxSeq uint64
 	var higher uint64
 	var nearer *peer.AddrInfo // the nearest live peer a replica knows nearer the key than this node
+	var answered []peer.ID    // replicas of the set that promised and sent their state
 	for r := range results {
 		var nc *notCoordinatorError
 		switch {
 		case r.err == nil:
 			if slices.Contains(set, r.p) {
 				ok++
+				answered = append(answered, r.p)
 			}
 			maxSeq = max(maxSeq, r.seq)
 		case errors.As(r.err, &nc) && nc.closer.ID != c.self && closer(nc.closer.ID, c.self, sh.key):
@@ -194,11 +196,22 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 	}
 	sh.owned = true
 	sh.handover = 0
-	sh.dirty = true // the merged state goes to the replicas on the next push
+	sh.pending = nil // written under an older epoch: the push of the whole state carries them
+	if sh.meta.GetSeq() == 0 {
+		// A shard new to the network: neither this node nor any replica
+		// that answered holds an entry, so those replicas hold the whole
+		// state already and the next maintenance round pushes nothing to
+		// them (a push per replica and new shard, most of them
+		// organisation shards of one entry).
+		sh.dirty = false
+		sh.replicas = answered
+	} else {
+		sh.dirty = true // the merged state goes to the replicas on the next push
+		sh.replicas = nil
+	}
 	if sh.ref.kind == pb.ShardRef_ORG {
 		sh.orgDirty = true // the new epoch's record supersedes the old coordinator's
 	}
-	sh.replicas = nil
 	now := time.Now()
 	// Crawlers get a full liveness timeout from the takeover: heartbeats
 	// went to the previous coordinator.
@@ -373,6 +386,18 @@ func (c *coordinator) decodeDelegation(e *pb.Entry, verify bool) (Delegation, er
 // write stores entries as the owner of sh, stamping them with the shard's
 // epoch and next sequence numbers (mk builds each entry's value once its
 // version is known), and replicates them to a majority of the replica set.
+//
+// Measurements (PROBE and LOAD entries: a probe's RTT, a crawler's declared
+// load) are stored at once but not replicated on their own: they wait in
+// sh.pending for the shard's next write, whose REPLICATE carries them
+// (nearly always the decision they were taken for, a second or two later),
+// or for the next maintenance round (flushPending). A decision's probes
+// were a write and two REPLICATEs each, half of a delegation's replication
+// messages. What is acknowledged stays as durable as before: a decision's
+// record is replicated to a majority before it is answered, with the
+// probes it was decided on. A coordinator that dies in between loses at
+// most a maintenance round of measurements, which the next decision takes
+// again.
 func (c *coordinator) write(ctx context.Context, sh *shard, n int, mk func(i int, epoch, seq uint64) (*pb.Entry, error)) ([]*pb.Entry, error) {
 	sh.mu.Lock()
 	if !sh.owned {
@@ -399,20 +424,54 @@ func (c *coordinator) write(ctx context.Context, sh *shard, n int, mk func(i int
 		sh.mu.Unlock()
 		return nil, err
 	}
+	if measurements(entries) {
+		sh.pending = append(sh.pending, entries...)
+		sh.mu.Unlock()
+		return entries, nil
+	}
+	batch := append(sh.pending, entries...) // sequence order: the pending ones were written first
+	sh.pending = nil
 	sh.mu.Unlock()
-	if err := c.replicate(ctx, sh, epoch, entries); err != nil {
+	if err := c.replicate(ctx, sh, epoch, batch); err != nil {
 		return nil, err
 	}
 	return entries, nil
 }
 
+// measurements reports whether entries are all PROBE or LOAD entries,
+// whose replication waits for the shard's next write (write).
+func measurements(entries []*pb.Entry) bool {
+	for _, e := range entries {
+		if k := e.GetKind(); k != pb.Entry_PROBE && k != pb.Entry_LOAD {
+			return false
+		}
+	}
+	return len(entries) > 0
+}
+
+// flushPending replicates the measurements sh's writes left pending, if
+// any: a maintenance round's share of write.
+func (c *coordinator) flushPending(ctx context.Context, sh *shard) {
+	sh.mu.Lock()
+	batch, epoch := sh.pending, sh.meta.GetEpoch()
+	sh.pending = nil
+	owned := sh.owned
+	sh.mu.Unlock()
+	if len(batch) == 0 || !owned {
+		return
+	}
+	if err := c.replicate(ctx, sh, epoch, batch); err != nil {
+		c.log.Debug("replicating measurements failed", "shard", sh.ref.String(), "error", err)
+	}
+}
+
 // replicate pushes entries under epoch to the replica set and waits for a
 // majority (self included).
 func (c *coordinator) replicate(ctx context.Context, sh *shard, epoch uint64, entries []*pb.Entry) error {
-	// The view, not a lookup: the claim confirmed it, and maintenance
-	// looks the key up after a failed push (recheck) or a change of the
-	// replica set (maintainView).
-	set := c.replicaSet(c.view(sh.key))
+	// The cached list, never a lookup: the claim confirmed it, and
+	// maintenance looks the key up after a failed push (recheck), a change
+	// of the view's replica set or closestTTL (maintainView).
+	set := c.replicaSet(c.cached(sh.key))
 	others := slices.DeleteFunc(slices.Clone(set), func(p peer.ID) bool { return p == c.self })
 	need := majority(len(set)) - 1
 	if len(others) == 0 {

@@ -76,6 +76,8 @@ type shard struct {
 	meta  *pb.ShardMeta
 	owned bool // claimed at meta.epoch and not superseded
 	dirty bool // a replication push failed: push the full state again
+	// pending holds measurements written but not replicated yet (write).
+	pending []*pb.Entry
 	// handover counts the maintenance rounds left to hand this node's
 	// state to a closer peer that took the shard over (0: none due).
 	handover int

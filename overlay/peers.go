@@ -91,6 +91,19 @@ func (c *coordinator) view(key [32]byte) []peer.ID {
 	return c.nearest(key, e.peers)
 }
 
+// cached returns key's cached list (a lookup's, a walk's or a confirmed
+// claim's), however old, and the view when there is none. It never looks
+// up: the list a shard's writes go to is kept current by maintenance.
+func (c *coordinator) cached(key [32]byte) []peer.ID {
+	c.mu.Lock()
+	e, ok := c.closest[key]
+	c.mu.Unlock()
+	if ok && len(e.peers) > 0 {
+		return e.peers
+	}
+	return c.view(key)
+}
+
 // closer reports whether a is nearer key than b in XOR distance.
 func closer(a, b peer.ID, key [32]byte) bool {
 	return kb.Closer(a, b, string(key[:]))
@@ -219,12 +232,20 @@ func (c *coordinator) plausible(ctx context.Context, key [32]byte, p peer.ID) bo
 	if c.ranked(key, p, peers) {
 		return true
 	}
-	// Views genuinely disagree (the list holds peers gone since, or misses
-	// some): a full lookup settles it, unless one did (or a walk, or a
-	// claim confirmed the list) within closestTTL. A peer that keeps
-	// asking, such as a deposed coordinator far from the key offering its
-	// state every maintenance round, costs one lookup per interval.
-	if c.age(key) < c.cfg.closestTTL {
+	// The list may predate p's arrival, or hold peers gone since: walk
+	// again when it is older than a maintenance interval (a coordinator
+	// that joined a moment ago sends its first notices), and where views
+	// still disagree a full lookup settles it, at most once per closestTTL
+	// and key: a peer that keeps asking, such as a deposed coordinator far
+	// from the key offering its state every maintenance round, costs a
+	// walk per round and a lookup per interval, not a lookup per request.
+	age := c.age(key)
+	if age >= c.cfg.maintain {
+		if c.ranked(key, p, c.walk(ctx, key)) {
+			return true
+		}
+	}
+	if age < c.cfg.closestTTL {
 		return false
 	}
 	return c.ranked(key, p, c.closestPeers(ctx, key, true))
