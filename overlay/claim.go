@@ -398,7 +398,12 @@ func (c *coordinator) decodeDelegation(e *pb.Entry, verify bool) (Delegation, er
 // probes it was decided on. A coordinator that dies in between loses at
 // most a maintenance round of measurements, which the next decision takes
 // again.
-func (c *coordinator) write(ctx context.Context, sh *shard, n int, mk func(i int, epoch, seq uint64) (*pb.Entry, error)) ([]*pb.Entry, error) {
+//
+// Other writes are replicated in batches (commit), on the overlay's
+// lifetime: a writer waits for the batch that carries its entries whatever
+// ctx says, since that batch is other writers' too, and the replication
+// deadline bounds the wait.
+func (c *coordinator) write(_ context.Context, sh *shard, n int, mk func(i int, epoch, seq uint64) (*pb.Entry, error)) ([]*pb.Entry, error) {
 	sh.mu.Lock()
 	if !sh.owned {
 		sh.mu.Unlock()
