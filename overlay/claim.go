@@ -19,49 +19,79 @@ import (
 )
 
 // ensureOwner returns the shard when this node is (or becomes, by claiming)
-// its coordinator, and a notCoordinatorError naming the closest peer
+// its coordinator, and a notCoordinatorError naming a closer peer
 // otherwise.
+//
+// It answers from the routing table's view (view), without a DHT lookup in
+// the common case. A claim is confirmed by the claim round itself: the
+// replicas it asks for their promise are the peers nearest the key but this
+// node, whose routing tables are complete near the key, and each refuses,
+// naming the peer, when it knows a live one nearer than this node (a peer
+// that joined a moment ago, which this node has not met yet; handleSync).
+// That used to be a lookup before every claim, some twenty DHT queries, and
+// two thirds of a delegation's messages where shards are new.
+//
+// A lookup stays the fallback where views genuinely disagree, at most once
+// per maintenance interval and key: when the claim finds no majority of its
+// replica set (a peer of the view is gone, or the replicas know many peers
+// nearer the key), and when this node is a replica whose view's
+// coordinator is not connected (a coordinator gone silent stays in the
+// routing table until a query to it fails, and the requester, which failed
+// to reach it, came here). A node that has not completed its Bootstrap self
+// lookup yet looks up before it claims, as before: its routing table does
+// not hold its neighbourhood yet, so its view picks the wrong replicas, and
+// in a network that is forming theirs may not know better.
 func (c *coordinator) ensureOwner(ctx context.Context, ref shardRef) (*shard, error) {
 	sh, err := c.shard(ref)
 	if err != nil {
 		return nil, err
 	}
-	// The routing table's view answers without a lookup (view), except
-	// where it may be stale in a way that matters, at most once per
-	// maintenance interval and key: before this node claims the shard (a
-	// closer peer may have joined a moment ago), and when this node is a
-	// replica and refuses in favour of another (a coordinator gone silent
-	// stays in the routing table until a lookup meets it, and the
-	// requester, which failed to reach it, came here).
 	peers := c.view(sh.key)
 	sh.mu.Lock()
 	owned := sh.owned
 	sh.mu.Unlock()
+	if peers[0] == c.self && owned {
+		return sh, nil
+	}
 	fresh := c.age(sh.key) < c.cfg.maintain
 	switch {
-	case peers[0] == c.self && owned:
-		return sh, nil
-	case !fresh && (peers[0] == c.self || slices.Contains(c.replicaSet(peers), c.self)):
+	case fresh:
+	case peers[0] == c.self && !c.o.joined.Load(),
+		peers[0] != c.self && slices.Contains(c.replicaSet(peers), c.self) && !c.connected(peers[:1]):
 		peers = c.closestPeers(ctx, sh.key, true)
+		fresh = true
 	}
 	if peers[0] != c.self {
-		sh.mu.Lock()
-		if sh.owned {
-			// Its state goes to the closer peer, as when maintenance
-			// notices it first.
-			sh.owned = false
-			sh.handover = handoverRounds
-		}
-		sh.mu.Unlock()
-		return nil, &notCoordinatorError{closer: c.addrInfo(peers[0])}
+		return nil, c.notCloser(sh, peers[0])
 	}
 	if owned {
 		return sh, nil
 	}
-	if err := c.claim(ctx, sh, peers); err != nil {
+	err = c.claim(ctx, sh, peers)
+	if errors.Is(err, ErrUnavailable) && !fresh {
+		// No majority of the view's replica set answered: some of it is
+		// gone. Look the key up and claim again with the live set.
+		if peers = c.closestPeers(ctx, sh.key, true); peers[0] != c.self {
+			return nil, c.notCloser(sh, peers[0])
+		}
+		err = c.claim(ctx, sh, peers)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return sh, nil
+}
+
+// notCloser gives sh up to p, a peer nearer its key (its state goes to p,
+// as when maintenance notices p first), and returns the refusal naming p.
+func (c *coordinator) notCloser(sh *shard, p peer.ID) error {
+	sh.mu.Lock()
+	if sh.owned {
+		sh.owned = false
+		sh.handover = handoverRounds
+	}
+	sh.mu.Unlock()
+	return &notCoordinatorError{closer: c.addrInfo(p)}
 }
 
 // replicaSet returns a copy of the first replication-factor peers of
@@ -117,18 +147,33 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 	ok := 1 // self
 	var maxSeq uint64
 	var higher uint64
+	var nearer *peer.AddrInfo // the nearest live peer a replica knows nearer the key than this node
+	var answered []peer.ID    // replicas of the set that promised and sent their state
 	for r := range results {
+		var nc *notCoordinatorError
 		switch {
 		case r.err == nil:
 			if slices.Contains(set, r.p) {
 				ok++
+				answered = append(answered, r.p)
 			}
 			maxSeq = max(maxSeq, r.seq)
+		case errors.As(r.err, &nc) && nc.closer.ID != c.self && closer(nc.closer.ID, c.self, sh.key):
+			if nearer == nil || closer(nc.closer.ID, nearer.ID, sh.key) {
+				nearer = &nc.closer
+			}
 		case r.stale > 0:
 			higher = max(higher, r.stale)
 		default:
 			c.log.Debug("shard sync failed", "peer", r.p, "shard", sh.ref.String(), "error", r.err)
 		}
+	}
+	if nearer != nil {
+		// This node's view missed a peer nearer the key: it is not the
+		// coordinator. The requester goes to that peer, and this node
+		// meets it, so that its routing table learns it (learn).
+		c.learn(sh.key, *nearer)
+		return fmt.Errorf("claiming %s: %w", sh.ref, &notCoordinatorError{closer: *nearer})
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -151,11 +196,22 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 	}
 	sh.owned = true
 	sh.handover = 0
-	sh.dirty = true // the merged state goes to the replicas on the next push
+	sh.pending = nil // written under an older epoch: the push of the whole state carries them
+	if sh.meta.GetSeq() == 0 {
+		// A shard new to the network: neither this node nor any replica
+		// that answered holds an entry, so those replicas hold the whole
+		// state already and the next maintenance round pushes nothing to
+		// them (a push per replica and new shard, most of them
+		// organisation shards of one entry).
+		sh.dirty = false
+		sh.replicas = answered
+	} else {
+		sh.dirty = true // the merged state goes to the replicas on the next push
+		sh.replicas = nil
+	}
 	if sh.ref.kind == pb.ShardRef_ORG {
 		sh.orgDirty = true // the new epoch's record supersedes the old coordinator's
 	}
-	sh.replicas = nil
 	now := time.Now()
 	// Crawlers get a full liveness timeout from the takeover: heartbeats
 	// went to the previous coordinator.
@@ -165,6 +221,9 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 		}
 		return true
 	})
+	// The replica set confirmed this node's view of the key's nearest
+	// peers: maintenance takes it as a lookup's (maintainView).
+	c.confirmed(sh.key, peers)
 	c.log.Info("shard claimed", "shard", sh.ref.String(), "epoch", epoch, "replicas", len(set)-1)
 	return nil
 }
@@ -200,8 +259,15 @@ func (c *coordinator) syncFrom(ctx context.Context, p peer.ID, sh *shard, epoch 
 		}
 		if m.GetType() == pb.Message_ERROR {
 			_ = s.Close()
-			if m.GetError().GetCode() == pb.Error_STALE_EPOCH {
+			switch m.GetError().GetCode() {
+			case pb.Error_STALE_EPOCH:
 				return 0, m.GetError().GetEpoch(), codeToError(m.GetError())
+			case pb.Error_NOT_COORDINATOR:
+				if h := m.GetError().GetHint(); h != nil {
+					if id, err := peer.IDFromBytes(h.GetId()); err == nil {
+						return 0, 0, &notCoordinatorError{closer: peer.AddrInfo{ID: id, Addrs: hintAddrs(h)}}
+					}
+				}
 			}
 			return 0, 0, codeToError(m.GetError())
 		}
@@ -320,7 +386,24 @@ func (c *coordinator) decodeDelegation(e *pb.Entry, verify bool) (Delegation, er
 // write stores entries as the owner of sh, stamping them with the shard's
 // epoch and next sequence numbers (mk builds each entry's value once its
 // version is known), and replicates them to a majority of the replica set.
-func (c *coordinator) write(ctx context.Context, sh *shard, n int, mk func(i int, epoch, seq uint64) (*pb.Entry, error)) ([]*pb.Entry, error) {
+//
+// Measurements (PROBE and LOAD entries: a probe's RTT, a crawler's declared
+// load) are stored at once but not replicated on their own: they wait in
+// sh.pending for the shard's next write, whose REPLICATE carries them
+// (nearly always the decision they were taken for, a second or two later),
+// or for the next maintenance round (flushPending). A decision's probes
+// were a write and two REPLICATEs each, half of a delegation's replication
+// messages. What is acknowledged stays as durable as before: a decision's
+// record is replicated to a majority before it is answered, with the
+// probes it was decided on. A coordinator that dies in between loses at
+// most a maintenance round of measurements, which the next decision takes
+// again.
+//
+// Other writes are replicated in batches (commit), on the overlay's
+// lifetime: a writer waits for the batch that carries its entries whatever
+// ctx says, since that batch is other writers' too, and the replication
+// deadline bounds the wait.
+func (c *coordinator) write(_ context.Context, sh *shard, n int, mk func(i int, epoch, seq uint64) (*pb.Entry, error)) ([]*pb.Entry, error) {
 	sh.mu.Lock()
 	if !sh.owned {
 		sh.mu.Unlock()
@@ -346,17 +429,115 @@ func (c *coordinator) write(ctx context.Context, sh *shard, n int, mk func(i int
 		sh.mu.Unlock()
 		return nil, err
 	}
+	if measurements(entries) {
+		sh.pending = append(sh.pending, entries...)
+		sh.mu.Unlock()
+		return entries, nil
+	}
+	cm := &commit{entries: entries, epoch: epoch, lead: make(chan struct{}), done: make(chan struct{})}
+	sh.queue = append(sh.queue, cm)
+	if !sh.committing {
+		sh.committing = true
+		close(cm.lead)
+	}
 	sh.mu.Unlock()
-	if err := c.replicate(ctx, sh, epoch, entries); err != nil {
-		return nil, err
+	select {
+	case <-cm.lead:
+		c.commitQueue(sh)
+	case <-cm.done:
+	}
+	<-cm.done
+	if cm.err != nil {
+		return nil, cm.err
 	}
 	return entries, nil
+}
+
+// commit is a write waiting for its replication (write). Writes to one
+// shard are replicated one batch at a time: a write that comes while a
+// batch is in flight waits in the shard's queue, and the next batch
+// carries every write queued meanwhile in one REPLICATE per replica (a
+// group commit). Decisions of one shard and index entries of a block shard
+// often come together: at 20 nodes about half of them did. Each write is
+// still answered only once a majority stored it.
+type commit struct {
+	entries []*pb.Entry
+	epoch   uint64
+	lead    chan struct{} // closed when this write is to replicate the queue
+	done    chan struct{} // closed when err is set: its entries were replicated, or not
+	err     error
+}
+
+// commitQueue replicates sh's queued writes of one epoch, and the pending
+// measurements, in one batch, answers them, and hands the queue to the
+// next write queued meanwhile, if any. It runs on the overlay's lifetime,
+// not the caller's: the batch is every queued writer's.
+func (c *coordinator) commitQueue(sh *shard) {
+	sh.mu.Lock()
+	batch := sh.queue
+	i := 1
+	for i < len(batch) && batch[i].epoch == batch[0].epoch {
+		i++
+	}
+	// Writes of a later epoch (ownership lost and claimed again) wait for
+	// the next batch.
+	batch, sh.queue = batch[:i], batch[i:]
+	entries := sh.pending
+	sh.pending = nil
+	for _, cm := range batch {
+		entries = append(entries, cm.entries...)
+	}
+	sh.mu.Unlock()
+	ctx, cancel := context.WithTimeout(c.o.ctx, replicateSpec.deadline)
+	err := c.replicate(ctx, sh, batch[0].epoch, entries)
+	cancel()
+	for _, cm := range batch {
+		cm.err = err
+		close(cm.done)
+	}
+	sh.mu.Lock()
+	if len(sh.queue) > 0 {
+		close(sh.queue[0].lead)
+	} else {
+		sh.committing = false
+	}
+	sh.mu.Unlock()
+}
+
+// measurements reports whether entries are all PROBE or LOAD entries,
+// whose replication waits for the shard's next write (write).
+func measurements(entries []*pb.Entry) bool {
+	for _, e := range entries {
+		if k := e.GetKind(); k != pb.Entry_PROBE && k != pb.Entry_LOAD {
+			return false
+		}
+	}
+	return len(entries) > 0
+}
+
+// flushPending replicates the measurements sh's writes left pending, if
+// any: a maintenance round's share of write.
+func (c *coordinator) flushPending(ctx context.Context, sh *shard) {
+	sh.mu.Lock()
+	batch, epoch := sh.pending, sh.meta.GetEpoch()
+	sh.pending = nil
+	owned := sh.owned
+	sh.mu.Unlock()
+	if len(batch) == 0 || !owned {
+		return
+	}
+	if err := c.replicate(ctx, sh, epoch, batch); err != nil {
+		c.log.Debug("replicating measurements failed", "shard", sh.ref.String(), "error", err)
+	}
 }
 
 // replicate pushes entries under epoch to the replica set and waits for a
 // majority (self included).
 func (c *coordinator) replicate(ctx context.Context, sh *shard, epoch uint64, entries []*pb.Entry) error {
-	set := c.replicaSet(c.closestPeers(ctx, sh.key, false))
+	// The cached list, never a lookup: the claim confirmed it, and
+	// maintenance looks the key up after a failed push (recheck), a change
+	// of the view's replica set or closestTTL (maintainView).
+	set := c.replicaSet(c.cached(sh.key))
 	others := slices.DeleteFunc(slices.Clone(set), func(p peer.ID) bool { return p == c.self })
 	need := majority(len(set)) - 1
 	if len(others) == 0 {
@@ -521,7 +702,23 @@ func (c *coordinator) handleSync(ctx context.Context, from peer.ID, req *pb.Mess
 	if err != nil {
 		return err
 	}
-	if !c.plausible(ctx, ref.key(c.sid), from) {
+	// The claim's confirmation (ensureOwner): a replica that knows a live
+	// peer nearer the key than the asker refuses the promise and names
+	// the peer, which the asker hands the request to. It refuses before it
+	// promises, so that a claimant whose view missed the coordinator does
+	// not depose it. The confirmation is worth something only from a
+	// replica near the key, whose routing table holds every peer there: a
+	// node that knows 2×replication peers nearer the key than itself is not
+	// one (the asker's view is young or wrong) and refuses without a hint,
+	// which the asker counts as a replica that did not answer.
+	key := ref.key(c.sid)
+	if p, ok := c.nearerLive(key, from); ok {
+		return &notCoordinatorError{closer: p}
+	}
+	if !c.ranked(key, c.self, c.view(key)) {
+		return fmt.Errorf("%w: this node is not among the peers closest to the shard", ErrNotCoordinator)
+	}
+	if !c.plausible(ctx, key, from) {
 		return fmt.Errorf("%w: %s is not among the peers closest to the shard", ErrNotCoordinator, from)
 	}
 	sh, err := c.shard(ref)

@@ -76,6 +76,12 @@ type shard struct {
 	meta  *pb.ShardMeta
 	owned bool // claimed at meta.epoch and not superseded
 	dirty bool // a replication push failed: push the full state again
+	// pending holds measurements written but not replicated yet, queue
+	// the writes waiting for the batch in flight, which committing marks
+	// (write).
+	pending    []*pb.Entry
+	queue      []*commit
+	committing bool
 	// handover counts the maintenance rounds left to hand this node's
 	// state to a closer peer that took the shard over (0: none due).
 	handover int

@@ -22,7 +22,9 @@
 // with a higher epoch after collecting the state of a majority of the
 // replica set, which promises to refuse older writes; so a takeover loses no
 // acknowledged decision and of two peers that both believe they coordinate
-// only the higher epoch wins. Crawlers heartbeat the coordinators of the
+// only the higher epoch wins. The claim confirms the claimant's view: a
+// replica that knows a live peer nearer the key refuses and names it, so a
+// node claims a shard without a DHT lookup (claim.go). Crawlers heartbeat the coordinators of the
 // shards they hold subnets in; a crawler silent past the liveness timeout
 // has its subnets orphaned and handed back to the delegation procedure.
 // Nodes cache resolved delegations. The coordinator of an organisation

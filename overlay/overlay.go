@@ -78,6 +78,9 @@ type Overlay struct {
 	ownDone       atomic.Bool          // the own-subnet claim succeeded (or none is configured)
 	probesCarried atomic.Bool          // the previous snapshot's stored probes are carried (carryprobes.go)
 	ownArmed      atomic.Bool          // ClaimOwn ran once (Bootstrap or the first node's Join): the heartbeats retry it
+	// joined: Bootstrap's self lookup completed, so the routing table
+	// holds this node's neighbourhood (a claim trusts its view; ensureOwner).
+	joined atomic.Bool
 
 	ctx       context.Context // the loops' and handlers' lifetime
 	cancel    context.CancelFunc
@@ -393,6 +396,7 @@ func (o *Overlay) Bootstrap(ctx context.Context) error {
 	if _, err := o.dht.GetClosestPeers(ctx, string(o.h.ID())); err != nil {
 		return fmt.Errorf("bootstrap: self lookup: %w", err)
 	}
+	o.joined.Store(true)
 	_ = o.dht.RefreshRoutingTable()
 	return nil
 }

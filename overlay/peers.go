@@ -12,6 +12,7 @@ import (
 	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 )
 
 type closestEntry struct {
@@ -88,6 +89,19 @@ func (c *coordinator) view(key [32]byte) []peer.ID {
 		return e.peers
 	}
 	return c.nearest(key, e.peers)
+}
+
+// cached returns key's cached list (a lookup's, a walk's or a confirmed
+// claim's), however old, and the view when there is none. It never looks
+// up: the list a shard's writes go to is kept current by maintenance.
+func (c *coordinator) cached(key [32]byte) []peer.ID {
+	c.mu.Lock()
+	e, ok := c.closest[key]
+	c.mu.Unlock()
+	if ok && len(e.peers) > 0 {
+		return e.peers
+	}
+	return c.view(key)
 }
 
 // closer reports whether a is nearer key than b in XOR distance.
@@ -203,27 +217,124 @@ func dedupe(ps []peer.ID) []peer.ID {
 // arbitrary peers from overwriting or freezing shard state; a peer that
 // chose an id close to a key is Kademlia's Sybil problem, not solved here.
 func (c *coordinator) plausible(ctx context.Context, key [32]byte, p peer.ID) bool {
-	// The view is exact near this node (a lookup's list, or the routing
-	// table of a node itself among the key's closest); elsewhere the
-	// routing table knows too few peers near the key, and a peer far from
-	// it would pass: look the key up.
+	// The view is exact near this node: a Kademlia routing table holds
+	// every peer of its owner's neighbourhood, and so of a key among whose
+	// nearest peers the owner is. Elsewhere the table knows too few peers
+	// near the key, and a peer far from it would pass: walk towards the
+	// key first (two or three DHT queries, cached as a lookup's list).
 	c.mu.Lock()
 	_, looked := c.closest[key]
 	c.mu.Unlock()
 	peers := c.view(key)
-	n := min(len(peers), 2*c.cfg.replication)
-	if !looked && !slices.Contains(peers[:n], c.self) {
-		peers = c.closestPeers(ctx, key, false)
-		n = min(len(peers), 2*c.cfg.replication)
+	if !looked && !c.ranked(key, c.self, peers) {
+		peers = c.walk(ctx, key)
 	}
-	if slices.Contains(peers[:n], p) {
+	if c.ranked(key, p, peers) {
 		return true
 	}
-	// The view may predate p's arrival: look again once.
-	peers = c.closestPeers(ctx, key, true)
-	return slices.Contains(peers[:min(len(peers), 2*c.cfg.replication)], p)
+	// The list may predate p's arrival, or hold peers gone since: walk
+	// again when it is older than a maintenance interval (a coordinator
+	// that joined a moment ago sends its first notices), and where views
+	// still disagree a full lookup settles it, at most once per closestTTL
+	// and key: a peer that keeps asking, such as a deposed coordinator far
+	// from the key offering its state every maintenance round, costs a
+	// walk per round and a lookup per interval, not a lookup per request.
+	age := c.age(key)
+	if age >= c.cfg.maintain {
+		if c.ranked(key, p, c.walk(ctx, key)) {
+			return true
+		}
+	}
+	if age < c.cfg.closestTTL {
+		return false
+	}
+	return c.ranked(key, p, c.closestPeers(ctx, key, true))
+}
+
+// ranked reports whether p is among the first 2×replication of peers
+// (nearest first), or, absent from peers, is a DHT server nearer the key
+// than the 2×replication-th of them: a peer that joined a moment ago, which
+// this node has not met yet, ranks without a lookup.
+func (c *coordinator) ranked(key [32]byte, p peer.ID, peers []peer.ID) bool {
+	n := 2 * c.cfg.replication
+	if i := slices.Index(peers, p); i >= 0 {
+		return i < n
+	}
+	if p != c.self && !c.dhtServer(p) {
+		return false
+	}
+	return len(peers) < n || closer(p, peers[n-1], key)
+}
+
+// dhtServer reports whether p serves the DHT, as its identify said: only
+// DHT servers coordinate or replicate shards.
+func (c *coordinator) dhtServer(p peer.ID) bool {
+	ok, err := c.o.h.Peerstore().SupportsProtocols(p, DHTPrefix+"/kad/1.0.0")
+	return err == nil && len(ok) > 0
+}
+
+// nearerLive returns the peer nearest key among those this node knows
+// nearer to it than p and takes for alive: itself, or a peer it is
+// connected to (libp2p's keep-alives close a dead peer's connection within a
+// minute, while the routing table keeps a dead peer until a query to it
+// fails). A replica answers a claim with it (handleSync).
+func (c *coordinator) nearerLive(key [32]byte, p peer.ID) (peer.AddrInfo, bool) {
+	for _, q := range c.view(key) {
+		if q == p || !closer(q, p, key) {
+			break // nearest first: the rest are farther than p
+		}
+		if q == c.self {
+			return peer.AddrInfo{ID: q, Addrs: c.o.h.Addrs()}, true
+		}
+		if c.o.h.Network().Connectedness(q) == network.Connected {
+			return c.addrInfo(q), true
+		}
+	}
+	return peer.AddrInfo{}, false
 }
 
 func (c *coordinator) addrInfo(p peer.ID) peer.AddrInfo {
 	return peer.AddrInfo{ID: p, Addrs: c.o.h.Peerstore().Addrs(p)}
+}
+
+// confirmed records peers, nearest first, as key's list, confirmed now as
+// a lookup would (a claim's replica set answered without naming a nearer
+// peer). peers is not changed afterwards.
+func (c *coordinator) confirmed(key [32]byte, peers []peer.ID) {
+	c.mu.Lock()
+	c.closest[key] = closestEntry{peers: peers, at: time.Now()}
+	c.mu.Unlock()
+}
+
+// learn takes in p, a peer a replica named nearer to key than this node:
+// this node dials it in the background (the DHT then adds it to the
+// routing table) and, once it answered, puts it in key's list, so that the
+// next request for the key is redirected to it without another claim
+// round. A peer that cannot be reached is dropped from every list.
+func (c *coordinator) learn(key [32]byte, p peer.AddrInfo) {
+	if len(p.Addrs) > 0 {
+		c.o.h.Peerstore().AddAddrs(p.ID, p.Addrs, peerstore.TempAddrTTL)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return
+	}
+	c.lookupWG.Go(func() {
+		ctx, cancel := context.WithTimeout(c.o.ctx, 10*time.Second)
+		err := c.o.h.Connect(ctx, peer.AddrInfo{ID: p.ID})
+		cancel()
+		if err != nil {
+			c.log.Debug("a peer named nearer a shard key is unreachable", "peer", p.ID, "error", err)
+			c.forget(p.ID)
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		e := c.closest[key]
+		if !slices.Contains(e.peers, p.ID) {
+			e.peers = kb.SortClosestPeers(append(slices.Clone(e.peers), p.ID), kb.ConvertKey(string(key[:])))
+			c.closest[key] = e
+		}
+	})
 }

@@ -162,6 +162,13 @@ func (c *coordinator) maintain(ctx context.Context) {
 		case !owned:
 			continue
 		}
+		if dirty {
+			sh.mu.Lock()
+			sh.pending = nil // the whole state goes below, measurements with it
+			sh.mu.Unlock()
+		} else {
+			c.flushPending(ctx, sh)
+		}
 		// The replicas that hold the state: those it was pushed to now,
 		// and those that held it already. A failed one is left out, so
 		// that the next round pushes the whole state to it again.
