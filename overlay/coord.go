@@ -49,6 +49,7 @@ type coordinator struct {
 	lookups    map[[32]byte]*lookupFlight // DHT lookups in flight, by key
 	stopped    bool                       // stop was called: no new lookups
 	lookupWG   sync.WaitGroup
+	protected  map[peer.ID]bool // peers protect spares in the connection manager
 
 	// auditMu orders the read-modify-write of audit tallies.
 	auditMu     sync.Mutex
@@ -106,6 +107,7 @@ func newCoordinator(o *Overlay) (*coordinator, error) {
 		shards:     map[[32]byte]*shard{},
 		closest:    map[[32]byte]closestEntry{},
 		refreshing: map[[32]byte]bool{},
+		protected:  map[peer.ID]bool{},
 		lookups:    map[[32]byte]*lookupFlight{},
 		refreshQ:   make(chan [32]byte, 256),
 		assignQ:    make(chan assignJob, 1024),

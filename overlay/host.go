@@ -44,12 +44,17 @@ const DefaultPort = 4001
 
 // The connection manager's defaults (ConnLimits): above DefaultConnHigh
 // connections it trims down to DefaultConnLow, sparing connections younger
-// than DefaultConnGrace. Low keeps a full-ish routing table and the shard
-// peers of a thousand-node network.
+// than DefaultConnGrace, the routing table's and gossipsub mesh's peers
+// as long as it can (their tags) and the replica sets' always (protected).
+// Kademlia needs no standing connection to a routing-table peer, and each
+// connection costs a volunteer memory (five goroutines and their buffers
+// in go-libp2p; QUIC's state besides) and keep-alives: a thousand-node
+// network's DHT refresh alone meets some 200 peers per node. Kubo, IPFS's
+// node, settled on the same watermarks.
 const (
-	DefaultConnLow   = 96
-	DefaultConnHigh  = 192
-	DefaultConnGrace = time.Minute
+	DefaultConnLow   = 32
+	DefaultConnHigh  = 96
+	DefaultConnGrace = 20 * time.Second
 )
 
 func defaultHostConfig() hostConfig {
@@ -136,7 +141,7 @@ func ResourceLimits(l rcmgr.PartialLimitConfig) HostOption {
 }
 
 // ConnLimits sets the connection manager's watermarks: above high
-// connections it trims down to low (defaults 96 and 192).
+// connections it trims down to low (defaults DefaultConnLow and DefaultConnHigh, 32 and 96).
 func ConnLimits(low, high int) HostOption {
 	return func(c *hostConfig) error {
 		if low < 1 || high < low {

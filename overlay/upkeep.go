@@ -131,6 +131,12 @@ func retry(ctx context.Context, n int, wait time.Duration, f func() error) {
 // maintain runs one round of shard upkeep: ownership checks, takeovers,
 // replica pushes and liveness.
 func (c *coordinator) maintain(ctx context.Context) {
+	keep := map[peer.ID]bool{}
+	defer func() {
+		if ctx.Err() == nil {
+			c.protect(keep)
+		}
+	}()
 	for _, sh := range c.heldShards() {
 		if ctx.Err() != nil {
 			return
@@ -139,6 +145,13 @@ func (c *coordinator) maintain(ctx context.Context) {
 		owned, hasState := sh.owned, sh.meta.GetEpoch() > 0
 		sh.mu.Unlock()
 		peers := c.maintainView(ctx, sh, owned, hasState)
+		if set := c.replicaSet(peers); slices.Contains(set, c.self) {
+			for _, p := range set {
+				if p != c.self {
+					keep[p] = true
+				}
+			}
+		}
 		closest := peers[0] == c.self
 		sh.mu.Lock()
 		owned, dirty, prev := sh.owned, sh.dirty, sh.replicas
@@ -202,6 +215,34 @@ func (c *coordinator) maintain(ctx context.Context) {
 		sh.mu.Unlock()
 		if sh.ref.kind == pb.ShardRef_RANGE {
 			c.checkLiveness(ctx, sh)
+		}
+	}
+}
+
+// protectTag marks the connection manager's protection of the connections
+// to the peers this node shares a replica set with.
+const protectTag = "micra-replicas"
+
+// protect has the connection manager spare the connections to the peers
+// in keep, and no longer those it spared for the last
+// round's set: the replica sets of the shards this node holds. A trimmed
+// connection to a replica costs a DHT lookup at the next round
+// (maintainView takes an unconnected replica for a gone one) and a dial
+// per replicated write.
+func (c *coordinator) protect(keep map[peer.ID]bool) {
+	cm := c.o.h.ConnManager()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p := range c.protected {
+		if !keep[p] {
+			cm.Unprotect(p, protectTag)
+			delete(c.protected, p)
+		}
+	}
+	for p, k := range keep {
+		if k && !c.protected[p] {
+			cm.Protect(p, protectTag)
+			c.protected[p] = true
 		}
 	}
 }
