@@ -187,10 +187,19 @@ func (c *Calibrator) observeServer(page string, addr netip.Addr, rtt time.Durati
 		return Slow{}, false
 	}
 	ref, ok := c.cfg.Reference(addr)
-	if !ok || ref <= 0 || float64(least) <= c.cfg.FarFactor*float64(ref) || least-ref < c.cfg.FarIncrease {
+	if !ok || !c.Far(least, ref) {
 		return Slow{}, false
 	}
 	return Slow{Page: page, Addr: addr, RTT: least, Baseline: ref, Count: n, Far: true}, true
+}
+
+// Far reports whether rtt, to a server, is far from ref, the RTT with
+// which this node won the delegation holding it: more than FarFactor
+// times ref and at least FarIncrease above it. It is the test behind
+// Slow.Far, for a node that confirms a far signal with a probe before it
+// acts on it.
+func (c *Calibrator) Far(rtt, ref time.Duration) bool {
+	return ref > 0 && float64(rtt) > c.cfg.FarFactor*float64(ref) && rtt-ref >= c.cfg.FarIncrease
 }
 
 // observePage is the page history check of Observe.

@@ -251,6 +251,20 @@ func TestCalibrator(t *testing.T) {
 		if c.servers.len() != 4 {
 			t.Errorf("%d servers remembered, want the bound 4", c.servers.len())
 		}
+		// Far is the same test, for a probe confirming a signal.
+		for _, f := range []struct {
+			rtt, ref time.Duration
+			far      bool
+		}{
+			{ms(80), ms(20), true}, {ms(40), ms(25), true},
+			{ms(30), ms(20), false}, // not more than 1.5 times
+			{ms(12), ms(5), false},  // less than 10 ms above
+			{ms(80), 0, false},      // no reference
+		} {
+			if got := c.Far(f.rtt, f.ref); got != f.far {
+				t.Errorf("Far(%v, %v) = %v, want %v", f.rtt, f.ref, got, f.far)
+			}
+		}
 	})
 	t.Run("invalid", func(t *testing.T) {
 		for _, cfg := range []CalibrationConfig{{Factor: 0.5}, {History: 1}, {Consecutive: -1}, {MinIncrease: -1}, {FarFactor: 0.5}, {FarFetches: -1}} {

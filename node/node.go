@@ -69,9 +69,10 @@ func Resolver(r crawl.Resolver) Option { return func(o *options) { o.resolver = 
 func ProbeScale(f float64) Option { return func(o *options) { o.probeScale = f } }
 
 // SplitMargin sets how much slower than the probe this node won a range
-// with a server's first fetches must be (and 1.5 times) for the part of
-// the range holding it to be searched apart (overlay.Split; default 10 ms,
-// unscaled); 0 or less turns splitting off.
+// with a server's first fetches, and then a probe of the server, must be
+// (and 1.5 times) for the part of the range holding it to be searched
+// apart (overlay.Split; default 10 ms, unscaled); 0 or less turns
+// splitting off.
 func SplitMargin(d time.Duration) Option { return func(o *options) { o.split = &d } }
 
 // DelegateOptions, OverlayOptions, HostOptions, CrawlOptions and
@@ -154,7 +155,8 @@ type Node struct {
 	rate      rateSeries
 	recalMu   sync.Mutex
 	recalAt   map[subnet.Range]time.Time
-	splitQ    chan crawl.Slow // far servers waiting for their split
+	splitQ    chan crawl.Slow   // far servers waiting for their split
+	cal       *crawl.Calibrator // the crawler's: its far test confirms a far server's probe
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -381,6 +383,7 @@ func (n *Node) buildCrawler(loc *time.Location, windows []crawl.Window) error {
 	if err != nil {
 		return err
 	}
+	n.cal = cal
 	bw, _ := ParseSize(cfg.Bandwidth)
 	daily, _ := ParseSize(cfg.DailyTransfer)
 	batchWait, _ := time.ParseDuration(cfg.BatchWait)

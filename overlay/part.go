@@ -214,8 +214,10 @@ func (o *Overlay) handleSplit(ctx context.Context, from peer.ID, req *pb.Message
 }
 
 // Split asks for a part of the delegation holding a to be delegated apart:
-// this node holds that delegation, and its crawl measured observed to a
-// (url a page there), much more than the probe it won the delegation with.
+// this node holds that delegation, and it measured observed to a (url a
+// page there), much more than the probe it won the delegation with.
+// observed should be a probe, as the other nodes' answers are: a crawl's
+// fetch times are a GET's, and read long.
 // The coordinator searches the largest CIDR block holding a and not the
 // address the delegation was decided for, this node's observation counting
 // as its answer. It returns the part's delegation (to this node when no
