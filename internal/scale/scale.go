@@ -90,7 +90,7 @@ const (
 	defaultLiveness = 5 * time.Minute
 	defaultIdle     = 15 * time.Minute // an announcement round
 	threshold       = 50 * time.Millisecond
-	inFlight        = 64  // delegations at once, at least (a quarter of the nodes in a larger network)
+	inFlight        = 64  // delegations at once
 	hopSample       = 200 // resolves timed for hops
 	// settle is how long the delegation phase goes on after its last
 	// answer: past the overlay's coalescing of organisation records (10 s)
@@ -401,7 +401,7 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	delegateAll := func(ss []world.Site, from []*simNode) (failed int) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		sem := make(chan struct{}, max(inFlight, cfg.Nodes/4))
+		sem := make(chan struct{}, inFlight)
 		picks := make([]*simNode, len(ss))
 		for i := range ss {
 			picks[i] = from[rng.IntN(len(from))]
