@@ -77,6 +77,8 @@ type Result struct {
 	HopsP50               float64 `json:"hops_p50"`                // DHT queries and micra requests of a resolve that misses every cache, median
 	HopsP90               float64 `json:"hops_p90"`
 	IdleBytesPerHour      float64 `json:"idle_bytes_per_hour"` // per node, joined and idle (heartbeats, maintenance, announcements, DHT refresh)
+	Failed                int     `json:"failed"`              // delegations that returned an error, before the churn
+	FailedAfterChurn      int     `json:"failed_after_churn"`  // new subnets after the churn whose delegation returned an error
 	Left                  int     `json:"left"`                // nodes that left without a word (as many joined)
 	Lost                  int     `json:"lost"`                // subnets delegated before the churn not held by a live node after it
 	Doubled               int     `json:"doubled"`             // subnets held by two live nodes after the churn
@@ -440,7 +442,7 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	}
 	span := time.Since(d0).Hours()
 	logf("delegation messages by kind, per delegation (idle upkeep included):%s", perKind(k0, kinds(nodes), float64(len(todo))))
-	res.Delegations = len(todo) - failed
+	res.Delegations, res.Failed = len(todo)-failed, failed
 	if res.Delegations == 0 {
 		return res, fmt.Errorf("scale: no delegation succeeded of %d", len(todo))
 	}
@@ -507,8 +509,8 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 			return res, ErrStopped
 		}
 		alive := live(nodes)
-		if f := delegateAll(later, alive); f > 0 {
-			logf("%d of %d delegations after the churn failed", f, len(later))
+		if res.FailedAfterChurn = delegateAll(later, alive); res.FailedAfterChurn > 0 {
+			logf("%d of %d delegations after the churn failed", res.FailedAfterChurn, len(later))
 		}
 		// Every subnet delegated before is asked for again, as a crawler
 		// meeting its sites would: a held subnet answers with its node,
