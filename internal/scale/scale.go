@@ -79,6 +79,7 @@ type Result struct {
 	IdleBytesPerHour      float64 `json:"idle_bytes_per_hour"` // per node, joined and idle (heartbeats, maintenance, announcements, DHT refresh)
 	Failed                int     `json:"failed"`              // delegations that returned an error, before the churn
 	FailedAfterChurn      int     `json:"failed_after_churn"`  // new subnets after the churn whose delegation returned an error
+	FailedAgain           int     `json:"failed_again"`        // subnets held before the churn, asked for again after it, whose delegation returned an error
 	Left                  int     `json:"left"`                // nodes that left without a word (as many joined)
 	Lost                  int     `json:"lost"`                // subnets delegated before the churn not held by a live node after it
 	Doubled               int     `json:"doubled"`             // subnets held by two live nodes after the churn
@@ -417,7 +418,9 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 				}
 				if _, err := picks[i].o.Delegate(ctx, "http://"+s.Addrs[0].String()+"/", s.Addrs[0]); err != nil {
 					mu.Lock()
-					failed++
+					if failed++; failed <= 3 {
+						logf("delegation of %s by %s failed: %v", s.Addrs[0], picks[i].addr, err)
+					}
 					mu.Unlock()
 				}
 			})
@@ -454,8 +457,10 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		res.MessagesPerDelegation, res.BytesPerDelegation, res.ProbesPerDelegation)
 
 	// Hops: resolves that miss every cache, one at a time; a resolve's
-	// hops are the DHT queries and micra requests its node sent (its own
-	// upkeep in that moment included).
+	// hops are the RESOLVE requests and DHT queries its node sent (DHT
+	// upkeep in that moment included; its heartbeats, which a node holding
+	// a hundred subnets sends several of a second, not).
+	const resolveKind = "micra/RESOLVE"
 	var hops []float64
 	for range min(hopSample, len(todo)) {
 		if stopped() {
@@ -465,9 +470,9 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		s := todo[rng.IntN(len(todo))]
 		n.o.Invalidate(tree.Range(tree.SmallestNonUnary(s.Addrs[0])))
 		id := n.o.Host().ID()
-		q0, r0 := sent(id), n.o.Stats().Requests
+		q0, r0 := sent(id), n.o.Stats().Kinds[resolveKind]
 		if _, _, err := n.o.Resolve(ctx, s.Addrs[0]); err == nil {
-			hops = append(hops, float64(sent(id)-q0+n.o.Stats().Requests-r0))
+			hops = append(hops, float64(sent(id)-q0+n.o.Stats().Kinds[resolveKind]-r0))
 		}
 	}
 	slices.Sort(hops)
@@ -521,7 +526,9 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 				again = append(again, s)
 			}
 		}
-		delegateAll(again, alive)
+		if res.FailedAgain = delegateAll(again, alive); res.FailedAgain > 0 {
+			logf("%d of %d subnets asked for again after the churn failed", res.FailedAgain, len(again))
+		}
 		if wait(2 * heartbeat) { // heartbeats settle who holds what
 			return res, ErrStopped
 		}
