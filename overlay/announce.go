@@ -202,22 +202,9 @@ func (o *Overlay) announceRound(ctx context.Context, round int, force bool) {
 		}
 	}
 	o.mu.Unlock()
-	sem := make(chan struct{}, announceParallel)
-	var wg sync.WaitGroup
-	for _, p := range todo {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			o.exchangeAnnounce(ctx, p)
-		})
+	if parallel(ctx, announceParallel, todo, func(p peer.ID) { o.exchangeAnnounce(ctx, p) }) {
+		o.expireAnnounced()
 	}
-	wg.Wait()
-	o.expireAnnounced()
 }
 
 // announceTargets lists the peers a round tells: the coordinators of the

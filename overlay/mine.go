@@ -3,7 +3,6 @@ package overlay
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -141,21 +140,7 @@ func (o *Overlay) heartbeatAll(ctx context.Context) {
 	capacity, load := o.cfg.load()
 	// Shards are beaten in parallel (at most 8 at once), so one slow or
 	// departed coordinator does not delay the others past their timeout.
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	for _, ref := range refs {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			o.heartbeat(ctx, ref, capacity, load, subnets)
-		})
-	}
-	wg.Wait()
+	parallel(ctx, 8, refs, func(ref shardRef) { o.heartbeat(ctx, ref, capacity, load, subnets) })
 }
 
 func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load uint64, subnets uint32) {

@@ -367,27 +367,15 @@ func (c *coordinator) checkLiveness(ctx context.Context, sh *shard) {
 			silent = append(silent, d.Node)
 		}
 	}
-	sem := make(chan struct{}, orphanWorkers)
-	var wg sync.WaitGroup
-	for _, d := range dead {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
+	parallel(ctx, orphanWorkers, dead, func(d Delegation) {
+		reason := "orphaned"
+		if convicted[d.Node] {
+			reason = "convicted"
 		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			reason := "orphaned"
-			if convicted[d.Node] {
-				reason = "convicted"
-			}
-			if err := c.orphan(ctx, sh, d, silent, reason); err != nil {
-				c.log.Debug("re-delegating an orphaned subnet failed", "subnet", d.Subnet.String(), "error", err)
-			}
-		})
-	}
-	wg.Wait()
+		if err := c.orphan(ctx, sh, d, silent, reason); err != nil {
+			c.log.Debug("re-delegating an orphaned subnet failed", "subnet", d.Subnet.String(), "error", err)
+		}
+	})
 }
 
 // orphanWorkers bounds the re-delegations of orphaned subnets one shard
