@@ -816,7 +816,11 @@ func (o *Overlay) askCoordinatorOn(ctx context.Context, sp spec, ref shardRef, r
 			resp, err = o.handleLocal(ctx, req)
 		} else {
 			o.stats.requests.Add(1)
-			resp, err = o.request(ctx, target, sp, req, want)
+			if err = o.connectWithin(ctx, target, retries < maxCoordRetries); err == nil {
+				resp, err = o.request(ctx, target, sp, req, want)
+			} else {
+				err = fmt.Errorf("%s to %s: %w", sp.id, target, err)
+			}
 		}
 		if err == nil {
 			o.mu.Lock()
@@ -860,6 +864,11 @@ func (o *Overlay) askCoordinatorOn(ctx context.Context, sp spec, ref shardRef, r
 			retries++
 			if !isRemote(err) {
 				o.coord.forget(target)
+				o.mu.Lock()
+				if o.coordFor[key] == target {
+					delete(o.coordFor, key) // the next request must not start there again
+				}
+				o.mu.Unlock()
 			}
 			pause := time.NewTimer(100 * time.Millisecond << (2 * (retries - 1)))
 			select {
@@ -874,6 +883,23 @@ func (o *Overlay) askCoordinatorOn(ctx context.Context, sp spec, ref shardRef, r
 		}
 	}
 	return nil, fmt.Errorf("%w: %w", ErrNotCoordinator, lastErr)
+}
+
+// connectWithin connects to p unless connected, within half the time ctx has
+// left while a retry remains: a dial to a departed coordinator waits out
+// whatever deadline it is given, and a heartbeat that spent its whole
+// budget there would never look up the peer that took the shard over. Its
+// crawlers would then stay silent to the new coordinator until it
+// orphaned their subnets, one liveness timeout after its claim. The
+// request itself keeps the whole budget: a decision may take seconds.
+func (o *Overlay) connectWithin(ctx context.Context, p peer.ID, retry bool) error {
+	ctx = network.WithAllowLimitedConn(ctx, "micra")
+	if dl, ok := ctx.Deadline(); ok && retry {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+		defer cancel()
+	}
+	return o.h.Connect(ctx, peer.AddrInfo{ID: p})
 }
 
 // isRemote reports whether err came from the peer's answer rather than from

@@ -251,6 +251,13 @@ func TestSwarmSharding(t *testing.T) {
 			}
 			return nil
 		})
+		// The crawler found the successor with its heartbeats: it keeps
+		// the subnet past the liveness timeout.
+		time.Sleep(4 * swarmLiveness)
+		asker.o.Invalidate(tree.Range(id))
+		if d, ok, err := asker.o.Resolve(ctx, target); err != nil || !ok || d.Node != first.Node || d.Seq != first.Seq {
+			t.Fatalf("after the takeover: %s (seq %d), %v %v; its crawler %s (seq %d) lost it", d.Node, d.Seq, ok, err, first.Node, first.Seq)
+		}
 	})
 }
 
