@@ -48,13 +48,17 @@ func (e *env) Probe(ctx context.Context, p peer.ID, url string, r subnet.Range) 
 		return 0, fmt.Errorf("%w: probe for %s outside the shard", ErrNotFound, r)
 	}
 	rtt, err := e.c.o.Probe(ctx, p, url)
+	if err != nil && !errors.Is(err, ErrProbeFailed) {
+		// p did not probe (it does not, refused, is overloaded, or could
+		// not be asked): that says nothing of its distance to the subnet.
+		return 0, err
+	}
 	stored := rtt.Microseconds()
 	if err != nil {
 		stored = -1
 	}
 	pe := &pb.ProbeEntry{Subnet: rangeToPB(r), Peer: []byte(p), RttMicros: stored, AtMs: time.Now().UnixMilli()}
-	v, merr := proto.Marshal(pe)
-	if merr == nil && storeProbe(err) {
+	if v, merr := proto.Marshal(pe); merr == nil {
 		key := append(rangeKey(r), []byte(p)...)
 		if len(key) <= maxEntryKey {
 			if _, werr := e.c.write(ctx, e.sh, 1, func(int, uint64, uint64) (*pb.Entry, error) {
@@ -64,16 +68,8 @@ func (e *env) Probe(ctx context.Context, p peer.ID, url string, r subnet.Range) 
 			}
 		}
 	}
-	if err != nil && !errors.Is(err, ErrProbeFailed) {
-		return 0, fmt.Errorf("%w: %w", ErrProbeFailed, err)
-	}
 	return rtt, err
 }
-
-// store reports whether a probe's outcome is worth keeping: a node that
-// does not probe now (no prober, outside its windows) says nothing about
-// the subnet.
-func storeProbe(err error) bool { return err == nil || !errors.Is(err, ErrUnavailable) }
 
 func (e *env) Probes(s subnet.ID) []ProbeResult {
 	return e.c.probesOf(e.sh.key, e.c.tree.Range(s), maxEnvList)

@@ -312,14 +312,14 @@ func addServiceLimits(l *rcmgr.ScalingLimitConfig) {
 		memory, memPerPeer int64
 	}
 	for _, s := range []lim{
-		{svcProbe, 64, 4, 8 << 20, 1 << 20},          // probes are slow but tiny
-		{svcCoordinate, 512, 32, 64 << 20, 8 << 20},  // every node talks to its coordinators
-		{svcForward, 128, 8, 64 << 20, 8 << 20},      // URL batches up to 1 MiB
-		{svcAck, 128, 8, 16 << 20, 2 << 20},          //
-		{svcReplicate, 128, 16, 128 << 20, 32 << 20}, // shard state chunks up to 2 MiB
-		{svcAudit, 32, 4, 64 << 20, 16 << 20},        // evidence up to 4 MiB; audits are sampled
-		{svcRelease, 32, 4, 32 << 20, 4 << 20},       // snapshot chunks of 512 KiB, fetched one at a time
-		{svcAnnounce, 128, 4, 4 << 20, 64 << 10},     // one 4 KiB exchange per neighbour and round
+		{svcProbe, 64, probeStreamsPerPeer, 8 << 20, 1 << 20}, // probes are slow but tiny
+		{svcCoordinate, 512, 32, 64 << 20, 8 << 20},           // every node talks to its coordinators
+		{svcForward, 128, 8, 64 << 20, 8 << 20},               // URL batches up to 1 MiB
+		{svcAck, 128, 8, 16 << 20, 2 << 20},                   //
+		{svcReplicate, 128, 16, 128 << 20, 32 << 20},          // shard state chunks up to 2 MiB
+		{svcAudit, 32, 4, 64 << 20, 16 << 20},                 // evidence up to 4 MiB; audits are sampled
+		{svcRelease, 32, 4, 32 << 20, 4 << 20},                // snapshot chunks of 512 KiB, fetched one at a time
+		{svcAnnounce, 128, 4, 4 << 20, 64 << 10},              // one 4 KiB exchange per neighbour and round
 	} {
 		l.AddServiceLimit(s.svc, rcmgr.BaseLimit{Streams: s.streams, StreamsInbound: s.streams, StreamsOutbound: s.streams, Memory: s.memory}, rcmgr.BaseLimitIncrease{})
 		l.AddServicePeerLimit(s.svc, rcmgr.BaseLimit{Streams: s.perPeer, StreamsInbound: s.perPeer, StreamsOutbound: s.perPeer, Memory: s.memPerPeer}, rcmgr.BaseLimitIncrease{})

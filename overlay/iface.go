@@ -84,9 +84,11 @@ type DelegationEnv interface {
 	// record in the DHT when its coordinator cannot be reached.
 	OrgDelegations(ctx context.Context, org string) ([]Delegation, error)
 	// Probe asks p to probe url and stores the result with r, the subnet
-	// decided or a part of it, in the shard's replicated state. A failed
-	// probe returns an error wrapping ErrProbeFailed and is stored as
-	// failed.
+	// decided or a part of it, in the shard's replicated state. A probe
+	// that p ran and that failed returns an error wrapping ErrProbeFailed
+	// and is stored as failed; any other error means p did not probe (it
+	// does not, refused, is overloaded, or could not be asked), and
+	// nothing is stored.
 	Probe(ctx context.Context, p peer.ID, url string, r subnet.Range) (time.Duration, error)
 	// Probes returns the stored probe results for subnet s.
 	Probes(s subnet.ID) []ProbeResult

@@ -75,6 +75,7 @@ type Overlay struct {
 	// capacity 0): never delegation candidates. Bounded like peers.
 	nonCrawlers   map[peer.ID]time.Time
 	coordFor      map[[32]byte]peer.ID // last known coordinator per shard
+	probeSlots    *peerSlots           // probe requests in flight, per peer
 	ownDone       atomic.Bool          // the own-subnet claim succeeded (or none is configured)
 	probesCarried atomic.Bool          // the previous snapshot's stored probes are carried (carryprobes.go)
 	ownArmed      atomic.Bool          // ClaimOwn ran once (Bootstrap or the first node's Join): the heartbeats retry it
@@ -197,6 +198,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		rtts:          map[peer.ID]map[peer.ID]int64{},
 		told:          map[peer.ID]told{},
 		coordFor:      map[[32]byte]peer.ID{},
+		probeSlots:    newPeerSlots(probeStreamsPerPeer),
 		auditLimit:    newPeerLimiter(cfg.audit.AuditRate, float64(cfg.audit.AuditBurst)),
 		refetchLimit:  newPeerLimiter(cfg.audit.RefetchRate, float64(cfg.audit.RefetchBurst)),
 		announceLimit: newPeerLimiter(announceRate, announceBurst),
@@ -976,6 +978,11 @@ func (o *Overlay) Probe(ctx context.Context, p peer.ID, url string) (time.Durati
 		}
 		return o.localProbe(ctx, url)
 	}
+	release, err := o.probeSlots.acquire(ctx, p)
+	if err != nil {
+		return 0, fmt.Errorf("probe by %s: waiting for a stream: %w", p, err)
+	}
+	defer release()
 	req := newMsg(pb.Message_PROBE)
 	req.Probe = &pb.Probe{Url: url}
 	o.stats.requests.Add(1)

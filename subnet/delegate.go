@@ -21,12 +21,21 @@ const DefaultThreshold = 50 * time.Millisecond
 // ErrNoNodes is returned when a search has no node to delegate to.
 var ErrNoNodes = errors.New("no node can take the subnet")
 
+// ErrNotProbed is what a Prober returns (wrapped) when the node did not
+// probe: it does not probe, refused, was overloaded, or could not be
+// asked. Unlike a failed probe, that says nothing of its distance to the
+// address, and the node is no candidate of the search: it never wins, not
+// even the subnet nobody reaches (a search whose every node did not probe
+// returns ErrNoNodes).
+var ErrNotProbed = errors.New("the node did not probe")
+
 // Prober measures round-trip times from nodes to an address. In the overlay
 // a probe is a timed HTTP HEAD that the asked node runs from its own
 // address. Implementations must be safe for concurrent use.
 type Prober interface {
 	// Probe asks node to probe addr. An error means the node could not
-	// reach it; the search counts that as Unreachable.
+	// reach it; the search counts that as Unreachable, unless it wraps
+	// ErrNotProbed.
 	Probe(ctx context.Context, node string, addr netip.Addr) (time.Duration, error)
 }
 
@@ -424,6 +433,10 @@ func (r *run) probe(node string) (time.Duration, error) {
 	if err != nil {
 		if ctxErr := r.ctx.Err(); ctxErr != nil {
 			return 0, ctxErr
+		}
+		if errors.Is(err, ErrNotProbed) {
+			r.d.Issued++ // asked, but no answer to record or cache
+			return Unreachable, nil
 		}
 		rtt = Unreachable
 	}

@@ -12,14 +12,18 @@ import (
 )
 
 // fakeProber answers from a table of RTTs in ms per node; missing nodes
-// fail. It counts the probes asked.
+// fail, and nodes in notProbed do not probe. It counts the probes asked.
 type fakeProber struct {
-	rtt   map[string]int
-	asked []string
+	rtt       map[string]int
+	notProbed map[string]bool
+	asked     []string
 }
 
 func (p *fakeProber) Probe(_ context.Context, node string, _ netip.Addr) (time.Duration, error) {
 	p.asked = append(p.asked, node)
+	if p.notProbed[node] {
+		return 0, fmt.Errorf("%s: %w: refused", node, ErrNotProbed)
+	}
 	ms, ok := p.rtt[node]
 	if !ok {
 		return 0, errors.New("unreachable")
@@ -94,6 +98,7 @@ org: ORG-A
 		name   string
 		dels   []deleg
 		rtt    map[string]int
+		not    []string // nodes that do not probe
 		addr   string
 		cfg    SearchConfig
 		node   string
@@ -149,6 +154,13 @@ org: ORG-A
 	}, {
 		name: "nobody reachable: the first asked keeps it", dels: []deleg{{"10.5.0.0/16", "d"}},
 		addr: "10.2.9.9", node: "d", step: StepBest, asked: []string{"d", "e", "f"}, subnet: "10.2.0.0/16",
+	}, {
+		name: "nobody reachable: the first asked that probed keeps it", dels: []deleg{{"10.5.0.0/16", "d"}}, not: []string{"d"},
+		addr: "10.2.9.9", node: "e", step: StepBest, asked: []string{"d", "e", "f"}, subnet: "10.2.0.0/16",
+	}, {
+		name: "a node that did not probe never wins", dels: []deleg{{"10.5.0.0/16", "d"}}, not: []string{"d", "e"},
+		rtt:  map[string]int{"f": 300},
+		addr: "10.2.9.9", node: "f", step: StepBest, asked: []string{"d", "e", "f"}, subnet: "10.2.0.0/16",
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,7 +169,10 @@ org: ORG-A
 				tab.Set(id(d.r), d.node)
 				tab.AddNode(d.node)
 			}
-			p := &fakeProber{rtt: tc.rtt}
+			p := &fakeProber{rtt: tc.rtt, notProbed: map[string]bool{}}
+			for _, n := range tc.not {
+				p.notProbed[n] = true
+			}
 			m := &IPMicra{Tree: tr, Table: tab, Prober: p, Config: tc.cfg}
 			d, err := m.Delegate(context.Background(), mustAddr(t, tc.addr))
 			if err != nil {
@@ -195,6 +210,20 @@ func TestIPMicraReusesProbes(t *testing.T) {
 	}
 	if _, err := (&IPMicra{Tree: tr, Table: NewMemTable(), Prober: p}).Delegate(context.Background(), mustAddr(t, "130.0.0.1")); !errors.Is(err, ErrNoNodes) {
 		t.Errorf("no nodes: %v", err)
+	}
+	// Nodes that did not probe: no answer is cached and nobody takes the
+	// subnet, by either search.
+	for _, guided := range []bool{false, true} {
+		none := &fakeProber{notProbed: map[string]bool{"x": true, "y": true}}
+		cache := &MemProbeCache{}
+		m := &IPMicra{Tree: tr, Table: tab, Prober: none, Cache: cache, Config: SearchConfig{Guided: guided}}
+		d, err := m.Delegate(context.Background(), mustAddr(t, "124.0.0.1"))
+		if !errors.Is(err, ErrNoNodes) || len(d.Probes) != 0 || len(none.asked) != 2 {
+			t.Errorf("guided %v: nobody probed: %+v, %v, asked %v; want ErrNoNodes after asking both", guided, d, err, none.asked)
+		}
+		if _, ok := cache.Get("x", tr.Range(d.Subnet)); ok {
+			t.Errorf("guided %v: a node that did not probe was cached", guided)
+		}
 	}
 }
 

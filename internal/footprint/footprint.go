@@ -161,7 +161,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	defer logFile.Close()
-	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	start := time.Now()
 	rep := Report{Bandwidth: bw, Sites: cfg.Sites, Scale: cfg.Scale, Cores: runtime.NumCPU(), LoadStart: loadAvg()}
@@ -240,8 +240,16 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	rep.Phases = append(rep.Phases, crawlPhase)
 	rep.Seeds, rep.SeedsLost = int(submitted.Load()), int(failed.Load())
-	for _, h := range fnet.helpers {
-		rep.Others += h.CrawlStats().Fetched
+	for i, h := range fnet.helpers {
+		f := h.CrawlStats().Fetched
+		rep.Others += f
+		if f > 0 {
+			var holds []string
+			for _, d := range h.Overlay().Owned() {
+				holds = append(holds, d.Subnet.String())
+			}
+			log.Warn("a peer that does not crawl fetched pages", "peer", i+1, "fetched", f, "holds", holds)
+		}
 	}
 	rep.LoadEnd = loadAvg()
 	rep.Goals = Goals{

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"net/netip"
 	"slices"
@@ -361,7 +362,11 @@ func (v *view) Probe(_ context.Context, node string, _ netip.Addr) (time.Duratio
 	defer cancel()
 	v.issued++
 	v.d.stats.probes.Add(1)
-	return v.env.Probe(ctx, p, v.url, v.target())
+	rtt, err := v.env.Probe(ctx, p, v.url, v.target())
+	if err != nil && !errors.Is(err, overlay.ErrProbeFailed) && ctx.Err() == nil {
+		return 0, fmt.Errorf("%w: %w", subnet.ErrNotProbed, err)
+	}
+	return rtt, err
 }
 
 // target is the range decided: the subnet, or the part of it searched
