@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
@@ -97,12 +98,24 @@ func (c *coordinator) decide(sh *shard, req DelegateRequest, redo bool) (*pb.Sig
 	ctx, cancel := context.WithTimeout(c.o.ctx, coordDeadline)
 	defer cancel()
 	node := req.From
-	if !req.Own {
+	for try := 0; !req.Own; try++ {
 		node, err = c.cfg.delegator.Delegate(ctx, req, &env{c: c, sh: sh, subnet: req.Subnet})
 		if err != nil {
 			f.err = fmt.Errorf("delegation procedure: %w", err)
 			return nil, f.err
 		}
+		// A node may win on a stored probe and be gone since: a
+		// subnet goes only to a node this one reaches (its notice
+		// needs the connection anyway).
+		if node == "" || slices.Contains(req.Exclude, node) || c.reachable(ctx, node) {
+			break
+		}
+		if try == maxUnreachableWinners {
+			f.err = fmt.Errorf("delegation procedure: %w: the %d nodes chosen could not be reached", ErrNoCandidate, try+1)
+			return nil, f.err
+		}
+		c.log.Debug("the chosen node is unreachable; deciding without it", "subnet", r.String(), "peer", node)
+		req.Exclude = append(req.Exclude, node)
 	}
 	if node == "" || slices.Contains(req.Exclude, node) {
 		f.err = fmt.Errorf("delegation procedure: %w", ErrNoCandidate)
@@ -110,6 +123,24 @@ func (c *coordinator) decide(sh *shard, req DelegateRequest, redo bool) (*pb.Sig
 	}
 	f.rec, f.err = c.record(ctx, sh, req.Subnet, node, req.URL, req.Addr, req.Own)
 	return f.rec, f.err
+}
+
+// maxUnreachableWinners bounds the decisions one delegation runs again
+// because the node chosen could not be reached.
+const maxUnreachableWinners = 3
+
+// reachDeadline bounds the dial to a chosen node that is not connected.
+const reachDeadline = 5 * time.Second
+
+// reachable reports whether p is this node or can be connected to within
+// reachDeadline (a limited, relayed connection counts).
+func (c *coordinator) reachable(ctx context.Context, p peer.ID) bool {
+	if p == c.self {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(network.WithAllowLimitedConn(ctx, "micra"), reachDeadline)
+	defer cancel()
+	return c.o.h.Connect(ctx, peer.AddrInfo{ID: p}) == nil
 }
 
 // join returns the flight of key fk: a new one that the caller runs and

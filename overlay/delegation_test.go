@@ -417,3 +417,64 @@ func TestWonRTT(t *testing.T) {
 		}
 	})
 }
+
+// preferDelegator chooses the first node of prefer that the request does
+// not exclude, counting its runs.
+type preferDelegator struct {
+	mu     sync.Mutex
+	prefer []peer.ID
+	runs   int
+}
+
+func (d *preferDelegator) Delegate(_ context.Context, req DelegateRequest, _ DelegationEnv) (peer.ID, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.runs++
+	for _, p := range d.prefer {
+		if !slices.Contains(req.Exclude, p) {
+			return p, nil
+		}
+	}
+	return "", ErrNoCandidate
+}
+
+// TestDecisionSkipsUnreachableWinner: a node chosen on its stored probes
+// after it left without a word is not given the subnet; the procedure
+// runs again without it. When nobody chosen can be reached, the decision
+// fails rather than give the subnet to a departed node.
+func TestDecisionSkipsUnreachableWinner(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		del := &preferDelegator{}
+		nodes := make([]*node, 4)
+		for i := range nodes {
+			nodes[i] = r.node(i, WithDelegator(del))
+		}
+		joinSwarm(t, nodes)
+		gone, live := nodes[3], nodes[2]
+		r.net.Cut(gone.addr)
+		gone.stop()
+		time.Sleep(time.Minute) // the connections to it time out
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+
+		del.mu.Lock()
+		del.prefer = []peer.ID{gone.h.ID(), live.h.ID()}
+		del.mu.Unlock()
+		site := netip.MustParseAddr("127.1.77.7")
+		d, err := nodes[0].o.Delegate(ctx, "http://127.1.77.7/", site)
+		if err != nil || d.Node != live.h.ID() {
+			t.Fatalf("delegate: %v, %v; want the live node %v", d.Node, err, live.h.ID())
+		}
+		if del.runs != 2 {
+			t.Errorf("the procedure ran %d times, want 2 (the second without the departed node)", del.runs)
+		}
+
+		del.mu.Lock()
+		del.prefer, del.runs = []peer.ID{gone.h.ID()}, 0
+		del.mu.Unlock()
+		other := netip.MustParseAddr("127.2.77.7")
+		if d, err := nodes[1].o.Delegate(ctx, "http://127.2.77.7/", other); !errors.Is(err, ErrNoCandidate) {
+			t.Fatalf("delegate with only the departed node chosen: %v, %v; want ErrNoCandidate", d.Node, err)
+		}
+	})
+}
