@@ -538,10 +538,21 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 				holders[d.Subnet]++
 			}
 		}
+		gone := map[peer.ID]bool{}
+		for _, n := range nodes {
+			if n.gone {
+				gone[n.o.Host().ID()] = true
+			}
+		}
 		for r := range held {
 			switch h := holders[r]; {
 			case h == 0:
 				res.Lost++
+				if res.Lost <= 10 { // what the shard says of it
+					alive[0].o.Invalidate(r)
+					d, ok, err := alive[0].o.Resolve(ctx, r.Start)
+					logf("lost %s: resolves to %s on %s (departed %v, found %v, error %v)", r, d.Subnet, d.Node, gone[d.Node], ok, err)
+				}
 			case h > 1:
 				res.Doubled++
 			}
