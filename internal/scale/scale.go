@@ -71,20 +71,24 @@ type Result struct {
 	Nodes                 int     `json:"nodes"`
 	ConvergeS             float64 `json:"converge_s"`              // from the first join to every node holding its own subnet
 	Delegations           int     `json:"delegations"`             // distinct subnets delegated before the churn
-	MessagesPerDelegation float64 `json:"messages_per_delegation"` // micra requests and DHT queries per delegation, upkeep subtracted
+	MessagesPerDelegation float64 `json:"messages_per_delegation"` // micra requests and DHT queries per delegation, upkeep subtracted (measureIdle)
 	BytesPerDelegation    float64 `json:"bytes_per_delegation"`    // stream bytes per delegation, upkeep subtracted
 	ProbesPerDelegation   float64 `json:"probes_per_delegation"`   // probe requests per delegation
 	HopsP50               float64 `json:"hops_p50"`                // DHT queries and micra requests of a resolve that misses every cache, median
 	HopsP90               float64 `json:"hops_p90"`
 	IdleBytesPerHour      float64 `json:"idle_bytes_per_hour"` // per node, joined and idle (heartbeats, maintenance, announcements, DHT refresh)
-	Failed                int     `json:"failed"`              // delegations that returned an error, before the churn
-	FailedAfterChurn      int     `json:"failed_after_churn"`  // new subnets after the churn whose delegation returned an error
-	FailedAgain           int     `json:"failed_again"`        // subnets held before the churn, asked for again after it, whose delegation returned an error
-	Left                  int     `json:"left"`                // nodes that left without a word (as many joined)
-	Lost                  int     `json:"lost"`                // subnets delegated before the churn not held by a live node after it
-	Doubled               int     `json:"doubled"`             // subnets held by two live nodes after the churn
-	HeapBytesPerNode      float64 `json:"heap_bytes_per_node"` // Go heap in use over the nodes, after converging
-	RealS                 float64 `json:"real_s"`              // real time of the run
+	// IdleHeldBytesPerHour is the same after the delegations, every node
+	// holding its share of them and the network their shards: a
+	// volunteer's upkeep in service.
+	IdleHeldBytesPerHour float64 `json:"idle_held_bytes_per_hour"`
+	Failed               int     `json:"failed"`              // delegations that returned an error, before the churn
+	FailedAfterChurn     int     `json:"failed_after_churn"`  // new subnets after the churn whose delegation returned an error
+	FailedAgain          int     `json:"failed_again"`        // subnets held before the churn, asked for again after it, whose delegation returned an error
+	Left                 int     `json:"left"`                // nodes that left without a word (as many joined)
+	Lost                 int     `json:"lost"`                // subnets delegated before the churn not held by a live node after it
+	Doubled              int     `json:"doubled"`             // subnets held by two live nodes after the churn
+	HeapBytesPerNode     float64 `json:"heap_bytes_per_node"` // Go heap in use over the nodes, after converging
+	RealS                float64 `json:"real_s"`              // real time of the run
 }
 
 // Defaults: micra's upkeep timing (overlay's defaults), so that the idle
@@ -363,25 +367,36 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 
 	logf("%d nodes converged in %.1f s (virtual), %.1f MB heap per node", cfg.Nodes, res.ConvergeS, res.HeapBytesPerNode/(1<<20))
 
+	// measureIdle waits cfg.Idle and returns the network's stream bytes
+	// and messages per hour meanwhile, logging them split by protocol
+	// and kind; false when the run was stopped.
+	measureIdle := func(name string) (bytes, msgs float64, ok bool) {
+		b0, m0, i0, pr0, k0 := bytesNow(), counters(nodes), time.Now(), net.SentByProtocol(), kinds(nodes)
+		if wait(cfg.Idle) {
+			return 0, 0, false
+		}
+		hours := time.Since(i0).Hours()
+		logf("%s messages per node per hour by kind:%s", name, perKind(k0, kinds(nodes), hours*float64(cfg.Nodes)))
+		var split []string
+		for p, b := range net.SentByProtocol() {
+			split = append(split, fmt.Sprintf("%s %.0f kB", p, float64(b-pr0[p])/hours/float64(cfg.Nodes)/1000))
+		}
+		slices.Sort(split)
+		logf("%s bytes sent per node per hour by protocol: %v", name, split)
+		bytes, msgs = float64(bytesNow()-b0)/hours, float64(counters(nodes)-m0)/hours
+		logf("%s: %.0f kB per node per hour, %.0f messages per node per hour", name, bytes/float64(cfg.Nodes)/1000, msgs/float64(cfg.Nodes))
+		return bytes, msgs, true
+	}
+
 	// Idle upkeep.
 	if wait(2 * heartbeat) { // past the joins' own traffic
 		return res, ErrStopped
 	}
-	b0, m0, i0, pr0, k0 := bytesNow(), counters(nodes), time.Now(), net.SentByProtocol(), kinds(nodes)
-	if wait(cfg.Idle) {
+	idleBytes, idleMsgs, ok := measureIdle("idle")
+	if !ok {
 		return res, ErrStopped
 	}
-	logf("idle messages per node per hour by kind:%s", perKind(k0, kinds(nodes), time.Since(i0).Hours()*float64(cfg.Nodes)))
-	var split []string
-	for p, b := range net.SentByProtocol() {
-		split = append(split, fmt.Sprintf("%s %.0f kB", p, float64(b-pr0[p])/time.Since(i0).Hours()/float64(cfg.Nodes)/1000))
-	}
-	slices.Sort(split)
-	logf("idle bytes sent per node per hour by protocol: %v", split)
-	idleBytes := float64(bytesNow()-b0) / time.Since(i0).Hours() // the whole network's, per hour
-	idleMsgs := float64(counters(nodes)-m0) / time.Since(i0).Hours()
 	res.IdleBytesPerHour = idleBytes / float64(cfg.Nodes)
-	logf("idle: %.0f kB per node per hour, %.0f messages per node per hour", res.IdleBytesPerHour/1000, idleMsgs/float64(cfg.Nodes))
 
 	// Delegations: distinct subnets, each asked by a random node.
 	order := w.Sites()
@@ -449,12 +464,23 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	if res.Delegations == 0 {
 		return res, fmt.Errorf("scale: no delegation succeeded of %d", len(todo))
 	}
+	phaseBytes, phaseMsgs, phaseProbes := float64(bytesNow()-b0), float64(counters(nodes)-m0), probesNow()-p0
+	// The upkeep during the phase grows with what it delegated, from the
+	// idle rate before it to the rate of the network holding it all
+	// (measured next); delegations arrive evenly, so the phase's upkeep is
+	// the mean of the two rates over its span.
+	heldBytes, heldMsgs, ok := measureIdle("idle, holding the delegations")
+	if !ok {
+		return res, ErrStopped
+	}
+	res.IdleHeldBytesPerHour = heldBytes / float64(cfg.Nodes)
 	nd := float64(res.Delegations)
-	res.BytesPerDelegation = (float64(bytesNow()-b0) - idleBytes*span) / nd
-	res.MessagesPerDelegation = (float64(counters(nodes)-m0) - idleMsgs*span) / nd
-	res.ProbesPerDelegation = float64(probesNow()-p0) / nd
-	logf("%d delegations (%d failed) in %.0f s: %.1f messages, %.0f bytes, %.2f probes each", res.Delegations, failed, span*3600,
-		res.MessagesPerDelegation, res.BytesPerDelegation, res.ProbesPerDelegation)
+	res.BytesPerDelegation = (phaseBytes - (idleBytes+heldBytes)/2*span) / nd
+	res.MessagesPerDelegation = (phaseMsgs - (idleMsgs+heldMsgs)/2*span) / nd
+	res.ProbesPerDelegation = float64(phaseProbes) / nd
+	logf("%d delegations (%d failed) in %.0f s: %.1f messages, %.0f bytes, %.2f probes each (%.1f messages, %.0f bytes with the upkeep of what they delegated)",
+		res.Delegations, failed, span*3600, res.MessagesPerDelegation, res.BytesPerDelegation, res.ProbesPerDelegation,
+		(phaseMsgs-idleMsgs*span)/nd, (phaseBytes-idleBytes*span)/nd)
 
 	// Hops: resolves that miss every cache, one at a time; a resolve's
 	// hops are the RESOLVE requests and DHT queries its node sent (DHT

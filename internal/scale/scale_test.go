@@ -21,15 +21,16 @@ func TestRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%+v", res)
-		if res.Delegations != 100 || res.Lost != 0 || res.Doubled != 0 || res.HopsP50 <= 0 || res.IdleBytesPerHour <= 0 {
+		if res.Delegations != 100 || res.Lost != 0 || res.Doubled != 0 || res.HopsP50 <= 0 || res.IdleBytesPerHour <= 0 || res.IdleHeldBytesPerHour <= 0 {
 			t.Fatalf("%+v", res)
 		}
 		// docs/scale.md: 18–20 messages per delegation at 20 nodes since
 		// claims are confirmed by their replica sets (60 with a lookup
 		// before each claim, 157 with one per maintenance round), idle
 		// upkeep of a megabyte or two per node per hour (31 then).
-		if res.MessagesPerDelegation > 30 || res.IdleBytesPerHour > 5e6 {
-			t.Errorf("%.1f messages per delegation (want ≤ 30), %.0f idle bytes per node per hour (want ≤ 5 MB)", res.MessagesPerDelegation, res.IdleBytesPerHour)
+		if res.MessagesPerDelegation > 30 || res.IdleBytesPerHour > 5e6 || res.IdleHeldBytesPerHour > 10e6 {
+			t.Errorf("%.1f messages per delegation (want ≤ 30), %.0f idle bytes per node per hour (want ≤ 5 MB), %.0f holding the delegations (want ≤ 10 MB)",
+				res.MessagesPerDelegation, res.IdleBytesPerHour, res.IdleHeldBytesPerHour)
 		}
 	})
 }
