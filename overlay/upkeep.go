@@ -288,7 +288,14 @@ func (c *coordinator) maintainView(ctx context.Context, sh *shard, owned, hasSta
 	case ok && time.Since(e.at) < c.cfg.closestTTL && slices.Equal(set, c.replicaSet(e.peers)):
 		return e.peers
 	case owned:
-		return c.walk(ctx, sh.key)
+		// A walk merges the peers its answers name without meeting
+		// them, and a departed peer stays in routing tables a while: a
+		// walk that puts another peer first is confirmed by a lookup
+		// (whose list holds only peers that answered) before this node
+		// hands the shard over.
+		if peers := c.walk(ctx, sh.key); peers[0] == c.self {
+			return peers
+		}
 	}
 	return c.closestPeers(ctx, sh.key, true)
 }
