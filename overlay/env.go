@@ -48,11 +48,16 @@ func (e *env) Probe(ctx context.Context, p peer.ID, url string, r subnet.Range) 
 		return 0, fmt.Errorf("%w: probe for %s outside the shard", ErrNotFound, r)
 	}
 	rtt, err := e.c.o.Probe(ctx, p, url)
-	if err != nil && !errors.Is(err, ErrProbeFailed) {
-		// p did not probe (it does not, refused, is overloaded, or could
-		// not be asked): that says nothing of its distance to the subnet.
+	ran := err == nil || errors.Is(err, ErrProbeFailed)
+	if !ran && isRemote(err) {
+		// p refused (it does not probe, is overloaded, or the target is
+		// forbidden): that says nothing of its distance to the subnet.
 		return 0, err
 	}
+	// A probe's outcome is stored, and so is a node that could not be
+	// asked (gone, unreachable), as failed: the decisions that follow
+	// count it out until the failure ages, instead of each waiting out
+	// its probe timeout again.
 	stored := rtt.Microseconds()
 	if err != nil {
 		stored = -1
@@ -67,6 +72,9 @@ func (e *env) Probe(ctx context.Context, p peer.ID, url string, r subnet.Range) 
 				e.c.log.Debug("storing a probe result failed", "error", werr)
 			}
 		}
+	}
+	if !ran {
+		return 0, err
 	}
 	return rtt, err
 }

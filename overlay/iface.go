@@ -86,9 +86,10 @@ type DelegationEnv interface {
 	// Probe asks p to probe url and stores the result with r, the subnet
 	// decided or a part of it, in the shard's replicated state. A probe
 	// that p ran and that failed returns an error wrapping ErrProbeFailed
-	// and is stored as failed; any other error means p did not probe (it
-	// does not, refused, is overloaded, or could not be asked), and
-	// nothing is stored.
+	// and is stored as failed; any other error means p did not probe:
+	// when p could not be asked (gone, unreachable) that is stored as a
+	// failed probe too, when it refused (it does not probe, is
+	// overloaded) nothing is stored.
 	Probe(ctx context.Context, p peer.ID, url string, r subnet.Range) (time.Duration, error)
 	// Probes returns the stored probe results for subnet s.
 	Probes(s subnet.ID) []ProbeResult
