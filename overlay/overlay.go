@@ -205,7 +205,9 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		announceNow:   make(chan struct{}, 1),
 		rel:           newReleaseState(),
 	}
-	o.ownDone.Store(!cfg.ownAddr.IsValid())
+	// An own address the policy refuses (a LAN address given as
+	// source_addr) has no subnet to claim.
+	o.ownDone.Store(!cfg.ownAddr.IsValid() || cfg.policy.CheckAddr(cfg.ownAddr) != nil)
 	o.ctx, o.cancel = context.WithCancel(context.Background())
 	netCtx, netCancel := context.WithCancel(context.Background())
 	o.netCancel = netCancel
@@ -420,6 +422,9 @@ func (o *Overlay) ClaimOwn(ctx context.Context) (Delegation, error) {
 	if !a.IsValid() {
 		return Delegation{}, errors.New("claim own subnet: no own address configured")
 	}
+	if err := o.refuseAddr(a); err != nil {
+		return Delegation{}, fmt.Errorf("claim own subnet: %w", err)
+	}
 	o.ownArmed.Store(true)
 	id := o.tree.SmallestNonUnary(a)
 	if id == subnet.None {
@@ -506,6 +511,9 @@ func (o *Overlay) every(d time.Duration, f func(context.Context)) {
 // range's own; false when neither is delegated. Delegations resolved
 // before come from the cache without a network round trip.
 func (o *Overlay) Resolve(ctx context.Context, a netip.Addr) (Delegation, bool, error) {
+	if err := o.refuseAddr(a); err != nil {
+		return Delegation{}, false, fmt.Errorf("resolve: %w", err)
+	}
 	id := o.tree.SmallestNonUnary(a)
 	if id == subnet.None {
 		return Delegation{}, false, fmt.Errorf("resolve %v: invalid address", a)
@@ -615,6 +623,9 @@ func (o *Overlay) checkDelegation(sr *pb.SignedRecord, r subnet.Range) (Delegati
 // subnet from any nodes yield one decision. When a lies in a part of the
 // subnet delegated apart (Split), the part's delegation is returned.
 func (o *Overlay) Delegate(ctx context.Context, url string, a netip.Addr) (Delegation, error) {
+	if err := o.refuse(a, url); err != nil {
+		return Delegation{}, fmt.Errorf("delegate: %w", err)
+	}
 	id := o.tree.SmallestNonUnary(a)
 	if id == subnet.None {
 		return Delegation{}, fmt.Errorf("delegate %v: invalid address", a)
@@ -971,6 +982,9 @@ func (o *Overlay) handleLocal(ctx context.Context, req *pb.Message) (*pb.Message
 func (o *Overlay) Probe(ctx context.Context, p peer.ID, url string) (time.Duration, error) {
 	if len(url) > maxURLLen {
 		return 0, fmt.Errorf("probe: %w: URL of %d bytes", ErrTooLarge, len(url))
+	}
+	if err := o.refuseURL(url); err != nil {
+		return 0, fmt.Errorf("probe: %w", err)
 	}
 	if p == o.h.ID() {
 		if o.cfg.prober == nil {
