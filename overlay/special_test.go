@@ -20,15 +20,15 @@ import (
 )
 
 // countingProber answers like fixedProber and counts the probes it ran;
-// for the host intranet.example it fails as the crawler's egress guard
-// does when a name resolves to a private address.
+// for egresstest.Intranet it fails as the crawler's egress guard does
+// when a name resolves to a private address.
 type countingProber struct{ n atomic.Int64 }
 
 func (p *countingProber) Probe(ctx context.Context, url string) (time.Duration, error) {
 	p.n.Add(1)
-	if strings.Contains(url, "intranet.example") {
+	if strings.Contains(url, egresstest.Intranet) {
 		var guard egress.Policy
-		return 0, fmt.Errorf("probe: %w", guard.CheckAddr(netip.MustParseAddr("10.0.0.5")))
+		return 0, fmt.Errorf("probe: %w", guard.CheckAddr(egresstest.IntranetAddr))
 	}
 	return 10 * time.Millisecond, nil
 }
@@ -193,10 +193,10 @@ func TestSpecialProbeNotStored(t *testing.T) {
 		joinSwarm(t, []*node{a, b})
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
-		if _, err := a.o.Probe(ctx, b.h.ID(), "http://intranet.example/"); !errors.Is(err, ErrForbidden) || errors.Is(err, ErrProbeFailed) {
+		if _, err := a.o.Probe(ctx, b.h.ID(), "http://"+egresstest.Intranet+"/"); !errors.Is(err, ErrForbidden) || errors.Is(err, ErrProbeFailed) {
 			t.Fatalf("probe of a name of a private address = %v, want ErrForbidden and not ErrProbeFailed", err)
 		}
-		_, err := a.o.Delegate(ctx, "http://intranet.example/", netip.MustParseAddr("127.0.5.5"))
+		_, err := a.o.Delegate(ctx, "http://"+egresstest.Intranet+"/", netip.MustParseAddr("127.0.5.5"))
 		if err == nil {
 			t.Fatal("delegated on a refused probe")
 		}

@@ -3,7 +3,6 @@ package results
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
@@ -91,29 +90,24 @@ func TestSubmitRefusesSpecial(t *testing.T) {
 		strict := overlaytest.NewNode(t, net, 0, overlay.Egress(egress.Policy{}))
 		var looked []string
 		var mu sync.Mutex
-		resolve := Resolve(func(_ context.Context, host string) (netip.Addr, error) {
+		resolve := Resolve(func(ctx context.Context, host string) (netip.Addr, error) {
 			mu.Lock()
-			defer mu.Unlock()
 			looked = append(looked, host)
-			if a, err := netip.ParseAddr(host); err == nil {
-				return a, nil
-			}
-			switch host {
-			case "intranet.example":
-				return netip.MustParseAddr("10.0.0.5"), nil
-			case "site.example":
+			mu.Unlock()
+			if host == "site.example" { // a name of the emulated Internet
 				return netip.MustParseAddr("127.0.5.5"), nil
 			}
-			return netip.Addr{}, fmt.Errorf("%s: no address", host)
+			return egresstest.Resolve(ctx, host)
 		})
 		var queued crawlSink
 		var seeds []crawl.Request
-		classes := map[string]string{"http://intranet.example/": "private (RFC 1918)"}
+		intranet := "http://" + egresstest.Intranet + "/"
+		classes := map[string]string{intranet: egresstest.IntranetClass}
 		for _, c := range egresstest.Special() {
 			seeds = append(seeds, crawl.Request{Link: c.URL(), Depth: 1})
 			classes[c.URL()] = c.Class
 		}
-		seeds = append(seeds, crawl.Request{Link: "http://intranet.example/", Depth: 1})
+		seeds = append(seeds, crawl.Request{Link: intranet, Depth: 1})
 		res, err := Submit(t.Context(), strict.Overlay, seeds, resolve, LocalCrawl(queued.take), Logger(quiet()))
 		if err != nil {
 			t.Fatal(err)
@@ -127,8 +121,8 @@ func TestSubmitRefusesSpecial(t *testing.T) {
 			}
 		}
 		mu.Lock()
-		if len(looked) != 1 || looked[0] != "intranet.example" {
-			t.Errorf("hosts looked up: %v, want intranet.example only", looked)
+		if len(looked) != 1 || looked[0] != egresstest.Intranet {
+			t.Errorf("hosts looked up: %v, want %s only", looked, egresstest.Intranet)
 		}
 		mu.Unlock()
 		k := strict.Overlay.Stats().Kinds

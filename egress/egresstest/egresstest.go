@@ -5,10 +5,36 @@
 package egresstest
 
 import (
+	"context"
+	"fmt"
 	"net/netip"
 	"net/url"
 	"strings"
 )
+
+// Intranet is a name that a LAN's DNS resolves to IntranetAddr, a private
+// address: it passes every check made before resolution, and must be
+// refused once resolved.
+const Intranet = "intranet.example"
+
+// IntranetAddr is the address Intranet resolves to; its class is
+// IntranetClass.
+var IntranetAddr = netip.MustParseAddr("10.0.0.5")
+
+// IntranetClass is the registry entry a refusal of IntranetAddr names.
+const IntranetClass = "private (RFC 1918)"
+
+// Resolve resolves an IP literal to itself and Intranet to IntranetAddr;
+// every other name fails, as an unknown one does.
+func Resolve(_ context.Context, host string) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a, nil
+	}
+	if host == Intranet {
+		return IntranetAddr, nil
+	}
+	return netip.Addr{}, fmt.Errorf("%s: no address", host)
+}
 
 // Case is one special-purpose destination.
 type Case struct {
