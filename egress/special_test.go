@@ -66,3 +66,26 @@ func TestCheckHostNames(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCheckHost feeds arbitrary URL hosts to CheckHost: it never panics, a
+// refusal wraps ErrSpecialPurpose, and a host refused under the zero
+// policy is allowed by no more than AllowPrivate allows.
+func FuzzCheckHost(f *testing.F) {
+	for _, c := range egresstest.Special() {
+		f.Add(c.Host)
+	}
+	for _, h := range []string{"example.com", "8.8.8.8", "[2606:4700::1111]", "", "[", "fe80::1%eth0", "LocalHost.", "127.1", "0x7f.1"} {
+		f.Add(h)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		var strict Policy
+		open := Policy{AllowPrivate: true}
+		err := strict.CheckHost(host)
+		if err != nil && !errors.Is(err, ErrSpecialPurpose) {
+			t.Fatalf("CheckHost(%q) = %v, not ErrSpecialPurpose", host, err)
+		}
+		if err == nil && open.CheckHost(host) != nil {
+			t.Fatalf("CheckHost(%q): allowed by the zero policy, refused with private networks allowed", host)
+		}
+	})
+}
