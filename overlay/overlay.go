@@ -509,7 +509,8 @@ func (o *Overlay) every(d time.Duration, f func(context.Context)) {
 // Resolve returns the delegation holding a: the most specific part of a's
 // smallest non-unary range delegated apart that holds a (Split), else the
 // range's own; false when neither is delegated. Delegations resolved
-// before come from the cache without a network round trip.
+// before come from the cache without a network round trip. An address the
+// Egress policy refuses is refused (ErrForbidden) without asking anyone.
 func (o *Overlay) Resolve(ctx context.Context, a netip.Addr) (Delegation, bool, error) {
 	if err := o.refuseAddr(a); err != nil {
 		return Delegation{}, false, fmt.Errorf("resolve: %w", err)
@@ -621,7 +622,9 @@ func (o *Overlay) checkDelegation(sr *pb.SignedRecord, r subnet.Range) (Delegati
 // host resolved to), running the delegation procedure on the subnet's
 // coordinator when the subnet is not yet delegated. Concurrent calls for one
 // subnet from any nodes yield one decision. When a lies in a part of the
-// subnet delegated apart (Split), the part's delegation is returned.
+// subnet delegated apart (Split), the part's delegation is returned. An
+// address or URL host the Egress policy refuses is refused (ErrForbidden)
+// without asking anyone.
 func (o *Overlay) Delegate(ctx context.Context, url string, a netip.Addr) (Delegation, error) {
 	if err := o.refuse(a, url); err != nil {
 		return Delegation{}, fmt.Errorf("delegate: %w", err)
@@ -978,7 +981,10 @@ func (o *Overlay) handleLocal(ctx context.Context, req *pb.Message) (*pb.Message
 	return resp, nil
 }
 
-// Probe asks p to time an HTTP HEAD to url from its own address.
+// Probe asks p to time an HTTP HEAD to url from its own address. A URL on
+// a host the Egress policy refuses is refused (ErrForbidden) without
+// asking p; p refuses one its own policy or prober refuses likewise, which
+// is no failed probe.
 func (o *Overlay) Probe(ctx context.Context, p peer.ID, url string) (time.Duration, error) {
 	if len(url) > maxURLLen {
 		return 0, fmt.Errorf("probe: %w: URL of %d bytes", ErrTooLarge, len(url))
