@@ -3,12 +3,14 @@
 // them into compact keyword records and keeps every URL it discovers for
 // another node's subnet until the node has handed it to the subnet's owner.
 //
-// crawl imports nothing of micra's and never libp2p; node wires it to the
-// overlay through the small interfaces this package declares: Router (is a
-// URL known to be this node's? answered at once, never over the network),
-// optionally a Disowner (which addresses are no longer this node's?) and
-// Sink (record batches out), and through the outgoing store (Outgoing,
-// Handed, Keep: URLs for other nodes out).
+// crawl imports nothing of micra's but the leaf package egress (the one
+// classifier of special-purpose addresses, which the overlay and results
+// share) and never libp2p; node wires it to the overlay through the small
+// interfaces this package declares: Router (is a URL known to be this
+// node's? answered at once, never over the network), optionally a
+// Disowner (which addresses are no longer this node's?) and Sink (record
+// batches out), and through the outgoing store (Outgoing, Handed, Keep:
+// URLs for other nodes out).
 //
 // # Pipeline
 //
@@ -78,8 +80,8 @@
 //
 // Fetcher, also usable alone for probes, refuses loopback, private,
 // link-local, CGNAT, multicast, documentation, IPv6 local and metadata
-// addresses and every port but 80 and 443, on the resolved address at dial
-// time, so redirects and DNS rebinding cannot reach them.
+// addresses (package egress) and every port but 80 and 443, on the resolved
+// address at dial time, so redirects and DNS rebinding cannot reach them.
 // AllowPrivateNetworks lifts this for the emulated Internet and tests.
 //
 // # Delegation support

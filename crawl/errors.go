@@ -3,7 +3,7 @@ package crawl
 import (
 	"errors"
 
-	"github.com/micra-net/micra/crawl/internal/egress"
+	"github.com/micra-net/micra/egress"
 )
 
 // Errors returned by the crawler and the fetcher. Match them with errors.Is.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/micra-net/micra/crawl/internal/egress"
+	"github.com/micra-net/micra/egress"
 )
 
 // Resolver resolves host names; *net.Resolver implements it. The node may

@@ -16,6 +16,7 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
@@ -693,8 +694,18 @@ func (ix *Indexer) Index() *index.Index { return ix.x }
 // The indexer keeps each request until a record of its page arrives and
 // submits it again when none has come (CrawlPatience), so that a page
 // queued at a node that then dies for good is crawled by the subnet's next
-// owner.
+// owner. A request refused for a special-purpose address (see
+// results.Submit; the overlay's egress policy, or a coordinator's) is not
+// kept: it would be refused again.
 func (ix *Indexer) Submit(ctx context.Context, reqs []crawl.Request) (results.SubmitResult, error) {
-	ix.keepPending(reqs)
-	return results.Submit(ctx, ix.o, reqs, ix.cfg.results()...)
+	ix.keepPending(ix.allowedHosts(reqs))
+	res, err := results.Submit(ctx, ix.o, reqs, ix.cfg.results()...)
+	var refused []string
+	for _, f := range res.Failed {
+		if errors.Is(f.Err, egress.ErrSpecialPurpose) || errors.Is(f.Err, overlay.ErrForbidden) {
+			refused = append(refused, f.Link)
+		}
+	}
+	ix.forgetPending(refused)
+	return res, err
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -123,6 +124,67 @@ func (ix *Indexer) keepPending(reqs []crawl.Request) {
 	}
 }
 
+// allowedHosts returns the requests whose host the overlay's egress policy
+// does not refuse before resolution (an IP literal of a special-purpose
+// address, localhost): those are never kept. Names that resolve to such an
+// address are known only once Submit resolved them (forgetPending).
+func (ix *Indexer) allowedHosts(reqs []crawl.Request) []crawl.Request {
+	policy := ix.o.EgressPolicy()
+	out := make([]crawl.Request, 0, len(reqs))
+	for _, r := range reqs {
+		if u, err := url.Parse(r.Link); err == nil && policy.CheckHost(u.Hostname()) != nil {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// forgetPending removes the pending requests of links (as submitted).
+func (ix *Indexer) forgetPending(links []string) {
+	if len(links) == 0 {
+		return
+	}
+	ix.pend.mu.Lock()
+	defer ix.pend.mu.Unlock()
+	var gone [][16]byte
+	for _, l := range links {
+		if link, err := crawl.NormalizeURL(l); err == nil {
+			if id := pendingID(link); !slices.Contains(gone, id) {
+				if _, ok := ix.pend.m[id]; ok {
+					gone = append(gone, id)
+				}
+			}
+		}
+	}
+	if err := ix.dropPending(gone); err != nil {
+		ix.log.Warn("forgetting refused crawl requests failed; they are refused again when resubmitted", "error", err)
+	}
+}
+
+// dropPending deletes the pending requests ids, from the table and its
+// mirror. The caller holds ix.pend.mu.
+func (ix *Indexer) dropPending(ids [][16]byte) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := ix.db.Update(func(txn *badger.Txn) error {
+		for _, id := range ids {
+			if err := txn.Delete(pendingKey(id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		delete(ix.pend.m, id)
+	}
+	return nil
+}
+
 // satisfied removes the pending requests that stored records answer (by
 // URL or final URL).
 func (ix *Indexer) satisfied(recs []crawl.Record) {
@@ -141,23 +203,9 @@ func (ix *Indexer) satisfied(recs []crawl.Record) {
 			}
 		}
 	}
-	if len(done) == 0 {
-		return
-	}
-	err := ix.db.Update(func(txn *badger.Txn) error {
-		for _, id := range done {
-			if err := txn.Delete(pendingKey(id)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := ix.dropPending(done); err != nil {
 		ix.log.Warn("clearing answered crawl requests failed; they may be sent again", "error", err)
 		return
-	}
-	for _, id := range done {
-		delete(ix.pend.m, id)
 	}
 	ix.stats.pendingDone.Add(uint64(len(done)))
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay/overlaytest"
 	"github.com/micra-net/micra/results"
@@ -293,7 +294,7 @@ func TestCrawlRequests(t *testing.T) {
 		got = append(got, reqs...)
 		from = append(from, p)
 		return nil
-	}, results.Logger(quiet()))
+	}, results.Logger(quiet()), results.Egress(egress.Policy{AllowPrivate: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +409,7 @@ func TestCrawlRequestsOutliveTheirNode(t *testing.T) {
 			id := n.h.ID()
 			remove, err := results.ServeCrawlRequests(n.h, func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
 				return handler(ctx, id, reqs)
-			}, results.Logger(quiet()))
+			}, results.Logger(quiet()), results.Egress(egress.Policy{AllowPrivate: true}))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -56,9 +56,11 @@ type Config struct {
 	Bandwidth     string `toml:"bandwidth"`
 	DailyTransfer string `toml:"daily_transfer"`
 	// AllowPrivateNetworks lets the crawler fetch private, loopback and
-	// other special-purpose addresses; off for volunteers, on for the
-	// emulated Internet and the demo. AllowPorts adds ports to 80 and 443
-	// (none with AllowPrivateNetworks means every port).
+	// other special-purpose addresses, and the node take seeds and crawl
+	// requests for them and delegate, resolve and probe them; off for
+	// volunteers (all of it is refused with an error naming the address),
+	// on for the emulated Internet and the demo. AllowPorts adds ports to
+	// 80 and 443 (none with AllowPrivateNetworks means every port).
 	AllowPrivateNetworks bool     `toml:"allow_private_networks"`
 	AllowPorts           []uint16 `toml:"allow_ports"`
 	// LogLevel is debug, info, warn or error.

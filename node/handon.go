@@ -31,7 +31,10 @@ import (
 // delegated by a few workers in the background, fed by a bounded queue of
 // subnets. The owner a delegation finds is cached by the overlay, which is
 // where the next pass reads it. Nothing is resolved twice: the crawler
-// stored the address the host resolved to.
+// stored the address the host resolved to. A link whose address the
+// overlay's egress policy refuses (a special-purpose address, which the
+// crawler's own guard lets through only under a different setting) is
+// dropped: no owner would take it.
 
 // router is the crawler's Router.
 type router struct {
@@ -120,7 +123,8 @@ type handOn struct {
 	owners owners
 	send   func(ctx context.Context, p peer.ID, reqs []crawl.Request) error // to the owner p, acknowledged
 	self   peer.ID
-	tree   func() *subnet.Tree // the running snapshot
+	tree   func() *subnet.Tree    // the running snapshot
+	refuse func(netip.Addr) error // the egress policy's refusal of a link's address; nil: none
 	log    *slog.Logger
 	joined <-chan struct{}
 
@@ -149,6 +153,10 @@ type delegation struct {
 
 func newHandOn(n *Node) *handOn {
 	return &handOn{store: n.cr, owners: liveOwners{n}, self: n.h.ID(), tree: n.snapshot, log: n.log.With("subsystem", "handon"), joined: n.joined,
+		refuse: func(a netip.Addr) error {
+			p := n.ov().EgressPolicy()
+			return p.CheckAddr(a)
+		},
 		send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
 			n.findAddrs(ctx, p)
 			return results.SendCrawl(ctx, n.h, p, reqs)
@@ -268,9 +276,10 @@ func (h *handOn) pass(ctx context.Context) (wrapped bool) {
 		seen += len(links)
 		h.cursor = links[len(links)-1]
 		for _, l := range links {
-			if err := results.CheckRequest(l.Request); err != nil {
-				// Beyond the crawl-request protocol's bounds (owners, depth):
-				// no owner would ever take it.
+			if err := h.check(l); err != nil {
+				// Beyond the crawl-request protocol's bounds (owners,
+				// depth), or to an address the policy refuses: no owner
+				// would ever take it.
 				h.log.Warn("link cannot be handed on; dropped", "link", l.Link, "error", err)
 				if err := cr.Discard(l); err != nil {
 					h.log.Error("deleting a link failed", "error", err)
@@ -335,6 +344,18 @@ func (h *handOn) pass(ctx context.Context) (wrapped bool) {
 		}
 	}
 	return wrapped
+}
+
+// check returns why l can never be handed on: it breaks the crawl-request
+// protocol's bounds, or the egress policy refuses its address.
+func (h *handOn) check(l crawl.Outlink) error {
+	if err := results.CheckRequest(l.Request); err != nil {
+		return err
+	}
+	if h.refuse == nil {
+		return nil
+	}
+	return h.refuse(l.Addr)
 }
 
 // ask queues the delegation of l's subnet unless it is queued, running,

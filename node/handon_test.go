@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/subnet"
@@ -134,7 +135,8 @@ func (f *fakeOwners) Invalidate(r subnet.Range) {
 // subnet nobody holds wait while it is delegated, once, in the
 // background, then go to the owner found; links for an owner that does
 // not answer wait, are not sent again within the back-off, and go once it
-// answers. Nothing is lost and nothing is sent twice.
+// answers. Nothing is lost and nothing is sent twice. A link to an address
+// the egress policy refuses is dropped, never delegated (issue 18).
 func TestHandOn(t *testing.T) {
 	tree := p2ptest.Tree(t)
 	p2ptest.Bubble(t, func(t *testing.T) {
@@ -157,7 +159,11 @@ func TestHandOn(t *testing.T) {
 		downUp := false
 		attempts := map[peer.ID]int{}
 		joined := make(chan struct{})
+		// The emulated Internet's sites, 127.0.0.0/15, are allowed; the
+		// rest of 127/8 is loopback.
+		policy := egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/15")}}
 		h := &handOn{store: st, owners: fo, self: self, tree: func() *subnet.Tree { return tree }, log: slog.New(slog.DiscardHandler), joined: joined,
+			refuse: policy.CheckAddr,
 			send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
 				mu.Lock()
 				defer mu.Unlock()
@@ -178,11 +184,12 @@ func TestHandOn(t *testing.T) {
 
 		// Stored before the node joined: nothing moves until it has.
 		tooDeep := link(7, addr(0, 1))
-		tooDeep.Depth = 1000 // beyond the crawl-request protocol: dropped, not retried forever
-		st.add(link(0, addr(0, 1)), link(1, addr(0, 2)), link(2, addr(1, 7)), link(3, addr(1, 7)), link(4, addr(0, 3)), tooDeep)
+		tooDeep.Depth = 1000           // beyond the crawl-request protocol: dropped, not retried forever
+		special := link(8, addr(2, 5)) // refused by the policy: dropped, never delegated
+		st.add(link(0, addr(0, 1)), link(1, addr(0, 2)), link(2, addr(1, 7)), link(3, addr(1, 7)), link(4, addr(0, 3)), tooDeep, special)
 		time.Sleep(time.Minute)
-		if n, _, _ := st.state(); n != 6 {
-			t.Fatalf("%d links waiting before the join, want 6", n)
+		if n, _, _ := st.state(); n != 7 {
+			t.Fatalf("%d links waiting before the join, want 7", n)
 		}
 		close(joined)
 		time.Sleep(time.Second)
@@ -191,8 +198,8 @@ func TestHandOn(t *testing.T) {
 		if !slices.Equal(kept, []string{"http://hb.test/"}) || !slices.Equal(handed, []string{"http://ha.test/"}) || n != 3 {
 			t.Fatalf("after the first pass: kept %v, handed %v, %d waiting", kept, handed, n)
 		}
-		if st.mu.Lock(); !slices.Equal(st.dropped, []string{tooDeep.Link}) {
-			t.Errorf("dropped %v, want the link beyond the protocol's depth", st.dropped)
+		if st.mu.Lock(); !slices.Equal(st.dropped, []string{tooDeep.Link, special.Link}) {
+			t.Errorf("dropped %v, want the link beyond the protocol's depth and the special-purpose one", st.dropped)
 		}
 		st.mu.Unlock()
 		// The unknown subnet is delegated in the background (2 s of
@@ -212,6 +219,9 @@ func TestHandOn(t *testing.T) {
 		mu.Unlock()
 		if got := fo.delegated[fo.rng(addr(1, 7))]; got != 1 {
 			t.Errorf("the unknown subnet was delegated %d times, want once", got)
+		}
+		if got := fo.delegated[fo.rng(special.Addr)]; got != 0 {
+			t.Errorf("the refused link's subnet was delegated %d times", got)
 		}
 		// The owner that does not answer: tried, then left alone for the
 		// back-off although passes run and new links arrive.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/indexer"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/delegate"
@@ -41,6 +42,12 @@ type IndexerConfig struct {
 	ReadOnly  bool            // search and export only
 	Snapshot  string          // subnet snapshot file; "" for the built-in one
 	Tree      *subnet.Tree    // the hierarchy, instead of Snapshot
+	// AllowPrivateNetworks lets the indexer submit seeds on, and
+	// coordinate delegations of, private, loopback and other
+	// special-purpose addresses, as Config.AllowPrivateNetworks does for a
+	// node (the emulated Internet); off, they are refused with an error
+	// naming the address.
+	AllowPrivateNetworks bool
 	// SnapshotKeys are the release keys whose snapshot releases the
 	// indexer takes and switches to at their activation, as nodes do
 	// (Config.SnapshotKeys, in the same "ed25519:BASE64" form); none: it
@@ -155,7 +162,7 @@ func StartIndexer(ctx context.Context, cfg IndexerConfig) (x *Indexer, err error
 	if err != nil {
 		return x, err
 	}
-	x.oopts = []overlay.Option{overlay.WithDelegator(del), overlay.WithPubSub(ps),
+	x.oopts = []overlay.Option{overlay.Egress(egress.Policy{AllowPrivate: cfg.AllowPrivateNetworks}), overlay.WithDelegator(del), overlay.WithPubSub(ps),
 		overlay.WithEvidenceOpener(overlay.EvidenceOpenerFunc(results.OpenEvidence)),
 		overlay.Announce(5 * time.Minute), overlay.NoCrawl(), overlay.BootstrapPeers(cfg.Bootstrap), overlay.Logger(log.With("subsystem", "overlay"))}
 	var keys []ed25519.PublicKey

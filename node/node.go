@@ -26,6 +26,7 @@ import (
 
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/delegate"
 	"github.com/micra-net/micra/results"
@@ -225,7 +226,7 @@ func (n *Node) settle() error {
 	for _, s := range cfg.Listen {
 		if !n.own.IsValid() {
 			if a, err := ma.NewMultiaddr(s); err == nil {
-				if ip, err := manetIP(a); err == nil && ip.IsGlobalUnicast() && !ip.IsPrivate() {
+				if ip, err := manetIP(a); err == nil && ip.IsGlobalUnicast() && egress.Classify(ip) == "" {
 					n.own = ip
 				}
 			}
@@ -310,6 +311,7 @@ func (n *Node) build() error {
 		return err
 	}
 	oopts := []overlay.Option{
+		overlay.Egress(n.egressPolicy()),
 		overlay.WithDelegator(n.del), overlay.WithProber(overlay.ProberFunc(n.probe)),
 		overlay.WithForwardHandler(forwardHandler{n}),
 		overlay.WithLoad(n.load), overlay.BootstrapPeers(n.peers), overlay.ProbeWindows(sched, 20*time.Second),
@@ -323,6 +325,10 @@ func (n *Node) build() error {
 	}
 	if n.own.IsValid() {
 		oopts = append(oopts, overlay.OwnAddress(n.own))
+		p := n.egressPolicy()
+		if err := p.CheckAddr(n.own); err != nil {
+			n.log.Warn("own address is special-purpose: its subnet is not claimed", "error", err)
+		}
 	}
 	if keys, _ := cfg.releaseKeys(); len(keys) > 0 { // validated
 		oopts = append(oopts, overlay.ReleaseKeys(releaseDir(cfg.DataDir), keys...))
@@ -352,7 +358,7 @@ func (n *Node) build() error {
 	if err := n.ob.Start(o); err != nil {
 		return err
 	}
-	if n.removeReq, err = results.ServeCrawlRequests(n.h, n.crawlLocal); err != nil {
+	if n.removeReq, err = results.ServeCrawlRequests(n.h, n.crawlLocal, results.Egress(n.egressPolicy())); err != nil {
 		return err
 	}
 	hand := newHandOn(n)
@@ -360,6 +366,14 @@ func (n *Node) build() error {
 	n.wg.Go(func() { n.splitLoop(n.ctx) })
 	n.wg.Go(func() { switchLoop(n.ctx, n.log, n.ov, n.switchTo) })
 	return nil
+}
+
+// egressPolicy is the node's policy for the addresses of web servers: with
+// AllowPrivateNetworks special-purpose ones are allowed (the crawler's own
+// guard gets crawl.AllowPrivateNetworks and the ports), else refused where
+// they enter, as seeds, crawl requests, delegations and probes.
+func (n *Node) egressPolicy() egress.Policy {
+	return egress.Policy{AllowPrivate: n.cfg.AllowPrivateNetworks}
 }
 
 // buildCrawler makes the crawler. Its Router knows nothing until the
@@ -419,7 +433,7 @@ func (n *Node) Join(ctx context.Context) error {
 	if len(n.peers) == 0 {
 		n.log.Warn("no bootstrap peers: this node starts a network; others join it with --bootstrap", "addrs", n.Addrs())
 		_, err := n.ov().ClaimOwn(ctx)
-		if err != nil && n.own.IsValid() {
+		if err != nil && n.own.IsValid() && !errors.Is(err, overlay.ErrForbidden) { // forbidden: warned at New
 			n.log.Info("own subnet not claimed yet; retried with the heartbeats", "error", err)
 		}
 		n.joinOnce.Do(func() { close(n.joined) })

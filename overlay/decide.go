@@ -90,6 +90,14 @@ func (c *coordinator) decide(sh *shard, req DelegateRequest, redo bool) (*pb.Sig
 	if ok && (d.Orphaned || redo) && req.Addr == (netip.Addr{}) {
 		req.Addr, req.URL = d.Addr, d.URL
 	}
+	// An orphaned or re-decided range of a special-purpose address,
+	// delegated before the policy refused it, keeps its record and is
+	// not decided again: no probe goes to it.
+	if req.Addr.IsValid() {
+		if f.err = c.o.refuse(req.Addr, req.URL); f.err != nil {
+			return nil, f.err
+		}
+	}
 	for p := range conv {
 		req.Exclude = append(req.Exclude, p)
 	}

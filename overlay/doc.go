@@ -124,5 +124,19 @@
 // checked, records are verified against their writer's key, streams have
 // deadlines, and queues and tables are bounded.
 //
-// overlay may import subnet and bootstrap; it must not import crawl or node.
+// # Special-purpose addresses
+//
+// A web server on a loopback, private, link-local, CGNAT, documentation,
+// multicast or other special-purpose address (the IANA registries, package
+// egress), or named localhost, is never delegated nor probed: Delegate,
+// Resolve, Split, Probe and ClaimOwn refuse it before asking anyone, and a
+// coordinator refuses DELEGATE, SPLIT and RESOLVE of one, a node PROBE and
+// FORWARD of a URL on one, from peers that may not share its policy, with
+// FORBIDDEN naming the address and its registry entry (special.go). A
+// prober's refusal of a name resolving to one is FORBIDDEN too, not a
+// failed probe, so nothing is stored. The policy is the node's (Egress);
+// allow_private_networks lifts it for the emulated Internet on 127/8.
+//
+// overlay may import subnet, bootstrap and egress; it must not import crawl
+// or node.
 package overlay

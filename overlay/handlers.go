@@ -34,6 +34,11 @@ func (o *Overlay) localProbe(ctx context.Context, url string) (time.Duration, er
 		return 0, err
 	}
 	rtt, err := o.cfg.prober.Probe(ctx, url)
+	if probeRefused(err) {
+		// Not a probe that failed: one this node does not run (its
+		// egress guard found only special-purpose addresses).
+		return 0, fmt.Errorf("%w: %s: %w", ErrForbidden, url, err)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("%w: %v", ErrProbeFailed, err)
 	}
@@ -77,6 +82,9 @@ func (o *Overlay) handleProbe(ctx context.Context, from peer.ID, req *pb.Message
 	if url == "" || len(url) > maxURLLen {
 		return nil, fmt.Errorf("%w: URL of %d bytes", ErrMalformed, len(url))
 	}
+	if err := o.refuseURL(url); err != nil {
+		return nil, err
+	}
 	if err := o.limitProbe(from); err != nil {
 		return nil, err
 	}
@@ -99,7 +107,9 @@ func addrFromWire(b []byte) (netip.Addr, error) {
 }
 
 // checkAddrRequest checks the fields a request about a server address
-// carries (DELEGATE, SPLIT): the snapshot, the address and the URL's size.
+// carries (DELEGATE, SPLIT): the snapshot, the address and the URL's size,
+// and that the policy allows both the address and the URL's host (a peer
+// may not share this node's policy).
 func (o *Overlay) checkAddrRequest(snapshot, addr []byte, url string) (netip.Addr, error) {
 	if err := o.coord.checkSnapshot(snapshot); err != nil {
 		return netip.Addr{}, err
@@ -110,6 +120,9 @@ func (o *Overlay) checkAddrRequest(snapshot, addr []byte, url string) (netip.Add
 	}
 	if len(url) > maxURLLen {
 		return netip.Addr{}, fmt.Errorf("%w: URL of %d bytes", ErrTooLarge, len(url))
+	}
+	if err := o.refuse(a, url); err != nil {
+		return netip.Addr{}, err
 	}
 	return a, nil
 }
@@ -147,6 +160,9 @@ func (o *Overlay) handleResolve(ctx context.Context, from peer.ID, req *pb.Messa
 	} else {
 		var err error
 		if a, err = addrFromWire(rq.GetAddr()); err != nil {
+			return nil, err
+		}
+		if err := o.refuseAddr(a); err != nil {
 			return nil, err
 		}
 		if id = o.tree.SmallestNonUnary(a); id == subnet.None {
@@ -471,6 +487,9 @@ func (o *Overlay) handleForward(ctx context.Context, from peer.ID, req *pb.Messa
 	for _, u := range rq.GetUrls() {
 		if u == "" || len(u) > maxURLLen {
 			return nil, fmt.Errorf("%w: URL of %d bytes", ErrMalformed, len(u))
+		}
+		if err := o.refuseURL(u); err != nil {
+			return nil, err // the whole batch, as for a malformed URL
 		}
 	}
 	if err := o.limitForward(from, len(rq.GetUrls())); err != nil {

@@ -11,6 +11,7 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -39,6 +40,7 @@ type config struct {
 	announce      time.Duration
 	noCrawl       bool
 	ownAddr       netip.Addr
+	policy        egress.Policy // which server addresses may be delegated, resolved and probed (special.go)
 	probeSched    ProbeSchedule
 	probeWait     time.Duration
 	redelegate    time.Duration
@@ -247,6 +249,25 @@ func Announce(every time.Duration) Option {
 			return fmt.Errorf("announce interval must be at least 1 s, got %v", every)
 		}
 		c.announce = every
+		return nil
+	}
+}
+
+// Egress sets which web server addresses this node delegates, resolves
+// and probes, and takes in requests from peers (see special.go). The
+// default, the zero egress.Policy, refuses every special-purpose address
+// (loopback, private, link-local, CGNAT, documentation, multicast...) and
+// the name localhost; node passes AllowPrivate for
+// allow_private_networks (the emulated Internet on 127/8, tests).
+// Only addresses count here: ports are the crawler's.
+func Egress(p egress.Policy) Option {
+	return func(c *config) error {
+		for _, a := range p.Allow {
+			if !a.IsValid() {
+				return fmt.Errorf("egress: allowed prefix %v is not valid", a)
+			}
+		}
+		c.policy = p
 		return nil
 	}
 }

@@ -205,7 +205,9 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		announceNow:   make(chan struct{}, 1),
 		rel:           newReleaseState(),
 	}
-	o.ownDone.Store(!cfg.ownAddr.IsValid())
+	// An own address the policy refuses (a LAN address given as
+	// source_addr) has no subnet to claim.
+	o.ownDone.Store(!cfg.ownAddr.IsValid() || cfg.policy.CheckAddr(cfg.ownAddr) != nil)
 	o.ctx, o.cancel = context.WithCancel(context.Background())
 	netCtx, netCancel := context.WithCancel(context.Background())
 	o.netCancel = netCancel
@@ -420,6 +422,9 @@ func (o *Overlay) ClaimOwn(ctx context.Context) (Delegation, error) {
 	if !a.IsValid() {
 		return Delegation{}, errors.New("claim own subnet: no own address configured")
 	}
+	if err := o.refuseAddr(a); err != nil {
+		return Delegation{}, fmt.Errorf("claim own subnet: %w", err)
+	}
 	o.ownArmed.Store(true)
 	id := o.tree.SmallestNonUnary(a)
 	if id == subnet.None {
@@ -504,8 +509,12 @@ func (o *Overlay) every(d time.Duration, f func(context.Context)) {
 // Resolve returns the delegation holding a: the most specific part of a's
 // smallest non-unary range delegated apart that holds a (Split), else the
 // range's own; false when neither is delegated. Delegations resolved
-// before come from the cache without a network round trip.
+// before come from the cache without a network round trip. An address the
+// Egress policy refuses is refused (ErrForbidden) without asking anyone.
 func (o *Overlay) Resolve(ctx context.Context, a netip.Addr) (Delegation, bool, error) {
+	if err := o.refuseAddr(a); err != nil {
+		return Delegation{}, false, fmt.Errorf("resolve: %w", err)
+	}
 	id := o.tree.SmallestNonUnary(a)
 	if id == subnet.None {
 		return Delegation{}, false, fmt.Errorf("resolve %v: invalid address", a)
@@ -613,8 +622,13 @@ func (o *Overlay) checkDelegation(sr *pb.SignedRecord, r subnet.Range) (Delegati
 // host resolved to), running the delegation procedure on the subnet's
 // coordinator when the subnet is not yet delegated. Concurrent calls for one
 // subnet from any nodes yield one decision. When a lies in a part of the
-// subnet delegated apart (Split), the part's delegation is returned.
+// subnet delegated apart (Split), the part's delegation is returned. An
+// address or URL host the Egress policy refuses is refused (ErrForbidden)
+// without asking anyone.
 func (o *Overlay) Delegate(ctx context.Context, url string, a netip.Addr) (Delegation, error) {
+	if err := o.refuse(a, url); err != nil {
+		return Delegation{}, fmt.Errorf("delegate: %w", err)
+	}
 	id := o.tree.SmallestNonUnary(a)
 	if id == subnet.None {
 		return Delegation{}, fmt.Errorf("delegate %v: invalid address", a)
@@ -967,10 +981,16 @@ func (o *Overlay) handleLocal(ctx context.Context, req *pb.Message) (*pb.Message
 	return resp, nil
 }
 
-// Probe asks p to time an HTTP HEAD to url from its own address.
+// Probe asks p to time an HTTP HEAD to url from its own address. A URL on
+// a host the Egress policy refuses is refused (ErrForbidden) without
+// asking p; p refuses one its own policy or prober refuses likewise, which
+// is no failed probe.
 func (o *Overlay) Probe(ctx context.Context, p peer.ID, url string) (time.Duration, error) {
 	if len(url) > maxURLLen {
 		return 0, fmt.Errorf("probe: %w: URL of %d bytes", ErrTooLarge, len(url))
+	}
+	if err := o.refuseURL(url); err != nil {
+		return 0, fmt.Errorf("probe: %w", err)
 	}
 	if p == o.h.ID() {
 		if o.cfg.prober == nil {

@@ -224,6 +224,9 @@ func (o *Overlay) handleSplit(ctx context.Context, from peer.ID, req *pb.Message
 // other is nearer), or the delegation holding a when a is the address it
 // was decided for.
 func (o *Overlay) Split(ctx context.Context, url string, a netip.Addr, observed time.Duration) (Delegation, error) {
+	if err := o.refuse(a, url); err != nil {
+		return Delegation{}, fmt.Errorf("split: %w", err)
+	}
 	a = a.Unmap()
 	id := o.tree.SmallestNonUnary(a)
 	if id == subnet.None {

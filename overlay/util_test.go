@@ -23,6 +23,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/bootstrap"
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/subnet"
 )
@@ -97,9 +98,11 @@ func nodeAddr(i int) netip.Addr { return p2ptest.Addr(i) }
 
 // swarmOpts are overlay options for tests: upkeep a few times faster than
 // a volunteer's, so that a test covers several rounds of it in a few
-// virtual seconds.
+// virtual seconds, and private networks allowed (the test tree and its
+// sites are in 127/8).
 func swarmOpts() []Option {
 	return []Option{
+		Egress(egress.Policy{AllowPrivate: true}),
 		DiversityLimits(64, 1024), // every test peer shares 127.x.0.0/16 groups
 		Maintenance(time.Second, 3*time.Second),
 		Liveness(time.Second, swarmLiveness),

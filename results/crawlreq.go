@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-msgio/pbio"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results/pb"
 )
@@ -22,7 +23,9 @@ type SubmitResult struct {
 	Failed []SubmitFailure
 }
 
-// SubmitFailure is one request Submit could not deliver.
+// SubmitFailure is one request Submit could not deliver. Err wraps
+// egress.ErrSpecialPurpose when the request was refused: its host is, or
+// resolves to, a special-purpose address the overlay's policy refuses.
 type SubmitFailure struct {
 	Link string
 	Err  error
@@ -33,8 +36,12 @@ type SubmitFailure struct {
 // address, found with o.Resolve or, for a subnet not delegated yet,
 // o.Delegate (which runs the delegation procedure). Requests for subnets
 // delegated to this peer go to the LocalCrawl handler. Hosts are resolved
-// with Resolve (default: the system resolver). It returns an error only
-// when ctx ends; per-request failures are in the result.
+// with Resolve (default: the system resolver). A request whose host is,
+// or resolves to, an address the overlay's egress policy refuses
+// (loopback, private, link-local...: overlay.Egress) is refused before
+// any delegation, with an error naming the address and its registry entry.
+// It returns an error only when ctx ends; per-request failures are in the
+// result.
 func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts ...Option) (SubmitResult, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -92,9 +99,16 @@ func owner(ctx context.Context, o *overlay.Overlay, cfg *config, r crawl.Request
 		return "", err
 	}
 	u, _ := url.Parse(r.Link)
+	policy := o.EgressPolicy()
+	if err := policy.CheckHost(u.Hostname()); err != nil {
+		return "", err
+	}
 	addr, err := cfg.resolve(ctx, u.Hostname())
 	if err != nil {
 		return "", fmt.Errorf("resolving %s: %w", u.Hostname(), err)
+	}
+	if err := policy.CheckAddr(addr); err != nil {
+		return "", fmt.Errorf("host %s resolves to %s: %w", u.Hostname(), addr, err)
 	}
 	if cfg.fresh {
 		t := o.Tree()
@@ -191,8 +205,10 @@ func sendCrawlFrame(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Re
 }
 
 // ServeCrawlRequests registers the handler of CrawlID on h: each request
-// frame (at most 256 requests, checked against the protocol's bounds) is
-// handed to f, and acknowledged once f returns nil. Delivery is at least
+// frame (at most 256 requests, checked against the protocol's bounds and
+// the Egress policy) is handed to f, and acknowledged once f returns nil;
+// a frame with a request the policy refuses is answered with an ERROR
+// naming it, and nothing of it is handed to f. Delivery is at least
 // once: a sender whose answer was lost sends again, and the crawler
 // queues a link it knows again (its fetch is conditional). Call the
 // returned function to remove the handler.
@@ -231,6 +247,9 @@ func serveCrawl(ctx context.Context, cfg *config, s network.Stream, f CrawlHandl
 	}
 	reqs, err := decodeCrawl(&m)
 	if err == nil {
+		err = refuseCrawl(&cfg.policy, reqs)
+	}
+	if err == nil {
 		if err = f(ctx, from, reqs); err != nil {
 			cfg.log.Debug("crawl request failed", "peer", from, "error", err)
 		}
@@ -246,6 +265,23 @@ func serveCrawl(ctx context.Context, cfg *config, s network.Stream, f CrawlHandl
 		return
 	}
 	_ = s.Close()
+}
+
+// refuseCrawl returns an error naming the first request whose host the
+// policy refuses: an IP literal of a special-purpose address, or a name of
+// loopback. Other names are checked by the crawler, on the addresses they
+// resolve to.
+func refuseCrawl(p *egress.Policy, reqs []crawl.Request) error {
+	for _, r := range reqs {
+		u, err := url.Parse(r.Link)
+		if err != nil {
+			continue // decodeCrawl refused it already
+		}
+		if err := p.CheckHost(u.Hostname()); err != nil {
+			return fmt.Errorf("crawl request %s: %w", r.Link, err)
+		}
+	}
+	return nil
 }
 
 // decodeCrawl checks a CRAWL frame and returns its requests.

@@ -53,6 +53,13 @@
 // which hands them to the crawler. CrawlID is the one URL-delivery
 // protocol: nothing sends the overlay's older ForwardID any more.
 //
-// results imports overlay, crawl, subnet and libp2p; it must not import
+// Special-purpose addresses are refused where they enter (issue 18): Submit
+// refuses a seed whose host is one (an IP literal, or localhost) or
+// resolves to one, under the overlay's egress policy, before any
+// delegation; ServeCrawlRequests refuses a frame with a request whose host
+// is one, under its Egress policy. Each refusal names the URL, the address
+// and its registry entry, and wraps egress.ErrSpecialPurpose.
+//
+// results imports overlay, crawl, egress, subnet and libp2p; it must not import
 // indexer, node or cmd.
 package results

@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/egress"
 )
 
 // Option configures NewOutbox, Submit, ServeCrawlRequests and JoinTopic.
@@ -48,6 +49,7 @@ type config struct {
 	connectIndex bool
 
 	// Submit and crawl requests
+	policy     egress.Policy // crawl requests taken (Submit uses the overlay's)
 	crawlLocal CrawlHandler
 	resolve    Resolver
 	fresh      bool // Submit asks each subnet's coordinator, not the cache (resubmissions: the owner may have changed)
@@ -236,6 +238,17 @@ func ConnectIndexers(on bool) Option {
 // changed). Submit.
 func Fresh() Option {
 	return func(c *config) error { c.fresh = true; return nil }
+}
+
+// Egress sets which crawl requests ServeCrawlRequests takes: a frame with
+// a request whose host the policy refuses (an IP literal of a
+// special-purpose address, localhost) is refused whole, as a malformed
+// one is. Default: the zero egress.Policy, which refuses every
+// special-purpose address; node passes its allow_private_networks.
+// Submit checks seeds against its overlay's policy (overlay.Egress)
+// instead. ServeCrawlRequests.
+func Egress(p egress.Policy) Option {
+	return func(c *config) error { c.policy = p; return nil }
 }
 
 // LocalCrawl sets the handler of crawl requests for subnets delegated to

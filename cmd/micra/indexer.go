@@ -72,6 +72,7 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	auditShare := fs.Float64("audit-share", 0.02, "share of stored records to have audited by other nodes (0: none)")
 	patience := fs.Duration("crawl-patience", 30*time.Minute, "submit a crawl request again when no record of its page came within this (doubling, six times in all)")
 	liveness := fs.Duration("liveness", 5*time.Minute, "silence after which the shards this indexer coordinates orphan a crawler's subnets (use the nodes' --liveness)")
+	private := fs.Bool("allow-private-networks", false, "take seeds on, and coordinate delegations of, private, loopback and other special-purpose addresses (for an emulated Internet only)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -139,6 +140,7 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	x, err := node.StartIndexer(ctx, node.IndexerConfig{
 		DataDir: *data, Listen: splitList(*listen), Bootstrap: peers, HTTP: *httpAddr, ReadOnly: *readOnly,
 		Snapshot: *snap, SnapshotKeys: splitList(*keys), Logger: logger, Indexer: opts, Overlay: oopts,
+		AllowPrivateNetworks: *private,
 	})
 	if err != nil {
 		return err

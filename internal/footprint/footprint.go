@@ -393,7 +393,7 @@ func startLab(ctx context.Context, dir string, cfg labConfig) (fn *lab, err erro
 	}
 	h0 := fn.helpers[0].Overlay().Host()
 	fn.ix, err = node.StartIndexer(ctx, node.IndexerConfig{
-		DataDir: filepath.Join(dir, "indexer"), Listen: []string{"/ip4/127.0.0.1/tcp/0"},
+		DataDir: filepath.Join(dir, "indexer"), Listen: []string{"/ip4/127.0.0.1/tcp/0"}, AllowPrivateNetworks: true, // the emulated Internet is on loopback
 		Bootstrap: []peer.AddrInfo{{ID: h0.ID(), Addrs: h0.Addrs()}}, HTTP: "127.0.0.1:0",
 		Tree: tree, Logger: cfg.log.With("subsystem", "indexer"), JoinNow: true,
 		Host: []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},

@@ -32,6 +32,7 @@ import (
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/indexer"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/internal/world/worldtest"
@@ -488,6 +489,7 @@ func (r *indexerRig) start() {
 		// The indexer coordinates shards like any peer: it must orphan
 		// silent crawlers on the nodes' schedule (their --liveness).
 		overlay.Liveness(r.c.cfg.liveness/10, r.c.cfg.liveness), overlay.Maintenance(min(r.c.cfg.liveness/4, 15*time.Second), 30*time.Second),
+		overlay.Egress(egress.Policy{AllowPrivate: true}), // as micra indexer --allow-private-networks
 		overlay.Logger(log)); err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 
 	"github.com/micra-net/micra/bootstrap"
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/overlay"
@@ -240,8 +241,9 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		o, err := overlay.New(h, tree, db, overlay.WithDelegator(del), overlay.WithProber(prober),
 			overlay.OwnAddress(a), overlay.Logger(quiet), overlay.OnDHTRequest(onQuery), overlay.Liveness(heartbeat, liveness),
 			// Every emulated address is in 127/8: a /16 group here stands
-			// for many of the real Internet's.
-			overlay.DiversityLimits(64, 1024))
+			// for many of the real Internet's, and private networks are
+			// allowed.
+			overlay.DiversityLimits(64, 1024), overlay.Egress(egress.Policy{AllowPrivate: true}))
 		if err != nil {
 			return nil, err
 		}

@@ -98,7 +98,7 @@ func TestRollover(t *testing.T) {
 	})
 	h0 := s.Nodes[0].Overlay().Host()
 	ri, err := node.StartIndexer(ctx, node.IndexerConfig{
-		DataDir: filepath.Join(dir, "indexer"), Listen: []string{"/ip4/127.0.0.1/tcp/0"},
+		DataDir: filepath.Join(dir, "indexer"), Listen: []string{"/ip4/127.0.0.1/tcp/0"}, AllowPrivateNetworks: true, // the emulated Internet is on loopback
 		Bootstrap: []peer.AddrInfo{{ID: h0.ID(), Addrs: h0.Addrs()}}, HTTP: "127.0.0.1:0",
 		Tree: oldTree, SnapshotKeys: keys, JoinNow: true,
 		Host: []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},

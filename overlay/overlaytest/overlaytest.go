@@ -25,6 +25,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/bootstrap"
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/subnet"
@@ -77,12 +78,14 @@ func (d *RequesterDelegator) Runs(id subnet.ID) int {
 	return d.runs[id]
 }
 
-// Options are the overlay options Mesh uses before the caller's: diversity
-// limits for one loopback /16, fast maintenance (0.5 s) and liveness
+// Options are the overlay options Mesh uses before the caller's: private
+// networks allowed (Tree and its sites are in 127/8), diversity limits for
+// one loopback /16, fast maintenance (0.5 s) and liveness
 // (heartbeat 0.2 s, timeout 4 s), announcements every 30 s, no DHT record
 // publication, and a logger that discards.
 func Options() []overlay.Option {
 	return []overlay.Option{
+		overlay.Egress(egress.Policy{AllowPrivate: true}),
 		overlay.DiversityLimits(64, 1024),
 		overlay.Maintenance(500*time.Millisecond, 2*time.Second),
 		overlay.Liveness(200*time.Millisecond, 4*time.Second),
