@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -60,6 +61,9 @@ type coordinator struct {
 	orgQ    chan *pb.SignedRecord
 	blockQ  chan *pb.SignedRecord
 	pubQ    chan *pb.SignedRecord
+	// noticing counts the notices the notifier's loops are sending now
+	// (Stats.Notices adds the queued ones).
+	noticing atomic.Int64
 }
 
 // shard is the in-memory state of one shard held by this node.

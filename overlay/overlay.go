@@ -139,6 +139,10 @@ type Stats struct {
 	ReleasesRefused int64
 	ReleaseBadPeers int64
 	ReleaseBytes    int64
+	// Notices are the notices a coordinator's decisions set off (to the
+	// node chosen, the organisation and block indexes, the DHT) that are
+	// queued or being sent.
+	Notices int64
 	// Kinds counts messages by kind: the micra requests this node sent
 	// ("micra/" and the message type) and the DHT requests it answered
 	// ("dht/" and the DHT message type), for measurements.
@@ -154,6 +158,7 @@ func (o *Overlay) Stats() Stats {
 		Audits: o.stats.audits.Load(), Refetches: o.stats.refetches.Load(), Convictions: o.stats.convictions.Load(),
 		ReleasesRefused: o.stats.releasesRefused.Load(), ReleaseBadPeers: o.stats.releaseBadPeers.Load(),
 		ReleaseBytes: o.stats.releaseBytes.Load(), Kinds: map[string]int64{},
+		Notices: int64(len(o.coord.assignQ)+len(o.coord.orgQ)+len(o.coord.blockQ)+len(o.coord.pubQ)) + o.coord.noticing.Load(),
 	}
 	o.stats.kinds.Range(func(k, v any) bool {
 		st.Kinds[k.(msgKind).String()] = v.(*atomic.Int64).Load()

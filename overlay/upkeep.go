@@ -50,6 +50,7 @@ func (c *coordinator) assignLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case j := <-c.assignQ:
+			c.noticing.Add(1)
 			m := newMsg(pb.Message_ASSIGN)
 			m.Assign = &pb.Assign{Record: j.rec, RttMicros: j.rtt.Microseconds()}
 			retry(ctx, 3, time.Second, func() error {
@@ -57,6 +58,7 @@ func (c *coordinator) assignLoop(ctx context.Context) {
 				_, err := c.o.request(ctx, j.to, coordSpec, m, pb.Message_OK)
 				return err
 			})
+			c.noticing.Add(-1)
 		}
 	}
 }
@@ -68,18 +70,20 @@ func (c *coordinator) indexLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case rec := <-c.orgQ:
-			r, err := openRecord(c.sid, rec)
-			if err != nil || r.GetOrg() == "" {
-				continue
+			c.noticing.Add(1)
+			if r, err := openRecord(c.sid, rec); err == nil && r.GetOrg() != "" {
+				m := newMsg(pb.Message_ORG_UPDATE)
+				m.OrgUpdate = &pb.OrgUpdate{Snapshot: c.sid[:], Org: r.GetOrg(), Record: rec}
+				retry(ctx, 3, time.Second, func() error {
+					_, err := c.o.askCoordinator(ctx, orgShard(r.GetOrg()), m, pb.Message_OK)
+					return err
+				})
 			}
-			m := newMsg(pb.Message_ORG_UPDATE)
-			m.OrgUpdate = &pb.OrgUpdate{Snapshot: c.sid[:], Org: r.GetOrg(), Record: rec}
-			retry(ctx, 3, time.Second, func() error {
-				_, err := c.o.askCoordinator(ctx, orgShard(r.GetOrg()), m, pb.Message_OK)
-				return err
-			})
+			c.noticing.Add(-1)
 		case rec := <-c.blockQ:
+			c.noticing.Add(1)
 			c.indexInBlocks(ctx, rec)
+			c.noticing.Add(-1)
 		}
 	}
 }
@@ -91,21 +95,28 @@ func (c *coordinator) publishLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case rec := <-c.pubQ:
-			r, err := openRecord(c.sid, rec)
-			if err != nil {
-				continue
-			}
-			rg, _ := rangeFromPB(r.GetSubnet())
-			v, err := proto.Marshal(rec)
-			if err != nil {
-				continue
-			}
-			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			if err := c.o.dht.PutValue(pctx, DelegationKey(c.sid, rg), v); err != nil {
-				c.log.Debug("publishing delegation record failed", "error", err)
-			}
-			cancel()
+			c.noticing.Add(1)
+			c.publish(ctx, rec)
+			c.noticing.Add(-1)
 		}
+	}
+}
+
+// publish puts the delegation record rec into the DHT.
+func (c *coordinator) publish(ctx context.Context, rec *pb.SignedRecord) {
+	r, err := openRecord(c.sid, rec)
+	if err != nil {
+		return
+	}
+	rg, _ := rangeFromPB(r.GetSubnet())
+	v, err := proto.Marshal(rec)
+	if err != nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.o.dht.PutValue(pctx, DelegationKey(c.sid, rg), v); err != nil {
+		c.log.Debug("publishing delegation record failed", "error", err)
 	}
 }
 

@@ -98,8 +98,9 @@ const (
 	defaultLiveness = 5 * time.Minute
 	defaultIdle     = 15 * time.Minute // an announcement round
 	threshold       = 50 * time.Millisecond
-	inFlight        = 64  // delegations at once
-	hopSample       = 200 // resolves timed for hops
+	inFlight        = 64               // delegations at once
+	drainLimit      = 30 * time.Minute // the longest wait for the notices of the delegations
+	hopSample       = 200              // resolves timed for hops
 	// settle is how long the delegation phase goes on after its last
 	// answer: past the overlay's coalescing of organisation records (10 s)
 	// and a maintenance round (15 s).
@@ -456,7 +457,23 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	}
 	// What decisions set off after their answer (notices, index updates,
 	// organisation records put after coalescing, replica pushes) counts
-	// too: the phase ends a while after the last answer.
+	// too: the phase ends when the coordinators' notice queues are empty
+	// (each sends its notices one at a time, and thousands of decisions
+	// queue thousands of index updates), and a while after.
+	answered := time.Now()
+	for time.Since(answered) < drainLimit {
+		var queued int64
+		for _, n := range nodes {
+			queued += n.o.Stats().Notices
+		}
+		if queued == 0 {
+			break
+		}
+		if wait(10 * time.Second) {
+			return res, ErrStopped
+		}
+	}
+	logf("notices sent %.0f s after the last answer", time.Since(answered).Seconds())
 	if wait(settle) {
 		return res, ErrStopped
 	}
