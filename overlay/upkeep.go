@@ -271,15 +271,9 @@ func (c *coordinator) protect(keep map[peer.ID]bool) {
 //     (libp2p's keep-alives close a dead peer's connection within a
 //     minute; the lookup dials it, or drops it from the table);
 //   - a replica's view makes it the coordinator: confirmed before it
-//     takes the shard over.
-//
-// The coordinator also checks its view when the replica set differs from
-// the last check's, or that check is older than closestTTL, with a walk
-// (walk.go): its replicas are the peers next nearest the key, whose
-// routing tables hold the key's neighbourhood as a lookup would find it,
-// and a walk asks them (one or two FIND_NODEs) where a full lookup asks
-// some thirty peers: at a thousand nodes those lookups were most of a
-// delegation's messages (docs/scale.md).
+//     takes the shard over;
+//   - for the coordinator, the view's replica set differs from the last
+//     lookup's, or that lookup is older than closestTTL.
 func (c *coordinator) maintainView(ctx context.Context, sh *shard, owned, hasState bool) []peer.ID {
 	c.mu.Lock()
 	e, ok := c.closest[sh.key]
@@ -298,15 +292,6 @@ func (c *coordinator) maintainView(ctx context.Context, sh *shard, owned, hasSta
 		}
 	case ok && time.Since(e.at) < c.cfg.closestTTL && slices.Equal(set, c.replicaSet(e.peers)):
 		return e.peers
-	case owned:
-		// A walk merges the peers its answers name without meeting
-		// them, and a departed peer stays in routing tables a while: a
-		// walk that puts another peer first is confirmed by a lookup
-		// (whose list holds only peers that answered) before this node
-		// hands the shard over.
-		if peers := c.walk(ctx, sh.key); peers[0] == c.self {
-			return peers
-		}
 	}
 	return c.closestPeers(ctx, sh.key, true)
 }
