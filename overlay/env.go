@@ -49,8 +49,9 @@ func (e *env) Probe(ctx context.Context, p peer.ID, url string, r subnet.Range) 
 	}
 	rtt, err := e.c.o.Probe(ctx, p, url)
 	ran := err == nil || errors.Is(err, ErrProbeFailed)
-	if !ran && isRemote(err) {
-		// p refused (it does not probe, is overloaded, or the target is
+	if !ran && (isRemote(err) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrForbidden) || errors.Is(err, ErrTooLarge)) {
+		// p, or this node for itself, refused (it does not probe, is
+		// outside its windows or overloaded, or the target is
 		// forbidden): that says nothing of its distance to the subnet.
 		return 0, err
 	}
