@@ -10,7 +10,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
@@ -146,9 +145,7 @@ func (c *coordinator) reachable(ctx context.Context, p peer.ID) bool {
 	if p == c.self {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(network.WithAllowLimitedConn(ctx, "micra"), reachDeadline)
-	defer cancel()
-	return c.o.h.Connect(ctx, peer.AddrInfo{ID: p}) == nil
+	return c.o.connect(ctx, p, reachDeadline) == nil
 }
 
 // join returns the flight of key fk: a new one that the caller runs and

@@ -837,7 +837,7 @@ func (o *Overlay) askCoordinatorOn(ctx context.Context, sp spec, ref shardRef, r
 			resp, err = o.handleLocal(ctx, req)
 		} else {
 			o.stats.requests.Add(1)
-			if err = o.connectWithin(ctx, target, retries < maxCoordRetries); err == nil {
+			if err = o.connect(ctx, target, retryBudget(ctx, retries < maxCoordRetries)); err == nil {
 				resp, err = o.request(ctx, target, sp, req, want)
 			} else {
 				err = fmt.Errorf("%s to %s: %w", sp.id, target, err)
@@ -906,21 +906,31 @@ func (o *Overlay) askCoordinatorOn(ctx context.Context, sp spec, ref shardRef, r
 	return nil, fmt.Errorf("%w: %w", ErrNotCoordinator, lastErr)
 }
 
-// connectWithin connects to p unless connected, within half the time ctx has
-// left while a retry remains: a dial to a departed coordinator waits out
-// whatever deadline it is given, and a heartbeat that spent its whole
-// budget there would never look up the peer that took the shard over. Its
-// crawlers would then stay silent to the new coordinator until it
-// orphaned their subnets, one liveness timeout after its claim. The
-// request itself keeps the whole budget: a decision may take seconds.
-func (o *Overlay) connectWithin(ctx context.Context, p peer.ID, retry bool) error {
+// connect connects to p unless connected (a limited, relayed connection
+// counts), within the given time when it is positive, else within ctx's.
+func (o *Overlay) connect(ctx context.Context, p peer.ID, within time.Duration) error {
 	ctx = network.WithAllowLimitedConn(ctx, "micra")
-	if dl, ok := ctx.Deadline(); ok && retry {
+	if within > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+		ctx, cancel = context.WithTimeout(ctx, within)
 		defer cancel()
 	}
 	return o.h.Connect(ctx, peer.AddrInfo{ID: p})
+}
+
+// retryBudget is the time an attempt of askCoordinatorOn may spend
+// connecting: half what ctx has left while a retry remains (0: all of
+// it). A dial to a departed coordinator waits out whatever deadline it is
+// given, and a heartbeat that spent its whole budget there would never
+// look up the peer that took the shard over; its crawlers would then stay
+// silent to the new coordinator until it orphaned their subnets, one
+// liveness timeout after its claim. The request itself keeps the whole
+// budget: a decision may take seconds.
+func retryBudget(ctx context.Context, retry bool) time.Duration {
+	if dl, ok := ctx.Deadline(); ok && retry {
+		return max(time.Until(dl)/2, time.Nanosecond)
+	}
+	return 0
 }
 
 // isRemote reports whether err came from the peer's answer rather than from

@@ -50,15 +50,15 @@ func (c *coordinator) assignLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case j := <-c.assignQ:
-			c.noticing.Add(1)
-			m := newMsg(pb.Message_ASSIGN)
-			m.Assign = &pb.Assign{Record: j.rec, RttMicros: j.rtt.Microseconds()}
-			retry(ctx, 3, time.Second, func() error {
-				c.o.stats.requests.Add(1)
-				_, err := c.o.request(ctx, j.to, coordSpec, m, pb.Message_OK)
-				return err
+			c.sending(func() {
+				m := newMsg(pb.Message_ASSIGN)
+				m.Assign = &pb.Assign{Record: j.rec, RttMicros: j.rtt.Microseconds()}
+				retry(ctx, 3, time.Second, func() error {
+					c.o.stats.requests.Add(1)
+					_, err := c.o.request(ctx, j.to, coordSpec, m, pb.Message_OK)
+					return err
+				})
 			})
-			c.noticing.Add(-1)
 		}
 	}
 }
@@ -70,20 +70,9 @@ func (c *coordinator) indexLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case rec := <-c.orgQ:
-			c.noticing.Add(1)
-			if r, err := openRecord(c.sid, rec); err == nil && r.GetOrg() != "" {
-				m := newMsg(pb.Message_ORG_UPDATE)
-				m.OrgUpdate = &pb.OrgUpdate{Snapshot: c.sid[:], Org: r.GetOrg(), Record: rec}
-				retry(ctx, 3, time.Second, func() error {
-					_, err := c.o.askCoordinator(ctx, orgShard(r.GetOrg()), m, pb.Message_OK)
-					return err
-				})
-			}
-			c.noticing.Add(-1)
+			c.sending(func() { c.indexInOrg(ctx, rec) })
 		case rec := <-c.blockQ:
-			c.noticing.Add(1)
-			c.indexInBlocks(ctx, rec)
-			c.noticing.Add(-1)
+			c.sending(func() { c.indexInBlocks(ctx, rec) })
 		}
 	}
 }
@@ -95,11 +84,30 @@ func (c *coordinator) publishLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case rec := <-c.pubQ:
-			c.noticing.Add(1)
-			c.publish(ctx, rec)
-			c.noticing.Add(-1)
+			c.sending(func() { c.publish(ctx, rec) })
 		}
 	}
+}
+
+// sending runs f, the sending of one notice, counted in c.noticing.
+func (c *coordinator) sending(f func()) {
+	c.noticing.Add(1)
+	defer c.noticing.Add(-1)
+	f()
+}
+
+// indexInOrg sends rec to its organisation's shard.
+func (c *coordinator) indexInOrg(ctx context.Context, rec *pb.SignedRecord) {
+	r, err := openRecord(c.sid, rec)
+	if err != nil || r.GetOrg() == "" {
+		return
+	}
+	m := newMsg(pb.Message_ORG_UPDATE)
+	m.OrgUpdate = &pb.OrgUpdate{Snapshot: c.sid[:], Org: r.GetOrg(), Record: rec}
+	retry(ctx, 3, time.Second, func() error {
+		_, err := c.o.askCoordinator(ctx, orgShard(r.GetOrg()), m, pb.Message_OK)
+		return err
+	})
 }
 
 // publish puts the delegation record rec into the DHT.
