@@ -138,6 +138,10 @@ func (e *env) Reassign(ctx context.Context, t subnet.ID, from, to peer.ID) (Dele
 
 func (e *env) Between(a, b peer.ID) (time.Duration, bool) { return e.c.o.Between(a, b) }
 
+func (e *env) MeasuredBy(by, of peer.ID) (time.Duration, bool) { return e.c.o.MeasuredBy(by, of) }
+
+func (e *env) Self() peer.ID { return e.c.self }
+
 // Peers merges the shard's heartbeating crawlers and stored loads, the
 // announced peers and the DHT routing table, self included.
 func (e *env) Peers() []PeerInfo {

@@ -122,6 +122,14 @@ type DelegationEnv interface {
 	// Between returns the round-trip time between two peers as the overlay
 	// measured it (see Overlay.Between), and false when unknown.
 	Between(a, b peer.ID) (time.Duration, bool)
+	// MeasuredBy returns the round-trip time from peer by to peer of as
+	// by measured it (this node's own latency when by is this node; else
+	// what by announced), never what of announced: the claim check's
+	// witnesses (subnet.ClaimCheck) must not take a claimant's word.
+	MeasuredBy(by, of peer.ID) (time.Duration, bool)
+	// Self returns the coordinator's own peer id: the one witness whose
+	// probes the claim check need not doubt.
+	Self() peer.ID
 }
 
 // IndexedDelegation is a delegation as a block shard indexes it: with the

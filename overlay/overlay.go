@@ -779,6 +779,30 @@ func (o *Overlay) Between(a, b peer.ID) (time.Duration, bool) {
 	return 0, false
 }
 
+// MeasuredBy returns the round-trip time from peer by to peer of as by
+// measured it: this node's peerstore EWMA when by is this node, else the
+// RTT by announced to this node (announce.go). Unlike Between it never
+// takes of's word: a node can lengthen the RTTs others measure to it, by
+// delaying its answers, but not shorten them, while what it announces is
+// anything it likes.
+func (o *Overlay) MeasuredBy(by, of peer.ID) (time.Duration, bool) {
+	if by == of {
+		return 0, true
+	}
+	if by == o.h.ID() {
+		if d := o.h.Peerstore().LatencyEWMA(of); d > 0 {
+			return d, true
+		}
+		return 0, false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if us, ok := o.rtts[by][of]; ok {
+		return time.Duration(us) * time.Microsecond, true
+	}
+	return 0, false
+}
+
 // Invalidate drops the cached delegation of r and of the parts delegated
 // apart inside it (for example after its node refused a forward), so that
 // Resolve asks r's coordinator again for any address in r.

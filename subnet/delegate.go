@@ -121,6 +121,10 @@ type Decision struct {
 	Step   Step
 	Probes []Probe // every probe consulted, in order
 	Issued int     // probes actually asked of nodes (not from the cache)
+	// Rejected lists the winning claims SearchConfig.Claims found
+	// impossible, in order; each rejected node was left out of the
+	// search that followed.
+	Rejected []Rejection
 }
 
 // Strategy delegates the subnet of an address to a node. IPMicra, the
@@ -224,6 +228,10 @@ type SearchConfig struct {
 	// triangle-inequality violations). Zero means a fifth of the
 	// threshold; a negative value means none.
 	Tolerance time.Duration
+	// Claims, when set, checks the winner's probe before it wins (see
+	// ClaimCheck): a node whose claim the triangle inequality refutes is
+	// left out and the search runs again.
+	Claims *ClaimCheck
 }
 
 func (c SearchConfig) withDefaults() SearchConfig {
@@ -293,13 +301,79 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 		}
 		return d, nil
 	}
-	r := &run{m: m, ctx: ctx, addr: addr, subnet: t.Range(s), cfg: cfg, d: &d, asked: map[string]bool{}}
+	if cfg.Claims == nil || cfg.Claims.Measured == nil {
+		r := &run{m: m, ctx: ctx, addr: addr, subnet: t.Range(s), cfg: cfg, d: &d, asked: map[string]bool{}}
+		return r.search(s)
+	}
+	cc := cfg.Claims.withDefaults()
+	banned := map[string]bool{}
+	if cc.Tally != nil {
+		for _, n := range m.Table.Nodes() {
+			if cc.Tally.Barred(n) {
+				banned[n] = true
+			}
+		}
+	}
+	var (
+		issued   int
+		rejected []Rejection
+		kept     []Probe
+	)
+	for runs := 1; ; runs++ {
+		d := Decision{Subnet: s, RTT: Unreachable}
+		r := &run{m: m, ctx: ctx, addr: addr, subnet: t.Range(s), cfg: cfg, d: &d, asked: map[string]bool{}, banned: banned}
+		for n := range banned {
+			r.asked[n] = true
+		}
+		// The probes of the runs before are answers the search was
+		// given, but for the rejected nodes'.
+		for _, p := range kept {
+			if !banned[p.Node] {
+				r.asked[p.Node] = true
+				d.Probes = append(d.Probes, p)
+			}
+		}
+		d, err := r.search(s)
+		d.Issued += issued
+		d.Rejected = rejected
+		if err != nil || !claimed(d) {
+			return d, err
+		}
+		r.d = &d
+		rej, bad, better, err := r.check(cc)
+		if err != nil {
+			return d, err
+		}
+		if better && runs < 2*MaxRejections {
+			// A witness beat the claim: decide again with its answer.
+			issued, kept = d.Issued, d.Probes
+			continue
+		}
+		if cc.Tally != nil {
+			cc.Tally.record(d.Node, bad)
+		}
+		if !bad {
+			return d, nil
+		}
+		rejected = append(rejected, rej)
+		d.Rejected = rejected
+		if len(rejected) >= MaxRejections {
+			return d, fmt.Errorf("%w: %d claims rejected", ErrNoNodes, len(rejected))
+		}
+		banned[d.Node] = true
+		issued, kept = d.Issued, d.Probes
+	}
+}
 
+// search runs the search for r's address in subnet s, after the holder
+// check.
+func (r *run) search(s ID) (Decision, error) {
+	m, t, cfg, d := r.m, r.m.Tree, r.cfg, r.d
 	// 2. The organisation's nodes.
 	if org := t.Org(s); org != "" {
 		var nodes []string
 		for _, id := range t.ByOrg(org) {
-			if n, ok := owner(m.Table, id); ok && !slices.Contains(nodes, n) {
+			if n, ok := owner(m.Table, id); ok && !slices.Contains(nodes, n) && !r.banned[n] {
 				nodes = append(nodes, n)
 			}
 		}
@@ -308,10 +382,10 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 		}
 		if len(nodes) == 1 {
 			d.Node, d.Step = nodes[0], StepOrganisation
-			return d, nil
+			return *d, nil
 		}
 		if won, err := r.tryAll(nodes, StepOrganisation); won || err != nil {
-			return d, err
+			return *d, err
 		}
 	}
 
@@ -391,6 +465,7 @@ type run struct {
 	cfg    SearchConfig
 	d      *Decision
 	asked  map[string]bool
+	banned map[string]bool // nodes left out: claims rejected (ClaimCheck)
 }
 
 func (r *run) capped() bool { return r.cfg.MaxProbes > 0 && r.d.Issued >= r.cfg.MaxProbes }

@@ -35,6 +35,7 @@ type config struct {
 	balance     bool
 	log         *slog.Logger
 	probeFailed time.Duration
+	claims      *subnet.ClaimCheck // nil: claims are not checked
 }
 
 func defaultConfig() config {
@@ -49,7 +50,8 @@ func defaultConfig() config {
 		pendingTTL:  time.Hour,               // how long a crawler takes to declare the load of a subnet it was given
 		balance:     true,
 		log:         slog.Default().With("subsystem", "delegate"),
-		probeFailed: 10 * time.Minute, // a failed probe is retried after this
+		probeFailed: 10 * time.Minute,     // a failed probe is retried after this
+		claims:      &subnet.ClaimCheck{}, // subnet's defaults: no honest claim rejected in micra bench liars
 	}
 }
 
@@ -79,6 +81,27 @@ func Between(f func(a, b peer.ID) (time.Duration, bool)) Option {
 			return errors.New("nil Between")
 		}
 		c.between = f
+		return nil
+	}
+}
+
+// ClaimCheck sets how the winner's probe is checked against witnesses'
+// measurements before it wins (subnet.ClaimCheck: the triangle
+// inequality over RTTs the witnesses measured themselves, by
+// DelegationEnv.MeasuredBy, or by the Between option's model when set);
+// nil switches the check off. Default: subnet's defaults. Its Measured and
+// Tally are the Delegator's own.
+func ClaimCheck(c *subnet.ClaimCheck) Option {
+	return func(cfg *config) error {
+		if c == nil {
+			cfg.claims = nil
+			return nil
+		}
+		if c.Factor < 0 || c.Slack < 0 || c.Agree < 0 || c.Extra < 0 {
+			return fmt.Errorf("claim check %+v: negative setting", *c)
+		}
+		cc := *c
+		cfg.claims = &cc
 		return nil
 	}
 }
@@ -182,6 +205,7 @@ type Delegator struct {
 	places  *places
 	pending *pending
 	stats   counters
+	tally   *subnet.ClaimTally // claims checked, by node
 }
 
 var _ overlay.Delegator = (*Delegator)(nil)
@@ -198,6 +222,11 @@ type Stats struct {
 	SecondBest int64 // load balancing: the subnet went to the second-best node
 	Reruns     int64 // load balancing: searched again without the full nodes
 	Over       int64 // load balancing: a node was given a subnet beyond its capacity
+	// ClaimsRejected counts winning probes the claim check found
+	// impossible (subnet.ClaimCheck); Barred lists the nodes whose
+	// claims failed often enough that this Delegator asks them no more.
+	ClaimsRejected int64
+	Barred         []peer.ID
 }
 
 // New returns a Delegator.
@@ -208,15 +237,20 @@ func New(opts ...Option) (*Delegator, error) {
 			return nil, err
 		}
 	}
-	return &Delegator{cfg: cfg, cache: newCache(cfg.cacheTTL), places: &places{}, pending: &pending{}}, nil
+	return &Delegator{cfg: cfg, cache: newCache(cfg.cacheTTL), places: &places{}, pending: &pending{}, tally: &subnet.ClaimTally{}}, nil
 }
 
 // Stats returns the counters so far.
 func (d *Delegator) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Decisions: d.stats.decisions.Load(), Probes: d.stats.probes.Load(), HandOffs: d.stats.handOffs.Load(),
 		SecondBest: d.stats.second.Load(), Reruns: d.stats.reruns.Load(), Over: d.stats.over.Load(),
+		ClaimsRejected: d.tally.Rejected(),
 	}
+	for _, n := range d.tally.BarredNodes() {
+		st.Barred = append(st.Barred, peer.ID(n))
+	}
+	return st
 }
 
 // searchMargin is kept from a decision's deadline for writing the
@@ -268,6 +302,10 @@ func (d *Delegator) Delegate(ctx context.Context, req overlay.DelegateRequest, e
 		log.Debug("search decided", "subnet", v.target().String(), "step", dec.Step.String(), "peer", node,
 			"issued", v.issued, "probes", ps, "reason", req.Reason)
 	}
+	for _, rj := range dec.Rejected {
+		d.cfg.log.Debug("probe claim rejected", "subnet", v.target().String(), "peer", peer.ID(rj.Node), "claim", rj.Claim,
+			"beyond", rj.Bound, "witnesses", len(rj.Witnesses))
+	}
 	if req.IsPart() {
 		// A part is a small share of a range its holder already
 		// carries: no load balancing, no pending load, and the block
@@ -290,6 +328,18 @@ func (d *Delegator) search(ctx context.Context, v *view, addr netip.Addr) (subne
 	}
 	cfg.Between = func(a, b string) (time.Duration, bool) { return between(peer.ID(a), peer.ID(b)) }
 	cfg.Home = v.home
+	if d.cfg.claims != nil {
+		cc := *d.cfg.claims
+		measured := v.env.MeasuredBy
+		if d.cfg.between != nil {
+			measured = d.cfg.between
+		}
+		cc.Measured = func(by, of string) (time.Duration, bool) { return measured(peer.ID(by), peer.ID(of)) }
+		cc.Tally = d.tally
+		self := string(v.env.Self())
+		cc.Trusted = func(n string) bool { return n == self }
+		cfg.Claims = &cc
+	}
 	if d.cfg.latencyMap != nil {
 		ids := make([]peer.ID, 0, len(v.peers))
 		for _, p := range v.peers {

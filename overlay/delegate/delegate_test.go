@@ -63,6 +63,8 @@ type fakeEnv struct {
 	blockQs  []subnet.ID
 	reassign []string
 	failMove bool
+	self     peer.ID // the coordinator
+	measured map[[2]peer.ID]int
 }
 
 func (e *fakeEnv) Tree() *subnet.Tree { return e.tree }
@@ -129,6 +131,16 @@ func (e *fakeEnv) Between(a, b peer.ID) (time.Duration, bool) {
 	return 0, false
 }
 
+// MeasuredBy is Between, plus measured: RTTs only its first peer
+// measured.
+func (e *fakeEnv) MeasuredBy(by, of peer.ID) (time.Duration, bool) {
+	if ms, ok := e.measured[[2]peer.ID{by, of}]; ok {
+		return time.Duration(ms) * time.Millisecond, true
+	}
+	return e.Between(by, of)
+}
+func (e *fakeEnv) Self() peer.ID { return e.self }
+
 var _ overlay.DelegationEnv = (*fakeEnv)(nil)
 
 func find(t *testing.T, tr *subnet.Tree, p string) subnet.ID {
@@ -167,9 +179,12 @@ func (e *fakeEnv) setLoad(n peer.ID, capacity, load uint64, subnets uint32) {
 	}
 }
 
+// run runs one decision in e. The search's tests count probes and their
+// order exactly: the claim check, which asks witnesses of its own, is off
+// unless opts turn it on (its own tests, claims_test.go).
 func run(t *testing.T, e *fakeEnv, req overlay.DelegateRequest, opts ...Option) (peer.ID, *Delegator) {
 	t.Helper()
-	d, err := New(append([]Option{Logger(slog.New(slog.DiscardHandler))}, opts...)...)
+	d, err := New(append([]Option{Logger(slog.New(slog.DiscardHandler)), ClaimCheck(nil)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

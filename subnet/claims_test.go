@@ -1,0 +1,234 @@
+package subnet
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// claimWorld is a search over the thesis example (figure 7.2) with nodes
+// at known places: ms[n] is n's true RTT to the address searched, and
+// between[{a,b}] the RTT between two nodes, as each measures the other.
+type claimWorld struct {
+	tr      *Tree
+	tab     *MemTable
+	prober  *fakeProber
+	between map[[2]string]int
+}
+
+func newClaimWorld(t *testing.T, rtt map[string]int, between map[[2]string]int) *claimWorld {
+	t.Helper()
+	tr, _ := build(t, figure72)
+	var nodes []string
+	for n := range rtt {
+		nodes = append(nodes, n)
+	}
+	slices.Sort(nodes)
+	return &claimWorld{tr: tr, tab: NewMemTable(nodes...), prober: &fakeProber{rtt: rtt}, between: between}
+}
+
+func (w *claimWorld) measured(a, b string) (time.Duration, bool) {
+	if ms, ok := w.between[[2]string{a, b}]; ok {
+		return time.Duration(ms) * time.Millisecond, true
+	}
+	if ms, ok := w.between[[2]string{b, a}]; ok {
+		return time.Duration(ms) * time.Millisecond, true
+	}
+	return 0, false
+}
+
+func (w *claimWorld) search(t *testing.T, cc *ClaimCheck) (Decision, error) {
+	t.Helper()
+	if cc != nil {
+		cc.Measured = w.measured
+	}
+	m := &IPMicra{Tree: w.tr, Table: w.tab, Prober: w.prober, Cache: &MemProbeCache{Tree: w.tr},
+		Config: SearchConfig{Claims: cc, MaxProbes: 16}}
+	return m.Delegate(context.Background(), mustAddr(t, "121.0.0.1"))
+}
+
+func TestClaimCheck(t *testing.T) {
+	ms := time.Millisecond
+	// The liar A (asked first: the paper's search asks the nodes in
+	// order) answers 1 ms; it is really 150 ms away, next to W1 and W2 (5
+	// and 8 ms from it), which are 140 and 150 ms from the site. H is
+	// honest, 30 ms from the site.
+	liarWorld := func() (map[string]int, map[[2]string]int) {
+		return map[string]int{"A": 1, "W1": 140, "W2": 150, "H": 30},
+			map[[2]string]int{{"W1", "A"}: 5, {"W2", "A"}: 8, {"H", "A"}: 160, {"W1", "H"}: 150, {"W2", "H"}: 155, {"W1", "W2"}: 6}
+	}
+	t.Run("a liar is refuted by two witnesses and the next best wins", func(t *testing.T) {
+		rtt, between := liarWorld()
+		w := newClaimWorld(t, rtt, between)
+		tally := &ClaimTally{}
+		d, err := w.search(t, &ClaimCheck{Tally: tally})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Node != "H" || d.RTT != 30*ms {
+			t.Fatalf("decision %+v; want H at 30 ms", d)
+		}
+		if len(d.Rejected) != 1 || d.Rejected[0].Node != "A" || d.Rejected[0].Claim != ms || len(d.Rejected[0].Witnesses) < 2 {
+			t.Fatalf("rejected %+v; want A's 1 ms claim, refuted by two witnesses", d.Rejected)
+		}
+		if r, _ := tally.Counts("A"); r != 1 || tally.Rejected() != 1 || !tally.Barred("A") {
+			t.Errorf("tally: A rejected %d, %d in all, barred %v; want 1, 1, barred", r, tally.Rejected(), tally.Barred("A"))
+		}
+	})
+	t.Run("without the check the liar wins", func(t *testing.T) {
+		rtt, between := liarWorld()
+		d, err := newClaimWorld(t, rtt, between).search(t, nil)
+		if err != nil || d.Node != "A" {
+			t.Fatalf("decision %+v, %v; want A", d, err)
+		}
+	})
+	t.Run("a barred node is not asked until its bar ends", func(t *testing.T) {
+		rtt, between := liarWorld()
+		w := newClaimWorld(t, rtt, between)
+		now := time.Unix(1e9, 0)
+		tally := &ClaimTally{Strikes: 2, BarFor: time.Hour, Now: func() time.Time { return now }}
+		for range 2 {
+			if _, err := w.search(t, &ClaimCheck{Tally: tally}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !tally.Barred("A") || !slices.Equal(tally.BarredNodes(), []string{"A"}) {
+			t.Fatalf("A rejected twice and not barred: %v", tally.BarredNodes())
+		}
+		w.prober.asked = nil
+		d, err := w.search(t, &ClaimCheck{Tally: tally})
+		if err != nil || d.Node != "H" || slices.Contains(w.prober.asked, "A") || len(d.Rejected) != 0 {
+			t.Errorf("decision %+v (%v) after asking %v; want H without asking A", d, err, w.prober.asked)
+		}
+		now = now.Add(time.Hour)
+		if tally.Barred("A") {
+			t.Error("A still barred after BarFor")
+		}
+	})
+	t.Run("one witness alone cannot reject", func(t *testing.T) {
+		// Only W1 is near the liar; W2 is far from everything, and H
+		// sees A as near as the site and a claim of 1 ms allow.
+		rtt, between := liarWorld()
+		between[[2]string{"W2", "A"}] = 200
+		between[[2]string{"H", "A"}] = 60
+		between[[2]string{"W1", "W2"}] = 200
+		rtt["W2"] = 100
+		d, err := newClaimWorld(t, rtt, between).search(t, &ClaimCheck{})
+		if err != nil || d.Node != "A" || len(d.Rejected) != 0 {
+			t.Errorf("decision %+v, %v; want A kept: a single witness refutes it", d, err)
+		}
+	})
+	t.Run("a detour within the factor is no lie", func(t *testing.T) {
+		// H is 40 ms from the site; W, 60 ms from H, sees the site at
+		// 180 ms through a detour (more than 60 + 40, less than
+		// 2.5 × 100 + 20).
+		w := newClaimWorld(t, map[string]int{"H": 40, "W": 180, "V": 175},
+			map[[2]string]int{{"W", "H"}: 60, {"V", "H"}: 62, {"W", "V"}: 3})
+		d, err := w.search(t, &ClaimCheck{})
+		if err != nil || d.Node != "H" || len(d.Rejected) != 0 {
+			t.Errorf("decision %+v, %v; want H", d, err)
+		}
+	})
+	t.Run("a delayed ping is refuted from the site's side", func(t *testing.T) {
+		// M claims 10 ms but every node measures it far: S1 and S2, at
+		// the site, see it 300 ms away.
+		w := newClaimWorld(t, map[string]int{"M": 10, "S1": 12, "S2": 14},
+			map[[2]string]int{{"S1", "M"}: 300, {"S2", "M"}: 310, {"S1", "S2"}: 2})
+		d, err := w.search(t, &ClaimCheck{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Node != "S1" || len(d.Rejected) != 1 || d.Rejected[0].Node != "M" {
+			t.Errorf("decision %+v; want S1 after rejecting M", d)
+		}
+	})
+	t.Run("a witness that answers better decides again", func(t *testing.T) {
+		// B, asked as a witness, answers better than the claim: no
+		// rejection, and the better answer wins.
+		w := newClaimWorld(t, map[string]int{"A": 20, "B": 10},
+			map[[2]string]int{{"A", "B"}: 15})
+		w.tab = NewMemTable("A") // only A is searched at first...
+		w.tab.AddNode("B")       // ...B only as a witness, near A
+		d, err := w.search(t, &ClaimCheck{})
+		if err != nil || d.Node != "B" || len(d.Rejected) != 0 {
+			t.Errorf("decision %+v, %v; want B without rejections", d, err)
+		}
+	})
+	t.Run("a suspect witness frames nobody", func(t *testing.T) {
+		// F1 and F2 had claims rejected; they claim the site is 300 ms
+		// from them, 5 ms from the honest H, who is at 20 ms.
+		w := newClaimWorld(t, map[string]int{"H": 20, "F1": 300, "F2": 300},
+			map[[2]string]int{{"F1", "H"}: 5, {"F2", "H"}: 5, {"F1", "F2"}: 1})
+		tally := &ClaimTally{Strikes: 5}
+		tally.record("F1", true)
+		tally.record("F2", true)
+		d, err := w.search(t, &ClaimCheck{Tally: tally})
+		if err != nil || d.Node != "H" || len(d.Rejected) != 0 {
+			t.Errorf("decision %+v, %v; want H: suspects are no witnesses", d, err)
+		}
+		if _, passed := tally.Counts("H"); passed != 1 {
+			t.Errorf("H's claim passed %d times; want 1", passed)
+		}
+	})
+	t.Run("witnesses that shorten their probes frame nobody the trusted cannot confirm", func(t *testing.T) {
+		// H is honest, 10 ms from the site. F1 and F2 are 210 ms from
+		// H and claim the site is 60 ms from them (it is 200): by the
+		// second bound H is too far from them, 210 > 2.5 × (60 + 10) +
+		// 20. C, the coordinator, is 100 ms from H and sees nothing
+		// wrong. The paper's search asks C, F1, F2, then H, the first
+		// under the threshold.
+		world := func() *claimWorld {
+			return newClaimWorld(t, map[string]int{"H": 10, "F1": 60, "F2": 60, "C": 105},
+				map[[2]string]int{{"F1", "H"}: 210, {"F2", "H"}: 210, {"F1", "F2"}: 5, {"C", "H"}: 100, {"C", "F1"}: 150, {"C", "F2"}: 150})
+		}
+		d, err := world().search(t, &ClaimCheck{})
+		if err != nil || len(d.Rejected) != 1 || d.Rejected[0].Node != "H" {
+			t.Fatalf("decision %+v, %v: trusting every witness, F1 and F2 should have framed H", d, err)
+		}
+		d, err = world().search(t, &ClaimCheck{Trusted: func(n string) bool { return n == "C" }})
+		if err != nil || d.Node != "H" || len(d.Rejected) != 0 {
+			t.Errorf("decision %+v, %v; want H: only C is trusted, and C finds H's claim possible", d, err)
+		}
+		// A liar refuted by the second bound from the trusted C and one
+		// other witness is rejected.
+		w := newClaimWorld(t, map[string]int{"A": 1, "C": 12, "S": 14, "H": 30},
+			map[[2]string]int{{"C", "A"}: 300, {"S", "A"}: 310, {"C", "S"}: 2, {"H", "A"}: 290, {"C", "H"}: 20, {"S", "H"}: 21})
+		d, err = w.search(t, &ClaimCheck{Trusted: func(n string) bool { return n == "C" }})
+		if err != nil || len(d.Rejected) != 1 || d.Rejected[0].Node != "A" || d.Node == "A" {
+			t.Errorf("decision %+v, %v; want A rejected by C and another", d, err)
+		}
+	})
+	t.Run("too many rejections fail the search", func(t *testing.T) {
+		rtt := map[string]int{"W1": 140, "W2": 150}
+		between := map[[2]string]int{{"W1", "W2"}: 6}
+		for _, l := range []string{"L1", "L2", "L3", "L4", "L5"} {
+			rtt[l] = 1
+			between[[2]string{"W1", l}] = 5
+			between[[2]string{"W2", l}] = 5
+		}
+		d, err := newClaimWorld(t, rtt, between).search(t, &ClaimCheck{})
+		if !errors.Is(err, ErrNoNodes) || len(d.Rejected) != MaxRejections {
+			t.Errorf("decision %+v, %v; want ErrNoNodes after %d rejections", d, err, MaxRejections)
+		}
+	})
+}
+
+func TestClaimTallyBounded(t *testing.T) {
+	tally := &ClaimTally{MaxNodes: 8, Strikes: 2}
+	tally.record("liar", true)
+	tally.record("liar", true)
+	for i := range 100 {
+		tally.record(string(rune('a'+i%26))+string(rune('a'+i/26)), false)
+	}
+	tally.mu.Lock()
+	n := len(tally.nodes)
+	tally.mu.Unlock()
+	if n > 8 {
+		t.Errorf("%d nodes kept; want at most 8", n)
+	}
+	if !tally.Barred("liar") || tally.Rejected() != 2 {
+		t.Errorf("the liar was forgotten before honest nodes: barred %v, %d rejected", tally.Barred("liar"), tally.Rejected())
+	}
+}
