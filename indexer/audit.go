@@ -34,7 +34,9 @@ import (
 // AuditsPerHour per node. A verdict that says the node is convicted flags
 // it: the index leaves its records out of search (index.Distrust), and the
 // flag and every node's tally are kept in badger and served at
-// /api/audits.
+// /api/audits. A record that disagreed is kept, in badger too, as a prior
+// for the node's later audits (at most 5 a node, 16 MiB in all), so that
+// neither priors nor the evidence behind a flag are lost to a restart.
 
 // auditJob is one record to have audited.
 type auditJob struct {
@@ -118,7 +120,7 @@ func newAuditor() (*auditor, error) {
 }
 
 // loadAudits restores suspects and the distrusted nodes from the stored
-// tallies.
+// tallies, and the disputed records.
 func (ix *Indexer) loadAudits() error {
 	now := ix.cfg.now()
 	var flagged []string
@@ -145,7 +147,10 @@ func (ix *Indexer) loadAudits() error {
 		return nil
 	})
 	ix.x.Distrust(flagged...)
-	return err
+	if err != nil {
+		return err
+	}
+	return ix.loadDisputes()
 }
 
 func (ix *Indexer) flagged(st *pb.AuditStats, now time.Time) bool {
@@ -296,7 +301,7 @@ func (ix *Indexer) spreadConviction(ctx context.Context, node peer.ID) {
 	a.mu.Unlock()
 	ix.log.Debug("telling coordinators of a conviction", "node", node, "hosts", len(hosts), "disputes", len(ds))
 	if len(ds) == 0 {
-		return // nothing to show (the evidence is kept in memory only)
+		return // nothing to show
 	}
 	slices.Sort(hosts)
 	for _, h := range hosts {
@@ -331,7 +336,7 @@ func (ix *Indexer) tellCoordinator(ctx context.Context, node peer.ID, h string, 
 	var err error
 	for attempt := range 3 { // within the coordinator's budget of audits per asker
 		actx, cancel := context.WithTimeout(ctx, auditTimeout)
-		v, err = ix.o.Audit(actx, overlay.AuditRequest{Addr: addr, URL: ds[0].URL, Evidence: ds[0].Evidence, Priors: ds[1:]})
+		v, err = ix.o.Audit(actx, overlay.AuditRequest{Addr: addr, URL: ds[0].URL, Evidence: ds[0].Evidence, Priors: ds[1:], Node: node})
 		cancel()
 		if !errors.Is(err, overlay.ErrOverloaded) {
 			break
@@ -361,14 +366,17 @@ func (ix *Indexer) tellCoordinator(ctx context.Context, node peer.ID, h string, 
 // oldest record of the new one's host, or else the oldest: coordinators
 // convict only on disagreements on several hosts, so the kept records
 // span as many as they can.
-func (a *auditor) dispute(j auditJob) {
+//
+// It returns the lists it changed, to store (saveDisputes).
+func (a *auditor) dispute(j auditJob) map[peer.ID][]overlay.AuditPrior {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.suspect[j.node] = true
 	ds := a.disputes[j.node]
 	if slices.ContainsFunc(ds, func(p overlay.AuditPrior) bool { return p.URL == j.url }) {
-		return
+		return nil
 	}
+	changed := map[peer.ID][]overlay.AuditPrior{}
 	ds = append(ds, overlay.AuditPrior{URL: j.url, Evidence: j.evidence})
 	a.dbytes += int64(len(j.evidence))
 	if len(ds) > maxDisputes {
@@ -378,15 +386,118 @@ func (a *auditor) dispute(j auditJob) {
 		ds = slices.Delete(ds, drop, drop+1)
 	}
 	a.disputes[j.node] = ds
-	for n, old := range a.disputes { // over the bound: drop other nodes' oldest
+	changed[j.node] = slices.Clone(ds)
+	a.trim(j.node, changed)
+	return changed
+}
+
+// trim drops other nodes' oldest disputed records than keep's while the
+// evidence held is over its bound, noting the lists it changed in changed
+// (when not nil). a.mu is held.
+func (a *auditor) trim(keep peer.ID, changed map[peer.ID][]overlay.AuditPrior) {
+	for n, old := range a.disputes {
 		if a.dbytes <= maxDispBytes {
 			break
 		}
-		if n != j.node && len(old) > 0 {
+		if n != keep && len(old) > 0 {
 			a.dbytes -= int64(len(old[0].Evidence))
 			a.disputes[n] = old[1:]
+			if len(old) == 1 {
+				delete(a.disputes, n)
+			}
+			if changed != nil {
+				changed[n] = slices.Clone(old[1:])
+			}
 		}
 	}
+}
+
+// saveDisputes stores the disputed records of the nodes in changed (an
+// empty list deletes the node's).
+func (ix *Indexer) saveDisputes(changed map[peer.ID][]overlay.AuditPrior) {
+	if len(changed) == 0 {
+		return
+	}
+	err := ix.db.Update(func(txn *badger.Txn) error {
+		for n, ds := range changed {
+			if len(ds) == 0 {
+				if err := txn.Delete(disputeKey(n)); err != nil {
+					return err
+				}
+				continue
+			}
+			m := &pb.Disputes{}
+			for _, d := range ds {
+				m.Records = append(m.Records, &pb.Dispute{Url: d.URL, Evidence: d.Evidence})
+			}
+			b, err := proto.Marshal(m)
+			if err != nil {
+				return err
+			}
+			if err := txn.Set(disputeKey(n), b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		ix.log.Warn("storing disputed records failed; they are kept in memory", "nodes", len(changed), "error", err)
+	}
+}
+
+// loadDisputes restores the stored disputed records, within the bounds
+// dispute keeps (a node's newest maxDisputes; maxDispBytes in all, nodes
+// beyond it dropped), and makes their nodes suspects.
+func (ix *Indexer) loadDisputes() error {
+	a := ix.aud
+	var over []peer.ID
+	err := ix.db.View(func(txn *badger.Txn) error {
+		p := disputePrefix()
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: p, PrefetchValues: true})
+		defer it.Close()
+		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
+			node, ok := parseDisputeKey(it.Item().Key())
+			if !ok {
+				continue
+			}
+			var m pb.Disputes
+			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &m) }); err != nil {
+				ix.log.Warn("stored disputed records unreadable; ignored", "node", node, "error", err)
+				continue
+			}
+			recs := m.GetRecords()
+			var ds []overlay.AuditPrior
+			var size int64
+			for _, d := range recs[max(len(recs)-maxDisputes, 0):] {
+				if d.GetUrl() == "" || len(d.GetEvidence()) == 0 {
+					continue
+				}
+				ds = append(ds, overlay.AuditPrior{URL: d.GetUrl(), Evidence: d.GetEvidence()})
+				size += int64(len(d.GetEvidence()))
+			}
+			a.mu.Lock()
+			fits := len(ds) > 0 && a.dbytes+size <= maxDispBytes && len(a.disputes) < maxAuditNodes
+			if fits {
+				a.disputes[node] = ds
+				a.dbytes += size
+				a.suspect[node] = true
+			}
+			a.mu.Unlock()
+			if !fits {
+				over = append(over, node)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	drop := map[peer.ID][]overlay.AuditPrior{}
+	for _, n := range over {
+		drop[n] = nil
+	}
+	ix.saveDisputes(drop)
+	return nil
 }
 
 // priors returns the disputed records of j's node to send with j (not j's
@@ -438,7 +549,7 @@ func (ix *Indexer) runAudit(ctx context.Context, j auditJob) {
 	// (OVERLOADED), or has no quorum for a moment (UNAVAILABLE): the
 	// audit waits and tries again, twice.
 	for attempt := 0; err == nil; attempt++ {
-		v, err = ix.o.Audit(ctx, overlay.AuditRequest{Addr: addr, URL: j.url, Evidence: j.evidence, Priors: ix.aud.priors(j)})
+		v, err = ix.o.Audit(ctx, overlay.AuditRequest{Addr: addr, URL: j.url, Evidence: j.evidence, Priors: ix.aud.priors(j), Node: j.node})
 		if err == nil || attempt == 2 || !(errors.Is(err, overlay.ErrOverloaded) || errors.Is(err, overlay.ErrUnavailable)) {
 			break
 		}
@@ -453,9 +564,11 @@ func (ix *Indexer) runAudit(ctx context.Context, j auditJob) {
 			return // shutting down
 		}
 		ix.log.Debug("audit failed", "node", j.node, "url", j.url, "error", err)
-	} else if v.Node != j.node {
-		err = fmt.Errorf("verdict about %s, not %s", v.Node, j.node)
-		ix.log.Warn("audit verdict about another node", "node", j.node, "url", j.url, "error", err)
+	} else if v.Node != j.node || v.Coordinator == j.node {
+		// Overlay.Audit refuses both; a node's word about itself is
+		// never a verdict.
+		err = fmt.Errorf("verdict about %s by %s, for %s", v.Node, v.Coordinator, j.node)
+		ix.log.Warn("audit verdict about another node, or by the node itself", "node", j.node, "url", j.url, "error", err)
 	}
 	ix.noteVerdict(j, v, err)
 }
@@ -484,7 +597,7 @@ func (ix *Indexer) noteVerdict(j auditJob, v overlay.AuditVerdict, verr error) {
 			st.Agreed++
 		case overlay.AuditDisagree:
 			st.Disagreed++
-			a.dispute(j)
+			ix.saveDisputes(a.dispute(j))
 			ix.log.Info("audited record disagrees with other nodes' fetches", "node", j.node, "url", j.url,
 				"coordinator", v.Coordinator, "tally_agreed", v.Agreed, "tally_disagreed", v.Disagreed)
 		case overlay.AuditNotDelegated:

@@ -1,9 +1,17 @@
 package indexer
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/results/resultstest"
 )
 
 // TestAuditSampling: the keyed sample takes about the share asked, differs
@@ -52,4 +60,85 @@ func mustAuditor(t testing.TB) *auditor {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// TestAuditStateSurvivesRestart (issue 18): an indexer's disputed records
+// outlive a restart on the same badger directory. After seven records of
+// a node disagreed (five kept, the bound) and another node was flagged,
+// the indexer is closed and reopened: the node's next audit carries the
+// same priors as before the restart, its five newest disputed records are
+// there to tell coordinators of, it is still a suspect (every record of it
+// audited), the flag stands, and a flagged node's evidence survives too.
+func TestAuditStateSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	open := func() (*Indexer, func()) {
+		db := resultstest.DiskDB(t, dir)
+		x, err := index.New(db, index.Logger(quiet()), index.Clock(func() time.Time { return testNow }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ix, err := newIndexer(x, db, sid(t), Logger(quiet()), Clock(func() time.Time { return testNow }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ix, func() {
+			_ = ix.Close()
+			x.Close()
+			if err := db.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	id := func() peer.ID {
+		p, _ := peer.IDFromPrivateKey(resultstest.Key(t))
+		return p
+	}
+	fab, flagged, coord := id(), id(), id()
+	job := func(node peer.ID, k int) auditJob {
+		url := fmt.Sprintf("http://h%d.test/p", k)
+		return auditJob{node: node, url: url, host: fmt.Sprintf("h%d.test", k), evidence: []byte("signed batch of " + url)}
+	}
+	disagree := func(ix *Indexer, j auditJob, convicted bool) {
+		ix.noteVerdict(j, overlay.AuditVerdict{Result: overlay.AuditDisagree, Node: j.node, Coordinator: coord, Convicted: convicted}, nil)
+	}
+
+	ix, closeIx := open()
+	for k := range 7 {
+		disagree(ix, job(fab, k), false)
+	}
+	disagree(ix, job(flagged, 100), true)
+	before := ix.aud.priors(job(fab, 99))
+	closeIx()
+
+	ix, closeIx = open()
+	defer closeIx()
+	after := ix.aud.priors(job(fab, 99))
+	if len(after) != maxPriors || !slices.EqualFunc(before, after, func(a, b overlay.AuditPrior) bool {
+		return a.URL == b.URL && string(a.Evidence) == string(b.Evidence)
+	}) {
+		t.Fatalf("priors of the next audit after the restart: %v, before it: %v", urls(after), urls(before))
+	}
+	ix.aud.mu.Lock()
+	kept, suspect := urls(ix.aud.disputes[fab]), ix.aud.suspect[fab]
+	fl := urls(ix.aud.disputes[flagged])
+	ix.aud.mu.Unlock()
+	if want := []string{"http://h2.test/p", "http://h3.test/p", "http://h4.test/p", "http://h5.test/p", "http://h6.test/p"}; !slices.Equal(kept, want) {
+		t.Errorf("disputed records after the restart: %v, want %v", kept, want)
+	}
+	if !suspect || !slices.Equal(fl, []string{"http://h100.test/p"}) {
+		t.Errorf("after the restart: suspect %v, the flagged node's disputed records %v", suspect, fl)
+	}
+	for _, na := range ix.Audited() {
+		if (na.Node == flagged) != na.Flagged {
+			t.Errorf("after the restart: %+v", na)
+		}
+	}
+}
+
+func urls(ps []overlay.AuditPrior) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.URL)
+	}
+	return out
 }

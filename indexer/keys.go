@@ -28,8 +28,19 @@ func auditKey(node peer.ID) []byte {
 }
 
 // parseAuditKey returns the node of an audit key.
-func parseAuditKey(k []byte) (peer.ID, bool) {
-	p := auditPrefix()
+func parseAuditKey(k []byte) (peer.ID, bool) { return parseNodeKey(auditPrefix(), k) }
+
+func disputePrefix() []byte { return []byte(results.Prefix + "dispute/") }
+
+func disputeKey(node peer.ID) []byte {
+	return append(disputePrefix(), b32.EncodeToString([]byte(node))...)
+}
+
+// parseDisputeKey returns the node of a dispute key.
+func parseDisputeKey(k []byte) (peer.ID, bool) { return parseNodeKey(disputePrefix(), k) }
+
+// parseNodeKey returns the node named after prefix p in k.
+func parseNodeKey(p, k []byte) (peer.ID, bool) {
 	if len(k) <= len(p) {
 		return "", false
 	}

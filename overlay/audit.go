@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/overlay/pb"
@@ -44,6 +45,21 @@ import (
 // to flag its batches. Trust: the coordinator judges only what it verified
 // itself (the author's signature, its own auditors' fetches); a coordinator
 // is trusted for its shard, as for every delegation.
+//
+// No node judges itself (issue 18). A coordinator asked about its own
+// record recuses itself (ErrRecused), and the asker (Audit) takes no
+// verdict about a node from that node, whatever it answers: it sends the
+// audit, marked deputy, to the peer nearest the shard key after the
+// author, which judges it with its own auditors against its replica of the
+// shard's state and keeps the author's tally in its own store (a replica
+// cannot write the shard's state, and the author would not), so that a
+// fabricator coordinating its own shard is convicted by its deputy: the
+// deputy answers its audits as convicted and re-delegates its subnets in
+// the shards the deputy coordinates. Replicas refuse a coordinator's write
+// of its own tally. Auditors are independent of the author and of each
+// other by place (place.go): one in the author's /24, /48 or AS is not
+// counted, and the second disagreement must come from another place than
+// the first.
 
 // AuditConfig sets how audits judge and convict. Zero fields take the
 // defaults named.
@@ -193,6 +209,11 @@ type AuditRequest struct {
 	// on its own judgement. Together with Evidence they must fit the
 	// audit protocol's 4 MiB frame.
 	Priors []AuditPrior
+	// Node is the record's author as the asker knows it (optional; the
+	// verdict's otherwise). No verdict about it is taken from it: when
+	// it answers as the coordinator, whatever it says, its deputy is
+	// asked instead, and a verdict about another node is refused.
+	Node peer.ID
 }
 
 // AuditPrior is an earlier disputed record: its URL and evidence.
@@ -218,6 +239,9 @@ type AuditVerdict struct {
 	Disagreed   int  //
 	Convicted   bool // the author is convicted at the coordinator
 	Coordinator peer.ID
+	// Deputy: the author coordinates the shard, and Coordinator, the
+	// next peer nearest the shard key, judged in its stead.
+	Deputy bool
 }
 
 // Audit has the record the evidence holds for r.URL checked by the
@@ -241,17 +265,78 @@ func (o *Overlay) Audit(ctx context.Context, r AuditRequest) (AuditVerdict, erro
 		req.Audit.Priors = append(req.Audit.Priors, &pb.AuditPrior{Url: p.URL, Evidence: p.Evidence})
 	}
 	ref := o.coord.rangeShard(o.tree.SmallestNonUnary(r.Addr))
-	resp, err := o.askCoordinatorOn(ctx, auditSpec, ref, req, pb.Message_AUDIT_VERDICT)
+	resp, from, err := o.askCoordinatorFrom(ctx, auditSpec, ref, req, pb.Message_AUDIT_VERDICT)
+	author := r.Node
+	if author == "" && err == nil {
+		author, _ = peer.IDFromBytes(resp.GetAuditVerdict().GetNode())
+	}
+	if author == "" && errors.Is(err, ErrRecused) {
+		author = from
+	}
+	// No node judges itself: whatever the author answers as the
+	// coordinator (an honest one recuses itself, a fabricator would
+	// agree), its deputy judges.
+	deputy := author != "" && from == author
+	if deputy {
+		req.Audit.Deputy = true
+		resp, from, err = o.askDeputy(ctx, ref, author, req)
+	}
 	if err != nil {
 		return AuditVerdict{}, fmt.Errorf("audit: %w", err)
 	}
-	o.mu.Lock()
-	coord := o.coordFor[ref.key(o.sid)]
-	o.mu.Unlock()
 	v, err := verdictFromPB(resp.GetAuditVerdict())
-	v.Coordinator = coord
+	if err == nil && (v.Node == from || (r.Node != "" && v.Node != r.Node)) {
+		err = fmt.Errorf("audit verdict: %w: about %s from %s", ErrMalformed, v.Node, from)
+	}
+	v.Coordinator, v.Deputy = from, deputy
 	return v, err
 }
+
+// askDeputy sends an audit of author, the coordinator of ref, to its
+// deputy: the peer nearest ref's key after it, as this node sees them,
+// following a redirect to a nearer one, never to author, and trying the
+// next peer when one cannot be reached.
+func (o *Overlay) askDeputy(ctx context.Context, ref shardRef, author peer.ID, req *pb.Message) (*pb.Message, peer.ID, error) {
+	key := ref.key(o.sid)
+	var queue []peer.ID
+	for _, p := range o.coord.closestPeers(ctx, key, false) {
+		if p != author && len(queue) < maxDeputyTries {
+			queue = append(queue, p)
+		}
+	}
+	tried := map[peer.ID]bool{author: true}
+	err := fmt.Errorf("%w: no peer but the audited one near the shard", ErrNoPeers)
+	for len(queue) > 0 && len(tried) <= maxDeputyTries {
+		target := queue[0]
+		queue = queue[1:]
+		if tried[target] {
+			continue
+		}
+		tried[target] = true
+		var resp *pb.Message
+		resp, err = o.askPeer(ctx, auditSpec, target, req, pb.Message_AUDIT_VERDICT, 0)
+		if err == nil {
+			return resp, target, nil
+		}
+		if ctx.Err() != nil {
+			return nil, target, err
+		}
+		if next, perr := peer.IDFromBytes(resp.GetError().GetHint().GetId()); errors.Is(err, ErrNotCoordinator) && perr == nil {
+			if addrs := hintAddrs(resp.GetError().GetHint()); len(addrs) > 0 && next != o.h.ID() {
+				o.h.Peerstore().AddAddrs(next, addrs, peerstore.TempAddrTTL)
+			}
+			queue = append([]peer.ID{next}, queue...)
+			continue
+		}
+		if isRemote(err) && !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrOverloaded) {
+			return nil, target, err // the deputy's answer: bad evidence, a malformed request
+		}
+	}
+	return nil, "", err
+}
+
+// maxDeputyTries bounds the peers askDeputy asks.
+const maxDeputyTries = 3
 
 func verdictFromPB(m *pb.AuditVerdict) (AuditVerdict, error) {
 	node, err := peer.IDFromBytes(m.GetNode())
@@ -353,7 +438,8 @@ func (o *Overlay) refetch(ctx context.Context, p peer.ID, u string) (Page, error
 }
 
 // handleAudit judges one record of a subnet of a shard this node
-// coordinates (see the comment at the top of this file).
+// coordinates, or of the shard whose coordinator, the record's author, it
+// stands in for as deputy (see the comment at the top of this file).
 func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
 	if o.cfg.evidence == nil {
 		return nil, fmt.Errorf("%w: this node does not verify audit evidence", ErrUnavailable)
@@ -379,9 +465,12 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 		return nil, err
 	}
 	id := o.tree.SmallestNonUnary(a)
-	sh, err := c.ensureOwner(ctx, c.rangeShard(id))
-	if err != nil {
-		return nil, err
+	ref := c.rangeShard(id)
+	var sh *shard
+	if !rq.GetDeputy() {
+		if sh, err = c.ensureOwner(ctx, ref); err != nil {
+			return nil, err
+		}
 	}
 	claim, err := o.cfg.evidence.OpenEvidence(rq.GetEvidence(), u)
 	if err != nil {
@@ -397,10 +486,20 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 	if claim.Fingerprint == 0 || claim.Status < 200 || claim.Status > 299 {
 		return nil, fmt.Errorf("%w: the record has no fingerprint to compare (status %d)", ErrMalformed, claim.Status)
 	}
+	if claim.Node == c.self {
+		return nil, fmt.Errorf("%w: %s", ErrRecused, claim.Node)
+	}
+	book := tallies{c: c, sh: sh}
+	if rq.GetDeputy() {
+		if book, err = c.deputyFor(ctx, ref, claim.Node); err != nil {
+			return nil, err
+		}
+		sh = book.sh
+	}
 	o.stats.audits.Add(1)
-	v := &pb.AuditVerdict{Node: []byte(claim.Node)}
+	v := &pb.AuditVerdict{Node: []byte(claim.Node), Deputy: book.deputy}
 	// Convicted here: in this shard's tally, or in another shard this
-	// node coordinates.
+	// node coordinates (or judged as a deputy).
 	convicted := func(t *pb.AuditEntry) bool { return c.convictedAt(t, time.Now()) || c.convicted()[claim.Node] }
 	answer := func(t *pb.AuditEntry) (*pb.Message, error) {
 		v.Agreed, v.Disagreed = t.GetAgreed(), t.GetDisagreed()
@@ -409,7 +508,7 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 		m.AuditVerdict = v
 		return m, nil
 	}
-	tally, err := c.auditTally(sh, claim.Node)
+	tally, err := book.get(claim.Node)
 	if err != nil {
 		return nil, err
 	}
@@ -434,7 +533,7 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 		v.Result, v.Pages = o.judge(ctx, sh, id, claim)
 	}
 	if v.Result == pb.AuditVerdict_AGREE || v.Result == pb.AuditVerdict_DISAGREE {
-		if tally, err = c.recordAudit(ctx, sh, claim.Node, host, v.Result == pb.AuditVerdict_AGREE, urlHash(u)); err != nil {
+		if tally, err = c.recordAudit(ctx, book, claim.Node, host, v.Result == pb.AuditVerdict_AGREE, urlHash(u)); err != nil {
 			return nil, err
 		}
 	}
@@ -459,7 +558,7 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 		if res != pb.AuditVerdict_AGREE && res != pb.AuditVerdict_DISAGREE {
 			continue
 		}
-		if tally, err = c.recordAudit(ctx, sh, claim.Node, ph, res == pb.AuditVerdict_AGREE, uh); err != nil {
+		if tally, err = c.recordAudit(ctx, book, claim.Node, ph, res == pb.AuditVerdict_AGREE, uh); err != nil {
 			return nil, err
 		}
 	}
@@ -474,23 +573,35 @@ func urlHash(u string) uint64 {
 }
 
 // judge has auditors near subnet id refetch the claimed page: the first
-// usable fetch that agrees settles it, a disagreement needs a second.
+// usable fetch that agrees settles it, a disagreement needs a second from
+// another place (place.go). An auditor in the author's place is not asked,
+// or, when its place shows only once it is connected, not counted: one
+// operator's nodes neither clear nor confirm each other.
 func (o *Overlay) judge(ctx context.Context, sh *shard, id subnet.ID, claim Claim) (pb.AuditVerdict_Result, []*pb.Page) {
 	var pages []*pb.Page
+	author := o.placeOf(claim.Node)
+	var first place // the place of the first auditor that disagreed
 	disagreed := false
 	for _, p := range o.coord.auditors(sh, id, claim) {
 		if len(pages) == maxAuditors || ctx.Err() != nil {
 			break
 		}
+		if pl := o.placeOf(p); pl.known() && pl.same(author) {
+			continue
+		}
 		pg, err := o.refetch(ctx, p, claim.URL)
+		pl := o.placeOf(p)
 		m := pageToPB(pg)
 		m.Peer = []byte(p)
 		pages = append(pages, m)
-		if err != nil {
+		switch {
+		case pl.same(author):
+			m.Error = "not counted: the author's place (one /24, /48 or AS)"
+			continue
+		case err != nil:
 			m.Error = truncate(err.Error(), 256)
 			continue
-		}
-		if pg.Status < 200 || pg.Status > 299 || pg.Fingerprint == 0 {
+		case pg.Status < 200 || pg.Status > 299 || pg.Fingerprint == 0:
 			continue // gone, moved or no longer parsed since: says nothing
 		}
 		dist := distance(pg.Fingerprint, claim.Fingerprint)
@@ -505,10 +616,13 @@ func (o *Overlay) judge(ctx context.Context, sh *shard, id subnet.ID, claim Clai
 			// what it seems. Neither side is counted.
 			o.log.Info("auditors differ", "url", claim.URL, "peer", claim.Node)
 			return pb.AuditVerdict_INCONCLUSIVE, pages
+		case disagreed && pl.same(first):
+			m.Error = "not counted: the first disagreeing auditor's place (one /24, /48 or AS)"
+			continue
 		case disagreed:
 			return pb.AuditVerdict_DISAGREE, pages
 		}
-		disagreed = true
+		disagreed, first = true, pl
 	}
 	return pb.AuditVerdict_INCONCLUSIVE, pages
 }
@@ -589,17 +703,83 @@ func (c *coordinator) auditors(sh *shard, id subnet.ID, claim Claim) []peer.ID {
 	return out
 }
 
-// auditTally returns p's tally in sh (empty when there is none).
-func (c *coordinator) auditTally(sh *shard, p peer.ID) (*pb.AuditEntry, error) {
-	e, err := c.st.getEntry(sh.key, pb.Entry_AUDIT, []byte(p))
-	if err != nil || e == nil {
-		return &pb.AuditEntry{Peer: []byte(p)}, err
+// tallies is where a judge keeps the tallies of a shard's audits: the
+// shard's replicated state (AUDIT entries) when it coordinates the shard,
+// its own store when it is the deputy of the coordinator, which no
+// replica's state can hold (the coordinator writes it).
+type tallies struct {
+	c      *coordinator
+	sh     *shard
+	deputy bool
+}
+
+// get returns p's tally (empty when there is none).
+func (b tallies) get(p peer.ID) (*pb.AuditEntry, error) {
+	var raw []byte
+	if b.deputy {
+		v, err := b.c.st.getDeputy(b.sh.key, p)
+		if err != nil || v == nil {
+			return &pb.AuditEntry{Peer: []byte(p)}, err
+		}
+		raw = v
+	} else {
+		e, err := b.c.st.getEntry(b.sh.key, pb.Entry_AUDIT, []byte(p))
+		if err != nil || e == nil {
+			return &pb.AuditEntry{Peer: []byte(p)}, err
+		}
+		raw = e.GetValue()
 	}
 	var t pb.AuditEntry
-	if err := proto.Unmarshal(e.GetValue(), &t); err != nil {
+	if err := proto.Unmarshal(raw, &t); err != nil {
 		return nil, fmt.Errorf("audit entry: %w", err)
 	}
 	return &t, nil
+}
+
+// put stores t: a write of the shard, replicated to a majority, or a
+// deputy's own record, kept for twice the conviction (then the judgement
+// it holds has run out).
+func (b tallies) put(ctx context.Context, t *pb.AuditEntry) error {
+	v, err := proto.Marshal(t)
+	if err != nil {
+		return err
+	}
+	if b.deputy {
+		return b.c.st.putDeputy(b.sh.key, peer.ID(t.GetPeer()), v, 2*b.c.o.cfg.audit.Conviction)
+	}
+	_, err = b.c.write(ctx, b.sh, 1, func(int, uint64, uint64) (*pb.Entry, error) {
+		return &pb.Entry{Kind: pb.Entry_AUDIT, Key: t.GetPeer(), Value: v}, nil
+	})
+	return err
+}
+
+// deputyFor returns the tallies with which this node judges an audit of
+// author as its deputy in shard ref: author is nearer ref's key than this
+// node (it coordinates the shard, or it would not have been passed over),
+// and this node is the nearest peer after it. The shard's state is this
+// node's replica of it: the delegation judged is the one the coordinator
+// replicated. When author is not nearer the key than this node, there is
+// no one to stand in for, and the audit is judged as by any coordinator.
+func (c *coordinator) deputyFor(ctx context.Context, ref shardRef, author peer.ID) (tallies, error) {
+	key := ref.key(c.sid)
+	if !closer(author, c.self, key) {
+		sh, err := c.ensureOwner(ctx, ref)
+		return tallies{c: c, sh: sh}, err
+	}
+	for _, p := range c.view(key) {
+		if p == author {
+			continue
+		}
+		if p != c.self {
+			return tallies{}, &notCoordinatorError{closer: c.addrInfo(p)}
+		}
+		break
+	}
+	sh, err := c.shard(ref)
+	if err != nil {
+		return tallies{}, err
+	}
+	return tallies{c: c, sh: sh, deputy: true}, nil
 }
 
 // convictedAt reports whether tally t convicts its node at now.
@@ -612,10 +792,10 @@ func (c *coordinator) convictedAt(t *pb.AuditEntry, now time.Time) bool {
 // uh) on host to p's tally in sh, convicting p when the tally says so, and
 // returns the new tally. A URL the tally judged already (among its last
 // 64) is not counted again.
-func (c *coordinator) recordAudit(ctx context.Context, sh *shard, p peer.ID, host string, agreed bool, uh uint64) (*pb.AuditEntry, error) {
+func (c *coordinator) recordAudit(ctx context.Context, b tallies, p peer.ID, host string, agreed bool, uh uint64) (*pb.AuditEntry, error) {
 	c.auditMu.Lock()
 	defer c.auditMu.Unlock()
-	t, err := c.auditTally(sh, p)
+	t, err := b.get(p)
 	if err != nil {
 		return nil, err
 	}
@@ -653,19 +833,14 @@ func (c *coordinator) recordAudit(ctx context.Context, sh *shard, p peer.ID, hos
 	if convicts {
 		t.ConvictedMs = now.UnixMilli()
 	}
-	v, err := proto.Marshal(t)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.write(ctx, sh, 1, func(int, uint64, uint64) (*pb.Entry, error) {
-		return &pb.Entry{Kind: pb.Entry_AUDIT, Key: []byte(p), Value: v}, nil
-	}); err != nil {
+	if err := b.put(ctx, t); err != nil {
 		return nil, err
 	}
 	if convicts {
 		c.o.stats.convictions.Add(1)
 		c.log.Warn("node convicted by audits: its results disagree with other nodes' fetches", "peer", p,
-			"agreed", t.Agreed, "disagreed", t.Disagreed, "hosts", strings.Join(t.Hosts, ","), "shard", sh.ref.String())
+			"agreed", t.Agreed, "disagreed", t.Disagreed, "hosts", strings.Join(t.Hosts, ","), "shard", b.sh.ref.String(),
+			"deputy", b.deputy)
 		c.convictions.invalidate()
 		select {
 		case c.convictQ <- struct{}{}:
@@ -712,8 +887,8 @@ func (s *convictionSet) invalidate() {
 }
 
 // convicted returns the nodes convicted, by audits, in any range shard this
-// node coordinates (a shard taken over brings its tallies). The map must
-// not be modified.
+// node coordinates (a shard taken over brings its tallies) or as the
+// deputy of a shard's coordinator. The map must not be modified.
 func (c *coordinator) convicted() map[peer.ID]bool {
 	s := &c.convictions
 	s.mu.Lock()
@@ -740,6 +915,15 @@ func (c *coordinator) convicted() map[peer.ID]bool {
 			return len(set) < maxEnvList
 		})
 	}
+	_ = c.st.scanDeputies(func(v []byte) bool {
+		var t pb.AuditEntry
+		if proto.Unmarshal(v, &t) == nil && c.convictedAt(&t, now) {
+			if p, err := peer.IDFromBytes(t.GetPeer()); err == nil {
+				set[p] = true
+			}
+		}
+		return len(set) < maxEnvList
+	})
 	s.set, s.at = set, now
 	return set
 }

@@ -639,6 +639,13 @@ func (c *coordinator) handleReplicate(ctx context.Context, from peer.ID, req *pb
 	if err != nil {
 		return nil, err
 	}
+	// No node judges itself: a coordinator's audit tally of itself is not
+	// its to write (an honest one never does: it recuses itself, see
+	// handleAudit), so a convicted node that takes its shard over cannot
+	// clear its record there.
+	entries = slices.DeleteFunc(slices.Clone(entries), func(e *pb.Entry) bool {
+		return e.GetKind() == pb.Entry_AUDIT && string(e.GetKey()) == string(from)
+	})
 	if !c.plausible(ctx, ref.key(c.sid), from) {
 		return nil, fmt.Errorf("%w: %s is not among the peers closest to the shard", ErrNotCoordinator, from)
 	}

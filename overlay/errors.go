@@ -58,6 +58,10 @@ var (
 	ErrBadEvidence = errors.New("audit evidence does not verify")
 	// ErrFetchFailed: a refetch for an audit ran and failed.
 	ErrFetchFailed = errors.New("refetch failed")
+	// ErrRecused: the coordinator asked to judge an audit is the audited
+	// node itself; its deputy, the next peer nearest the shard key, judges
+	// instead (Overlay.Audit goes there by itself).
+	ErrRecused = errors.New("coordinator recused: the audit is of itself")
 	// ErrNoPeers: no live peer is known to ask.
 	ErrNoPeers = errors.New("no peers known")
 )
@@ -82,6 +86,7 @@ var codeErrors = []struct {
 	{pb.Error_FORBIDDEN, ErrForbidden},
 	{pb.Error_BAD_EVIDENCE, ErrBadEvidence},
 	{pb.Error_FETCH_FAILED, ErrFetchFailed},
+	{pb.Error_RECUSED, ErrRecused},
 }
 
 // codeToError turns a peer's error frame into an error wrapping the matching

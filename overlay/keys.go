@@ -17,6 +17,7 @@ import (
 //	/overlay/fwd/<b32 peer id>/<b32 batch id>     empty, with a TTL: forward batches already delivered
 //	/overlay/release/r/<b32 parent id>            a signed release (subnet.Release), by the snapshot it replaces
 //	/overlay/carry/<b32 range key>                pb.SignedRecord: a delegation of the previous snapshot naming this node, to carry
+//	/overlay/deputy/<b32 shard key>/<b32 peer id> pb.AuditEntry, with a TTL: the tally of a shard's coordinator this node judged as its deputy
 //
 // Binary parts are base32 (RFC 4648, lowercase, unpadded), so no part holds
 // a '/'. Keys are built only in this file.
@@ -71,3 +72,9 @@ func releaseKey(parent [32]byte) []byte {
 func carryPrefix() []byte { return []byte(Prefix + "carry/") }
 
 func carryKey(rk []byte) []byte { return append(carryPrefix(), b32.EncodeToString(rk)...) }
+
+func deputyPrefix() []byte { return []byte(Prefix + "deputy/") }
+
+func deputyKey(shard [32]byte, p peer.ID) []byte {
+	return append(deputyPrefix(), b32.EncodeToString(shard[:])+"/"+b32.EncodeToString([]byte(p))...)
+}

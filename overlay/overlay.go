@@ -839,8 +839,15 @@ func (o *Overlay) askCoordinator(ctx context.Context, ref shardRef, req *pb.Mess
 
 // askCoordinatorOn is askCoordinator over the protocol of sp.
 func (o *Overlay) askCoordinatorOn(ctx context.Context, sp spec, ref shardRef, req *pb.Message, want pb.Message_Type) (*pb.Message, error) {
+	resp, _, err := o.askCoordinatorFrom(ctx, sp, ref, req, want)
+	return resp, err
+}
+
+// askCoordinatorFrom is askCoordinatorOn that also returns the peer whose
+// answer it returns: the one that answered, or the last one asked.
+func (o *Overlay) askCoordinatorFrom(ctx context.Context, sp spec, ref shardRef, req *pb.Message, want pb.Message_Type) (*pb.Message, peer.ID, error) {
 	if o.ctx.Err() != nil {
-		return nil, ErrClosed
+		return nil, "", ErrClosed
 	}
 	key := ref.key(o.sid)
 	o.mu.Lock()
@@ -855,39 +862,28 @@ func (o *Overlay) askCoordinatorOn(ctx context.Context, sp spec, ref shardRef, r
 	refreshed := false
 	retries := 0 // after a takeover, a lost claim race or an unreachable coordinator
 	for hop := 0; hop <= maxNotCoordinator+1+maxCoordRetries; hop++ {
-		var resp *pb.Message
-		var err error
-		if target == o.h.ID() {
-			resp, err = o.handleLocal(ctx, req)
-		} else {
-			o.stats.requests.Add(1)
-			if err = o.connect(ctx, target, retryBudget(ctx, retries < maxCoordRetries)); err == nil {
-				resp, err = o.request(ctx, target, sp, req, want)
-			} else {
-				err = fmt.Errorf("%s to %s: %w", sp.id, target, err)
-			}
-		}
+		resp, err := o.askPeer(ctx, sp, target, req, want, retryBudget(ctx, retries < maxCoordRetries))
 		if err == nil {
 			o.mu.Lock()
 			o.coordFor[key] = target
 			o.mu.Unlock()
-			return resp, nil
+			return resp, target, nil
 		}
 		lastErr = err
 		if ctx.Err() != nil {
-			return nil, err
+			return nil, target, err
 		}
 		switch {
 		case errors.Is(err, ErrNotCoordinator) && resp != nil && resp.GetError().GetHint() != nil:
 			next, perr := peer.IDFromBytes(resp.GetError().GetHint().GetId())
 			if perr != nil || next == target {
-				return nil, err
+				return nil, target, err
 			}
 			if next == o.h.ID() || !closer(next, target, key) {
 				// The peer names this node, or a peer no nearer the key
 				// than itself: one of the views is stale. Look again.
 				if refreshed {
-					return nil, err
+					return nil, target, err
 				}
 				refreshed = true
 				next = o.coord.closestPeers(ctx, key, true)[0]
@@ -904,7 +900,7 @@ func (o *Overlay) askCoordinatorOn(ctx context.Context, sp spec, ref shardRef, r
 			// unreachable: look it up again after a pause, a few times
 			// (0.1, 0.4, 1.6 s), since these settle within a second or two.
 			if retries == maxCoordRetries {
-				return nil, err
+				return nil, target, err
 			}
 			retries++
 			if !isRemote(err) {
@@ -919,15 +915,29 @@ func (o *Overlay) askCoordinatorOn(ctx context.Context, sp spec, ref shardRef, r
 			select {
 			case <-ctx.Done():
 				pause.Stop()
-				return nil, err
+				return nil, target, err
 			case <-pause.C:
 			}
 			target = o.coord.closestPeers(ctx, key, true)[0]
 		default:
-			return nil, err
+			return nil, target, err
 		}
 	}
-	return nil, fmt.Errorf("%w: %w", ErrNotCoordinator, lastErr)
+	return nil, target, fmt.Errorf("%w: %w", ErrNotCoordinator, lastErr)
+}
+
+// askPeer sends req to target over sp, or serves it here when target is
+// this node, connecting within dial when it is positive (else within
+// ctx). An error frame's message is returned with its error.
+func (o *Overlay) askPeer(ctx context.Context, sp spec, target peer.ID, req *pb.Message, want pb.Message_Type, dial time.Duration) (*pb.Message, error) {
+	if target == o.h.ID() {
+		return o.handleLocal(ctx, req)
+	}
+	o.stats.requests.Add(1)
+	if err := o.connect(ctx, target, dial); err != nil {
+		return nil, fmt.Errorf("%s to %s: %w", sp.id, target, err)
+	}
+	return o.request(ctx, target, sp, req, want)
 }
 
 // connect connects to p unless connected (a limited, relayed connection

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/overlay/pb"
@@ -218,4 +220,49 @@ func (s store) count(key [32]byte, kind pb.Entry_Kind, limit int) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// getDeputy returns the tally of p this node keeps as the deputy of shard
+// key's coordinator, nil when there is none.
+func (s store) getDeputy(key [32]byte, p peer.ID) ([]byte, error) {
+	var out []byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(deputyKey(key, p))
+		if err != nil {
+			return err
+		}
+		out, err = it.ValueCopy(nil)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	return out, err
+}
+
+// putDeputy stores a deputy's tally of p for ttl.
+func (s store) putDeputy(key [32]byte, p peer.ID, v []byte, ttl time.Duration) error {
+	return s.db.Update(func(txn *badger.Txn) error {
+		return txn.SetEntry(badger.NewEntry(deputyKey(key, p), v).WithTTL(ttl))
+	})
+}
+
+// scanDeputies calls fn with each tally this node keeps as a deputy until
+// fn returns false.
+func (s store) scanDeputies(fn func(v []byte) bool) error {
+	p := deputyPrefix()
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: p, PrefetchValues: true})
+		defer it.Close()
+		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if !fn(v) {
+				return nil
+			}
+		}
+		return nil
+	})
 }

@@ -18,6 +18,7 @@ import (
 //	/results/ix/<b32 peer>               pb.KnownIndexer: an indexer this node heard from
 //	/results/seen/<b32 node>/<seq>       indexer: the digest (32 bytes) of a stored batch, with a TTL
 //	/results/audit/<b32 node>            indexer: pb.AuditStats, the audits of the node's records
+//	/results/dispute/<b32 node>          indexer: pb.Disputes, the node's records that disagreed at audits (its priors)
 //	/results/req/<b32 id>                indexer: pb.PendingCrawl, a crawl request waiting for a record (id: SHA-256 of its URL, 16 bytes)
 //
 // <seq> is 8 bytes big-endian, so the outbox scans in sequence order.

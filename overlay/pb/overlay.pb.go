@@ -194,6 +194,7 @@ const (
 	Error_FORBIDDEN           Error_Code = 13 // the sender may not make this request
 	Error_BAD_EVIDENCE        Error_Code = 14 // an audit's evidence does not verify
 	Error_FETCH_FAILED        Error_Code = 15 // a refetch ran and failed
+	Error_RECUSED             Error_Code = 16 // the audit is of the responder itself: ask its deputy
 )
 
 // Enum value maps for Error_Code.
@@ -215,6 +216,7 @@ var (
 		13: "FORBIDDEN",
 		14: "BAD_EVIDENCE",
 		15: "FETCH_FAILED",
+		16: "RECUSED",
 	}
 	Error_Code_value = map[string]int32{
 		"INTERNAL":            0,
@@ -233,6 +235,7 @@ var (
 		"FORBIDDEN":           13,
 		"BAD_EVIDENCE":        14,
 		"FETCH_FAILED":        15,
+		"RECUSED":             16,
 	}
 )
 
@@ -3282,7 +3285,11 @@ type Audit struct {
 	// priors are records of the same node that disagreed at other
 	// coordinators, judged afresh here, so that a coordinator holding few of
 	// the node's sites can reach its own verdict; at most 4.
-	Priors        []*AuditPrior `protobuf:"bytes,5,rep,name=priors,proto3" json:"priors,omitempty"`
+	Priors []*AuditPrior `protobuf:"bytes,5,rep,name=priors,proto3" json:"priors,omitempty"`
+	// deputy: the record's author coordinates the shard, so the receiver,
+	// the peer nearest the shard key after it, judges in its stead (no node
+	// judges itself).
+	Deputy        bool `protobuf:"varint,6,opt,name=deputy,proto3" json:"deputy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3352,6 +3359,13 @@ func (x *Audit) GetPriors() []*AuditPrior {
 	return nil
 }
 
+func (x *Audit) GetDeputy() bool {
+	if x != nil {
+		return x.Deputy
+	}
+	return false
+}
+
 type AuditPrior struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
@@ -3412,6 +3426,7 @@ type AuditVerdict struct {
 	Agreed        uint32                 `protobuf:"varint,4,opt,name=agreed,proto3" json:"agreed,omitempty"` // the author's tally at this coordinator
 	Disagreed     uint32                 `protobuf:"varint,5,opt,name=disagreed,proto3" json:"disagreed,omitempty"`
 	Convicted     bool                   `protobuf:"varint,6,opt,name=convicted,proto3" json:"convicted,omitempty"` // the author is convicted at this coordinator
+	Deputy        bool                   `protobuf:"varint,7,opt,name=deputy,proto3" json:"deputy,omitempty"`       // judged by the author's deputy (the author coordinates the shard)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3484,6 +3499,13 @@ func (x *AuditVerdict) GetDisagreed() uint32 {
 func (x *AuditVerdict) GetConvicted() bool {
 	if x != nil {
 		return x.Convicted
+	}
+	return false
+}
+
+func (x *AuditVerdict) GetDeputy() bool {
+	if x != nil {
+		return x.Deputy
 	}
 	return false
 }
@@ -4212,12 +4234,12 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05CHUNK\x10!\x12\t\n" +
 	"\x05CARRY\x10\"\x12\x10\n" +
 	"\fCARRY_PROBES\x10#\x12\f\n" +
-	"\bANNOUNCE\x10$\"\xb7\x03\n" +
+	"\bANNOUNCE\x10$\"\xc4\x03\n" +
 	"\x05Error\x12-\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x19.micra.overlay.Error.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12+\n" +
 	"\x04hint\x18\x03 \x01(\v2\x17.micra.overlay.PeerHintR\x04hint\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xa1\x02\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xae\x02\n" +
 	"\x04Code\x12\f\n" +
 	"\bINTERNAL\x10\x00\x12\r\n" +
 	"\tMALFORMED\x10\x01\x12\x17\n" +
@@ -4236,7 +4258,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\tNOT_FOUND\x10\f\x12\r\n" +
 	"\tFORBIDDEN\x10\r\x12\x10\n" +
 	"\fBAD_EVIDENCE\x10\x0e\x12\x10\n" +
-	"\fFETCH_FAILED\x10\x0f\"0\n" +
+	"\fFETCH_FAILED\x10\x0f\x12\v\n" +
+	"\aRECUSED\x10\x10\"0\n" +
 	"\bPeerHint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
 	"\x05addrs\x18\x02 \x03(\fR\x05addrs\"/\n" +
@@ -4433,24 +4456,26 @@ const file_overlay_proto_rawDesc = "" +
 	"\n" +
 	"BlockEntry\x123\n" +
 	"\x06record\x18\x01 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\x12.\n" +
-	"\x06probes\x18\x02 \x03(\v2\x16.micra.overlay.PeerRTTR\x06probes\"\x98\x01\n" +
+	"\x06probes\x18\x02 \x03(\v2\x16.micra.overlay.PeerRTTR\x06probes\"\xb0\x01\n" +
 	"\x05Audit\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\fR\x04addr\x12\x10\n" +
 	"\x03url\x18\x03 \x01(\tR\x03url\x12\x1a\n" +
 	"\bevidence\x18\x04 \x01(\fR\bevidence\x121\n" +
-	"\x06priors\x18\x05 \x03(\v2\x19.micra.overlay.AuditPriorR\x06priors\":\n" +
+	"\x06priors\x18\x05 \x03(\v2\x19.micra.overlay.AuditPriorR\x06priors\x12\x16\n" +
+	"\x06deputy\x18\x06 \x01(\bR\x06deputy\":\n" +
 	"\n" +
 	"AuditPrior\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
-	"\bevidence\x18\x02 \x01(\fR\bevidence\"\xb2\x02\n" +
+	"\bevidence\x18\x02 \x01(\fR\bevidence\"\xca\x02\n" +
 	"\fAuditVerdict\x12:\n" +
 	"\x06result\x18\x01 \x01(\x0e2\".micra.overlay.AuditVerdict.ResultR\x06result\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\fR\x04node\x12)\n" +
 	"\x05pages\x18\x03 \x03(\v2\x13.micra.overlay.PageR\x05pages\x12\x16\n" +
 	"\x06agreed\x18\x04 \x01(\rR\x06agreed\x12\x1c\n" +
 	"\tdisagreed\x18\x05 \x01(\rR\tdisagreed\x12\x1c\n" +
-	"\tconvicted\x18\x06 \x01(\bR\tconvicted\"S\n" +
+	"\tconvicted\x18\x06 \x01(\bR\tconvicted\x12\x16\n" +
+	"\x06deputy\x18\a \x01(\bR\x06deputy\"S\n" +
 	"\x06Result\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05AGREE\x10\x01\x12\f\n" +

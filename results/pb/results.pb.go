@@ -836,6 +836,108 @@ func (x *AuditStats) GetLastMs() int64 {
 	return 0
 }
 
+// Disputes is an indexer's stored list of one node's records that
+// disagreed at audits (at most 5): it sends them as priors with the node's
+// later audits and, once the node is flagged, to the coordinators of its
+// subnets.
+type Disputes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*Dispute             `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"` // oldest first
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Disputes) Reset() {
+	*x = Disputes{}
+	mi := &file_results_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Disputes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Disputes) ProtoMessage() {}
+
+func (x *Disputes) ProtoReflect() protoreflect.Message {
+	mi := &file_results_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Disputes.ProtoReflect.Descriptor instead.
+func (*Disputes) Descriptor() ([]byte, []int) {
+	return file_results_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Disputes) GetRecords() []*Dispute {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+// Dispute is one disputed record: its URL and the node's signed batch
+// that holds it (Evidence).
+type Dispute struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Evidence      []byte                 `protobuf:"bytes,2,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Dispute) Reset() {
+	*x = Dispute{}
+	mi := &file_results_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Dispute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Dispute) ProtoMessage() {}
+
+func (x *Dispute) ProtoReflect() protoreflect.Message {
+	mi := &file_results_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Dispute.ProtoReflect.Descriptor instead.
+func (*Dispute) Descriptor() ([]byte, []int) {
+	return file_results_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Dispute) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Dispute) GetEvidence() []byte {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
 // PendingCrawl is a crawl request an indexer submitted and has not yet
 // seen a record of: it submits it again, to whichever node then owns the
 // subnet, until a record arrives or it gives up.
@@ -851,7 +953,7 @@ type PendingCrawl struct {
 
 func (x *PendingCrawl) Reset() {
 	*x = PendingCrawl{}
-	mi := &file_results_proto_msgTypes[9]
+	mi := &file_results_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +965,7 @@ func (x *PendingCrawl) String() string {
 func (*PendingCrawl) ProtoMessage() {}
 
 func (x *PendingCrawl) ProtoReflect() protoreflect.Message {
-	mi := &file_results_proto_msgTypes[9]
+	mi := &file_results_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +978,7 @@ func (x *PendingCrawl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingCrawl.ProtoReflect.Descriptor instead.
 func (*PendingCrawl) Descriptor() ([]byte, []int) {
-	return file_results_proto_rawDescGZIP(), []int{9}
+	return file_results_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PendingCrawl) GetRequest() *CrawlRequest {
@@ -986,7 +1088,12 @@ const file_results_proto_rawDesc = "" +
 	"flagged_ms\x18\a \x01(\x03R\tflaggedMs\x12\x1d\n" +
 	"\n" +
 	"flagged_by\x18\b \x01(\fR\tflaggedBy\x12\x17\n" +
-	"\alast_ms\x18\t \x01(\x03R\x06lastMs\"\x95\x01\n" +
+	"\alast_ms\x18\t \x01(\x03R\x06lastMs\"<\n" +
+	"\bDisputes\x120\n" +
+	"\arecords\x18\x01 \x03(\v2\x16.micra.results.DisputeR\arecords\"7\n" +
+	"\aDispute\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
+	"\bevidence\x18\x02 \x01(\fR\bevidence\"\x95\x01\n" +
 	"\fPendingCrawl\x125\n" +
 	"\arequest\x18\x01 \x01(\v2\x1b.micra.results.CrawlRequestR\arequest\x12\x19\n" +
 	"\bfirst_ms\x18\x02 \x01(\x03R\afirstMs\x12\x17\n" +
@@ -1006,7 +1113,7 @@ func file_results_proto_rawDescGZIP() []byte {
 }
 
 var file_results_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_results_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_results_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_results_proto_goTypes = []any{
 	(CrawlMessage_Type)(0), // 0: micra.results.CrawlMessage.Type
 	(*Envelope)(nil),       // 1: micra.results.Envelope
@@ -1018,18 +1125,21 @@ var file_results_proto_goTypes = []any{
 	(*CrawlRequest)(nil),   // 7: micra.results.CrawlRequest
 	(*Evidence)(nil),       // 8: micra.results.Evidence
 	(*AuditStats)(nil),     // 9: micra.results.AuditStats
-	(*PendingCrawl)(nil),   // 10: micra.results.PendingCrawl
+	(*Disputes)(nil),       // 10: micra.results.Disputes
+	(*Dispute)(nil),        // 11: micra.results.Dispute
+	(*PendingCrawl)(nil),   // 12: micra.results.PendingCrawl
 }
 var file_results_proto_depIdxs = []int32{
-	4, // 0: micra.results.KnownIndexer.announce:type_name -> micra.results.Announce
-	0, // 1: micra.results.CrawlMessage.type:type_name -> micra.results.CrawlMessage.Type
-	7, // 2: micra.results.CrawlMessage.requests:type_name -> micra.results.CrawlRequest
-	7, // 3: micra.results.PendingCrawl.request:type_name -> micra.results.CrawlRequest
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	4,  // 0: micra.results.KnownIndexer.announce:type_name -> micra.results.Announce
+	0,  // 1: micra.results.CrawlMessage.type:type_name -> micra.results.CrawlMessage.Type
+	7,  // 2: micra.results.CrawlMessage.requests:type_name -> micra.results.CrawlRequest
+	11, // 3: micra.results.Disputes.records:type_name -> micra.results.Dispute
+	7,  // 4: micra.results.PendingCrawl.request:type_name -> micra.results.CrawlRequest
+	5,  // [5:5] is the sub-list for method output_type
+	5,  // [5:5] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_results_proto_init() }
@@ -1043,7 +1153,7 @@ func file_results_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_results_proto_rawDesc), len(file_results_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,85 @@
+package overlay
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/subnet"
+)
+
+// Places (issue 18, Sybil limits): nodes from one /24 (IPv4) or /48
+// (IPv6), or one origin AS, count as one place, so that one operator's
+// nodes cannot stand as independent auditors of each other. A node's place
+// is known only from addresses proven by a handshake: this node's own
+// address for itself, and for a peer the IP addresses of its live direct
+// connections (a relayed connection shows none of the peer's own). The AS
+// is that of the snapshot's IP-to-ASN range holding the address
+// (subnet.LayerASN); trees built without IP-to-ASN tables give none, and
+// places are then the /24s and /48s alone.
+
+// place is where a node sits: its /24 or /48 prefixes and origin ASes.
+// A zero place (no direct connection) is unknown.
+type place struct {
+	prefixes []netip.Prefix
+	asns     []uint32
+}
+
+func (p place) known() bool { return len(p.prefixes) > 0 }
+
+// same reports whether p and q count as one place: a prefix or an AS in
+// common. Two unknown places count as one (neither can show it is
+// elsewhere); an unknown place and a known one do not.
+func (p place) same(q place) bool {
+	if !p.known() || !q.known() {
+		return !p.known() && !q.known()
+	}
+	return slices.ContainsFunc(p.prefixes, func(a netip.Prefix) bool { return slices.Contains(q.prefixes, a) }) ||
+		slices.ContainsFunc(p.asns, func(a uint32) bool { return slices.Contains(q.asns, a) })
+}
+
+// placeOf returns p's place as this node knows it now.
+func (o *Overlay) placeOf(p peer.ID) place {
+	var pl place
+	if p == o.h.ID() {
+		if o.cfg.ownAddr.IsValid() {
+			pl.addAddr(o.tree, o.cfg.ownAddr)
+		}
+		return pl
+	}
+	for _, c := range o.h.Network().ConnsToPeer(p) {
+		if a, ok := ipOf(c.RemoteMultiaddr()); ok {
+			pl.addAddr(o.tree, a)
+		}
+	}
+	return pl
+}
+
+// addAddr adds the place of address a, by tree t's IP-to-ASN ranges.
+func (pl *place) addAddr(t *subnet.Tree, a netip.Addr) {
+	a = a.Unmap()
+	bits := 24
+	if a.Is6() {
+		bits = 48
+	}
+	if pre, err := a.Prefix(bits); err == nil && !slices.Contains(pl.prefixes, pre) {
+		pl.prefixes = append(pl.prefixes, pre)
+	}
+	if asn := asnOf(t, a); asn != 0 && !slices.Contains(pl.asns, asn) {
+		pl.asns = append(pl.asns, asn)
+	}
+}
+
+// asnOf returns the origin AS of the narrowest IP-to-ASN range of t
+// holding a, 0 when none does.
+func asnOf(t *subnet.Tree, a netip.Addr) uint32 {
+	for n := t.Lookup(a); n != subnet.None; n = t.Parent(n) {
+		if t.Layer(n) == subnet.LayerASN {
+			if asn := t.Node(n).ASN; asn != 0 {
+				return asn
+			}
+		}
+	}
+	return 0
+}
