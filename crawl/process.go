@@ -82,7 +82,16 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 		if typ.Parsed() {
 			r.Fingerprint = kw.SimHash()
 		}
+		r.Statements = fromStructured(doc.Structured.Statements)
+		c.stats.statements.Add(int64(len(r.Statements)))
+		c.stats.structuredBad.Add(int64(doc.Structured.Malformed))
 		digest = textproc.Digest(r.Title, top, urls)
+		if len(r.Statements) > 0 {
+			// Structured data that changed is a change an indexer
+			// stores (a price, an event's date); a page without any
+			// keeps the digest it had before statements existed.
+			digest ^= statementsDigest(r.Statements)
+		}
 		switch {
 		case !indexedBefore:
 			rec = r
@@ -168,6 +177,7 @@ func (c *Crawler) analyse(res *Response, kw *textproc.Builder) analysis {
 	kw.Reset()
 	a.doc = parse.Parse(a.typ, res.URL.String(), ctype, body, kw, parse.Options{
 		Agent: c.cfg.product, MaxLinks: c.cfg.maxLinks, XRobotsTag: res.Header.Values("X-Robots-Tag"),
+		Structured: c.cfg.structured,
 	})
 	return a
 }
