@@ -2,10 +2,15 @@ package structured
 
 import (
 	"bytes"
+	"cmp"
 	_ "embed" // the schema.org context
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/piprate/json-gold/ld"
@@ -20,13 +25,44 @@ import (
 //go:embed schemaorg.jsonld
 var schemaContext []byte
 
+// idTerms are the schema.org properties schemaContext coerces to IRIs.
+// The loader gives the processor the context's @vocab and prefixes only,
+// and JSONLD makes these properties' string values IRIs afterwards:
+// processing 36 term definitions for every block made JSON-LD the
+// dearest step of a page (docs/structured-data.md), and the result is the
+// same but for a value written {"@value": …}, which becomes an IRI too.
+var idTerms, vocabContext = func() (map[string]bool, map[string]any) {
+	var doc struct {
+		Context map[string]json.RawMessage `json:"@context"`
+	}
+	if err := json.Unmarshal(schemaContext, &doc); err != nil {
+		panic(err)
+	}
+	ids, vocab := map[string]bool{}, map[string]any{}
+	for term, raw := range doc.Context {
+		var def struct {
+			ID   string `json:"@id"`
+			Type string `json:"@type"`
+		}
+		var str string
+		switch {
+		case json.Unmarshal(raw, &str) == nil:
+			vocab[term] = str
+		case json.Unmarshal(raw, &def) == nil && def.Type == "@id":
+			ids[SchemaOrg+strings.TrimPrefix(def.ID, "schema:")] = true
+		}
+	}
+	return ids, vocab
+}()
+
 // ErrRemoteContext is the error the document loader gives for every
 // remote document but the schema.org context: the crawler never fetches
 // what a page names.
 var ErrRemoteContext = errors.New("remote json-ld context refused")
 
 // loader is a json-gold DocumentLoader that resolves schema.org's context
-// from the embedded copy and refuses every other URL.
+// from the embedded copy (its @vocab and prefixes, see idTerms) and
+// refuses every other URL.
 type loader struct{}
 
 var _ ld.DocumentLoader = loader{}
@@ -35,11 +71,8 @@ func (loader) LoadDocument(u string) (*ld.RemoteDocument, error) {
 	if !isSchemaContext(u) {
 		return nil, ld.NewJsonLdError(ld.LoadingDocumentFailed, fmt.Errorf("%w: %.200q", ErrRemoteContext, u))
 	}
-	var doc any
-	if err := json.Unmarshal(schemaContext, &doc); err != nil {
-		return nil, ld.NewJsonLdError(ld.LoadingDocumentFailed, err)
-	}
-	return &ld.RemoteDocument{DocumentURL: u, Document: doc}, nil
+	// A fresh map each time: the processor owns what it is given.
+	return &ld.RemoteDocument{DocumentURL: u, Document: map[string]any{"@context": maps.Clone(vocabContext)}}, nil
 }
 
 // isSchemaContext reports whether u names schema.org's context: the
@@ -112,6 +145,11 @@ func (x *Extractor) JSONLD(block []byte) {
 			x.res.Dropped++
 			continue
 		}
+		if o.Kind == Literal && o.Datatype == "" && o.Lang == "" && idTerms[p.Value] {
+			if t, ok := x.iri(o.Value); ok {
+				o = t
+			}
+		}
 		x.emit(s, p, o)
 	}
 }
@@ -136,13 +174,34 @@ func toRDF(doc any, base string) (quads []*ld.Quad, err error) {
 	if !ok {
 		return nil, errors.New("json-ld processor: no dataset")
 	}
-	quads = ds.GetQuads("@default")
-	for name, g := range ds.Graphs {
-		if name != "@default" {
-			quads = append(quads, g...)
-		}
+	names := slices.Sorted(maps.Keys(ds.Graphs))
+	for _, name := range names {
+		quads = append(quads, ds.Graphs[name]...)
 	}
+	// The processor writes each subject's statements in order, but its
+	// subjects in map order: sort them (blank nodes by their processor's
+	// label number, which follows the document, then IRIs), so that a page
+	// gives the same statements, labels and digest every time.
+	slices.SortStableFunc(quads, func(a, b *ld.Quad) int {
+		ka, na := subjectKey(a.Subject)
+		kb, nb := subjectKey(b.Subject)
+		if na != nb {
+			return cmp.Compare(na, nb)
+		}
+		return strings.Compare(ka, kb)
+	})
 	return quads, nil
+}
+
+// subjectKey orders subjects: blank nodes _:bN by N, before IRIs by value.
+func subjectKey(n ld.Node) (string, int64) {
+	if b, ok := n.(ld.BlankNode); ok {
+		if v, err := strconv.ParseInt(strings.TrimPrefix(b.Attribute, "_:b"), 10, 64); err == nil {
+			return "", v - math.MaxInt64
+		}
+		return b.Attribute, math.MinInt64 + math.MaxInt32 // other labels after numbered ones, still before IRIs
+	}
+	return n.GetValue(), math.MaxInt64
 }
 
 // trimScript removes what pages wrap JSON in: white space, HTML comment

@@ -508,3 +508,20 @@ func checkResult(t *testing.T, res Result, max int) {
 		}
 	}
 }
+
+// TestDeterministic: a page gives the same statements in the same order
+// with the same labels every time (records and change digests depend on
+// it; the JSON-LD processor's output follows Go's map order).
+func TestDeterministic(t *testing.T) {
+	for _, c := range prCases {
+		if c.format != "html" {
+			continue
+		}
+		first := lines(fromHTML(t, c.doc, Limits{}).Statements)
+		for range 20 {
+			if got := lines(fromHTML(t, c.doc, Limits{}).Statements); !slices.Equal(got, first) {
+				t.Fatalf("%s: got\n%s\nthen\n%s", c.name, strings.Join(first, "\n"), strings.Join(got, "\n"))
+			}
+		}
+	}
+}
