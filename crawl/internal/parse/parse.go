@@ -133,6 +133,9 @@ type parser struct {
 // anchor text and source, and MaxLinks bounds them alike.
 func (p *parser) structured(x *structured.Extractor) {
 	p.doc.Structured = x.Result()
+	if len(p.doc.Structured.Statements) == 0 {
+		return
+	}
 	self, _ := p.resolve(p.pageURL) // a feed's channel, a page's own #id
 	for _, ref := range structured.Links(p.doc.Structured.Statements) {
 		if u, ok := p.resolve(ref); ok && u != self {

@@ -16,25 +16,62 @@ import (
 // an IRI (href, src, data) or a literal (content, value, datetime with
 // its XSD type, text), in the element's language. itemref is followed
 // once per item; cycles end there.
-func (x *Extractor) Microdata(root *html.Node) {
-	m := &microdata{x: x, ids: map[string]*html.Node{}, done: map[*html.Node]Term{}}
-	var tops []*html.Node
-	walk(root, x.lim.Depth*8, func(n *html.Node) {
+func (x *Extractor) Microdata(root *html.Node) { x.microdata(x.scan(root)) }
+
+func (x *Extractor) microdata(sc *scan) {
+	if len(sc.tops) == 0 {
+		return
+	}
+	m := &microdata{x: x, ids: make(map[string]*html.Node, len(sc.ids)), done: map[*html.Node]Term{}}
+	for _, n := range sc.ids {
 		if id := attr(n, "id"); id != "" {
 			if _, ok := m.ids[id]; !ok {
 				m.ids[id] = n
 			}
 		}
-		if hasAttr(n, "itemscope") && !hasAttr(n, "itemprop") {
-			tops = append(tops, n)
-		}
-	})
-	for _, n := range tops {
+	}
+	for _, n := range sc.tops {
 		if x.full {
 			return
 		}
 		m.item(n, 0)
 	}
+}
+
+// scan is what one walk over a document finds for the extractors.
+type scan struct {
+	root    *html.Node
+	scripts []*html.Node // <script type="application/ld+json">
+	tops    []*html.Node // top-level microdata items
+	ids     []*html.Node // elements with an id, for itemref
+	rdfa    bool         // an element has property or typeof
+}
+
+func (x *Extractor) scan(root *html.Node) *scan {
+	sc := &scan{root: root}
+	walk(root, x.lim.Depth*8, func(n *html.Node) {
+		for _, a := range n.Attr {
+			if a.Namespace != "" {
+				continue
+			}
+			switch a.Key {
+			case "id":
+				sc.ids = append(sc.ids, n)
+			case "itemscope":
+				if !hasAttr(n, "itemprop") {
+					sc.tops = append(sc.tops, n)
+				}
+			case "property", "typeof":
+				sc.rdfa = true
+			case "type":
+				mt, _, _ := strings.Cut(a.Val, ";")
+				if n.DataAtom == atom.Script && strings.EqualFold(strings.TrimSpace(mt), "application/ld+json") {
+					sc.scripts = append(sc.scripts, n)
+				}
+			}
+		}
+	})
+	return sc
 }
 
 type microdata struct {

@@ -35,20 +35,18 @@ type rdfaCtx struct {
 // objects, datetime), with RDFa 1.1's initial context of prefixes (og:,
 // schema:, dc:, foaf: …). rel and rev are not read: on ordinary pages
 // they are link types, not statements.
-func (x *Extractor) RDFa(root *html.Node) {
+func (x *Extractor) RDFa(root *html.Node) { x.rdfa(x.scan(root)) }
+
+func (x *Extractor) rdfa(sc *scan) {
+	if !sc.rdfa {
+		return // the common page: no RDFa, no walk resolving every href
+	}
 	base, ok := x.iri(x.Base())
 	if !ok {
 		return
 	}
-	found := false
-	walk(root, x.lim.Depth*8, func(n *html.Node) {
-		found = found || hasAttr(n, "property") || hasAttr(n, "typeof")
-	})
-	if !found {
-		return // the common page: no RDFa, no walk resolving every href
-	}
 	r := &rdfa{x: x, blanks: map[string]Term{}}
-	r.walk(root, rdfaCtx{obj: base, prefixes: initialPrefixes}, 0)
+	r.walk(sc.root, rdfaCtx{obj: base, prefixes: initialPrefixes}, 0)
 }
 
 type rdfa struct {

@@ -7,7 +7,6 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/net/html"
-	"golang.org/x/net/html/atom"
 )
 
 // Namespaces of the vocabularies the package writes.
@@ -334,21 +333,16 @@ func (s Statement) String() string { return s.S.String() + " " + s.P.String() + 
 // HTML reads everything structured in an HTML document: its JSON-LD
 // blocks, microdata and RDFa, in that order.
 func (x *Extractor) HTML(root *html.Node) {
-	walk(root, x.lim.Depth*8, func(n *html.Node) {
-		if n.DataAtom != atom.Script || n.FirstChild == nil {
-			return
-		}
-		mt, _, _ := strings.Cut(attr(n, "type"), ";")
-		if strings.EqualFold(strings.TrimSpace(mt), "application/ld+json") {
-			var b []byte
-			for c := n.FirstChild; c != nil; c = c.NextSibling {
-				if c.Type == html.TextNode {
-					b = append(b, c.Data...)
-				}
+	sc := x.scan(root)
+	for _, n := range sc.scripts {
+		var b []byte
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			if c.Type == html.TextNode {
+				b = append(b, c.Data...)
 			}
-			x.JSONLD(b)
 		}
-	})
-	x.Microdata(root)
-	x.RDFa(root)
+		x.JSONLD(b)
+	}
+	x.microdata(sc)
+	x.rdfa(sc)
 }
