@@ -23,8 +23,24 @@ func sampleRecords() []Record {
 			Size:   12345, Truncated: true, Owners: []string{"alice"},
 		},
 		{URL: "http://a.org/gone", FinalURL: "http://a.org/gone", Time: now, Status: 404, Change: ChangeGone},
+		{
+			URL: "http://a.org/event", FinalURL: "http://a.org/event", Time: now, Status: 200, Type: TypeHTML, Change: ChangeModified,
+			Keywords: []Keyword{{"jazz", 65535}},
+			Statements: []Statement{
+				{Term{Kind: TermBlank, Value: "b0"}, Term{Kind: TermIRI, Value: rdfType}, Term{Kind: TermIRI, Value: SchemaOrg + "Event"}},
+				{Term{Kind: TermBlank, Value: "b0"}, Term{Kind: TermIRI, Value: SchemaOrg + "name"}, Term{Kind: TermLiteral, Value: "Jazz", Lang: "en"}},
+				{Term{Kind: TermBlank, Value: "b0"}, Term{Kind: TermIRI, Value: SchemaOrg + "url"}, Term{Kind: TermIRI, Value: "http://a.org/event"}},
+				{Term{Kind: TermIRI, Value: "http://a.org/event"}, Term{Kind: TermIRI, Value: SchemaOrg + "startDate"}, Term{Kind: TermLiteral, Value: "2025-07-21", Datatype: xsd + "date"}},
+				{Term{Kind: TermIRI, Value: "http://a.org/event"}, Term{Kind: TermIRI, Value: SchemaOrg + "description"}, Term{Kind: TermLiteral, Value: ""}},
+			},
+		},
 	}
 }
+
+const (
+	rdfType = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
+	xsd     = "http://www.w3.org/2001/XMLSchema#"
+)
 
 func TestBatchRoundTrip(t *testing.T) {
 	recs := sampleRecords()
@@ -32,7 +48,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Records != 2 || !b.Oldest.Equal(recs[0].Time) {
+	if b.Records != len(recs) || !b.Oldest.Equal(recs[0].Time) {
 		t.Fatalf("batch %+v", b)
 	}
 	got, err := DecodeBatch(b.Data)

@@ -98,6 +98,11 @@ type Stats struct {
 	// done: being fetched, waiting for a processor or being processed.
 	// Queued == 0 && InFlight == 0 means the crawler is idle.
 	InFlight int64
+
+	// Statements counts the statements of structured data put into
+	// records; StructuredMalformed the JSON-LD blocks, items and RDF/XML
+	// documents skipped as malformed (StructuredData).
+	Statements, StructuredMalformed int64
 }
 
 type stats struct {
@@ -105,6 +110,7 @@ type stats struct {
 	records, batches, forwarded, dropped            atomic.Int64
 	wireBytes, recordBytes                          atomic.Int64
 	inFlight, handedOff                             atomic.Int64
+	statements, structuredBad                       atomic.Int64
 }
 
 // Crawler crawls the URLs submitted to it and those it discovers that the
@@ -257,7 +263,7 @@ func (c *Crawler) Stats() Stats {
 		RobotsDenied: s.robotsDenied.Load(), Records: s.records.Load(), Batches: s.batches.Load(),
 		Forwarded: s.forwarded.Load(), Dropped: s.dropped.Load(), WireBytes: s.wireBytes.Load(),
 		RecordBytes: s.recordBytes.Load(), InFlight: s.inFlight.Load(), Outgoing: max(c.front.nOut.Load(), 0),
-		HandedOff: s.handedOff.Load(),
+		HandedOff: s.handedOff.Load(), Statements: s.statements.Load(), StructuredMalformed: s.structuredBad.Load(),
 	}
 	st.Queued, st.Hosts = c.front.counts()
 	if n, err := c.front.readyHosts(time.Now()); err == nil {

@@ -48,10 +48,18 @@
 //     decoded-size cap; other types are recorded, not parsed. Text is
 //     decoded as WHATWG says (BOM, header, meta, guess); invalid UTF-8
 //     becomes U+FFFD, as in a browser, so a record's texts are always
-//     valid UTF-8, whatever the page's bytes or declared charset;
+//     valid UTF-8, whatever the page's bytes or declared charset. The
+//     page's structured data (JSON-LD, microdata, RDFa, RDF/XML, feed
+//     items; StructuredData, on by default) becomes its record's
+//     Statements in one normal form: absolute IRIs, schema.org as
+//     https://schema.org/, blank nodes b0, b1, … per record, literals
+//     with a datatype or a language, feed items in the RSS 1.0
+//     vocabulary; at most 1000 per page, malformed blocks skipped and
+//     counted (Stats.StructuredMalformed), no remote context ever
+//     fetched. The IRIs they name feed the frontier like anchors;
 //   - index: weighted stemmed keywords, SimHash, change detection that
-//     ignores counters, dates and link order: only new, modified and gone
-//     pages produce a Record;
+//     ignores counters, dates and link order (and sees a change of the
+//     statements): only new, modified and gone pages produce a Record;
 //   - route: links are normalised (WHATWG, session ids and fragments
 //     removed); same-host links are queued, others are resolved and given to
 //     the Router, and the ones it does not keep are stored in the outgoing

@@ -52,6 +52,7 @@ type config struct {
 	maxDepth     int
 	maxLinks     int
 	maxKeywords  int
+	structured   bool
 	expectedURLs uint
 	batchBytes   int
 	batchAge     time.Duration
@@ -94,6 +95,7 @@ func defaults() *config {
 		maxDepth:      16,
 		maxLinks:      5000,
 		maxKeywords:   64,
+		structured:    true,
 		expectedURLs:  4 << 20,
 		batchBytes:    256 << 10,
 		batchAge:      5 * time.Minute,
@@ -270,6 +272,13 @@ func MaxLinks(n int) Option {
 // MaxKeywords caps the keywords in one record. Default 64.
 func MaxKeywords(n int) Option {
 	return func(c *config) error { c.maxKeywords = n; return nil }
+}
+
+// StructuredData turns the transform of structured data on or off: a
+// page's JSON-LD, microdata, RDFa, RDF/XML and feed items become its
+// record's Statements, and the IRIs they name become links. Default on.
+func StructuredData(on bool) Option {
+	return func(c *config) error { c.structured = on; return nil }
 }
 
 // ExpectedURLs sizes the in-memory Bloom filter of the URL-seen test (about

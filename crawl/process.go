@@ -57,7 +57,7 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 			break // identical bytes: nothing to do
 		}
 		a := c.analyse(res, kw)
-		typ, doc := a.typ, a.doc
+		doc := a.doc
 		size, truncated = a.size, a.truncated
 		links = doc.Links
 		if doc.NoIndex {
@@ -67,22 +67,9 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 			break
 		}
 		r := mk(ChangeNew)
-		r.Type, r.Title, r.Lang, r.Canonical = DocType(typ), doc.Title, doc.Lang, doc.Canonical
-		top := kw.Top(c.cfg.maxKeywords)
-		r.Keywords = make([]Keyword, len(top))
-		for i, k := range top {
-			r.Keywords[i] = Keyword(k)
-		}
-		urls := make([]string, len(doc.Links))
-		r.Links = make([]Link, len(doc.Links))
-		for i, l := range doc.Links {
-			r.Links[i] = Link{URL: l.URL, Anchor: l.Anchor}
-			urls[i] = l.URL
-		}
-		if typ.Parsed() {
-			r.Fingerprint = kw.SimHash()
-		}
-		digest = textproc.Digest(r.Title, top, urls)
+		digest = c.fill(r, a, kw)
+		c.stats.statements.Add(int64(len(r.Statements)))
+		c.stats.structuredBad.Add(int64(doc.Structured.Malformed))
 		switch {
 		case !indexedBefore:
 			rec = r
@@ -144,6 +131,36 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 	c.queueLocal(local, localURLs)
 }
 
+// fill sets what a record says of its page from the page's analysis a,
+// whose keywords are in kw, and returns the page's change digest.
+func (c *Crawler) fill(r *Record, a analysis, kw *textproc.Builder) (digest uint64) {
+	doc := a.doc
+	r.Type, r.Title, r.Lang, r.Canonical = DocType(a.typ), doc.Title, doc.Lang, doc.Canonical
+	top := kw.Top(c.cfg.maxKeywords)
+	r.Keywords = make([]Keyword, len(top))
+	for i, k := range top {
+		r.Keywords[i] = Keyword(k)
+	}
+	urls := make([]string, len(doc.Links))
+	r.Links = make([]Link, len(doc.Links))
+	for i, l := range doc.Links {
+		r.Links[i] = Link{URL: l.URL, Anchor: l.Anchor}
+		urls[i] = l.URL
+	}
+	if a.typ.Parsed() {
+		r.Fingerprint = kw.SimHash()
+	}
+	r.Statements = fromStructured(doc.Structured.Statements)
+	digest = textproc.Digest(r.Title, top, urls)
+	if len(r.Statements) > 0 {
+		// Structured data that changed is a change an indexer stores (a
+		// price, an event's date); a page without any keeps the digest
+		// it had before statements existed.
+		digest ^= statementsDigest(r.Statements)
+	}
+	return digest
+}
+
 // analysis is what the pipeline reads from a 2xx response's body.
 type analysis struct {
 	typ       parse.Type
@@ -168,6 +185,7 @@ func (c *Crawler) analyse(res *Response, kw *textproc.Builder) analysis {
 	kw.Reset()
 	a.doc = parse.Parse(a.typ, res.URL.String(), ctype, body, kw, parse.Options{
 		Agent: c.cfg.product, MaxLinks: c.cfg.maxLinks, XRobotsTag: res.Header.Values("X-Robots-Tag"),
+		Structured: c.cfg.structured,
 	})
 	return a
 }

@@ -91,6 +91,9 @@ type Record struct {
 	Size        int64 // decoded body bytes
 	Truncated   bool  // the body hit a size cap
 	Owners      []string
+	// Statements are the page's structured data (record version 2; nil
+	// when the page has none or the transform is off).
+	Statements []Statement
 }
 
 // Batch is a sealed, compressed group of records, ready to be signed and
@@ -121,6 +124,25 @@ const (
 	maxRecKeywords  = 4096
 	maxRecLinks     = 100000
 	maxRecOwners    = 256
+	// maxRecStatements bounds the statements of one record: four times
+	// what the crawler's transform keeps of a page.
+	maxRecStatements = 4096
+)
+
+// Record versions. A record without statements is written as version 1,
+// which every decoder reads. Version 2 is version 1's fields followed by
+// sections, each
+//
+//	tag uvarint | length uvarint | body
+//
+// in increasing tag order. A decoder skips the sections whose tags it does
+// not know, so that sections can be added without a new version.
+// Decoders older than version 2 refuse version 2 records (ErrBatchVersion).
+const (
+	recordV1 = 1
+	recordV2 = 2
+
+	sectionStatements = 1 // the record's Statements (appendStatements)
 )
 
 var (
@@ -140,10 +162,15 @@ var (
 // zenc is shared by every crawler in the process.
 func init() { zenc.EncodeAll(nil, nil) }
 
-// appendRecord encodes r (record version 1) onto b.
+// appendRecord encodes r onto b: record version 1, or 2 with its
+// statements.
 func appendRecord(b []byte, r *Record) []byte {
 	e := encoder{b: b}
-	e.byte(1)
+	if len(r.Statements) > 0 {
+		e.byte(recordV2)
+	} else {
+		e.byte(recordV1)
+	}
 	e.str(r.URL)
 	if r.FinalURL == r.URL {
 		e.str("")
@@ -178,13 +205,159 @@ func appendRecord(b []byte, r *Record) []byte {
 	for _, o := range r.Owners {
 		e.str(o)
 	}
+	if len(r.Statements) > 0 {
+		e.uvarint(sectionStatements)
+		e.bytes(appendStatements(nil, r.Statements))
+	}
 	return e.b
+}
+
+// Wire kinds of a statement's terms: a literal's kind says whether a
+// datatype or a language follows.
+const (
+	wireIRI        = 1
+	wireBlank      = 2
+	wireLiteral    = 3 // xsd:string
+	wireTyped      = 4 // + datatype
+	wireLangTagged = 5 // + language
+)
+
+// appendStatements encodes statements as a table of their distinct
+// strings, in order of first use, and then each statement's terms as
+// references into it:
+//
+//	strings uvarint | string… | statements uvarint | (S P O)…
+//	S, O: wire kind u8 | string uvarint [| datatype or language uvarint]
+//	P: string uvarint (an IRI)
+//
+// IRIs repeat (the page, schema.org's terms), so the table keeps records
+// small before compression as well as after.
+func appendStatements(b []byte, stmts []Statement) []byte {
+	index := map[string]uint64{}
+	var table []string
+	ref := func(s string) uint64 {
+		i, ok := index[s]
+		if !ok {
+			i = uint64(len(table))
+			index[s] = i
+			table = append(table, s)
+		}
+		return i
+	}
+	var body encoder
+	term := func(t Term, isPred bool) {
+		if isPred {
+			body.uvarint(ref(t.Value))
+			return
+		}
+		switch {
+		case t.Kind == TermIRI:
+			body.byte(wireIRI)
+		case t.Kind == TermBlank:
+			body.byte(wireBlank)
+		case t.Lang != "":
+			body.byte(wireLangTagged)
+		case t.Datatype != "":
+			body.byte(wireTyped)
+		default:
+			body.byte(wireLiteral)
+		}
+		body.uvarint(ref(t.Value))
+		if t.Kind == TermLiteral {
+			switch {
+			case t.Lang != "":
+				body.uvarint(ref(t.Lang))
+			case t.Datatype != "":
+				body.uvarint(ref(t.Datatype))
+			}
+		}
+	}
+	for _, s := range stmts {
+		term(s.S, false)
+		term(s.P, true)
+		term(s.O, false)
+	}
+	e := encoder{b: b}
+	e.uvarint(uint64(len(table)))
+	for _, s := range table {
+		e.str(s)
+	}
+	e.uvarint(uint64(len(stmts)))
+	e.b = append(e.b, body.b...)
+	return e.b
+}
+
+// decodeStatements decodes what appendStatements wrote. Every reference
+// must name a string of the table; subjects are IRIs or blank nodes,
+// predicates IRIs.
+func decodeStatements(b []byte) ([]Statement, error) {
+	d := decoder{b: b}
+	ns := d.count(3*maxRecStatements, 1)
+	table := make([]string, ns)
+	for i := range table {
+		table[i] = d.str(maxStr)
+	}
+	n := d.count(maxRecStatements, 3)
+	str := func() string {
+		i := d.uvarint()
+		if d.err == nil && i >= uint64(len(table)) {
+			d.fail("string %d of %d", i, len(table))
+		}
+		if d.err != nil {
+			return ""
+		}
+		return table[i]
+	}
+	term := func(subject bool) Term {
+		k := d.byte()
+		var t Term
+		switch {
+		case k == wireIRI:
+			t = Term{Kind: TermIRI, Value: str()}
+		case k == wireBlank:
+			t = Term{Kind: TermBlank, Value: str()}
+		case subject:
+			d.fail("subject kind %d", k)
+		case k == wireLiteral:
+			t = Term{Kind: TermLiteral, Value: str()}
+		case k == wireTyped:
+			t = Term{Kind: TermLiteral, Value: str()}
+			if t.Datatype = str(); t.Datatype == "" {
+				d.fail("empty datatype")
+			}
+		case k == wireLangTagged:
+			t = Term{Kind: TermLiteral, Value: str()}
+			if t.Lang = str(); t.Lang == "" || len(t.Lang) > 64 {
+				d.fail("language %q", t.Lang)
+			}
+		default:
+			d.fail("term kind %d", k)
+		}
+		return t
+	}
+	var out []Statement
+	if n > 0 {
+		out = make([]Statement, n)
+	}
+	for i := range out {
+		out[i].S = term(true)
+		out[i].P = Term{Kind: TermIRI, Value: str()}
+		out[i].O = term(false)
+		if d.err != nil {
+			break
+		}
+	}
+	if err := d.done(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func decodeRecord(b []byte) (Record, error) {
 	d := decoder{b: b}
 	var r Record
-	if v := d.byte(); d.err == nil && v != 1 {
+	v := d.byte()
+	if d.err == nil && v != recordV1 && v != recordV2 {
 		return r, fmt.Errorf("%w: record version %d", ErrBatchVersion, v)
 	}
 	r.URL = d.str(maxStr)
@@ -232,6 +405,28 @@ func decodeRecord(b []byte) (Record, error) {
 		r.Owners = make([]string, n)
 		for i := range r.Owners {
 			r.Owners[i] = d.str(256)
+		}
+	}
+	for last := uint64(0); v == recordV2 && d.err == nil && len(d.b) > 0; {
+		tag := d.uvarint()
+		body := d.raw(maxRecordBytes)
+		if d.err != nil {
+			break
+		}
+		if tag <= last {
+			d.fail("section %d after %d", tag, last)
+			break
+		}
+		last = tag
+		switch tag {
+		case sectionStatements:
+			stmts, err := decodeStatements(body)
+			if err != nil {
+				d.fail("statements: %v", err)
+			}
+			r.Statements = stmts
+		default:
+			// A section of a later version: skipped.
 		}
 	}
 	if err := d.done(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -26,13 +27,25 @@ func TestRecordCodec(t *testing.T) {
 		}
 	}
 	good := AppendRecord(nil, &sampleRecords()[0])
+	withStmts := AppendRecord(nil, &sampleRecords()[2])
+	if good[0] != 1 || withStmts[0] != 2 {
+		t.Fatalf("versions %d and %d, want 1 without statements and 2 with", good[0], withStmts[0])
+	}
+	// A version 2 record whose statements section is cut: the section
+	// runs on past the record.
+	cut := slices.Clone(withStmts[:len(withStmts)-3])
 	tests := []struct {
 		name string
 		b    []byte
 		err  error
 	}{
 		{"empty", nil, ErrBatchCorrupt},
-		{"version", append([]byte{2}, good[1:]...), ErrBatchVersion},
+		{"version", append([]byte{3}, good[1:]...), ErrBatchVersion},
+		{"section truncated", cut, ErrBatchCorrupt},
+		{"sections out of order", append(bytes.Clone(withStmts), 1, 0), ErrBatchCorrupt},
+		{"bad statements", append(append([]byte{2}, good[1:]...), 1, 3, 0, 1, 0), ErrBatchCorrupt},
+		{"bad string ref", append(append([]byte{2}, good[1:]...), 1, 7, 1, 1, 'x', 1, 1, 5, 0), ErrBatchCorrupt},
+		{"literal subject", append(append([]byte{2}, good[1:]...), 1, 8, 1, 1, 'x', 1, 3, 0, 0, 1, 0), ErrBatchCorrupt},
 		{"truncated", good[:len(good)-1], ErrBatchCorrupt},
 		{"trailing", append(bytes.Clone(good), 0), ErrBatchCorrupt},
 		{"oversized", make([]byte, MaxRecordBytes+1), ErrBatchCorrupt},
@@ -65,4 +78,27 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("encoding not canonical:\n%x\n%x", once, twice)
 		}
 	})
+}
+
+// TestRecordSections: a version 2 record with a section of a later version
+// decodes, the section skipped; version 1 and 2 records without statements
+// decode alike.
+func TestRecordSections(t *testing.T) {
+	r := sampleRecords()[2]
+	b := AppendRecord(nil, &r)
+	later := append(bytes.Clone(b), 9, 3, 'n', 'e', 'w')
+	got, err := DecodeRecord(later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Statements, r.Statements) {
+		t.Fatalf("statements %v, want %v", got.Statements, r.Statements)
+	}
+	v1 := AppendRecord(nil, &sampleRecords()[0])
+	v2 := append([]byte{2}, v1[1:]...)
+	a, err1 := DecodeRecord(v1)
+	c, err2 := DecodeRecord(v2)
+	if err1 != nil || err2 != nil || !reflect.DeepEqual(a, c) {
+		t.Fatalf("v1 %v %v, v2 %v %v", a, err1, c, err2)
+	}
 }

@@ -127,6 +127,8 @@ type siteRec struct {
 	created    int64 // unix seconds
 	topic      []string
 	title      string
+	schemaType string // of its structured data, "" for none (Params.Structured)
+	format     string // of its structured data: FormatJSONLD or FormatMicrodata
 }
 
 // initContent draws a site's content parameters from its own stream.
@@ -169,6 +171,7 @@ func (w *World) initContent(s *siteRec) {
 		s.topic = append(s.topic, vocabulary[r.intn(len(vocabulary))])
 	}
 	s.title = title(s.topic[0]) + " " + title(s.topic[1])
+	w.initStructured(s)
 }
 
 // ---- page tree and paths ----
@@ -671,9 +674,26 @@ func (w *World) renderPage(b *bytes.Buffer, s *siteRec, i int, rc renderCtx, v i
 		b.WriteString("<link rel=\"alternate\" type=\"application/atom+xml\" title=\"Atom\" href=\"/atom.xml\">\n")
 	}
 	w.theme(b, s)
+	var props []prop
+	bad, how := false, uint64(0)
+	if s.schemaType != "" {
+		props = w.schemaProps(s, i, rc.base+s.path(i), rc.base+"/")
+		bad, how = s.structuredMalformed(i)
+		if s.format == FormatJSONLD {
+			writeJSONLD(b, s.schemaType, props, bad, how)
+		}
+	}
 	b.WriteString("</head>\n<body>\n<header><a href=\"/\">")
 	b.WriteString(s.title)
-	b.WriteString("</a></header>\n<main>\n<h1>")
+	b.WriteString("</a></header>\n<main")
+	if s.schemaType != "" && s.format == FormatMicrodata {
+		b.WriteString(microdataAttrs(s.schemaType, bad))
+		b.WriteString(">\n")
+		writeMicrodata(b, props)
+	} else {
+		b.WriteString(">\n")
+	}
+	b.WriteString("<h1>")
 	b.WriteString(t)
 	b.WriteString("</h1>\n")
 	np := 3 + int(mix(s.seed, "paras", uint64(i))%4)

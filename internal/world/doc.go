@@ -34,7 +34,8 @@
 //   - every subnet, site and node placed at a real city of the WonderProxy
 //     latency data (2020-07-19), country-matched with its registry data.
 //   - web sites with generated pages and links, robots.txt, sitemaps, RSS
-//     and Atom feeds, validators and 304s, pages that change over time,
+//     and Atom feeds, schema.org structured data (JSON-LD or microdata,
+//     some of it broken), validators and 304s, pages that change over time,
 //     redirects, 404s, 5xx and a switchable hostile set (slow drips, huge
 //     bodies, gzip bombs, redirect loops, link traps, huge headers,
 //     invalid and lying charsets and content codings); and volunteer

@@ -73,6 +73,7 @@ type Params struct {
 	RobotsError    float64       `json:"robots_error"`     // of sites: robots.txt answers 503, so nothing may be crawled (0.02)
 	Sitemaps       float64       `json:"sitemaps"`         // of sites: sitemap.xml, an index of sitemaps when large (0.6)
 	Feeds          float64       `json:"feeds"`            // of sites: RSS 2.0 and Atom feeds of recent changes (0.3)
+	Structured     float64       `json:"structured"`       // of sites: schema.org structured data on every page, of one of SchemaTypes, in JSON-LD (3 in 5) or microdata, broken on 1 page in 10 (0.3)
 	Gzip           float64       `json:"gzip"`             // of sites: gzip content coding when the client accepts it (0.5)
 	NoValidators   float64       `json:"no_validators"`    // of sites: no Last-Modified or ETag (0.2)
 	Flaky          float64       `json:"flaky"`            // of sites: 503 with Retry-After on about one request in five (0.03)
@@ -124,6 +125,7 @@ func DefaultParams() Params {
 		RobotsError:    0.02,
 		Sitemaps:       0.6,
 		Feeds:          0.3,
+		Structured:     0.3,
 		Gzip:           0.5,
 		NoValidators:   0.2,
 		Flaky:          0.03,
@@ -188,7 +190,7 @@ func (p *Params) Validate() error {
 		{"unary", p.Unary}, {"nodes at hosting", p.NodesAtHosting}, {"stale country", p.StaleCountry},
 		{"broken links", p.BrokenLinks}, {"change fraction", p.ChangeFraction}, {"trivial", p.Trivial},
 		{"disallow", p.Disallow}, {"crawl delay", p.CrawlDelay}, {"no robots", p.NoRobots}, {"robots error", p.RobotsError},
-		{"sitemaps", p.Sitemaps}, {"feeds", p.Feeds}, {"gzip", p.Gzip}, {"no validators", p.NoValidators},
+		{"sitemaps", p.Sitemaps}, {"feeds", p.Feeds}, {"structured", p.Structured}, {"gzip", p.Gzip}, {"no validators", p.NoValidators},
 		{"flaky", p.Flaky}, {"error pages", p.ErrorPages}, {"redirects", p.Redirects}, {"aliases", p.Aliases},
 	}
 	for _, f := range fr {

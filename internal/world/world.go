@@ -363,6 +363,8 @@ type Site struct {
 	CrawlDelay time.Duration // asked by robots.txt, unscaled; 0 when none
 	Sitemap    bool          // has /sitemap.xml (an index of /sitemap-N.xml when large)
 	Feeds      bool          // has /feed.xml (RSS 2.0) and /atom.xml (Atom)
+	SchemaType string        // the schema.org type of the structured data on its pages, "" for none (Params.Structured)
+	Format     string        // the format of that structured data: FormatJSONLD or FormatMicrodata
 	Gzip       bool          // uses gzip content coding when the request accepts it
 	Validators bool          // sends Last-Modified and ETag and answers 304
 	Flaky      bool          // answers about one request in five with 503 and Retry-After
@@ -386,6 +388,8 @@ func (w *World) site(s *siteRec) Site {
 		CrawlDelay: time.Duration(s.crawlDelay) * time.Second,
 		Sitemap:    s.sitemap,
 		Feeds:      s.feeds,
+		SchemaType: s.schemaType,
+		Format:     s.format,
 		Gzip:       s.gzip,
 		Validators: s.validators,
 		Flaky:      s.flaky,

@@ -7,13 +7,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/PuerkitoBio/goquery"
-	"github.com/micra-net/micra/crawl/internal/textproc"
 	"golang.org/x/net/html"
 	"golang.org/x/net/html/atom"
 	"golang.org/x/net/html/charset"
 	"golang.org/x/text/encoding"
 	"golang.org/x/text/encoding/unicode"
 	"golang.org/x/text/transform"
+
+	"github.com/micra-net/micra/crawl/internal/structured"
+	"github.com/micra-net/micra/crawl/internal/textproc"
 )
 
 // htmlReader returns body decoded to UTF-8 as the charset given by
@@ -54,7 +56,7 @@ func (p *parser) html(body []byte, contentType string) {
 	if href, ok := doc.Find("base[href]").First().Attr("href"); ok {
 		if u, err := p.base.Resolve(href); err == nil {
 			if b, err := urlnormBase(u); err == nil {
-				p.base, p.resolved = b, nil
+				p.base, p.baseURL, p.resolved = b, u, nil
 			}
 		}
 	}
@@ -92,6 +94,13 @@ func (p *parser) html(body []byte, contentType string) {
 	})
 	for _, n := range doc.Nodes {
 		p.walk(n, textproc.Body, 0)
+	}
+	if p.opts.Structured {
+		x := structured.New(p.baseURL, structured.Limits{})
+		for _, n := range doc.Nodes {
+			x.HTML(n)
+		}
+		p.structured(x)
 	}
 }
 

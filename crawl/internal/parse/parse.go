@@ -7,9 +7,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/net/html/charset"
+
+	"github.com/micra-net/micra/crawl/internal/structured"
 	"github.com/micra-net/micra/crawl/internal/textproc"
 	"github.com/micra-net/micra/crawl/internal/urlnorm"
-	"golang.org/x/net/html/charset"
 )
 
 // Limits on what one document may produce.
@@ -34,7 +36,8 @@ const (
 	FromSitemap
 	FromRDF
 	FromRedirect
-	FromRobots // a Sitemap line of robots.txt
+	FromRobots     // a Sitemap line of robots.txt
+	FromStructured // an IRI of the page's structured data (schema:url, sameAs, feed items, RDF resources)
 )
 
 // Link is an out-link, resolved and normalised.
@@ -55,6 +58,8 @@ type Doc struct {
 	NoFollow  bool   // meta robots or X-Robots-Tag nofollow/none
 	Links     []Link
 	Truncated bool // MaxLinks reached
+	// Structured is the page's structured data (Options.Structured).
+	Structured structured.Result
 }
 
 // Options configure a parse.
@@ -66,6 +71,11 @@ type Options struct {
 	MaxLinks int
 	// XRobotsTag holds the X-Robots-Tag header values.
 	XRobotsTag []string
+	// Structured turns the page's JSON-LD, microdata, RDFa, feed items
+	// and RDF/XML into statements (Doc.Structured), within
+	// structured.DefaultLimits, and adds the IRIs they link to as links
+	// FromStructured.
+	Structured bool
 }
 
 // Parse parses body of type t fetched from pageURL (the final URL) with the
@@ -80,7 +90,7 @@ func Parse(t Type, pageURL, contentType string, body []byte, kw *textproc.Builde
 	if err != nil {
 		return d
 	}
-	p := &parser{doc: d, base: base, kw: kw, opts: o, seen: make(map[string]int)}
+	p := &parser{doc: d, base: base, pageURL: pageURL, baseURL: pageURL, kw: kw, opts: o, seen: make(map[string]int)}
 	for _, v := range o.XRobotsTag {
 		p.robots(v, true)
 	}
@@ -101,15 +111,37 @@ func Parse(t Type, pageURL, contentType string, body []byte, kw *textproc.Builde
 }
 
 type parser struct {
-	doc  *Doc
-	base *urlnorm.Base
-	kw   *textproc.Builder
-	opts Options
-	seen map[string]int // URL -> index in doc.Links
-	text int            // bytes of text fed to kw
+	doc     *Doc
+	base    *urlnorm.Base
+	pageURL string
+	baseURL string // base's URL, for structured data
+	kw      *textproc.Builder
+	// feed writes an RSS 2.0 or Atom feed's items as statements, and
+	// feedLink is its channel's link (Options.Structured).
+	feed     *structured.FeedWriter
+	feedLink string
+	opts     Options
+	seen     map[string]int // URL -> index in doc.Links
+	text     int            // bytes of text fed to kw
 	// resolved caches resolve; "" marks an unusable reference. It is
 	// emptied when <base href> replaces base.
 	resolved map[string]string
+}
+
+// structured keeps what x extracted and links to its IRIs. They come
+// after the page's other links, so an IRI that is also an anchor keeps its
+// anchor text and source, and MaxLinks bounds them alike.
+func (p *parser) structured(x *structured.Extractor) {
+	p.doc.Structured = x.Result()
+	if len(p.doc.Structured.Statements) == 0 {
+		return
+	}
+	self, _ := p.resolve(p.pageURL) // a feed's channel, a page's own #id
+	for _, ref := range structured.Links(p.doc.Structured.Statements) {
+		if u, ok := p.resolve(ref); ok && u != self {
+			p.link(u, "", FromStructured, zeroTime)
+		}
+	}
 }
 
 func (p *parser) add(s string, f textproc.Field) {

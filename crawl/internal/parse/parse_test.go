@@ -8,8 +8,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/micra-net/micra/crawl/internal/textproc"
 	"golang.org/x/net/html/charset"
+
+	"github.com/micra-net/micra/crawl/internal/structured"
+	"github.com/micra-net/micra/crawl/internal/textproc"
 )
 
 func TestDetect(t *testing.T) {
@@ -265,10 +267,16 @@ func FuzzParse(f *testing.F) {
 	f.Add(uint8(RSS), `<rss><channel><item><link>http://a/</link></item></channel></rss>`)
 	f.Add(uint8(Sitemap), `<urlset><url><loc>/x</loc><lastmod>2024-01-01</lastmod></url></urlset>`)
 	f.Add(uint8(RDF), `<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"><x rdf:about="/a"/></rdf:RDF>`)
+	f.Add(uint8(HTML)|0x80, structuredPage)
+	f.Add(uint8(Atom)|0x80, `<feed xmlns="http://www.w3.org/2005/Atom"><title>F</title><entry><link href="/e"/><title>E</title></entry></feed>`)
+	f.Add(uint8(RDF)|0x80, `<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#" xmlns:ex="http://e/"><ex:T rdf:about="/a"><ex:p rdf:resource="/b"/></ex:T></rdf:RDF>`)
 	f.Fuzz(func(t *testing.T, typ uint8, body string) {
 		tt := Type(typ % 9)
 		Detect("", "/x", []byte(body))
-		d := Parse(tt, "http://e.org/dir/page", "", []byte(body), textproc.NewBuilder(), Options{MaxLinks: 50, Agent: "micra"})
+		d := Parse(tt, "http://e.org/dir/page", "", []byte(body), textproc.NewBuilder(), Options{MaxLinks: 50, Agent: "micra", Structured: typ&0x80 != 0})
+		if n := len(d.Structured.Statements); n > structured.DefaultLimits.Statements {
+			t.Fatalf("%d statements", n)
+		}
 		if len(d.Links) > 50 || len(d.Title) > MaxTitle {
 			t.Fatalf("limits exceeded: %d links, title %d", len(d.Links), len(d.Title))
 		}
@@ -387,5 +395,65 @@ func TestResolveCache(t *testing.T) {
 	want := []string{"http://e.org/docs/a.html one two three", "http://e.org/up.html up"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("links %q, want %q", got, want)
+	}
+}
+
+const structuredPage = `<html><head><title>Jazz</title>
+<script type="application/ld+json">{"@context": "https://schema.org", "@type": "Event", "name": "Jazz Night",
+ "url": "/events/jazz", "sameAs": "https://other.example/jazz", "location": {"@type": "Place", "name": "Blue Hall"}}</script>
+<script type="application/ld+json">{"@context": "https://schema.org", "name": }</script>
+</head><body><a href="/events/jazz">the night</a>
+<div itemscope itemtype="http://schema.org/Organization"><span itemprop="name">Hall Ltd</span>
+<a itemprop="sameAs" href="https://org.example/">site</a></div></body></html>`
+
+// TestStructured: with Options.Structured, an HTML page's JSON-LD and
+// microdata, a feed's items and an RDF/XML document become statements,
+// and the IRIs they name become links FromStructured, after the page's
+// own (an anchor keeps its source); without it, nothing changes.
+func TestStructured(t *testing.T) {
+	rss := `<rss version="2.0"><channel><title>News</title><link>http://e.org/</link>
+<item><title>One</title><link>http://e.org/one</link><pubDate>Mon, 06 May 2024 07:08:09 +0000</pubDate><description>&lt;b&gt;first&lt;/b&gt; item</description></item>
+<item><title>Two</title><guid>http://e.org/two</guid></item></channel></rss>`
+	rdf := `<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#" xmlns:foaf="http://xmlns.com/foaf/0.1/">
+<foaf:Person rdf:about="#me"><foaf:name>Me</foaf:name><foaf:knows rdf:resource="http://other.example/you"/></foaf:Person></rdf:RDF>`
+	tests := []struct {
+		name      string
+		typ       Type
+		url, body string
+		stmts     int
+		malformed int
+		links     []string // FromStructured
+	}{
+		{"html", HTML, "http://e.org/dir/page", structuredPage, 10, 1, []string{"https://other.example/jazz"}}, // org.example is an anchor,
+		{"rss 2.0", RSS, "http://e.org/feed.xml", rss, 15, 0, nil},
+		{"rdf/xml", RDF, "http://e.org/me.rdf", rdf, 3, 0, nil}, // its resources are links FromRDF already
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			off := Parse(tt.typ, tt.url, "", []byte(tt.body), nil, Options{})
+			if len(off.Structured.Statements) != 0 {
+				t.Fatalf("statements without Options.Structured")
+			}
+			d := Parse(tt.typ, tt.url, "", []byte(tt.body), nil, Options{Structured: true})
+			if n := len(d.Structured.Statements); n != tt.stmts || d.Structured.Malformed != tt.malformed {
+				for _, s := range d.Structured.Statements {
+					t.Log(s)
+				}
+				t.Fatalf("%d statements, %d malformed; want %d, %d", n, d.Structured.Malformed, tt.stmts, tt.malformed)
+			}
+			var got []string
+			for _, l := range d.Links {
+				if l.Source == FromStructured {
+					got = append(got, l.URL)
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.links) {
+				t.Fatalf("structured links %q, want %q", got, tt.links)
+			}
+			if len(d.Links) < len(off.Links) || !slices.Equal(d.Links[:len(off.Links)], off.Links) {
+				t.Fatalf("the page's own links changed: %v, was %v", d.Links, off.Links)
+			}
+		})
 	}
 }

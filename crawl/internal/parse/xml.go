@@ -6,8 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/micra-net/micra/crawl/internal/textproc"
 	"golang.org/x/net/html"
+
+	"github.com/micra-net/micra/crawl/internal/structured"
+	"github.com/micra-net/micra/crawl/internal/textproc"
 )
 
 // maxXMLTokens bounds the tokens read from one XML document.
@@ -31,10 +33,38 @@ func (p *parser) xml(body []byte) {
 	var text strings.Builder
 	inItem := func() bool { return cur != nil }
 	itemName := map[Type]string{RSS: "item", RDF: "item", Atom: "entry", Sitemap: "url", SitemapIndex: "sitemap"}[p.doc.Type]
+	var sx *structured.Extractor
+	var rx *structured.RDFXMLReader
+	if p.opts.Structured && (p.doc.Type == RSS || p.doc.Type == Atom || p.doc.Type == RDF) {
+		sx = structured.New(p.baseURL, structured.Limits{})
+		defer func() {
+			if rx != nil {
+				rx.Close()
+			}
+			if p.feed != nil {
+				p.feed.Close(p.doc.Title, p.feedLink)
+			}
+			p.structured(sx)
+		}()
+	}
 	for range maxXMLTokens {
 		tok, err := d.Token()
 		if err != nil {
 			break
+		}
+		if sx != nil && rx == nil && p.feed == nil {
+			// The root decides: RDF/XML (RSS 1.0 included) is read as
+			// RDF; RSS 2.0 and Atom items are written as RSS 1.0's.
+			if se, ok := tok.(xml.StartElement); ok {
+				if p.doc.Type == RDF || (se.Name.Space == nsRDF && se.Name.Local == "RDF") {
+					rx = sx.RDFXML()
+				} else {
+					p.feed = sx.Feed()
+				}
+			}
+		}
+		if rx != nil {
+			rx.Token(tok)
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
@@ -65,6 +95,9 @@ func (p *parser) xml(body []byte) {
 						}
 					} else if p.doc.Type == Atom {
 						p.link(href, "", FromFeed, zeroTime)
+						if p.feedLink == "" {
+							p.feedLink = href
+						}
 					}
 				}
 			}
@@ -120,6 +153,9 @@ func (p *parser) xmlEnd(name, v string, cur *item, depth int) {
 		case "link":
 			if p.doc.Type == RSS {
 				p.link(v, "", FromFeed, zeroTime)
+				if p.feedLink == "" {
+					p.feedLink = v
+				}
 			}
 		}
 		return
@@ -152,8 +188,13 @@ func (p *parser) flushItem(it *item) {
 	title := clip(collapse(it.title), MaxAnchor)
 	p.link(it.link, title, src, it.lastmod)
 	p.add(title, textproc.Heading2)
+	text := ""
 	if it.text != "" {
-		p.add(stripTags(it.text), textproc.Body)
+		text = stripTags(it.text)
+		p.add(text, textproc.Body)
+	}
+	if p.feed != nil && src == FromFeed {
+		p.feed.Item(structured.FeedItem{Link: it.link, Title: collapse(it.title), Description: collapse(text), Date: it.lastmod})
 	}
 }
 
