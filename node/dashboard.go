@@ -34,6 +34,7 @@ type Status struct {
 	Outbox   Outbox    `json:"outbox"`            //
 	Probes   Probes    `json:"probes"`            //
 	Audits   Audits    `json:"audits"`            //
+	Trust    Trust     `json:"trust"`             // claims rejected and subnets taken back, as a coordinator
 	Subnets  []Subnet  `json:"subnets"`           // delegated to this node, nearest first
 	Indexers int       `json:"indexers"`          // designated indexers known
 	Release  *Release  `json:"release,omitempty"` // the release replacing the snapshot, when known
@@ -119,6 +120,20 @@ type Audits struct {
 	Refetched   int64    `json:"refetched"`   // pages fetched afresh for audits
 	Convictions int64    `json:"convictions"` // nodes convicted as a coordinator since start
 	Convicted   []string `json:"convicted"`   // nodes convicted in the shards it coordinates now
+}
+
+// Trust counts what this node, as a coordinator, did about volunteers
+// that lie or go silent (issue 18).
+type Trust struct {
+	// ClaimsRejected counts winning probes found impossible by the
+	// triangle inequality (subnet.ClaimCheck); Barred lists the nodes
+	// whose claims failed and whom its decisions do not ask for now.
+	ClaimsRejected int64    `json:"claims_rejected"`
+	Barred         []string `json:"barred"`
+	// TakenBack counts subnets taken from their nodes and decided again,
+	// by reason: "orphaned" (silent past the liveness timeout),
+	// "convicted" (by audits).
+	TakenBack map[string]int64 `json:"taken_back"`
 }
 
 // Subnet is one subnet delegated to this node.
@@ -352,6 +367,8 @@ table{border-collapse:collapse} td,th{padding:.2em .8em .2em 0;text-align:left;v
 <div><div class="n" id="probes-run">{{.Probes.Run}}</div>probes run</div>
 <div><div class="n" id="probes-issued">{{.Probes.Issued}}</div>probes issued</div>
 <div><div class="n" id="audits">{{.Audits.Judged}}/{{.Audits.Refetched}}</div>audits judged / pages refetched for audits</div>
+<div><div class="n" id="claims-rejected">{{.Trust.ClaimsRejected}}</div>probe claims rejected</div>
+<div><div class="n" id="taken-back">{{range $r, $n := .Trust.TakenBack}}{{$n}} {{$r}} {{else}}0{{end}}</div>subnets taken back, by reason</div>
 <div><div class="n" id="window">{{if .Window.Open}}open{{else}}closed{{end}}</div>crawl window (next change {{when .Window.Next}})</div>
 <div><div class="n" id="load">{{.Load}}/{{.Capacity}}</div>pages a day, delegated / offered</div>
 </div>
@@ -366,6 +383,9 @@ table{border-collapse:collapse} td,th{padding:.2em .8em .2em 0;text-align:left;v
 {{if .Audits.Convicted}}<h2>Nodes convicted by audits</h2>
 <p class="muted">Their results disagreed with other nodes' fetches of the same pages; they get no subnets of the shards this node coordinates.</p>
 <ul id="convicted">{{range .Audits.Convicted}}<li><code>{{.}}</code></li>{{end}}</ul>
+{{end}}{{if .Trust.Barred}}<h2>Nodes whose probe claims failed</h2>
+<p class="muted">Their probes were impossible by other nodes' measurements; this node's decisions do not ask them for now.</p>
+<ul id="barred">{{range .Trust.Barred}}<li><code>{{.}}</code></li>{{end}}</ul>
 {{end}}<h2>Addresses</h2>
 <ul>{{range .Addrs}}<li><code>{{.}}</code></li>{{end}}</ul>
 <p class="muted">facts as JSON: <a href="/api/status">/api/status</a> · metrics: <a href="/metrics">/metrics</a></p>

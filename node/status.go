@@ -27,6 +27,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	capacity, load := n.load()
 	o := n.ov()
 	ovs := o.Stats()
+	ds := n.del.Stats()
 	st := Status{
 		Peer: n.h.ID().String(), Addrs: n.Addrs(), Snapshot: n.snapshot().ID().String(),
 		Started: n.started, Now: now, Peers: len(n.h.Network().Peers()), Shards: o.Coordinating(),
@@ -36,8 +37,9 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			InFlight: cs.InFlight, Bytes: cs.WireBytes, Errors: cs.FetchErrors, RobotsDenied: cs.RobotsDenied,
 		},
 		Outbox:          Outbox{Batches: os.Batches, Bytes: os.Bytes, Cap: os.Cap, Acked: int64(os.Removed)},
-		Probes:          Probes{Run: n.probesRun.Load(), Issued: n.del.Stats().Probes},
+		Probes:          Probes{Run: n.probesRun.Load(), Issued: ds.Probes},
 		Audits:          Audits{Judged: ovs.Audits, Refetched: ovs.Refetches, Convictions: ovs.Convictions, Convicted: []string{}},
+		Trust:           Trust{ClaimsRejected: ds.ClaimsRejected, Barred: []string{}, TakenBack: ovs.TakenBack},
 		Indexers:        os.Indexers,
 		RateChart:       n.rate.points(),
 		ReleasesRefused: ovs.ReleasesRefused, ReleaseBadPeers: ovs.ReleaseBadPeers,
@@ -49,6 +51,9 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		if !rs.Ready && rs.Release.Activation.Sub(now) < 5*time.Minute {
 			st.Warnings = append(st.Warnings, fmt.Sprintf("snapshot %s activates %s and its file is not fetched yet", rs.Release.Snapshot.Short(), rs.Release.Activation.Format(time.RFC3339)))
 		}
+	}
+	for _, p := range ds.Barred {
+		st.Trust.Barred = append(st.Trust.Barred, p.String())
 	}
 	for _, p := range o.Convicted() {
 		st.Audits.Convicted = append(st.Audits.Convicted, p.String())
@@ -196,9 +201,17 @@ func (n *Node) collector() prometheus.Collector {
 		"judged":      desc("audits_judged_total", "Audits of other nodes' results judged as a coordinator."),
 		"refetched":   desc("audit_refetches_total", "Pages fetched afresh for coordinators' audits."),
 		"convictions": desc("audit_convictions_total", "Nodes convicted by audits as a coordinator."),
+		"claimsRejected": desc("probe_claims_rejected_total",
+			"Winning probes found impossible by the triangle inequality, as a coordinator."),
+		"takenBack": prometheus.NewDesc("micra_subnets_taken_back_total",
+			"Subnets taken from their nodes and decided again as a coordinator, by reason.", []string{"reason"}, nil),
 	}
 	return c
 }
+
+// takenBackReasons are the reasons micra_subnets_taken_back_total is
+// exported for (overlay.Stats.TakenBack).
+var takenBackReasons = []string{"orphaned", "convicted"}
 
 type nodeCollector struct {
 	n     *Node
@@ -238,6 +251,10 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("judged", float64(ovs.Audits))
 	counter("refetched", float64(ovs.Refetches))
 	counter("convictions", float64(ovs.Convictions))
+	counter("claimsRejected", float64(ds.ClaimsRejected))
+	for _, r := range takenBackReasons {
+		ch <- prometheus.MustNewConstMetric(c.descs["takenBack"], prometheus.CounterValue, float64(ovs.TakenBack[r]), r)
+	}
 }
 
 // sample records the fetch rate every sampleEvery until Close.

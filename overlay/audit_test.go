@@ -233,6 +233,15 @@ func TestAudits(t *testing.T) {
 			}
 			return nil
 		})
+		held := 0 // the fabricator's subnets in shards the judge coordinates
+		for k := range 4 {
+			if judge.o.Coordinator(ctx, judge.o.Tree().SmallestNonUnary(addr(fabricator, k))) == judge.h.ID() {
+				held++
+			}
+		}
+		if got := judge.o.Stats().TakenBack["convicted"]; got < int64(held) {
+			t.Errorf("the judge counts %d subnets taken back as convicted; it re-delegated %d", got, held)
+		}
 		v, err := audit(fabricator, 1, "http://fab-9.test/", truth("http://fab-9.test/"))
 		if err != nil || !v.Convicted {
 			t.Errorf("audit after the conviction: %+v, %v", v, err)

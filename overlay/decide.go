@@ -262,6 +262,7 @@ func (c *coordinator) orphan(ctx context.Context, sh *shard, d Delegation, silen
 		return err
 	}
 	c.log.Info("subnet orphaned", "subnet", d.Subnet.String(), "peer", d.Node, "reason", reason)
+	c.o.stats.countTakenBack(reason)
 	if part {
 		// A part is not decided again: its sites fall back to the
 		// range's delegation, whose node splits it again when they are

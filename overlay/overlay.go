@@ -97,6 +97,14 @@ type counters struct {
 	releasesRefused, releaseBadPeers, releaseBytes             atomic.Int64
 	dhtServed                                                  atomic.Int64
 	kinds                                                      sync.Map // msgKind -> *atomic.Int64
+	takenBack                                                  sync.Map // reason -> *atomic.Int64
+}
+
+// countTakenBack counts a subnet this node, as its coordinator, took from
+// its node, by reason.
+func (c *counters) countTakenBack(reason string) {
+	v, _ := c.takenBack.LoadOrStore(reason, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
 }
 
 // msgKind is a message's protocol and type, as Stats.Kinds counts them.
@@ -143,6 +151,10 @@ type Stats struct {
 	// node chosen, the organisation and block indexes, the DHT) that are
 	// queued or being sent.
 	Notices int64
+	// TakenBack counts the subnets this node, as a coordinator, took
+	// from their nodes and decided again, by reason: "orphaned" (silent
+	// past the liveness timeout), "convicted" (by audits).
+	TakenBack map[string]int64
 	// Kinds counts messages by kind: the micra requests this node sent
 	// ("micra/" and the message type) and the DHT requests it answered
 	// ("dht/" and the DHT message type), for measurements.
@@ -157,11 +169,15 @@ func (o *Overlay) Stats() Stats {
 		Redirects: o.stats.redirects.Load(), Puts: o.stats.puts.Load(), DHTServed: o.stats.dhtServed.Load(),
 		Audits: o.stats.audits.Load(), Refetches: o.stats.refetches.Load(), Convictions: o.stats.convictions.Load(),
 		ReleasesRefused: o.stats.releasesRefused.Load(), ReleaseBadPeers: o.stats.releaseBadPeers.Load(),
-		ReleaseBytes: o.stats.releaseBytes.Load(), Kinds: map[string]int64{},
+		ReleaseBytes: o.stats.releaseBytes.Load(), Kinds: map[string]int64{}, TakenBack: map[string]int64{},
 		Notices: int64(len(o.coord.assignQ)+len(o.coord.orgQ)+len(o.coord.blockQ)+len(o.coord.pubQ)) + o.coord.noticing.Load(),
 	}
 	o.stats.kinds.Range(func(k, v any) bool {
 		st.Kinds[k.(msgKind).String()] = v.(*atomic.Int64).Load()
+		return true
+	})
+	o.stats.takenBack.Range(func(k, v any) bool {
+		st.TakenBack[k.(string)] = v.(*atomic.Int64).Load()
 		return true
 	})
 	return st

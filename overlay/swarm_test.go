@@ -305,6 +305,16 @@ func TestSwarmOrphanedSubnet(t *testing.T) {
 			}
 			return nil
 		})
+		// Its coordinator counted the subnet taken back.
+		var taken int64
+		for _, n := range nodes {
+			if n != leaver {
+				taken += n.o.Stats().TakenBack["orphaned"]
+			}
+		}
+		if taken == 0 {
+			t.Error("no coordinator counts a subnet taken back as orphaned")
+		}
 	})
 }
 
