@@ -187,6 +187,7 @@ func (e *env) Peers() []PeerInfo {
 			out = append(out, pi)
 		}
 	}
+	out = o.shareByPlace(out)
 	slices.SortFunc(out, func(a, b PeerInfo) int {
 		switch {
 		case a.ID < b.ID:

@@ -83,3 +83,76 @@ func asnOf(t *subnet.Tree, a netip.Addr) uint32 {
 	}
 	return 0
 }
+
+// shareByPlace makes the nodes of one known place (place.same: one /24 or
+// /48, or one AS) one node for load balancing (issue 18, Sybil limits):
+// each shows the place's greatest declared capacity and the sum of its
+// nodes' loads, so that an operator running many nodes in one place holds
+// no more delegations there than its largest node could. Nodes whose place
+// is unknown (no direct connection: relayed, or not connected) keep their
+// own figures: they show nothing, and grouping them would make every
+// volunteer behind NAT one place. ps is changed in place and returned.
+func (o *Overlay) shareByPlace(ps []PeerInfo) []PeerInfo {
+	places := make([]place, len(ps))
+	group := make([]int, len(ps)) // union-find parents
+	for i, p := range ps {
+		places[i], group[i] = o.placeOf(p.ID), i
+	}
+	var find func(int) int
+	find = func(i int) int {
+		for group[i] != i {
+			group[i] = group[group[i]]
+			i = group[i]
+		}
+		return i
+	}
+	// Union the nodes that share a prefix or an AS, by maps of each to
+	// the first node seen with it: linear in the peers.
+	shared := false
+	byPrefix, byASN := map[netip.Prefix]int{}, map[uint32]int{}
+	union := func(i, j int) {
+		if a, b := find(i), find(j); a != b {
+			group[b] = a
+			shared = true
+		}
+	}
+	for i := range ps {
+		if !places[i].known() || ps[i].Capacity == 0 {
+			continue
+		}
+		for _, pre := range places[i].prefixes {
+			if j, ok := byPrefix[pre]; ok {
+				union(j, i)
+			} else {
+				byPrefix[pre] = i
+			}
+		}
+		for _, asn := range places[i].asns {
+			if j, ok := byASN[asn]; ok {
+				union(j, i)
+			} else {
+				byASN[asn] = i
+			}
+		}
+	}
+	if !shared {
+		return ps
+	}
+	capOf, loadOf := map[int]uint64{}, map[int]uint64{}
+	for i, p := range ps {
+		if p.Capacity == 0 {
+			continue
+		}
+		g := find(i)
+		capOf[g] = max(capOf[g], p.Capacity)
+		loadOf[g] += p.Load
+	}
+	for i := range ps {
+		if ps[i].Capacity == 0 {
+			continue
+		}
+		g := find(i)
+		ps[i].Capacity, ps[i].Load = capOf[g], loadOf[g]
+	}
+	return ps
+}
