@@ -205,7 +205,8 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 	// confirmed. Asked in turn: the trusted nodes, the nodes nearest the
 	// claimant (for the first bound) and those whose stored probes put
 	// them nearest the subnet's neighbourhood (for the second).
-	trusted, cands := r.witnessCandidates(c, claimant, seen)
+	var trusted, cands []string
+	listed := false
 	done := func() bool { return len(rej.Witnesses) >= c.Agree && confirmed }
 	next := func(l *[]string) string {
 		for len(*l) > 0 {
@@ -220,6 +221,12 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 	for asked := 0; asked < c.Extra && !done() && !r.capped(); asked++ {
 		if len(rej.Witnesses) == 0 && (informed || asked > 0) {
 			break
+		}
+		if !listed {
+			// Only now: the list scans every node, and most checks end
+			// with the witnesses at hand.
+			trusted, cands = r.witnessCandidates(c, claimant, seen)
+			listed = true
 		}
 		n := ""
 		if len(rej.Witnesses) > 0 && !confirmed {

@@ -339,7 +339,6 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 		if err != nil || !claimed(d) {
 			return d, err
 		}
-		r.d = &d
 		rej, bad, better, err := r.check(cc)
 		if err != nil {
 			return d, err

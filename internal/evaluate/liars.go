@@ -309,19 +309,20 @@ func SweepLiars(ctx context.Context, w World, tree *subnet.Tree, sw LiarSweep) (
 	return out, nil
 }
 
-// WriteLiarTable writes a sweep's results as a table, one row per lie
-// and check, summed over the seeds.
-func WriteLiarTable(out io.Writer, rs []LiarResult) error {
-	type key struct {
-		lie   string
-		check bool
-	}
-	var order []key
-	sum := map[key]*LiarResult{}
-	opt := map[key]float64{}
-	probes := map[key]float64{}
+// LiarKey names a row of a sweep: one lie, without or with the check.
+type LiarKey struct {
+	Lie   string
+	Check bool
+}
+
+// SumLiars sums a sweep's results over its seeds, one per LiarKey in the
+// order they first come; Optimal and ProbesPerNew are means weighted by
+// the subnets.
+func SumLiars(rs []LiarResult) ([]LiarKey, map[LiarKey]*LiarResult) {
+	var order []LiarKey
+	sum := map[LiarKey]*LiarResult{}
 	for _, r := range rs {
-		k := key{r.Lie, r.Check}
+		k := LiarKey{r.Lie, r.Check}
 		a, ok := sum[k]
 		if !ok {
 			a = &LiarResult{Lie: r.Lie, Check: r.Check, Fraction: r.Fraction, Nodes: r.Nodes, Liars: r.Liars}
@@ -337,9 +338,21 @@ func WriteLiarTable(out io.Writer, rs []LiarResult) error {
 		a.HonestLost += r.HonestLost
 		a.Barred += r.Barred
 		a.Failed += r.Failed
-		opt[k] += r.Optimal * float64(r.Subnets)
-		probes[k] += r.ProbesPerNew * float64(r.Subnets)
+		a.Optimal += r.Optimal * float64(r.Subnets)
+		a.ProbesPerNew += r.ProbesPerNew * float64(r.Subnets)
 	}
+	for _, a := range sum {
+		n := float64(max(a.Subnets, 1))
+		a.Optimal /= n
+		a.ProbesPerNew /= n
+	}
+	return order, sum
+}
+
+// WriteLiarTable writes a sweep's results as a table, one row per lie
+// and check, summed over the seeds.
+func WriteLiarTable(out io.Writer, rs []LiarResult) error {
+	order, sum := SumLiars(rs)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "lie\tcheck\tsubnets\tliars won\tliars nearest\tliars far\tliars rejected\tbarred\thonest rejected\thonest lost\toptimal %\tprobes/new\tfailed\t")
 	for _, k := range order {
@@ -349,12 +362,11 @@ func WriteLiarTable(out io.Writer, rs []LiarResult) error {
 			lie = fmt.Sprintf("%s %.2f", lie, a.Fraction)
 		}
 		check := "off"
-		if k.check {
+		if k.Check {
 			check = "on"
 		}
-		n := float64(max(a.Subnets, 1))
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.2f\t%d\t\n", lie, check, a.Subnets, a.LiarsWon, a.LiarsNearest, a.LiarsFar,
-			a.LiarsRejected, a.Barred, a.HonestRejected, a.HonestLost, 100*opt[k]/n, probes[k]/n, a.Failed)
+			a.LiarsRejected, a.Barred, a.HonestRejected, a.HonestLost, 100*a.Optimal, a.ProbesPerNew, a.Failed)
 	}
 	return tw.Flush()
 }
