@@ -3,6 +3,7 @@ package delegate
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -55,11 +56,15 @@ func TestDelegatorClaimCheck(t *testing.T) {
 		}
 	})
 	t.Run("only the witness's own measurement counts", func(t *testing.T) {
-		// The claimant's word: n1 says it is 5 ms from n3 and n4, but
-		// they measured nothing of it.
+		// The claimant's word: n1 announces it is 5 ms from n3 and n4
+		// (Between, the overlay's merge, takes it), but they measured
+		// nothing of it.
 		e := setup()
 		e.between = map[[2]peer.ID]int{{"n2", "n3"}: 150, {"n2", "n4"}: 150, {"n3", "n4"}: 3}
-		e.measured = map[[2]peer.ID]int{{"n1", "n3"}: 5, {"n1", "n4"}: 6}
+		e.announced = map[[2]peer.ID]int{{"n1", "n3"}: 5, {"n1", "n4"}: 6}
+		if d, ok := e.Between("n3", "n1"); !ok || d != 5*time.Millisecond {
+			t.Fatalf("Between(n3, n1) = %v, %v; the rig should merge n1's word", d, ok)
+		}
 		n, _ := run(t, e, overlay.DelegateRequest{}, Pure(), ClaimCheck(&subnet.ClaimCheck{}))
 		if n != "n1" {
 			t.Errorf("chose %s; want n1: nobody measured it", n)

@@ -50,21 +50,21 @@ var testTree = sync.OnceValues(func() (*subnet.Tree, error) {
 // indexes of the ranges above it, and nodes that answer probes from a
 // table of RTTs in ms (missing: the probe fails).
 type fakeEnv struct {
-	tree     *subnet.Tree
-	subnet   subnet.ID
-	anchor   subnet.ID
-	dels     []overlay.Delegation
-	stored   []overlay.ProbeResult
-	rtt      map[peer.ID]int
-	peers    []overlay.PeerInfo
-	blocks   map[subnet.ID][]overlay.IndexedDelegation
-	between  map[[2]peer.ID]int
-	asked    []peer.ID
-	blockQs  []subnet.ID
-	reassign []string
-	failMove bool
-	self     peer.ID // the coordinator
-	measured map[[2]peer.ID]int
+	tree      *subnet.Tree
+	subnet    subnet.ID
+	anchor    subnet.ID
+	dels      []overlay.Delegation
+	stored    []overlay.ProbeResult
+	rtt       map[peer.ID]int
+	peers     []overlay.PeerInfo
+	blocks    map[subnet.ID][]overlay.IndexedDelegation
+	between   map[[2]peer.ID]int
+	asked     []peer.ID
+	blockQs   []subnet.ID
+	reassign  []string
+	failMove  bool
+	self      peer.ID            // the coordinator
+	announced map[[2]peer.ID]int // RTTs the first peer announced of the second
 }
 
 func (e *fakeEnv) Tree() *subnet.Tree { return e.tree }
@@ -121,7 +121,15 @@ func (e *fakeEnv) Reassign(_ context.Context, t subnet.ID, from, to peer.ID) (ov
 	e.reassign = append(e.reassign, fmt.Sprintf("%s %s->%s", e.tree.Range(t), string(from), string(to)))
 	return overlay.Delegation{Subnet: e.tree.Range(t), Node: to}, nil
 }
+
+// Between is the overlay's merge: the between table, or what either peer
+// announced of the other.
 func (e *fakeEnv) Between(a, b peer.ID) (time.Duration, bool) {
+	for _, k := range [][2]peer.ID{{a, b}, {b, a}} {
+		if ms, ok := e.announced[k]; ok {
+			return time.Duration(ms) * time.Millisecond, true
+		}
+	}
 	if ms, ok := e.between[[2]peer.ID{a, b}]; ok {
 		return time.Duration(ms) * time.Millisecond, true
 	}
@@ -131,13 +139,19 @@ func (e *fakeEnv) Between(a, b peer.ID) (time.Duration, bool) {
 	return 0, false
 }
 
-// MeasuredBy is Between, plus measured: RTTs only its first peer
-// measured.
+// MeasuredBy is what by measured of of: announced by by, or the shared
+// between table; never what of announced.
 func (e *fakeEnv) MeasuredBy(by, of peer.ID) (time.Duration, bool) {
-	if ms, ok := e.measured[[2]peer.ID{by, of}]; ok {
+	if ms, ok := e.announced[[2]peer.ID{by, of}]; ok {
 		return time.Duration(ms) * time.Millisecond, true
 	}
-	return e.Between(by, of)
+	if ms, ok := e.between[[2]peer.ID{by, of}]; ok {
+		return time.Duration(ms) * time.Millisecond, true
+	}
+	if ms, ok := e.between[[2]peer.ID{of, by}]; ok {
+		return time.Duration(ms) * time.Millisecond, true
+	}
+	return 0, false
 }
 func (e *fakeEnv) Self() peer.ID { return e.self }
 
