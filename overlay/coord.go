@@ -51,6 +51,7 @@ type coordinator struct {
 	stopped    bool                       // stop was called: no new lookups
 	lookupWG   sync.WaitGroup
 	protected  map[peer.ID]bool // peers protect spares in the connection manager
+	hood       hood             // the last lookup of this node's own ID (fromHood)
 
 	// auditMu orders the read-modify-write of audit tallies.
 	auditMu     sync.Mutex

@@ -281,7 +281,8 @@ func (c *coordinator) protect(keep map[peer.ID]bool) {
 //   - a replica's view makes it the coordinator: confirmed before it
 //     takes the shard over;
 //   - for the coordinator, the view's replica set differs from the last
-//     lookup's, or that lookup is older than closestTTL.
+//     lookup's, or that lookup is older than closestTTL, and the lookup of
+//     this node's own neighbourhood does not settle the key (fromHood).
 func (c *coordinator) maintainView(ctx context.Context, sh *shard, owned, hasState bool) []peer.ID {
 	c.mu.Lock()
 	e, ok := c.closest[sh.key]
@@ -294,12 +295,18 @@ func (c *coordinator) maintainView(ctx context.Context, sh *shard, owned, hasSta
 	set := c.replicaSet(view)
 	switch {
 	case due, hasState && slices.Contains(set, c.self) && !c.connected(set):
+		return c.closestPeers(ctx, sh.key, true)
 	case !owned:
 		if view[0] != c.self || !hasState {
 			return view
 		}
+		return c.closestPeers(ctx, sh.key, true)
 	case ok && time.Since(e.at) < c.cfg.closestTTL && slices.Equal(set, c.replicaSet(e.peers)):
 		return e.peers
+	}
+	if peers, ok := c.fromHood(ctx, sh.key); ok && c.connected(c.replicaSet(peers)) {
+		c.confirmed(sh.key, peers)
+		return peers
 	}
 	return c.closestPeers(ctx, sh.key, true)
 }

@@ -118,8 +118,9 @@ const swarmLiveness = 5 * time.Second
 // (simulate), or on real loopback hosts (loopback) where the transport
 // itself is the subject.
 type rig struct {
-	t   testing.TB
-	net *p2ptest.Net // nil: loopback
+	t    testing.TB
+	net  *p2ptest.Net // nil: loopback
+	tree *subnet.Tree // the nodes' hierarchy; nil: mustTree's
 }
 
 // simulate runs f in a testing/synctest bubble with a simulated network:
@@ -174,7 +175,11 @@ func (r *rig) nodeWith(a netip.Addr, sk crypto.PrivKey, gater connmgr.Connection
 		opts = append(opts, Logger(lg))
 	}
 	var err error
-	if n.o, err = New(h, mustTree(t), n.db, opts...); err != nil {
+	tree := r.tree
+	if tree == nil {
+		tree = mustTree(t)
+	}
+	if n.o, err = New(h, tree, n.db, opts...); err != nil {
 		h.Close()
 		t.Fatal(err)
 	}
