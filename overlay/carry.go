@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -208,16 +210,39 @@ func (o *Overlay) pendingCarries() (map[string]*pb.SignedRecord, error) {
 // decide afresh, and a carry that still fails is stale.
 const maxCarryTime = 3
 
+// carryWorkers is how many carries one node has in flight at once.
+const carryWorkers = 8
+
+// startCarries starts a pass of carries (carryAll, then carryProbes) in
+// the background unless one is running or there is nothing to carry
+// (heartbeatAll calls it every heartbeat). The heartbeats never wait for
+// it: a carry waits for a coordinator that has just switched and may take
+// a coordinator deadline, and a node whose heartbeats waited on a few of
+// them in turn fell silent past the liveness timeout and lost the very
+// subnets it was carrying.
+func (o *Overlay) startCarries(ctx context.Context) {
+	if o.cfg.prev == nil || !o.carryBusy.CompareAndSwap(false, true) {
+		return
+	}
+	o.wg.Go(func() {
+		defer o.carryBusy.Store(false)
+		o.carryAll(ctx)
+		o.carryProbes(ctx)
+	})
+}
+
 // carryAll carries this node's pending delegations of the previous
-// snapshot (heartbeatAll calls it): each to every new range Propagate takes
-// it to, until every one is recorded for this node or refused.
+// snapshot, carryWorkers at a time: each to every new range Propagate
+// takes it to, until every one is recorded for this node or refused.
 func (o *Overlay) carryAll(ctx context.Context) {
 	pending, err := o.pendingCarries()
 	if err != nil || len(pending) == 0 {
 		return
 	}
 	giveUp := time.Now().After(o.cfg.prevAt.Add(maxCarryTime * o.cfg.liveness))
-	for key, sr := range pending {
+	keys := slices.Sorted(maps.Keys(pending))
+	parallel(ctx, carryWorkers, keys, func(key string) {
+		sr := pending[key]
 		old, _, err := o.previousDelegation(sr)
 		settled := err != nil || old.Node != o.h.ID()
 		if !settled {
@@ -228,7 +253,7 @@ func (o *Overlay) carryAll(ctx context.Context) {
 				o.log.Warn("carried delegation not removed", "error", err)
 			}
 		}
-	}
+	})
 }
 
 // carryOne carries one old delegation and reports whether it is settled:

@@ -128,8 +128,7 @@ func (o *Overlay) heartbeatAll(ctx context.Context) {
 			o.log.Debug("claiming the own subnet failed", "error", err)
 		}
 	}
-	o.carryAll(ctx)
-	o.carryProbes(ctx)
+	o.startCarries(ctx)
 	o.mu.Lock()
 	refs := make([]shardRef, 0, len(o.mine))
 	for _, r := range o.mine {

@@ -78,6 +78,7 @@ type Overlay struct {
 	probeSlots    *peerSlots           // probe requests in flight, per peer
 	ownDone       atomic.Bool          // the own-subnet claim succeeded (or none is configured)
 	probesCarried atomic.Bool          // the previous snapshot's stored probes are carried (carryprobes.go)
+	carryBusy     atomic.Bool          // a pass of carries is running (startCarries)
 	ownArmed      atomic.Bool          // ClaimOwn ran once (Bootstrap or the first node's Join): the heartbeats retry it
 	// joined: Bootstrap's self lookup completed, so the routing table
 	// holds this node's neighbourhood (a claim trusts its view; ensureOwner).
