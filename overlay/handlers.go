@@ -307,8 +307,10 @@ func (o *Overlay) handleHeartbeat(ctx context.Context, from peer.ID, req *pb.Mes
 		return nil, err
 	}
 	o.noteSeen(sh, from)
-	// Declared capacity and load are stored (and replicated) when they
-	// change or every ten heartbeats, not on every beat.
+	// Declared capacity and load are stored (and replicated) at the first
+	// heartbeat and then every ten, not on every beat: a write is a
+	// replication round, and a decision may weigh a declared load ten
+	// beats old.
 	sh.mu.Lock()
 	last := sh.loadAt[from]
 	sh.mu.Unlock()
