@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,8 +32,20 @@ func benchOverlay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	idle := fs.Duration("idle", 15*time.Minute, "virtual time the idle upkeep is measured over (at least an announcement round, 15 min)")
 	quic := fs.Bool("quic", false, "run the hosts on go-libp2p's QUIC over a simulated packet network (x/simlibp2p) instead of the in-memory transport: the same protocols at several times the cost")
 	asJSON := fs.Bool("json", false, "print the results as a JSON array")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof reads it)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile %s: %w", *cpuProfile, err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ns, err := intList(*sizes)
 	if err != nil {
