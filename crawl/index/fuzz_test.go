@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,7 +86,9 @@ func FuzzKeys(f *testing.F) {
 }
 
 func FuzzParseQuery(f *testing.F) {
-	for _, s := range []string{"volcano", "Running DOGS -cats", "e-mail +x", "the of", "-a -b", "café ΑΘΗΝΑ 東京", "\xff\xfe", "a\u2019b", "--x ++y -"} {
+	for _, s := range []string{"volcano", "Running DOGS -cats", "e-mail +x", "the of", "-a -b", "café ΑΘΗΝΑ 東京", "\xff\xfe", "a\u2019b", "--x ++y -",
+		"type:Recipe garlic", "-type:schema:Event x", "type:<https://schema.org/Recipe>", `author="alice smith"`, "schema:price=10",
+		"<https://schema.org/author>=bob", "type:", "=x", "x=", `a="b`, "rdf:type=Event", "availability=schema:InStock"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -104,6 +107,12 @@ func FuzzParseQuery(f *testing.F) {
 				t.Fatalf("%q: terms not sorted and distinct: %q", s, l)
 			}
 			for _, term := range l {
+				if isHidden(term) {
+					if len(term) > maxHiddenTermBytes || !(strings.HasPrefix(term, "#t:") || strings.HasPrefix(term, "#p:") || strings.HasPrefix(term, "#h:")) {
+						t.Fatalf("%q: hidden term %q could never be stored", s, term)
+					}
+					continue
+				}
 				if !validTerm(term) {
 					t.Fatalf("%q: term %q could never be stored", s, term)
 				}
