@@ -27,7 +27,9 @@ import (
 //	                                 term may be: the first 16 bytes of its
 //	                                 SHA-256
 //
-// Hidden terms are lower case: "type:recipe" finds schema:Recipe.
+// Hidden terms are lower case ("type:recipe" finds schema:Recipe), and
+// an IRI in schema.org's namespace is written "~" and its local name
+// ("#t:~recipe"), which no absolute IRI can be confused with.
 
 // Vocabulary used by the indexer.
 const (
@@ -100,7 +102,13 @@ func knownPrefixes() string {
 	return strings.Join(names, ", ")
 }
 
+// hiddenTerm makes a hidden term of kind ("#t:" or "#p:") for s, lower
+// case, schema.org's namespace written "~" (an IRI starts with a letter,
+// so this is unambiguous) to keep keys short.
 func hiddenTerm(kind, s string) string {
+	if rest, ok := strings.CutPrefix(s, crawl.SchemaOrg); ok {
+		s = "~" + rest
+	}
 	t := kind + strings.ToLower(s)
 	if len(t) <= maxHiddenTermBytes {
 		return t
