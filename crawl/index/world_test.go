@@ -227,7 +227,7 @@ func TestStructuredWorld(t *testing.T) {
 // indexBytes sums the sizes of the index's keys and values: all of them
 // (""), and by kind ("r/", "p/", "t/": records, postings, document
 // frequencies).
-func indexBytes(t *testing.T, db *badger.DB) map[string]int64 {
+func indexBytes(t testing.TB, db *badger.DB) map[string]int64 {
 	t.Helper()
 	n := map[string]int64{}
 	err := db.View(func(txn *badger.Txn) error {
