@@ -390,7 +390,9 @@ func parseTyped(tok string) (typedQuery, bool, error) {
 		prop, value = tok[:end+1], tok[end+2:]
 	} else {
 		i := strings.IndexByte(tok, '=')
-		if i < 0 {
+		if i < 0 || strings.Contains(tok[:i], "/") {
+			// No condition; or a URL with a query string, pasted:
+			// words, as before (a full property IRI is written <IRI>=).
 			return q, false, nil
 		}
 		prop, value = tok[:i], tok[i+1:]

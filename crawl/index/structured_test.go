@@ -139,6 +139,7 @@ func TestParseTypedErrors(t *testing.T) {
 		{"<https://schema.org/author>x=alice", "write a property IRI as <IRI>=VALUE"},
 		{"<https://schema.org/author>alice", ""}, // no '=': words
 		{"name=" + strings.Repeat("1", 200), "not indexed whole"},
+		{"https://example.com/?a=b", ""}, // a URL pasted: words
 	}
 	for _, tc := range tests {
 		t.Run(tc.q, func(t *testing.T) {
@@ -336,12 +337,12 @@ func schemaOf(t *testing.T, db *badger.DB) uint64 {
 func TestExportNTriples(t *testing.T) {
 	x := structuredIndex(t)
 	var b bytes.Buffer
-	st, err := x.ExportNTriples(t.Context(), &b)
+	ns, err := x.ExportNTriples(t.Context(), &b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Pages != 4 || st.Triples != 17 || st.Skipped != 0 {
-		t.Errorf("stats %+v", st)
+	if ns.Pages != 4 || ns.Triples != 17 || ns.Skipped != 0 {
+		t.Errorf("stats %+v", ns)
 	}
 	out := b.String()
 	id := idOf("https://food.example/garlic-soup")
@@ -358,8 +359,8 @@ func TestExportNTriples(t *testing.T) {
 			t.Errorf("export lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Count(out, "\n") != st.Triples {
-		t.Errorf("%d lines for %d triples", strings.Count(out, "\n"), st.Triples)
+	if strings.Count(out, "\n") != ns.Triples {
+		t.Errorf("%d lines for %d triples", strings.Count(out, "\n"), ns.Triples)
 	}
 	// Blank nodes of different pages differ.
 	pan := idOf("https://shop.example/pan")
@@ -367,13 +368,29 @@ func TestExportNTriples(t *testing.T) {
 	if !strings.Contains(out, q) || strings.Contains(out, "_:b0") {
 		t.Errorf("blank nodes not made unique per page:\n%s", out)
 	}
-	rapperCount(t, out, st.Triples)
+	rapperCount(t, out, ns.Triples)
+
+	// Non-ASCII IRIs and literals are written as they are (UTF-8).
+	r := page("https://ü.example/", "x", t0, "garlic", 65535)
+	r.Statements = []crawl.Statement{
+		st(iriT("https://例え.example/ü#it"), iriT(schemaOrg+"name"), litT("東京 \u2028 ünï\x01")),
+		st(iriT("https://例え.example/ü#it"), iriT("urn:isbn:0451450523"), crawl.Term{Kind: crawl.TermLiteral, Value: "x", Lang: "zh-Hant-TW"}),
+	}
+	mustPut(t, x, r)
+	b.Reset()
+	if ns, err = x.ExportNTriples(t.Context(), &b); err != nil || ns.Triples != 19 {
+		t.Fatalf("%+v %v", ns, err)
+	}
+	if want := "<https://例え.example/ü#it> <https://schema.org/name> \"東京 \u2028 ünï\\u0001\" .\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("export lacks %q:\n%s", want, b.String())
+	}
+	rapperCount(t, b.String(), ns.Triples)
 
 	// Distrusted nodes' pages are left out.
 	x.Distrust(src.Node)
-	st, err = x.ExportNTriples(t.Context(), io.Discard)
-	if err != nil || st.Triples != 0 {
-		t.Errorf("distrusted: %+v %v", st, err)
+	ns, err = x.ExportNTriples(t.Context(), io.Discard)
+	if err != nil || ns.Triples != 0 {
+		t.Errorf("distrusted: %+v %v", ns, err)
 	}
 }
 
