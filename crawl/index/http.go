@@ -28,7 +28,9 @@ const maxProfileBody = 64 << 10
 // closed):
 //
 //	GET    /                                 HTML search page: q, any=1, offset
-//	GET    /api/search                       q, limit, offset, mode=all|any → results
+//	GET    /api/search                       q, limit, offset, mode=all|any → results; q holds
+//	                                         words, -word, type:TYPE, PROP=VALUE (parseQuery);
+//	                                         each hit has its types and a few statements
 //	GET    /api/record                       url → the stored record (JSONRecord)
 //	GET    /api/stats                        counters
 //	GET    /api/export                       every record as JSON Lines (application/x-ndjson);
