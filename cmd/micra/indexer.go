@@ -45,7 +45,7 @@ func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 const indexerSynopsis = `[flags]
        micra indexer profiles [--api URL] list | show NAME | add [--threshold T] NAME WORD[:WEIGHT]... | delete NAME
-       micra indexer export [--api URL] [--out FILE]
+       micra indexer export [--api URL] [--format jsonl|ntriples] [--out FILE]
        micra indexer crawl [--api URL] [--depth N] [--owner NAME] URL...
 
 Runs an indexer: it joins the overlay, announces itself as a designated
@@ -374,20 +374,24 @@ func indexerProfiles(ctx context.Context, args []string, stdout, stderr io.Write
 }
 
 func indexerExport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("indexer export", "[--api URL] [--out FILE]", stderr)
+	fs := newFlagSet("indexer export", "[--api URL] [--format jsonl|ntriples] [--out FILE]", stderr)
 	api := apiFlag(fs)
 	out := fs.String("out", "", "write to `FILE` instead of standard output")
+	format := fs.String("format", "jsonl", "`FORMAT`: jsonl (every record, one JSON object a line) or ntriples (every page's structured data as one RDF graph in N-Triples)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
+	if *format != "jsonl" && *format != "ntriples" {
+		return fmt.Errorf("%w: --format %q is neither jsonl nor ntriples", errUsage, *format)
+	}
 	c, err := newAPIClient(*api)
 	if err != nil {
 		return err
 	}
-	resp, err := c.send(ctx, http.MethodGet, "/api/export", nil, nil)
+	resp, err := c.send(ctx, http.MethodGet, "/api/export", url.Values{"format": {*format}}, nil)
 	if err != nil {
 		return err
 	}

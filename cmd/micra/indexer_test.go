@@ -44,6 +44,13 @@ func testIndexAPI(t *testing.T) *httptest.Server {
 		recs = append(recs, crawl.Record{URL: p.url, FinalURL: p.url, Time: now.Add(time.Duration(i) * time.Second), Status: 200,
 			Type: crawl.TypeHTML, Title: p.title, Change: crawl.ChangeNew, Keywords: []crawl.Keyword{{Term: p.kw, Weight: 65535}}})
 	}
+	// The lake's page publishes an event.
+	iri := func(v string) crawl.Term { return crawl.Term{Kind: crawl.TermIRI, Value: v} }
+	ev := crawl.Term{Kind: crawl.TermBlank, Value: "b0"}
+	recs[2].Statements = []crawl.Statement{
+		{S: ev, P: iri("http://www.w3.org/1999/02/22-rdf-syntax-ns#type"), O: iri(crawl.SchemaOrg + "Event")},
+		{S: ev, P: iri(crawl.SchemaOrg + "name"), O: crawl.Term{Kind: crawl.TermLiteral, Value: "Ferry \"parade\"", Lang: "en"}},
+	}
 	if _, err := x.Put(t.Context(), index.Source{Node: "test", Seq: 1}, recs); err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +81,16 @@ func TestSearchCommand(t *testing.T) {
 	if code, out, _ = runCmd(t, "search", "--api", srv.URL, "--any", "boats", "lake"); code != 0 || !strings.Contains(out, "2 results") {
 		t.Fatalf("--any: exit %d %s", code, out)
 	}
+	// Structured data: typed queries, alone and with words.
+	for _, q := range [][]string{{"type:Event"}, {"type:schema:Event", "ferries"}, {"name=parade"}} {
+		code, out, errs := runCmd(t, append([]string{"search", "--api", srv.URL}, q...)...)
+		if code != 0 || !strings.Contains(out, "1 results") || !strings.Contains(out, "http://lake.example/") || !strings.Contains(out, "types: Event") {
+			t.Errorf("%q: exit %d %s %s", q, code, out, errs)
+		}
+	}
+	if code, out, _ = runCmd(t, "search", "--api", srv.URL, "ferries", "-type:Event"); code != 0 || !strings.Contains(out, "1 results") || strings.Contains(out, "lake") {
+		t.Errorf("-type:Event: exit %d %s", code, out)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -83,6 +100,7 @@ func TestSearchCommand(t *testing.T) {
 		{"no query", []string{"search", "--api", srv.URL}, 2, "needs a QUERY"},
 		{"bad api", []string{"search", "--api", "ftp://x", "q"}, 2, "not an http(s) URL"},
 		{"stop words only", []string{"search", "--api", srv.URL, "the"}, 1, "400 Bad Request"},
+		{"unknown prefix", []string{"search", "--api", srv.URL, "type:foo:Bar"}, 1, `unknown prefix "foo"`},
 		{"unreachable", []string{"search", "--api", "http://127.0.0.1:1", "q"}, 1, "connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,6 +162,13 @@ func TestIndexerProfilesAndExport(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(file); strings.Count(string(b), "\n") != 3 {
 		t.Fatalf("export file:\n%s", b)
+	}
+	code, out, errs = runCmd(t, "indexer", "export", "--api", srv.URL, "--format", "ntriples")
+	if code != 0 || strings.Count(out, "\n") != 2 || !strings.Contains(out, `<https://schema.org/name> "Ferry \"parade\""@en .`) {
+		t.Fatalf("export --format ntriples: exit %d %s %s", code, out, errs)
+	}
+	if code, _, errs := runCmd(t, "indexer", "export", "--api", srv.URL, "--format", "turtle"); code != 2 || !strings.Contains(errs, "neither jsonl nor ntriples") {
+		t.Fatalf("export --format turtle: exit %d %s", code, errs)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,7 +121,7 @@ func TestDemo(t *testing.T) {
 	out := &syncBuffer{}
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"demo", "--nodes", "4", "--sites", "30", "--duration", "25s", "--map"}, out, out)
+		done <- run(ctx, []string{"demo", "--nodes", "4", "--sites", "30", "--duration", "25s", "--map", "--linger"}, out, out)
 	}()
 	// While it runs, the first node's dashboard answers.
 	dash := regexp.MustCompile(`(?m)^0 .*(http://127\.0\.0\.1:\d+/)`)
@@ -135,6 +137,21 @@ func TestDemo(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// After the summary it lingers: micra search answers typed queries
+	// on the demo's indexer, as the README shows.
+	var typed string
+	for range 1800 {
+		if strings.Contains(out.String(), "running until interrupted") {
+			typed = demoTypedSearch(t, out.String())
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("exit %d before lingering:\n%s", code, out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	cancel()
 	code := <-done
 	text := out.String()
 	if code != 0 {
@@ -151,4 +168,38 @@ func TestDemo(t *testing.T) {
 	if m := regexp.MustCompile(`micra search \S+ → (\d+) pages`).FindStringSubmatch(text); m == nil || m[1] == "0" {
 		t.Errorf("no sample search with hits:\n%s", text)
 	}
+	if typed == "" {
+		t.Errorf("no typed search ran:\n%s", text)
+	}
+}
+
+// demoTypedSearch runs micra search type:TYPE on the indexer of a demo's
+// output, for the type of the demo's sample typed search, and checks it
+// finds as many pages, each of that type. It returns the query.
+func demoTypedSearch(t *testing.T, text string) string {
+	t.Helper()
+	api := regexp.MustCompile(`search page (http://127\.0\.0\.1:\d+)/`).FindStringSubmatch(text)
+	sample := regexp.MustCompile(`micra search (type:\S+) → (\d+) pages`).FindStringSubmatch(text)
+	if api == nil || sample == nil {
+		t.Errorf("no indexer address or no sample typed search:\n%s", text)
+		return ""
+	}
+	code, out, errs := runCmd(t, "search", "--api", api[1], "--limit", "100", sample[1])
+	if code != 0 || !strings.Contains(out, sample[2]+" results for "+strconv.Quote(sample[1])) {
+		t.Errorf("micra search %s: exit %d, %s %s; the demo found %s pages", sample[1], code, out, errs, sample[2])
+	}
+	// Every hit (up to 100) lists its types, the one searched among them.
+	typeName := strings.TrimPrefix(sample[1], "type:")
+	hits := regexp.MustCompile(`(?m)^ +\d+\. `).FindAllString(out, -1)
+	typed := 0
+	for _, m := range regexp.MustCompile(`(?m)^ +types: (.*)$`).FindAllStringSubmatch(out, -1) {
+		if slices.Contains(strings.Split(m[1], ", "), typeName) {
+			typed++
+		}
+	}
+	if len(hits) == 0 || typed != len(hits) {
+		t.Errorf("micra search %s: %d hits, %d of them of the type:\n%s", sample[1], len(hits), typed, out)
+	}
+	t.Logf("micra search %s:\n%s", sample[1], out)
+	return sample[1]
 }

@@ -9,10 +9,20 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/micra-net/micra/crawl/index"
 )
 
 func runSearch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("search", "[--api URL] [--limit N] [--offset N] [--any] [--json] QUERY...", stderr)
+	fs := newFlagSet("search", `[--api URL] [--limit N] [--offset N] [--any] [--json] QUERY...
+
+Searches a running indexer. A query holds words ("-word" excludes) and
+conditions on the pages' structured data: type:TYPE (type:Recipe,
+type:schema:Event, type:<IRI>) and PROP=VALUE (author=alice,
+schema:price=10, 'author="alice smith"'); "-type:Event" excludes.
+Bare names are schema.org's.
+
+Flags:`, stderr)
 	api := apiFlag(fs)
 	limit := fs.Int("limit", 10, "results per page")
 	offset := fs.Int("offset", 0, "results to skip")
@@ -48,10 +58,11 @@ func runSearch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Offset    int     `json:"offset"`
 		TookMS    float64 `json:"took_ms"`
 		Hits      []struct {
-			URL   string  `json:"url"`
-			Title string  `json:"title"`
-			Type  string  `json:"type"`
-			Score float64 `json:"score"`
+			URL   string   `json:"url"`
+			Title string   `json:"title"`
+			Type  string   `json:"type"`
+			Score float64  `json:"score"`
+			Types []string `json:"types"`
 		} `json:"hits"`
 	}
 	if err := json.Unmarshal(raw, &res); err != nil {
@@ -68,6 +79,13 @@ func runSearch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			title = "(no title)"
 		}
 		fmt.Fprintf(stdout, "%3d. %s\n     %s  [%s, score %.3f]\n", res.Offset+i+1, title, h.URL, h.Type, h.Score)
+		if len(h.Types) > 0 {
+			short := make([]string, len(h.Types))
+			for i, t := range h.Types {
+				short[i] = index.ShortName(t)
+			}
+			fmt.Fprintf(stdout, "     types: %s\n", strings.Join(short, ", "))
+		}
 	}
 	return nil
 }

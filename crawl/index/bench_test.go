@@ -111,3 +111,90 @@ func BenchmarkSearch(b *testing.B) {
 		})
 	}
 }
+
+// benchTypes are the schema.org types of benchStructured's items.
+var benchTypes = []string{"Event", "Recipe", "Product", "Organization", "Article"}
+
+// benchStructured gives 30 % of recs statements shaped like the emulated
+// Internet's (world.Params.Structured): an item of one of benchTypes with
+// a name, a date, two word-valued properties and an author (a Person with
+// a name of two words from a 200-word list), nine statements.
+func benchStructured(recs []crawl.Record, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	vocab := vocabulary(200)
+	for i := range recs {
+		if rng.IntN(10) >= 3 {
+			continue
+		}
+		it, au := crawl.Term{Kind: crawl.TermBlank, Value: "b0"}, crawl.Term{Kind: crawl.TermBlank, Value: "b1"}
+		word := func() crawl.Term { return litT(vocab[rng.IntN(len(vocab))]) }
+		recs[i].Statements = []crawl.Statement{
+			st(it, iriT(rdfType), iriT(schemaOrg+benchTypes[rng.IntN(len(benchTypes))])),
+			st(it, iriT(schemaOrg+"name"), litT(recs[i].Title)),
+			st(it, iriT(schemaOrg+"url"), iriT(recs[i].URL)),
+			st(it, iriT(schemaOrg+"datePublished"), crawl.Term{Kind: crawl.TermLiteral, Value: t0.AddDate(0, 0, -rng.IntN(3650)).Format("2006-01-02"), Datatype: xsdDate}),
+			st(it, iriT(schemaOrg+"keywords"), word()),
+			st(it, iriT(schemaOrg+"genre"), word()),
+			st(it, iriT(schemaOrg+"author"), au),
+			st(au, iriT(rdfType), iriT(schemaOrg+"Person")),
+			st(au, iriT(schemaOrg+"name"), litT(vocab[rng.IntN(len(vocab))]+" "+vocab[rng.IntN(len(vocab))])),
+		}
+	}
+}
+
+// BenchmarkTypedSearch measures typed queries, alone and with words, on
+// a corpus of MICRA_INDEX_BENCH_DOCS records (default 20 000), 30 % of
+// them with structured data (benchStructured), and logs the cost of the
+// statements: ingest time and index size against the same records
+// without them.
+//
+//	go test -run '^$' -bench TypedSearch ./crawl/index/
+func BenchmarkTypedSearch(b *testing.B) {
+	n := 20000
+	if s := os.Getenv("MICRA_INDEX_BENCH_DOCS"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	recs := benchRecords(n, 2)
+	benchStructured(recs, 2)
+	bare := newTestIndex(b, benchDB(b), MaxStatements(0))
+	start := time.Now()
+	ingest(b, bare, recs)
+	tBare := time.Since(start)
+	x := newTestIndex(b, benchDB(b))
+	start = time.Now()
+	ingest(b, x, recs)
+	tWith := time.Since(start)
+	with, without := indexBytes(b, x.db), indexBytes(b, bare.db)
+	st := x.Stats()
+	b.Logf("corpus: %d records, %d terms, %d postings; ingest %v with statements, %v without; index %d bytes (keys and values) with statements, %d without (+%.0f %%)",
+		st.Docs, st.Terms, st.Postings, tWith.Round(time.Millisecond), tBare.Round(time.Millisecond), with[""], without[""],
+		100*float64(with[""]-without[""])/float64(without[""]))
+	term := func(rank int) string { return "w" + base26(rank) + "x" }
+	for _, q := range []Query{
+		{Text: "type:Recipe"},                         // 6 % of the pages
+		{Text: "type:Person"},                         // 30 %
+		{Text: "type:Recipe " + term(10)},             // a type and a common word
+		{Text: "type:Recipe " + term(2000)},           // a type and a rare word
+		{Text: term(10) + " -type:Event"},             // a word, a type excluded
+		{Text: "author=" + vocabulary(200)[7]},        // a property's value, by word
+		{Text: "type:Event datePublished=2025-06-01"}, // a type and an exact value
+		{Text: "type:Recipe", Offset: 90, Limit: 10},  // page 10
+	} {
+		res, err := x.Search(b.Context(), q)
+		if err != nil {
+			b.Fatal(err)
+		}
+		name := fmt.Sprintf("%s/offset=%d/total=%d", q.Text, q.Offset, res.Total)
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := x.Search(b.Context(), q); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

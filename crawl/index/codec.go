@@ -238,6 +238,9 @@ const (
 	inTitle   = 1 << 0 // the term is a stem of the title
 	inHost    = 1 << 1 // the term is a stem of a host name label
 	inKeyword = 1 << 2 // the term is one of the record's keywords
+	inStruct  = 1 << 3 // a hidden term of the record's statements (schema 2)
+
+	postingFlags = inTitle | inHost | inKeyword | inStruct
 )
 
 // posting is one term of a stored record as the index holds it.
@@ -252,15 +255,16 @@ func encodePostingValue(w uint16, flags uint8) []byte {
 }
 
 func decodePostingValue(b []byte) (uint16, uint8, error) {
-	if len(b) != 3 || b[2]&^(inTitle|inHost|inKeyword) != 0 {
+	if len(b) != 3 || b[2]&^postingFlags != 0 {
 		return 0, 0, fmt.Errorf("%w: posting value %x", ErrCorruptValue, b)
 	}
 	return uint16(b[0])<<8 | uint16(b[1]), b[2], nil
 }
 
-// maxPostings bounds the postings of one stored record: keywords plus the
-// stems of the title and of the host name.
-const maxPostings = ceilKeywords + maxTitleTerms + maxHostTerms
+// maxPostings bounds the postings of one stored record: keywords, the
+// stems of the title and of the host name, and the hidden terms of its
+// statements.
+const maxPostings = ceilKeywords + maxTitleTerms + maxHostTerms + maxStructTerms
 
 // stored is the value under /index/r/: the postings the record was indexed
 // under, so that replacing it removes exactly those, followed by the record.
@@ -291,10 +295,10 @@ func decodeStored(b []byte) (stored, error) {
 		s.Postings = make([]posting, n)
 		for i := range s.Postings {
 			p := &s.Postings[i]
-			p.Term = d.str(maxTermBytes)
+			p.Term = d.str(maxStoredTermBytes)
 			p.Weight = d.u16()
 			p.Flags = d.byte()
-			if d.err == nil && (p.Term == "" || p.Flags&^(inTitle|inHost|inKeyword) != 0) {
+			if d.err == nil && (p.Term == "" || p.Flags&^postingFlags != 0) {
 				d.fail("bad posting")
 			}
 		}

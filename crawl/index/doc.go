@@ -1,9 +1,11 @@
 // Package index is micra's indexer storage and search engine: a plain
 // library that stores the keyword records volunteers publish (crawl.Record),
-// keeps an inverted index over them in the node's badger database, answers
-// ranked keyword queries, matches records against registered user profiles
-// (eRACE's URDs) and exports everything as JSON Lines. Handler serves it
-// all over HTTP: a JSON API and a small HTML search page.
+// keeps an inverted index over them and over their structured data
+// (statements) in the node's badger database, answers ranked keyword and
+// typed queries, matches records against registered user profiles (eRACE's
+// URDs) and exports everything as JSON Lines, the statements also as
+// N-Triples. Handler serves it all over HTTP: a JSON API and a small HTML
+// search page.
 //
 // It imports crawl and crawl/internal packages only, never libp2p nor any
 // other package of micra. Verifying batches (signatures, sequence numbers,
@@ -26,8 +28,8 @@
 // postings, document frequencies, counters and profile annotations, is one
 // badger transaction, so the index is consistent after a crash.
 //
-// Everything is bounded: records (encoded size, keywords, links, title;
-// times at most ClockSkew in the future), queries (bytes, terms, page size,
+// Everything is bounded: records (encoded size, keywords, links, title,
+// statements; times at most ClockSkew in the future), queries (bytes, terms, page size,
 // result window, postings visited) and profiles (count, keywords).
 // Malformed keywords are dropped; records with a bad URL, time, status or
 // change kind are rejected and counted.
@@ -86,6 +88,29 @@
 // impact-ordered early termination; at tens of millions of pages a tiered or
 // impact-ordered index would be the next step.
 //
+// # Structured data
+//
+// A record's statements (crawl.Statement: the page's JSON-LD, microdata,
+// RDFa, RDF/XML and feed items as RDF triples) are stored with it, at most
+// MaxStatements (1000), those N-Triples cannot write dropped and counted
+// (relative or malformed IRIs, literal subjects, bad language tags). They
+// are indexed as hidden terms, which start with '#' as no keyword can:
+// "#t:" and a type IRI for each rdf:type, "#p:" and "PROPERTY=VALUE" for
+// each property's whole normalised value and each of its word stems (an
+// item's schema:name standing for the item), lower case, at most 256 a
+// page (structured.go). A typed query is then a posting-list intersection
+// like keywords, with the same ranking:
+//
+//	type:Recipe garlic            schema.org's Recipe (bare names are schema.org's), with "garlic"
+//	type:schema:Event -type:Event prefixed names (schema, rdf, rdfs, dc, foaf, og …) and <IRI>s
+//	author=alice                  a property whose value, or whose item's name, has the word
+//	author="alice smith"          several words, each required
+//	schema:price=10               a value that is not words (numbers, dates, IRIs) is matched whole
+//
+// Hits carry the page's types and a few statements. The index schema is
+// version 2; New migrates a version 1 index, whose records may hold
+// statements that were stored but not indexed.
+//
 // # Profiles
 //
 // A profile (eRACE URD) is a name, weighted keywords as the user types them
@@ -105,6 +130,8 @@
 //
 // # Export
 //
-// Export writes every searchable record with its provenance as JSON Lines
-// (JSONRecord documents the stable field names) from one snapshot.
+// Export writes every searchable record with its provenance and statements
+// as JSON Lines (JSONRecord documents the stable field names) from one
+// snapshot; ExportNTriples writes all pages' statements as one RDF graph
+// in N-Triples, blank nodes made unique per page.
 package index

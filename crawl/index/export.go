@@ -17,24 +17,65 @@ import (
 // renamed or removed. Every field is always present; lists may be empty but
 // are never null.
 type JSONRecord struct {
-	URL         string         `json:"url"`         // the URL requested, the page's identity
-	FinalURL    string         `json:"final_url"`   // after redirects
-	Time        time.Time      `json:"time"`        // when the page was crawled (RFC 3339)
-	Status      int            `json:"status"`      // HTTP status
-	Type        string         `json:"type"`        // html, xhtml, rss, atom, rdf, sitemap, sitemapindex, text, other
-	Title       string         `json:"title"`       //
-	Lang        string         `json:"lang"`        // declared language, may be empty
-	Canonical   string         `json:"canonical"`   // rel=canonical, may be empty
-	Keywords    []JSONKeyword  `json:"keywords"`    // heaviest first
-	Links       []JSONLink     `json:"links"`       // out-links in page order
-	Fingerprint string         `json:"fingerprint"` // 64-bit SimHash, 16 hex digits
-	Change      string         `json:"change"`      // new, modified or gone
-	Timing      JSONTiming     `json:"timing"`      // fetch timing in microseconds
-	Size        int64          `json:"size"`        // decoded body bytes
-	Truncated   bool           `json:"truncated"`   // the body hit a size cap
-	Owners      []string       `json:"owners"`      // who requested the crawl (WebRACE)
-	Provenance  JSONProvenance `json:"provenance"`
-	Distrusted  bool           `json:"distrusted,omitempty"` // the node that delivered it is distrusted (Index.Distrust)
+	URL         string          `json:"url"`         // the URL requested, the page's identity
+	FinalURL    string          `json:"final_url"`   // after redirects
+	Time        time.Time       `json:"time"`        // when the page was crawled (RFC 3339)
+	Status      int             `json:"status"`      // HTTP status
+	Type        string          `json:"type"`        // html, xhtml, rss, atom, rdf, sitemap, sitemapindex, text, other
+	Title       string          `json:"title"`       //
+	Lang        string          `json:"lang"`        // declared language, may be empty
+	Canonical   string          `json:"canonical"`   // rel=canonical, may be empty
+	Keywords    []JSONKeyword   `json:"keywords"`    // heaviest first
+	Links       []JSONLink      `json:"links"`       // out-links in page order
+	Fingerprint string          `json:"fingerprint"` // 64-bit SimHash, 16 hex digits
+	Change      string          `json:"change"`      // new, modified or gone
+	Timing      JSONTiming      `json:"timing"`      // fetch timing in microseconds
+	Size        int64           `json:"size"`        // decoded body bytes
+	Truncated   bool            `json:"truncated"`   // the body hit a size cap
+	Owners      []string        `json:"owners"`      // who requested the crawl (WebRACE)
+	Provenance  JSONProvenance  `json:"provenance"`
+	Distrusted  bool            `json:"distrusted,omitempty"` // the node that delivered it is distrusted (Index.Distrust)
+	Statements  []JSONStatement `json:"statements"`           // the page's structured data (RDF triples), in the crawler's order
+}
+
+// JSONStatement is an RDF triple of a page's structured data.
+type JSONStatement struct {
+	Subject   JSONTerm `json:"s"`
+	Predicate JSONTerm `json:"p"`
+	Object    JSONTerm `json:"o"`
+}
+
+// JSONTerm is a node of a statement: kind "iri" (value: an absolute IRI),
+// "blank" (value: its label, unique within the record) or "literal"
+// (value: its lexical form; datatype an IRI, absent for plain strings;
+// lang a language tag).
+type JSONTerm struct {
+	Kind     string `json:"kind"`
+	Value    string `json:"value"`
+	Datatype string `json:"datatype,omitempty"`
+	Lang     string `json:"lang,omitempty"`
+}
+
+func toJSONTerm(t crawl.Term) JSONTerm {
+	j := JSONTerm{Value: t.Value, Datatype: t.Datatype, Lang: t.Lang}
+	switch t.Kind {
+	case crawl.TermIRI:
+		j.Kind = "iri"
+	case crawl.TermBlank:
+		j.Kind = "blank"
+	default:
+		j.Kind = "literal"
+	}
+	return j
+}
+
+// ToJSONStatements converts statements to their JSON form; never nil.
+func ToJSONStatements(stmts []crawl.Statement) []JSONStatement {
+	out := make([]JSONStatement, len(stmts))
+	for i, s := range stmts {
+		out[i] = JSONStatement{Subject: toJSONTerm(s.S), Predicate: toJSONTerm(s.P), Object: toJSONTerm(s.O)}
+	}
+	return out
 }
 
 // JSONKeyword is a keyword: a Snowball stem and its weight, 1..65535.
@@ -78,7 +119,7 @@ func ToJSON(d *Doc) JSONRecord {
 		},
 		Size: r.Size, Truncated: r.Truncated, Owners: append([]string{}, r.Owners...),
 		Provenance: JSONProvenance{Node: d.Provenance.Node, Seq: d.Provenance.Seq, Received: d.Provenance.Received.UTC()},
-		Distrusted: d.Distrusted,
+		Distrusted: d.Distrusted, Statements: ToJSONStatements(r.Statements),
 	}
 	for i, k := range r.Keywords {
 		j.Keywords[i] = JSONKeyword(k)
@@ -100,7 +141,23 @@ func (x *Index) Export(ctx context.Context, w io.Writer) (int, error) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
 	n := 0
-	err := x.db.View(func(txn *badger.Txn) error {
+	err := x.eachRecord(ctx, func(_ docID, d *Doc) error {
+		if err := enc.Encode(ToJSON(d)); err != nil {
+			return err
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return n, err
+	}
+	return n, bw.Flush()
+}
+
+// eachRecord calls f with every searchable record, in id order, from one
+// snapshot.
+func (x *Index) eachRecord(ctx context.Context, f func(docID, *Doc) error) error {
+	return x.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 16, Prefix: prefixRecord})
 		defer it.Close()
 		for it.Seek(prefixRecord); it.ValidForPrefix(prefixRecord); it.Next() {
@@ -132,15 +189,10 @@ func (x *Index) Export(ctx context.Context, w io.Writer) (int, error) {
 			}
 			d.Provenance = m.Prov
 			d.Distrusted = x.isDistrusted(m.Prov.Node)
-			if err := enc.Encode(ToJSON(&d)); err != nil {
+			if err := f(id, &d); err != nil {
 				return err
 			}
-			n++
 		}
 		return nil
 	})
-	if err != nil {
-		return n, err
-	}
-	return n, bw.Flush()
 }

@@ -28,10 +28,14 @@ const maxProfileBody = 64 << 10
 // closed):
 //
 //	GET    /                                 HTML search page: q, any=1, offset
-//	GET    /api/search                       q, limit, offset, mode=all|any → results
+//	GET    /api/search                       q, limit, offset, mode=all|any → results; q holds
+//	                                         words, -word, type:TYPE, PROP=VALUE (parseQuery);
+//	                                         each hit has its types and a few statements
 //	GET    /api/record                       url → the stored record (JSONRecord)
 //	GET    /api/stats                        counters
-//	GET    /api/export                       every record as JSON Lines (application/x-ndjson)
+//	GET    /api/export                       every record as JSON Lines (application/x-ndjson);
+//	                                         format=ntriples: every page's statements as
+//	                                         N-Triples (application/n-triples)
 //	GET    /api/profiles                     all profiles
 //	GET    /api/profiles/{name}              one profile
 //	PUT    /api/profiles/{name}              register or replace: {"keywords": [{"word": "java", "weight": 4}], "threshold": 0.1}
@@ -123,11 +127,17 @@ type jsonHit struct {
 	Score    float64      `json:"score"`
 	Keywords jsonKeywords `json:"keywords"`
 	Matched  []string     `json:"matched"`
+	// Types are the rdf:types of the page's items; Statements a few
+	// statements about them. Both are empty lists for a page without
+	// structured data.
+	Types      []string        `json:"types"`
+	Statements []JSONStatement `json:"statements"`
 }
 
 func toJSONHit(h *Hit) jsonHit {
 	j := jsonHit{URL: h.URL, FinalURL: h.FinalURL, Title: h.Title, Lang: h.Lang, Type: h.Type.String(),
-		Time: h.Time.UTC(), Score: h.Score, Keywords: make(jsonKeywords, len(h.Keywords)), Matched: h.Matched}
+		Time: h.Time.UTC(), Score: h.Score, Keywords: make(jsonKeywords, len(h.Keywords)), Matched: h.Matched,
+		Types: append([]string{}, h.Types...), Statements: ToJSONStatements(h.Statements)}
 	if j.Matched == nil {
 		j.Matched = []string{}
 	}
@@ -284,16 +294,34 @@ func (x *Index) serveExport(w http.ResponseWriter, r *http.Request) {
 		x.writeError(w, r, err)
 		return
 	}
+	format := r.URL.Query().Get("format")
 	h := w.Header()
-	h.Set("Content-Type", "application/x-ndjson; charset=utf-8")
-	h.Set("Content-Disposition", `attachment; filename="micra-index.jsonl"`)
+	switch format {
+	case "", "jsonl":
+		h.Set("Content-Type", "application/x-ndjson; charset=utf-8")
+		h.Set("Content-Disposition", `attachment; filename="micra-index.jsonl"`)
+	case "ntriples":
+		h.Set("Content-Type", "application/n-triples; charset=utf-8")
+		h.Set("Content-Disposition", `attachment; filename="micra-index.nt"`)
+	default:
+		x.writeError(w, r, badParam{fmt.Sprintf("format: %q is neither jsonl nor ntriples", format)})
+		return
+	}
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
 	f, _ := w.(http.Flusher)
-	n, err := x.Export(r.Context(), flushWriter{w, f})
+	var n int
+	var err error
+	if format == "ntriples" {
+		var st NTriplesStats
+		st, err = x.ExportNTriples(r.Context(), flushWriter{w, f})
+		n = st.Pages
+	} else {
+		n, err = x.Export(r.Context(), flushWriter{w, f})
+	}
 	if err != nil {
 		// The status is sent: the client sees a truncated stream.
-		x.log.Warn("export interrupted", "records", n, "error", err)
+		x.log.Warn("export interrupted", "format", format, "records", n, "error", err)
 	}
 }
 

@@ -135,7 +135,7 @@ func TestHTTPExport(t *testing.T) {
 		t.Fatalf("%d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	fields := []string{"canonical", "change", "final_url", "fingerprint", "keywords", "lang", "links", "owners",
-		"provenance", "size", "status", "time", "timing", "title", "truncated", "type", "url"}
+		"provenance", "size", "statements", "status", "time", "timing", "title", "truncated", "type", "url"}
 	sc := bufio.NewScanner(strings.NewReader(body))
 	sc.Buffer(nil, 1<<20)
 	n := 0
@@ -158,7 +158,7 @@ func TestHTTPExport(t *testing.T) {
 			t.Fatal(err)
 		}
 		seen[r.URL] = true
-		if r.Provenance.Node != src.Node || r.Change != "new" || r.Type != "html" || len(r.Fingerprint) != 16 || r.Links == nil || r.Owners == nil {
+		if r.Provenance.Node != src.Node || r.Change != "new" || r.Type != "html" || len(r.Fingerprint) != 16 || r.Links == nil || r.Owners == nil || r.Statements == nil {
 			t.Fatalf("record %+v", r)
 		}
 		n++

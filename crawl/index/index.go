@@ -87,9 +87,11 @@ func New(db *badger.DB, opts ...Option) (*Index, error) {
 	return x, nil
 }
 
-// openSchema checks or writes the schema version and loads the counters.
+// openSchema checks or writes the schema version, loads the counters and
+// migrates an index of an older version.
 func (x *Index) openSchema() error {
-	return x.db.Update(func(txn *badger.Txn) error {
+	var ver uint64
+	err := x.db.Update(func(txn *badger.Txn) error {
 		item, err := txn.Get(keySchema)
 		switch {
 		case errors.Is(err, badger.ErrKeyNotFound):
@@ -100,6 +102,7 @@ func (x *Index) openSchema() error {
 			if used {
 				return fmt.Errorf("%w: keys under %s but no schema version", ErrSchema, KeyPrefix)
 			}
+			ver = schemaVersion
 			if err := txn.Set(keySchema, encodeUvarint(schemaVersion)); err != nil {
 				return err
 			}
@@ -111,14 +114,24 @@ func (x *Index) openSchema() error {
 		if err != nil {
 			return err
 		}
-		if ver, err := decodeUvarint(v); err != nil || ver != schemaVersion {
+		if ver, err = decodeUvarint(v); err != nil {
 			return fmt.Errorf("%w: %x", ErrSchema, v)
+		}
+		if ver < 1 || ver > schemaVersion {
+			return fmt.Errorf("%w: %d; this micra reads versions 1 to %d (a newer micra wrote the index?)", ErrSchema, ver, schemaVersion)
 		}
 		if x.cnt, err = readCounts(txn); err != nil {
 			return err
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if ver < schemaVersion {
+		return x.migrate(ver)
+	}
+	return nil
 }
 
 func readCounts(txn *badger.Txn) (counts, error) {

@@ -21,7 +21,10 @@ import (
 //	                                   content hash, provenance (value: docMeta)
 //	/index/r/<id>                      live record: its postings and the record in
 //	                                   crawl.AppendRecord form (value: stored)
-//	/index/p/<len><t><id>              posting (value: weight u16, flags u8)
+//	/index/p/<len><t><id>              posting (value: weight u16, flags u8); <t> is a
+//	                                   keyword or stem, or a hidden term of the
+//	                                   record's statements (schema 2: "#t:…", "#p:…",
+//	                                   "#h:…", see structured.go)
 //	/index/t/<t>                       document frequency of a term (value: uvarint)
 //	/index/pf/<n>                      profile definition and state (value: profileValue)
 //	/index/pc/<n>                      number of records matching a profile (value: uvarint)
@@ -33,8 +36,12 @@ import (
 // the position of an id in its list is also the fraction of the list read.
 const KeyPrefix = "/index/"
 
-// schemaVersion is stored under /index/meta/schema.
-const schemaVersion = 1
+// schemaVersion is stored under /index/meta/schema. Version 2 indexes
+// records' statements as hidden terms (postings flagged inStruct, terms up
+// to 255 bytes); New migrates a version 1 index (migrate.go). Binaries
+// that read version 1 only refuse version 2 (ErrSchema) instead of
+// misreading it.
+const schemaVersion = 2
 
 const idLen = 16
 

@@ -20,6 +20,7 @@ type config struct {
 	maxRecordBytes int
 	maxKeywords    int
 	maxLinks       int
+	maxStatements  int
 	clockSkew      time.Duration
 
 	maxQueryBytes int
@@ -53,6 +54,7 @@ func defaults() *config {
 		maxRecordBytes:     512 << 10,
 		maxKeywords:        256,
 		maxLinks:           5000,
+		maxStatements:      1000,
 		clockSkew:          15 * time.Minute,
 		maxQueryBytes:      1024,
 		maxQueryTerms:      16,
@@ -77,6 +79,7 @@ func (c *config) validate() error {
 	check(c.maxRecordBytes >= 1024 && c.maxRecordBytes <= ceilRecordBytes, "record size cap %d not in 1 KiB..%d", c.maxRecordBytes, ceilRecordBytes)
 	check(c.maxKeywords >= 1 && c.maxKeywords <= ceilKeywords, "keyword cap %d not in 1..%d", c.maxKeywords, ceilKeywords)
 	check(c.maxLinks >= 0 && c.maxLinks <= 100000, "link cap %d not in 0..100000", c.maxLinks)
+	check(c.maxStatements >= 0 && c.maxStatements <= ceilStatements, "statement cap %d not in 0..%d", c.maxStatements, ceilStatements)
 	check(c.clockSkew >= 0, "clock skew must not be negative")
 	check(c.maxQueryBytes >= 16 && c.maxQueryBytes <= ceilQueryBytes, "query size cap %d not in 16..%d", c.maxQueryBytes, ceilQueryBytes)
 	check(c.maxQueryTerms >= 1 && c.maxQueryTerms <= ceilQueryTerms, "query term cap %d not in 1..%d", c.maxQueryTerms, ceilQueryTerms)
@@ -111,6 +114,15 @@ func RecordLimits(maxBytes, maxKeywords, maxLinks int) Option {
 		c.maxRecordBytes, c.maxKeywords, c.maxLinks = maxBytes, maxKeywords, maxLinks
 		return nil
 	}
+}
+
+// MaxStatements bounds the statements (structured data) one stored record
+// keeps; the first are kept. Default 1000, what the crawler extracts from
+// a page at most (structured.DefaultLimits); at most 4096, what a record
+// may carry. 0 keeps none: pages are then stored and searched without
+// their structured data.
+func MaxStatements(n int) Option {
+	return func(c *config) error { c.maxStatements = n; return nil }
 }
 
 // ClockSkew is how far in the future a record's time may be. A record from

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/micra-net/micra/crawl"
 )
 
 // The search page is rendered on the server by html/template, which
@@ -22,6 +24,9 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"score": func(f float64) string {
 		return strconv.FormatFloat(f, 'g', 3, 64)
 	},
+	"short":    ShortName,
+	"typeLink": func(iri string) string { return pageLink("type:"+ShortName(iri), false, 0) },
+	"value":    displayValue,
 }).Parse(`<!doctype html>
 <html lang="en">
 <head>
@@ -44,6 +49,8 @@ li a{font-size:1.12rem;color:#1a0dab;text-decoration:none;overflow-wrap:anywhere
 li a:hover{text-decoration:underline}
 .url{color:#006621;font-size:.88rem;overflow-wrap:anywhere}
 .info{color:#555;font-size:.85rem}
+.types{font-size:.85rem;color:#444;overflow-wrap:anywhere}
+.types a{font-size:.85rem;color:#6a3d9a;font-weight:600}
 .error{color:#a00;border-left:3px solid #a00;padding-left:.6rem}
 nav{display:flex;gap:1.5rem;margin:1rem 0 2rem}
 footer{color:#777;font-size:.8rem;padding:1rem 1.5rem;border-top:1px solid #eee}
@@ -69,7 +76,10 @@ footer{color:#777;font-size:.8rem;padding:1rem 1.5rem;border-top:1px solid #eee}
 {{- range .Hits}}
 <li><a href="{{.FinalURL}}" rel="noreferrer nofollow">{{if .Title}}{{.Title}}{{else}}{{.URL}}{{end}}</a>
 <div class="url">{{.FinalURL}}</div>
-<div class="info">crawled {{date .Time}}{{if .Matched}} · has {{range $i, $w := .Matched}}{{if $i}}, {{end}}{{$w}}{{end}}{{end}} · score {{score .Score}}</div></li>
+<div class="info">crawled {{date .Time}}{{if .Matched}} · has {{range $i, $w := .Matched}}{{if $i}}, {{end}}{{$w}}{{end}}{{end}} · score {{score .Score}}</div>
+{{- if .Types}}
+<div class="types">{{range $i, $t := .Types}}{{if $i}} · {{end}}<a href="{{typeLink $t}}">{{short $t}}</a>{{end}}{{with .Statements}} — {{range $i, $s := .}}{{if $i}}; {{end}}{{short $s.P.Value}}: {{value $s.O}}{{end}}{{end}}</div>
+{{- end}}</li>
 {{- end}}
 </ol>
 {{- else}}
@@ -78,10 +88,22 @@ footer{color:#777;font-size:.8rem;padding:1rem 1.5rem;border-top:1px solid #eee}
 <nav>{{if $.Prev}}<a href="{{$.Prev}}">← Previous</a>{{end}}{{if $.Next}}<a href="{{$.Next}}">Next →</a>{{end}}</nav>
 {{- end}}
 </main>
-<footer>{{.Docs}} pages indexed · searches use the crawler's stemming: “running” finds “run”; stop words are ignored; “-word” excludes</footer>
+<footer>{{.Docs}} pages indexed · searches use the crawler's stemming: “running” finds “run”; stop words are ignored; “-word” excludes; structured data: “type:Recipe”, “author=alice”, “schema:price=10”</footer>
 </body>
 </html>
 `))
+
+// displayValue is how the search page shows a statement's object: an
+// IRI by ShortName, a literal clipped to 80 bytes.
+func displayValue(t crawl.Term) string {
+	if t.Kind == crawl.TermIRI {
+		return ShortName(t.Value)
+	}
+	if v := clip(t.Value, 80); len(v) < len(t.Value) {
+		return v + "…"
+	}
+	return t.Value
+}
 
 type pageData struct {
 	Query    string

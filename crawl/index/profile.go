@@ -603,11 +603,9 @@ func (x *Index) Matches(ctx context.Context, name string, limit, offset int) (*M
 			if err != nil {
 				return fmt.Errorf("match of %q: %w", name, err)
 			}
-			page.Matches = append(page.Matches, Match{
-				Hit: Hit{URL: r.URL, FinalURL: r.FinalURL, Title: r.Title, Lang: r.Lang, Type: r.Type,
-					Time: r.Time, Keywords: topKeywords(&r, hitKeywords)},
-				Relevance: rel, Terms: m.Terms,
-			})
+			h := newHit(&r, nil, 0, parsedQuery{})
+			h.Matched = nil
+			page.Matches = append(page.Matches, Match{Hit: h, Relevance: rel, Terms: m.Terms})
 		}
 		return nil
 	})

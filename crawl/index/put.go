@@ -29,7 +29,7 @@ type PutResult struct {
 	Duplicates int // the same version (time and content) was already stored
 	Stale      int // older than the stored version or tombstone: ignored
 	Rejected   int // invalid records: see Errors
-	Dropped    int // malformed or surplus keywords removed from stored records
+	Dropped    int // malformed or surplus keywords and statements removed from stored records
 
 	// Errors holds the reasons of the first rejections (at most 8), each
 	// matching ErrInvalidRecord.

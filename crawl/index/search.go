@@ -40,6 +40,12 @@ type Hit struct {
 	Score    float64         // see the package documentation
 	Keywords []crawl.Keyword // the page's heaviest keywords (stems), at most hitKeywords
 	Matched  []string        // the query's words the page has, as the query wrote them
+
+	// Types are the rdf:types of the page's items (IRIs), at most 8;
+	// Statements a few statements about them (literal or IRI values), at
+	// most 8. Both are empty for a page without structured data.
+	Types      []string
+	Statements []crawl.Statement
 }
 
 const hitKeywords = 8
@@ -212,14 +218,11 @@ func (x *Index) Search(ctx context.Context, q Query) (*Results, error) {
 			return nil
 		}
 		for _, s := range top[q.Offset:] {
-			r, _, err := getRecord(txn, s.id)
+			r, ps, err := getRecord(txn, s.id)
 			if err != nil {
 				return fmt.Errorf("hit %x: %w", s.id, err)
 			}
-			res.Hits = append(res.Hits, Hit{
-				URL: r.URL, FinalURL: r.FinalURL, Title: r.Title, Lang: r.Lang, Type: r.Type,
-				Time: r.Time, Score: s.score, Keywords: topKeywords(&r, hitKeywords), Matched: matched(&r, pq),
-			})
+			res.Hits = append(res.Hits, newHit(&r, ps, s.score, pq))
 		}
 		return nil
 	})
@@ -229,11 +232,26 @@ func (x *Index) Search(ctx context.Context, q Query) (*Results, error) {
 	return res, nil
 }
 
-// matched returns the words of pq whose terms r has.
-func matched(r *crawl.Record, pq parsedQuery) []string {
+// newHit makes a hit of a stored record and its postings.
+func newHit(r *crawl.Record, ps []posting, score float64, pq parsedQuery) Hit {
+	stmts, _ := cleanStatements(r.Statements, ceilStatements)
+	return Hit{
+		URL: r.URL, FinalURL: r.FinalURL, Title: r.Title, Lang: r.Lang, Type: r.Type,
+		Time: r.Time, Score: score, Keywords: topKeywords(r, hitKeywords), Matched: matched(r, ps, pq),
+		Types: pageTypes(stmts, hitTypes), Statements: summary(stmts, hitStatements),
+	}
+}
+
+// matched returns the words of pq whose terms r has: keywords, and
+// statement conditions.
+func matched(r *crawl.Record, ps []posting, pq parsedQuery) []string {
 	var has []string
 	for _, t := range pq.Terms {
-		if slices.ContainsFunc(r.Keywords, func(k crawl.Keyword) bool { return k.Term == t }) {
+		if isHidden(t) {
+			if slices.ContainsFunc(ps, func(p posting) bool { return p.Term == t }) {
+				has = append(has, t)
+			}
+		} else if slices.ContainsFunc(r.Keywords, func(k crawl.Keyword) bool { return k.Term == t }) {
 			has = append(has, t)
 		}
 	}

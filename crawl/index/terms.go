@@ -119,7 +119,7 @@ type prepared struct {
 	enc      []byte    // crawl.AppendRecord form, nil for gone records
 	hash     uint64    // content hash of enc (of the URL for gone records)
 	postings []posting // sorted by term, nil for gone records
-	dropped  int       // keywords dropped as malformed or over the cap
+	dropped  int       // keywords and statements dropped as malformed or over the cap
 	err      error     // why the record is rejected
 }
 
@@ -202,6 +202,9 @@ func (c *config) prepare(r crawl.Record, now time.Time) prepared {
 	if len(r.Links) > c.maxLinks {
 		r.Links = r.Links[:c.maxLinks:c.maxLinks]
 	}
+	var dropped int
+	r.Statements, dropped = cleanStatements(r.Statements, c.maxStatements)
+	p.dropped += dropped
 	p.rec = r
 	p.enc = crawl.AppendRecord(nil, &p.rec)
 	if len(p.enc) > c.maxRecordBytes {
@@ -215,8 +218,9 @@ func (c *config) prepare(r crawl.Record, now time.Time) prepared {
 // indexTerms derives the postings of a valid record: its keywords with their
 // weights; the stems of its title, flagged, and added with the record's
 // lowest keyword weight when they are not keywords; likewise the stems of its
-// host name (without "www" and the top-level domain). The result is sorted
-// by term.
+// host name (without "www" and the top-level domain); and the hidden terms
+// of its statements, flagged, with the lowest keyword weight. The result
+// is sorted by term.
 func indexTerms(r *crawl.Record) []posting {
 	ps := make([]posting, 0, len(r.Keywords)+8)
 	minW := uint16(65535)
@@ -238,6 +242,9 @@ func indexTerms(r *crawl.Record) []posting {
 	}
 	for _, t := range hostStems(r.URL) {
 		add(t, inHost)
+	}
+	for _, t := range structTerms(r.Statements) {
+		add(t, inStruct)
 	}
 	return ps
 }
@@ -293,48 +300,71 @@ func (q parsedQuery) words(terms []string) []string {
 }
 
 // parseQuery turns query text into terms. Words are separated by white
-// space; a word starting with '-' excludes, one starting with '+' is an
-// ordinary word. Each word goes through the crawler's text processing, so
-// one word may give several terms ("e-mail" gives "mail") or none (stop
-// words).
+// space outside double quotes (which are removed); a word starting with
+// '-' excludes, one starting with '+' is an ordinary word. Each word goes
+// through the crawler's text processing, so one word may give several
+// terms ("e-mail" gives "mail") or none (stop words). A word that is a
+// statement condition, type:TYPE or PROP=VALUE (parseTyped), gives hidden
+// terms; a negated PROP=VALUE of several words excludes pages with any of
+// them.
 func parseQuery(text string, maxBytes, maxTerms int) (parsedQuery, error) {
 	var q parsedQuery
 	if len(text) > maxBytes {
 		return q, fmt.Errorf("%w: longer than %d bytes", ErrBadQuery, maxBytes)
 	}
+	toks := tokens(text)
+	q.Words = map[string]string{}
+	note := func(t, w string) {
+		if _, ok := q.Words[t]; !ok {
+			q.Words[t] = w
+			q.order = append(q.order, t)
+		}
+	}
 	var plus, minus []string
-	for _, f := range strings.Fields(text) {
+	for _, f := range toks {
+		if f == "" {
+			continue
+		}
+		neg := false
 		switch f[0] {
 		case '-':
-			minus = append(minus, f[1:])
+			neg, f = true, f[1:]
 		case '+':
-			plus = append(plus, f[1:])
-		default:
-			plus = append(plus, f)
+			f = f[1:]
 		}
-	}
-	q.Words = map[string]string{}
-	terms := func(words []string) []string {
-		var out []string
-		for _, w := range words {
-			for _, t := range stems(w, maxTerms+1) {
-				if _, ok := q.Words[t]; !ok {
-					q.Words[t] = strings.ToLower(strings.Trim(w, `"'.,;:!?()[]{}`))
-					q.order = append(q.order, t)
+		tq, typed, err := parseTyped(f)
+		if err != nil {
+			return parsedQuery{}, err
+		}
+		if !typed {
+			for _, t := range stems(f, maxTerms+1) {
+				note(t, strings.ToLower(strings.Trim(f, `"'.,;:!?()[]{}`)))
+				if neg {
+					minus = append(minus, t)
+				} else {
+					plus = append(plus, t)
 				}
-				out = append(out, t)
+			}
+			continue
+		}
+		for _, t := range tq.terms {
+			note(t, tq.word)
+			if neg {
+				minus = append(minus, t)
+			} else {
+				plus = append(plus, t)
 			}
 		}
-		slices.Sort(out)
-		return slices.Compact(out)
 	}
-	q.Terms, q.Excluded = terms(plus), terms(minus)
+	slices.Sort(plus)
+	slices.Sort(minus)
+	q.Terms, q.Excluded = slices.Compact(plus), slices.Compact(minus)
 	if len(q.Terms)+len(q.Excluded) > maxTerms {
 		return parsedQuery{}, fmt.Errorf("%w: more than %d distinct terms", ErrBadQuery, maxTerms)
 	}
 	for _, t := range q.Excluded {
 		if _, ok := slices.BinarySearch(q.Terms, t); ok {
-			return parsedQuery{}, fmt.Errorf("%w: %q is both searched and excluded", ErrBadQuery, t)
+			return parsedQuery{}, fmt.Errorf("%w: %q is both searched and excluded", ErrBadQuery, q.Words[t])
 		}
 	}
 	if len(q.Terms) == 0 {
@@ -344,4 +374,32 @@ func parseQuery(text string, maxBytes, maxTerms int) (parsedQuery, error) {
 		return parsedQuery{}, fmt.Errorf("%w: no searchable word (stop words, numbers and one-letter words are not indexed; exclusions alone match nothing)", ErrBadQuery)
 	}
 	return q, nil
+}
+
+// tokens splits query text at white space outside double quotes, and
+// removes the quotes; a quote left open runs to the end, as in web search
+// engines.
+func tokens(text string) []string {
+	var out []string
+	var b strings.Builder
+	quoted, started := false, false
+	for _, r := range text {
+		switch {
+		case r == '"':
+			quoted, started = !quoted, true
+		case !quoted && unicode.IsSpace(r):
+			if started {
+				out = append(out, b.String())
+				b.Reset()
+				started = false
+			}
+		default:
+			b.WriteRune(r)
+			started = true
+		}
+	}
+	if started {
+		out = append(out, b.String())
+	}
+	return out
 }

@@ -6,15 +6,18 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -457,27 +460,61 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *wo
 }
 
 // sampleSearch searches the indexer for the heaviest keyword of a crawled
-// home page and prints the first hits.
+// home page and for the structured data of the most common schema.org
+// type among the sites, and prints the first hits.
 func sampleSearch(ctx context.Context, out io.Writer, ri *node.Indexer, seeds []world.Site, run *world.Running) {
 	x := ri.Indexer().Index()
 	st := x.Stats()
 	fmt.Fprintf(out, "Indexer: %d pages searchable, %d terms; search page http://%s/\n", st.Docs, st.Terms, ri.HTTPAddr())
+	show := func(q string) bool {
+		res, err := x.Search(ctx, index.Query{Text: q, Limit: 3})
+		if err != nil {
+			fmt.Fprintf(out, "search %q: %v\n", q, err)
+			return true
+		}
+		if res.Total == 0 {
+			return false
+		}
+		fmt.Fprintf(out, "micra search %s → %d pages, the first:\n", q, res.Total)
+		for _, h := range res.Hits {
+			types := ""
+			if len(h.Types) > 0 {
+				short := make([]string, len(h.Types))
+				for i, t := range h.Types {
+					short[i] = index.ShortName(t)
+				}
+				types = "  [" + strings.Join(short, ", ") + "]"
+			}
+			fmt.Fprintf(out, "  %.2f  %s  %s%s\n", h.Score, h.URL, h.Title, types)
+		}
+		return true
+	}
+	searched := false
 	for _, s := range seeds {
 		doc, err := x.Get(ctx, run.URL(s))
 		if err != nil || len(doc.Keywords) == 0 {
 			continue
 		}
-		term := doc.Keywords[0].Term
-		res, err := x.Search(ctx, index.Query{Text: term, Limit: 3})
-		if err != nil {
-			fmt.Fprintf(out, "search %q: %v\n", term, err)
-			return
-		}
-		fmt.Fprintf(out, "micra search %s → %d pages, the first:\n", term, res.Total)
-		for _, h := range res.Hits {
-			fmt.Fprintf(out, "  %.2f  %s  %s\n", h.Score, h.URL, h.Title)
-		}
+		searched = show(doc.Keywords[0].Term)
+		break
+	}
+	if !searched {
+		fmt.Fprintln(out, "no page indexed yet: nothing to search")
 		return
 	}
-	fmt.Fprintln(out, "no page indexed yet: nothing to search")
+	// Structured data: the schema.org types of the sites, most common first.
+	count := map[string]int{}
+	for _, s := range seeds {
+		if s.SchemaType != "" {
+			count[s.SchemaType]++
+		}
+	}
+	types := slices.Collect(maps.Keys(count))
+	slices.SortFunc(types, func(a, b string) int { return cmp.Or(count[b]-count[a], strings.Compare(a, b)) })
+	for _, t := range types {
+		if show("type:" + t) {
+			return
+		}
+	}
+	fmt.Fprintln(out, "no page with structured data indexed yet")
 }

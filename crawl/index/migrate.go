@@ -1,0 +1,150 @@
+package index
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/micra-net/micra/crawl"
+)
+
+// migrate brings an index of schema version from up to schemaVersion, then
+// writes the new version. Every step can run again: one that a crash
+// interrupted runs again whole at the next New, as the version is written
+// last.
+func (x *Index) migrate(from uint64) error {
+	x.wmu.Lock()
+	defer x.wmu.Unlock()
+	if from < 2 {
+		n, err := x.migrate1to2()
+		if err != nil {
+			return fmt.Errorf("migrating the index from schema 1 to 2: %w", err)
+		}
+		x.log.Info("index schema migrated", "from", from, "to", 2, "pages", n)
+	}
+	return x.db.Update(func(txn *badger.Txn) error { return txn.Set(keySchema, encodeUvarint(schemaVersion)) })
+}
+
+// migrateScan is how many records migrate1to2 reads in one transaction.
+const migrateScan = 1024
+
+// migrate1to2 indexes the statements of the stored records. Schema 1
+// stored records with their statements (record version 2) but indexed
+// none; records without statements, all of those crawled before the
+// crawler extracted them, need nothing. It returns the pages re-indexed.
+func (x *Index) migrate1to2() (int, error) {
+	ctx := context.Background()
+	from := bytes.Clone(prefixRecord)
+	n := 0
+	for from != nil {
+		ids, next, err := x.recordsWithStatements(ctx, from)
+		if err != nil {
+			return n, err
+		}
+		from = next
+		w := x.newWtxn()
+		for _, id := range ids {
+			if x.full(w) {
+				if err := x.commit(w); err != nil {
+					return n, err
+				}
+				w = x.newWtxn()
+			}
+			s, err := getStored(w.txn, id)
+			if err != nil {
+				w.txn.Discard()
+				return n, err
+			}
+			r, err := crawl.DecodeRecord(s.Record)
+			if err != nil {
+				w.txn.Discard()
+				return n, fmt.Errorf("record %x: %w: %w", id, ErrCorruptValue, err)
+			}
+			stmts, _ := cleanStatements(r.Statements, x.cfg.maxStatements)
+			ps := withStructTerms(s.Postings, &r, stmts)
+			if slices.Equal(ps, s.Postings) {
+				continue
+			}
+			if err := x.updatePostings(w, id, s.Postings, ps); err != nil {
+				w.txn.Discard()
+				return n, err
+			}
+			s.Postings = ps
+			if err := w.set(recordKey(id), s.encode()); err != nil {
+				w.txn.Discard()
+				return n, err
+			}
+			n++
+		}
+		if err := x.commit(w); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// recordsWithStatements returns the ids of the records with statements
+// among at most migrateScan records from the key from on, and the key to
+// go on from (nil at the end).
+func (x *Index) recordsWithStatements(ctx context.Context, from []byte) ([]docID, []byte, error) {
+	var ids []docID
+	var next []byte
+	err := x.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: prefixRecord})
+		defer it.Close()
+		scanned := 0
+		for it.Seek(from); it.ValidForPrefix(prefixRecord); it.Next() {
+			if scanned == migrateScan {
+				next = it.Item().KeyCopy(nil)
+				return ctx.Err()
+			}
+			scanned++
+			id, ok := parseIDKey(prefixRecord, it.Item().Key())
+			if !ok {
+				return fmt.Errorf("%w: record key %q", ErrCorruptValue, it.Item().Key())
+			}
+			var has bool
+			err := it.Item().Value(func(v []byte) error {
+				s, err := decodeStored(v)
+				if err != nil {
+					return err
+				}
+				r, err := crawl.DecodeRecord(s.Record)
+				has = err == nil && len(r.Statements) > 0
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("record %x: %w", id, err)
+			}
+			if has {
+				ids = append(ids, id)
+			}
+		}
+		return nil
+	})
+	return ids, next, err
+}
+
+// withStructTerms returns the postings of a record whose statements are
+// stmts: the others of ps and the hidden terms of stmts, as indexTerms
+// makes them, sorted by term.
+func withStructTerms(ps []posting, r *crawl.Record, stmts []crawl.Statement) []posting {
+	out := make([]posting, 0, len(ps)+16)
+	for _, p := range ps {
+		if p.Flags&inStruct == 0 {
+			out = append(out, p)
+		}
+	}
+	minW := uint16(65535)
+	for _, k := range r.Keywords {
+		minW = min(minW, k.Weight)
+	}
+	for _, t := range structTerms(stmts) {
+		out = append(out, posting{Term: t, Weight: minW, Flags: inStruct})
+	}
+	slices.SortFunc(out, func(a, b posting) int { return strings.Compare(a.Term, b.Term) })
+	return out
+}
