@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
@@ -51,7 +52,8 @@ func WithheldNotices(perHour int) Option {
 
 // oweWithheld keeps a notice about each of the overdue pending requests
 // that went to another node than this indexer's own (holder known), unless
-// one is owed already. The caller holds no lock.
+// one is owed already or the index has a record of the page. The caller
+// holds no lock.
 func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 	if ix.cfg.withheldPerHour == 0 || len(due) == 0 {
 		return
@@ -59,6 +61,21 @@ func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 	var self peer.ID
 	if ix.o != nil {
 		self = ix.o.Host().ID()
+	}
+	// A page the index holds a record of (or the tombstone of one) was
+	// crawled before: its node, finding it unchanged (or gone, or
+	// noindex now), makes no new record, and is not to blame.
+	var unseen []*pb.PendingCrawl
+	var unseenIDs [][16]byte
+	for i, pc := range due {
+		_, err := ix.x.Get(ix.ctx, pc.GetRequest().GetLink())
+		if errors.Is(err, index.ErrNotFound) {
+			unseen, unseenIDs = append(unseen, pc), append(unseenIDs, ids[i])
+		}
+	}
+	due, ids = unseen, unseenIDs
+	if len(due) == 0 {
+		return
 	}
 	now := ix.cfg.now()
 	ix.owedMu.Lock()

@@ -113,11 +113,25 @@ func TestWithheldOwed(t *testing.T) {
 	if st := ix2.Stats(); st.WithheldSent != 0 || st.WithheldOwed != 1 {
 		t.Errorf("stats: %+v", st)
 	}
+	// A page the index holds was crawled before: its node makes no new
+	// record of it unchanged, and is not to blame.
+	old := "http://d.example/"
+	if _, err := x.Put(t.Context(), index.Source{Node: holder.String(), Seq: 1}, []crawl.Record{{URL: old, FinalURL: old,
+		Time: testNow, Status: 200, Type: crawl.TypeHTML, Change: crawl.ChangeNew, Title: "old"}}); err != nil {
+		t.Fatal(err)
+	}
+	ix2.keepPending([]crawl.Request{{Link: old}})
+	ix2.noteHolders(results.SubmitResult{To: map[string]peer.ID{old: holder}})
+	id, pc := storedPending(t, ix2, old)
+	ix2.oweWithheld([]*pb.PendingCrawl{pc}, [][16]byte{id})
+	if n := ix2.Owed(); n != 1 {
+		t.Fatalf("%d notices owed after a request for a page indexed before, want 1", n)
+	}
 	// The bound.
 	ix2.owed = maxOwed
 	ix2.keepPending([]crawl.Request{{Link: "http://c.example/"}})
 	ix2.noteHolders(results.SubmitResult{To: map[string]peer.ID{"http://c.example/": holder}})
-	id, pc := storedPending(t, ix2, "http://c.example/")
+	id, pc = storedPending(t, ix2, "http://c.example/")
 	ix2.oweWithheld([]*pb.PendingCrawl{pc}, [][16]byte{id})
 	if st := ix2.Stats(); st.WithheldUnkept != 1 {
 		t.Errorf("a notice beyond the bound: %+v", st)

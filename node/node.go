@@ -651,7 +651,7 @@ func (n *Node) refetch(ctx context.Context, u string) (overlay.Page, error) {
 	if err != nil {
 		return overlay.Page{}, err
 	}
-	return overlay.Page{URL: o.URL, FinalURL: o.FinalURL, Status: o.Status, Fingerprint: o.Fingerprint, At: o.Time}, nil
+	return overlay.Page{URL: o.URL, FinalURL: o.FinalURL, Status: o.Status, Fingerprint: o.Fingerprint, At: o.Time, NoIndex: o.NoIndex}, nil
 }
 
 // onSlow turns a calibration signal into a re-delegation of the server's

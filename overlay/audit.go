@@ -360,12 +360,12 @@ func verdictFromPB(m *pb.AuditVerdict) (AuditVerdict, error) {
 
 func pageFromPB(p *pb.Page) Page {
 	return Page{URL: p.GetUrl(), FinalURL: p.GetFinalUrl(), Status: int(p.GetStatus()), Fingerprint: p.GetFingerprint(),
-		At: time.UnixMilli(p.GetAtMs())}
+		At: time.UnixMilli(p.GetAtMs()), NoIndex: p.GetNoindex()}
 }
 
 func pageToPB(p Page) *pb.Page {
 	return &pb.Page{Url: p.URL, FinalUrl: p.FinalURL, Status: uint32(max(p.Status, 0)), Fingerprint: p.Fingerprint,
-		AtMs: p.At.UnixMilli(), Distance: -1}
+		AtMs: p.At.UnixMilli(), Distance: -1, Noindex: p.NoIndex}
 }
 
 // limitAudit and limitRefetch refuse requests beyond p's budget.

@@ -351,7 +351,9 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 
 // pageReachable asks up to three auditors — nodes that refetch, not holder
 // and not of holder's place, nearest the subnet first — to fetch u, and
-// reports whether one of them got it (a 2xx page that parses).
+// reports whether one of them got it: a 2xx page that parses and does not
+// ask not to be indexed (of which the crawler makes no record). A page
+// robots.txt forbids fails to refetch.
 func (o *Overlay) pageReachable(ctx context.Context, sh *shard, id subnet.ID, holder peer.ID, u string) bool {
 	hp := o.placeOf(holder)
 	asked := 0
@@ -365,7 +367,7 @@ func (o *Overlay) pageReachable(ctx context.Context, sh *shard, id subnet.ID, ho
 		asked++
 		pg, err := o.refetch(ctx, p, u)
 		o.log.Debug("withheld page refetched", "url", u, "peer", holder, "auditor", p, "status", pg.Status, "error", err)
-		if err == nil && pg.Status >= 200 && pg.Status <= 299 && pg.Fingerprint != 0 {
+		if err == nil && pg.Status >= 200 && pg.Status <= 299 && pg.Fingerprint != 0 && !pg.NoIndex {
 			return true
 		}
 	}

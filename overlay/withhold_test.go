@@ -32,7 +32,9 @@ func TestWithholdingJudged(t *testing.T) {
 			if strings.Contains(url, "dead.test") {
 				return Page{}, errors.New("connection refused")
 			}
-			return honestRefetcher(ctx, url)
+			pg, err := honestRefetcher(ctx, url)
+			pg.NoIndex = strings.Contains(url, "noindex.test")
+			return pg, err
 		})
 		nodes := make([]*node, n)
 		for i := range n {
@@ -47,7 +49,8 @@ func TestWithholdingJudged(t *testing.T) {
 		a := netip.AddrFrom4([4]byte{127, 2, 200, 7}) // withheld, taken back
 		b := netip.AddrFrom4([4]byte{127, 2, 201, 7}) // a dead site
 		c := netip.AddrFrom4([4]byte{127, 2, 202, 7}) // held by the shard's coordinator
-		ids3 := []netip.Addr{a, b, c}
+		e := netip.AddrFrom4([4]byte{127, 2, 203, 7}) // a page that asks not to be indexed
+		ids3 := []netip.Addr{a, b, c, e}
 		for i := range ids3 {
 			for j := range i {
 				if tree.SmallestNonUnary(ids3[i]) == tree.SmallestNonUnary(ids3[j]) {
@@ -80,7 +83,7 @@ func TestWithholdingJudged(t *testing.T) {
 		for _, own := range []struct {
 			nd *node
 			a  netip.Addr
-		}{{holder, a}, {holder, b}, {coord, c}} {
+		}{{holder, a}, {holder, b}, {coord, c}, {holder, e}} {
 			if d, err := own.nd.o.Delegate(ctx, "http://"+own.a.String()+"/", own.a); err != nil || d.Node != own.nd.h.ID() {
 				t.Fatalf("delegating %v: %+v, %v", own.a, d, err)
 			}
@@ -140,20 +143,25 @@ func TestWithholdingJudged(t *testing.T) {
 			t.Errorf("reassigning the subnet to the node that withheld it: %v", err)
 		}
 
-		// A dead web server is not blamed on the volunteer.
-		urlB := "http://dead.test/x"
-		if v, err = notice(b, urlB, holder); err != nil || v.Result != WithheldNoted {
-			t.Fatalf("notice of a dead site: %+v, %v", v, err)
-		}
-		time.Sleep(v.Retry)
-		if v, err = notice(b, urlB, holder); err != nil || v.Result != WithheldUnconfirmed {
-			t.Fatalf("notice of a dead site after the grace: %+v, %v", v, err)
-		}
-		if d, ok, err := coord.o.Resolve(ctx, b); err != nil || !ok || d.Node != holder.h.ID() {
-			t.Errorf("the dead site's subnet: %+v, %v, %v", d, ok, err)
+		// A dead web server is not blamed on the volunteer, nor a page
+		// that asks not to be indexed (the crawler makes no record of it).
+		for _, tc := range []struct {
+			addr netip.Addr
+			url  string
+		}{{b, "http://dead.test/x"}, {e, "http://noindex.test/x"}} {
+			if v, err = notice(tc.addr, tc.url, holder); err != nil || v.Result != WithheldNoted {
+				t.Fatalf("notice of %s: %+v, %v", tc.url, v, err)
+			}
+			time.Sleep(v.Retry)
+			if v, err = notice(tc.addr, tc.url, holder); err != nil || v.Result != WithheldUnconfirmed {
+				t.Fatalf("notice of %s after the grace: %+v, %v", tc.url, v, err)
+			}
+			if d, ok, err := coord.o.Resolve(ctx, tc.addr); err != nil || !ok || d.Node != holder.h.ID() {
+				t.Errorf("the subnet of %s: %+v, %v, %v", tc.url, d, ok, err)
+			}
 		}
 		if got := coord.o.Stats().TakenBack["withheld"]; got != 1 {
-			t.Errorf("taken back for withholding after the dead site: %d, want 1", got)
+			t.Errorf("taken back for withholding after the dead site and the noindex page: %d, want 1", got)
 		}
 
 		// The holder coordinates the shard: its deputy judges, whatever
@@ -187,7 +195,7 @@ func TestWithholdingJudged(t *testing.T) {
 		if _, err := honest(ctx, asker.h.ID(), m); !errors.Is(err, ErrMalformed) {
 			t.Errorf("a notice naming no peer: %v", err)
 		}
-		t.Logf("taken back %v after the first notice (grace %v); the dead site's node kept it; the coordinator's deputy %s confirmed",
+		t.Logf("taken back %v after the first notice (grace %v); the nodes of the dead site and the noindex page kept them; the coordinator's deputy %s confirmed",
 			took.Round(time.Second), grace, dep.h.ID())
 	})
 }

@@ -3648,6 +3648,7 @@ type Page struct {
 	AtMs          int64                  `protobuf:"varint,6,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	Distance      int32                  `protobuf:"zigzag32,7,opt,name=distance,proto3" json:"distance,omitempty"` // bits differing from the record's fingerprint (in verdicts); -1 when not compared
 	Error         string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`          // why the auditor could not fetch it (in verdicts)
+	Noindex       bool                   `protobuf:"varint,9,opt,name=noindex,proto3" json:"noindex,omitempty"`     // the page asks not to be indexed: no record is made of it
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3736,6 +3737,13 @@ func (x *Page) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *Page) GetNoindex() bool {
+	if x != nil {
+		return x.Noindex
+	}
+	return false
 }
 
 // AuditEntry is a node's audit tally in a range shard's replicated state.
@@ -4808,7 +4816,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\fINCONCLUSIVE\x10\x03\x12\x11\n" +
 	"\rNOT_DELEGATED\x10\x04\"\x1b\n" +
 	"\aRefetch\x12\x10\n" +
-	"\x03url\x18\x01 \x01(\tR\x03url\"\xca\x01\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\"\xe4\x01\n" +
 	"\x04Page\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\fR\x04peer\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1b\n" +
@@ -4817,7 +4825,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\vfingerprint\x18\x05 \x01(\x06R\vfingerprint\x12\x13\n" +
 	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x1a\n" +
 	"\bdistance\x18\a \x01(\x11R\bdistance\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"\xef\x01\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x12\x18\n" +
+	"\anoindex\x18\t \x01(\bR\anoindex\"\xef\x01\n" +
 	"\n" +
 	"AuditEntry\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\fR\x04peer\x12\x16\n" +
