@@ -333,6 +333,9 @@ func (n *Node) build() error {
 	if keys, _ := cfg.releaseKeys(); len(keys) > 0 { // validated
 		oopts = append(oopts, overlay.ReleaseKeys(releaseDir(cfg.DataDir), keys...))
 	}
+	if grace, _ := time.ParseDuration(cfg.WithholdGrace); grace > 0 { // validated
+		oopts = append(oopts, overlay.Withholding(overlay.WithholdConfig{Grace: grace}))
+	}
 	if live, _ := time.ParseDuration(cfg.Liveness); live > 0 {
 		oopts = append(oopts, overlay.Liveness(live/10, live))
 		if live/4 < defaultMaintenance {
