@@ -266,8 +266,8 @@ func (ix *Indexer) dropOwed(id [16]byte) {
 	}
 }
 
-// dueNow makes pending request id due at once, without using an attempt,
-// and wakes the loop that submits it.
+// dueNow makes pending request id due at once, without using an attempt
+// and forgetting the node it went to, and wakes the loop that submits it.
 func (ix *Indexer) dueNow(id [16]byte) {
 	ix.pend.mu.Lock()
 	defer ix.pend.mu.Unlock()
@@ -283,7 +283,9 @@ func (ix *Indexer) dueNow(id [16]byte) {
 		if err := it.Value(func(v []byte) error { return proto.Unmarshal(v, &pc) }); err != nil {
 			return err
 		}
-		pc.NextMs = ix.cfg.now().UnixMilli()
+		// Not overdue: the node it went to no longer holds the subnet
+		// (no notice is owed about it when it is submitted again).
+		pc.NextMs, pc.Holder = ix.cfg.now().UnixMilli(), nil
 		if pc.Attempts > 0 {
 			pc.Attempts-- // the submission to the node that withheld it does not count
 		}

@@ -208,7 +208,8 @@ func TestWithholdingNodeLosesItsSubnet(t *testing.T) {
 			}
 		}
 		st := ix.Stats()
-		if st.Pending != 0 || st.WithheldTaken < uint64(withheld) {
+		// Two notices a subnet: noted, then judged.
+		if st.Pending != 0 || st.WithheldTaken != uint64(withheld) || st.WithheldSent != uint64(2*withheld) || st.WithheldOwed != 0 {
 			t.Errorf("indexer: %+v", st)
 		}
 		mu.Lock()
