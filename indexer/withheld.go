@@ -52,8 +52,9 @@ func WithheldNotices(perHour int) Option {
 
 // oweWithheld keeps a notice about each of the overdue pending requests
 // that went to another node than this indexer's own (holder known), unless
-// one is owed already or the index has a record of the page. The caller
-// holds no lock.
+// one is owed already, the index has a record of the page or the page's
+// records go to another indexer (a shard this one does not take). The
+// caller holds no lock.
 func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 	if ix.cfg.withheldPerHour == 0 || len(due) == 0 {
 		return
@@ -67,8 +68,14 @@ func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 	// noindex now), makes no new record, and is not to blame.
 	var unseen []*pb.PendingCrawl
 	var unseenIDs [][16]byte
+	// Nor is a page of a shard this indexer does not take: its record
+	// goes to another indexer, and this one never sees it.
 	for i, pc := range due {
-		_, err := ix.x.Get(ix.ctx, pc.GetRequest().GetLink())
+		link := pc.GetRequest().GetLink()
+		if ix.take != nil && !ix.take[results.ShardOf(hostOf(link), ix.cfg.shards)] {
+			continue
+		}
+		_, err := ix.x.Get(ix.ctx, link)
 		if errors.Is(err, index.ErrNotFound) {
 			unseen, unseenIDs = append(unseen, pc), append(unseenIDs, ids[i])
 		}

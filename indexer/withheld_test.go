@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
@@ -126,6 +127,25 @@ func TestWithheldOwed(t *testing.T) {
 	ix2.oweWithheld([]*pb.PendingCrawl{pc}, [][16]byte{id})
 	if n := ix2.Owed(); n != 1 {
 		t.Fatalf("%d notices owed after a request for a page indexed before, want 1", n)
+	}
+	// An indexer taking one shard of two owes no notice about a page of
+	// the other: its record goes to another indexer.
+	ix3, err := newIndexer(x, db, sid(t), Logger(quiet()), Shards(2), Take(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ""
+	for i := 0; other == ""; i++ {
+		if h := fmt.Sprintf("h%d.example", i); results.ShardOf(h, 2) == 1 {
+			other = "http://" + h + "/"
+		}
+	}
+	ix3.keepPending([]crawl.Request{{Link: other}})
+	ix3.noteHolders(results.SubmitResult{To: map[string]peer.ID{other: holder}})
+	id, pc = storedPending(t, ix3, other)
+	ix3.oweWithheld([]*pb.PendingCrawl{pc}, [][16]byte{id})
+	if n := ix3.Owed(); n != 1 {
+		t.Fatalf("%d notices owed after a request for another indexer's shard, want 1", n)
 	}
 	// The bound.
 	ix2.owed = maxOwed
