@@ -208,19 +208,19 @@ type withheldNote struct {
 }
 
 // note returns the notice of key, noting it now when there is none (or the
-// old one ran out); false when the table is full.
-func (w *withheldNotes) note(key string, now time.Time) (*withheldNote, bool) {
+// old one, older than life, ran out); false when the table is full.
+func (w *withheldNotes) note(key string, now time.Time, life time.Duration) (*withheldNote, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
 		w.m = map[string]*withheldNote{}
 	}
-	if n, ok := w.m[key]; ok && (n.judging || now.Sub(n.first) < withheldNoteLife) {
+	if n, ok := w.m[key]; ok && (n.judging || now.Sub(n.first) < life) {
 		return n, true
 	}
 	if len(w.m) >= maxWithheldNotes {
 		for k, n := range w.m {
-			if !n.judging && now.Sub(n.first) >= withheldNoteLife {
+			if !n.judging && now.Sub(n.first) >= life {
 				delete(w.m, k)
 			}
 		}
@@ -319,11 +319,11 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 	o.stats.withheldNotices.Add(1)
 	key := string(rangeKey(r)) + string(holder) + "\x00" + u
 	now := time.Now()
-	n, ok := c.withheld.note(key, now)
+	grace := o.cfg.withhold.Grace
+	n, ok := c.withheld.note(key, now, grace+withheldNoteLife)
 	if !ok {
 		return nil, fmt.Errorf("%w: %d withholding notices waiting", ErrOverloaded, maxWithheldNotes)
 	}
-	grace := o.cfg.withhold.Grace
 	if left := grace - now.Sub(n.first); left > 0 {
 		v.RetryMs = left.Milliseconds() + 1
 		return answer(pb.WithheldVerdict_NOTED)
