@@ -27,6 +27,9 @@ type Observation struct {
 	Fingerprint uint64
 	Size        int64 // decoded body bytes
 	Truncated   bool
+	// NoIndex: the page asks not to be indexed (robots meta or
+	// X-Robots-Tag), so the crawler would make no record of it.
+	NoIndex bool
 }
 
 // maxRefetchWait bounds how long Refetch waits for the server's turn under
@@ -129,6 +132,7 @@ func (c *Crawler) Refetch(ctx context.Context, rawURL string) (Observation, erro
 		kw := textproc.NewBuilder()
 		a := c.analyse(res, kw)
 		obs.Type, obs.Size, obs.Truncated = DocType(a.typ), a.size, a.truncated
+		obs.NoIndex = a.doc != nil && a.doc.NoIndex
 		if a.typ.Parsed() {
 			obs.Fingerprint = kw.SimHash()
 		}

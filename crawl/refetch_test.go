@@ -41,6 +41,8 @@ func TestRefetch(t *testing.T) {
 			io.WriteString(w, page)
 		case "/a":
 			io.WriteString(w, `<html><title>Timetable</title><body>Ferries leave at dawn.</body></html>`)
+		case "/quiet":
+			io.WriteString(w, `<html><head><meta name="robots" content="noindex"><title>Quiet</title></head><body>Nothing to index here.</body></html>`)
 		case "/private/x":
 			t.Errorf("robots.txt ignored: %s fetched", r.URL.Path)
 		default:
@@ -92,6 +94,9 @@ func TestRefetch(t *testing.T) {
 	}
 	if o, err := c.Refetch(t.Context(), srv.URL+"/gone"); err != nil || o.Status != 404 || o.Fingerprint != 0 {
 		t.Errorf("refetch of a missing page: %+v, %v", o, err)
+	}
+	if o, err := c.Refetch(t.Context(), srv.URL+"/quiet"); err != nil || o.Status != 200 || !o.NoIndex || obs[0].NoIndex {
+		t.Errorf("refetch of a noindex page: %+v, %v (the home page's: %v)", o, err, obs[0].NoIndex)
 	}
 	if _, err := c.Refetch(t.Context(), "ftp://example.test/"); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("refetch of an ftp URL: %v", err)

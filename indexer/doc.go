@@ -42,12 +42,16 @@
 // again, to the subnet's owner of the moment, when none came within
 // CrawlPatience (doubling, up to its attempts; a failed delivery does not
 // count): a node that dies for good takes the URLs queued in its frontier
-// with it.
+// with it. A request that went to a live node and is overdue makes the
+// indexer tell the coordinator of the page's subnet that the node withheld
+// it (overlay.Withheld, withheld.go; WithheldNotices): after the
+// coordinator's grace and an auditor's fetch of the page the subnet moves,
+// and the request is submitted to its new node at once.
 //
 // # Storage
 //
 // The indexer's keys (the replay table, audit tallies, pending crawl
-// requests) live in the results package's badger namespace, laid out in
+// requests, withholding notices owed) live in the results package's badger namespace, laid out in
 // results.Prefix's doc comment, and share its schema.
 //
 // indexer imports results, overlay, crawl, crawl/index, subnet and

@@ -58,6 +58,13 @@ type Indexer struct {
 	aud  *auditor   // audits of stored records (audit.go)
 	pend pendingSet // crawl requests waiting for a record (pending.go)
 
+	// withholding notices owed (withheld.go)
+	owedMu   sync.Mutex
+	owed     int
+	wbud     *auditor // per-node hourly budgets of notices
+	owedKick chan struct{}
+	pendKick chan struct{} // a pending request was made due now
+
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -69,6 +76,7 @@ type Indexer struct {
 		acks, ackFailures, ackDropped                                        atomic.Uint64
 		audits, auditsDropped, flagged                                       atomic.Uint64
 		pendingLost, pendingDone, resubmitted, gaveUp                        atomic.Uint64
+		withheldSent, withheldTaken, withheldLost                            atomic.Uint64
 	}
 }
 
@@ -173,6 +181,9 @@ func New(o *overlay.Overlay, x *index.Index, db *badger.DB, opts ...Option) (ix 
 	}
 	if ix.cfg.attempts > 1 {
 		ix.wg.Go(ix.pendingLoop)
+		if ix.cfg.withheldPerHour > 0 {
+			ix.wg.Go(ix.withheldLoop)
+		}
 	}
 	ix.wg.Go(ix.acker)
 	ix.wg.Go(ix.announcer)
@@ -197,6 +208,9 @@ func newIndexer(x *index.Index, db *badger.DB, sid subnet.SnapshotID, opts ...Op
 		inflight:   map[batchKey]bool{},
 		partial:    map[[32]byte]*partialBatch{},
 		pending:    map[peer.ID]*ackQueue{},
+		wbud:       &auditor{budgets: map[peer.ID]*auditBudget{}},
+		owedKick:   make(chan struct{}, 1),
+		pendKick:   make(chan struct{}, 1),
 	}
 	for _, s := range cfg.snapshots {
 		ix.accept[s] = true
@@ -222,6 +236,9 @@ func newIndexer(x *index.Index, db *badger.DB, sid subnet.SnapshotID, opts ...Op
 	}
 	if err := ix.loadPending(); err != nil {
 		return nil, fmt.Errorf("indexer: loading pending crawl requests: %w", err)
+	}
+	if err := ix.loadOwed(); err != nil {
+		return nil, fmt.Errorf("indexer: loading withholding notices: %w", err)
 	}
 	ix.ctx, ix.cancel = context.WithCancel(context.Background())
 	return ix, nil
@@ -673,6 +690,12 @@ type Stats struct {
 	Answered   uint64 `json:"answered"`    // crawl requests a record answered since start
 	Resent     uint64 `json:"resent"`      // crawl requests submitted again: no record came in time
 	GaveUp     uint64 `json:"gave_up"`     // crawl requests given up after every attempt
+	// Withholding notices (withheld.go): owed now, sent since start, and
+	// those that took a subnet back; Unkept: not kept, the table full.
+	WithheldOwed   int    `json:"withheld_owed"`
+	WithheldSent   uint64 `json:"withheld_sent"`
+	WithheldTaken  uint64 `json:"withheld_taken_back"`
+	WithheldUnkept uint64 `json:"withheld_unkept"`
 }
 
 // Stats returns the indexer's counters.
@@ -682,7 +705,8 @@ func (ix *Indexer) Stats() Stats {
 		Duplicates: s.duplicates.Load(), Rejected: s.rejected.Load(), Conflicts: s.conflicts.Load(), Refused: s.refused.Load(),
 		Acks: s.acks.Load(), AckFails: s.ackFailures.Load(), AckDropped: s.ackDropped.Load(),
 		Audits: s.audits.Load(), AuditsLost: s.auditsDropped.Load(), Flagged: s.flagged.Load(),
-		Pending: ix.Pending(), Answered: s.pendingDone.Load(), Resent: s.resubmitted.Load(), GaveUp: s.gaveUp.Load()}
+		Pending: ix.Pending(), Answered: s.pendingDone.Load(), Resent: s.resubmitted.Load(), GaveUp: s.gaveUp.Load(),
+		WithheldOwed: ix.Owed(), WithheldSent: s.withheldSent.Load(), WithheldTaken: s.withheldTaken.Load(), WithheldUnkept: s.withheldLost.Load()}
 }
 
 // Index returns the index the indexer stores into.
@@ -700,6 +724,7 @@ func (ix *Indexer) Index() *index.Index { return ix.x }
 func (ix *Indexer) Submit(ctx context.Context, reqs []crawl.Request) (results.SubmitResult, error) {
 	ix.keepPending(ix.allowedHosts(reqs))
 	res, err := results.Submit(ctx, ix.o, reqs, ix.cfg.results()...)
+	ix.noteHolders(res)
 	var refused []string
 	for _, f := range res.Failed {
 		if errors.Is(f.Err, egress.ErrSpecialPurpose) || errors.Is(f.Err, overlay.ErrForbidden) {

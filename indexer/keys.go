@@ -59,8 +59,21 @@ func pendingKey(id [16]byte) []byte {
 }
 
 // parsePendingKey returns the id of a pending request's key.
-func parsePendingKey(k []byte) ([16]byte, bool) {
-	p := pendingPrefix()
+func parsePendingKey(k []byte) ([16]byte, bool) { return parseIDKey(pendingPrefix(), k) }
+
+func withheldPrefix() []byte { return []byte(results.Prefix + "withheld/") }
+
+// withheldKey is the key of the withholding notice owed about pending
+// request id's node.
+func withheldKey(id [16]byte) []byte {
+	return append(withheldPrefix(), b32.EncodeToString(id[:])...)
+}
+
+// parseWithheldKey returns the id of a withholding notice's key.
+func parseWithheldKey(k []byte) ([16]byte, bool) { return parseIDKey(withheldPrefix(), k) }
+
+// parseIDKey returns the 16-byte id named after prefix p in k.
+func parseIDKey(p, k []byte) ([16]byte, bool) {
 	b, err := b32.DecodeString(string(k[min(len(p), len(k)):]))
 	if len(k) <= len(p) || err != nil || len(b) != 16 {
 		return [16]byte{}, false

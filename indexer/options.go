@@ -44,6 +44,9 @@ type config struct {
 	auditShare   float64
 	auditPerHour int
 	flagFor      time.Duration
+
+	// withholding notices (withheld.go)
+	withheldPerHour int
 }
 
 func defaultConfig() config {
@@ -64,6 +67,8 @@ func defaultConfig() config {
 		auditShare:   0.02,               // one record in fifty: a node fabricating most of its records is caught within a few batches
 		auditPerHour: 120,                // per node; each audit costs the network one to four page fetches
 		flagFor:      7 * 24 * time.Hour, // overlay's default conviction
+
+		withheldPerHour: 60, // notices about one node an hour: two per request (noted, judged), thirty requests
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
@@ -220,8 +221,9 @@ func (ix *Indexer) pendingLoop() {
 		case <-ix.ctx.Done():
 			return
 		case <-t.C:
-			ix.resubmit(ix.ctx)
+		case <-ix.pendKick: // a subnet moved (withheld.go)
 		}
+		ix.resubmit(ix.ctx)
 	}
 }
 
@@ -265,6 +267,8 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 	var reqs []crawl.Request
 	var keep []due
 	var gaveUp [][16]byte
+	var overdue []*pb.PendingCrawl
+	var overdueIDs [][16]byte
 	for _, d := range list {
 		if int(d.pc.GetAttempts()) >= ix.cfg.attempts || now.Sub(time.UnixMilli(d.pc.GetFirstMs())) > maxPendingAge {
 			gaveUp = append(gaveUp, d.id)
@@ -275,8 +279,15 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 		r := d.pc.GetRequest()
 		reqs = append(reqs, crawl.Request{Link: r.GetLink(), Depth: int(r.GetDepth()), Owners: r.GetOwners()})
 		keep = append(keep, d)
+		if len(d.pc.GetHolder()) > 0 {
+			overdue, overdueIDs = append(overdue, d.pc), append(overdueIDs, d.id)
+		}
 	}
+	// The node the request went to had the patience to answer it and did
+	// not: the coordinator of its subnet is told (withheld.go).
+	ix.oweWithheld(overdue, overdueIDs)
 	failed := map[string]bool{}
+	var to map[string]peer.ID
 	if len(reqs) > 0 {
 		// The cached owner may be the node that died with the requests.
 		res, err := results.Submit(ctx, ix.o, reqs, append(ix.cfg.results(), results.Fresh())...)
@@ -286,6 +297,7 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 		for _, f := range res.Failed {
 			failed[f.Link] = true
 		}
+		to = res.To
 		ix.stats.resubmitted.Add(uint64(len(reqs) - len(res.Failed)))
 		ix.log.Info("crawl requests without records submitted again", "sent", len(reqs)-len(res.Failed), "failed", len(res.Failed))
 	}
@@ -297,13 +309,29 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 			if _, ok := ix.pend.m[d.id]; !ok {
 				continue // a record arrived meanwhile
 			}
-			wait := ix.cfg.patience
-			if !failed[d.pc.GetRequest().GetLink()] {
-				d.pc.Attempts++
-				wait = ix.cfg.patience << min(d.pc.Attempts-1, 16)
+			// The stored request as it is now: it may have been made
+			// due meanwhile (its subnet moved, withheld.go).
+			it, err := txn.Get(pendingKey(d.id))
+			if err != nil {
+				continue
 			}
-			d.pc.NextMs = now.Add(min(wait, 24*time.Hour)).UnixMilli()
-			v, err := proto.Marshal(d.pc)
+			var cur pb.PendingCrawl
+			if it.Value(func(v []byte) error { return proto.Unmarshal(v, &cur) }) != nil {
+				continue
+			}
+			link := d.pc.GetRequest().GetLink()
+			if node, ok := to[link]; ok {
+				cur.Holder, cur.SentMs = []byte(node), now.UnixMilli()
+			}
+			if cur.GetNextMs() == d.pc.GetNextMs() {
+				wait := ix.cfg.patience
+				if !failed[link] {
+					cur.Attempts++
+					wait = ix.cfg.patience << min(cur.Attempts-1, 16)
+				}
+				cur.NextMs = now.Add(min(wait, 24*time.Hour)).UnixMilli()
+			}
+			v, err := proto.Marshal(&cur)
 			if err != nil {
 				return err
 			}

@@ -107,6 +107,12 @@ type Config struct {
 	// before it is forwarded, at most 30 s). Shorter batches reach
 	// indexers sooner and cost more signatures and messages.
 	BatchWait string `toml:"batch_wait"`
+	// WithholdGrace is how long a coordinator waits, after an indexer's
+	// first notice that a node left its crawl request unanswered, before
+	// it judges the next one and may take the node's subnet back
+	// (overlay.WithholdConfig). It should be well under the indexers'
+	// crawl patience (30 min): they send the notice again after it.
+	WithholdGrace string `toml:"withhold_grace"`
 }
 
 // DefaultConfig returns safe defaults for a volunteer.
@@ -126,6 +132,8 @@ func DefaultConfig() Config {
 		ResultShards: 1,
 		Liveness:     "5m", // ten missed heartbeats of 30 s
 		BatchWait:    "5m", // batches of 256 KiB of records usually fill sooner
+
+		WithholdGrace: "10m", // a third of the indexers' patience: time for a queued request to come up
 	}
 }
 
@@ -341,6 +349,9 @@ func (c *Config) Validate() error {
 	}
 	if d, err := time.ParseDuration(c.Liveness); err != nil || d < 2*time.Second || d > 24*time.Hour {
 		bad("liveness %q is not a duration between 2s and 24h, like 5m", c.Liveness)
+	}
+	if d, err := time.ParseDuration(c.WithholdGrace); err != nil || d < time.Second || d > 24*time.Hour {
+		bad("withhold_grace %q is not a duration between 1s and 24h, like 10m", c.WithholdGrace)
 	}
 	if d, err := time.ParseDuration(c.BatchWait); err != nil || d < time.Second || d > time.Hour {
 		bad("batch_wait %q is not a duration between 1s and 1h, like 5m", c.BatchWait)

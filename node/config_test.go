@@ -96,6 +96,8 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.Liveness = "1s" }, "liveness"},
 		{func(c *Config) { c.Liveness = "soon" }, "liveness"},
 		{func(c *Config) { c.BatchWait = "0s" }, "batch_wait"},
+		{func(c *Config) { c.WithholdGrace = "0s" }, "withhold_grace"},
+		{func(c *Config) { c.WithholdGrace = "2d" }, "withhold_grace"},
 		{func(c *Config) { c.SnapshotKeys = []string{"ed25519:short"} }, "snapshot_keys"},
 		{func(c *Config) { c.SnapshotKeys = []string{"rsa:AAAA"} }, "snapshot_keys"},
 		{func(c *Config) { c.Relays = []string{"/ip4/203.0.113.7/tcp/4001"} }, "relays"},

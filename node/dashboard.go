@@ -132,7 +132,8 @@ type Trust struct {
 	Barred         []string `json:"barred"`
 	// TakenBack counts subnets taken from their nodes and decided again,
 	// by reason: "orphaned" (silent past the liveness timeout),
-	// "convicted" (by audits).
+	// "convicted" (by audits), "withheld" (crawl requests left unanswered:
+	// indexers' notices, the page confirmed reachable by an auditor).
 	TakenBack map[string]int64 `json:"taken_back"`
 }
 

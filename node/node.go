@@ -333,6 +333,9 @@ func (n *Node) build() error {
 	if keys, _ := cfg.releaseKeys(); len(keys) > 0 { // validated
 		oopts = append(oopts, overlay.ReleaseKeys(releaseDir(cfg.DataDir), keys...))
 	}
+	if grace, _ := time.ParseDuration(cfg.WithholdGrace); grace > 0 { // validated
+		oopts = append(oopts, overlay.Withholding(overlay.WithholdConfig{Grace: grace}))
+	}
 	if live, _ := time.ParseDuration(cfg.Liveness); live > 0 {
 		oopts = append(oopts, overlay.Liveness(live/10, live))
 		if live/4 < defaultMaintenance {
@@ -651,7 +654,7 @@ func (n *Node) refetch(ctx context.Context, u string) (overlay.Page, error) {
 	if err != nil {
 		return overlay.Page{}, err
 	}
-	return overlay.Page{URL: o.URL, FinalURL: o.FinalURL, Status: o.Status, Fingerprint: o.Fingerprint, At: o.Time}, nil
+	return overlay.Page{URL: o.URL, FinalURL: o.FinalURL, Status: o.Status, Fingerprint: o.Fingerprint, At: o.Time, NoIndex: o.NoIndex}, nil
 }
 
 // onSlow turns a calibration signal into a re-delegation of the server's

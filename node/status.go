@@ -211,7 +211,7 @@ func (n *Node) collector() prometheus.Collector {
 
 // takenBackReasons are the reasons micra_subnets_taken_back_total is
 // exported for (overlay.Stats.TakenBack).
-var takenBackReasons = []string{"orphaned", "convicted"}
+var takenBackReasons = []string{"orphaned", "convicted", "withheld"}
 
 type nodeCollector struct {
 	n     *Node

@@ -279,7 +279,7 @@ func (o *Overlay) Audit(ctx context.Context, r AuditRequest) (AuditVerdict, erro
 	deputy := author != "" && from == author
 	if deputy {
 		req.Audit.Deputy = true
-		resp, from, err = o.askDeputy(ctx, ref, author, req)
+		resp, from, err = o.askDeputy(ctx, ref, author, req, pb.Message_AUDIT_VERDICT)
 	}
 	if err != nil {
 		return AuditVerdict{}, fmt.Errorf("audit: %w", err)
@@ -292,11 +292,11 @@ func (o *Overlay) Audit(ctx context.Context, r AuditRequest) (AuditVerdict, erro
 	return v, err
 }
 
-// askDeputy sends an audit of author, the coordinator of ref, to its
+// askDeputy sends an audit (or a withholding notice) of author, the coordinator of ref, to its
 // deputy: the peer nearest ref's key after it, as this node sees them,
 // following a redirect to a nearer one, never to author, and trying the
 // next peer when one cannot be reached.
-func (o *Overlay) askDeputy(ctx context.Context, ref shardRef, author peer.ID, req *pb.Message) (*pb.Message, peer.ID, error) {
+func (o *Overlay) askDeputy(ctx context.Context, ref shardRef, author peer.ID, req *pb.Message, want pb.Message_Type) (*pb.Message, peer.ID, error) {
 	key := ref.key(o.sid)
 	var queue []peer.ID
 	for _, p := range o.coord.closestPeers(ctx, key, false) {
@@ -314,7 +314,7 @@ func (o *Overlay) askDeputy(ctx context.Context, ref shardRef, author peer.ID, r
 		}
 		tried[target] = true
 		var resp *pb.Message
-		resp, err = o.askPeer(ctx, auditSpec, target, req, pb.Message_AUDIT_VERDICT, 0)
+		resp, err = o.askPeer(ctx, auditSpec, target, req, want, 0)
 		if err == nil {
 			return resp, target, nil
 		}
@@ -360,12 +360,12 @@ func verdictFromPB(m *pb.AuditVerdict) (AuditVerdict, error) {
 
 func pageFromPB(p *pb.Page) Page {
 	return Page{URL: p.GetUrl(), FinalURL: p.GetFinalUrl(), Status: int(p.GetStatus()), Fingerprint: p.GetFingerprint(),
-		At: time.UnixMilli(p.GetAtMs())}
+		At: time.UnixMilli(p.GetAtMs()), NoIndex: p.GetNoindex()}
 }
 
 func pageToPB(p Page) *pb.Page {
 	return &pb.Page{Url: p.URL, FinalUrl: p.FinalURL, Status: uint32(max(p.Status, 0)), Fingerprint: p.Fingerprint,
-		AtMs: p.At.UnixMilli(), Distance: -1}
+		AtMs: p.At.UnixMilli(), Distance: -1, Noindex: p.NoIndex}
 }
 
 // limitAudit and limitRefetch refuse requests beyond p's budget.

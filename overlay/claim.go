@@ -328,6 +328,10 @@ func (c *coordinator) checkEntries(in []*pb.Entry) ([]*pb.Entry, error) {
 			if err := checkAuditEntry(e); err != nil {
 				return nil, err
 			}
+		case pb.Entry_WITHHELD:
+			if err := checkWithheldEntry(e); err != nil {
+				return nil, err
+			}
 		case pb.Entry_BLOCK:
 			ix, err := c.openBlockEntry(e.GetValue(), true)
 			if err != nil {
@@ -642,9 +646,11 @@ func (c *coordinator) handleReplicate(ctx context.Context, from peer.ID, req *pb
 	// No node judges itself: a coordinator's audit tally of itself is not
 	// its to write (an honest one never does: it recuses itself, see
 	// handleAudit), so a convicted node that takes its shard over cannot
-	// clear its record there.
+	// clear its record there; nor can it lift its exclusion from a
+	// subnet it withheld (withhold.go).
 	entries = slices.DeleteFunc(slices.Clone(entries), func(e *pb.Entry) bool {
-		return e.GetKind() == pb.Entry_AUDIT && string(e.GetKey()) == string(from)
+		return (e.GetKind() == pb.Entry_AUDIT && string(e.GetKey()) == string(from)) ||
+			(e.GetKind() == pb.Entry_WITHHELD && len(e.GetKey()) > 32 && string(e.GetKey()[32:]) == string(from))
 	})
 	if !c.plausible(ctx, ref.key(c.sid), from) {
 		return nil, fmt.Errorf("%w: %s is not among the peers closest to the shard", ErrNotCoordinator, from)

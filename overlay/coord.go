@@ -57,6 +57,7 @@ type coordinator struct {
 	auditMu     sync.Mutex
 	convictions convictionSet
 	convictQ    chan struct{} // a node was convicted: re-delegate its subnets now
+	withheld    withheldNotes // withholding notices noted (withhold.go)
 
 	assignQ chan assignJob
 	orgQ    chan *pb.SignedRecord

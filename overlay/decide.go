@@ -57,6 +57,12 @@ func (c *coordinator) decide(sh *shard, req DelegateRequest, redo bool) (*pb.Sig
 	if req.Own && conv[req.From] {
 		req.Own = false
 	}
+	// Nor do nodes that withheld the subnet (withhold.go), until their
+	// exclusion ends.
+	withheld := c.withheldFrom(sh, r, time.Now())
+	if req.Own && slices.Contains(withheld, req.From) {
+		req.Own = false
+	}
 	settled := func(d Delegation, ok bool) bool {
 		if !ok || d.Orphaned || redo {
 			return false
@@ -100,6 +106,7 @@ func (c *coordinator) decide(sh *shard, req DelegateRequest, redo bool) (*pb.Sig
 	for p := range conv {
 		req.Exclude = append(req.Exclude, p)
 	}
+	req.Exclude = append(req.Exclude, withheld...)
 	// The procedure runs on the overlay's lifetime, not the first
 	// requester's: the others wait on the same decision.
 	ctx, cancel := context.WithTimeout(c.o.ctx, coordDeadline)
@@ -231,6 +238,10 @@ func (c *coordinator) reassign(ctx context.Context, sh *shard, id subnet.ID, fro
 		f.rec = sr
 		return sr, nil
 	}
+	if slices.Contains(c.withheldFrom(sh, r, time.Now()), to) {
+		f.err = fmt.Errorf("%w: %s withheld %s", ErrForbidden, to, r)
+		return nil, f.err
+	}
 	f.rec, f.err = c.record(ctx, sh, id, to, d.URL, d.Addr, false)
 	if f.err == nil {
 		c.log.Info("subnet reassigned", "subnet", r.String(), "from", from, "to", to)
@@ -240,7 +251,8 @@ func (c *coordinator) reassign(ctx context.Context, sh *shard, id subnet.ID, fro
 
 // orphan marks d's subnet orphaned and hands it back to the delegation
 // procedure with its node and the silent ones excluded; reason says why
-// ("orphaned": silent past the liveness timeout; "convicted": by audits).
+// ("orphaned": silent past the liveness timeout; "convicted": by audits;
+// "withheld": it left crawl requests unanswered, withhold.go).
 func (c *coordinator) orphan(ctx context.Context, sh *shard, d Delegation, silent []peer.ID, reason string) error {
 	id, part, ok := rangeOrPart(c.tree, d.Subnet)
 	if !ok {

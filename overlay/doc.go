@@ -64,6 +64,15 @@
 // fingerprints; confirmed disagreements convict the author, whose subnets
 // are then re-delegated and whom later verdicts name convicted (audit.go).
 //
+// # Withholding
+//
+// Indexers report crawl requests left unanswered past their patience
+// (WITHHELD on AuditID, Withheld) to the coordinator of the page's subnet,
+// which notes the first notice, judges one that comes again after its
+// grace (an auditor of another place must fetch the page) and takes the
+// subnet back from its node, keeping the node out of it for a day in the
+// shard's replicated state (WITHHELD entries; withhold.go).
+//
 // # Releases
 //
 // A network moves to new registry data by signed releases (subnet.Release):

@@ -209,6 +209,9 @@ type Page struct {
 	// not parsed.
 	Fingerprint uint64
 	At          time.Time
+	// NoIndex: the page asks not to be indexed; the crawler makes no
+	// record of it (a withholding notice about it is not confirmed).
+	NoIndex bool
 }
 
 // Refetcher fetches a page afresh from this node's own address, politely,

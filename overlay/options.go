@@ -46,8 +46,9 @@ type config struct {
 	redelegate    time.Duration
 	orgPublish    time.Duration
 	orgRefresh    time.Duration
-	rateLimits    *rateLimits // per-peer budgets of probe and forward requests (ratelimit.go)
-	audit         AuditConfig // how audits judge and convict (audit.go)
+	rateLimits    *rateLimits    // per-peer budgets of probe and forward requests (ratelimit.go)
+	audit         AuditConfig    // how audits judge and convict (audit.go)
+	withhold      WithholdConfig // how withholding notices are judged (withhold.go)
 	evidence      EvidenceOpener
 	refetcher     Refetcher
 	ps            *pubsub.PubSub      // given by WithPubSub; nil: the overlay makes its own
@@ -79,6 +80,7 @@ func defaultConfig() config {
 		orgRefresh:    time.Hour,        // unchanged indexes are put again, reaching peers that became closest (records live 36 h)
 		rateLimits:    defaultRateLimits(),
 		audit:         AuditConfig{}.withDefaults(),
+		withhold:      WithholdConfig{}.withDefaults(),
 		releaseSpread: 5 * time.Minute,  // a thousand nodes fetch a 15 MB file from ever more holders
 		releaseCheck:  10 * time.Minute, // a rejoining node finds a release within minutes
 	}

@@ -58,9 +58,9 @@ type Overlay struct {
 	stats        counters
 	// Per-peer budgets of audit and refetch requests (audit.go), and of
 	// announcements (announce.go).
-	auditLimit, refetchLimit, announceLimit *peerLimiter
-	announceNow                             chan struct{} // announceSoon's signal to announceLoop
-	announceRounds                          atomic.Int32  // regular announcement rounds started
+	auditLimit, refetchLimit, announceLimit, withheldLimit *peerLimiter
+	announceNow                                            chan struct{} // announceSoon's signal to announceLoop
+	announceRounds                                         atomic.Int32  // regular announcement rounds started
 
 	mu         sync.Mutex
 	mine       map[[32]byte]shardRef         // shards in which this node holds delegations
@@ -94,7 +94,7 @@ type Overlay struct {
 
 type counters struct {
 	requests, lookups, cacheHits, cacheMisses, redirects, puts atomic.Int64
-	audits, refetches, convictions                             atomic.Int64
+	audits, refetches, convictions, withheldNotices            atomic.Int64
 	releasesRefused, releaseBadPeers, releaseBytes             atomic.Int64
 	dhtServed                                                  atomic.Int64
 	kinds                                                      sync.Map // msgKind -> *atomic.Int64
@@ -142,6 +142,9 @@ type Stats struct {
 	Audits      int64 // audits judged as a coordinator (evidence verified)
 	Refetches   int64 // pages fetched afresh for audits, as an auditor
 	Convictions int64 // nodes convicted by audits, as a coordinator
+	// WithheldNotices counts the withholding notices about a subnet's
+	// current node this node took as a coordinator (withhold.go).
+	WithheldNotices int64
 	// Releases: refused (unsigned, untrusted, malformed, out-of-bounds
 	// times, too large), peers that served a wrong snapshot file, and
 	// snapshot file bytes fetched.
@@ -154,7 +157,8 @@ type Stats struct {
 	Notices int64
 	// TakenBack counts the subnets this node, as a coordinator, took
 	// from their nodes and decided again, by reason: "orphaned" (silent
-	// past the liveness timeout), "convicted" (by audits).
+	// past the liveness timeout), "convicted" (by audits), "withheld"
+	// (crawl requests left unanswered, withhold.go).
 	TakenBack map[string]int64
 	// Kinds counts messages by kind: the micra requests this node sent
 	// ("micra/" and the message type) and the DHT requests it answered
@@ -169,6 +173,7 @@ func (o *Overlay) Stats() Stats {
 		CacheHits: o.stats.cacheHits.Load(), CacheMisses: o.stats.cacheMisses.Load(),
 		Redirects: o.stats.redirects.Load(), Puts: o.stats.puts.Load(), DHTServed: o.stats.dhtServed.Load(),
 		Audits: o.stats.audits.Load(), Refetches: o.stats.refetches.Load(), Convictions: o.stats.convictions.Load(),
+		WithheldNotices: o.stats.withheldNotices.Load(),
 		ReleasesRefused: o.stats.releasesRefused.Load(), ReleaseBadPeers: o.stats.releaseBadPeers.Load(),
 		ReleaseBytes: o.stats.releaseBytes.Load(), Kinds: map[string]int64{}, TakenBack: map[string]int64{},
 		Notices: int64(len(o.coord.assignQ)+len(o.coord.orgQ)+len(o.coord.blockQ)+len(o.coord.pubQ)) + o.coord.noticing.Load(),
@@ -224,6 +229,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		auditLimit:    newPeerLimiter(cfg.audit.AuditRate, float64(cfg.audit.AuditBurst)),
 		refetchLimit:  newPeerLimiter(cfg.audit.RefetchRate, float64(cfg.audit.RefetchBurst)),
 		announceLimit: newPeerLimiter(announceRate, announceBurst),
+		withheldLimit: newPeerLimiter(cfg.withhold.Rate, float64(cfg.withhold.Burst)),
 		announceNow:   make(chan struct{}, 1),
 		rel:           newReleaseState(),
 	}
@@ -1019,8 +1025,9 @@ func (o *Overlay) dispatchTable() map[protocol.ID]map[pb.Message_Type]handler {
 		},
 		ForwardID: {pb.Message_FORWARD: o.handleForward},
 		AuditID: {
-			pb.Message_AUDIT:   o.handleAudit,
-			pb.Message_REFETCH: o.handleRefetch,
+			pb.Message_AUDIT:    o.handleAudit,
+			pb.Message_REFETCH:  o.handleRefetch,
+			pb.Message_WITHHELD: o.handleWithheld,
 		},
 		ReleaseID: {
 			pb.Message_RELEASE_QUERY: o.handleReleaseQuery,

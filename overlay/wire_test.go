@@ -208,6 +208,10 @@ func FuzzDecodeMessage(f *testing.F) {
 			Priors: []*pb.AuditPrior{{Url: "http://y/", Evidence: []byte{2}}}}},
 		{Version: 1, Type: pb.Message_AUDIT_VERDICT, AuditVerdict: &pb.AuditVerdict{Result: pb.AuditVerdict_AGREE, Pages: []*pb.Page{{Peer: []byte("p"), Distance: 3}}}},
 		{Version: 1, Type: pb.Message_PAGE, Page: &pb.Page{Url: "http://x/", Status: 200, Fingerprint: 7}},
+		{Version: 1, Type: pb.Message_WITHHELD, Withheld: &pb.Withheld{Addr: []byte{127, 0, 0, 1}, Url: "http://x/", Holder: []byte("p"), AskedMs: 5}},
+		{Version: 1, Type: pb.Message_WITHHELD_VERDICT, WithheldVerdict: &pb.WithheldVerdict{Result: pb.WithheldVerdict_NOTED, Holder: []byte("p"), RetryMs: 9}},
+		{Version: 1, Type: pb.Message_REPLICATE, Replicate: &pb.Replicate{Entries: []*pb.Entry{{Kind: pb.Entry_WITHHELD, Key: []byte("k"),
+			Value: []byte{0x12, 0x01, 'p', 0x18, 0x05}}}}},
 		{Version: 1, Type: pb.Message_RELEASE_QUERY, ReleaseQuery: &pb.ReleaseQuery{Parent: make([]byte, 32)}},
 		{Version: 1, Type: pb.Message_CHUNK_QUERY, ChunkQuery: &pb.ChunkQuery{Snapshot: make([]byte, 32), Offset: releaseChunk, Length: 10}},
 		{Version: 1, Type: pb.Message_CHUNK, Chunk: &pb.Chunk{Data: []byte{1, 2}, Size: 2}},
@@ -249,6 +253,12 @@ func FuzzDecodeMessage(f *testing.F) {
 			_, _ = verdictFromPB(m.GetAuditVerdict())
 		}
 		_ = pageFromPB(m.GetPage())
+		if m.GetWithheldVerdict() != nil {
+			_, _ = withheldVerdictFromPB(m.GetWithheldVerdict())
+		}
+		_, _ = addrFromWire(m.GetWithheld().GetAddr())
+		_ = hostOf(m.GetWithheld().GetUrl())
+		_, _ = peer.IDFromBytes(m.GetWithheld().GetHolder())
 		_, _ = addrFromWire(m.GetAudit().GetAddr())
 		_ = hostOf(m.GetAudit().GetUrl())
 		for _, be := range m.GetBlockEntries().GetEntries() {

@@ -19,7 +19,8 @@ import (
 
 // SubmitResult says where Submit's crawl requests went.
 type SubmitResult struct {
-	Sent   map[peer.ID]int // requests accepted by each owning node (this peer included when LocalCrawl took them)
+	Sent   map[peer.ID]int    // requests accepted by each owning node (this peer included when LocalCrawl took them)
+	To     map[string]peer.ID // the node each accepted request went to, by its link as submitted
 	Failed []SubmitFailure
 }
 
@@ -49,7 +50,7 @@ func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts 
 			return SubmitResult{}, err
 		}
 	}
-	res := SubmitResult{Sent: map[peer.ID]int{}}
+	res := SubmitResult{Sent: map[peer.ID]int{}, To: map[string]peer.ID{}}
 	groups := map[peer.ID][]crawl.Request{}
 	var order []peer.ID
 	for _, r := range reqs {
@@ -88,6 +89,9 @@ func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts 
 				continue
 			}
 			res.Sent[node] += len(chunk)
+			for _, r := range chunk {
+				res.To[r.Link] = node
+			}
 		}
 	}
 	return res, ctx.Err()

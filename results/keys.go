@@ -20,6 +20,7 @@ import (
 //	/results/audit/<b32 node>            indexer: pb.AuditStats, the audits of the node's records
 //	/results/dispute/<b32 node>          indexer: pb.Disputes, the node's records that disagreed at audits (its priors)
 //	/results/req/<b32 id>                indexer: pb.PendingCrawl, a crawl request waiting for a record (id: SHA-256 of its URL, 16 bytes)
+//	/results/withheld/<b32 id>           indexer: pb.WithheldOwed, a withholding notice owed about that request's node (same id)
 //
 // <seq> is 8 bytes big-endian, so the outbox scans in sequence order.
 // Peer ids are base32 (RFC 4648, lowercase, unpadded). Keys are built only

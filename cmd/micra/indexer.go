@@ -72,6 +72,7 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	auditShare := fs.Float64("audit-share", 0.02, "share of stored records to have audited by other nodes (0: none)")
 	patience := fs.Duration("crawl-patience", 30*time.Minute, "submit a crawl request again when no record of its page came within this (doubling, six times in all)")
 	liveness := fs.Duration("liveness", 5*time.Minute, "silence after which the shards this indexer coordinates orphan a crawler's subnets (use the nodes' --liveness)")
+	grace := fs.Duration("withhold-grace", 10*time.Minute, "after a first notice that a node left a crawl request unanswered, wait this long before the shards this indexer coordinates may take its subnet back (use the nodes' --withhold-grace; under --crawl-patience)")
 	private := fs.Bool("allow-private-networks", false, "take seeds on, and coordinate delegations of, private, loopback and other special-purpose addresses (for an emulated Internet only)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := parseFlags(fs, args); err != nil {
@@ -133,7 +134,10 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	// Indexers coordinate shards like nodes: the same liveness clock as
 	// node.Config.Liveness, heartbeats every tenth of it.
-	oopts := []overlay.Option{overlay.Liveness(*liveness/10, *liveness)}
+	if *grace < time.Second || *grace > 24*time.Hour {
+		return fmt.Errorf("%w: --withhold-grace %v is not between 1s and 24h", errUsage, *grace)
+	}
+	oopts := []overlay.Option{overlay.Liveness(*liveness/10, *liveness), overlay.Withholding(overlay.WithholdConfig{Grace: *grace})}
 	if *liveness/4 < 15*time.Second {
 		oopts = append(oopts, overlay.Maintenance(*liveness/4, 30*time.Second))
 	}

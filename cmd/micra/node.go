@@ -61,6 +61,7 @@ var nodeFlags = map[string]string{
 	"result_shards":          "`N` result topics network-wide (nodes and indexers must agree)",
 	"liveness":               "silence, a `DURATION`, after which coordinators re-delegate a crawler's subnets; heartbeats every tenth of it (all nodes should agree)",
 	"batch_wait":             "longest a batch of results stays open before it is sealed for indexers, a `DURATION`",
+	"withhold_grace":         "how long, a `DURATION`, a coordinator waits after an indexer's first notice that a node left a crawl request unanswered before it may take the subnet back",
 }
 
 // nodeConfig builds a node's configuration from the defaults, the TOML
@@ -143,6 +144,7 @@ func tomlView(c node.Config) map[string]any {
 		"log_level": c.LogLevel, "dashboard": c.Dashboard, "dashboard_token": c.DashboardToken, "indexers": c.Indexers,
 		"outbox_cap": c.OutboxCap, "memory_limit": c.MemoryLimit, "snapshot": c.Snapshot, "snapshot_keys": c.SnapshotKeys, "dns": c.DNS,
 		"threshold": c.Threshold, "result_shards": c.ResultShards, "liveness": c.Liveness, "batch_wait": c.BatchWait,
+		"withhold_grace": c.WithholdGrace,
 	}
 	return out
 }

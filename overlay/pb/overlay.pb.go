@@ -27,43 +27,45 @@ const (
 type Message_Type int32
 
 const (
-	Message_UNKNOWN       Message_Type = 0
-	Message_ERROR         Message_Type = 1  // error
-	Message_OK            Message_Type = 2  // empty acknowledgement
-	Message_PROBE         Message_Type = 3  // probe
-	Message_PROBE_RESULT  Message_Type = 4  // probe_result
-	Message_RESOLVE       Message_Type = 5  // resolve
-	Message_DELEGATE      Message_Type = 6  // delegate
-	Message_DELEGATION    Message_Type = 7  // delegation: answer to RESOLVE, DELEGATE, REDELEGATE
-	Message_HEARTBEAT     Message_Type = 8  // heartbeat
-	Message_HEARTBEAT_ACK Message_Type = 9  // heartbeat_ack
-	Message_REDELEGATE    Message_Type = 10 // redelegate
-	Message_ASSIGN        Message_Type = 11 // assign: a coordinator tells a node it was delegated a subnet
-	Message_FORWARD       Message_Type = 12 // forward
-	Message_FORWARD_ACK   Message_Type = 13 // forward_ack
-	Message_ACK           Message_Type = 14 // ack
-	Message_REPLICATE     Message_Type = 15 // replicate
-	Message_SYNC          Message_Type = 16 // sync
-	Message_SYNC_STATE    Message_Type = 17 // sync_state
-	Message_ORG_UPDATE    Message_Type = 18 // org_update: a range coordinator updates an organisation shard
-	Message_ORG_QUERY     Message_Type = 19 // org_query
-	Message_ORG_ENTRIES   Message_Type = 20 // org_entries
-	Message_REASSIGN      Message_Type = 21 // reassign: load balancing moves a subnet to another node; answered with DELEGATION
-	Message_BLOCK_UPDATE  Message_Type = 22 // block_update: a range coordinator indexes a decision in a block shard
-	Message_BLOCK_QUERY   Message_Type = 23 // block_query
-	Message_BLOCK_ENTRIES Message_Type = 24 // block_entries
-	Message_AUDIT         Message_Type = 25 // audit: have a node's record of a page checked; answered with AUDIT_VERDICT
-	Message_AUDIT_VERDICT Message_Type = 26 // audit_verdict
-	Message_REFETCH       Message_Type = 27 // refetch: fetch a page afresh for an audit; answered with PAGE
-	Message_PAGE          Message_Type = 28 // page
-	Message_SPLIT         Message_Type = 29 // split: the holder of a range asks for a part of it to be delegated apart; answered with DELEGATION
-	Message_RELEASE_QUERY Message_Type = 30 // release_query: the release replacing a snapshot; answered with RELEASE
-	Message_RELEASE       Message_Type = 31 // release
-	Message_CHUNK_QUERY   Message_Type = 32 // chunk_query: bytes of a released snapshot file; answered with CHUNK
-	Message_CHUNK         Message_Type = 33 // chunk
-	Message_CARRY         Message_Type = 34 // carry: a node carries its delegation of the previous snapshot into this one; answered with DELEGATION
-	Message_CARRY_PROBES  Message_Type = 35 // carry_probes: a coordinator of the previous snapshot carries its stored probe results into this one's shards; answered with OK
-	Message_ANNOUNCE      Message_Type = 36 // announce: a node's state to a routing-table neighbour or a coordinator it heartbeats; answered with the receiver's own ANNOUNCE
+	Message_UNKNOWN          Message_Type = 0
+	Message_ERROR            Message_Type = 1  // error
+	Message_OK               Message_Type = 2  // empty acknowledgement
+	Message_PROBE            Message_Type = 3  // probe
+	Message_PROBE_RESULT     Message_Type = 4  // probe_result
+	Message_RESOLVE          Message_Type = 5  // resolve
+	Message_DELEGATE         Message_Type = 6  // delegate
+	Message_DELEGATION       Message_Type = 7  // delegation: answer to RESOLVE, DELEGATE, REDELEGATE
+	Message_HEARTBEAT        Message_Type = 8  // heartbeat
+	Message_HEARTBEAT_ACK    Message_Type = 9  // heartbeat_ack
+	Message_REDELEGATE       Message_Type = 10 // redelegate
+	Message_ASSIGN           Message_Type = 11 // assign: a coordinator tells a node it was delegated a subnet
+	Message_FORWARD          Message_Type = 12 // forward
+	Message_FORWARD_ACK      Message_Type = 13 // forward_ack
+	Message_ACK              Message_Type = 14 // ack
+	Message_REPLICATE        Message_Type = 15 // replicate
+	Message_SYNC             Message_Type = 16 // sync
+	Message_SYNC_STATE       Message_Type = 17 // sync_state
+	Message_ORG_UPDATE       Message_Type = 18 // org_update: a range coordinator updates an organisation shard
+	Message_ORG_QUERY        Message_Type = 19 // org_query
+	Message_ORG_ENTRIES      Message_Type = 20 // org_entries
+	Message_REASSIGN         Message_Type = 21 // reassign: load balancing moves a subnet to another node; answered with DELEGATION
+	Message_BLOCK_UPDATE     Message_Type = 22 // block_update: a range coordinator indexes a decision in a block shard
+	Message_BLOCK_QUERY      Message_Type = 23 // block_query
+	Message_BLOCK_ENTRIES    Message_Type = 24 // block_entries
+	Message_AUDIT            Message_Type = 25 // audit: have a node's record of a page checked; answered with AUDIT_VERDICT
+	Message_AUDIT_VERDICT    Message_Type = 26 // audit_verdict
+	Message_REFETCH          Message_Type = 27 // refetch: fetch a page afresh for an audit; answered with PAGE
+	Message_PAGE             Message_Type = 28 // page
+	Message_SPLIT            Message_Type = 29 // split: the holder of a range asks for a part of it to be delegated apart; answered with DELEGATION
+	Message_RELEASE_QUERY    Message_Type = 30 // release_query: the release replacing a snapshot; answered with RELEASE
+	Message_RELEASE          Message_Type = 31 // release
+	Message_CHUNK_QUERY      Message_Type = 32 // chunk_query: bytes of a released snapshot file; answered with CHUNK
+	Message_CHUNK            Message_Type = 33 // chunk
+	Message_CARRY            Message_Type = 34 // carry: a node carries its delegation of the previous snapshot into this one; answered with DELEGATION
+	Message_CARRY_PROBES     Message_Type = 35 // carry_probes: a coordinator of the previous snapshot carries its stored probe results into this one's shards; answered with OK
+	Message_ANNOUNCE         Message_Type = 36 // announce: a node's state to a routing-table neighbour or a coordinator it heartbeats; answered with the receiver's own ANNOUNCE
+	Message_WITHHELD         Message_Type = 37 // withheld: an indexer's crawl request went unanswered past its patience; answered with WITHHELD_VERDICT
+	Message_WITHHELD_VERDICT Message_Type = 38 // withheld_verdict
 )
 
 // Enum value maps for Message_Type.
@@ -106,45 +108,49 @@ var (
 		34: "CARRY",
 		35: "CARRY_PROBES",
 		36: "ANNOUNCE",
+		37: "WITHHELD",
+		38: "WITHHELD_VERDICT",
 	}
 	Message_Type_value = map[string]int32{
-		"UNKNOWN":       0,
-		"ERROR":         1,
-		"OK":            2,
-		"PROBE":         3,
-		"PROBE_RESULT":  4,
-		"RESOLVE":       5,
-		"DELEGATE":      6,
-		"DELEGATION":    7,
-		"HEARTBEAT":     8,
-		"HEARTBEAT_ACK": 9,
-		"REDELEGATE":    10,
-		"ASSIGN":        11,
-		"FORWARD":       12,
-		"FORWARD_ACK":   13,
-		"ACK":           14,
-		"REPLICATE":     15,
-		"SYNC":          16,
-		"SYNC_STATE":    17,
-		"ORG_UPDATE":    18,
-		"ORG_QUERY":     19,
-		"ORG_ENTRIES":   20,
-		"REASSIGN":      21,
-		"BLOCK_UPDATE":  22,
-		"BLOCK_QUERY":   23,
-		"BLOCK_ENTRIES": 24,
-		"AUDIT":         25,
-		"AUDIT_VERDICT": 26,
-		"REFETCH":       27,
-		"PAGE":          28,
-		"SPLIT":         29,
-		"RELEASE_QUERY": 30,
-		"RELEASE":       31,
-		"CHUNK_QUERY":   32,
-		"CHUNK":         33,
-		"CARRY":         34,
-		"CARRY_PROBES":  35,
-		"ANNOUNCE":      36,
+		"UNKNOWN":          0,
+		"ERROR":            1,
+		"OK":               2,
+		"PROBE":            3,
+		"PROBE_RESULT":     4,
+		"RESOLVE":          5,
+		"DELEGATE":         6,
+		"DELEGATION":       7,
+		"HEARTBEAT":        8,
+		"HEARTBEAT_ACK":    9,
+		"REDELEGATE":       10,
+		"ASSIGN":           11,
+		"FORWARD":          12,
+		"FORWARD_ACK":      13,
+		"ACK":              14,
+		"REPLICATE":        15,
+		"SYNC":             16,
+		"SYNC_STATE":       17,
+		"ORG_UPDATE":       18,
+		"ORG_QUERY":        19,
+		"ORG_ENTRIES":      20,
+		"REASSIGN":         21,
+		"BLOCK_UPDATE":     22,
+		"BLOCK_QUERY":      23,
+		"BLOCK_ENTRIES":    24,
+		"AUDIT":            25,
+		"AUDIT_VERDICT":    26,
+		"REFETCH":          27,
+		"PAGE":             28,
+		"SPLIT":            29,
+		"RELEASE_QUERY":    30,
+		"RELEASE":          31,
+		"CHUNK_QUERY":      32,
+		"CHUNK":            33,
+		"CARRY":            34,
+		"CARRY_PROBES":     35,
+		"ANNOUNCE":         36,
+		"WITHHELD":         37,
+		"WITHHELD_VERDICT": 38,
 	}
 )
 
@@ -328,6 +334,7 @@ const (
 	Entry_ORG        Entry_Kind = 4 // value: SignedRecord (a copy indexed by an organisation shard)
 	Entry_BLOCK      Entry_Kind = 5 // value: BlockEntry (a decision indexed by a block shard)
 	Entry_AUDIT      Entry_Kind = 6 // value: AuditEntry (a node's audit tally in a range shard)
+	Entry_WITHHELD   Entry_Kind = 7 // value: WithheldEntry (a node kept out of a subnet it withheld), key: the subnet's range key and the node
 )
 
 // Enum value maps for Entry_Kind.
@@ -340,6 +347,7 @@ var (
 		4: "ORG",
 		5: "BLOCK",
 		6: "AUDIT",
+		7: "WITHHELD",
 	}
 	Entry_Kind_value = map[string]int32{
 		"UNKNOWN":    0,
@@ -349,6 +357,7 @@ var (
 		"ORG":        4,
 		"BLOCK":      5,
 		"AUDIT":      6,
+		"WITHHELD":   7,
 	}
 )
 
@@ -483,6 +492,64 @@ func (AuditVerdict_Result) EnumDescriptor() ([]byte, []int) {
 	return file_overlay_proto_rawDescGZIP(), []int{41, 0}
 }
 
+type WithheldVerdict_Result int32
+
+const (
+	WithheldVerdict_UNKNOWN     WithheldVerdict_Result = 0
+	WithheldVerdict_NOTED       WithheldVerdict_Result = 1 // noted; ask again after retry_ms if there is still no record
+	WithheldVerdict_TAKEN_BACK  WithheldVerdict_Result = 2 // the subnet was taken from holder; submit the request again
+	WithheldVerdict_NOT_HOLDER  WithheldVerdict_Result = 3 // the subnet is not delegated to holder (any more), or holder took it after the request
+	WithheldVerdict_UNCONFIRMED WithheldVerdict_Result = 4 // no auditor could fetch the page: not held against holder
+	WithheldVerdict_CONFIRMED   WithheldVerdict_Result = 5 // a deputy confirmed it, but cannot write the shard holder coordinates
+)
+
+// Enum value maps for WithheldVerdict_Result.
+var (
+	WithheldVerdict_Result_name = map[int32]string{
+		0: "UNKNOWN",
+		1: "NOTED",
+		2: "TAKEN_BACK",
+		3: "NOT_HOLDER",
+		4: "UNCONFIRMED",
+		5: "CONFIRMED",
+	}
+	WithheldVerdict_Result_value = map[string]int32{
+		"UNKNOWN":     0,
+		"NOTED":       1,
+		"TAKEN_BACK":  2,
+		"NOT_HOLDER":  3,
+		"UNCONFIRMED": 4,
+		"CONFIRMED":   5,
+	}
+)
+
+func (x WithheldVerdict_Result) Enum() *WithheldVerdict_Result {
+	p := new(WithheldVerdict_Result)
+	*p = x
+	return p
+}
+
+func (x WithheldVerdict_Result) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WithheldVerdict_Result) Descriptor() protoreflect.EnumDescriptor {
+	return file_overlay_proto_enumTypes[6].Descriptor()
+}
+
+func (WithheldVerdict_Result) Type() protoreflect.EnumType {
+	return &file_overlay_proto_enumTypes[6]
+}
+
+func (x WithheldVerdict_Result) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WithheldVerdict_Result.Descriptor instead.
+func (WithheldVerdict_Result) EnumDescriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{46, 0}
+}
+
 // Message is the envelope of every frame on micra's request/response stream
 // protocols (probe, coordinate, forward, ack, replicate). A request is one
 // frame; a response is one frame, except SYNC, answered by SYNC_STATE frames
@@ -490,45 +557,47 @@ func (AuditVerdict_Result) EnumDescriptor() ([]byte, []int) {
 type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// version of the message schema; this build speaks 1.
-	Version       uint32        `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Type          Message_Type  `protobuf:"varint,2,opt,name=type,proto3,enum=micra.overlay.Message_Type" json:"type,omitempty"`
-	Error         *Error        `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
-	Probe         *Probe        `protobuf:"bytes,4,opt,name=probe,proto3" json:"probe,omitempty"`
-	ProbeResult   *ProbeResult  `protobuf:"bytes,5,opt,name=probe_result,json=probeResult,proto3" json:"probe_result,omitempty"`
-	Resolve       *Resolve      `protobuf:"bytes,6,opt,name=resolve,proto3" json:"resolve,omitempty"`
-	Delegate      *Delegate     `protobuf:"bytes,7,opt,name=delegate,proto3" json:"delegate,omitempty"`
-	Delegation    *Delegation   `protobuf:"bytes,8,opt,name=delegation,proto3" json:"delegation,omitempty"`
-	Heartbeat     *Heartbeat    `protobuf:"bytes,9,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
-	HeartbeatAck  *HeartbeatAck `protobuf:"bytes,10,opt,name=heartbeat_ack,json=heartbeatAck,proto3" json:"heartbeat_ack,omitempty"`
-	Redelegate    *Redelegate   `protobuf:"bytes,11,opt,name=redelegate,proto3" json:"redelegate,omitempty"`
-	Assign        *Assign       `protobuf:"bytes,12,opt,name=assign,proto3" json:"assign,omitempty"`
-	Forward       *Forward      `protobuf:"bytes,13,opt,name=forward,proto3" json:"forward,omitempty"`
-	ForwardAck    *ForwardAck   `protobuf:"bytes,14,opt,name=forward_ack,json=forwardAck,proto3" json:"forward_ack,omitempty"`
-	Ack           *Ack          `protobuf:"bytes,15,opt,name=ack,proto3" json:"ack,omitempty"`
-	Replicate     *Replicate    `protobuf:"bytes,16,opt,name=replicate,proto3" json:"replicate,omitempty"`
-	Sync          *Sync         `protobuf:"bytes,17,opt,name=sync,proto3" json:"sync,omitempty"`
-	SyncState     *SyncState    `protobuf:"bytes,18,opt,name=sync_state,json=syncState,proto3" json:"sync_state,omitempty"`
-	OrgUpdate     *OrgUpdate    `protobuf:"bytes,19,opt,name=org_update,json=orgUpdate,proto3" json:"org_update,omitempty"`
-	OrgQuery      *OrgQuery     `protobuf:"bytes,20,opt,name=org_query,json=orgQuery,proto3" json:"org_query,omitempty"`
-	OrgEntries    *OrgEntries   `protobuf:"bytes,21,opt,name=org_entries,json=orgEntries,proto3" json:"org_entries,omitempty"`
-	Reassign      *Reassign     `protobuf:"bytes,22,opt,name=reassign,proto3" json:"reassign,omitempty"`
-	BlockUpdate   *BlockUpdate  `protobuf:"bytes,23,opt,name=block_update,json=blockUpdate,proto3" json:"block_update,omitempty"`
-	BlockQuery    *BlockQuery   `protobuf:"bytes,24,opt,name=block_query,json=blockQuery,proto3" json:"block_query,omitempty"`
-	BlockEntries  *BlockEntries `protobuf:"bytes,25,opt,name=block_entries,json=blockEntries,proto3" json:"block_entries,omitempty"`
-	Audit         *Audit        `protobuf:"bytes,26,opt,name=audit,proto3" json:"audit,omitempty"`
-	AuditVerdict  *AuditVerdict `protobuf:"bytes,27,opt,name=audit_verdict,json=auditVerdict,proto3" json:"audit_verdict,omitempty"`
-	Refetch       *Refetch      `protobuf:"bytes,28,opt,name=refetch,proto3" json:"refetch,omitempty"`
-	Page          *Page         `protobuf:"bytes,29,opt,name=page,proto3" json:"page,omitempty"`
-	Split         *Split        `protobuf:"bytes,30,opt,name=split,proto3" json:"split,omitempty"`
-	ReleaseQuery  *ReleaseQuery `protobuf:"bytes,31,opt,name=release_query,json=releaseQuery,proto3" json:"release_query,omitempty"`
-	Release       *Release      `protobuf:"bytes,32,opt,name=release,proto3" json:"release,omitempty"`
-	ChunkQuery    *ChunkQuery   `protobuf:"bytes,33,opt,name=chunk_query,json=chunkQuery,proto3" json:"chunk_query,omitempty"`
-	Chunk         *Chunk        `protobuf:"bytes,34,opt,name=chunk,proto3" json:"chunk,omitempty"`
-	Carry         *Carry        `protobuf:"bytes,35,opt,name=carry,proto3" json:"carry,omitempty"`
-	CarryProbes   *CarryProbes  `protobuf:"bytes,36,opt,name=carry_probes,json=carryProbes,proto3" json:"carry_probes,omitempty"`
-	Announce      *Announce     `protobuf:"bytes,37,opt,name=announce,proto3" json:"announce,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version         uint32           `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Type            Message_Type     `protobuf:"varint,2,opt,name=type,proto3,enum=micra.overlay.Message_Type" json:"type,omitempty"`
+	Error           *Error           `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Probe           *Probe           `protobuf:"bytes,4,opt,name=probe,proto3" json:"probe,omitempty"`
+	ProbeResult     *ProbeResult     `protobuf:"bytes,5,opt,name=probe_result,json=probeResult,proto3" json:"probe_result,omitempty"`
+	Resolve         *Resolve         `protobuf:"bytes,6,opt,name=resolve,proto3" json:"resolve,omitempty"`
+	Delegate        *Delegate        `protobuf:"bytes,7,opt,name=delegate,proto3" json:"delegate,omitempty"`
+	Delegation      *Delegation      `protobuf:"bytes,8,opt,name=delegation,proto3" json:"delegation,omitempty"`
+	Heartbeat       *Heartbeat       `protobuf:"bytes,9,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
+	HeartbeatAck    *HeartbeatAck    `protobuf:"bytes,10,opt,name=heartbeat_ack,json=heartbeatAck,proto3" json:"heartbeat_ack,omitempty"`
+	Redelegate      *Redelegate      `protobuf:"bytes,11,opt,name=redelegate,proto3" json:"redelegate,omitempty"`
+	Assign          *Assign          `protobuf:"bytes,12,opt,name=assign,proto3" json:"assign,omitempty"`
+	Forward         *Forward         `protobuf:"bytes,13,opt,name=forward,proto3" json:"forward,omitempty"`
+	ForwardAck      *ForwardAck      `protobuf:"bytes,14,opt,name=forward_ack,json=forwardAck,proto3" json:"forward_ack,omitempty"`
+	Ack             *Ack             `protobuf:"bytes,15,opt,name=ack,proto3" json:"ack,omitempty"`
+	Replicate       *Replicate       `protobuf:"bytes,16,opt,name=replicate,proto3" json:"replicate,omitempty"`
+	Sync            *Sync            `protobuf:"bytes,17,opt,name=sync,proto3" json:"sync,omitempty"`
+	SyncState       *SyncState       `protobuf:"bytes,18,opt,name=sync_state,json=syncState,proto3" json:"sync_state,omitempty"`
+	OrgUpdate       *OrgUpdate       `protobuf:"bytes,19,opt,name=org_update,json=orgUpdate,proto3" json:"org_update,omitempty"`
+	OrgQuery        *OrgQuery        `protobuf:"bytes,20,opt,name=org_query,json=orgQuery,proto3" json:"org_query,omitempty"`
+	OrgEntries      *OrgEntries      `protobuf:"bytes,21,opt,name=org_entries,json=orgEntries,proto3" json:"org_entries,omitempty"`
+	Reassign        *Reassign        `protobuf:"bytes,22,opt,name=reassign,proto3" json:"reassign,omitempty"`
+	BlockUpdate     *BlockUpdate     `protobuf:"bytes,23,opt,name=block_update,json=blockUpdate,proto3" json:"block_update,omitempty"`
+	BlockQuery      *BlockQuery      `protobuf:"bytes,24,opt,name=block_query,json=blockQuery,proto3" json:"block_query,omitempty"`
+	BlockEntries    *BlockEntries    `protobuf:"bytes,25,opt,name=block_entries,json=blockEntries,proto3" json:"block_entries,omitempty"`
+	Audit           *Audit           `protobuf:"bytes,26,opt,name=audit,proto3" json:"audit,omitempty"`
+	AuditVerdict    *AuditVerdict    `protobuf:"bytes,27,opt,name=audit_verdict,json=auditVerdict,proto3" json:"audit_verdict,omitempty"`
+	Refetch         *Refetch         `protobuf:"bytes,28,opt,name=refetch,proto3" json:"refetch,omitempty"`
+	Page            *Page            `protobuf:"bytes,29,opt,name=page,proto3" json:"page,omitempty"`
+	Split           *Split           `protobuf:"bytes,30,opt,name=split,proto3" json:"split,omitempty"`
+	ReleaseQuery    *ReleaseQuery    `protobuf:"bytes,31,opt,name=release_query,json=releaseQuery,proto3" json:"release_query,omitempty"`
+	Release         *Release         `protobuf:"bytes,32,opt,name=release,proto3" json:"release,omitempty"`
+	ChunkQuery      *ChunkQuery      `protobuf:"bytes,33,opt,name=chunk_query,json=chunkQuery,proto3" json:"chunk_query,omitempty"`
+	Chunk           *Chunk           `protobuf:"bytes,34,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Carry           *Carry           `protobuf:"bytes,35,opt,name=carry,proto3" json:"carry,omitempty"`
+	CarryProbes     *CarryProbes     `protobuf:"bytes,36,opt,name=carry_probes,json=carryProbes,proto3" json:"carry_probes,omitempty"`
+	Announce        *Announce        `protobuf:"bytes,37,opt,name=announce,proto3" json:"announce,omitempty"`
+	Withheld        *Withheld        `protobuf:"bytes,38,opt,name=withheld,proto3" json:"withheld,omitempty"`
+	WithheldVerdict *WithheldVerdict `protobuf:"bytes,39,opt,name=withheld_verdict,json=withheldVerdict,proto3" json:"withheld_verdict,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
@@ -816,6 +885,20 @@ func (x *Message) GetCarryProbes() *CarryProbes {
 func (x *Message) GetAnnounce() *Announce {
 	if x != nil {
 		return x.Announce
+	}
+	return nil
+}
+
+func (x *Message) GetWithheld() *Withheld {
+	if x != nil {
+		return x.Withheld
+	}
+	return nil
+}
+
+func (x *Message) GetWithheldVerdict() *WithheldVerdict {
+	if x != nil {
+		return x.WithheldVerdict
 	}
 	return nil
 }
@@ -3565,6 +3648,7 @@ type Page struct {
 	AtMs          int64                  `protobuf:"varint,6,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	Distance      int32                  `protobuf:"zigzag32,7,opt,name=distance,proto3" json:"distance,omitempty"` // bits differing from the record's fingerprint (in verdicts); -1 when not compared
 	Error         string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`          // why the auditor could not fetch it (in verdicts)
+	Noindex       bool                   `protobuf:"varint,9,opt,name=noindex,proto3" json:"noindex,omitempty"`     // the page asks not to be indexed: no record is made of it
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3653,6 +3737,13 @@ func (x *Page) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *Page) GetNoindex() bool {
+	if x != nil {
+		return x.Noindex
+	}
+	return false
 }
 
 // AuditEntry is a node's audit tally in a range shard's replicated state.
@@ -3764,6 +3855,243 @@ func (x *AuditEntry) GetRecentN() uint32 {
 	return 0
 }
 
+// Withheld tells the coordinator of the subnet of addr that a crawl
+// request for url, sent to holder (the subnet's node as the asker knew it)
+// at asked_ms, has had no record past the asker's patience. The first
+// notice is noted; one that comes again after the coordinator's grace,
+// the page confirmed reachable by an auditor, takes the subnet back.
+type Withheld struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot []byte                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Addr     []byte                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"` // 4 or 16 bytes: an address of url's host
+	Url      string                 `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	Holder   []byte                 `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	AskedMs  int64                  `protobuf:"varint,5,opt,name=asked_ms,json=askedMs,proto3" json:"asked_ms,omitempty"` // when the asker last sent the request to holder
+	// deputy: holder coordinates the shard, so the receiver, the peer
+	// nearest the shard key after it, judges in its stead.
+	Deputy        bool `protobuf:"varint,6,opt,name=deputy,proto3" json:"deputy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Withheld) Reset() {
+	*x = Withheld{}
+	mi := &file_overlay_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Withheld) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Withheld) ProtoMessage() {}
+
+func (x *Withheld) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Withheld.ProtoReflect.Descriptor instead.
+func (*Withheld) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *Withheld) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *Withheld) GetAddr() []byte {
+	if x != nil {
+		return x.Addr
+	}
+	return nil
+}
+
+func (x *Withheld) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Withheld) GetHolder() []byte {
+	if x != nil {
+		return x.Holder
+	}
+	return nil
+}
+
+func (x *Withheld) GetAskedMs() int64 {
+	if x != nil {
+		return x.AskedMs
+	}
+	return 0
+}
+
+func (x *Withheld) GetDeputy() bool {
+	if x != nil {
+		return x.Deputy
+	}
+	return false
+}
+
+type WithheldVerdict struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        WithheldVerdict_Result `protobuf:"varint,1,opt,name=result,proto3,enum=micra.overlay.WithheldVerdict_Result" json:"result,omitempty"`
+	Holder        []byte                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	RetryMs       int64                  `protobuf:"varint,3,opt,name=retry_ms,json=retryMs,proto3" json:"retry_ms,omitempty"` // NOTED: how long until the grace ends
+	Deputy        bool                   `protobuf:"varint,4,opt,name=deputy,proto3" json:"deputy,omitempty"`                  // judged by holder's deputy
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WithheldVerdict) Reset() {
+	*x = WithheldVerdict{}
+	mi := &file_overlay_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WithheldVerdict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WithheldVerdict) ProtoMessage() {}
+
+func (x *WithheldVerdict) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WithheldVerdict.ProtoReflect.Descriptor instead.
+func (*WithheldVerdict) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *WithheldVerdict) GetResult() WithheldVerdict_Result {
+	if x != nil {
+		return x.Result
+	}
+	return WithheldVerdict_UNKNOWN
+}
+
+func (x *WithheldVerdict) GetHolder() []byte {
+	if x != nil {
+		return x.Holder
+	}
+	return nil
+}
+
+func (x *WithheldVerdict) GetRetryMs() int64 {
+	if x != nil {
+		return x.RetryMs
+	}
+	return 0
+}
+
+func (x *WithheldVerdict) GetDeputy() bool {
+	if x != nil {
+		return x.Deputy
+	}
+	return false
+}
+
+// WithheldEntry keeps a node out of a subnet it withheld, in the range
+// shard's replicated state.
+type WithheldEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subnet        *Range                 `protobuf:"bytes,1,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	Peer          []byte                 `protobuf:"bytes,2,opt,name=peer,proto3" json:"peer,omitempty"`
+	UntilMs       int64                  `protobuf:"varint,3,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"` // the node may be delegated the subnet again from then
+	Url           string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`                         // the page it withheld
+	AtMs          int64                  `protobuf:"varint,5,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`          // when it was taken back
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WithheldEntry) Reset() {
+	*x = WithheldEntry{}
+	mi := &file_overlay_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WithheldEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WithheldEntry) ProtoMessage() {}
+
+func (x *WithheldEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_overlay_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WithheldEntry.ProtoReflect.Descriptor instead.
+func (*WithheldEntry) Descriptor() ([]byte, []int) {
+	return file_overlay_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *WithheldEntry) GetSubnet() *Range {
+	if x != nil {
+		return x.Subnet
+	}
+	return nil
+}
+
+func (x *WithheldEntry) GetPeer() []byte {
+	if x != nil {
+		return x.Peer
+	}
+	return nil
+}
+
+func (x *WithheldEntry) GetUntilMs() int64 {
+	if x != nil {
+		return x.UntilMs
+	}
+	return 0
+}
+
+func (x *WithheldEntry) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *WithheldEntry) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
 // ReleaseQuery asks for the release that replaces the snapshot parent.
 type ReleaseQuery struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3774,7 +4102,7 @@ type ReleaseQuery struct {
 
 func (x *ReleaseQuery) Reset() {
 	*x = ReleaseQuery{}
-	mi := &file_overlay_proto_msgTypes[45]
+	mi := &file_overlay_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3786,7 +4114,7 @@ func (x *ReleaseQuery) String() string {
 func (*ReleaseQuery) ProtoMessage() {}
 
 func (x *ReleaseQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[45]
+	mi := &file_overlay_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3799,7 +4127,7 @@ func (x *ReleaseQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseQuery.ProtoReflect.Descriptor instead.
 func (*ReleaseQuery) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{45}
+	return file_overlay_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReleaseQuery) GetParent() []byte {
@@ -3819,7 +4147,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_overlay_proto_msgTypes[46]
+	mi := &file_overlay_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3831,7 +4159,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[46]
+	mi := &file_overlay_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3844,7 +4172,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{46}
+	return file_overlay_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Release) GetRelease() []byte {
@@ -3866,7 +4194,7 @@ type ChunkQuery struct {
 
 func (x *ChunkQuery) Reset() {
 	*x = ChunkQuery{}
-	mi := &file_overlay_proto_msgTypes[47]
+	mi := &file_overlay_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3878,7 +4206,7 @@ func (x *ChunkQuery) String() string {
 func (*ChunkQuery) ProtoMessage() {}
 
 func (x *ChunkQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[47]
+	mi := &file_overlay_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3891,7 +4219,7 @@ func (x *ChunkQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkQuery.ProtoReflect.Descriptor instead.
 func (*ChunkQuery) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{47}
+	return file_overlay_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ChunkQuery) GetSnapshot() []byte {
@@ -3926,7 +4254,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_overlay_proto_msgTypes[48]
+	mi := &file_overlay_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4266,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[48]
+	mi := &file_overlay_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4279,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{48}
+	return file_overlay_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Chunk) GetData() []byte {
@@ -3983,7 +4311,7 @@ type CarryProbes struct {
 
 func (x *CarryProbes) Reset() {
 	*x = CarryProbes{}
-	mi := &file_overlay_proto_msgTypes[49]
+	mi := &file_overlay_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3995,7 +4323,7 @@ func (x *CarryProbes) String() string {
 func (*CarryProbes) ProtoMessage() {}
 
 func (x *CarryProbes) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[49]
+	mi := &file_overlay_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4008,7 +4336,7 @@ func (x *CarryProbes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CarryProbes.ProtoReflect.Descriptor instead.
 func (*CarryProbes) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{49}
+	return file_overlay_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CarryProbes) GetSnapshot() []byte {
@@ -4035,7 +4363,7 @@ type CarriedProbe struct {
 
 func (x *CarriedProbe) Reset() {
 	*x = CarriedProbe{}
-	mi := &file_overlay_proto_msgTypes[50]
+	mi := &file_overlay_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4047,7 +4375,7 @@ func (x *CarriedProbe) String() string {
 func (*CarriedProbe) ProtoMessage() {}
 
 func (x *CarriedProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[50]
+	mi := &file_overlay_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4060,7 +4388,7 @@ func (x *CarriedProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CarriedProbe.ProtoReflect.Descriptor instead.
 func (*CarriedProbe) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{50}
+	return file_overlay_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CarriedProbe) GetFrom() *Range {
@@ -4088,7 +4416,7 @@ type Carry struct {
 
 func (x *Carry) Reset() {
 	*x = Carry{}
-	mi := &file_overlay_proto_msgTypes[51]
+	mi := &file_overlay_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4100,7 +4428,7 @@ func (x *Carry) String() string {
 func (*Carry) ProtoMessage() {}
 
 func (x *Carry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[51]
+	mi := &file_overlay_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4113,7 +4441,7 @@ func (x *Carry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Carry.ProtoReflect.Descriptor instead.
 func (*Carry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{51}
+	return file_overlay_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Carry) GetSnapshot() []byte {
@@ -4141,7 +4469,7 @@ var File_overlay_proto protoreflect.FileDescriptor
 
 const file_overlay_proto_rawDesc = "" +
 	"\n" +
-	"\roverlay.proto\x12\rmicra.overlay\"\xc7\x13\n" +
+	"\roverlay.proto\x12\rmicra.overlay\"\xeb\x14\n" +
 	"\aMessage\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12/\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1b.micra.overlay.Message.TypeR\x04type\x12*\n" +
@@ -4190,7 +4518,9 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05chunk\x18\" \x01(\v2\x14.micra.overlay.ChunkR\x05chunk\x12*\n" +
 	"\x05carry\x18# \x01(\v2\x14.micra.overlay.CarryR\x05carry\x12=\n" +
 	"\fcarry_probes\x18$ \x01(\v2\x1a.micra.overlay.CarryProbesR\vcarryProbes\x123\n" +
-	"\bannounce\x18% \x01(\v2\x17.micra.overlay.AnnounceR\bannounce\"\x97\x04\n" +
+	"\bannounce\x18% \x01(\v2\x17.micra.overlay.AnnounceR\bannounce\x123\n" +
+	"\bwithheld\x18& \x01(\v2\x17.micra.overlay.WithheldR\bwithheld\x12I\n" +
+	"\x10withheld_verdict\x18' \x01(\v2\x1e.micra.overlay.WithheldVerdictR\x0fwithheldVerdict\"\xbb\x04\n" +
 	"\x04Type\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05ERROR\x10\x01\x12\x06\n" +
@@ -4234,7 +4564,9 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05CHUNK\x10!\x12\t\n" +
 	"\x05CARRY\x10\"\x12\x10\n" +
 	"\fCARRY_PROBES\x10#\x12\f\n" +
-	"\bANNOUNCE\x10$\"\xc4\x03\n" +
+	"\bANNOUNCE\x10$\x12\f\n" +
+	"\bWITHHELD\x10%\x12\x14\n" +
+	"\x10WITHHELD_VERDICT\x10&\"\xc4\x03\n" +
 	"\x05Error\x12-\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x19.micra.overlay.Error.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12+\n" +
@@ -4360,13 +4692,13 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bpromised\x18\x03 \x01(\x04R\bpromised\x12\x14\n" +
 	"\x05owner\x18\x04 \x01(\fR\x05owner\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xdf\x01\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xed\x01\n" +
 	"\x05Entry\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.micra.overlay.Entry.KindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"W\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"e\n" +
 	"\x04Kind\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -4375,7 +4707,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\x04LOAD\x10\x03\x12\a\n" +
 	"\x03ORG\x10\x04\x12\t\n" +
 	"\x05BLOCK\x10\x05\x12\t\n" +
-	"\x05AUDIT\x10\x06\"\x82\x01\n" +
+	"\x05AUDIT\x10\x06\x12\f\n" +
+	"\bWITHHELD\x10\a\"\x82\x01\n" +
 	"\n" +
 	"ProbeEntry\x12,\n" +
 	"\x06subnet\x18\x01 \x01(\v2\x14.micra.overlay.RangeR\x06subnet\x12\x12\n" +
@@ -4483,7 +4816,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\fINCONCLUSIVE\x10\x03\x12\x11\n" +
 	"\rNOT_DELEGATED\x10\x04\"\x1b\n" +
 	"\aRefetch\x12\x10\n" +
-	"\x03url\x18\x01 \x01(\tR\x03url\"\xca\x01\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\"\xe4\x01\n" +
 	"\x04Page\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\fR\x04peer\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1b\n" +
@@ -4492,7 +4825,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\vfingerprint\x18\x05 \x01(\x06R\vfingerprint\x12\x13\n" +
 	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x1a\n" +
 	"\bdistance\x18\a \x01(\x11R\bdistance\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"\xef\x01\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x12\x18\n" +
+	"\anoindex\x18\t \x01(\bR\anoindex\"\xef\x01\n" +
 	"\n" +
 	"AuditEntry\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\fR\x04peer\x12\x16\n" +
@@ -4503,7 +4837,34 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x16\n" +
 	"\x06judged\x18\a \x03(\x06R\x06judged\x12\x16\n" +
 	"\x06recent\x18\b \x01(\x06R\x06recent\x12\x19\n" +
-	"\brecent_n\x18\t \x01(\rR\arecentN\"&\n" +
+	"\brecent_n\x18\t \x01(\rR\arecentN\"\x97\x01\n" +
+	"\bWithheld\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\fR\x04addr\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12\x16\n" +
+	"\x06holder\x18\x04 \x01(\fR\x06holder\x12\x19\n" +
+	"\basked_ms\x18\x05 \x01(\x03R\aaskedMs\x12\x16\n" +
+	"\x06deputy\x18\x06 \x01(\bR\x06deputy\"\xfd\x01\n" +
+	"\x0fWithheldVerdict\x12=\n" +
+	"\x06result\x18\x01 \x01(\x0e2%.micra.overlay.WithheldVerdict.ResultR\x06result\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\fR\x06holder\x12\x19\n" +
+	"\bretry_ms\x18\x03 \x01(\x03R\aretryMs\x12\x16\n" +
+	"\x06deputy\x18\x04 \x01(\bR\x06deputy\"`\n" +
+	"\x06Result\x12\v\n" +
+	"\aUNKNOWN\x10\x00\x12\t\n" +
+	"\x05NOTED\x10\x01\x12\x0e\n" +
+	"\n" +
+	"TAKEN_BACK\x10\x02\x12\x0e\n" +
+	"\n" +
+	"NOT_HOLDER\x10\x03\x12\x0f\n" +
+	"\vUNCONFIRMED\x10\x04\x12\r\n" +
+	"\tCONFIRMED\x10\x05\"\x93\x01\n" +
+	"\rWithheldEntry\x12,\n" +
+	"\x06subnet\x18\x01 \x01(\v2\x14.micra.overlay.RangeR\x06subnet\x12\x12\n" +
+	"\x04peer\x18\x02 \x01(\fR\x04peer\x12\x19\n" +
+	"\buntil_ms\x18\x03 \x01(\x03R\auntilMs\x12\x10\n" +
+	"\x03url\x18\x04 \x01(\tR\x03url\x12\x13\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\"&\n" +
 	"\fReleaseQuery\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\fR\x06parent\"#\n" +
 	"\aRelease\x12\x18\n" +
@@ -4539,155 +4900,163 @@ func file_overlay_proto_rawDescGZIP() []byte {
 	return file_overlay_proto_rawDescData
 }
 
-var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_overlay_proto_goTypes = []any{
-	(Message_Type)(0),        // 0: micra.overlay.Message.Type
-	(Error_Code)(0),          // 1: micra.overlay.Error.Code
-	(ShardRef_Kind)(0),       // 2: micra.overlay.ShardRef.Kind
-	(Entry_Kind)(0),          // 3: micra.overlay.Entry.Kind
-	(Record_Kind)(0),         // 4: micra.overlay.Record.Kind
-	(AuditVerdict_Result)(0), // 5: micra.overlay.AuditVerdict.Result
-	(*Message)(nil),          // 6: micra.overlay.Message
-	(*Error)(nil),            // 7: micra.overlay.Error
-	(*PeerHint)(nil),         // 8: micra.overlay.PeerHint
-	(*Range)(nil),            // 9: micra.overlay.Range
-	(*ShardRef)(nil),         // 10: micra.overlay.ShardRef
-	(*Probe)(nil),            // 11: micra.overlay.Probe
-	(*ProbeResult)(nil),      // 12: micra.overlay.ProbeResult
-	(*Resolve)(nil),          // 13: micra.overlay.Resolve
-	(*Delegate)(nil),         // 14: micra.overlay.Delegate
-	(*Delegation)(nil),       // 15: micra.overlay.Delegation
-	(*Heartbeat)(nil),        // 16: micra.overlay.Heartbeat
-	(*HeartbeatAck)(nil),     // 17: micra.overlay.HeartbeatAck
-	(*Redelegate)(nil),       // 18: micra.overlay.Redelegate
-	(*Split)(nil),            // 19: micra.overlay.Split
-	(*Assign)(nil),           // 20: micra.overlay.Assign
-	(*Forward)(nil),          // 21: micra.overlay.Forward
-	(*ForwardAck)(nil),       // 22: micra.overlay.ForwardAck
-	(*Ack)(nil),              // 23: micra.overlay.Ack
-	(*BatchRef)(nil),         // 24: micra.overlay.BatchRef
-	(*Replicate)(nil),        // 25: micra.overlay.Replicate
-	(*Sync)(nil),             // 26: micra.overlay.Sync
-	(*SyncState)(nil),        // 27: micra.overlay.SyncState
-	(*OrgUpdate)(nil),        // 28: micra.overlay.OrgUpdate
-	(*OrgQuery)(nil),         // 29: micra.overlay.OrgQuery
-	(*OrgEntries)(nil),       // 30: micra.overlay.OrgEntries
-	(*ShardMeta)(nil),        // 31: micra.overlay.ShardMeta
-	(*Entry)(nil),            // 32: micra.overlay.Entry
-	(*ProbeEntry)(nil),       // 33: micra.overlay.ProbeEntry
-	(*LoadEntry)(nil),        // 34: micra.overlay.LoadEntry
-	(*Record)(nil),           // 35: micra.overlay.Record
-	(*OrgEntry)(nil),         // 36: micra.overlay.OrgEntry
-	(*Announce)(nil),         // 37: micra.overlay.Announce
-	(*SignedRecord)(nil),     // 38: micra.overlay.SignedRecord
-	(*PeerRTT)(nil),          // 39: micra.overlay.PeerRTT
-	(*Reassign)(nil),         // 40: micra.overlay.Reassign
-	(*BlockUpdate)(nil),      // 41: micra.overlay.BlockUpdate
-	(*BlockQuery)(nil),       // 42: micra.overlay.BlockQuery
-	(*BlockEntries)(nil),     // 43: micra.overlay.BlockEntries
-	(*BlockEntry)(nil),       // 44: micra.overlay.BlockEntry
-	(*Audit)(nil),            // 45: micra.overlay.Audit
-	(*AuditPrior)(nil),       // 46: micra.overlay.AuditPrior
-	(*AuditVerdict)(nil),     // 47: micra.overlay.AuditVerdict
-	(*Refetch)(nil),          // 48: micra.overlay.Refetch
-	(*Page)(nil),             // 49: micra.overlay.Page
-	(*AuditEntry)(nil),       // 50: micra.overlay.AuditEntry
-	(*ReleaseQuery)(nil),     // 51: micra.overlay.ReleaseQuery
-	(*Release)(nil),          // 52: micra.overlay.Release
-	(*ChunkQuery)(nil),       // 53: micra.overlay.ChunkQuery
-	(*Chunk)(nil),            // 54: micra.overlay.Chunk
-	(*CarryProbes)(nil),      // 55: micra.overlay.CarryProbes
-	(*CarriedProbe)(nil),     // 56: micra.overlay.CarriedProbe
-	(*Carry)(nil),            // 57: micra.overlay.Carry
+	(Message_Type)(0),           // 0: micra.overlay.Message.Type
+	(Error_Code)(0),             // 1: micra.overlay.Error.Code
+	(ShardRef_Kind)(0),          // 2: micra.overlay.ShardRef.Kind
+	(Entry_Kind)(0),             // 3: micra.overlay.Entry.Kind
+	(Record_Kind)(0),            // 4: micra.overlay.Record.Kind
+	(AuditVerdict_Result)(0),    // 5: micra.overlay.AuditVerdict.Result
+	(WithheldVerdict_Result)(0), // 6: micra.overlay.WithheldVerdict.Result
+	(*Message)(nil),             // 7: micra.overlay.Message
+	(*Error)(nil),               // 8: micra.overlay.Error
+	(*PeerHint)(nil),            // 9: micra.overlay.PeerHint
+	(*Range)(nil),               // 10: micra.overlay.Range
+	(*ShardRef)(nil),            // 11: micra.overlay.ShardRef
+	(*Probe)(nil),               // 12: micra.overlay.Probe
+	(*ProbeResult)(nil),         // 13: micra.overlay.ProbeResult
+	(*Resolve)(nil),             // 14: micra.overlay.Resolve
+	(*Delegate)(nil),            // 15: micra.overlay.Delegate
+	(*Delegation)(nil),          // 16: micra.overlay.Delegation
+	(*Heartbeat)(nil),           // 17: micra.overlay.Heartbeat
+	(*HeartbeatAck)(nil),        // 18: micra.overlay.HeartbeatAck
+	(*Redelegate)(nil),          // 19: micra.overlay.Redelegate
+	(*Split)(nil),               // 20: micra.overlay.Split
+	(*Assign)(nil),              // 21: micra.overlay.Assign
+	(*Forward)(nil),             // 22: micra.overlay.Forward
+	(*ForwardAck)(nil),          // 23: micra.overlay.ForwardAck
+	(*Ack)(nil),                 // 24: micra.overlay.Ack
+	(*BatchRef)(nil),            // 25: micra.overlay.BatchRef
+	(*Replicate)(nil),           // 26: micra.overlay.Replicate
+	(*Sync)(nil),                // 27: micra.overlay.Sync
+	(*SyncState)(nil),           // 28: micra.overlay.SyncState
+	(*OrgUpdate)(nil),           // 29: micra.overlay.OrgUpdate
+	(*OrgQuery)(nil),            // 30: micra.overlay.OrgQuery
+	(*OrgEntries)(nil),          // 31: micra.overlay.OrgEntries
+	(*ShardMeta)(nil),           // 32: micra.overlay.ShardMeta
+	(*Entry)(nil),               // 33: micra.overlay.Entry
+	(*ProbeEntry)(nil),          // 34: micra.overlay.ProbeEntry
+	(*LoadEntry)(nil),           // 35: micra.overlay.LoadEntry
+	(*Record)(nil),              // 36: micra.overlay.Record
+	(*OrgEntry)(nil),            // 37: micra.overlay.OrgEntry
+	(*Announce)(nil),            // 38: micra.overlay.Announce
+	(*SignedRecord)(nil),        // 39: micra.overlay.SignedRecord
+	(*PeerRTT)(nil),             // 40: micra.overlay.PeerRTT
+	(*Reassign)(nil),            // 41: micra.overlay.Reassign
+	(*BlockUpdate)(nil),         // 42: micra.overlay.BlockUpdate
+	(*BlockQuery)(nil),          // 43: micra.overlay.BlockQuery
+	(*BlockEntries)(nil),        // 44: micra.overlay.BlockEntries
+	(*BlockEntry)(nil),          // 45: micra.overlay.BlockEntry
+	(*Audit)(nil),               // 46: micra.overlay.Audit
+	(*AuditPrior)(nil),          // 47: micra.overlay.AuditPrior
+	(*AuditVerdict)(nil),        // 48: micra.overlay.AuditVerdict
+	(*Refetch)(nil),             // 49: micra.overlay.Refetch
+	(*Page)(nil),                // 50: micra.overlay.Page
+	(*AuditEntry)(nil),          // 51: micra.overlay.AuditEntry
+	(*Withheld)(nil),            // 52: micra.overlay.Withheld
+	(*WithheldVerdict)(nil),     // 53: micra.overlay.WithheldVerdict
+	(*WithheldEntry)(nil),       // 54: micra.overlay.WithheldEntry
+	(*ReleaseQuery)(nil),        // 55: micra.overlay.ReleaseQuery
+	(*Release)(nil),             // 56: micra.overlay.Release
+	(*ChunkQuery)(nil),          // 57: micra.overlay.ChunkQuery
+	(*Chunk)(nil),               // 58: micra.overlay.Chunk
+	(*CarryProbes)(nil),         // 59: micra.overlay.CarryProbes
+	(*CarriedProbe)(nil),        // 60: micra.overlay.CarriedProbe
+	(*Carry)(nil),               // 61: micra.overlay.Carry
 }
 var file_overlay_proto_depIdxs = []int32{
 	0,  // 0: micra.overlay.Message.type:type_name -> micra.overlay.Message.Type
-	7,  // 1: micra.overlay.Message.error:type_name -> micra.overlay.Error
-	11, // 2: micra.overlay.Message.probe:type_name -> micra.overlay.Probe
-	12, // 3: micra.overlay.Message.probe_result:type_name -> micra.overlay.ProbeResult
-	13, // 4: micra.overlay.Message.resolve:type_name -> micra.overlay.Resolve
-	14, // 5: micra.overlay.Message.delegate:type_name -> micra.overlay.Delegate
-	15, // 6: micra.overlay.Message.delegation:type_name -> micra.overlay.Delegation
-	16, // 7: micra.overlay.Message.heartbeat:type_name -> micra.overlay.Heartbeat
-	17, // 8: micra.overlay.Message.heartbeat_ack:type_name -> micra.overlay.HeartbeatAck
-	18, // 9: micra.overlay.Message.redelegate:type_name -> micra.overlay.Redelegate
-	20, // 10: micra.overlay.Message.assign:type_name -> micra.overlay.Assign
-	21, // 11: micra.overlay.Message.forward:type_name -> micra.overlay.Forward
-	22, // 12: micra.overlay.Message.forward_ack:type_name -> micra.overlay.ForwardAck
-	23, // 13: micra.overlay.Message.ack:type_name -> micra.overlay.Ack
-	25, // 14: micra.overlay.Message.replicate:type_name -> micra.overlay.Replicate
-	26, // 15: micra.overlay.Message.sync:type_name -> micra.overlay.Sync
-	27, // 16: micra.overlay.Message.sync_state:type_name -> micra.overlay.SyncState
-	28, // 17: micra.overlay.Message.org_update:type_name -> micra.overlay.OrgUpdate
-	29, // 18: micra.overlay.Message.org_query:type_name -> micra.overlay.OrgQuery
-	30, // 19: micra.overlay.Message.org_entries:type_name -> micra.overlay.OrgEntries
-	40, // 20: micra.overlay.Message.reassign:type_name -> micra.overlay.Reassign
-	41, // 21: micra.overlay.Message.block_update:type_name -> micra.overlay.BlockUpdate
-	42, // 22: micra.overlay.Message.block_query:type_name -> micra.overlay.BlockQuery
-	43, // 23: micra.overlay.Message.block_entries:type_name -> micra.overlay.BlockEntries
-	45, // 24: micra.overlay.Message.audit:type_name -> micra.overlay.Audit
-	47, // 25: micra.overlay.Message.audit_verdict:type_name -> micra.overlay.AuditVerdict
-	48, // 26: micra.overlay.Message.refetch:type_name -> micra.overlay.Refetch
-	49, // 27: micra.overlay.Message.page:type_name -> micra.overlay.Page
-	19, // 28: micra.overlay.Message.split:type_name -> micra.overlay.Split
-	51, // 29: micra.overlay.Message.release_query:type_name -> micra.overlay.ReleaseQuery
-	52, // 30: micra.overlay.Message.release:type_name -> micra.overlay.Release
-	53, // 31: micra.overlay.Message.chunk_query:type_name -> micra.overlay.ChunkQuery
-	54, // 32: micra.overlay.Message.chunk:type_name -> micra.overlay.Chunk
-	57, // 33: micra.overlay.Message.carry:type_name -> micra.overlay.Carry
-	55, // 34: micra.overlay.Message.carry_probes:type_name -> micra.overlay.CarryProbes
-	37, // 35: micra.overlay.Message.announce:type_name -> micra.overlay.Announce
-	1,  // 36: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
-	8,  // 37: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
-	2,  // 38: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
-	9,  // 39: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
-	9,  // 40: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
-	38, // 41: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
-	38, // 42: micra.overlay.Delegation.parts:type_name -> micra.overlay.SignedRecord
-	10, // 43: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
-	9,  // 44: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
-	9,  // 45: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
-	38, // 46: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
-	24, // 47: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
-	10, // 48: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
-	32, // 49: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
-	10, // 50: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
-	32, // 51: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
-	38, // 52: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
-	38, // 53: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
-	10, // 54: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
-	3,  // 55: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
-	9,  // 56: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
-	4,  // 57: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
-	9,  // 58: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
-	36, // 59: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
-	9,  // 60: micra.overlay.Record.carried_from:type_name -> micra.overlay.Range
-	9,  // 61: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
-	39, // 62: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
-	9,  // 63: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
-	9,  // 64: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
-	9,  // 65: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
-	38, // 66: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
-	39, // 67: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
-	9,  // 68: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
-	9,  // 69: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
-	44, // 70: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
-	38, // 71: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
-	39, // 72: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
-	46, // 73: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
-	5,  // 74: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
-	49, // 75: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
-	56, // 76: micra.overlay.CarryProbes.probes:type_name -> micra.overlay.CarriedProbe
-	9,  // 77: micra.overlay.CarriedProbe.from:type_name -> micra.overlay.Range
-	33, // 78: micra.overlay.CarriedProbe.probe:type_name -> micra.overlay.ProbeEntry
-	38, // 79: micra.overlay.Carry.record:type_name -> micra.overlay.SignedRecord
-	9,  // 80: micra.overlay.Carry.subnet:type_name -> micra.overlay.Range
-	81, // [81:81] is the sub-list for method output_type
-	81, // [81:81] is the sub-list for method input_type
-	81, // [81:81] is the sub-list for extension type_name
-	81, // [81:81] is the sub-list for extension extendee
-	0,  // [0:81] is the sub-list for field type_name
+	8,  // 1: micra.overlay.Message.error:type_name -> micra.overlay.Error
+	12, // 2: micra.overlay.Message.probe:type_name -> micra.overlay.Probe
+	13, // 3: micra.overlay.Message.probe_result:type_name -> micra.overlay.ProbeResult
+	14, // 4: micra.overlay.Message.resolve:type_name -> micra.overlay.Resolve
+	15, // 5: micra.overlay.Message.delegate:type_name -> micra.overlay.Delegate
+	16, // 6: micra.overlay.Message.delegation:type_name -> micra.overlay.Delegation
+	17, // 7: micra.overlay.Message.heartbeat:type_name -> micra.overlay.Heartbeat
+	18, // 8: micra.overlay.Message.heartbeat_ack:type_name -> micra.overlay.HeartbeatAck
+	19, // 9: micra.overlay.Message.redelegate:type_name -> micra.overlay.Redelegate
+	21, // 10: micra.overlay.Message.assign:type_name -> micra.overlay.Assign
+	22, // 11: micra.overlay.Message.forward:type_name -> micra.overlay.Forward
+	23, // 12: micra.overlay.Message.forward_ack:type_name -> micra.overlay.ForwardAck
+	24, // 13: micra.overlay.Message.ack:type_name -> micra.overlay.Ack
+	26, // 14: micra.overlay.Message.replicate:type_name -> micra.overlay.Replicate
+	27, // 15: micra.overlay.Message.sync:type_name -> micra.overlay.Sync
+	28, // 16: micra.overlay.Message.sync_state:type_name -> micra.overlay.SyncState
+	29, // 17: micra.overlay.Message.org_update:type_name -> micra.overlay.OrgUpdate
+	30, // 18: micra.overlay.Message.org_query:type_name -> micra.overlay.OrgQuery
+	31, // 19: micra.overlay.Message.org_entries:type_name -> micra.overlay.OrgEntries
+	41, // 20: micra.overlay.Message.reassign:type_name -> micra.overlay.Reassign
+	42, // 21: micra.overlay.Message.block_update:type_name -> micra.overlay.BlockUpdate
+	43, // 22: micra.overlay.Message.block_query:type_name -> micra.overlay.BlockQuery
+	44, // 23: micra.overlay.Message.block_entries:type_name -> micra.overlay.BlockEntries
+	46, // 24: micra.overlay.Message.audit:type_name -> micra.overlay.Audit
+	48, // 25: micra.overlay.Message.audit_verdict:type_name -> micra.overlay.AuditVerdict
+	49, // 26: micra.overlay.Message.refetch:type_name -> micra.overlay.Refetch
+	50, // 27: micra.overlay.Message.page:type_name -> micra.overlay.Page
+	20, // 28: micra.overlay.Message.split:type_name -> micra.overlay.Split
+	55, // 29: micra.overlay.Message.release_query:type_name -> micra.overlay.ReleaseQuery
+	56, // 30: micra.overlay.Message.release:type_name -> micra.overlay.Release
+	57, // 31: micra.overlay.Message.chunk_query:type_name -> micra.overlay.ChunkQuery
+	58, // 32: micra.overlay.Message.chunk:type_name -> micra.overlay.Chunk
+	61, // 33: micra.overlay.Message.carry:type_name -> micra.overlay.Carry
+	59, // 34: micra.overlay.Message.carry_probes:type_name -> micra.overlay.CarryProbes
+	38, // 35: micra.overlay.Message.announce:type_name -> micra.overlay.Announce
+	52, // 36: micra.overlay.Message.withheld:type_name -> micra.overlay.Withheld
+	53, // 37: micra.overlay.Message.withheld_verdict:type_name -> micra.overlay.WithheldVerdict
+	1,  // 38: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
+	9,  // 39: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
+	2,  // 40: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
+	10, // 41: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
+	10, // 42: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
+	39, // 43: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
+	39, // 44: micra.overlay.Delegation.parts:type_name -> micra.overlay.SignedRecord
+	11, // 45: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
+	10, // 46: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
+	10, // 47: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
+	39, // 48: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
+	25, // 49: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
+	11, // 50: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
+	33, // 51: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
+	11, // 52: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
+	33, // 53: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
+	39, // 54: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
+	39, // 55: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
+	11, // 56: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
+	3,  // 57: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
+	10, // 58: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
+	4,  // 59: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
+	10, // 60: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
+	37, // 61: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
+	10, // 62: micra.overlay.Record.carried_from:type_name -> micra.overlay.Range
+	10, // 63: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
+	40, // 64: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
+	10, // 65: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
+	10, // 66: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
+	10, // 67: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
+	39, // 68: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
+	40, // 69: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
+	10, // 70: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
+	10, // 71: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
+	45, // 72: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
+	39, // 73: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
+	40, // 74: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
+	47, // 75: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
+	5,  // 76: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
+	50, // 77: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
+	6,  // 78: micra.overlay.WithheldVerdict.result:type_name -> micra.overlay.WithheldVerdict.Result
+	10, // 79: micra.overlay.WithheldEntry.subnet:type_name -> micra.overlay.Range
+	60, // 80: micra.overlay.CarryProbes.probes:type_name -> micra.overlay.CarriedProbe
+	10, // 81: micra.overlay.CarriedProbe.from:type_name -> micra.overlay.Range
+	34, // 82: micra.overlay.CarriedProbe.probe:type_name -> micra.overlay.ProbeEntry
+	39, // 83: micra.overlay.Carry.record:type_name -> micra.overlay.SignedRecord
+	10, // 84: micra.overlay.Carry.subnet:type_name -> micra.overlay.Range
+	85, // [85:85] is the sub-list for method output_type
+	85, // [85:85] is the sub-list for method input_type
+	85, // [85:85] is the sub-list for extension type_name
+	85, // [85:85] is the sub-list for extension extendee
+	0,  // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_overlay_proto_init() }
@@ -4700,8 +5069,8 @@ func file_overlay_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_overlay_proto_rawDesc), len(file_overlay_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   52,
+			NumEnums:      7,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

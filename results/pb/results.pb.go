@@ -947,6 +947,8 @@ type PendingCrawl struct {
 	FirstMs       int64                  `protobuf:"varint,2,opt,name=first_ms,json=firstMs,proto3" json:"first_ms,omitempty"` // first submitted
 	NextMs        int64                  `protobuf:"varint,3,opt,name=next_ms,json=nextMs,proto3" json:"next_ms,omitempty"`    // submitted again at or after this
 	Attempts      uint32                 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`              // submissions so far
+	Holder        []byte                 `protobuf:"bytes,5,opt,name=holder,proto3" json:"holder,omitempty"`                   // the node the last submission went to (empty: unknown, or this indexer's own crawler)
+	SentMs        int64                  `protobuf:"varint,6,opt,name=sent_ms,json=sentMs,proto3" json:"sent_ms,omitempty"`    // when it went there
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1005,6 +1007,99 @@ func (x *PendingCrawl) GetNextMs() int64 {
 func (x *PendingCrawl) GetAttempts() uint32 {
 	if x != nil {
 		return x.Attempts
+	}
+	return 0
+}
+
+func (x *PendingCrawl) GetHolder() []byte {
+	if x != nil {
+		return x.Holder
+	}
+	return nil
+}
+
+func (x *PendingCrawl) GetSentMs() int64 {
+	if x != nil {
+		return x.SentMs
+	}
+	return 0
+}
+
+// WithheldOwed is a withholding notice an indexer owes the coordinator of
+// a page's subnet: a crawl request it sent to holder at asked_ms has had
+// no record past the patience (overlay.Withheld).
+type WithheldOwed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Url           string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Holder        []byte                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	AskedMs       int64                  `protobuf:"varint,3,opt,name=asked_ms,json=askedMs,proto3" json:"asked_ms,omitempty"`
+	NextMs        int64                  `protobuf:"varint,4,opt,name=next_ms,json=nextMs,proto3" json:"next_ms,omitempty"` // sent (again) at or after this
+	Tries         uint32                 `protobuf:"varint,5,opt,name=tries,proto3" json:"tries,omitempty"`                 // notices sent so far
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WithheldOwed) Reset() {
+	*x = WithheldOwed{}
+	mi := &file_results_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WithheldOwed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WithheldOwed) ProtoMessage() {}
+
+func (x *WithheldOwed) ProtoReflect() protoreflect.Message {
+	mi := &file_results_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WithheldOwed.ProtoReflect.Descriptor instead.
+func (*WithheldOwed) Descriptor() ([]byte, []int) {
+	return file_results_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *WithheldOwed) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *WithheldOwed) GetHolder() []byte {
+	if x != nil {
+		return x.Holder
+	}
+	return nil
+}
+
+func (x *WithheldOwed) GetAskedMs() int64 {
+	if x != nil {
+		return x.AskedMs
+	}
+	return 0
+}
+
+func (x *WithheldOwed) GetNextMs() int64 {
+	if x != nil {
+		return x.NextMs
+	}
+	return 0
+}
+
+func (x *WithheldOwed) GetTries() uint32 {
+	if x != nil {
+		return x.Tries
 	}
 	return 0
 }
@@ -1093,12 +1188,20 @@ const file_results_proto_rawDesc = "" +
 	"\arecords\x18\x01 \x03(\v2\x16.micra.results.DisputeR\arecords\"7\n" +
 	"\aDispute\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
-	"\bevidence\x18\x02 \x01(\fR\bevidence\"\x95\x01\n" +
+	"\bevidence\x18\x02 \x01(\fR\bevidence\"\xc6\x01\n" +
 	"\fPendingCrawl\x125\n" +
 	"\arequest\x18\x01 \x01(\v2\x1b.micra.results.CrawlRequestR\arequest\x12\x19\n" +
 	"\bfirst_ms\x18\x02 \x01(\x03R\afirstMs\x12\x17\n" +
 	"\anext_ms\x18\x03 \x01(\x03R\x06nextMs\x12\x1a\n" +
-	"\battempts\x18\x04 \x01(\rR\battemptsB'Z%github.com/micra-net/micra/results/pbb\x06proto3"
+	"\battempts\x18\x04 \x01(\rR\battempts\x12\x16\n" +
+	"\x06holder\x18\x05 \x01(\fR\x06holder\x12\x17\n" +
+	"\asent_ms\x18\x06 \x01(\x03R\x06sentMs\"\x82\x01\n" +
+	"\fWithheldOwed\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\fR\x06holder\x12\x19\n" +
+	"\basked_ms\x18\x03 \x01(\x03R\aaskedMs\x12\x17\n" +
+	"\anext_ms\x18\x04 \x01(\x03R\x06nextMs\x12\x14\n" +
+	"\x05tries\x18\x05 \x01(\rR\x05triesB'Z%github.com/micra-net/micra/results/pbb\x06proto3"
 
 var (
 	file_results_proto_rawDescOnce sync.Once
@@ -1113,7 +1216,7 @@ func file_results_proto_rawDescGZIP() []byte {
 }
 
 var file_results_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_results_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_results_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_results_proto_goTypes = []any{
 	(CrawlMessage_Type)(0), // 0: micra.results.CrawlMessage.Type
 	(*Envelope)(nil),       // 1: micra.results.Envelope
@@ -1128,6 +1231,7 @@ var file_results_proto_goTypes = []any{
 	(*Disputes)(nil),       // 10: micra.results.Disputes
 	(*Dispute)(nil),        // 11: micra.results.Dispute
 	(*PendingCrawl)(nil),   // 12: micra.results.PendingCrawl
+	(*WithheldOwed)(nil),   // 13: micra.results.WithheldOwed
 }
 var file_results_proto_depIdxs = []int32{
 	4,  // 0: micra.results.KnownIndexer.announce:type_name -> micra.results.Announce
@@ -1153,7 +1257,7 @@ func file_results_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_results_proto_rawDesc), len(file_results_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

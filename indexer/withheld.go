@@ -1,0 +1,380 @@
+package indexer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/results/pb"
+)
+
+// Withholding notices (issue 18). A crawl request this indexer sent to a
+// node and that has had no record past the patience is reported to the
+// coordinator of the page's subnet (overlay.Withheld), naming the node it
+// went to. The coordinator notes the first notice and answers with the
+// time left of its grace; the indexer sends it again then, unless a record
+// of the page came meanwhile (the pending request is gone: nothing is
+// owed). The second is judged: the subnet taken back, or not. Either way
+// the request is submitted again at once when the subnet moved, so that
+// the page goes to its new node without waiting for the next patience.
+// Notices owed are kept in badger (/results/withheld/<id>, the pending
+// request's id), so a restart does not forget them, within bounds: per node
+// and hour (WithheldNotices), and in all (maxOwed).
+
+// Bounds of the notices owed.
+const (
+	maxOwed         = 4096 // notices owed in all; beyond, new ones are not kept (counted)
+	owedPerRound    = 256  // notices sent per round
+	maxOwedTries    = 8    // sends of one notice that failed or were noted, before it is dropped
+	withheldTimeout = 2 * time.Minute
+)
+
+// WithheldNotices sets how many withholding notices about one node the
+// indexer sends in an hour (default 60; 0 sends none).
+func WithheldNotices(perHour int) Option {
+	return func(c *config) error {
+		if perHour < 0 {
+			return fmt.Errorf("withholding notices: %d an hour", perHour)
+		}
+		c.withheldPerHour = perHour
+		return nil
+	}
+}
+
+// oweWithheld keeps a notice about each of the overdue pending requests
+// that went to another node than this indexer's own (holder known), unless
+// one is owed already, the index has a record of the page or the page's
+// records go to another indexer (a shard this one does not take). The
+// caller holds no lock.
+func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
+	if ix.cfg.withheldPerHour == 0 || len(due) == 0 {
+		return
+	}
+	var self peer.ID
+	if ix.o != nil {
+		self = ix.o.Host().ID()
+	}
+	// A page the index holds a record of (or the tombstone of one) was
+	// crawled before: its node, finding it unchanged (or gone, or
+	// noindex now), makes no new record, and is not to blame.
+	var unseen []*pb.PendingCrawl
+	var unseenIDs [][16]byte
+	// Nor is a page of a shard this indexer does not take: its record
+	// goes to another indexer, and this one never sees it.
+	for i, pc := range due {
+		link := pc.GetRequest().GetLink()
+		if ix.take != nil && !ix.take[results.ShardOf(hostOf(link), ix.cfg.shards)] {
+			continue
+		}
+		_, err := ix.x.Get(ix.ctx, link)
+		if errors.Is(err, index.ErrNotFound) {
+			unseen, unseenIDs = append(unseen, pc), append(unseenIDs, ids[i])
+		}
+	}
+	due, ids = unseen, unseenIDs
+	if len(due) == 0 {
+		return
+	}
+	now := ix.cfg.now()
+	ix.owedMu.Lock()
+	defer ix.owedMu.Unlock()
+	err := ix.db.Update(func(txn *badger.Txn) error {
+		for i, pc := range due {
+			h, err := peer.IDFromBytes(pc.GetHolder())
+			if err != nil || h == self {
+				continue
+			}
+			k := withheldKey(ids[i])
+			if _, err := txn.Get(k); err == nil {
+				continue
+			}
+			if ix.owed >= maxOwed {
+				ix.stats.withheldLost.Add(1)
+				continue
+			}
+			v, err := proto.Marshal(&pb.WithheldOwed{Url: pc.GetRequest().GetLink(), Holder: pc.GetHolder(),
+				AskedMs: pc.GetSentMs(), NextMs: now.UnixMilli()})
+			if err != nil {
+				return err
+			}
+			if err := txn.Set(k, v); err != nil {
+				return err
+			}
+			ix.owed++
+		}
+		return nil
+	})
+	if err != nil {
+		ix.log.Warn("keeping withholding notices failed", "error", err)
+		return
+	}
+	select {
+	case ix.owedKick <- struct{}{}:
+	default:
+	}
+}
+
+// loadOwed counts the notices owed.
+func (ix *Indexer) loadOwed() error {
+	return ix.db.View(func(txn *badger.Txn) error {
+		p := withheldPrefix()
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: p})
+		defer it.Close()
+		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
+			ix.owed++
+		}
+		return nil
+	})
+}
+
+// withheldLoop sends the notices owed when they are due, until Close.
+func (ix *Indexer) withheldLoop() {
+	t := time.NewTicker(min(max(ix.cfg.patience/16, time.Second), time.Minute))
+	defer t.Stop()
+	for {
+		select {
+		case <-ix.ctx.Done():
+			return
+		case <-t.C:
+		case <-ix.owedKick:
+		}
+		ix.sendOwed(ix.ctx)
+	}
+}
+
+// sendOwed sends the notices due (at most owedPerRound).
+func (ix *Indexer) sendOwed(ctx context.Context) {
+	now := ix.cfg.now()
+	type due struct {
+		id [16]byte
+		wo *pb.WithheldOwed
+	}
+	var list []due
+	_ = ix.db.View(func(txn *badger.Txn) error {
+		p := withheldPrefix()
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: p, PrefetchValues: true})
+		defer it.Close()
+		for it.Seek(p); it.ValidForPrefix(p) && len(list) < owedPerRound; it.Next() {
+			id, ok := parseWithheldKey(it.Item().Key())
+			if !ok {
+				continue
+			}
+			var wo pb.WithheldOwed
+			if it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &wo) }) != nil {
+				continue
+			}
+			if wo.GetNextMs() <= now.UnixMilli() {
+				list = append(list, due{id, &wo})
+			}
+		}
+		return nil
+	})
+	for _, d := range list {
+		if ctx.Err() != nil {
+			return
+		}
+		ix.sendNotice(ctx, d.id, d.wo)
+	}
+}
+
+// sendNotice sends one notice owed, or drops it when the request it is
+// about was answered (or given up), and updates or drops it by the answer.
+func (ix *Indexer) sendNotice(ctx context.Context, id [16]byte, wo *pb.WithheldOwed) {
+	ix.pend.mu.Lock()
+	_, pending := ix.pend.m[id]
+	ix.pend.mu.Unlock()
+	holder, err := peer.IDFromBytes(wo.GetHolder())
+	if !pending || err != nil || wo.GetTries() >= maxOwedTries {
+		ix.dropOwed(id)
+		return
+	}
+	now := ix.cfg.now()
+	if !ix.wbud.spend(holder, ix.cfg.withheldPerHour, now) {
+		ix.delayOwed(id, wo, now.Add(time.Minute), false)
+		return
+	}
+	v, err := ix.notice(ctx, wo, holder)
+	if ctx.Err() != nil && ix.ctx.Err() != nil {
+		return // shutting down: still owed
+	}
+	ix.stats.withheldSent.Add(1)
+	if err != nil {
+		ix.log.Debug("withholding notice failed", "node", holder, "url", wo.GetUrl(), "error", err)
+		ix.delayOwed(id, wo, now.Add(time.Minute<<min(wo.GetTries(), 6)), true)
+		return
+	}
+	ix.log.Debug("withholding notice answered", "node", holder, "url", wo.GetUrl(), "result", v.Result.String(),
+		"coordinator", v.Coordinator, "deputy", v.Deputy)
+	switch v.Result {
+	case overlay.WithheldNoted:
+		ix.delayOwed(id, wo, now.Add(max(v.Retry, time.Second)), true)
+		return
+	case overlay.WithheldTakenBack:
+		ix.stats.withheldTaken.Add(1)
+		ix.log.Info("subnet taken back from a node that left a crawl request unanswered", "node", holder, "url", wo.GetUrl(),
+			"coordinator", v.Coordinator)
+		ix.dueNow(id)
+	case overlay.WithheldNotHolder:
+		ix.dueNow(id) // the subnet moved: submit it to its node now
+	}
+	ix.dropOwed(id)
+}
+
+// notice resolves the URL's host and sends the notice.
+func (ix *Indexer) notice(ctx context.Context, wo *pb.WithheldOwed, holder peer.ID) (overlay.WithheldVerdict, error) {
+	ctx, cancel := context.WithTimeout(ctx, withheldTimeout)
+	defer cancel()
+	addr, err := ix.cfg.resolve(ctx, hostOf(wo.GetUrl()))
+	if err != nil {
+		return overlay.WithheldVerdict{}, err
+	}
+	return ix.o.Withheld(ctx, overlay.WithheldNotice{Addr: addr, URL: wo.GetUrl(), Holder: holder,
+		AskedAt: time.UnixMilli(wo.GetAskedMs())})
+}
+
+func (ix *Indexer) delayOwed(id [16]byte, wo *pb.WithheldOwed, next time.Time, tried bool) {
+	wo.NextMs = next.UnixMilli()
+	if tried {
+		wo.Tries++
+	}
+	v, err := proto.Marshal(wo)
+	if err == nil {
+		err = ix.db.Update(func(txn *badger.Txn) error { return txn.Set(withheldKey(id), v) })
+	}
+	if err != nil && !errors.Is(err, badger.ErrDBClosed) {
+		ix.log.Warn("updating a withholding notice failed", "error", err)
+	}
+}
+
+func (ix *Indexer) dropOwed(id [16]byte) {
+	ix.owedMu.Lock()
+	defer ix.owedMu.Unlock()
+	err := ix.db.Update(func(txn *badger.Txn) error {
+		if _, err := txn.Get(withheldKey(id)); err != nil {
+			return err
+		}
+		return txn.Delete(withheldKey(id))
+	})
+	switch {
+	case err == nil:
+		ix.owed--
+	case errors.Is(err, badger.ErrKeyNotFound), errors.Is(err, badger.ErrDBClosed):
+	default:
+		ix.log.Warn("dropping a withholding notice failed", "error", err)
+	}
+}
+
+// dueNow makes pending request id due at once, without using an attempt
+// and forgetting the node it went to, and wakes the loop that submits it.
+func (ix *Indexer) dueNow(id [16]byte) {
+	ix.pend.mu.Lock()
+	defer ix.pend.mu.Unlock()
+	if _, ok := ix.pend.m[id]; !ok {
+		return
+	}
+	err := ix.db.Update(func(txn *badger.Txn) error {
+		it, err := txn.Get(pendingKey(id))
+		if err != nil {
+			return err
+		}
+		var pc pb.PendingCrawl
+		if err := it.Value(func(v []byte) error { return proto.Unmarshal(v, &pc) }); err != nil {
+			return err
+		}
+		// Not overdue: the node it went to no longer holds the subnet
+		// (no notice is owed about it when it is submitted again).
+		pc.NextMs, pc.Holder = ix.cfg.now().UnixMilli(), nil
+		if pc.Attempts > 0 {
+			pc.Attempts-- // the submission to the node that withheld it does not count
+		}
+		v, err := proto.Marshal(&pc)
+		if err != nil {
+			return err
+		}
+		return txn.Set(pendingKey(id), v)
+	})
+	if err != nil {
+		ix.log.Debug("making a crawl request due failed", "error", err)
+		return
+	}
+	select {
+	case ix.pendKick <- struct{}{}:
+	default:
+	}
+}
+
+// noteHolders records, in the pending requests of the links res sent, the
+// node each went to and when.
+func (ix *Indexer) noteHolders(res results.SubmitResult) {
+	if len(res.To) == 0 || ix.cfg.attempts <= 1 {
+		return
+	}
+	now := ix.cfg.now()
+	ix.pend.mu.Lock()
+	defer ix.pend.mu.Unlock()
+	var list []sentTo
+	for link, node := range res.To {
+		if l, err := crawl.NormalizeURL(link); err == nil {
+			id := pendingID(l)
+			if _, ok := ix.pend.m[id]; ok {
+				list = append(list, sentTo{id, node})
+			}
+		}
+	}
+	for len(list) > 0 {
+		chunk := list[:min(len(list), pendingPerRound)]
+		list = list[len(chunk):]
+		if err := ix.db.Update(func(txn *badger.Txn) error { return setHolders(txn, chunk, now) }); err != nil {
+			if !errors.Is(err, badger.ErrDBClosed) {
+				ix.log.Warn("noting where crawl requests went failed", "error", err)
+			}
+			return
+		}
+	}
+}
+
+// sentTo is a pending request and the node it was sent to.
+type sentTo struct {
+	id   [16]byte
+	node peer.ID
+}
+
+// setHolders records in the pending requests of sent the node each went
+// to, at now.
+func setHolders(txn *badger.Txn, sent []sentTo, now time.Time) error {
+	for _, s := range sent {
+		it, err := txn.Get(pendingKey(s.id))
+		if err != nil {
+			continue
+		}
+		var pc pb.PendingCrawl
+		if it.Value(func(v []byte) error { return proto.Unmarshal(v, &pc) }) != nil {
+			continue
+		}
+		pc.Holder, pc.SentMs = []byte(s.node), now.UnixMilli()
+		v, err := proto.Marshal(&pc)
+		if err != nil {
+			return err
+		}
+		if err := txn.Set(pendingKey(s.id), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Owed returns the number of withholding notices owed.
+func (ix *Indexer) Owed() int {
+	ix.owedMu.Lock()
+	defer ix.owedMu.Unlock()
+	return ix.owed
+}

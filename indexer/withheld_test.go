@@ -1,0 +1,159 @@
+package indexer
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/results/pb"
+	"github.com/micra-net/micra/results/resultstest"
+)
+
+// storedPending reads the pending request of link.
+func storedPending(t *testing.T, ix *Indexer, link string) ([16]byte, *pb.PendingCrawl) {
+	t.Helper()
+	id := pendingID(link)
+	var pc pb.PendingCrawl
+	err := ix.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(pendingKey(id))
+		if err != nil {
+			return err
+		}
+		return it.Value(func(v []byte) error { return proto.Unmarshal(v, &pc) })
+	})
+	if err != nil {
+		t.Fatalf("pending request of %s: %v", link, err)
+	}
+	return id, &pc
+}
+
+// TestWithheldOwed: a withholding notice owed about the node a crawl
+// request went to is kept in badger and is there after a restart, with the
+// node, the URL and when the request was sent; one is owed per request; a
+// notice whose request a record answered meanwhile is dropped, not sent;
+// beyond the bound none is kept.
+func TestWithheldOwed(t *testing.T) {
+	db := resultstest.MemDB(t)
+	x, err := index.New(db, index.Logger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	ix, err := newIndexer(x, db, sid(t), Logger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := peer.IDFromPrivateKey(resultstest.Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := []string{"http://a.example/", "http://b.example/x"}
+	ix.keepPending([]crawl.Request{{Link: links[0]}, {Link: links[1]}})
+	ix.noteHolders(results.SubmitResult{To: map[string]peer.ID{links[0]: holder, links[1]: holder}})
+	var due []*pb.PendingCrawl
+	var ids [][16]byte
+	for _, l := range links {
+		id, pc := storedPending(t, ix, l)
+		if peer.ID(pc.GetHolder()) != holder || pc.GetSentMs() == 0 {
+			t.Fatalf("pending request of %s: %+v, want its holder and when it was sent", l, pc)
+		}
+		due, ids = append(due, pc), append(ids, id)
+	}
+	ix.oweWithheld(due, ids)
+	ix.oweWithheld(due, ids) // once per request
+	if n := ix.Owed(); n != 2 {
+		t.Fatalf("%d notices owed, want 2", n)
+	}
+
+	ix2, err := newIndexer(x, db, sid(t), Logger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ix2.Owed(); n != 2 {
+		t.Fatalf("%d notices owed after the restart, want 2", n)
+	}
+	var got []*pb.WithheldOwed
+	_ = db.View(func(txn *badger.Txn) error {
+		p := withheldPrefix()
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: p, PrefetchValues: true})
+		defer it.Close()
+		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
+			var wo pb.WithheldOwed
+			if _, ok := parseWithheldKey(it.Item().Key()); !ok || it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &wo) }) != nil {
+				t.Errorf("unreadable notice under %q", it.Item().Key())
+				continue
+			}
+			got = append(got, &wo)
+		}
+		return nil
+	})
+	for _, wo := range got {
+		if peer.ID(wo.GetHolder()) != holder || wo.GetAskedMs() != due[0].GetSentMs() || (wo.GetUrl() != links[0] && wo.GetUrl() != links[1]) {
+			t.Errorf("stored notice %+v", wo)
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d notices stored, want 2", len(got))
+	}
+	// A record of the first page answers its request: its notice is
+	// dropped when due, without asking anyone (ix2 has no overlay).
+	ix2.satisfied([]crawl.Record{{URL: links[0]}})
+	ix2.sendNotice(t.Context(), ids[0], got[0])
+	if got[0].GetUrl() != links[0] {
+		ix2.sendNotice(t.Context(), ids[0], got[1])
+	}
+	if n := ix2.Owed(); n != 1 {
+		t.Fatalf("%d notices owed after a record answered one, want 1", n)
+	}
+	if st := ix2.Stats(); st.WithheldSent != 0 || st.WithheldOwed != 1 {
+		t.Errorf("stats: %+v", st)
+	}
+	// A page the index holds was crawled before: its node makes no new
+	// record of it unchanged, and is not to blame.
+	old := "http://d.example/"
+	if _, err := x.Put(t.Context(), index.Source{Node: holder.String(), Seq: 1}, []crawl.Record{{URL: old, FinalURL: old,
+		Time: testNow, Status: 200, Type: crawl.TypeHTML, Change: crawl.ChangeNew, Title: "old"}}); err != nil {
+		t.Fatal(err)
+	}
+	ix2.keepPending([]crawl.Request{{Link: old}})
+	ix2.noteHolders(results.SubmitResult{To: map[string]peer.ID{old: holder}})
+	id, pc := storedPending(t, ix2, old)
+	ix2.oweWithheld([]*pb.PendingCrawl{pc}, [][16]byte{id})
+	if n := ix2.Owed(); n != 1 {
+		t.Fatalf("%d notices owed after a request for a page indexed before, want 1", n)
+	}
+	// An indexer taking one shard of two owes no notice about a page of
+	// the other: its record goes to another indexer.
+	ix3, err := newIndexer(x, db, sid(t), Logger(quiet()), Shards(2), Take(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ""
+	for i := 0; other == ""; i++ {
+		if h := fmt.Sprintf("h%d.example", i); results.ShardOf(h, 2) == 1 {
+			other = "http://" + h + "/"
+		}
+	}
+	ix3.keepPending([]crawl.Request{{Link: other}})
+	ix3.noteHolders(results.SubmitResult{To: map[string]peer.ID{other: holder}})
+	id, pc = storedPending(t, ix3, other)
+	ix3.oweWithheld([]*pb.PendingCrawl{pc}, [][16]byte{id})
+	if n := ix3.Owed(); n != 1 {
+		t.Fatalf("%d notices owed after a request for another indexer's shard, want 1", n)
+	}
+	// The bound.
+	ix2.owed = maxOwed
+	ix2.keepPending([]crawl.Request{{Link: "http://c.example/"}})
+	ix2.noteHolders(results.SubmitResult{To: map[string]peer.ID{"http://c.example/": holder}})
+	id, pc = storedPending(t, ix2, "http://c.example/")
+	ix2.oweWithheld([]*pb.PendingCrawl{pc}, [][16]byte{id})
+	if st := ix2.Stats(); st.WithheldUnkept != 1 {
+		t.Errorf("a notice beyond the bound: %+v", st)
+	}
+}

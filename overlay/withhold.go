@@ -1,0 +1,437 @@
+package overlay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/overlay/pb"
+	"github.com/micra-net/micra/subnet"
+)
+
+// Withholding (issue 18). A node that holds a subnet but produces no
+// records for it keeps the pages of its sites out of the index as surely as
+// one that dies, while answering heartbeats. The indexers see it: a crawl
+// request they submitted stays unanswered past their patience. The indexer
+// then tells the coordinator of the page's subnet (WITHHELD, on the audit
+// protocol), naming the node it sent the request to. The coordinator notes
+// the first notice against the subnet's current node and answers NOTED with
+// the time left of its grace (WithholdConfig.Grace); the indexer asks again
+// once the grace is over if still no record has come (a record that comes
+// meanwhile ends it: the indexer does not ask again). A notice that comes
+// again after the grace is judged: an auditor — a node that may refetch,
+// not the holder and not of the holder's place (place.go) — fetches the
+// page, so that a dead web server is not blamed on the volunteer. When the
+// page is there, the subnet is taken back ("withheld", Stats.TakenBack) and
+// goes to the next-best node, and the holder is kept out of it for
+// WithholdConfig.Exclusion, in the shard's replicated state (WITHHELD
+// entries: a replica that takes the shard over keeps the exclusion). It can
+// win it again once the exclusion ends, or win others by delivering.
+//
+// No node judges itself: a coordinator that is the holder recuses itself
+// (ErrRecused), and the asker (Withheld) takes no answer about a node from
+// that node; it asks the holder's deputy, the peer nearest the shard key
+// after it, which judges against its replica but cannot write the shard:
+// it answers CONFIRMED, and the subnet stays where it is (left open).
+
+// WithholdConfig sets how a coordinator judges withholding notices. Zero
+// fields take the defaults named.
+type WithholdConfig struct {
+	// Grace is how long after the first notice about a node's page the
+	// coordinator waits before judging a second one. Default 10 minutes.
+	Grace time.Duration
+	// Exclusion is how long a node that withheld a subnet is kept out of
+	// it. Default 24 hours.
+	Exclusion time.Duration
+	// Rate and Burst bound the notices one peer may send (per second, at
+	// once). Defaults 1 and 64.
+	Rate  float64
+	Burst int
+}
+
+func (w WithholdConfig) withDefaults() WithholdConfig {
+	if w.Grace == 0 {
+		w.Grace = 10 * time.Minute
+	}
+	if w.Exclusion == 0 {
+		w.Exclusion = 24 * time.Hour
+	}
+	if w.Rate == 0 {
+		w.Rate = 1
+	}
+	if w.Burst == 0 {
+		w.Burst = 64
+	}
+	return w
+}
+
+func (w WithholdConfig) validate() error {
+	switch {
+	case w.Grace < time.Second || w.Grace > 24*time.Hour:
+		return fmt.Errorf("withholding: grace %v is not within a second and a day", w.Grace)
+	case w.Exclusion < time.Minute:
+		return fmt.Errorf("withholding: exclusion %v is shorter than a minute", w.Exclusion)
+	case w.Rate <= 0 || w.Burst < 1:
+		return errors.New("withholding: the rate must be positive and the burst at least 1")
+	}
+	return nil
+}
+
+// Withholding sets how this node judges withholding notices about the
+// shards it coordinates.
+func Withholding(w WithholdConfig) Option {
+	return func(c *config) error {
+		w = w.withDefaults()
+		if err := w.validate(); err != nil {
+			return err
+		}
+		c.withhold = w
+		return nil
+	}
+}
+
+// Bounds of the notices a coordinator keeps.
+const (
+	maxWithheldNotes    = 4096 // notices noted and not judged yet
+	maxWithheldAuditors = 3    // auditors asked to fetch a page said withheld
+	// withheldNoteLife is how long a notice waits for its second beyond
+	// the grace; then a later one starts afresh.
+	withheldNoteLife = 2 * time.Hour
+)
+
+// WithheldResult is a coordinator's answer to a withholding notice.
+type WithheldResult int
+
+// Withholding outcomes; the values are those of the wire.
+const (
+	WithheldNoted       = WithheldResult(pb.WithheldVerdict_NOTED)
+	WithheldTakenBack   = WithheldResult(pb.WithheldVerdict_TAKEN_BACK)
+	WithheldNotHolder   = WithheldResult(pb.WithheldVerdict_NOT_HOLDER)
+	WithheldUnconfirmed = WithheldResult(pb.WithheldVerdict_UNCONFIRMED)
+	WithheldConfirmed   = WithheldResult(pb.WithheldVerdict_CONFIRMED)
+)
+
+func (r WithheldResult) String() string {
+	switch r {
+	case WithheldNoted:
+		return "noted"
+	case WithheldTakenBack:
+		return "taken-back"
+	case WithheldNotHolder:
+		return "not-holder"
+	case WithheldUnconfirmed:
+		return "unconfirmed"
+	case WithheldConfirmed:
+		return "confirmed"
+	}
+	return fmt.Sprintf("withheld-result(%d)", int(r))
+}
+
+// WithheldNotice says that a crawl request for URL, sent to Holder at
+// AskedAt, has had no record past the asker's patience.
+type WithheldNotice struct {
+	Addr    netip.Addr // an address of the URL's host: names the subnet, hence the coordinator
+	URL     string
+	Holder  peer.ID
+	AskedAt time.Time
+}
+
+// WithheldVerdict is the answer to a notice.
+type WithheldVerdict struct {
+	Result      WithheldResult
+	Holder      peer.ID
+	Retry       time.Duration // WithheldNoted: ask again after it if still no record came
+	Coordinator peer.ID
+	Deputy      bool // judged by Holder's deputy: Holder coordinates the shard
+}
+
+// Withheld tells the coordinator of the subnet of n.Addr that n.Holder left
+// a crawl request unanswered (see the comment at the top of this file).
+// When n.Holder answers as the coordinator, its deputy is asked instead.
+func (o *Overlay) Withheld(ctx context.Context, n WithheldNotice) (WithheldVerdict, error) {
+	if !n.Addr.IsValid() || n.URL == "" || len(n.URL) > maxURLLen || hostOf(n.URL) == "" || n.Holder == "" {
+		return WithheldVerdict{}, fmt.Errorf("withheld: %w: address, URL or holder", ErrMalformed)
+	}
+	if n.Holder == o.h.ID() {
+		return WithheldVerdict{}, fmt.Errorf("withheld: %w: a notice about this node itself", ErrMalformed)
+	}
+	req := newMsg(pb.Message_WITHHELD)
+	req.Withheld = &pb.Withheld{Snapshot: o.sid[:], Addr: addrBytes(n.Addr), Url: n.URL, Holder: []byte(n.Holder),
+		AskedMs: n.AskedAt.UnixMilli()}
+	ref := o.coord.rangeShard(o.tree.SmallestNonUnary(n.Addr))
+	resp, from, err := o.askCoordinatorFrom(ctx, auditSpec, ref, req, pb.Message_WITHHELD_VERDICT)
+	deputy := from == n.Holder
+	if deputy {
+		req.Withheld.Deputy = true
+		resp, from, err = o.askDeputy(ctx, ref, n.Holder, req, pb.Message_WITHHELD_VERDICT)
+	}
+	if err != nil {
+		return WithheldVerdict{}, fmt.Errorf("withheld: %w", err)
+	}
+	v, err := withheldVerdictFromPB(resp.GetWithheldVerdict())
+	if err == nil && v.Holder != n.Holder {
+		err = fmt.Errorf("withheld verdict: %w: about %s from %s", ErrMalformed, v.Holder, from)
+	}
+	v.Coordinator, v.Deputy = from, deputy
+	return v, err
+}
+
+// withheldVerdictFromPB decodes a verdict; the retry is capped at a day.
+func withheldVerdictFromPB(m *pb.WithheldVerdict) (WithheldVerdict, error) {
+	h, err := peer.IDFromBytes(m.GetHolder())
+	if err != nil {
+		return WithheldVerdict{}, fmt.Errorf("withheld verdict: %w: holder id", ErrMalformed)
+	}
+	if _, ok := pb.WithheldVerdict_Result_name[int32(m.GetResult())]; !ok || m.GetResult() == pb.WithheldVerdict_UNKNOWN {
+		return WithheldVerdict{}, fmt.Errorf("withheld verdict: %w: result %d", ErrMalformed, m.GetResult())
+	}
+	retry := time.Duration(min(max(m.GetRetryMs(), 0), (24*time.Hour).Milliseconds())) * time.Millisecond
+	return WithheldVerdict{Result: WithheldResult(m.GetResult()), Holder: h, Retry: retry}, nil
+}
+
+// withheldNotes are the notices a coordinator noted and has not judged.
+type withheldNotes struct {
+	mu sync.Mutex
+	m  map[string]*withheldNote
+}
+
+type withheldNote struct {
+	first   time.Time
+	judging bool
+}
+
+// note returns the notice of key, noting it now when there is none (or the
+// old one, older than life, ran out); false when the table is full.
+func (w *withheldNotes) note(key string, now time.Time, life time.Duration) (*withheldNote, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[string]*withheldNote{}
+	}
+	if n, ok := w.m[key]; ok && (n.judging || now.Sub(n.first) < life) {
+		return n, true
+	}
+	if len(w.m) >= maxWithheldNotes {
+		for k, n := range w.m {
+			if !n.judging && now.Sub(n.first) >= life {
+				delete(w.m, k)
+			}
+		}
+		if len(w.m) >= maxWithheldNotes {
+			return nil, false
+		}
+	}
+	n := &withheldNote{first: now}
+	w.m[key] = n
+	return n, true
+}
+
+// take marks the notice of key as being judged; false when it is already.
+func (w *withheldNotes) take(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.m[key]
+	if n == nil || n.judging {
+		return false
+	}
+	n.judging = true
+	return true
+}
+
+func (w *withheldNotes) drop(key string) {
+	w.mu.Lock()
+	delete(w.m, key)
+	w.mu.Unlock()
+}
+
+func (o *Overlay) limitWithheld(p peer.ID) error {
+	if p == o.h.ID() || o.withheldLimit.allow(p, 1) {
+		return nil
+	}
+	return fmt.Errorf("%w: withholding notice rate limit of %g a second reached", ErrOverloaded, o.withheldLimit.rate)
+}
+
+// handleWithheld notes or judges a withholding notice about a subnet of a
+// shard this node coordinates, or, as deputy, of the shard its holder
+// coordinates.
+func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+	rq := req.GetWithheld()
+	c := o.coord
+	if err := c.checkSnapshot(rq.GetSnapshot()); err != nil {
+		return nil, err
+	}
+	a, err := addrFromWire(rq.GetAddr())
+	if err != nil {
+		return nil, err
+	}
+	u := rq.GetUrl()
+	if u == "" || len(u) > maxURLLen || hostOf(u) == "" {
+		return nil, fmt.Errorf("%w: URL of %d bytes or without a host", ErrMalformed, len(u))
+	}
+	holder, err := peer.IDFromBytes(rq.GetHolder())
+	if err != nil {
+		return nil, fmt.Errorf("%w: holder id", ErrMalformed)
+	}
+	if holder == from {
+		return nil, fmt.Errorf("%w: a notice about the sender itself", ErrForbidden)
+	}
+	if err := o.limitWithheld(from); err != nil {
+		return nil, err
+	}
+	if holder == c.self {
+		return nil, fmt.Errorf("%w: %s", ErrRecused, holder)
+	}
+	id := o.tree.SmallestNonUnary(a)
+	ref := c.rangeShard(id)
+	deputy := false
+	var sh *shard
+	if rq.GetDeputy() {
+		b, err := c.deputyFor(ctx, ref, holder)
+		if err != nil {
+			return nil, err
+		}
+		sh, deputy = b.sh, b.deputy
+	} else if sh, err = c.ensureOwner(ctx, ref); err != nil {
+		return nil, err
+	}
+	v := &pb.WithheldVerdict{Holder: []byte(holder), Deputy: deputy}
+	answer := func(r pb.WithheldVerdict_Result) (*pb.Message, error) {
+		v.Result = r
+		m := newMsg(pb.Message_WITHHELD_VERDICT)
+		m.WithheldVerdict = v
+		return m, nil
+	}
+	r := o.tree.Range(id)
+	_, d, ok, err := c.lookup(sh, r)
+	if err != nil {
+		return nil, err
+	}
+	if !ok || d.Orphaned || d.Node != holder {
+		return answer(pb.WithheldVerdict_NOT_HOLDER)
+	}
+	o.stats.withheldNotices.Add(1)
+	key := string(rangeKey(r)) + string(holder) + "\x00" + u
+	now := time.Now()
+	grace := o.cfg.withhold.Grace
+	n, ok := c.withheld.note(key, now, grace+withheldNoteLife)
+	if !ok {
+		return nil, fmt.Errorf("%w: %d withholding notices waiting", ErrOverloaded, maxWithheldNotes)
+	}
+	if left := grace - now.Sub(n.first); left > 0 {
+		v.RetryMs = left.Milliseconds() + 1
+		return answer(pb.WithheldVerdict_NOTED)
+	}
+	if !c.withheld.take(key) {
+		v.RetryMs = time.Minute.Milliseconds() // being judged
+		return answer(pb.WithheldVerdict_NOTED)
+	}
+	defer c.withheld.drop(key)
+	if !o.pageReachable(ctx, sh, id, holder, u) {
+		o.log.Info("page said withheld not confirmed reachable; not held against its node", "peer", holder, "url", u)
+		return answer(pb.WithheldVerdict_UNCONFIRMED)
+	}
+	if deputy {
+		// A replica cannot write the shard: the holder coordinates it.
+		o.log.Warn("node withholds a subnet of the shard it coordinates; its deputy cannot take it back", "peer", holder,
+			"subnet", r.String(), "url", u)
+		return answer(pb.WithheldVerdict_CONFIRMED)
+	}
+	if err := c.takeBackWithheld(ctx, sh, d, u); err != nil {
+		return nil, err
+	}
+	return answer(pb.WithheldVerdict_TAKEN_BACK)
+}
+
+// pageReachable asks up to three auditors — nodes that refetch, not holder
+// and not of holder's place, nearest the subnet first — to fetch u, and
+// reports whether one of them got it: a 2xx page that parses and does not
+// ask not to be indexed (of which the crawler makes no record). A page
+// robots.txt forbids fails to refetch.
+func (o *Overlay) pageReachable(ctx context.Context, sh *shard, id subnet.ID, holder peer.ID, u string) bool {
+	hp := o.placeOf(holder)
+	asked := 0
+	for _, p := range o.coord.auditors(sh, id, Claim{Node: holder, URL: u}) {
+		if asked == maxWithheldAuditors || ctx.Err() != nil {
+			break
+		}
+		if pl := o.placeOf(p); pl.same(hp) {
+			continue // one operator's nodes neither clear nor blame each other
+		}
+		asked++
+		pg, err := o.refetch(ctx, p, u)
+		o.log.Debug("withheld page refetched", "url", u, "peer", holder, "auditor", p, "status", pg.Status, "error", err)
+		if err == nil && pg.Status >= 200 && pg.Status <= 299 && pg.Fingerprint != 0 && !pg.NoIndex {
+			return true
+		}
+	}
+	return false
+}
+
+// takeBackWithheld keeps d's node out of d's subnet for the exclusion (a
+// WITHHELD entry of sh) and orphans the subnet, which goes to the next
+// node.
+func (c *coordinator) takeBackWithheld(ctx context.Context, sh *shard, d Delegation, u string) error {
+	now := time.Now()
+	we := &pb.WithheldEntry{Subnet: rangeToPB(d.Subnet), Peer: []byte(d.Node),
+		UntilMs: now.Add(c.o.cfg.withhold.Exclusion).UnixMilli(), Url: u, AtMs: now.UnixMilli()}
+	v, err := proto.Marshal(we)
+	if err != nil {
+		return err
+	}
+	if _, err := c.write(ctx, sh, 1, func(int, uint64, uint64) (*pb.Entry, error) {
+		return &pb.Entry{Kind: pb.Entry_WITHHELD, Key: withheldKey(d.Subnet, d.Node), Value: v}, nil
+	}); err != nil {
+		return err
+	}
+	c.log.Warn("subnet taken back: its node left a crawl request unanswered past the grace", "peer", d.Node,
+		"subnet", d.Subnet.String(), "url", u, "until", time.UnixMilli(we.GetUntilMs()).UTC())
+	return c.orphan(ctx, sh, d, nil, "withheld")
+}
+
+func withheldKey(r subnet.Range, p peer.ID) []byte { return append(rangeKey(r), p...) }
+
+// withheldFrom returns the nodes kept out of subnet r of sh at now.
+func (c *coordinator) withheldFrom(sh *shard, r subnet.Range, now time.Time) []peer.ID {
+	rk := string(rangeKey(r))
+	var out []peer.ID
+	_ = c.st.scan(sh.key, pb.Entry_WITHHELD, func(e *pb.Entry) bool {
+		if len(e.GetKey()) <= len(rk) || string(e.GetKey()[:len(rk)]) != rk {
+			return true
+		}
+		var we pb.WithheldEntry
+		if proto.Unmarshal(e.GetValue(), &we) == nil && now.UnixMilli() < we.GetUntilMs() {
+			if p, err := peer.IDFromBytes(we.GetPeer()); err == nil && !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+		return len(out) < maxEnvList
+	})
+	return out
+}
+
+// checkWithheldEntry verifies a replicated WITHHELD entry.
+func checkWithheldEntry(e *pb.Entry) error {
+	var we pb.WithheldEntry
+	if err := proto.Unmarshal(e.GetValue(), &we); err != nil {
+		return fmt.Errorf("%w: withheld entry: %v", ErrMalformed, err)
+	}
+	r, err := rangeFromPB(we.GetSubnet())
+	if err != nil {
+		return fmt.Errorf("%w: withheld entry: %v", ErrMalformed, err)
+	}
+	p, err := peer.IDFromBytes(we.GetPeer())
+	if err != nil {
+		return fmt.Errorf("%w: withheld entry: %v", ErrMalformed, err)
+	}
+	if string(withheldKey(r, p)) != string(e.GetKey()) || len(we.GetUrl()) > maxURLLen {
+		return fmt.Errorf("%w: withheld entry not keyed by its subnet and peer, or its URL too long", ErrMalformed)
+	}
+	return nil
+}

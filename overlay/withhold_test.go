@@ -1,0 +1,210 @@
+package overlay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	kb "github.com/libp2p/go-libp2p-kbucket"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/overlay/pb"
+)
+
+// TestWithholdingJudged (issue 18, withholding): a notice that a node left
+// a crawl request unanswered is noted; the same notice after the grace,
+// the page fetched by an auditor of another place, takes the subnet back
+// ("withheld") and keeps the node out of it in the replicated shard state.
+// A page no auditor can fetch (a dead web server) is not held against the
+// node. A holder that coordinates the shard recuses itself, and the asker
+// takes no answer about a node from that node: its deputy judges.
+func TestWithholdingJudged(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		const n = 6
+		const grace = 30 * time.Second
+		deadWeb := RefetcherFunc(func(ctx context.Context, url string) (Page, error) {
+			if strings.Contains(url, "dead.test") {
+				return Page{}, errors.New("connection refused")
+			}
+			pg, err := honestRefetcher(ctx, url)
+			pg.NoIndex = strings.Contains(url, "noindex.test")
+			return pg, err
+		})
+		nodes := make([]*node, n)
+		for i := range n {
+			nodes[i] = r.node(i, append(auditOpts(deadWeb), Withholding(WithholdConfig{Grace: grace, Exclusion: time.Hour}))...)
+		}
+		ids := make([]peer.ID, n)
+		for i, nd := range nodes {
+			ids[i] = nd.h.ID()
+		}
+		index := func(p peer.ID) int { return slices.Index(ids, p) }
+		tree := mustTree(t)
+		a := netip.AddrFrom4([4]byte{127, 2, 200, 7}) // withheld, taken back
+		b := netip.AddrFrom4([4]byte{127, 2, 201, 7}) // a dead site
+		c := netip.AddrFrom4([4]byte{127, 2, 202, 7}) // held by the shard's coordinator
+		e := netip.AddrFrom4([4]byte{127, 2, 203, 7}) // a page that asks not to be indexed
+		ids3 := []netip.Addr{a, b, c, e}
+		for i := range ids3 {
+			for j := range i {
+				if tree.SmallestNonUnary(ids3[i]) == tree.SmallestNonUnary(ids3[j]) {
+					t.Fatalf("%v and %v share a subnet", ids3[i], ids3[j])
+				}
+			}
+		}
+		ref := nodes[0].o.coord.rangeShard(tree.SmallestNonUnary(a))
+		if ref.key(tree.ID()) != nodes[0].o.coord.rangeShard(tree.SmallestNonUnary(c)).key(tree.ID()) {
+			t.Fatal("a and c are in different shards")
+		}
+		key := ref.key(tree.ID())
+		order := kb.SortClosestPeers(slices.Clone(ids), kb.ConvertKey(string(key[:])))
+		coord, dep, holder, asker := nodes[index(order[0])], nodes[index(order[1])], nodes[index(order[3])], nodes[index(order[n-1])]
+
+		// The coordinator, as holder of c, lies about itself: every
+		// notice about it is "not the holder".
+		honest := coord.o.handlers[AuditID][pb.Message_WITHHELD]
+		coord.o.handlers[AuditID][pb.Message_WITHHELD] = func(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
+			if string(req.GetWithheld().GetHolder()) == string(coord.h.ID()) {
+				m := newMsg(pb.Message_WITHHELD_VERDICT)
+				m.WithheldVerdict = &pb.WithheldVerdict{Result: pb.WithheldVerdict_NOT_HOLDER, Holder: []byte(coord.h.ID())}
+				return m, nil
+			}
+			return honest(ctx, from, req)
+		}
+		joinSwarm(t, nodes)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		for _, own := range []struct {
+			nd *node
+			a  netip.Addr
+		}{{holder, a}, {holder, b}, {coord, c}, {holder, e}} {
+			if d, err := own.nd.o.Delegate(ctx, "http://"+own.a.String()+"/", own.a); err != nil || d.Node != own.nd.h.ID() {
+				t.Fatalf("delegating %v: %+v, %v", own.a, d, err)
+			}
+		}
+		notice := func(addr netip.Addr, url string, h *node) (WithheldVerdict, error) {
+			return asker.o.Withheld(ctx, WithheldNotice{Addr: addr, URL: url, Holder: h.h.ID(), AskedAt: time.Now().Add(-time.Hour)})
+		}
+		start := time.Now()
+
+		// Noted, then judged after the grace: taken back.
+		urlA := "http://" + a.String() + "/page"
+		v, err := notice(a, urlA, holder)
+		if err != nil || v.Result != WithheldNoted || v.Retry <= 0 || v.Retry > grace+time.Second || v.Coordinator != coord.h.ID() || v.Deputy {
+			t.Fatalf("first notice: %+v, %v", v, err)
+		}
+		time.Sleep(grace / 2)
+		if v, err = notice(a, urlA, holder); err != nil || v.Result != WithheldNoted || v.Retry > grace/2+time.Second {
+			t.Fatalf("a notice within the grace: %+v, %v", v, err)
+		}
+		time.Sleep(v.Retry)
+		if v, err = notice(a, urlA, holder); err != nil || v.Result != WithheldTakenBack {
+			t.Fatalf("a notice after the grace: %+v, %v", v, err)
+		}
+		took := time.Since(start)
+		if got := coord.o.Stats().TakenBack["withheld"]; got != 1 {
+			t.Errorf("taken back for withholding: %d, want 1", got)
+		}
+		asker.o.Invalidate(tree.Range(tree.SmallestNonUnary(a)))
+		d, ok, err := asker.o.Resolve(ctx, a)
+		if err != nil || !ok || d.Node == holder.h.ID() || d.Orphaned {
+			t.Fatalf("the subnet after it was taken back: %+v, %v, %v", d, ok, err)
+		}
+		if v, err = notice(a, urlA, holder); err != nil || v.Result != WithheldNotHolder {
+			t.Errorf("a notice about the old holder: %+v, %v", v, err)
+		}
+		// The exclusion is in the shard's state at the coordinator and its
+		// replicas, and load balancing cannot hand the subnet back.
+		ra := tree.Range(tree.SmallestNonUnary(a))
+		if ex := coord.o.coord.withheldFrom(mustShard(t, coord, ref), ra, time.Now()); !slices.Equal(ex, []peer.ID{holder.h.ID()}) {
+			t.Errorf("kept out of the subnet at the coordinator: %v", ex)
+		}
+		eventually(t, 10*time.Second, func() error {
+			var got []peer.ID
+			_ = dep.o.coord.st.scan(key, pb.Entry_WITHHELD, func(e *pb.Entry) bool {
+				var we pb.WithheldEntry
+				if proto.Unmarshal(e.GetValue(), &we) == nil {
+					got = append(got, peer.ID(we.GetPeer()))
+				}
+				return true
+			})
+			if !slices.Equal(got, []peer.ID{holder.h.ID()}) {
+				return fmt.Errorf("the replica's exclusions: %v", got)
+			}
+			return nil
+		})
+		if _, err := coord.o.coord.reassign(ctx, mustShard(t, coord, ref), tree.SmallestNonUnary(a), d.Node, holder.h.ID()); !errors.Is(err, ErrForbidden) {
+			t.Errorf("reassigning the subnet to the node that withheld it: %v", err)
+		}
+
+		// A dead web server is not blamed on the volunteer, nor a page
+		// that asks not to be indexed (the crawler makes no record of it).
+		for _, tc := range []struct {
+			addr netip.Addr
+			url  string
+		}{{b, "http://dead.test/x"}, {e, "http://noindex.test/x"}} {
+			if v, err = notice(tc.addr, tc.url, holder); err != nil || v.Result != WithheldNoted {
+				t.Fatalf("notice of %s: %+v, %v", tc.url, v, err)
+			}
+			time.Sleep(v.Retry)
+			if v, err = notice(tc.addr, tc.url, holder); err != nil || v.Result != WithheldUnconfirmed {
+				t.Fatalf("notice of %s after the grace: %+v, %v", tc.url, v, err)
+			}
+			if d, ok, err := coord.o.Resolve(ctx, tc.addr); err != nil || !ok || d.Node != holder.h.ID() {
+				t.Errorf("the subnet of %s: %+v, %v, %v", tc.url, d, ok, err)
+			}
+		}
+		if got := coord.o.Stats().TakenBack["withheld"]; got != 1 {
+			t.Errorf("taken back for withholding after the dead site and the noindex page: %d, want 1", got)
+		}
+
+		// The holder coordinates the shard: its deputy judges, whatever
+		// it answers. An honest one recuses itself.
+		urlC := "http://" + c.String() + "/page"
+		eventually(t, 30*time.Second, func() error {
+			v, err = notice(c, urlC, coord)
+			if err != nil || v.Result != WithheldNoted {
+				return fmt.Errorf("notice about the coordinator: %+v, %v", v, err)
+			}
+			return nil
+		})
+		if !v.Deputy || v.Coordinator != dep.h.ID() {
+			t.Fatalf("notice about the coordinator judged by %s (deputy %v), want its deputy %s", v.Coordinator, v.Deputy, dep.h.ID())
+		}
+		time.Sleep(v.Retry)
+		if v, err = notice(c, urlC, coord); err != nil || v.Result != WithheldConfirmed || v.Coordinator != dep.h.ID() {
+			t.Fatalf("notice about the coordinator after the grace: %+v, %v", v, err)
+		}
+		m := newMsg(pb.Message_WITHHELD)
+		m.Withheld = &pb.Withheld{Snapshot: coord.o.sid[:], Addr: addrBytes(c), Url: urlC, Holder: []byte(coord.h.ID())}
+		if _, err := honest(ctx, asker.h.ID(), m); !errors.Is(err, ErrRecused) {
+			t.Errorf("an honest coordinator's notice about itself: %v, want recused", err)
+		}
+		// A node cannot accuse itself, nor name a node that is no peer id.
+		m.Withheld.Holder = []byte(asker.h.ID())
+		if _, err := honest(ctx, asker.h.ID(), m); !errors.Is(err, ErrForbidden) {
+			t.Errorf("a notice about the sender: %v", err)
+		}
+		m.Withheld.Holder = []byte("nope")
+		if _, err := honest(ctx, asker.h.ID(), m); !errors.Is(err, ErrMalformed) {
+			t.Errorf("a notice naming no peer: %v", err)
+		}
+		t.Logf("taken back %v after the first notice (grace %v); the nodes of the dead site and the noindex page kept them; the coordinator's deputy %s confirmed",
+			took.Round(time.Second), grace, dep.h.ID())
+	})
+}
+
+func mustShard(t *testing.T, nd *node, ref shardRef) *shard {
+	t.Helper()
+	sh, err := nd.o.coord.shard(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sh
+}
