@@ -24,7 +24,9 @@
 // acknowledged decision and of two peers that both believe they coordinate
 // only the higher epoch wins. The claim confirms the claimant's view: a
 // replica that knows a live peer nearer the key refuses and names it, so a
-// node claims a shard without a DHT lookup (claim.go). Crawlers heartbeat the coordinators of the
+// node claims a shard without a DHT lookup (claim.go). A coordinator
+// re-checks the shards it holds with one lookup of its own neighbourhood,
+// not one per shard: the keys it coordinates lie in it (hood.go). Crawlers heartbeat the coordinators of the
 // shards they hold subnets in; a crawler silent past the liveness timeout
 // has its subnets orphaned and handed back to the delegation procedure.
 // Nodes cache resolved delegations. The coordinator of an organisation
