@@ -145,6 +145,12 @@ func (x *Extractor) JSONLD(block []byte) {
 			x.res.Dropped++
 			continue
 		}
+		if o.Kind == Literal && o.Datatype == RDF+"JSON" && strings.HasPrefix(o.Value, "JSON Canonicalization error") {
+			// json-gold writes its canonicalisation error as the value (W3C
+			// toRdf js07, js08, js14, js17, js18, js22, js23).
+			x.res.Dropped++
+			continue
+		}
 		if o.Kind == Literal && o.Datatype == "" && o.Lang == "" && idTerms[p.Value] {
 			if t, ok := x.iri(o.Value); ok {
 				o = t

@@ -382,6 +382,22 @@ func TestLimits(t *testing.T) {
 	}
 }
 
+// TestDuplicates checks that a page's statements are a set, as the W3C
+// JSON-LD suite expects (toRdf tn02, e036): a statement given twice is
+// kept once.
+func TestDuplicates(t *testing.T) {
+	doc := `<script type="application/ld+json">{"@context":{"notype":{"@id":"http://example.com/notype","@type":"@none"},
+"xsd":"http://www.w3.org/2001/XMLSchema#"},"@id":"http://example.com/s","notype":[true,{"@value":true,"@type":"xsd:boolean"}]}</script>
+<div itemscope itemtype="https://schema.org/Thing" itemid="http://example.com/t"><span itemprop="name">A</span><span itemprop="name">A</span></div>`
+	res := fromHTML(t, doc, Limits{})
+	want := expected(`<http://example.com/s> <http://example.com/notype> "true"^^<xsd:boolean> .
+<http://example.com/t> <rdf:type> <schema:Thing> .
+<http://example.com/t> <schema:name> "A" .`)
+	if got := lines(res.Statements); !slices.Equal(got, want) || res.Dropped != 0 {
+		t.Errorf("got %q (%d dropped), want %q", got, res.Dropped, want)
+	}
+}
+
 func TestMicrodataCycle(t *testing.T) {
 	doc := `<div itemscope itemtype="https://schema.org/Person" id="a" itemref="b">
 <span itemprop="name">A</span></div>
