@@ -33,7 +33,8 @@ type rdfaCtx struct {
 // property, resource, prefix) and the attributes of RDFa 1.1 Core that
 // pages combine with it (about, content, datatype, href and src as
 // objects, datetime), with RDFa 1.1's initial context of prefixes (og:,
-// schema:, dc:, foaf: …). rel and rev are not read: on ordinary pages
+// schema:, dc:, foaf: …) and those pages declare with prefix or, as
+// RDFa 1.0 did, xmlns:NAME. rel and rev are not read: on ordinary pages
 // they are link types, not statements.
 func (x *Extractor) RDFa(root *html.Node) { x.rdfa(x.scan(root)) }
 
@@ -75,8 +76,25 @@ func (r *rdfa) element(n *html.Node, ctx rdfaCtx) rdfaCtx {
 			ctx.vocab = t.Value
 		}
 	}
+	// Prefixes declared the RDFa 1.0 way, xmlns:og="…", which RDFa 1.1
+	// still reads (Core §7.5, step 3), before those of prefix.
+	cloned := false
+	for _, a := range n.Attr {
+		name, ok := strings.CutPrefix(a.Key, "xmlns:")
+		if !ok || a.Namespace != "" || name == "" || name == "_" || strings.Contains(name, ":") {
+			continue
+		}
+		if t, ok := x.iri(a.Val); ok {
+			if !cloned {
+				ctx.prefixes, cloned = maps.Clone(ctx.prefixes), true
+			}
+			ctx.prefixes[strings.ToLower(name)] = t.Value
+		}
+	}
 	if p, ok := attrOK(n, "prefix"); ok {
-		ctx.prefixes = maps.Clone(ctx.prefixes)
+		if !cloned {
+			ctx.prefixes = maps.Clone(ctx.prefixes)
+		}
 		f := strings.Fields(p)
 		for i := 0; i+1 < len(f); i += 2 {
 			name, ok := strings.CutSuffix(f[i], ":")
@@ -87,6 +105,9 @@ func (r *rdfa) element(n *html.Node, ctx rdfaCtx) rdfaCtx {
 				ctx.prefixes[strings.ToLower(name)] = t.Value
 			}
 		}
+	}
+	if l, ok := attrOK(n, "xml:lang"); ok {
+		ctx.lang = l // XHTML+RDFa pages write xml:lang
 	}
 	if l, ok := attrOK(n, "lang"); ok {
 		ctx.lang = l

@@ -398,6 +398,33 @@ func TestDuplicates(t *testing.T) {
 	}
 }
 
+// TestRealPageForms checks forms the real corpus showed (TestRealCorpus):
+// prefixes declared with xmlns:NAME and a language given by xml:lang in
+// RDFa, and an item with itemprop but no item around it in microdata.
+func TestRealPageForms(t *testing.T) {
+	tests := []struct{ name, doc, want string }{
+		{"xmlns prefix, xml:lang", `<html xml:lang="en" xmlns:og="http://opengraphprotocol.org/schema/"><head>
+<meta property="og:title" content="T"></head><body><p xmlns:og="http://ogp.me/ns#" lang="fr" property="og:description">D</p></body></html>`,
+			`<http://example.com/page.html> <http://opengraphprotocol.org/schema/title> "T"@en .
+<http://example.com/page.html> <http://ogp.me/ns#description> "D"@fr .`},
+		{"itemprop without an item", `<article itemscope itemtype="http://schema.org/Article" itemprop="mainContentOfPage">
+<h1 itemprop="headline">H</h1><span itemprop="author" itemscope itemtype="http://schema.org/Person"><span itemprop="name">N</span></span></article>`,
+			`_:b0 <rdf:type> <schema:Article> .
+_:b0 <schema:headline> "H" .
+_:b1 <rdf:type> <schema:Person> .
+_:b1 <schema:name> "N" .
+_:b0 <schema:author> _:b1 .`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := lines(fromHTML(t, tt.doc, Limits{}).Statements)
+			if want := expected(tt.want); !slices.Equal(got, want) {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}
+
 func TestMicrodataCycle(t *testing.T) {
 	doc := `<div itemscope itemtype="https://schema.org/Person" id="a" itemref="b">
 <span itemprop="name">A</span></div>

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,7 +70,10 @@ func suiteSkip(st suiteTest) string {
 // dropped, schema.org IRIs in their one form, xsd:string and
 // rdf:langString implied, language tags lower case. Blank node labels
 // are kept as they are.
-func refStatements(t *testing.T, nq string) []string {
+func refStatements(t *testing.T, nq string) []string { return lines(refTriples(t, nq)) }
+
+// refTriples is refStatements before formatting.
+func refTriples(t *testing.T, nq string) []Statement {
 	t.Helper()
 	ds, err := ld.ParseNQuads(nq)
 	if err != nil {
@@ -91,10 +95,10 @@ func refStatements(t *testing.T, nq string) []string {
 		t.Fatalf("reference term %T", n)
 		return Term{}
 	}
-	var out []string
-	for _, g := range ds.Graphs {
-		for _, q := range g {
-			out = append(out, Statement{term(q.Subject), term(q.Predicate), term(q.Object)}.String()+" .")
+	var out []Statement
+	for _, name := range slices.Sorted(maps.Keys(ds.Graphs)) {
+		for _, q := range ds.Graphs[name] {
+			out = append(out, Statement{term(q.Subject), term(q.Predicate), term(q.Object)})
 		}
 	}
 	return out
