@@ -17,7 +17,7 @@ import (
 // it is not fetched (package corpus says when it is).
 func realCorpus(t *testing.T) []corpus.Page {
 	t.Helper()
-	dir, err := corpus.Dir(t.Context(), schemaContext)
+	dir, err := corpus.Dir(t.Context(), SchemaContext())
 	if errors.Is(err, corpus.ErrNotFetched) {
 		t.Skip(err)
 	}

@@ -25,6 +25,10 @@ import (
 //go:embed schemaorg.jsonld
 var schemaContext []byte
 
+// SchemaContext returns a copy of the embedded schema.org context, for
+// reference processors run against the extraction (crawl/internal/corpus).
+func SchemaContext() []byte { return bytes.Clone(schemaContext) }
+
 // idTerms are the schema.org properties schemaContext coerces to IRIs.
 // The loader gives the processor the context's @vocab and prefixes only,
 // and JSONLD makes these properties' string values IRIs afterwards:

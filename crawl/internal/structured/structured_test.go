@@ -2,6 +2,7 @@ package structured
 
 import (
 	"encoding/xml"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"golang.org/x/net/html"
+	"golang.org/x/net/html/charset"
 )
 
 const page = "http://example.com/page.html"
@@ -29,18 +31,33 @@ func fromHTML(t testing.TB, doc string, lim Limits) Result {
 // crawl/internal/parse decodes XML.
 func fromRDFXML(doc string, lim Limits) Result {
 	x := New(page, lim)
+	feedRDFXML(x, doc)
+	return x.Result()
+}
+
+// feedRDFXML decodes an RDF/XML document as crawl/internal/parse does
+// (HTML's entities and those of its DOCTYPE known) into x.
+func feedRDFXML(x *Extractor, doc string) {
 	r := x.RDFXML()
 	d := xml.NewDecoder(strings.NewReader(doc))
 	d.Strict = false
+	d.Entity = xml.HTMLEntity
+	d.CharsetReader = charset.NewReaderLabel
 	for range 1 << 16 {
 		tok, err := d.Token()
 		if err != nil {
 			break
 		}
 		r.Token(tok)
+		if dir, ok := tok.(xml.Directive); ok {
+			if ents := Entities(dir); ents != nil {
+				m := maps.Clone(xml.HTMLEntity)
+				maps.Copy(m, ents)
+				d.Entity = m
+			}
+		}
 	}
 	r.Close()
-	return x.Result()
 }
 
 // lines formats statements as N-Triples lines, blank node labels kept.
