@@ -45,7 +45,7 @@ func benchPages(b *testing.B, structured float64) []*Response {
 func corpusPages(b *testing.B) []*Response {
 	b.Helper()
 	dir, err := corpus.Dir(b.Context(), structured.SchemaContext())
-	if errors.Is(err, corpus.ErrNotFetched) {
+	if errors.Is(err, corpus.ErrNotFetched) || errors.Is(err, corpus.ErrNoTools) {
 		b.Logf("corpus set left out: %v", err)
 		return nil
 	}
@@ -133,4 +133,46 @@ func processBench(c *Crawler, res *Response, kw *textproc.Builder) *Record {
 	_ = c.fill(r, a, kw)
 	_ = appendRecord(nil, r)
 	return r
+}
+
+// BenchmarkTransformCost processes each page with the transform off and
+// then on, alternately, and reports the time of each and how much slower
+// the transform makes a page. On a machine shared with other jobs the
+// two runs of BenchmarkProcessPage see different loads; alternating page
+// by page, both see the same.
+func BenchmarkTransformCost(b *testing.B) {
+	for _, set := range []struct {
+		name       string
+		structured float64
+	}{{"world", 0.3}, {"all-structured", 1}, {"corpus", -1}} {
+		var pages []*Response
+		if set.structured >= 0 {
+			pages = benchPages(b, set.structured)
+		} else if pages = corpusPages(b); pages == nil {
+			continue
+		}
+		b.Run(set.name, func(b *testing.B) {
+			var crawlers [2]*Crawler
+			for i, on := range []bool{false, true} {
+				cfg := defaults()
+				cfg.structured = on
+				crawlers[i] = &Crawler{cfg: cfg}
+			}
+			kw := textproc.NewBuilder()
+			var spent [2]time.Duration
+			i := 0
+			for b.Loop() {
+				res := pages[i%len(pages)]
+				for k, c := range crawlers {
+					start := time.Now()
+					processBench(c, res, kw)
+					spent[k] += time.Since(start)
+				}
+				i++
+			}
+			b.ReportMetric(float64(spent[0].Microseconds())/float64(i), "µs-off/page")
+			b.ReportMetric(float64(spent[1].Microseconds())/float64(i), "µs-on/page")
+			b.ReportMetric(100*(float64(spent[1])/float64(spent[0])-1), "%slower")
+		})
+	}
 }

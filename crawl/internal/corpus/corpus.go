@@ -42,6 +42,10 @@ var referenceJS []byte
 // and fetching it is not enabled.
 var ErrNotFetched = errors.New("corpus not fetched: set CI=true or MICRA_CORPUS_FETCH=1 to fetch it with npm")
 
+// ErrNoTools is returned by Dir when npm or node, which fetching the
+// corpus needs, is not installed.
+var ErrNoTools = errors.New("corpus: npm and node are needed to fetch it")
+
 // Page is one page of the corpus.
 type Page struct {
 	Name string            // file name without .html
@@ -85,7 +89,7 @@ func Dir(ctx context.Context, schemaContext []byte) (string, error) {
 func fetch(ctx context.Context, dir string, schemaContext []byte) (err error) {
 	for _, tool := range []string{"npm", "node"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("fetching the corpus: %w", err)
+			return fmt.Errorf("%w: %w", ErrNoTools, err)
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
@@ -144,6 +148,9 @@ func fetch(ctx context.Context, dir string, schemaContext []byte) (err error) {
 	}
 	if err := os.WriteFile(filepath.Join(tmp, "complete"), []byte(Package+"\n"+strings.Join(References, "\n")+"\n"), 0o644); err != nil {
 		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "complete")); err == nil {
+		return os.RemoveAll(tmp) // another process fetched it meanwhile
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
