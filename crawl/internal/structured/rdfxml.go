@@ -308,6 +308,16 @@ func (r *RDFXMLReader) name(n xml.Name) (Term, bool) {
 	return r.x.iri(n.Space + n.Local)
 }
 
+// hasDotSegment reports whether a path has a "." or ".." segment.
+func hasDotSegment(p string) bool {
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
 // qualify returns the attributes of an element of the RDF namespace with
 // the unqualified about, ID, resource, nodeID, parseType and datatype read
 // as rdf: ones, as RDF Model and Syntax (1999) wrote them
@@ -340,6 +350,12 @@ func (r *RDFXMLReader) iri(ref string, base *url.URL) (Term, bool) {
 		u := *base
 		u.Fragment, u.RawFragment = "", ""
 		ref = u.String()
+	} else if strings.Contains(ref, "/.") {
+		// RFC 3986 removes the dot segments of an absolute reference's
+		// path too (&corp;../a, with an entity ending in a folder).
+		if u, err := url.Parse(strings.TrimSpace(ref)); err == nil && u.IsAbs() && u.Opaque == "" && hasDotSegment(u.Path) {
+			ref = u.ResolveReference(&url.URL{}).String()
+		}
 	}
 	saved := r.x.base
 	r.x.base = base

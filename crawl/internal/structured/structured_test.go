@@ -442,6 +442,24 @@ _:b0 <schema:author> _:b1 .`},
 	}
 }
 
+// TestRDFXMLForms checks forms Raptor's tests and the W3C namespace
+// documents showed (TestRDFXMLSuite): DOCTYPE entities, an empty
+// rdf:about, dot segments of an absolute IRI and RDF M&S's unqualified ID.
+func TestRDFXMLForms(t *testing.T) {
+	doc := `<?xml version="1.0"?>
+<!DOCTYPE rdf:RDF [<!ENTITY rdf "http://www.w3.org/1999/02/22-rdf-syntax-ns#"> <!ENTITY d "http://example.org/a/b/">]>
+<rdf:RDF xmlns:rdf="&rdf;" xmlns:e="http://example.org/ns#">
+<rdf:Description rdf:about=""><e:p rdf:resource="&d;../c/./x#frag"/></rdf:Description>
+<rdf:Property ID="q"/>
+</rdf:RDF>`
+	got := lines(fromRDFXML(doc, Limits{}).Statements)
+	want := expected(`<http://example.com/page.html> <http://example.org/ns#p> <http://example.org/a/c/x#frag> .
+<http://example.com/page.html#q> <rdf:type> <rdf:Property> .`)
+	if !slices.Equal(got, want) {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 func TestMicrodataCycle(t *testing.T) {
 	doc := `<div itemscope itemtype="https://schema.org/Person" id="a" itemref="b">
 <span itemprop="name">A</span></div>
