@@ -460,6 +460,32 @@ func TestRDFXMLForms(t *testing.T) {
 	}
 }
 
+// TestRDFaHTMLRules checks rules of HTML+RDFa 1.1 that cases of the W3C
+// RDFa 1.1 test suite (Raptor's tests/rdfa11 0214, 0256, 0275–0279,
+// 0285) exercise.
+func TestRDFaHTMLRules(t *testing.T) {
+	tests := []struct{ name, doc, want string }{
+		{"typeof on the root element types the document", `<html prefix="foaf: http://xmlns.com/foaf/0.1/" typeof="foaf:Document"><body></body></html>`,
+			`<http://example.com/page.html> <rdf:type> <http://xmlns.com/foaf/0.1/Document> .`},
+		{"xml:lang wins over lang", `<p property="dc:title" lang="hu" xml:lang="fr">chat</p>`,
+			`<http://example.com/page.html> <http://purl.org/dc/terms/title> "chat"@fr .`},
+		{"datetime wins over content, typed by its form", `<time property="dc:date" datetime="2012-03-18" content="not this">18 March</time>`,
+			`<http://example.com/page.html> <http://purl.org/dc/terms/date> "2012-03-18"^^<xsd:date> .`},
+		{"time text typed by its form", `<time property="dc:date">2012-03-18T00:00:00Z</time>`,
+			`<http://example.com/page.html> <http://purl.org/dc/terms/date> "2012-03-18T00:00:00Z"^^<xsd:dateTime> .`},
+		{"datetime of no date form: a plain literal", `<time property="dc:date" lang="en" datetime="D-Day">then</time>`,
+			`<http://example.com/page.html> <http://purl.org/dc/terms/date> "D-Day"@en .`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := lines(fromHTML(t, tt.doc, Limits{}).Statements)
+			if want := expected(tt.want); !slices.Equal(got, want) {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}
+
 func TestMicrodataCycle(t *testing.T) {
 	doc := `<div itemscope itemtype="https://schema.org/Person" id="a" itemref="b">
 <span itemprop="name">A</span></div>
