@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
-	"html"
 	"maps"
 	"os"
 	"os/exec"
@@ -267,8 +266,8 @@ func TestJSONLDSuite(t *testing.T) {
 		t.Logf("not exact: %s", m)
 	}
 	// Bounds the current extraction meets: a regression fails.
-	if local.cases < 320 || local.exact < 297 || local.precision() < 0.983 || local.recall() < 0.979 {
-		t.Errorf("no remote documents: %v; want ≥ 320 cases, ≥ 297 exact, precision ≥ 0.983, recall ≥ 0.979", local)
+	if local.cases < 320 || local.exact < 298 || local.precision() < 0.983 || local.recall() < 0.979 {
+		t.Errorf("no remote documents: %v; want ≥ 320 cases, ≥ 298 exact, precision ≥ 0.983, recall ≥ 0.979", local)
 	}
 	if remote.correct != remote.extracted {
 		t.Errorf("remote documents: %v; want only statements that need no remote document", remote)
@@ -281,10 +280,10 @@ func TestJSONLDSuite(t *testing.T) {
 // suitePage extracts a page holding block as its one JSON-LD script.
 func suitePage(t *testing.T, base string, block []byte) Result {
 	t.Helper()
-	doc := "<!DOCTYPE html><html><head><script type=\"application/ld+json\">" + string(block) + "</script></head><body></body></html>"
-	if strings.Contains(strings.ToLower(string(block)), "</script") {
-		doc = "<!DOCTYPE html><html><head></head><body>" + html.EscapeString(string(block)) + "</body></html>"
-	}
+	// "</script" ends the element: pages write it "<\/script" in their
+	// JSON strings, an escape JSON allows (toRdf js13).
+	b := strings.ReplaceAll(string(block), "</script", "<\\/script")
+	doc := "<!DOCTYPE html><html><head><script type=\"application/ld+json\">" + b + "</script></head><body></body></html>"
 	root, err := xhtml.Parse(strings.NewReader(doc))
 	if err != nil {
 		t.Fatal(err)
