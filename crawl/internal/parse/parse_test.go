@@ -427,6 +427,10 @@ func TestStructured(t *testing.T) {
 		{"html", HTML, "http://e.org/dir/page", structuredPage, 10, 1, []string{"https://other.example/jazz"}}, // org.example is an anchor,
 		{"rss 2.0", RSS, "http://e.org/feed.xml", rss, 15, 0, nil},
 		{"rdf/xml", RDF, "http://e.org/me.rdf", rdf, 3, 0, nil}, // its resources are links FromRDF already
+		// Entities of the DOCTYPE, as RDF Schemas and OWL ontologies write them.
+		{"rdf/xml, entities", RDF, "http://e.org/me.rdf", `<?xml version="1.0"?>
+<!DOCTYPE rdf:RDF [<!ENTITY rdf "http://www.w3.org/1999/02/22-rdf-syntax-ns#"> <!ENTITY foaf "http://xmlns.com/foaf/0.1/">]>
+<rdf:RDF xmlns:rdf="&rdf;" xmlns:foaf="&foaf;"><rdf:Description rdf:about=""><rdf:type rdf:resource="&foaf;Person"/><foaf:name>Me &amp; I</foaf:name></rdf:Description></rdf:RDF>`, 2, 0, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package parse
 import (
 	"bytes"
 	"encoding/xml"
+	"maps"
 	"strings"
 	"time"
 
@@ -67,6 +68,14 @@ func (p *parser) xml(body []byte) {
 			rx.Token(tok)
 		}
 		switch t := tok.(type) {
+		case xml.Directive:
+			// <!DOCTYPE rdf:RDF [<!ENTITY rdf "…#">]>: the entities that
+			// RDF Schemas and OWL ontologies write their IRIs with.
+			if ents := structured.Entities(t); ents != nil {
+				m := maps.Clone(xml.HTMLEntity)
+				maps.Copy(m, ents)
+				d.Entity = m
+			}
 		case xml.StartElement:
 			if len(stack) >= maxDepth {
 				return

@@ -25,6 +25,10 @@ import (
 //go:embed schemaorg.jsonld
 var schemaContext []byte
 
+// SchemaContext returns a copy of the embedded schema.org context, for
+// reference processors run against the extraction (crawl/internal/corpus).
+func SchemaContext() []byte { return bytes.Clone(schemaContext) }
+
 // idTerms are the schema.org properties schemaContext coerces to IRIs.
 // The loader gives the processor the context's @vocab and prefixes only,
 // and JSONLD makes these properties' string values IRIs afterwards:
@@ -142,6 +146,12 @@ func (x *Extractor) JSONLD(block []byte) {
 		p, ok2 := term(q.Predicate)
 		o, ok3 := term(q.Object)
 		if !ok1 || !ok2 || !ok3 {
+			x.res.Dropped++
+			continue
+		}
+		if o.Kind == Literal && o.Datatype == RDF+"JSON" && strings.HasPrefix(o.Value, "JSON Canonicalization error") {
+			// json-gold writes its canonicalisation error as the value (W3C
+			// toRdf js07, js08, js14, js17, js18, js22, js23).
 			x.res.Dropped++
 			continue
 		}

@@ -58,7 +58,10 @@ func (x *Extractor) scan(root *html.Node) *scan {
 			case "id":
 				sc.ids = append(sc.ids, n)
 			case "itemscope":
-				if !hasAttr(n, "itemprop") {
+				// An item with itemprop but no item around it is read as
+				// top-level: pages write itemprop="mainContentOfPage" on
+				// their Article, meaning the page's implicit WebPage.
+				if !hasAttr(n, "itemprop") || !inItem(n) {
 					sc.tops = append(sc.tops, n)
 				}
 			case "property", "typeof":
@@ -251,6 +254,16 @@ func dateType(v string) string {
 		}
 	}
 	return ""
+}
+
+// inItem reports whether an ancestor of n is an item (has itemscope).
+func inItem(n *html.Node) bool {
+	for p, depth := n.Parent, 0; p != nil && depth < 1024; p, depth = p.Parent, depth+1 {
+		if p.Type == html.ElementNode && hasAttr(p, "itemscope") {
+			return true
+		}
+	}
+	return false
 }
 
 // ---- HTML helpers ----

@@ -33,7 +33,8 @@ type rdfaCtx struct {
 // property, resource, prefix) and the attributes of RDFa 1.1 Core that
 // pages combine with it (about, content, datatype, href and src as
 // objects, datetime), with RDFa 1.1's initial context of prefixes (og:,
-// schema:, dc:, foaf: …). rel and rev are not read: on ordinary pages
+// schema:, dc:, foaf: …) and those pages declare with prefix or, as
+// RDFa 1.0 did, xmlns:NAME. rel and rev are not read: on ordinary pages
 // they are link types, not statements.
 func (x *Extractor) RDFa(root *html.Node) { x.rdfa(x.scan(root)) }
 
@@ -45,12 +46,13 @@ func (x *Extractor) rdfa(sc *scan) {
 	if !ok {
 		return
 	}
-	r := &rdfa{x: x, blanks: map[string]Term{}}
+	r := &rdfa{x: x, blanks: map[string]Term{}, base: base}
 	r.walk(sc.root, rdfaCtx{obj: base, prefixes: initialPrefixes}, 0)
 }
 
 type rdfa struct {
 	x      *Extractor
+	base   Term            // the document
 	blanks map[string]Term // _:labels of the page
 }
 
@@ -75,8 +77,25 @@ func (r *rdfa) element(n *html.Node, ctx rdfaCtx) rdfaCtx {
 			ctx.vocab = t.Value
 		}
 	}
+	// Prefixes declared the RDFa 1.0 way, xmlns:og="…", which RDFa 1.1
+	// still reads (Core §7.5, step 3), before those of prefix.
+	cloned := false
+	for _, a := range n.Attr {
+		name, ok := strings.CutPrefix(a.Key, "xmlns:")
+		if !ok || a.Namespace != "" || name == "" || name == "_" || strings.Contains(name, ":") {
+			continue
+		}
+		if t, ok := x.iri(a.Val); ok {
+			if !cloned {
+				ctx.prefixes, cloned = maps.Clone(ctx.prefixes), true
+			}
+			ctx.prefixes[strings.ToLower(name)] = t.Value
+		}
+	}
 	if p, ok := attrOK(n, "prefix"); ok {
-		ctx.prefixes = maps.Clone(ctx.prefixes)
+		if !cloned {
+			ctx.prefixes = maps.Clone(ctx.prefixes)
+		}
 		f := strings.Fields(p)
 		for i := 0; i+1 < len(f); i += 2 {
 			name, ok := strings.CutSuffix(f[i], ":")
@@ -91,6 +110,9 @@ func (r *rdfa) element(n *html.Node, ctx rdfaCtx) rdfaCtx {
 	if l, ok := attrOK(n, "lang"); ok {
 		ctx.lang = l
 	}
+	if l, ok := attrOK(n, "xml:lang"); ok {
+		ctx.lang = l // XHTML+RDFa pages write xml:lang; it wins over lang, as in XHTML
+	}
 	property, hasProp := attrOK(n, "property")
 	typeof, hasType := attrOK(n, "typeof")
 	_, hasAbout := attrOK(n, "about")
@@ -102,6 +124,9 @@ func (r *rdfa) element(n *html.Node, ctx rdfaCtx) rdfaCtx {
 	}
 	var subj, typed, cur Term
 	ref := r.firstResource(n, ctx, "resource", "href", "src")
+	if hasType && about.Kind == 0 && isDocumentElement(n) {
+		about = r.base // the root, head and body act as if about="" (HTML+RDFa 1.1, 3.1)
+	}
 	if hasProp && !hasContent && !hasDatatype {
 		subj = ctx.obj
 		if about.Kind != 0 {
@@ -149,18 +174,28 @@ func (r *rdfa) element(n *html.Node, ctx rdfaCtx) rdfaCtx {
 				dt = t.Value
 			}
 		}
+		datetime, hasDatetime := attrOK(n, "datetime")
 		switch {
 		case hasType && about.Kind == 0 && cur.Kind != 0:
 			obj = typed
+		case hasDatetime:
+			// HTML+RDFa 1.1: datetime wins over content, and its lexical
+			// form gives the XSD type unless datatype does.
+			v := strings.TrimSpace(datetime)
+			if !hasDatatype {
+				dt = dateType(v)
+			}
+			obj = x.literal(v, dt, langIf(ctx.lang, dt))
 		case hasContent:
 			obj = x.literal(content, dt, langIf(ctx.lang, dt))
 		case hasDatatype && dt != RDF+"XMLLiteral":
 			obj = x.literal(textContent(n, x.lim.Literal), dt, langIf(ctx.lang, dt))
 		case ref.Kind != 0:
 			obj = ref
-		case n.DataAtom == atom.Time && hasAttr(n, "datetime"):
-			v := strings.TrimSpace(attr(n, "datetime"))
-			obj = x.literal(v, dateType(v), "")
+		case n.DataAtom == atom.Time:
+			v := textContent(n, x.lim.Literal)
+			dt = dateType(v)
+			obj = x.literal(v, dt, langIf(ctx.lang, dt))
 		default:
 			obj = x.literal(textContent(n, x.lim.Literal), "", ctx.lang)
 		}
@@ -177,6 +212,11 @@ func (r *rdfa) element(n *html.Node, ctx rdfaCtx) rdfaCtx {
 		ctx.obj = cur
 	}
 	return ctx
+}
+
+// isDocumentElement reports whether n is the root element, head or body.
+func isDocumentElement(n *html.Node) bool {
+	return n.DataAtom == atom.Head || n.DataAtom == atom.Body || n.Parent != nil && n.Parent.Type == html.DocumentNode
 }
 
 func langIf(lang, dt string) string {

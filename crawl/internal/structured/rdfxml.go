@@ -3,6 +3,7 @@ package structured
 import (
 	"encoding/xml"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -86,6 +87,9 @@ func (r *RDFXMLReader) Close() {
 
 func (r *RDFXMLReader) start(se xml.StartElement) {
 	x := r.x
+	if se.Name.Space == RDF {
+		se.Attr = qualify(se.Attr)
+	}
 	var parent *rxFrame
 	f := rxFrame{base: x.base}
 	if n := len(r.stack); n > 0 {
@@ -304,7 +308,55 @@ func (r *RDFXMLReader) name(n xml.Name) (Term, bool) {
 	return r.x.iri(n.Space + n.Local)
 }
 
+// hasDotSegment reports whether a path has a "." or ".." segment.
+func hasDotSegment(p string) bool {
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// qualify returns the attributes of an element of the RDF namespace with
+// the unqualified about, ID, resource, nodeID, parseType and datatype read
+// as rdf: ones, as RDF Model and Syntax (1999) wrote them
+// (<rdf:Property ID="comment">, in the RDF and RDF Schema namespace
+// documents); RDF/XML parsers such as Raptor still accept them.
+func qualify(attrs []xml.Attr) []xml.Attr {
+	var out []xml.Attr
+	for i, a := range attrs {
+		if a.Name.Space != "" {
+			continue
+		}
+		switch a.Name.Local {
+		case "about", "ID", "resource", "nodeID", "parseType", "datatype":
+			if out == nil {
+				out = slices.Clone(attrs)
+			}
+			out[i].Name.Space = RDF
+		}
+	}
+	if out == nil {
+		return attrs
+	}
+	return out
+}
+
+// iri resolves ref against base; an empty ref (rdf:about="", the
+// document itself) is the base without its fragment.
 func (r *RDFXMLReader) iri(ref string, base *url.URL) (Term, bool) {
+	if strings.TrimSpace(ref) == "" && base != nil {
+		u := *base
+		u.Fragment, u.RawFragment = "", ""
+		ref = u.String()
+	} else if strings.Contains(ref, "/.") {
+		// RFC 3986 removes the dot segments of an absolute reference's
+		// path too (&corp;../a, with an entity ending in a folder).
+		if u, err := url.Parse(strings.TrimSpace(ref)); err == nil && u.IsAbs() && u.Opaque == "" && hasDotSegment(u.Path) {
+			ref = u.ResolveReference(&url.URL{}).String()
+		}
+	}
 	saved := r.x.base
 	r.x.base = base
 	t, ok := r.x.iri(ref)
@@ -321,4 +373,68 @@ func (r *RDFXMLReader) blank(label string) Term {
 		}
 	}
 	return t
+}
+
+// Bounds of the entities a document's DOCTYPE may declare (Entities).
+const (
+	maxEntities     = 64
+	maxEntityLength = 1024 // bytes of an entity's value, after expansion
+)
+
+// Entities returns the general entities an XML DOCTYPE directive declares
+// in its internal subset (<!ENTITY rdf "http://…#">), with references to
+// entities declared before them expanded, or nil if it declares none.
+// RDF/XML documents (OWL ontologies, RDF Schemas) write namespaces and
+// datatypes as &rdf; and &xsd;; a decoder given these entities (with
+// encoding/xml's HTMLEntity) reads them as their authors meant. Values
+// are not parsed as markup and not expanded again, so no entity grows
+// beyond maxEntityLength bytes.
+func Entities(d xml.Directive) map[string]string {
+	s := string(d)
+	if !strings.HasPrefix(s, "DOCTYPE") {
+		return nil
+	}
+	var out map[string]string
+	for len(out) < maxEntities {
+		i := strings.Index(s, "<!ENTITY")
+		if i < 0 {
+			break
+		}
+		s = strings.TrimLeft(s[i+len("<!ENTITY"):], " \t\r\n")
+		if strings.HasPrefix(s, "%") {
+			continue // a parameter entity
+		}
+		end := strings.IndexAny(s, " \t\r\n")
+		if end <= 0 {
+			break
+		}
+		name := s[:end]
+		s = strings.TrimLeft(s[end:], " \t\r\n")
+		if s == "" || (s[0] != '"' && s[0] != '\'') {
+			continue // SYSTEM or PUBLIC: an external entity, not read
+		}
+		q := s[0]
+		end = strings.IndexByte(s[1:], q)
+		if end < 0 {
+			break
+		}
+		v := s[1 : 1+end]
+		s = s[end+2:]
+		if strings.Contains(v, "&") {
+			for k, e := range out {
+				v = strings.ReplaceAll(v, "&"+k+";", e)
+			}
+		}
+		if len(v) > maxEntityLength {
+			continue
+		}
+		if _, ok := out[name]; ok {
+			continue // the first declaration binds
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[name] = v
+	}
+	return out
 }

@@ -76,6 +76,7 @@ type Extractor struct {
 	nblank int
 	blocks int // JSON-LD blocks read
 	full   bool
+	seen   map[Statement]struct{} // statements emitted: a page's statements are a set
 }
 
 // New returns an Extractor for the page at base (its final URL, or its
@@ -205,7 +206,8 @@ func (x *Extractor) literal(v, datatype, lang string) Term {
 	return Term{Kind: Literal, Value: v, Datatype: datatype, Lang: lang}
 }
 
-// emit adds a statement, checking its terms and the page's limit.
+// emit adds a statement, checking its terms and the page's limit; a
+// statement the page already has is not added again.
 func (x *Extractor) emit(s, p, o Term) {
 	if x.full {
 		x.res.Dropped++
@@ -215,12 +217,20 @@ func (x *Extractor) emit(s, p, o Term) {
 		x.res.Dropped++
 		return
 	}
+	st := Statement{s, p, o}
+	if _, dup := x.seen[st]; dup {
+		return // an RDF graph is a set: JSON-LD's `true` and {"@value": true} are one statement
+	}
 	if len(x.res.Statements) >= x.lim.Statements {
 		x.full = true
 		x.res.Dropped++
 		return
 	}
-	x.res.Statements = append(x.res.Statements, Statement{s, p, o})
+	if x.seen == nil {
+		x.seen = make(map[Statement]struct{})
+	}
+	x.seen[st] = struct{}{}
+	x.res.Statements = append(x.res.Statements, st)
 }
 
 func validTerm(t Term, maxIRI int) bool {

@@ -2,6 +2,7 @@ package structured
 
 import (
 	"encoding/xml"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"golang.org/x/net/html"
+	"golang.org/x/net/html/charset"
 )
 
 const page = "http://example.com/page.html"
@@ -29,18 +31,33 @@ func fromHTML(t testing.TB, doc string, lim Limits) Result {
 // crawl/internal/parse decodes XML.
 func fromRDFXML(doc string, lim Limits) Result {
 	x := New(page, lim)
+	feedRDFXML(x, doc)
+	return x.Result()
+}
+
+// feedRDFXML decodes an RDF/XML document as crawl/internal/parse does
+// (HTML's entities and those of its DOCTYPE known) into x.
+func feedRDFXML(x *Extractor, doc string) {
 	r := x.RDFXML()
 	d := xml.NewDecoder(strings.NewReader(doc))
 	d.Strict = false
+	d.Entity = xml.HTMLEntity
+	d.CharsetReader = charset.NewReaderLabel
 	for range 1 << 16 {
 		tok, err := d.Token()
 		if err != nil {
 			break
 		}
 		r.Token(tok)
+		if dir, ok := tok.(xml.Directive); ok {
+			if ents := Entities(dir); ents != nil {
+				m := maps.Clone(xml.HTMLEntity)
+				maps.Copy(m, ents)
+				d.Entity = m
+			}
+		}
 	}
 	r.Close()
-	return x.Result()
 }
 
 // lines formats statements as N-Triples lines, blank node labels kept.
@@ -377,6 +394,93 @@ func TestLimits(t *testing.T) {
 				if s.O.Kind == Literal && len(s.O.Value) > tt.maxLit {
 					t.Fatalf("literal of %d bytes", len(s.O.Value))
 				}
+			}
+		})
+	}
+}
+
+// TestDuplicates checks that a page's statements are a set, as the W3C
+// JSON-LD suite expects (toRdf tn02, e036): a statement given twice is
+// kept once.
+func TestDuplicates(t *testing.T) {
+	doc := `<script type="application/ld+json">{"@context":{"notype":{"@id":"http://example.com/notype","@type":"@none"},
+"xsd":"http://www.w3.org/2001/XMLSchema#"},"@id":"http://example.com/s","notype":[true,{"@value":true,"@type":"xsd:boolean"}]}</script>
+<div itemscope itemtype="https://schema.org/Thing" itemid="http://example.com/t"><span itemprop="name">A</span><span itemprop="name">A</span></div>`
+	res := fromHTML(t, doc, Limits{})
+	want := expected(`<http://example.com/s> <http://example.com/notype> "true"^^<xsd:boolean> .
+<http://example.com/t> <rdf:type> <schema:Thing> .
+<http://example.com/t> <schema:name> "A" .`)
+	if got := lines(res.Statements); !slices.Equal(got, want) || res.Dropped != 0 {
+		t.Errorf("got %q (%d dropped), want %q", got, res.Dropped, want)
+	}
+}
+
+// TestRealPageForms checks forms the real corpus showed (TestRealCorpus):
+// prefixes declared with xmlns:NAME and a language given by xml:lang in
+// RDFa, and an item with itemprop but no item around it in microdata.
+func TestRealPageForms(t *testing.T) {
+	tests := []struct{ name, doc, want string }{
+		{"xmlns prefix, xml:lang", `<html xml:lang="en" xmlns:og="http://opengraphprotocol.org/schema/"><head>
+<meta property="og:title" content="T"></head><body><p xmlns:og="http://ogp.me/ns#" lang="fr" property="og:description">D</p></body></html>`,
+			`<http://example.com/page.html> <http://opengraphprotocol.org/schema/title> "T"@en .
+<http://example.com/page.html> <http://ogp.me/ns#description> "D"@fr .`},
+		{"itemprop without an item", `<article itemscope itemtype="http://schema.org/Article" itemprop="mainContentOfPage">
+<h1 itemprop="headline">H</h1><span itemprop="author" itemscope itemtype="http://schema.org/Person"><span itemprop="name">N</span></span></article>`,
+			`_:b0 <rdf:type> <schema:Article> .
+_:b0 <schema:headline> "H" .
+_:b1 <rdf:type> <schema:Person> .
+_:b1 <schema:name> "N" .
+_:b0 <schema:author> _:b1 .`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := lines(fromHTML(t, tt.doc, Limits{}).Statements)
+			if want := expected(tt.want); !slices.Equal(got, want) {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}
+
+// TestRDFXMLForms checks forms Raptor's tests and the W3C namespace
+// documents showed (TestRDFXMLSuite): DOCTYPE entities, an empty
+// rdf:about, dot segments of an absolute IRI and RDF M&S's unqualified ID.
+func TestRDFXMLForms(t *testing.T) {
+	doc := `<?xml version="1.0"?>
+<!DOCTYPE rdf:RDF [<!ENTITY rdf "http://www.w3.org/1999/02/22-rdf-syntax-ns#"> <!ENTITY d "http://example.org/a/b/">]>
+<rdf:RDF xmlns:rdf="&rdf;" xmlns:e="http://example.org/ns#">
+<rdf:Description rdf:about=""><e:p rdf:resource="&d;../c/./x#frag"/></rdf:Description>
+<rdf:Property ID="q"/>
+</rdf:RDF>`
+	got := lines(fromRDFXML(doc, Limits{}).Statements)
+	want := expected(`<http://example.com/page.html> <http://example.org/ns#p> <http://example.org/a/c/x#frag> .
+<http://example.com/page.html#q> <rdf:type> <rdf:Property> .`)
+	if !slices.Equal(got, want) {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestRDFaHTMLRules checks rules of HTML+RDFa 1.1 that cases of the W3C
+// RDFa 1.1 test suite (Raptor's tests/rdfa11 0214, 0256, 0275–0279,
+// 0285) exercise.
+func TestRDFaHTMLRules(t *testing.T) {
+	tests := []struct{ name, doc, want string }{
+		{"typeof on the root element types the document", `<html prefix="foaf: http://xmlns.com/foaf/0.1/" typeof="foaf:Document"><body></body></html>`,
+			`<http://example.com/page.html> <rdf:type> <http://xmlns.com/foaf/0.1/Document> .`},
+		{"xml:lang wins over lang", `<p property="dc:title" lang="hu" xml:lang="fr">chat</p>`,
+			`<http://example.com/page.html> <http://purl.org/dc/terms/title> "chat"@fr .`},
+		{"datetime wins over content, typed by its form", `<time property="dc:date" datetime="2012-03-18" content="not this">18 March</time>`,
+			`<http://example.com/page.html> <http://purl.org/dc/terms/date> "2012-03-18"^^<xsd:date> .`},
+		{"time text typed by its form", `<time property="dc:date">2012-03-18T00:00:00Z</time>`,
+			`<http://example.com/page.html> <http://purl.org/dc/terms/date> "2012-03-18T00:00:00Z"^^<xsd:dateTime> .`},
+		{"datetime of no date form: a plain literal", `<time property="dc:date" lang="en" datetime="D-Day">then</time>`,
+			`<http://example.com/page.html> <http://purl.org/dc/terms/date> "D-Day"@en .`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := lines(fromHTML(t, tt.doc, Limits{}).Statements)
+			if want := expected(tt.want); !slices.Equal(got, want) {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
 		})
 	}
