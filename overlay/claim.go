@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,9 +69,11 @@ func (c *coordinator) ensureOwner(ctx context.Context, ref shardRef) (*shard, er
 		return sh, nil
 	}
 	err = c.claim(ctx, sh, peers)
-	if errors.Is(err, ErrUnavailable) && !fresh {
+	if errors.Is(err, ErrUnavailable) && (c.dropUnreachable(c.replicaSet(peers)) > 0 || !fresh) {
 		// No majority of the view's replica set answered: some of it is
-		// gone. Look the key up and claim again with the live set.
+		// gone. Look the key up and claim again with the live set (the
+		// peers this claim could not reach are out of the routing table,
+		// which a lookup's answer is joined with).
 		if peers = c.closestPeers(ctx, sh.key, true); peers[0] != c.self {
 			return nil, c.notCloser(sh, peers[0])
 		}
@@ -149,6 +152,7 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 	var higher uint64
 	var nearer *peer.AddrInfo // the nearest live peer a replica knows nearer the key than this node
 	var answered []peer.ID    // replicas of the set that promised and sent their state
+	var silent []string       // why the others did not, for the error
 	for r := range results {
 		var nc *notCoordinatorError
 		switch {
@@ -166,6 +170,9 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 			higher = max(higher, r.stale)
 		default:
 			c.log.Debug("shard sync failed", "peer", r.p, "shard", sh.ref.String(), "error", r.err)
+			if slices.Contains(set, r.p) {
+				silent = append(silent, fmt.Sprintf("%s: %v", r.p.ShortString(), r.err))
+			}
 		}
 	}
 	if nearer != nil {
@@ -183,7 +190,7 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 		return fmt.Errorf("claiming %s: %w", sh.ref, &staleEpochError{got: epoch, current: higher})
 	}
 	if ok < majority(len(set)) {
-		return fmt.Errorf("claiming %s: %w: %d of %d replicas answered", sh.ref, ErrUnavailable, ok, len(set))
+		return fmt.Errorf("claiming %s: %w: %d of %d replicas answered (%s)", sh.ref, ErrUnavailable, ok, len(set), strings.Join(silent, "; "))
 	}
 	if sh.meta.GetPromised() > epoch {
 		return fmt.Errorf("claiming %s: %w", sh.ref, &staleEpochError{got: epoch, current: sh.meta.GetPromised()})
@@ -212,12 +219,17 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 	if sh.ref.kind == pb.ShardRef_ORG {
 		sh.orgDirty = true // the new epoch's record supersedes the old coordinator's
 	}
-	now := time.Now()
-	// Crawlers get a full liveness timeout from the takeover: heartbeats
-	// went to the previous coordinator.
+	// Crawlers' heartbeats went to the previous coordinator: each gets
+	// half a liveness timeout from the takeover to find this node. A live
+	// crawler beats within a heartbeat and a request's deadline (its
+	// request here is what often causes the takeover); a crawler that left
+	// with the previous coordinator has been silent since before the
+	// takeover, and a full timeout from it would keep its subnets
+	// uncrawled for the time the takeover took on top of the timeout.
+	seen := time.Now().Add(-c.cfg.liveness / 2)
 	_ = c.st.scan(sh.key, pb.Entry_DELEGATION, func(e *pb.Entry) bool {
-		if d, err := c.entryDelegation(e); err == nil {
-			sh.lastSeen[d.Node] = now
+		if d, err := c.entryDelegation(e); err == nil && sh.lastSeen[d.Node].Before(seen) {
+			sh.lastSeen[d.Node] = seen
 		}
 		return true
 	})

@@ -207,9 +207,11 @@ func (c *coordinator) recordRange(ctx context.Context, sh *shard, r subnet.Range
 	if err != nil {
 		return nil, err
 	}
-	sh.mu.Lock()
-	sh.lastSeen[node] = time.Now()
-	sh.mu.Unlock()
+	// The node's liveness is not touched: the decision's time is the new
+	// subnet's grace (checkLiveness), and a decision for a node says
+	// nothing of whether it is alive (stored probes of a departed node
+	// still look good): marking it seen here kept every subnet of a
+	// departed node alive as long as new ones went to it.
 	c.afterDecision(node, rec)
 	return rec, nil
 }

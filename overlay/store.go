@@ -153,34 +153,51 @@ func entryNewer(a, b *pb.Entry) bool {
 }
 
 // putEntries stores each entry unless the stored one is at least as new, and
-// returns how many it stored.
+// returns how many it stored. Entries are independent (each is merged by
+// entryNewer on its own), so a list larger than one badger transaction
+// holds (a shard's whole state in a sync, on a node with small memtables)
+// is committed in parts.
 func (s store) putEntries(key [32]byte, entries []*pb.Entry) (int, error) {
 	n := 0
-	err := s.db.Update(func(txn *badger.Txn) error {
-		for _, e := range entries {
-			k := shardEntryKey(key, int32(e.GetKind()), e.GetKey())
-			it, err := txn.Get(k)
-			switch {
-			case err == nil:
-				var old pb.Entry
-				if err := it.Value(func(v []byte) error { return proto.Unmarshal(v, &old) }); err == nil && !entryNewer(e, &old) {
-					continue
+	for len(entries) > 0 {
+		done := 0 // entries this transaction took
+		stored := 0
+		err := s.db.Update(func(txn *badger.Txn) error {
+			for _, e := range entries {
+				k := shardEntryKey(key, int32(e.GetKind()), e.GetKey())
+				it, err := txn.Get(k)
+				switch {
+				case err == nil:
+					var old pb.Entry
+					if err := it.Value(func(v []byte) error { return proto.Unmarshal(v, &old) }); err == nil && !entryNewer(e, &old) {
+						done++
+						continue
+					}
+				case !errors.Is(err, badger.ErrKeyNotFound):
+					return err
 				}
-			case !errors.Is(err, badger.ErrKeyNotFound):
-				return err
+				b, err := proto.Marshal(e)
+				if err != nil {
+					return err
+				}
+				if err := txn.Set(k, b); err != nil {
+					if errors.Is(err, badger.ErrTxnTooBig) && done > 0 {
+						return nil // commit what fits; the rest goes in the next
+					}
+					return err
+				}
+				done++
+				stored++
 			}
-			b, err := proto.Marshal(e)
-			if err != nil {
-				return err
-			}
-			if err := txn.Set(k, b); err != nil {
-				return err
-			}
-			n++
+			return nil
+		})
+		if err != nil {
+			return n, err
 		}
-		return nil
-	})
-	return n, err
+		n += stored
+		entries = entries[done:]
+	}
+	return n, nil
 }
 
 // scan calls fn for each entry of the shard, of one kind or of all kinds

@@ -2,9 +2,11 @@ package overlay
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay/pb"
 )
 
@@ -102,5 +104,37 @@ func TestStoreEntries(t *testing.T) {
 	}
 	if m, err := st.loadMeta(key); err != nil || m != nil || count(key, pb.Entry_UNKNOWN) != 0 || count(other, pb.Entry_UNKNOWN) != 2 {
 		t.Fatalf("after dropShard: header %v (%v), %d entries, %d of the other shard", m, err, count(key, pb.Entry_UNKNOWN), count(other, pb.Entry_UNKNOWN))
+	}
+}
+
+// TestStoreEntriesLargerThanATransaction: a sync's chunk of a shard's
+// state larger than one badger transaction holds (small memtables, as a
+// simulated node's or a frugal volunteer's) is stored whole, in parts.
+// With one transaction per list the takeover of a large shard failed with
+// "Txn is too big" at every replica, and the shard was lost.
+func TestStoreEntriesLargerThanATransaction(t *testing.T) {
+	st := store{p2ptest.SimDB(t)} // 1 MB memtables: about 150 kB a transaction
+	var key [32]byte
+	var entries []*pb.Entry
+	for i := range 2000 {
+		entries = append(entries, &pb.Entry{Kind: pb.Entry_LOAD, Key: fmt.Appendf(nil, "k%04d", i), Value: bytes.Repeat([]byte{'v'}, 200), Epoch: 1, Seq: uint64(i + 1)})
+	}
+	// Half of them stored already: those are not counted again.
+	if n, err := st.putEntries(key, entries[:1000]); err != nil || n != 1000 {
+		t.Fatalf("first half: stored %d, %v; want 1000", n, err)
+	}
+	n, err := st.putEntries(key, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1000 {
+		t.Errorf("stored %d, want the 1000 new ones", n)
+	}
+	got := 0
+	if err := st.scan(key, pb.Entry_LOAD, func(*pb.Entry) bool { got++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if got != len(entries) {
+		t.Errorf("%d entries stored, want %d", got, len(entries))
 	}
 }

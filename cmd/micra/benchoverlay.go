@@ -33,6 +33,7 @@ func benchOverlay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	quic := fs.Bool("quic", false, "run the hosts on go-libp2p's QUIC over a simulated packet network (x/simlibp2p) instead of the in-memory transport: the same protocols at several times the cost")
 	asJSON := fs.Bool("json", false, "print the results as a JSON array")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof reads it)")
+	memProfile := fs.String("memprofile", "", "write a heap profile, taken after the delegations, to `FILE` (with several sizes, the last size's)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -72,6 +73,14 @@ func benchOverlay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			Log: func(format string, a ...any) {
 				fmt.Fprintf(stderr, "[%d nodes] "+format+"\n", append([]any{n}, a...)...)
 			}}
+		if *memProfile != "" {
+			f, err := os.Create(*memProfile)
+			if err != nil {
+				return fmt.Errorf("--memprofile: %w", err)
+			}
+			defer f.Close()
+			cfg.HeapProfile = f
+		}
 		var res scale.Result
 		var runErr error
 		began := time.Now()

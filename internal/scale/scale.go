@@ -18,11 +18,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"net/url"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -65,6 +67,9 @@ type Config struct {
 	Stop <-chan struct{}
 	// Log receives progress lines (nil: none).
 	Log func(format string, args ...any)
+	// HeapProfile, when set, receives a heap profile (pprof's format)
+	// taken after the delegations, when the network holds the most.
+	HeapProfile io.Writer
 }
 
 // Result is what a run measured. Times are virtual.
@@ -493,6 +498,12 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		return res, ErrStopped
 	}
 	res.IdleHeldBytesPerHour = heldBytes / float64(cfg.Nodes)
+	if cfg.HeapProfile != nil {
+		runtime.GC()
+		if err := pprof.Lookup("heap").WriteTo(cfg.HeapProfile, 0); err != nil {
+			return res, fmt.Errorf("scale: heap profile: %w", err)
+		}
+	}
 	nd := float64(res.Delegations)
 	res.BytesPerDelegation = (phaseBytes - (idleBytes+heldBytes)/2*span) / nd
 	res.MessagesPerDelegation = (phaseMsgs - (idleMsgs+heldMsgs)/2*span) / nd
