@@ -29,20 +29,31 @@ type assignJob struct {
 // loop, so that a slow kind cannot hold back another: an organisation
 // update to a dead organisation coordinator retries for seconds and a DHT
 // put may take 30 s, while a crawler given an orphaned subnet must hear of
-// it at once. Assignments go out from a few loops, to several crawlers at
-// a time.
+// it at once. Assignments and index updates go out from a few loops
+// each, several at a time: a coordinator deciding a busy shard's subnets
+// queues two index updates per decision, each a round trip to another
+// coordinator and its replication, and one loop drained them minutes
+// after the last decision. Index updates may arrive out of order: the
+// organisation and block shards keep the record of the higher epoch and
+// sequence number.
 func (c *coordinator) notifier(ctx context.Context) {
 	var wg sync.WaitGroup
 	for range assignWorkers {
 		wg.Go(func() { c.assignLoop(ctx) })
 	}
-	wg.Go(func() { c.indexLoop(ctx) })
+	for range indexWorkers {
+		wg.Go(func() { c.indexLoop(ctx) })
+	}
 	wg.Go(func() { c.publishLoop(ctx) })
 	wg.Wait()
 }
 
-// assignWorkers is how many ASSIGN notices are in flight at once.
-const assignWorkers = 4
+// assignWorkers is how many ASSIGN notices are in flight at once;
+// indexWorkers, organisation and block updates.
+const (
+	assignWorkers = 4
+	indexWorkers  = 4
+)
 
 func (c *coordinator) assignLoop(ctx context.Context) {
 	for {
