@@ -7,12 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/internal/world"
@@ -139,22 +141,49 @@ func TestNodeJoinCrawlRestart(t *testing.T) {
 	t.Logf("%d seeds: sent %v; fetched a=%d b=%d; handed on a=%d b=%d; subnets a=%d b=%d; delegations decided a=%+v b=%+v", len(seeds), res.Sent,
 		a.CrawlStats().Fetched, b.CrawlStats().Fetched, a.CrawlStats().Forwarded, b.CrawlStats().Forwarded,
 		len(a.Overlay().Owned()), len(b.Overlay().Owned()), a.DelegationStats(), b.DelegationStats())
-	// Each seed's server was fetched only from the node owning its subnet.
+	// Each seed's server was fetched only from the node owning its subnet,
+	// or, where the part holding it was split off the range (node/split.go:
+	// the range's holder found it far by its fetches and a probe), also
+	// from the range's holder, before the split. Which node a split picks
+	// rests on probes timed on this machine's clock (the emulated
+	// Internet at a time scale of 0.05), so it is logged, not asserted.
+	// split.go's own tests check the decision.
+	nodes := map[netip.Addr]*node.Node{run.World().Nodes()[0].Addr: a, run.World().Nodes()[1].Addr: b}
+	ownerAddr := func(id peer.ID) netip.Addr {
+		for addr, n := range nodes {
+			if n.ID() == id {
+				return addr
+			}
+		}
+		return netip.Addr{}
+	}
 	for _, s := range run.World().Sites() {
 		c := run.Counters(s)
 		d, ok, err := a.Overlay().Resolve(ctx, s.Addrs[0])
 		if err != nil || !ok {
 			continue // not seeded (hostile or flaky) or not delegated
 		}
-		owner := run.World().Nodes()[0].Addr
-		if d.Node == b.ID() {
-			owner = run.World().Nodes()[1].Addr
-		}
+		tree := a.Overlay().Tree()
+		rg := tree.Range(tree.SmallestNonUnary(s.Addrs[0]))
+		split := d.Subnet != rg && rg.ContainsRange(d.Subnet)
 		for src, sc := range c.Sources {
 			// Probes are HEADs (no body) from every node asked; bodies go
 			// only to the owner.
-			if src != owner && sc.Bytes > 0 {
-				t.Errorf("%s: %d body bytes to %s, which does not own %s", s.Name, sc.Bytes, src, d.Subnet)
+			n := nodes[src]
+			if sc.Bytes == 0 || (n != nil && n.ID() == d.Node) {
+				continue
+			}
+			held := false
+			if n != nil {
+				for _, o := range n.Overlay().Owned() {
+					held = held || (split && o.Subnet == rg)
+				}
+			}
+			if !held {
+				t.Errorf("%s: %d body bytes to %s, which does not own %s (split from %s: %v)", s.Name, sc.Bytes, src, d.Subnet, rg, split)
+			} else {
+				t.Logf("%s: %d body bytes to %s, which held %s before %s was split off (RTTs to the server: %v from it, %v from the part's holder)",
+					s.Name, sc.Bytes, src, rg, d.Subnet, run.World().RTT(src, s), run.World().RTT(ownerAddr(d.Node), s))
 			}
 		}
 	}

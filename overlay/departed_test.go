@@ -15,9 +15,9 @@ import (
 // TestShardOutlivesCoordinatorAndReplica: when a shard's coordinator and
 // one of its replicas leave together without a word, the remaining
 // replica's state is taken over and the shard's subnets still resolve to
-// their node. (At network size such shards were lost: the takeover's claim
-// found "1 of 3 replicas answered", docs/scale.md; in this small swarm the
-// claim succeeds, so the test guards the path, not that failure.)
+// their node. (At network size such shards were lost when their state
+// outgrew one badger transaction, which TestStoreEntriesLargerThanATransaction
+// covers; this swarm's shard is small, so the test guards the path.)
 func TestShardOutlivesCoordinatorAndReplica(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
 		// A volunteer's closest-list lifetime: views are not refreshed

@@ -90,6 +90,12 @@ type Overlay struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
+
+	// Requests being served (serve): Close waits for them, so that none
+	// touches the database its owner closes after Close returns.
+	serving  sync.Mutex
+	streams  map[network.Stream]struct{} // nil once Close began: refuse new ones
+	inFlight sync.WaitGroup
 }
 
 type counters struct {
@@ -217,6 +223,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	o = &Overlay{
 		h: h, sk: sk, tree: tree, sid: tree.ID(), db: db, cfg: cfg, log: cfg.log,
 		cache:         newCache(cfg.cacheSize, cfg.cacheTTL),
+		streams:       map[network.Stream]struct{}{},
 		mine:          map[[32]byte]shardRef{},
 		owned:         map[string]Delegation{},
 		wonRTT:        map[string]time.Duration{},
@@ -499,6 +506,7 @@ func (o *Overlay) Close() error {
 			o.h.RemoveStreamHandler(protocolID(id))
 		}
 		o.cancel()
+		o.stopServing()
 		o.wg.Wait()
 		if o.coord != nil {
 			o.coord.stop()

@@ -188,6 +188,11 @@ type handler func(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Messa
 // answered with an error frame so the peer sees a clear reason.
 func (o *Overlay) serve(sp spec, handlers map[pb.Message_Type]handler) network.StreamHandler {
 	return func(s network.Stream) {
+		if !o.startServing(s) {
+			s.Reset()
+			return
+		}
+		defer o.doneServing(s)
 		if err := s.Scope().SetService(sp.service); err != nil {
 			o.log.Debug("stream refused by resource manager", "peer", s.Conn().RemotePeer(), "protocol", sp.id, "error", err)
 			s.Reset()
@@ -247,6 +252,39 @@ func (o *Overlay) serve(sp spec, handlers map[pb.Message_Type]handler) network.S
 		}
 		_ = s.Close()
 	}
+}
+
+// startServing counts s among the requests being served, unless the
+// overlay is closing (false). doneServing ends it.
+func (o *Overlay) startServing(s network.Stream) bool {
+	o.serving.Lock()
+	defer o.serving.Unlock()
+	if o.streams == nil {
+		return false
+	}
+	o.streams[s] = struct{}{}
+	o.inFlight.Add(1)
+	return true
+}
+
+func (o *Overlay) doneServing(s network.Stream) {
+	o.serving.Lock()
+	delete(o.streams, s)
+	o.serving.Unlock()
+	o.inFlight.Done()
+}
+
+// stopServing refuses new requests, resets the streams of those being
+// served (a handler blocked on a slow peer's stream returns at once; their
+// contexts ended with the overlay's) and waits for their handlers.
+func (o *Overlay) stopServing() {
+	o.serving.Lock()
+	for s := range o.streams {
+		s.Reset()
+	}
+	o.streams = nil
+	o.serving.Unlock()
+	o.inFlight.Wait()
 }
 
 // request opens a stream to p, sends req and reads one response of type
