@@ -208,10 +208,10 @@ func (c *coordinator) recordRange(ctx context.Context, sh *shard, r subnet.Range
 		return nil, err
 	}
 	// The node's liveness is not touched: the decision's time is the new
-	// subnet's grace (checkLiveness), and a decision for a node says
-	// nothing of whether it is alive (stored probes of a departed node
-	// still look good): marking it seen here kept every subnet of a
-	// departed node alive as long as new ones went to it.
+	// subnet's grace (checkLiveness), and only heartbeats say a node is
+	// alive (reachable accepts an open connection, which outlives a node
+	// that left by the transport's idle timeout; marked seen here, every
+	// subnet it held in the shard would get a new timeout).
 	c.afterDecision(node, rec)
 	return rec, nil
 }
