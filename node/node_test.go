@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,12 +174,7 @@ func TestNodeJoinCrawlRestart(t *testing.T) {
 			if sc.Bytes == 0 || (n != nil && n.ID() == d.Node) {
 				continue
 			}
-			held := false
-			if n != nil {
-				for _, o := range n.Overlay().Owned() {
-					held = held || (split && o.Subnet == rg)
-				}
-			}
+			held := split && n != nil && slices.ContainsFunc(n.Overlay().Owned(), func(o overlay.Delegation) bool { return o.Subnet == rg })
 			if !held {
 				t.Errorf("%s: %d body bytes to %s, which does not own %s (split from %s: %v)", s.Name, sc.Bytes, src, d.Subnet, rg, split)
 			} else {

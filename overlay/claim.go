@@ -69,11 +69,9 @@ func (c *coordinator) ensureOwner(ctx context.Context, ref shardRef) (*shard, er
 		return sh, nil
 	}
 	err = c.claim(ctx, sh, peers)
-	if errors.Is(err, ErrUnavailable) && (c.dropUnreachable(c.replicaSet(peers)) > 0 || !fresh) {
+	if errors.Is(err, ErrUnavailable) && !fresh {
 		// No majority of the view's replica set answered: some of it is
-		// gone. Look the key up and claim again with the live set (the
-		// peers this claim could not reach are out of the routing table,
-		// which a lookup's answer is joined with).
+		// gone. Look the key up and claim again with the live set.
 		if peers = c.closestPeers(ctx, sh.key, true); peers[0] != c.self {
 			return nil, c.notCloser(sh, peers[0])
 		}

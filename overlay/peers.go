@@ -199,29 +199,6 @@ func (c *coordinator) forget(p peer.ID) {
 	}
 }
 
-// dropUnreachable takes the peers of set this node is not connected to
-// out of the routing table and every cached list, and returns how many it
-// took out. Called after a claim or push that dialed every peer of set
-// found no majority: a peer it could not reach is gone, or as good as gone
-// for the shard. kad-dht keeps a peer that left without a word in its
-// table until its refresh pings it (up to two refresh intervals), and
-// every view is joined with the table (nearest), so until then the gone
-// peer would keep its place in the key's replica set and every claim would
-// fail alike. A live peer taken out by mistake comes back the next time
-// it or a lookup meets this node.
-func (c *coordinator) dropUnreachable(set []peer.ID) int {
-	n := 0
-	for _, p := range set {
-		if p == c.self || c.o.h.Network().Connectedness(p) == network.Connected {
-			continue
-		}
-		c.o.dht.RoutingTable().RemovePeer(p)
-		c.forget(p)
-		n++
-	}
-	return n
-}
-
 func dedupe(ps []peer.ID) []peer.ID {
 	seen := map[peer.ID]bool{}
 	out := ps[:0]

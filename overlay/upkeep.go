@@ -199,9 +199,6 @@ func (c *coordinator) maintain(ctx context.Context) {
 		case !owned && closest && hasState:
 			if err := c.claim(ctx, sh, peers); err != nil {
 				c.log.Debug("takeover failed", "shard", sh.ref.String(), "error", err)
-				if errors.Is(err, ErrUnavailable) && c.dropUnreachable(c.replicaSet(peers)) > 0 {
-					c.recheck(sh) // the next round claims with the live set
-				}
 				continue
 			}
 			dirty = true
