@@ -44,6 +44,7 @@ type coordinator struct {
 	mu      sync.Mutex
 	shards  map[[32]byte]*shard
 	closest map[[32]byte]closestEntry
+	ids     kadIDs // peers' Kademlia IDs, for nearest
 	// refreshing marks keys with a background lookup in flight.
 	refreshing map[[32]byte]bool
 	refreshQ   chan [32]byte

@@ -307,6 +307,7 @@ func (o *Overlay) handleHeartbeat(ctx context.Context, from peer.ID, req *pb.Mes
 		return nil, err
 	}
 	o.noteSeen(sh, from)
+	o.beats.bump(from)
 	// Declared capacity and load are stored (and replicated) at the first
 	// heartbeat and then every ten, not on every beat: a write is a
 	// replication round, and a decision may weigh a declared load ten

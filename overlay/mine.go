@@ -146,12 +146,13 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 	req := newMsg(pb.Message_HEARTBEAT)
 	req.Heartbeat = &pb.Heartbeat{Snapshot: o.sid[:], Shard: ref.toPB(), Capacity: capacity, Load: load, Subnets: subnets}
 	hctx, cancel := context.WithTimeout(ctx, max(2*o.cfg.heartbeat, time.Second))
-	resp, err := o.askCoordinator(hctx, ref, req, pb.Message_HEARTBEAT_ACK)
+	resp, coord, err := o.askCoordinatorFrom(hctx, coordSpec, ref, req, pb.Message_HEARTBEAT_ACK)
 	cancel()
 	if err != nil {
 		o.log.Debug("heartbeat failed", "shard", ref.String(), "error", err)
 		return
 	}
+	o.beats.bump(coord)
 	ack := resp.GetHeartbeatAck()
 	if len(ack.GetSubnets()) > maxHeartbeatList {
 		return

@@ -75,6 +75,7 @@ type Overlay struct {
 	// capacity 0): never delegation candidates. Bounded like peers.
 	nonCrawlers   map[peer.ID]time.Time
 	coordFor      map[[32]byte]peer.ID // last known coordinator per shard
+	beats         beatKeeper           // the connection manager's tag on heartbeat peers (keepconn.go)
 	probeSlots    *peerSlots           // probe requests in flight, per peer
 	ownDone       atomic.Bool          // the own-subnet claim succeeded (or none is configured)
 	probesCarried atomic.Bool          // the previous snapshot's stored probes are carried (carryprobes.go)
@@ -118,11 +119,43 @@ func (c *counters) countTakenBack(reason string) {
 type msgKind struct {
 	dht bool // a DHT request served, else a micra request sent
 	t   int32
+	key dhtKey // a DHT request's key
+}
+
+// dhtKey sorts DHT requests by their key, for measurements.
+type dhtKey uint8
+
+const (
+	keyOther    dhtKey = iota // another peer's ID: the DHT's bucket refreshes, peer routing
+	keyAsker                  // the asker's own ID: self-lookups (the DHT's refresh, micra's neighbourhood lookup)
+	keyAnswerer               // the answering node's ID: kad-dht's check of a peer before it enters or stays in a routing table
+	keyShard                  // a 32-byte key: a shard's (micra's lookups and walks) or a record's
+)
+
+func keyOf(key []byte, asker, answerer peer.ID) dhtKey {
+	switch {
+	case string(key) == string(asker):
+		return keyAsker
+	case string(key) == string(answerer):
+		return keyAnswerer
+	case len(key) == 32:
+		return keyShard
+	}
+	return keyOther
 }
 
 func (k msgKind) String() string {
 	if k.dht {
-		return "dht/" + dhtpb.Message_MessageType(k.t).String()
+		s := "dht/" + dhtpb.Message_MessageType(k.t).String()
+		switch k.key {
+		case keyAsker:
+			s += " (asker's ID)"
+		case keyAnswerer:
+			s += " (answerer's ID)"
+		case keyShard:
+			s += " (32-byte key)"
+		}
+		return s
 	}
 	return "micra/" + pb.Message_Type(k.t).String()
 }
@@ -168,7 +201,9 @@ type Stats struct {
 	TakenBack map[string]int64
 	// Kinds counts messages by kind: the micra requests this node sent
 	// ("micra/" and the message type) and the DHT requests it answered
-	// ("dht/" and the DHT message type), for measurements.
+	// ("dht/" and the DHT message type, with " (asker's ID)" or
+	// " (answerer's ID)" when the key was one of those and " (32-byte key)"
+	// for a shard's or a record's key), for measurements.
 	Kinds map[string]int64
 }
 
@@ -274,9 +309,10 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		dht.Concurrency(3),
 		dht.OnRequestHook(func(_ context.Context, s network.Stream, m *dhtpb.Message) {
 			o.stats.dhtServed.Add(1)
-			o.stats.count(msgKind{dht: true, t: int32(m.GetType())})
+			from := s.Conn().RemotePeer()
+			o.stats.count(msgKind{dht: true, t: int32(m.GetType()), key: keyOf(m.GetKey(), from, h.ID())})
 			if f := cfg.onDHTRequest; f != nil {
-				f(s.Conn().RemotePeer())
+				f(from)
 			}
 		}),
 	}
@@ -312,6 +348,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 			return nil, err
 		}
 	}
+	o.beats = newBeatKeeper(h, cfg.heartbeat)
 	if o.coord, err = newCoordinator(o); err != nil {
 		return nil, err
 	}
@@ -518,6 +555,7 @@ func (o *Overlay) Close() error {
 		if o.releases != nil {
 			errs = append(errs, o.ps.UnregisterTopicValidator(TopicRelease), o.releases.Close())
 		}
+		o.beats.close()
 		o.netCancel()
 		if o.dht != nil {
 			errs = append(errs, o.dht.Close())

@@ -158,11 +158,7 @@ func (c *coordinator) nearest(key [32]byte, found []peer.ID) []peer.ID {
 	if len(peers) == 0 || c.o.Reachability() != network.ReachabilityPrivate {
 		peers = append(peers, c.self)
 	}
-	peers = kb.SortClosestPeers(dedupe(peers), kb.ConvertKey(string(key[:])))
-	if len(peers) > 20 {
-		peers = peers[:20]
-	}
-	return peers
+	return c.ids.nearest(peers, kadKey(key), 20)
 }
 
 // refresher runs the background lookups closestPeers queues, until ctx is

@@ -34,6 +34,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 
@@ -212,7 +213,10 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		return 0
 	}
 	quiet := slog.New(slog.DiscardHandler)
+	var evs events // ownership records from the churn on
 	var dbs []*badger.DB
+	var opened atomic.Int64 // connections opened, counted at both ends
+	connNotifee := &network.NotifyBundle{ConnectedF: func(network.Network, network.Conn) { opened.Add(1) }}
 	start := func(a netip.Addr) (*simNode, error) {
 		// A volunteer's connection manager (overlay.NewHost's), not
 		// libp2p's default.
@@ -221,6 +225,7 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 			return nil, err
 		}
 		h := net.Host(t, nil, a, libp2p.ConnectionManager(cm))
+		h.Network().Notify(connNotifee)
 		byPeer.Store(h.ID(), a)
 		del, err := delegate.New(delegate.Threshold(threshold), delegate.Between(between), delegate.Logger(quiet))
 		if err != nil {
@@ -245,7 +250,7 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		db := p2ptest.SimDB(t)
 		dbs = append(dbs, db)
 		o, err := overlay.New(h, tree, db, overlay.WithDelegator(del), overlay.WithProber(prober),
-			overlay.OwnAddress(a), overlay.Logger(quiet), overlay.OnDHTRequest(onQuery), overlay.Liveness(heartbeat, liveness),
+			overlay.OwnAddress(a), overlay.Logger(evs.logger(a)), overlay.OnDHTRequest(onQuery), overlay.Liveness(heartbeat, liveness),
 			// Every emulated address is in 127/8: a /16 group here stands
 			// for many of the real Internet's, and private networks are
 			// allowed.
@@ -379,11 +384,18 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	// and messages per hour meanwhile, logging them split by protocol
 	// and kind; false when the run was stopped.
 	measureIdle := func(name string) (bytes, msgs float64, ok bool) {
-		b0, m0, i0, pr0, k0 := bytesNow(), counters(nodes), time.Now(), net.SentByProtocol(), kinds(nodes)
+		b0, m0, i0, pr0, k0, c0 := bytesNow(), counters(nodes), time.Now(), net.SentByProtocol(), kinds(nodes), opened.Load()
 		if wait(cfg.Idle) {
 			return 0, 0, false
 		}
 		hours := time.Since(i0).Hours()
+		var open, most int
+		for _, n := range live(nodes) {
+			c := len(n.o.Host().Network().Conns())
+			open, most = open+c, max(most, c)
+		}
+		logf("%s connections: %.1f open per node (at most %d), %.0f opened per node per hour",
+			name, float64(open)/float64(len(live(nodes))), most, float64(opened.Load()-c0)/2/hours/float64(cfg.Nodes))
 		logf("%s messages per node per hour by kind:%s", name, perKind(k0, kinds(nodes), hours*float64(cfg.Nodes)))
 		var split []string
 		for p, b := range net.SentByProtocol() {
@@ -550,6 +562,8 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 				}
 			}
 		}
+		evs.armed.Store(true)
+		churnAt := time.Now()
 		for _, i := range rng.Perm(cfg.Nodes - cfg.Boot)[:extra] {
 			n := nodes[cfg.Boot+i]
 			n.gone = true
@@ -607,7 +621,9 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 				if res.Lost <= 10 { // what the shard says of it
 					alive[0].o.Invalidate(r)
 					d, ok, err := alive[0].o.Resolve(ctx, r.Start)
-					logf("lost %s: resolves to %s on %s (departed %v, found %v, error %v)", r, d.Subnet, d.Node, gone[d.Node], ok, err)
+					at, _ := byPeer.Load(d.Node)
+					logf("lost %s: resolves to %s on %s at %v (departed %v, found %v, error %v); the churn at %s, its shard since:%s",
+						r, d.Subnet, d.Node, at, gone[d.Node], ok, err, churnAt.Format("15:04:05.000"), evs.about(r.Start))
 				}
 			case h > 1:
 				res.Doubled++

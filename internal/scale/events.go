@@ -1,0 +1,102 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// events keeps the overlays' log records of shard ownership (claims,
+// losses, handovers) and orphaned subnets once armed, for the account of a
+// subnet lost after the churn. Bounded: at most maxEvents records.
+type events struct {
+	armed atomic.Bool
+	mu    sync.Mutex
+	all   []event
+}
+
+type event struct {
+	at    time.Time // virtual
+	node  netip.Addr
+	msg   string
+	attrs string
+	shard string // the "shard" attribute, when present
+}
+
+const maxEvents = 100_000
+
+var eventMsgs = map[string]bool{
+	"shard claimed": true, "shard lost to a newer epoch": true, "shard handed over to a closer peer": true,
+	"merged a stale coordinator's state": true, "subnet orphaned": true,
+}
+
+// logger returns a logger for the overlay of the node at a.
+func (e *events) logger(a netip.Addr) *slog.Logger {
+	return slog.New(&eventHandler{e: e, node: a})
+}
+
+// about returns the records of range shards whose anchor contains a, in
+// order, one per line.
+func (e *events) about(a netip.Addr) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var b strings.Builder
+	for _, ev := range e.all {
+		anchor, ok := strings.CutPrefix(ev.shard, "range:")
+		if !ok {
+			continue
+		}
+		if p, err := netip.ParsePrefix(anchor); err != nil || !p.Contains(a) {
+			continue
+		}
+		fmt.Fprintf(&b, "\n    %s %s: %s%s", ev.at.Format("15:04:05.000"), ev.node, ev.msg, ev.attrs)
+	}
+	return b.String()
+}
+
+type eventHandler struct {
+	e     *events
+	node  netip.Addr
+	attrs []slog.Attr
+}
+
+func (h *eventHandler) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo && h.e.armed.Load()
+}
+
+func (h *eventHandler) Handle(_ context.Context, r slog.Record) error {
+	if !eventMsgs[r.Message] {
+		return nil
+	}
+	ev := event{at: r.Time, node: h.node, msg: r.Message}
+	var b strings.Builder
+	each := func(a slog.Attr) bool {
+		if a.Key == "shard" {
+			ev.shard = a.Value.String()
+		}
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	}
+	for _, a := range h.attrs {
+		each(a)
+	}
+	r.Attrs(each)
+	ev.attrs = b.String()
+	h.e.mu.Lock()
+	if len(h.e.all) < maxEvents {
+		h.e.all = append(h.e.all, ev)
+	}
+	h.e.mu.Unlock()
+	return nil
+}
+
+func (h *eventHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &eventHandler{e: h.e, node: h.node, attrs: append(append([]slog.Attr(nil), h.attrs...), as...)}
+}
+
+func (h *eventHandler) WithGroup(string) slog.Handler { return h }
