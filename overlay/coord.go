@@ -95,7 +95,11 @@ type shard struct {
 	handover int
 	// lookup has the next maintenance round look the shard's closest
 	// peers up rather than trust its cached view (maintainView).
-	lookup   bool
+	lookup bool
+	// nudged is the peer this replica last handed the state to because
+	// the coordinator was gone and that peer, holding none, was nearest
+	// (nudge).
+	nudged   peer.ID
 	replicas []peer.ID
 	lastSeen map[peer.ID]time.Time
 	flights  map[string]*flight

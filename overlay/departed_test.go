@@ -9,6 +9,7 @@ import (
 	"time"
 
 	kb "github.com/libp2p/go-libp2p-kbucket"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
@@ -60,6 +61,92 @@ func TestShardOutlivesCoordinatorAndReplica(t *testing.T) {
 			d, ok, err := nodes[1].o.Resolve(ctx, site)
 			if err != nil || !ok || d.Node != holder.h.ID() {
 				return fmt.Errorf("%s resolves to %v (found %v), %v; want the holder %s", site, d.Node, ok, err, holder.h.ID())
+			}
+			return nil
+		})
+	})
+}
+
+// TestShardTakenOverByNewNearest: when a shard's coordinator leaves, with
+// the only crawler of the shard, and a node that holds no replica is now
+// nearest its key (it joined since), the replicas hand it the state and it
+// takes the shard over by itself: no crawler's heartbeat or request
+// reaches it, and without the takeover the departed crawler would keep its
+// subnet until one did. The new coordinator then orphans the subnet and
+// delegates it to a live node.
+func TestShardTakenOverByNewNearest(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		nodes := r.swarm(8, Maintenance(time.Second, 5*time.Minute))
+		tree := mustTree(t)
+		ids := make([]peer.ID, len(nodes))
+		for i, n := range nodes {
+			ids[i] = n.h.ID()
+		}
+		// The shard of 127.1/16; its holder and the node that asks at the
+		// end are outside its replica set.
+		site := netip.MustParseAddr("127.1.9.7")
+		key := nodes[0].o.coord.rangeShard(tree.SmallestNonUnary(site)).key(tree.ID())
+		set := kb.SortClosestPeers(slices.Clone(ids), kb.ConvertKey(string(key[:])))[:3]
+		var outside []*node
+		for _, n := range nodes {
+			if !slices.Contains(set, n.h.ID()) {
+				outside = append(outside, n)
+			}
+		}
+		holder, asker := outside[0], outside[1]
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+		defer cancel()
+		if _, err := holder.o.Delegate(ctx, "http://"+site.String()+"/", site); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second) // replicated
+		// A newcomer nearer the key than every node, the coordinator too.
+		var sk crypto.PrivKey
+		for range 1000 {
+			k, pub, err := crypto.GenerateEd25519Key(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := peer.IDFromPublicKey(pub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kb.Closer(id, set[0], string(key[:])) {
+				sk = k
+				break
+			}
+		}
+		if sk == nil {
+			t.Fatal("no key nearer the shard than its coordinator")
+		}
+		for _, n := range nodes {
+			if n.h.ID() == set[0] || n == holder {
+				r.net.Cut(n.addr)
+				n.stop()
+			}
+		}
+		newcomer := r.nodeWith(nodeAddr(len(nodes)), sk, nil, Maintenance(time.Second, 5*time.Minute))
+		joinSwarm(t, []*node{asker, newcomer})
+		// No request: the newcomer must take the shard over by itself.
+		eventually(t, 3*time.Minute, func() error {
+			newcomer.o.coord.mu.Lock()
+			sh, ok := newcomer.o.coord.shards[key]
+			newcomer.o.coord.mu.Unlock()
+			if !ok {
+				return fmt.Errorf("the newcomer holds nothing of the shard")
+			}
+			sh.mu.Lock()
+			defer sh.mu.Unlock()
+			if !sh.owned {
+				return fmt.Errorf("the newcomer holds the shard's state (epoch %d) but has not claimed it", sh.meta.GetEpoch())
+			}
+			return nil
+		})
+		eventually(t, time.Minute, func() error {
+			asker.o.Invalidate(tree.Range(tree.SmallestNonUnary(site))) // what the shard says, not the asker's cache
+			d, ok, err := asker.o.Resolve(ctx, site)
+			if err != nil || !ok || d.Node == holder.h.ID() || d.Node == set[0] {
+				return fmt.Errorf("%s resolves to %+v (found %v), %v; want a live node", site, d, ok, err)
 			}
 			return nil
 		})

@@ -203,6 +203,9 @@ func (c *coordinator) maintain(ctx context.Context) {
 			}
 			dirty = true
 		case !owned:
+			if hasState {
+				c.nudge(ctx, sh, peers)
+			}
 			continue
 		}
 		if dirty {
@@ -320,6 +323,38 @@ func (c *coordinator) maintainView(ctx context.Context, sh *shard, owned, hasSta
 		return peers
 	}
 	return c.closestPeers(ctx, sh.key, true)
+}
+
+// nudge hands sh's state to peers[0], the peer nearest its key by this
+// replica's view, when that peer is neither this node nor the shard's
+// last coordinator and this node no longer reaches the coordinator: it
+// left, and the peer now nearest holds no replica (it joined since, or was
+// beyond the old replica set). A peer claims a shard it holds state for in
+// its maintenance; holding none, it would claim only when a request reached
+// it, and the shard's liveness checks, with its crawlers' departures, would
+// wait for that. Once per peer nearest; the peer merges the state like a
+// handover's (handleReplicate) and claims it if it is nearest by its own
+// view too.
+func (c *coordinator) nudge(ctx context.Context, sh *shard, peers []peer.ID) {
+	next := peers[0]
+	if next == c.self || !slices.Contains(c.replicaSet(peers), c.self) {
+		return
+	}
+	sh.mu.Lock()
+	owner, _ := peer.IDFromBytes(sh.meta.GetOwner())
+	done := sh.nudged == next
+	sh.mu.Unlock()
+	if done || owner == "" || owner == next || c.o.h.Network().Connectedness(owner) == network.Connected {
+		return
+	}
+	if err := c.pushAll(ctx, next, sh); err != nil && !errors.Is(err, ErrStaleEpoch) {
+		c.log.Debug("handing the state of a shard whose coordinator left failed", "shard", sh.ref.String(), "peer", next, "error", err)
+		return
+	}
+	sh.mu.Lock()
+	sh.nudged = next
+	sh.mu.Unlock()
+	c.log.Info("shard's state handed to the peer now nearest", "shard", sh.ref.String(), "peer", next, "coordinator", owner)
 }
 
 // connected reports whether this node has a connection to every peer of

@@ -32,7 +32,7 @@ const maxEvents = 100_000
 
 var eventMsgs = map[string]bool{
 	"shard claimed": true, "shard lost to a newer epoch": true, "shard handed over to a closer peer": true,
-	"merged a stale coordinator's state": true, "subnet orphaned": true,
+	"merged a stale coordinator's state": true, "subnet orphaned": true, "shard's state handed to the peer now nearest": true,
 }
 
 // logger returns a logger for the overlay of the node at a.
