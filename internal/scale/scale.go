@@ -215,7 +215,8 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	quiet := slog.New(slog.DiscardHandler)
 	var evs events // ownership records from the churn on
 	var dbs []*badger.DB
-	var opened atomic.Int64 // connections opened, counted at both ends
+	var opened atomic.Int64             // connections opened, counted at both ends
+	var rtAdded, rtRemoved atomic.Int64 // routing-table changes, all nodes
 	connNotifee := &network.NotifyBundle{ConnectedF: func(network.Network, network.Conn) { opened.Add(1) }}
 	start := func(a netip.Addr) (*simNode, error) {
 		// A volunteer's connection manager (overlay.NewHost's), not
@@ -258,6 +259,12 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Count routing-table changes, after kad-dht's own callbacks (set
+		// once here, before the node joins and its table is used).
+		rt := o.DHT().RoutingTable()
+		added, removed := rt.PeerAdded, rt.PeerRemoved
+		rt.PeerAdded = func(p peer.ID) { added(p); rtAdded.Add(1) }
+		rt.PeerRemoved = func(p peer.ID) { removed(p); rtRemoved.Add(1) }
 		t.Cleanup(func() { o.Close() })
 		return &simNode{addr: a, o: o}, nil
 	}
@@ -385,6 +392,7 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	// and kind; false when the run was stopped.
 	measureIdle := func(name string) (bytes, msgs float64, ok bool) {
 		b0, m0, i0, pr0, k0, c0 := bytesNow(), counters(nodes), time.Now(), net.SentByProtocol(), kinds(nodes), opened.Load()
+		a0, r0 := rtAdded.Load(), rtRemoved.Load()
 		if wait(cfg.Idle) {
 			return 0, 0, false
 		}
@@ -394,8 +402,10 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 			c := len(n.o.Host().Network().Conns())
 			open, most = open+c, max(most, c)
 		}
-		logf("%s connections: %.1f open per node (at most %d), %.0f opened per node per hour",
-			name, float64(open)/float64(len(live(nodes))), most, float64(opened.Load()-c0)/2/hours/float64(cfg.Nodes))
+		perNodeHour := func(n int64) float64 { return float64(n) / hours / float64(cfg.Nodes) }
+		logf("%s connections: %.1f open per node (at most %d), %.0f opened per node per hour; routing tables: %.1f peers added and %.1f removed per node per hour",
+			name, float64(open)/float64(len(live(nodes))), most, perNodeHour(opened.Load()-c0)/2,
+			perNodeHour(rtAdded.Load()-a0), perNodeHour(rtRemoved.Load()-r0))
 		logf("%s messages per node per hour by kind:%s", name, perKind(k0, kinds(nodes), hours*float64(cfg.Nodes)))
 		var split []string
 		for p, b := range net.SentByProtocol() {
