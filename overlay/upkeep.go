@@ -344,7 +344,8 @@ func (c *coordinator) nudge(ctx context.Context, sh *shard, peers []peer.ID) {
 	owner, _ := peer.IDFromBytes(sh.meta.GetOwner())
 	done := sh.nudged == next
 	sh.mu.Unlock()
-	if done || owner == "" || owner == next || c.o.h.Network().Connectedness(owner) == network.Connected {
+	// This node's own old state goes to the next coordinator by handOver.
+	if done || owner == "" || owner == next || owner == c.self || c.o.h.Network().Connectedness(owner) == network.Connected {
 		return
 	}
 	if err := c.pushAll(ctx, next, sh); err != nil && !errors.Is(err, ErrStaleEpoch) {
