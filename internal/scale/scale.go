@@ -34,6 +34,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p"
+	lpevent "github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
@@ -217,6 +218,7 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	var dbs []*badger.DB
 	var opened atomic.Int64             // connections opened, counted at both ends
 	var rtAdded, rtRemoved atomic.Int64 // routing-table changes, all nodes
+	var addrChanges atomic.Int64        // hosts' address-change events (each starts a kad-dht refresh)
 	connNotifee := &network.NotifyBundle{ConnectedF: func(network.Network, network.Conn) { opened.Add(1) }}
 	start := func(a netip.Addr) (*simNode, error) {
 		// A volunteer's connection manager (overlay.NewHost's), not
@@ -227,6 +229,14 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		}
 		h := net.Host(t, nil, a, libp2p.ConnectionManager(cm))
 		h.Network().Notify(connNotifee)
+		if sub, err := h.EventBus().Subscribe(new(lpevent.EvtLocalAddressesUpdated)); err == nil {
+			go func() {
+				for range sub.Out() {
+					addrChanges.Add(1)
+				}
+			}()
+			t.Cleanup(func() { sub.Close() })
+		}
 		byPeer.Store(h.ID(), a)
 		del, err := delegate.New(delegate.Threshold(threshold), delegate.Between(between), delegate.Logger(quiet))
 		if err != nil {
@@ -392,7 +402,7 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	// and kind; false when the run was stopped.
 	measureIdle := func(name string) (bytes, msgs float64, ok bool) {
 		b0, m0, i0, pr0, k0, c0 := bytesNow(), counters(nodes), time.Now(), net.SentByProtocol(), kinds(nodes), opened.Load()
-		a0, r0 := rtAdded.Load(), rtRemoved.Load()
+		a0, r0, e0 := rtAdded.Load(), rtRemoved.Load(), addrChanges.Load()
 		if wait(cfg.Idle) {
 			return 0, 0, false
 		}
@@ -403,9 +413,9 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 			open, most = open+c, max(most, c)
 		}
 		perNodeHour := func(n int64) float64 { return float64(n) / hours / float64(cfg.Nodes) }
-		logf("%s connections: %.1f open per node (at most %d), %.0f opened per node per hour; routing tables: %.1f peers added and %.1f removed per node per hour",
+		logf("%s connections: %.1f open per node (at most %d), %.0f opened per node per hour; routing tables: %.1f peers added and %.1f removed per node per hour; %.1f address changes per node per hour",
 			name, float64(open)/float64(len(live(nodes))), most, perNodeHour(opened.Load()-c0)/2,
-			perNodeHour(rtAdded.Load()-a0), perNodeHour(rtRemoved.Load()-r0))
+			perNodeHour(rtAdded.Load()-a0), perNodeHour(rtRemoved.Load()-r0), perNodeHour(addrChanges.Load()-e0))
 		logf("%s messages per node per hour by kind:%s", name, perKind(k0, kinds(nodes), hours*float64(cfg.Nodes)))
 		var split []string
 		for p, b := range net.SentByProtocol() {
