@@ -10,7 +10,6 @@ import (
 	"time"
 
 	dhtpb "github.com/libp2p/go-libp2p-kad-dht/pb"
-	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
@@ -43,7 +42,7 @@ func (c *coordinator) walk(ctx context.Context, key [32]byte) []peer.ID {
 	ctx, cancel := context.WithTimeout(ctx, walkTimeout)
 	defer cancel()
 	n := 2 * c.cfg.replication
-	target := kb.ConvertKey(string(key[:]))
+	target := kadKey(key)
 	known := slices.Clone(c.view(key))
 	asked := map[peer.ID]bool{c.self: true}
 	for range maxWalkQueries {
@@ -71,10 +70,7 @@ func (c *coordinator) walk(ctx context.Context, key [32]byte) []peer.ID {
 			}
 			known = append(known, ai.ID)
 		}
-		known = kb.SortClosestPeers(dedupe(known), target)
-		if len(known) > 20 {
-			known = known[:20]
-		}
+		known = c.ids.nearest(known, target, 20)
 		if slices.Equal(before, known[:min(len(known), n)]) {
 			break
 		}

@@ -48,15 +48,24 @@ func (e *events) about(a netip.Addr) string {
 	var b strings.Builder
 	for _, ev := range e.all {
 		anchor, ok := strings.CutPrefix(ev.shard, "range:")
-		if !ok {
-			continue
-		}
-		if p, err := netip.ParsePrefix(anchor); err != nil || !p.Contains(a) {
+		if !ok || !anchorContains(anchor, a) {
 			continue
 		}
 		fmt.Fprintf(&b, "\n    %s %s: %s%s", ev.at.Format("15:04:05.000"), ev.node, ev.msg, ev.attrs)
 	}
 	return b.String()
+}
+
+// anchorContains reports whether a range shard's anchor, as subnet.Range
+// prints it (a prefix, or "start - end"), contains a.
+func anchorContains(anchor string, a netip.Addr) bool {
+	if p, err := netip.ParsePrefix(anchor); err == nil {
+		return p.Contains(a)
+	}
+	lo, hi, ok := strings.Cut(anchor, " - ")
+	start, err1 := netip.ParseAddr(lo)
+	end, err2 := netip.ParseAddr(hi)
+	return ok && err1 == nil && err2 == nil && start.Compare(a) <= 0 && a.Compare(end) <= 0
 }
 
 type eventHandler struct {
