@@ -29,6 +29,7 @@ type config struct {
 	heartbeat     time.Duration
 	liveness      time.Duration
 	maintain      time.Duration
+	refresh       time.Duration // the routing table's refresh period (refresh.go)
 	closestTTL    time.Duration
 	cacheSize     int
 	cacheTTL      time.Duration
@@ -69,6 +70,7 @@ func defaultConfig() config {
 		heartbeat:     30 * time.Second, // crawlers tell their coordinators they are alive
 		liveness:      5 * time.Minute,  // ten missed heartbeats orphan a crawler's subnets
 		maintain:      15 * time.Second, // ownership, replica and liveness checks
+		refresh:       defaultRefresh,
 		closestTTL:    DefaultClosestTTL,
 		cacheSize:     65536,            // resolved delegations kept per node (~200 bytes each)
 		cacheTTL:      10 * time.Minute, // a delegation changes rarely; stale entries are corrected by NOT_OWNER on forward

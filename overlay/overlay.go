@@ -103,7 +103,7 @@ type counters struct {
 	requests, lookups, cacheHits, cacheMisses, redirects, puts atomic.Int64
 	audits, refetches, convictions, withheldNotices            atomic.Int64
 	releasesRefused, releaseBadPeers, releaseBytes             atomic.Int64
-	dhtServed                                                  atomic.Int64
+	dhtServed, refreshes                                       atomic.Int64
 	kinds                                                      sync.Map // msgKind -> *atomic.Int64
 	takenBack                                                  sync.Map // reason -> *atomic.Int64
 }
@@ -174,6 +174,7 @@ type Stats struct {
 	Requests    int64 // request streams opened by this node (all micra protocols)
 	Lookups     int64 // DHT closest-peer lookups
 	DHTServed   int64 // DHT requests this node answered (every peer's lookups, puts and gets)
+	Refreshes   int64 // routing-table refreshes after the join's (refresh.go)
 	CacheHits   int64 // Resolve answered from the cache
 	CacheMisses int64
 	Redirects   int64 // NOT_COORDINATOR answers followed
@@ -213,7 +214,7 @@ func (o *Overlay) Stats() Stats {
 		Requests: o.stats.requests.Load(), Lookups: o.stats.lookups.Load(),
 		CacheHits: o.stats.cacheHits.Load(), CacheMisses: o.stats.cacheMisses.Load(),
 		Redirects: o.stats.redirects.Load(), Puts: o.stats.puts.Load(), DHTServed: o.stats.dhtServed.Load(),
-		Audits: o.stats.audits.Load(), Refetches: o.stats.refetches.Load(), Convictions: o.stats.convictions.Load(),
+		Refreshes: o.stats.refreshes.Load(), Audits: o.stats.audits.Load(), Refetches: o.stats.refetches.Load(), Convictions: o.stats.convictions.Load(),
 		WithheldNotices: o.stats.withheldNotices.Load(),
 		ReleasesRefused: o.stats.releasesRefused.Load(), ReleaseBadPeers: o.stats.releaseBadPeers.Load(),
 		ReleaseBytes: o.stats.releaseBytes.Load(), Kinds: map[string]int64{}, TakenBack: map[string]int64{},
@@ -303,6 +304,10 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		dht.Validator(validators),
 		dht.RoutingTablePeerDiversityFilter(dht.NewRTPeerDiversityFilter(h, cfg.divPerCpl, cfg.divPerTable)),
 		dht.DisableProviders(),
+		// refresh.go runs the routing-table refresh; a bucket counts as
+		// fresh for half its period.
+		dht.DisableAutoRefresh(),
+		dht.RoutingTableRefreshPeriod(cfg.refresh / 2),
 		// Kademlia's α: three queries in flight per lookup rather than
 		// kad-dht's ten, which at micra's sizes query most of the peers
 		// they will ever meet in the first round (docs/scale.md).
@@ -385,6 +390,11 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		return nil, fmt.Errorf("reachability events: %w", err)
 	}
 	o.wg.Go(func() { o.watchReachability(rsubReach) })
+	rsubAddrs, err := h.EventBus().Subscribe(new(event.EvtLocalAddressesUpdated))
+	if err != nil {
+		return nil, fmt.Errorf("address events: %w", err)
+	}
+	o.wg.Go(func() { o.refreshLoop(rsubAddrs) })
 	o.wg.Go(func() { o.coord.notifier(o.ctx) })
 	o.wg.Go(func() { o.coord.refresher(o.ctx) })
 	o.wg.Go(o.askAgainLoop)

@@ -413,9 +413,10 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 			open, most = open+c, max(most, c)
 		}
 		perNodeHour := func(n int64) float64 { return float64(n) / hours / float64(cfg.Nodes) }
-		logf("%s connections: %.1f open per node (at most %d), %.0f opened per node per hour; routing tables: %.1f peers added and %.1f removed per node per hour; %.1f address changes per node per hour",
+		logf("%s connections: %.1f open per node (at most %d), %.0f opened per node per hour; routing tables: %.1f peers added and %.1f removed per node per hour; %.1f address changes per node per hour; %.0f goroutines per node",
 			name, float64(open)/float64(len(live(nodes))), most, perNodeHour(opened.Load()-c0)/2,
-			perNodeHour(rtAdded.Load()-a0), perNodeHour(rtRemoved.Load()-r0), perNodeHour(addrChanges.Load()-e0))
+			perNodeHour(rtAdded.Load()-a0), perNodeHour(rtRemoved.Load()-r0), perNodeHour(addrChanges.Load()-e0),
+			float64(runtime.NumGoroutine())/float64(len(live(nodes))))
 		logf("%s messages per node per hour by kind:%s", name, perKind(k0, kinds(nodes), hours*float64(cfg.Nodes)))
 		var split []string
 		for p, b := range net.SentByProtocol() {

@@ -1,0 +1,58 @@
+package overlay
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// refreshEvery sets the routing table's refresh period (defaultRefresh
+// outside tests).
+func refreshEvery(d time.Duration) Option {
+	return func(c *config) error { c.refresh = d; return nil }
+}
+
+// TestRefreshSpread: nodes started together refresh their routing tables
+// at phases spread over the period, not in step as kad-dht's ticker had
+// them, each about once a period, and the refreshes keep every bucket
+// fresh.
+func TestRefreshSpread(t *testing.T) {
+	const n, period = 24, 20 * time.Second
+	simulate(t, func(t *testing.T, r *rig) {
+		nodes := r.swarm(n, refreshEvery(period))
+		start := time.Now()
+		first := make([]time.Duration, n) // since the join; 0: none yet
+		for range 3 * period / time.Second {
+			time.Sleep(time.Second)
+			for i, nd := range nodes {
+				if first[i] == 0 && nd.o.Stats().Refreshes > 0 {
+					first[i] = time.Since(start)
+				}
+			}
+		}
+		end := time.Now()
+		for i, nd := range nodes {
+			// Phase in [0, period), then periods of 0.9 to 1.1 of it:
+			// two or three in three periods (and a low-peer refresh now
+			// and then where a table holds few peers).
+			if got := nd.o.Stats().Refreshes; got < 2 || got > 6 {
+				t.Errorf("node %d refreshed %d times in three periods, want 2 to 6", i, got)
+			}
+			// A refresh leaves no bucket older than half a period, and
+			// refreshes come at most 1.1 periods apart.
+			for cpl, at := range nd.o.dht.RoutingTable().GetTrackedCplsForRefresh() {
+				if age := end.Sub(at); age > 17*period/10 {
+					t.Errorf("node %d: bucket %d last refreshed %v ago, want within 1.7 periods (%v)", i, cpl, age, 17*period/10)
+				}
+			}
+		}
+		if slices.Contains(first, 0) {
+			t.Fatalf("a node never refreshed: first refreshes %v", first)
+		}
+		// 24 phases drawn in [0, period) all fall in half of it with
+		// probability about 24·2⁻²³.
+		if spread := slices.Max(first) - slices.Min(first); spread < period/2 {
+			t.Errorf("first refreshes within %v of each other (%v), want spread over at least half the period %v", spread, first, period)
+		}
+	})
+}
