@@ -109,12 +109,18 @@ type shard struct {
 	// in the DHT, and when that was (see publishOrgs).
 	orgDirty     bool
 	orgPublished time.Time
+
+	// owners is the shard's delegations by node, as of a count of changes
+	// to its entries (ownerEntries); ownersMu guards it and admits one
+	// rebuild at a time.
+	ownersMu sync.Mutex
+	owners   ownerIndex
 }
 
 func newCoordinator(o *Overlay) (*coordinator, error) {
 	c := &coordinator{
 		o: o, tree: o.tree, sid: o.tree.ID(), cfg: &o.cfg, self: o.h.ID(), sk: o.sk,
-		st: store{o.db}, log: o.log, start: time.Now(),
+		st: newStore(o.db), log: o.log, start: time.Now(),
 		shards:     map[[32]byte]*shard{},
 		closest:    map[[32]byte]closestEntry{},
 		refreshing: map[[32]byte]bool{},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -16,7 +17,35 @@ import (
 // store is the overlay's view of badger: shard headers and entries under
 // Prefix. Methods are safe for concurrent use; writes to one shard are
 // serialised by the shard's lock in the coordinator.
-type store struct{ db *badger.DB }
+type store struct {
+	db   *badger.DB
+	gens *shardGens
+}
+
+func newStore(db *badger.DB) store { return store{db: db, gens: &shardGens{m: map[[32]byte]uint64{}}} }
+
+// shardGens counts the changes to each shard's entries, so that what is
+// derived from them can be kept until they change (ownerIndex). A count
+// moves after the change is committed: whoever reads a count and then the
+// entries sees at least that change.
+type shardGens struct {
+	mu sync.Mutex
+	m  map[[32]byte]uint64
+}
+
+// gen returns the count of changes to key's entries so far.
+func (s store) gen(key [32]byte) uint64 {
+	s.gens.mu.Lock()
+	defer s.gens.mu.Unlock()
+	return s.gens.m[key]
+}
+
+// changed counts a change to key's entries.
+func (s store) changed(key [32]byte) {
+	s.gens.mu.Lock()
+	s.gens.m[key]++
+	s.gens.mu.Unlock()
+}
 
 func (s store) checkSchema() error {
 	return s.db.Update(func(txn *badger.Txn) error {
@@ -92,6 +121,7 @@ func (s store) allMetas() (map[[32]byte]*pb.ShardMeta, error) {
 
 // dropShard deletes a shard's header and entries.
 func (s store) dropShard(key [32]byte) error {
+	defer s.changed(key)
 	prefix := shardPrefix(key)
 	for {
 		var keys [][]byte
@@ -159,6 +189,11 @@ func entryNewer(a, b *pb.Entry) bool {
 // is committed in parts.
 func (s store) putEntries(key [32]byte, entries []*pb.Entry) (int, error) {
 	n := 0
+	defer func() {
+		if n > 0 {
+			s.changed(key)
+		}
+	}()
 	for len(entries) > 0 {
 		done := 0 // entries this transaction took
 		stored := 0

@@ -38,7 +38,7 @@ func TestKeys(t *testing.T) {
 }
 
 func TestStoreEntries(t *testing.T) {
-	st := store{memDB(t)}
+	st := newStore(memDB(t))
 	if err := st.checkSchema(); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestStoreEntries(t *testing.T) {
 // With one transaction per list the takeover of a large shard failed with
 // "Txn is too big" at every replica, and the shard was lost.
 func TestStoreEntriesLargerThanATransaction(t *testing.T) {
-	st := store{p2ptest.SimDB(t)} // 1 MB memtables: about 150 kB a transaction
+	st := newStore(p2ptest.SimDB(t)) // 1 MB memtables: about 150 kB a transaction
 	var key [32]byte
 	var entries []*pb.Entry
 	for i := range 2000 {

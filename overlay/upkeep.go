@@ -455,23 +455,43 @@ func (c *coordinator) checkLiveness(ctx context.Context, sh *shard) {
 // runs at once.
 const orphanWorkers = 8
 
-// ownerEntries lists the subnets of sh delegated to p.
+// ownerIndex is a shard's current delegations by node, derived from its
+// entries at change count gen.
+type ownerIndex struct {
+	built bool
+	gen   uint64
+	nodes map[peer.ID][]*pb.Range
+}
+
+// ownerEntries lists the subnets of sh delegated to p (at most
+// maxHeartbeatList; true when there are more). Every heartbeat asks, so
+// the list comes from an index of the shard's delegations by node, built
+// by one scan and kept until the shard's entries change, rather than from
+// a scan of the whole shard per heartbeat. The lists are shared: callers
+// must not change them.
 func (c *coordinator) ownerEntries(sh *shard, p peer.ID) ([]*pb.Range, bool) {
-	var out []*pb.Range
-	truncated := false
-	_ = c.st.scan(sh.key, pb.Entry_DELEGATION, func(e *pb.Entry) bool {
-		d, err := c.entryDelegation(e)
-		if err != nil || d.Node != p || d.Orphaned {
+	sh.ownersMu.Lock()
+	defer sh.ownersMu.Unlock()
+	if gen := c.st.gen(sh.key); !sh.owners.built || sh.owners.gen != gen {
+		nodes := map[peer.ID][]*pb.Range{}
+		err := c.st.scan(sh.key, pb.Entry_DELEGATION, func(e *pb.Entry) bool {
+			d, err := c.entryDelegation(e)
+			if err == nil && !d.Orphaned && len(nodes[d.Node]) <= maxHeartbeatList {
+				nodes[d.Node] = append(nodes[d.Node], rangeToPB(d.Subnet))
+			}
 			return true
+		})
+		if err != nil {
+			c.log.Warn("listing a shard's delegations failed", "error", err)
+			return nil, false
 		}
-		if len(out) >= maxHeartbeatList {
-			truncated = true
-			return false
-		}
-		out = append(out, rangeToPB(d.Subnet))
-		return true
-	})
-	return out, truncated
+		sh.owners = ownerIndex{built: true, gen: gen, nodes: nodes}
+	}
+	out := sh.owners.nodes[p]
+	if len(out) > maxHeartbeatList {
+		return out[:maxHeartbeatList:maxHeartbeatList], true
+	}
+	return out, false
 }
 
 // hintAddrs decodes the addresses of a redirect hint, at most 8.
