@@ -207,9 +207,10 @@ type withheldNote struct {
 	judging bool
 }
 
-// note returns the notice of key, noting it now when there is none (or the
-// old one, older than life, ran out); false when the table is full.
-func (w *withheldNotes) note(key string, now time.Time, life time.Duration) (*withheldNote, bool) {
+// note returns the notice of key, noting it as first noted at first when
+// there is none (or the old one, older than life at now, ran out); false
+// when the table is full.
+func (w *withheldNotes) note(key string, first, now time.Time, life time.Duration) (*withheldNote, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
@@ -228,7 +229,7 @@ func (w *withheldNotes) note(key string, now time.Time, life time.Duration) (*wi
 			return nil, false
 		}
 	}
-	n := &withheldNote{first: now}
+	n := &withheldNote{first: first}
 	w.m[key] = n
 	return n, true
 }
@@ -320,9 +321,22 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 	key := string(rangeKey(r)) + string(holder) + "\x00" + u
 	now := time.Now()
 	grace := o.cfg.withhold.Grace
-	n, ok := c.withheld.note(key, now, grace+withheldNoteLife)
+	life := grace + withheldNoteLife
+	// A coordinator keeps what it noted in the shard's state too, so that
+	// the grace runs on after its restart or at the replica taking over; a
+	// deputy, which cannot write the shard, only in memory.
+	first := now
+	if !deputy {
+		if at, ok := c.storedNote(sh, r, holder, u, now, life); ok {
+			first = at
+		}
+	}
+	n, ok := c.withheld.note(key, first, now, life)
 	if !ok {
 		return nil, fmt.Errorf("%w: %d withholding notices waiting", ErrOverloaded, maxWithheldNotes)
+	}
+	if n.first.Equal(now) && !deputy {
+		c.writeNote(ctx, sh, r, holder, u, now)
 	}
 	if left := grace - now.Sub(n.first); left > 0 {
 		v.RetryMs = left.Milliseconds() + 1
@@ -335,6 +349,9 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 	defer c.withheld.drop(key)
 	if !o.pageReachable(ctx, sh, id, holder, u) {
 		o.log.Info("page said withheld not confirmed reachable; not held against its node", "peer", holder, "url", u)
+		if !deputy {
+			c.writeNote(ctx, sh, r, holder, u, time.Now()) // a later notice waits a grace again
+		}
 		return answer(pb.WithheldVerdict_UNCONFIRMED)
 	}
 	if deputy {
@@ -396,6 +413,40 @@ func (c *coordinator) takeBackWithheld(ctx context.Context, sh *shard, d Delegat
 }
 
 func withheldKey(r subnet.Range, p peer.ID) []byte { return append(rangeKey(r), p...) }
+
+// storedNote returns when the notice that holder withheld u of subnet r
+// was first noted, by sh's state: a noted-only WITHHELD entry for r and
+// holder with u, younger than life at now.
+func (c *coordinator) storedNote(sh *shard, r subnet.Range, holder peer.ID, u string, now time.Time, life time.Duration) (time.Time, bool) {
+	e, err := c.st.getEntry(sh.key, pb.Entry_WITHHELD, withheldKey(r, holder))
+	if err != nil || e == nil {
+		return time.Time{}, false
+	}
+	var we pb.WithheldEntry
+	if proto.Unmarshal(e.GetValue(), &we) != nil || we.GetUntilMs() != 0 || we.GetUrl() != u {
+		return time.Time{}, false
+	}
+	at := time.UnixMilli(we.GetAtMs())
+	if at.After(now) || now.Sub(at) >= life {
+		return time.Time{}, false
+	}
+	return at, true
+}
+
+// writeNote records in sh's replicated state that the notice that holder
+// withheld u of subnet r was noted at (storedNote); a failure is logged
+// (the notice is still noted in memory).
+func (c *coordinator) writeNote(ctx context.Context, sh *shard, r subnet.Range, holder peer.ID, u string, at time.Time) {
+	v, err := proto.Marshal(&pb.WithheldEntry{Subnet: rangeToPB(r), Peer: []byte(holder), Url: u, AtMs: at.UnixMilli()})
+	if err == nil {
+		_, err = c.write(ctx, sh, 1, func(int, uint64, uint64) (*pb.Entry, error) {
+			return &pb.Entry{Kind: pb.Entry_WITHHELD, Key: withheldKey(r, holder), Value: v}, nil
+		})
+	}
+	if err != nil {
+		c.log.Debug("withholding notice not recorded in the shard's state", "peer", holder, "subnet", r.String(), "error", err)
+	}
+}
 
 // withheldFrom returns the nodes kept out of subnet r of sh at now.
 func (c *coordinator) withheldFrom(sh *shard, r subnet.Range, now time.Time) []peer.ID {

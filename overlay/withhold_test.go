@@ -208,3 +208,58 @@ func mustShard(t *testing.T, nd *node, ref shardRef) *shard {
 	}
 	return sh
 }
+
+// TestWithheldNoteSurvivesTakeover (issue 18, withholding): the grace of a
+// withholding notice runs from its first noting, also when the coordinator
+// that noted it is gone by the second notice: the replica taking the shard
+// over finds the note in the shard's state and judges at once rather than
+// noting it afresh.
+func TestWithheldNoteSurvivesTakeover(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		const n = 6
+		const grace = 30 * time.Second
+		nodes := make([]*node, n)
+		for i := range n {
+			nodes[i] = r.node(i, append(auditOpts(honestRefetcher), Withholding(WithholdConfig{Grace: grace, Exclusion: time.Hour}))...)
+		}
+		ids := make([]peer.ID, n)
+		for i, nd := range nodes {
+			ids[i] = nd.h.ID()
+		}
+		tree := mustTree(t)
+		a := netip.AddrFrom4([4]byte{127, 2, 200, 7})
+		ref := nodes[0].o.coord.rangeShard(tree.SmallestNonUnary(a))
+		key := ref.key(tree.ID())
+		order := kb.SortClosestPeers(slices.Clone(ids), kb.ConvertKey(string(key[:])))
+		at := func(p peer.ID) *node { return nodes[slices.Index(ids, p)] }
+		coord, next, holder, asker := at(order[0]), at(order[1]), at(order[3]), at(order[n-1])
+		joinSwarm(t, nodes)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		if d, err := holder.o.Delegate(ctx, "http://"+a.String()+"/", a); err != nil || d.Node != holder.h.ID() {
+			t.Fatalf("delegating %v: %+v, %v", a, d, err)
+		}
+		u := "http://" + a.String() + "/page"
+		notice := func() (WithheldVerdict, error) {
+			return asker.o.Withheld(ctx, WithheldNotice{Addr: a, URL: u, Holder: holder.h.ID(), AskedAt: time.Now().Add(-time.Hour)})
+		}
+		v, err := notice()
+		if err != nil || v.Result != WithheldNoted || v.Coordinator != coord.h.ID() {
+			t.Fatalf("first notice: %+v, %v", v, err)
+		}
+		coord.stop()
+		time.Sleep(grace)
+		// The next notice reaches the replica now nearest, once it holds
+		// the shard; it must not start the grace again.
+		eventually(t, 2*time.Minute, func() error {
+			v, err = notice()
+			return err
+		})
+		if v.Result != WithheldTakenBack || v.Coordinator != next.h.ID() {
+			t.Fatalf("a notice after the grace, the noting coordinator gone: %+v, want taken back by %s", v, next.h.ID())
+		}
+		if got := next.o.Stats().TakenBack["withheld"]; got != 1 {
+			t.Errorf("taken back for withholding by the new coordinator: %d, want 1", got)
+		}
+	})
+}

@@ -4016,13 +4016,16 @@ func (x *WithheldVerdict) GetDeputy() bool {
 
 // WithheldEntry keeps a node out of a subnet it withheld, in the range
 // shard's replicated state.
+// A WithheldEntry with until_ms 0 is a notice noted and not judged yet: it
+// carries the notice's URL and when it was first noted, so that the grace
+// runs on across a coordinator's restart or a takeover.
 type WithheldEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Subnet        *Range                 `protobuf:"bytes,1,opt,name=subnet,proto3" json:"subnet,omitempty"`
 	Peer          []byte                 `protobuf:"bytes,2,opt,name=peer,proto3" json:"peer,omitempty"`
-	UntilMs       int64                  `protobuf:"varint,3,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"` // the node may be delegated the subnet again from then
+	UntilMs       int64                  `protobuf:"varint,3,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"` // the node may be delegated the subnet again from then; 0: noted only
 	Url           string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`                         // the page it withheld
-	AtMs          int64                  `protobuf:"varint,5,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`          // when it was taken back
+	AtMs          int64                  `protobuf:"varint,5,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`          // when it was taken back, or first noted
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
