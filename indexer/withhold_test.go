@@ -85,9 +85,10 @@ func TestWithholdingNodeLosesItsSubnet(t *testing.T) {
 		tree := overlaytest.Tree(t)
 
 		// Seeds: one site in each of twelve subnets. The withholder takes
-		// the subnets of the first few whose shard another node
-		// coordinates (a holder coordinating its own shard is judged by
-		// a deputy that cannot move it; RELIABILITY.md §11).
+		// the subnets of the first four whose shard another node
+		// coordinates, and of the first two whose shard it coordinates
+		// itself, if any (judged by its deputy, given up by its own
+		// coordinator code; RELIABILITY.md §11).
 		withholder := nodes[1]
 		var seeds []netip.Addr
 		for s := range 3 {
@@ -96,13 +97,16 @@ func TestWithholdingNodeLosesItsSubnet(t *testing.T) {
 			}
 		}
 		holderOf := map[netip.Addr]*tnode{}
-		withheld := 0
+		withheld, selfHeld := 0, 0
 		for i, a := range seeds {
 			id := tree.SmallestNonUnary(a)
 			nd := nodes[[]int{0, 2, 3}[i%3]]
-			if withheld < 4 && ixn.o.Coordinator(ctx, id) != withholder.h.ID() {
+			if self := ixn.o.Coordinator(ctx, id) == withholder.h.ID(); (self && selfHeld < 2) || (!self && withheld-selfHeld < 4) {
 				nd = withholder
 				withheld++
+				if self {
+					selfHeld++
+				}
 			}
 			if d, err := nd.o.Delegate(ctx, "http://"+a.String()+"/", a); err != nil || d.Node != nd.h.ID() {
 				t.Fatalf("delegating %v: %+v, %v", a, d, err)
@@ -221,9 +225,9 @@ func TestWithholdingNodeLosesItsSubnet(t *testing.T) {
 			others = append(others, n)
 		}
 		slices.Sort(others)
-		t.Logf("patience %v, grace %v: %d of %d subnets withheld; moved %v to %v after their requests went unanswered (worst %v); "+
+		t.Logf("patience %v, grace %v: %d of %d subnets withheld (%d of a shard the withholder coordinates); moved %v to %v after their requests went unanswered (worst %v); "+
 			"every seed indexed %v after submission; notices sent %d, subnets taken back %d, requests resent %d; requests taken: withholder %d, others %v",
-			patience, grace, withheld, len(seeds), minDur(moved), worst, worst, all.Round(time.Second), st.WithheldSent, takenBack, st.Resent,
+			patience, grace, withheld, len(seeds), selfHeld, minDur(moved), worst, worst, all.Round(time.Second), st.WithheldSent, takenBack, st.Resent,
 			byWithholder, others)
 	})
 }

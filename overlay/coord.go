@@ -59,6 +59,8 @@ type coordinator struct {
 	convictions convictionSet
 	convictQ    chan struct{} // a node was convicted: re-delegate its subnets now
 	withheld    withheldNotes // withholding notices noted (withhold.go)
+	// selfWithheld: subnets this node gave up on its deputies' verdicts.
+	selfWithheld selfExclusions
 
 	assignQ chan assignJob
 	orgQ    chan *pb.SignedRecord

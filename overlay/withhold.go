@@ -287,7 +287,13 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 		return nil, err
 	}
 	if holder == c.self {
+		if rq.GetConfirmed() {
+			return o.takeBackFromSelf(ctx, from, a, u)
+		}
 		return nil, fmt.Errorf("%w: %s", ErrRecused, holder)
+	}
+	if rq.GetConfirmed() {
+		return nil, fmt.Errorf("%w: a deputy's confirmation goes to the holder", ErrMalformed)
 	}
 	id := o.tree.SmallestNonUnary(a)
 	ref := c.rangeShard(id)
@@ -356,7 +362,15 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 	}
 	if deputy {
 		// A replica cannot write the shard: the holder coordinates it.
-		o.log.Warn("node withholds a subnet of the shard it coordinates; its deputy cannot take it back", "peer", holder,
+		// The deputy tells it its verdict, and a holder running micra's
+		// coordinator takes the subnet back from itself; one that does
+		// not keeps it, confirmed.
+		if o.confirmToHolder(ctx, holder, rq) {
+			o.log.Warn("node withheld a subnet of the shard it coordinates; judged as its deputy, it gave the subnet up", "peer", holder,
+				"subnet", r.String(), "url", u)
+			return answer(pb.WithheldVerdict_TAKEN_BACK)
+		}
+		o.log.Warn("node withholds a subnet of the shard it coordinates and kept it after its deputy's verdict", "peer", holder,
 			"subnet", r.String(), "url", u)
 		return answer(pb.WithheldVerdict_CONFIRMED)
 	}
@@ -364,6 +378,87 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 		return nil, err
 	}
 	return answer(pb.WithheldVerdict_TAKEN_BACK)
+}
+
+// confirmToHolder tells holder, the coordinator of the shard of the notice
+// rq, that this node, its deputy, confirmed the notice, and reports
+// whether holder took the subnet back from itself.
+func (o *Overlay) confirmToHolder(ctx context.Context, holder peer.ID, rq *pb.Withheld) bool {
+	m := newMsg(pb.Message_WITHHELD)
+	m.Withheld = &pb.Withheld{Snapshot: rq.GetSnapshot(), Addr: rq.GetAddr(), Url: rq.GetUrl(), Holder: rq.GetHolder(),
+		AskedMs: rq.GetAskedMs(), Confirmed: true}
+	resp, err := o.request(ctx, holder, auditSpec, m, pb.Message_WITHHELD_VERDICT)
+	if err != nil {
+		o.log.Debug("deputy's withholding verdict not taken by the holder", "peer", holder, "error", err)
+		return false
+	}
+	v, err := withheldVerdictFromPB(resp.GetWithheldVerdict())
+	return err == nil && v.Holder == holder && v.Result == WithheldTakenBack
+}
+
+// takeBackFromSelf takes the subnet of a from this node, which coordinates
+// its shard and holds it, on its deputy's confirmed verdict that it left a
+// crawl request for u unanswered (no node judges itself: the deputy, a
+// replica of the shard, judged with the auditors). from must be in the
+// shard's replica set. The exclusion that keeps the node out of the subnet
+// is kept in this node's memory (selfWithheld): the replicas take no
+// WITHHELD entry from a coordinator about itself.
+func (o *Overlay) takeBackFromSelf(ctx context.Context, from peer.ID, a netip.Addr, u string) (*pb.Message, error) {
+	c := o.coord
+	id := o.tree.SmallestNonUnary(a)
+	sh, err := c.ensureOwner(ctx, c.rangeShard(id))
+	if err != nil {
+		return nil, err
+	}
+	if set := c.replicaSet(c.view(sh.key)); from == c.self || !slices.Contains(set, from) {
+		return nil, fmt.Errorf("%w: %s is not among the shard's replicas", ErrForbidden, from)
+	}
+	v := &pb.WithheldVerdict{Holder: []byte(c.self), Result: pb.WithheldVerdict_NOT_HOLDER}
+	r := o.tree.Range(id)
+	_, d, ok, err := c.lookup(sh, r)
+	if err != nil {
+		return nil, err
+	}
+	if ok && !d.Orphaned && d.Node == c.self {
+		c.selfWithheld.exclude(r, time.Now().Add(o.cfg.withhold.Exclusion))
+		o.log.Warn("subnet given up: this node left a crawl request unanswered past the grace, its deputy found", "deputy", from,
+			"subnet", r.String(), "url", u)
+		if err := c.orphan(ctx, sh, d, nil, "withheld"); err != nil {
+			return nil, err
+		}
+		v.Result = pb.WithheldVerdict_TAKEN_BACK
+	}
+	m := newMsg(pb.Message_WITHHELD_VERDICT)
+	m.WithheldVerdict = v
+	return m, nil
+}
+
+// selfExclusions are the subnets this node gave up on its deputies'
+// verdicts (takeBackFromSelf), until when it stays out of each.
+type selfExclusions struct {
+	mu sync.Mutex
+	m  map[string]time.Time // rangeKey -> until
+}
+
+func (s *selfExclusions) exclude(r subnet.Range, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]time.Time{}
+	}
+	now := time.Now()
+	for k, t := range s.m {
+		if !now.Before(t) {
+			delete(s.m, k)
+		}
+	}
+	s.m[string(rangeKey(r))] = until
+}
+
+func (s *selfExclusions) excluded(r subnet.Range, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return now.Before(s.m[string(rangeKey(r))])
 }
 
 // pageReachable asks up to three auditors — nodes that refetch, not holder
@@ -452,6 +547,9 @@ func (c *coordinator) writeNote(ctx context.Context, sh *shard, r subnet.Range, 
 func (c *coordinator) withheldFrom(sh *shard, r subnet.Range, now time.Time) []peer.ID {
 	rk := string(rangeKey(r))
 	var out []peer.ID
+	if c.selfWithheld.excluded(r, now) {
+		out = append(out, c.self)
+	}
 	_ = c.st.scan(sh.key, pb.Entry_WITHHELD, func(e *pb.Entry) bool {
 		if len(e.GetKey()) <= len(rk) || string(e.GetKey()[:len(rk)]) != rk {
 			return true

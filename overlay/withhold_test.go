@@ -216,24 +216,10 @@ func mustShard(t *testing.T, nd *node, ref shardRef) *shard {
 // noting it afresh.
 func TestWithheldNoteSurvivesTakeover(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
-		const n = 6
 		const grace = 30 * time.Second
-		nodes := make([]*node, n)
-		for i := range n {
-			nodes[i] = r.node(i, append(auditOpts(honestRefetcher), Withholding(WithholdConfig{Grace: grace, Exclusion: time.Hour}))...)
-		}
-		ids := make([]peer.ID, n)
-		for i, nd := range nodes {
-			ids[i] = nd.h.ID()
-		}
-		tree := mustTree(t)
 		a := netip.AddrFrom4([4]byte{127, 2, 200, 7})
-		ref := nodes[0].o.coord.rangeShard(tree.SmallestNonUnary(a))
-		key := ref.key(tree.ID())
-		order := kb.SortClosestPeers(slices.Clone(ids), kb.ConvertKey(string(key[:])))
-		at := func(p peer.ID) *node { return nodes[slices.Index(ids, p)] }
-		coord, next, holder, asker := at(order[0]), at(order[1]), at(order[3]), at(order[n-1])
-		joinSwarm(t, nodes)
+		order, _ := withholdSwarm(t, r, grace, a)
+		coord, next, holder, asker := order[0], order[1], order[3], order[len(order)-1]
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 		defer cancel()
 		if d, err := holder.o.Delegate(ctx, "http://"+a.String()+"/", a); err != nil || d.Node != holder.h.ID() {
@@ -262,4 +248,89 @@ func TestWithheldNoteSurvivesTakeover(t *testing.T) {
 			t.Errorf("taken back for withholding by the new coordinator: %d, want 1", got)
 		}
 	})
+}
+
+// TestWithholdingCoordinatorGivesUp (issue 18, no node judges itself): a
+// node that holds a subnet of the shard it coordinates and leaves a crawl
+// request unanswered is judged by its deputy; told the deputy's verdict,
+// its coordinator code takes the subnet back from itself and keeps itself
+// out of it. A confirmation from a peer outside the shard's replica set is
+// refused.
+func TestWithholdingCoordinatorGivesUp(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		const grace = 30 * time.Second
+		a := netip.AddrFrom4([4]byte{127, 2, 202, 7})
+		order, ref := withholdSwarm(t, r, grace, a)
+		coord, dep, asker := order[0], order[1], order[len(order)-1]
+		tree := mustTree(t)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		if d, err := coord.o.Delegate(ctx, "http://"+a.String()+"/", a); err != nil || d.Node != coord.h.ID() {
+			t.Fatalf("delegating %v to its shard's coordinator: %+v, %v", a, d, err)
+		}
+		u := "http://" + a.String() + "/page"
+
+		// A far peer posing as the deputy is refused.
+		m := newMsg(pb.Message_WITHHELD)
+		m.Withheld = &pb.Withheld{Snapshot: coord.o.sid[:], Addr: addrBytes(a), Url: u, Holder: []byte(coord.h.ID()), Confirmed: true}
+		if _, err := coord.o.handleWithheld(ctx, asker.h.ID(), m); !errors.Is(err, ErrForbidden) {
+			t.Fatalf("a confirmation from outside the replica set: %v, want forbidden", err)
+		}
+
+		notice := func() (WithheldVerdict, error) {
+			return asker.o.Withheld(ctx, WithheldNotice{Addr: a, URL: u, Holder: coord.h.ID(), AskedAt: time.Now().Add(-time.Hour)})
+		}
+		v, err := notice()
+		if err != nil || v.Result != WithheldNoted || !v.Deputy || v.Coordinator != dep.h.ID() {
+			t.Fatalf("first notice: %+v, %v; want noted by the deputy %s", v, err, dep.h.ID())
+		}
+		time.Sleep(v.Retry)
+		if v, err = notice(); err != nil || v.Result != WithheldTakenBack || !v.Deputy {
+			t.Fatalf("a notice after the grace: %+v, %v; want taken back, through the deputy", v, err)
+		}
+		if got := coord.o.Stats().TakenBack["withheld"]; got != 1 {
+			t.Errorf("taken back for withholding at the coordinator: %d, want 1", got)
+		}
+		asker.o.Invalidate(tree.Range(tree.SmallestNonUnary(a)))
+		d, ok, err := asker.o.Resolve(ctx, a)
+		if err != nil || !ok || d.Node == coord.h.ID() || d.Orphaned {
+			t.Fatalf("the subnet after its coordinator gave it up: %+v, %v, %v", d, ok, err)
+		}
+		sh := mustShard(t, coord, ref)
+		ra := tree.Range(tree.SmallestNonUnary(a))
+		if ex := coord.o.coord.withheldFrom(sh, ra, time.Now()); !slices.Contains(ex, coord.h.ID()) {
+			t.Errorf("the coordinator does not keep itself out of the subnet: %v", ex)
+		}
+		if _, err := coord.o.coord.reassign(ctx, sh, tree.SmallestNonUnary(a), d.Node, coord.h.ID()); !errors.Is(err, ErrForbidden) {
+			t.Errorf("reassigning the subnet to the coordinator that gave it up: %v", err)
+		}
+		if v, err = notice(); err != nil || v.Result != WithheldNotHolder {
+			t.Errorf("a notice about the old holder: %+v, %v", v, err)
+		}
+	})
+}
+
+// withholdSwarm starts and joins six nodes with honest refetchers and the
+// given withholding grace, and returns them nearest the key of a's shard
+// first, and that shard.
+func withholdSwarm(t *testing.T, r *rig, grace time.Duration, a netip.Addr) ([]*node, shardRef) {
+	t.Helper()
+	nodes := make([]*node, 6)
+	for i := range nodes {
+		nodes[i] = r.node(i, append(auditOpts(honestRefetcher), Withholding(WithholdConfig{Grace: grace, Exclusion: time.Hour}))...)
+	}
+	tree := mustTree(t)
+	ref := nodes[0].o.coord.rangeShard(tree.SmallestNonUnary(a))
+	key := ref.key(tree.ID())
+	slices.SortFunc(nodes, func(x, y *node) int {
+		switch {
+		case closer(x.h.ID(), y.h.ID(), key):
+			return -1
+		case closer(y.h.ID(), x.h.ID(), key):
+			return 1
+		}
+		return 0
+	})
+	joinSwarm(t, nodes)
+	return nodes, ref
 }

@@ -3869,7 +3869,11 @@ type Withheld struct {
 	AskedMs  int64                  `protobuf:"varint,5,opt,name=asked_ms,json=askedMs,proto3" json:"asked_ms,omitempty"` // when the asker last sent the request to holder
 	// deputy: holder coordinates the shard, so the receiver, the peer
 	// nearest the shard key after it, judges in its stead.
-	Deputy        bool `protobuf:"varint,6,opt,name=deputy,proto3" json:"deputy,omitempty"`
+	Deputy bool `protobuf:"varint,6,opt,name=deputy,proto3" json:"deputy,omitempty"`
+	// confirmed: from holder's deputy, to holder, which coordinates the
+	// shard: the deputy judged and confirmed the notice, and holder takes the
+	// subnet back from itself.
+	Confirmed     bool `protobuf:"varint,7,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3942,6 +3946,13 @@ func (x *Withheld) GetAskedMs() int64 {
 func (x *Withheld) GetDeputy() bool {
 	if x != nil {
 		return x.Deputy
+	}
+	return false
+}
+
+func (x *Withheld) GetConfirmed() bool {
+	if x != nil {
+		return x.Confirmed
 	}
 	return false
 }
@@ -4840,14 +4851,15 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x16\n" +
 	"\x06judged\x18\a \x03(\x06R\x06judged\x12\x16\n" +
 	"\x06recent\x18\b \x01(\x06R\x06recent\x12\x19\n" +
-	"\brecent_n\x18\t \x01(\rR\arecentN\"\x97\x01\n" +
+	"\brecent_n\x18\t \x01(\rR\arecentN\"\xb5\x01\n" +
 	"\bWithheld\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\fR\x04addr\x12\x10\n" +
 	"\x03url\x18\x03 \x01(\tR\x03url\x12\x16\n" +
 	"\x06holder\x18\x04 \x01(\fR\x06holder\x12\x19\n" +
 	"\basked_ms\x18\x05 \x01(\x03R\aaskedMs\x12\x16\n" +
-	"\x06deputy\x18\x06 \x01(\bR\x06deputy\"\xfd\x01\n" +
+	"\x06deputy\x18\x06 \x01(\bR\x06deputy\x12\x1c\n" +
+	"\tconfirmed\x18\a \x01(\bR\tconfirmed\"\xfd\x01\n" +
 	"\x0fWithheldVerdict\x12=\n" +
 	"\x06result\x18\x01 \x01(\x0e2%.micra.overlay.WithheldVerdict.ResultR\x06result\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\fR\x06holder\x12\x19\n" +
