@@ -441,9 +441,6 @@ func (o *Overlay) refetch(ctx context.Context, p peer.ID, u string) (Page, error
 // coordinates, or of the shard whose coordinator, the record's author, it
 // stands in for as deputy (see the comment at the top of this file).
 func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
-	if o.cfg.evidence == nil {
-		return nil, fmt.Errorf("%w: this node does not verify audit evidence", ErrUnavailable)
-	}
 	rq := req.GetAudit()
 	c := o.coord
 	if err := c.checkSnapshot(rq.GetSnapshot()); err != nil {
@@ -466,6 +463,12 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 	}
 	id := o.tree.SmallestNonUnary(a)
 	ref := c.rangeShard(id)
+	if len(rq.GetConviction()) > 0 {
+		return o.takeConviction(ctx, from, ref, rq.GetConviction())
+	}
+	if o.cfg.evidence == nil {
+		return nil, fmt.Errorf("%w: this node does not verify audit evidence", ErrUnavailable)
+	}
 	var sh *shard
 	if !rq.GetDeputy() {
 		if sh, err = c.ensureOwner(ctx, ref); err != nil {
@@ -514,6 +517,7 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 	}
 	if convicted(tally) {
 		v.Result = pb.AuditVerdict_INCONCLUSIVE // nothing fetched: the node is convicted already
+		o.tellConvicted(ctx, book, claim.Node, rq, tally)
 		return answer(tally)
 	}
 	_, d, ok, err := c.lookup(sh, o.tree.Range(id))
@@ -562,7 +566,70 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 			return nil, err
 		}
 	}
+	o.tellConvicted(ctx, book, claim.Node, rq, tally)
 	return answer(tally)
+}
+
+// tellConvicted sends tally t, when it convicts author in a shard this
+// node judges as author's deputy, to author, which coordinates the shard:
+// the deputy cannot write the shard, and a coordinator running micra's
+// code gives its own subnets up on its deputy's conviction
+// (takeConviction). It runs at the conviction and at each later audit of
+// the node (answered "convicted" without a fetch), so a lost message is
+// sent again; a failure is logged.
+func (o *Overlay) tellConvicted(ctx context.Context, book tallies, author peer.ID, rq *pb.Audit, t *pb.AuditEntry) {
+	if !book.deputy || !o.coord.convictedAt(t, time.Now()) {
+		return
+	}
+	raw, err := proto.Marshal(t)
+	if err != nil {
+		return
+	}
+	m := newMsg(pb.Message_AUDIT)
+	m.Audit = &pb.Audit{Snapshot: rq.GetSnapshot(), Addr: rq.GetAddr(), Url: rq.GetUrl(), Conviction: raw}
+	if _, err := o.request(ctx, author, auditSpec, m, pb.Message_AUDIT_VERDICT); err != nil {
+		o.log.Debug("conviction not taken by the convicted coordinator", "peer", author, "error", err)
+	}
+}
+
+// takeConviction takes the tally raw, with which this node's deputy in the
+// shard ref (from: one of the shard's replicas) convicted this node, which
+// coordinates the shard. Kept as a deputy tally about itself (until the
+// conviction runs out), it puts this node among the convicted nodes of
+// every shard it coordinates: their maintenance gives its own subnets
+// away ("convicted") and decisions leave it out.
+func (o *Overlay) takeConviction(ctx context.Context, from peer.ID, ref shardRef, raw []byte) (*pb.Message, error) {
+	c := o.coord
+	sh, err := c.ensureOwner(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if set := c.replicaSet(c.view(sh.key)); from == c.self || !slices.Contains(set, from) {
+		return nil, fmt.Errorf("%w: %s is not among the shard's replicas", ErrForbidden, from)
+	}
+	var t pb.AuditEntry
+	if err := proto.Unmarshal(raw, &t); err != nil {
+		return nil, fmt.Errorf("%w: conviction: %v", ErrMalformed, err)
+	}
+	now := time.Now()
+	at := time.UnixMilli(t.GetConvictedMs())
+	if string(t.GetPeer()) != string(c.self) || !c.convictedAt(&t, now) || at.After(now.Add(time.Minute)) {
+		return nil, fmt.Errorf("%w: not a current conviction of this node", ErrMalformed)
+	}
+	if err := c.st.putDeputy(sh.key, c.self, raw, o.cfg.audit.Conviction-now.Sub(at)); err != nil {
+		return nil, err
+	}
+	c.log.Warn("this node was convicted by audits, its deputy found: giving its subnets up", "deputy", from, "shard", sh.ref.String(),
+		"agreed", t.GetAgreed(), "disagreed", t.GetDisagreed())
+	c.convictions.invalidate()
+	select {
+	case c.convictQ <- struct{}{}:
+	default:
+	}
+	m := newMsg(pb.Message_AUDIT_VERDICT)
+	m.AuditVerdict = &pb.AuditVerdict{Result: pb.AuditVerdict_INCONCLUSIVE, Node: []byte(c.self), Convicted: true,
+		Agreed: t.GetAgreed(), Disagreed: t.GetDisagreed()}
+	return m, nil
 }
 
 // urlHash names a prior's URL in a tally's judged list.

@@ -65,7 +65,8 @@ func TestAuditSelfCoordinator(t *testing.T) {
 		var lies atomic.Int64
 		honest := fab.o.handlers[AuditID][pb.Message_AUDIT]
 		fab.o.handlers[AuditID][pb.Message_AUDIT] = func(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
-			if c, err := openTestEvidence(req.GetAudit().GetEvidence(), req.GetAudit().GetUrl()); err == nil && c.Node == fab.h.ID() {
+			c, err := openTestEvidence(req.GetAudit().GetEvidence(), req.GetAudit().GetUrl())
+			if (err == nil && c.Node == fab.h.ID()) || len(req.GetAudit().GetConviction()) > 0 {
 				lies.Add(1)
 				m := newMsg(pb.Message_AUDIT_VERDICT)
 				m.AuditVerdict = &pb.AuditVerdict{Result: pb.AuditVerdict_AGREE, Node: []byte(fab.h.ID()), Agreed: 1}
@@ -141,6 +142,67 @@ func TestAuditSelfCoordinator(t *testing.T) {
 		}
 		if _, err := asker.o.request(ctx, order[2], auditSpec, msg(true), pb.Message_AUDIT_VERDICT); !errors.Is(err, ErrNotCoordinator) {
 			t.Errorf("a deputy's audit at the third nearest peer: %v, want a redirect", err)
+		}
+	})
+}
+
+// TestAuditSelfCoordinatorGivesUp (issue 18, no node judges itself): a
+// fabricator whose crawler alters pages but whose overlay is micra's
+// coordinates the shard of its subnet. Its deputy convicts it and tells
+// it; it gives its subnet away ("convicted") and leaves itself out of the
+// decision. A conviction sent by a peer outside the shard's replica set is
+// refused.
+func TestAuditSelfCoordinatorGivesUp(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		a := netip.AddrFrom4([4]byte{127, 0, 200, 7})
+		order, _ := shardSwarm(t, r, a, auditOpts(honestRefetcher)...)
+		fab, dep, asker := order[0], order[1], order[len(order)-1]
+		tree := mustTree(t)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		if d, err := fab.o.Delegate(ctx, "http://"+a.String()+"/", a); err != nil || d.Node != fab.h.ID() {
+			t.Fatalf("delegating %v to the fabricator: %+v, %v", a, d, err)
+		}
+		sk := fab.h.Peerstore().PrivKey(fab.h.ID())
+
+		// A peer that is not the shard's replica cannot convict it.
+		forged, err := proto.Marshal(&pb.AuditEntry{Peer: []byte(fab.h.ID()), Disagreed: 3, ConvictedMs: time.Now().UnixMilli()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := newMsg(pb.Message_AUDIT)
+		m.Audit = &pb.Audit{Snapshot: fab.o.sid[:], Addr: addrBytes(a), Url: "http://fab-x.test/", Conviction: forged}
+		if _, err := asker.o.request(ctx, fab.h.ID(), auditSpec, m, pb.Message_AUDIT_VERDICT); !errors.Is(err, ErrForbidden) {
+			t.Fatalf("a conviction from outside the replica set: %v, want forbidden", err)
+		}
+
+		audit := func(url string) (AuditVerdict, error) {
+			return asker.o.Audit(ctx, AuditRequest{Addr: a, URL: url, Node: fab.h.ID(),
+				Evidence: testEvidence(t, sk, url, truth(url)^0xffffffff)})
+		}
+		eventually(t, 30*time.Second, func() error {
+			v, err := audit("http://fab-a.test/")
+			if err != nil || v.Result != AuditDisagree || !v.Deputy {
+				return fmt.Errorf("first audit: %+v, %v", v, err)
+			}
+			return nil
+		})
+		if v, err := audit("http://fab-b.test/"); err != nil || !v.Convicted || v.Coordinator != dep.h.ID() {
+			t.Fatalf("second fabricated record: %+v, %v; want convicted by the deputy", v, err)
+		}
+		eventually(t, 30*time.Second, func() error {
+			asker.o.Invalidate(tree.Range(tree.SmallestNonUnary(a)))
+			d, ok, err := asker.o.Resolve(ctx, a)
+			if err != nil || !ok || d.Orphaned || d.Node == fab.h.ID() {
+				return fmt.Errorf("the fabricator's subnet: %+v, %v, %v", d, ok, err)
+			}
+			return nil
+		})
+		if got := fab.o.Stats().TakenBack["convicted"]; got != 1 {
+			t.Errorf("subnets the fabricator gave up as convicted: %d, want 1", got)
+		}
+		if !fab.o.coord.convicted()[fab.h.ID()] {
+			t.Error("the fabricator does not count itself convicted")
 		}
 	})
 }

@@ -310,14 +310,20 @@ func TestWithholdingCoordinatorGivesUp(t *testing.T) {
 	})
 }
 
-// withholdSwarm starts and joins six nodes with honest refetchers and the
-// given withholding grace, and returns them nearest the key of a's shard
-// first, and that shard.
+// withholdSwarm is shardSwarm with honest refetchers and the given
+// withholding grace.
 func withholdSwarm(t *testing.T, r *rig, grace time.Duration, a netip.Addr) ([]*node, shardRef) {
+	t.Helper()
+	return shardSwarm(t, r, a, append(auditOpts(honestRefetcher), Withholding(WithholdConfig{Grace: grace, Exclusion: time.Hour}))...)
+}
+
+// shardSwarm starts and joins six nodes with opts and returns them nearest
+// the key of a's shard first, and that shard.
+func shardSwarm(t *testing.T, r *rig, a netip.Addr, opts ...Option) ([]*node, shardRef) {
 	t.Helper()
 	nodes := make([]*node, 6)
 	for i := range nodes {
-		nodes[i] = r.node(i, append(auditOpts(honestRefetcher), Withholding(WithholdConfig{Grace: grace, Exclusion: time.Hour}))...)
+		nodes[i] = r.node(i, opts...)
 	}
 	tree := mustTree(t)
 	ref := nodes[0].o.coord.rangeShard(tree.SmallestNonUnary(a))

@@ -3372,7 +3372,11 @@ type Audit struct {
 	// deputy: the record's author coordinates the shard, so the receiver,
 	// the peer nearest the shard key after it, judges in its stead (no node
 	// judges itself).
-	Deputy        bool `protobuf:"varint,6,opt,name=deputy,proto3" json:"deputy,omitempty"`
+	Deputy bool `protobuf:"varint,6,opt,name=deputy,proto3" json:"deputy,omitempty"`
+	// conviction: from the author's deputy to the author, which coordinates
+	// the shard: the deputy's tally (an AuditEntry) that convicted it; the
+	// author gives its subnets up. No evidence comes with it.
+	Conviction    []byte `protobuf:"bytes,7,opt,name=conviction,proto3" json:"conviction,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3447,6 +3451,13 @@ func (x *Audit) GetDeputy() bool {
 		return x.Deputy
 	}
 	return false
+}
+
+func (x *Audit) GetConviction() []byte {
+	if x != nil {
+		return x.Conviction
+	}
+	return nil
 }
 
 type AuditPrior struct {
@@ -4803,14 +4814,17 @@ const file_overlay_proto_rawDesc = "" +
 	"\n" +
 	"BlockEntry\x123\n" +
 	"\x06record\x18\x01 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\x12.\n" +
-	"\x06probes\x18\x02 \x03(\v2\x16.micra.overlay.PeerRTTR\x06probes\"\xb0\x01\n" +
+	"\x06probes\x18\x02 \x03(\v2\x16.micra.overlay.PeerRTTR\x06probes\"\xd0\x01\n" +
 	"\x05Audit\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\fR\x04addr\x12\x10\n" +
 	"\x03url\x18\x03 \x01(\tR\x03url\x12\x1a\n" +
 	"\bevidence\x18\x04 \x01(\fR\bevidence\x121\n" +
 	"\x06priors\x18\x05 \x03(\v2\x19.micra.overlay.AuditPriorR\x06priors\x12\x16\n" +
-	"\x06deputy\x18\x06 \x01(\bR\x06deputy\":\n" +
+	"\x06deputy\x18\x06 \x01(\bR\x06deputy\x12\x1e\n" +
+	"\n" +
+	"conviction\x18\a \x01(\fR\n" +
+	"conviction\":\n" +
 	"\n" +
 	"AuditPrior\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
