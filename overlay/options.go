@@ -52,14 +52,14 @@ type config struct {
 	withhold      WithholdConfig // how withholding notices are judged (withhold.go)
 	evidence      EvidenceOpener
 	refetcher     Refetcher
-	ps            *pubsub.PubSub      // given by WithPubSub; nil: the overlay makes its own
-	onDHTRequest  func(from peer.ID)  // OnDHTRequest
-	releaseKeys   []ed25519.PublicKey // keys whose snapshot releases this node takes (release.go)
-	releaseDir    string              // where released snapshot files are kept
-	releaseSpread time.Duration       // longest random wait before fetching a release's file
-	releaseCheck  time.Duration       // how often a node without a next release looks for one
-	prev          *subnet.Tree        // the snapshot run before this one (carry.go)
-	prevAt        time.Time           // when the network switched from prev
+	ps            *pubsub.PubSub                 // given by WithPubSub; nil: the overlay makes its own
+	onDHTRequest  func(from peer.ID, key []byte) // OnDHTRequest
+	releaseKeys   []ed25519.PublicKey            // keys whose snapshot releases this node takes (release.go)
+	releaseDir    string                         // where released snapshot files are kept
+	releaseSpread time.Duration                  // longest random wait before fetching a release's file
+	releaseCheck  time.Duration                  // how often a node without a next release looks for one
+	prev          *subnet.Tree                   // the snapshot run before this one (carry.go)
+	prevAt        time.Time                      // when the network switched from prev
 }
 
 func defaultConfig() config {
@@ -369,9 +369,10 @@ func ReleaseTiming(spread, check time.Duration) Option {
 	}
 }
 
-// OnDHTRequest has f called with the requester of every DHT request this
-// node answers (for measurements: the DHT queries one lookup costs).
-func OnDHTRequest(f func(from peer.ID)) Option {
+// OnDHTRequest has f called with the requester and the key of every DHT
+// request this node answers (for measurements: the DHT queries one lookup
+// costs). key is the request's, not to be kept or changed.
+func OnDHTRequest(f func(from peer.ID, key []byte)) Option {
 	return func(c *config) error {
 		c.onDHTRequest = f
 		return nil

@@ -317,7 +317,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 			from := s.Conn().RemotePeer()
 			o.stats.count(msgKind{dht: true, t: int32(m.GetType()), key: keyOf(m.GetKey(), from, h.ID())})
 			if f := cfg.onDHTRequest; f != nil {
-				f(from)
+				f(from, m.GetKey())
 			}
 		}),
 	}

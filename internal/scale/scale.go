@@ -82,7 +82,7 @@ type Result struct {
 	MessagesPerDelegation float64 `json:"messages_per_delegation"` // micra requests and DHT queries per delegation, upkeep subtracted (measureIdle)
 	BytesPerDelegation    float64 `json:"bytes_per_delegation"`    // stream bytes per delegation, upkeep subtracted
 	ProbesPerDelegation   float64 `json:"probes_per_delegation"`   // probe requests per delegation
-	HopsP50               float64 `json:"hops_p50"`                // DHT queries and micra requests of a resolve that misses every cache, median
+	HopsP50               float64 `json:"hops_p50"`                // RESOLVE requests and shard-key DHT queries of a resolve that misses every cache, median
 	HopsP90               float64 `json:"hops_p90"`
 	IdleBytesPerHour      float64 `json:"idle_bytes_per_hour"` // per node, joined and idle (heartbeats, maintenance, announcements, DHT refresh)
 	// IdleHeldBytesPerHour is the same after the delegations, every node
@@ -198,9 +198,15 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		}
 		return w.RTTAddr(x.(netip.Addr), y.(netip.Addr)), true
 	}
-	var probes sync.Map  // counts per node, read at the end
-	var queries sync.Map // peer.ID → *atomic.Int64: DHT requests it sent (answered by any node)
-	onQuery := func(from peer.ID) {
+	var probes sync.Map // counts per node, read at the end
+	// peer.ID → *atomic.Int64: DHT requests for shard keys (32 bytes) it
+	// sent, answered by any node: its lookups and walks towards shards,
+	// not its routing table's upkeep (peer IDs).
+	var queries sync.Map
+	onQuery := func(from peer.ID, key []byte) {
+		if len(key) != 32 {
+			return
+		}
 		v, ok := queries.Load(from)
 		if !ok {
 			v, _ = queries.LoadOrStore(from, new(atomic.Int64))
@@ -546,9 +552,10 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		(phaseMsgs-idleMsgs*span)/nd, (phaseBytes-idleBytes*span)/nd)
 
 	// Hops: resolves that miss every cache, one at a time; a resolve's
-	// hops are the RESOLVE requests and DHT queries its node sent (DHT
-	// upkeep in that moment included; its heartbeats, which a node holding
-	// a hundred subnets sends several of a second, not).
+	// hops are the RESOLVE requests and DHT queries for shard keys its node
+	// sent (not its routing table's refresh, which may run in that moment,
+	// nor its heartbeats, which a node holding a hundred subnets sends
+	// several of a second).
 	const resolveKind = "micra/RESOLVE"
 	var hops []float64
 	for range min(hopSample, len(todo)) {
