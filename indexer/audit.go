@@ -670,6 +670,10 @@ type NodeAudits struct {
 	FlaggedAt    time.Time `json:"flagged_at,omitzero"`
 	FlaggedBy    peer.ID   `json:"flagged_by,omitempty"` // the coordinator whose verdict convicted it
 	Last         time.Time `json:"last"`
+	// DisputedHosts are the hosts of its disputed records kept as priors
+	// (at most 5): coordinators convict only on disagreements on two
+	// hosts or more, so a node disputed on one host is not flagged.
+	DisputedHosts []string `json:"disputed_hosts,omitempty"`
 }
 
 // Audited returns the indexer's audit tallies, by node id, at most 4096.
@@ -700,6 +704,15 @@ func (ix *Indexer) Audited() []NodeAudits {
 		return nil
 	})
 	slices.SortFunc(out, func(a, b NodeAudits) int { return strings.Compare(string(a.Node), string(b.Node)) })
+	ix.aud.mu.Lock()
+	for i := range out {
+		for _, d := range ix.aud.disputes[out[i].Node] {
+			if h := hostOf(d.URL); h != "" && !slices.Contains(out[i].DisputedHosts, h) {
+				out[i].DisputedHosts = append(out[i].DisputedHosts, h)
+			}
+		}
+	}
+	ix.aud.mu.Unlock()
 	return out
 }
 

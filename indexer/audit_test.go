@@ -132,6 +132,9 @@ func TestAuditStateSurvivesRestart(t *testing.T) {
 		if (na.Node == flagged) != na.Flagged {
 			t.Errorf("after the restart: %+v", na)
 		}
+		if want := []string{"h2.test", "h3.test", "h4.test", "h5.test", "h6.test"}; na.Node == fab && !slices.Equal(na.DisputedHosts, want) {
+			t.Errorf("the node's disputed hosts after the restart: %v, want %v", na.DisputedHosts, want)
+		}
 	}
 }
 
