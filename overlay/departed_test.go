@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -25,20 +24,15 @@ func TestShardOutlivesCoordinatorAndReplica(t *testing.T) {
 		// by lookups every few seconds, as swarmOpts' would be.
 		nodes := r.swarm(10, Maintenance(time.Second, 5*time.Minute))
 		tree := mustTree(t)
-		ids := make([]peer.ID, len(nodes))
-		for i, n := range nodes {
-			ids[i] = n.h.ID()
-		}
 		holder := nodes[0]
 		// A site whose shard's coordinator and first replica are neither
 		// the holder nor the node that will ask.
 		var site netip.Addr
-		var set []peer.ID
+		var set []*node
 		for x := 1; x < 250 && !site.IsValid(); x++ {
 			a := netip.AddrFrom4([4]byte{127, byte(x % 4), byte(x), 7})
-			key := holder.o.coord.rangeShard(tree.SmallestNonUnary(a)).key(tree.ID())
-			s := kb.SortClosestPeers(slices.Clone(ids), kb.ConvertKey(string(key[:])))[:3]
-			if !slices.Contains(s[:2], holder.h.ID()) && !slices.Contains(s[:2], nodes[1].h.ID()) {
+			s := nearestFirst(nodes, holder.o.coord.rangeShard(tree.SmallestNonUnary(a)).key(tree.ID()))[:3]
+			if !slices.Contains(s[:2], holder) && !slices.Contains(s[:2], nodes[1]) {
 				site, set = a, s
 			}
 		}
@@ -51,11 +45,9 @@ func TestShardOutlivesCoordinatorAndReplica(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Second) // replicated
-		for _, n := range nodes {
-			if n.h.ID() == set[0] || n.h.ID() == set[1] {
-				r.net.Cut(n.addr)
-				n.stop()
-			}
+		for _, n := range set[:2] {
+			r.net.Cut(n.addr)
+			n.stop()
 		}
 		eventually(t, 5*time.Minute, func() error {
 			d, ok, err := nodes[1].o.Resolve(ctx, site)
@@ -78,22 +70,12 @@ func TestShardTakenOverByNewNearest(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
 		nodes := r.swarm(8, Maintenance(time.Second, 5*time.Minute))
 		tree := mustTree(t)
-		ids := make([]peer.ID, len(nodes))
-		for i, n := range nodes {
-			ids[i] = n.h.ID()
-		}
 		// The shard of 127.1/16; its holder and the node that asks at the
 		// end are outside its replica set.
 		site := netip.MustParseAddr("127.1.9.7")
 		key := nodes[0].o.coord.rangeShard(tree.SmallestNonUnary(site)).key(tree.ID())
-		set := kb.SortClosestPeers(slices.Clone(ids), kb.ConvertKey(string(key[:])))[:3]
-		var outside []*node
-		for _, n := range nodes {
-			if !slices.Contains(set, n.h.ID()) {
-				outside = append(outside, n)
-			}
-		}
-		holder, asker := outside[0], outside[1]
+		order := nearestFirst(nodes, key)
+		coord, holder, asker := order[0], order[3], order[4]
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 		defer cancel()
 		if _, err := holder.o.Delegate(ctx, "http://"+site.String()+"/", site); err != nil {
@@ -111,7 +93,7 @@ func TestShardTakenOverByNewNearest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if kb.Closer(id, set[0], string(key[:])) {
+			if closer(id, coord.h.ID(), key) {
 				sk = k
 				break
 			}
@@ -119,11 +101,9 @@ func TestShardTakenOverByNewNearest(t *testing.T) {
 		if sk == nil {
 			t.Fatal("no key nearer the shard than its coordinator")
 		}
-		for _, n := range nodes {
-			if n.h.ID() == set[0] || n == holder {
-				r.net.Cut(n.addr)
-				n.stop()
-			}
+		for _, n := range []*node{coord, holder} {
+			r.net.Cut(n.addr)
+			n.stop()
 		}
 		newcomer := r.nodeWith(nodeAddr(len(nodes)), sk, nil, Maintenance(time.Second, 5*time.Minute))
 		joinSwarm(t, []*node{asker, newcomer})
@@ -145,7 +125,7 @@ func TestShardTakenOverByNewNearest(t *testing.T) {
 		eventually(t, time.Minute, func() error {
 			asker.o.Invalidate(tree.Range(tree.SmallestNonUnary(site))) // what the shard says, not the asker's cache
 			d, ok, err := asker.o.Resolve(ctx, site)
-			if err != nil || !ok || d.Node == holder.h.ID() || d.Node == set[0] {
+			if err != nil || !ok || d.Node == holder.h.ID() || d.Node == coord.h.ID() {
 				return fmt.Errorf("%s resolves to %+v (found %v), %v; want a live node", site, d, ok, err)
 			}
 			return nil

@@ -456,9 +456,8 @@ func (c *coordinator) checkLiveness(ctx context.Context, sh *shard) {
 const orphanWorkers = 8
 
 // ownerIndex is a shard's current delegations by node, derived from its
-// entries at change count gen.
+// entries at change count gen; nil nodes: not built yet.
 type ownerIndex struct {
-	built bool
 	gen   uint64
 	nodes map[peer.ID][]*pb.Range
 }
@@ -467,12 +466,13 @@ type ownerIndex struct {
 // maxHeartbeatList; true when there are more). Every heartbeat asks, so
 // the list comes from an index of the shard's delegations by node, built
 // by one scan and kept until the shard's entries change, rather than from
-// a scan of the whole shard per heartbeat. The lists are shared: callers
-// must not change them.
+// a scan of the whole shard per heartbeat. When the shard cannot be read
+// the list is empty and marked truncated, so that the crawler drops none of
+// its subnets on it. The lists are shared: callers must not change them.
 func (c *coordinator) ownerEntries(sh *shard, p peer.ID) ([]*pb.Range, bool) {
 	sh.ownersMu.Lock()
 	defer sh.ownersMu.Unlock()
-	if gen := c.st.gen(sh.key); !sh.owners.built || sh.owners.gen != gen {
+	if gen := c.st.gen(sh.key); sh.owners.nodes == nil || sh.owners.gen != gen {
 		nodes := map[peer.ID][]*pb.Range{}
 		err := c.st.scan(sh.key, pb.Entry_DELEGATION, func(e *pb.Entry) bool {
 			d, err := c.entryDelegation(e)
@@ -483,9 +483,9 @@ func (c *coordinator) ownerEntries(sh *shard, p peer.ID) ([]*pb.Range, bool) {
 		})
 		if err != nil {
 			c.log.Warn("listing a shard's delegations failed", "error", err)
-			return nil, false
+			return nil, true
 		}
-		sh.owners = ownerIndex{built: true, gen: gen, nodes: nodes}
+		sh.owners = ownerIndex{gen: gen, nodes: nodes}
 	}
 	out := sh.owners.nodes[p]
 	if len(out) > maxHeartbeatList {

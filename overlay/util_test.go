@@ -278,3 +278,19 @@ func testLogger() *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// nearestFirst returns nodes ordered by XOR distance of their peer IDs to
+// shard key, nearest first (the coordinator, then its replicas).
+func nearestFirst(nodes []*node, key [32]byte) []*node {
+	out := slices.Clone(nodes)
+	slices.SortFunc(out, func(x, y *node) int {
+		switch {
+		case closer(x.h.ID(), y.h.ID(), key):
+			return -1
+		case closer(y.h.ID(), x.h.ID(), key):
+			return 1
+		}
+		return 0
+	})
+	return out
+}

@@ -327,16 +327,7 @@ func shardSwarm(t *testing.T, r *rig, a netip.Addr, opts ...Option) ([]*node, sh
 	}
 	tree := mustTree(t)
 	ref := nodes[0].o.coord.rangeShard(tree.SmallestNonUnary(a))
-	key := ref.key(tree.ID())
-	slices.SortFunc(nodes, func(x, y *node) int {
-		switch {
-		case closer(x.h.ID(), y.h.ID(), key):
-			return -1
-		case closer(y.h.ID(), x.h.ID(), key):
-			return 1
-		}
-		return 0
-	})
+	nodes = nearestFirst(nodes, ref.key(tree.ID()))
 	joinSwarm(t, nodes)
 	return nodes, ref
 }

@@ -21,11 +21,12 @@ type events struct {
 }
 
 type event struct {
-	at    time.Time // virtual
-	node  netip.Addr
-	msg   string
-	attrs string
-	shard string // the "shard" attribute, when present
+	at     time.Time // virtual
+	node   netip.Addr
+	msg    string
+	attrs  string
+	shard  string // the "shard" attribute, when present
+	subnet string // the "subnet" attribute (an orphaned subnet), when present
 }
 
 const maxEvents = 100_000
@@ -40,15 +41,15 @@ func (e *events) logger(a netip.Addr) *slog.Logger {
 	return slog.New(&eventHandler{e: e, node: a})
 }
 
-// about returns the records of range shards whose anchor contains a, in
-// order, one per line.
+// about returns the records of range shards whose anchor contains a, and
+// of orphaned subnets that contain a, in order, one per line.
 func (e *events) about(a netip.Addr) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var b strings.Builder
 	for _, ev := range e.all {
 		anchor, ok := strings.CutPrefix(ev.shard, "range:")
-		if !ok || !anchorContains(anchor, a) {
+		if !(ok && anchorContains(anchor, a)) && !(ev.subnet != "" && anchorContains(ev.subnet, a)) {
 			continue
 		}
 		fmt.Fprintf(&b, "\n    %s %s: %s%s", ev.at.Format("15:04:05.000"), ev.node, ev.msg, ev.attrs)
@@ -56,8 +57,9 @@ func (e *events) about(a netip.Addr) string {
 	return b.String()
 }
 
-// anchorContains reports whether a range shard's anchor, as subnet.Range
-// prints it (a prefix, or "start - end"), contains a.
+// anchorContains reports whether a range, as subnet.Range prints it (a
+// prefix, or "start - end": a range shard's anchor, an orphaned subnet),
+// contains a.
 func anchorContains(anchor string, a netip.Addr) bool {
 	if p, err := netip.ParsePrefix(anchor); err == nil {
 		return p.Contains(a)
@@ -85,8 +87,11 @@ func (h *eventHandler) Handle(_ context.Context, r slog.Record) error {
 	ev := event{at: r.Time, node: h.node, msg: r.Message}
 	var b strings.Builder
 	each := func(a slog.Attr) bool {
-		if a.Key == "shard" {
+		switch a.Key {
+		case "shard":
 			ev.shard = a.Value.String()
+		case "subnet":
+			ev.subnet = a.Value.String()
 		}
 		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
 		return true

@@ -650,8 +650,8 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 					alive[0].o.Invalidate(r)
 					d, ok, err := alive[0].o.Resolve(ctx, r.Start)
 					at, _ := byPeer.Load(d.Node)
-					logf("lost %s: resolves to %s on %s at %v (departed %v, found %v, error %v); the churn at %s, its shard since:%s",
-						r, d.Subnet, d.Node, at, gone[d.Node], ok, err, churnAt.Format("15:04:05.000"), evs.about(r.Start))
+					logf("lost %s: resolves to %s on %s at %v (departed %v, orphaned %v, found %v, error %v); the churn at %s, its shard since:%s",
+						r, d.Subnet, d.Node, at, gone[d.Node], d.Orphaned, ok, err, churnAt.Format("15:04:05.000"), evs.about(r.Start))
 				}
 			case h > 1:
 				res.Doubled++
