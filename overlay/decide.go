@@ -300,9 +300,10 @@ func addrBytes(a netip.Addr) []byte {
 
 // afterDecision queues the notices a new delegation causes: the delegated
 // node is told, the organisation shard and the block shards above the
-// subnet's shard index it, and the record is published in the DHT. Queues are bounded; a full queue drops the notice
-// (the heartbeat reconciles assignments, and the org index is refreshed by
-// the next decision in the organisation).
+// subnet's shard index it, and the record is published in the DHT. Queues
+// are bounded; a full queue drops the notice (the node takes up a subnet
+// its heartbeat acks list, mine.go, and the org index is refreshed by the
+// next decision in the organisation).
 func (c *coordinator) afterDecision(node peer.ID, rec *pb.SignedRecord) {
 	rtt, r := c.wonRTT(node, rec)
 	if node == c.self {

@@ -3,9 +3,12 @@ package overlay
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/overlay/pb"
@@ -157,23 +160,24 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 	if len(ack.GetSubnets()) > maxHeartbeatList {
 		return
 	}
-	held := map[string]bool{}
+	held := map[string]subnet.Range{}
 	for _, r := range ack.GetSubnets() {
 		if rg, err := rangeFromPB(r); err == nil {
-			held[string(rangeKey(rg))] = true
+			held[string(rangeKey(rg))] = rg
 		}
 	}
 	key := ref.key(o.sid)
 	var dropped [][]byte // owned records to delete
 	var unknown []Delegation
 	o.mu.Lock()
+	adopt := o.notHeld(key, held)
 	kept := false // a subnet of the shard is still held, or too recent to judge
 	for k, d := range o.owned {
 		id, part, ok := rangeOrPart(o.tree, d.Subnet)
 		if !ok || o.coord.rangeShard(id).key(o.sid) != key {
 			continue
 		}
-		if !held[k] && !ack.GetTruncated() && time.Since(d.Decided) > o.cfg.heartbeat {
+		if _, listed := held[k]; !listed && !ack.GetTruncated() && time.Since(d.Decided) > o.cfg.heartbeat {
 			o.disown(k, part)
 			dropped = append(dropped, ownedKey([]byte(k)))
 			o.cache.invalidate(d.Subnet)
@@ -197,6 +201,7 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 	empty := len(held) == 0 && !ack.GetTruncated() && !kept
 	if empty {
 		delete(o.mine, key)
+		delete(o.unheld, key)
 	}
 	o.mu.Unlock()
 	if empty {
@@ -222,6 +227,92 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 			o.log.Debug("ask-again queue full; dropped subnet left undelegated", "subnet", d.Subnet.String())
 		}
 	}
+	for _, r := range adopt {
+		if err := o.adopt(ctx, ref, coord, r); err != nil {
+			o.log.Debug("taking up a subnet the coordinator lists failed", "subnet", r.String(), "error", err)
+		}
+	}
+}
+
+// maxAdopt bounds the subnets one heartbeat takes up (adopt); more wait for
+// the next heartbeats.
+const maxAdopt = 16
+
+// notHeld notes the subnets of listed (an ack's list for the shard with
+// key, by range key) that this node does not hold, and returns those of
+// them the shard's previous ack listed too, at most maxAdopt: an
+// assignment whose ASSIGN is still on its way is not yet one to take up.
+// o.mu is held.
+func (o *Overlay) notHeld(key [32]byte, listed map[string]subnet.Range) []subnet.Range {
+	prev := o.unheld[key]
+	var now []string
+	var out []subnet.Range
+	for k, r := range listed {
+		if _, ok := o.owned[k]; ok || len(now) == maxAdopt {
+			continue
+		}
+		now = append(now, k)
+		if slices.Contains(prev, k) {
+			out = append(out, r)
+		}
+	}
+	if len(now) == 0 {
+		delete(o.unheld, key)
+	} else {
+		o.unheld[key] = now
+	}
+	return out
+}
+
+// adopt takes up subnet r of shard ref, which coordinator coord's
+// heartbeat ack lists as this node's in two acks running though this node
+// does not hold it: its ASSIGN was lost (the coordinator's notice queue
+// was full, three tries failed, or this node did not yet count the writer
+// among the shard's plausible coordinators while the shard changed hands).
+// Without it, the subnet would stay delegated to a node that never crawls
+// it, and never be orphaned while that node heartbeats the shard. The
+// record comes from coord, which must be a plausible coordinator of the
+// shard (as an ASSIGN's writer must), and must name this node, exactly r,
+// and not be orphaned.
+func (o *Overlay) adopt(ctx context.Context, ref shardRef, coord peer.ID, r subnet.Range) error {
+	id, part, ok := rangeOrPart(o.tree, r)
+	if !ok {
+		return fmt.Errorf("%w: subnet %s", ErrNotFound, r)
+	}
+	if o.coord.rangeShard(id).key(o.sid) != ref.key(o.sid) {
+		return fmt.Errorf("%w: subnet %s is not in shard %s", ErrBadRecord, r, ref.String())
+	}
+	if !o.coord.plausible(ctx, ref.key(o.sid), coord) {
+		return fmt.Errorf("%w: %s is not among the peers closest to the shard", ErrForbidden, coord)
+	}
+	req := newMsg(pb.Message_RESOLVE)
+	req.Resolve = &pb.Resolve{Snapshot: o.sid[:]}
+	if part {
+		req.Resolve.Addr = r.Start.AsSlice() // parts are found by an address in them
+	} else {
+		req.Resolve.Subnet = rangeToPB(r)
+	}
+	rctx, cancel := context.WithTimeout(ctx, max(2*o.cfg.heartbeat, time.Second))
+	defer cancel()
+	resp, err := o.request(rctx, coord, coordSpec, req, pb.Message_DELEGATION)
+	if err != nil {
+		return err
+	}
+	sr := resp.GetDelegation().GetRecord()
+	if sr == nil {
+		return nil // no longer delegated
+	}
+	d, err := o.checkDelegation(sr, r)
+	if err != nil {
+		return err
+	}
+	if d.Node != o.h.ID() || d.Orphaned {
+		return nil // decided again since the ack
+	}
+	o.noteAssigned(sr)
+	o.stats.adopted.Add(1)
+	o.log.Info("took up a subnet its coordinator lists as this node's", "subnet", r.String(), "coordinator", coord)
+	return nil
 }
 
 // own records d, a part when part is set, as delegated to this node.

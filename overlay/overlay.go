@@ -68,6 +68,7 @@ type Overlay struct {
 	ownedParts int                           // parts in owned
 	wonRTT     map[string]time.Duration      // owned subnets' winning probe, as their coordinator stored it
 	askQ       chan Delegation               // dropped subnets to ask about again (askAgainLoop)
+	unheld     map[[32]byte][]string         // by shard: range keys its last heartbeat ack listed as this node's that it did not hold
 	peers      map[peer.ID]PeerInfo          // announced peers, bounded
 	rtts       map[peer.ID]map[peer.ID]int64 // announced peers' measured RTTs to others, µs
 	told       map[peer.ID]told              // announcements exchanged, by peer, bounded
@@ -103,7 +104,7 @@ type counters struct {
 	requests, lookups, cacheHits, cacheMisses, redirects, puts atomic.Int64
 	audits, refetches, convictions, withheldNotices            atomic.Int64
 	releasesRefused, releaseBadPeers, releaseBytes             atomic.Int64
-	dhtServed, refreshes                                       atomic.Int64
+	dhtServed, refreshes, adopted                              atomic.Int64
 	kinds                                                      sync.Map // msgKind -> *atomic.Int64
 	takenBack                                                  sync.Map // reason -> *atomic.Int64
 }
@@ -171,10 +172,14 @@ func (c *counters) count(kind msgKind) {
 
 // Stats are cumulative counters of one overlay, for measurements.
 type Stats struct {
-	Requests    int64 // request streams opened by this node (all micra protocols)
-	Lookups     int64 // DHT closest-peer lookups
-	DHTServed   int64 // DHT requests this node answered (every peer's lookups, puts and gets)
-	Refreshes   int64 // routing-table refreshes after the join's (refresh.go)
+	Requests  int64 // request streams opened by this node (all micra protocols)
+	Lookups   int64 // DHT closest-peer lookups
+	DHTServed int64 // DHT requests this node answered (every peer's lookups, puts and gets)
+	Refreshes int64 // routing-table refreshes after the join's (refresh.go)
+	// Adopted counts the subnets this node took up because its
+	// coordinator's heartbeat acks listed them as its own though their
+	// ASSIGN never reached it (mine.go).
+	Adopted     int64
 	CacheHits   int64 // Resolve answered from the cache
 	CacheMisses int64
 	Redirects   int64 // NOT_COORDINATOR answers followed
@@ -214,7 +219,7 @@ func (o *Overlay) Stats() Stats {
 		Requests: o.stats.requests.Load(), Lookups: o.stats.lookups.Load(),
 		CacheHits: o.stats.cacheHits.Load(), CacheMisses: o.stats.cacheMisses.Load(),
 		Redirects: o.stats.redirects.Load(), Puts: o.stats.puts.Load(), DHTServed: o.stats.dhtServed.Load(),
-		Refreshes: o.stats.refreshes.Load(), Audits: o.stats.audits.Load(), Refetches: o.stats.refetches.Load(), Convictions: o.stats.convictions.Load(),
+		Refreshes: o.stats.refreshes.Load(), Adopted: o.stats.adopted.Load(), Audits: o.stats.audits.Load(), Refetches: o.stats.refetches.Load(), Convictions: o.stats.convictions.Load(),
 		WithheldNotices: o.stats.withheldNotices.Load(),
 		ReleasesRefused: o.stats.releasesRefused.Load(), ReleaseBadPeers: o.stats.releaseBadPeers.Load(),
 		ReleaseBytes: o.stats.releaseBytes.Load(), Kinds: map[string]int64{}, TakenBack: map[string]int64{},
@@ -264,6 +269,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		owned:         map[string]Delegation{},
 		wonRTT:        map[string]time.Duration{},
 		askQ:          make(chan Delegation, maxAskAgain),
+		unheld:        map[[32]byte][]string{},
 		peers:         map[peer.ID]PeerInfo{},
 		rtts:          map[peer.ID]map[peer.ID]int64{},
 		told:          map[peer.ID]told{},
