@@ -662,7 +662,11 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 				res.Doubled++
 			}
 		}
-		logf("churn: %d left, %d joined; %d subnets held before, %d lost, %d doubled", extra, extra, len(held), res.Lost, res.Doubled)
+		var adopted int64 // subnets taken up from heartbeat acks (lost ASSIGNs), over the whole run
+		for _, n := range alive {
+			adopted += n.o.Stats().Adopted
+		}
+		logf("churn: %d left, %d joined; %d subnets held before, %d lost, %d doubled; %d taken up from heartbeat acks in the run", extra, extra, len(held), res.Lost, res.Doubled, adopted)
 	}
 	// The databases run without compaction (p2ptest.SimDB): how far
 	// level 0 grew.
