@@ -27,9 +27,16 @@ import (
 // The second line catches a node that lies about its probes and delays
 // its pings to hide where it is: to pass both it must look, from every
 // witness, like a node at s, and it can only look farther than it is
-// (constraint-based geolocation, Gueye et al. 2006). What no check of
-// this kind catches is a lie within the Factor: a node that halves its
-// RTTs passes, and wins where it is within twice the best node's RTT.
+// (constraint-based geolocation, Gueye et al. 2006). It assumes the
+// address is in one place: an anycast address, or a CDN's, is answered
+// near each prober, and a witness near one of its points of presence
+// finds an honest claimant near another too far by it. So a rejection
+// resting on the second line alone is tallied only when the search ends,
+// and a second one in the same search switches the line off for the rest
+// of it and hears those claimants again (IPMicra.Delegate); the first
+// line holds for such addresses too. What no check of this kind catches
+// is a lie within the Factor: a node that halves its RTTs passes, and wins
+// where it is within twice the best node's RTT.
 //
 // Witnesses are the nodes whose probe of the subnet the search holds (its
 // own or stored) and whose RTT to the claimant Measured gives. A witness
@@ -76,6 +83,10 @@ type ClaimCheck struct {
 	// bound alone needs a trusted witness among those agreeing, asked
 	// for it when none is. Nil trusts every witness.
 	Trusted func(node string) bool
+
+	// lowerOnly switches the second bound off: the search found the
+	// address in several places (IPMicra.Delegate).
+	lowerOnly bool
 }
 
 // MaxRejections bounds the claims one search rejects; then it fails with
@@ -106,6 +117,10 @@ type Rejection struct {
 	// one of them did (how far the claim is off, beyond the slack).
 	Witnesses []string
 	Bound     time.Duration
+	// Upper: it rests on the second bound alone (no witness found the
+	// claimant nearer the address than it could be), which is also what
+	// an address in several places looks like (IPMicra.Delegate).
+	Upper bool
 }
 
 // witness is one witness's two measurements.
@@ -120,6 +135,9 @@ type witness struct {
 func (c ClaimCheck) bounds(w witness, x time.Duration) (lower, upper time.Duration) {
 	f := func(a, b time.Duration) time.Duration {
 		return a - time.Duration(c.Factor*float64(b+x)) - c.Slack
+	}
+	if c.lowerOnly {
+		return f(w.toAddr, w.toClaim), 0
 	}
 	return f(w.toAddr, w.toClaim), f(w.toClaim, w.toAddr)
 }
@@ -167,7 +185,7 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 	claimant, x := d.Node, d.RTT
 	rej = Rejection{Node: claimant, Claim: x}
 	// confirmed: a trusted witness refutes, or any by the first bound.
-	informed, confirmed := false, false
+	informed, confirmed, byLower := false, false, false
 	seen := map[string]bool{claimant: true}
 	take := func(n string, rtt time.Duration) {
 		if seen[n] || r.banned[n] || rtt <= 0 || rtt >= Unreachable || c.suspect(n) {
@@ -185,6 +203,7 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 			rej.Witnesses = append(rej.Witnesses, n)
 			rej.Bound = max(rej.Bound, e)
 			confirmed = confirmed || lower > 0 || c.trusted(n)
+			byLower = byLower || lower > 0
 		}
 	}
 	for _, p := range d.Probes {
@@ -247,6 +266,7 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 		}
 		take(n, rtt)
 	}
+	rej.Upper = !byLower
 	return rej, done(), false, nil
 }
 

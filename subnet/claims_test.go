@@ -200,6 +200,45 @@ func TestClaimCheck(t *testing.T) {
 			t.Errorf("decision %+v, %v; want A rejected by C and another", d, err)
 		}
 	})
+	t.Run("an address in several places is no lie", func(t *testing.T) {
+		// An anycast address (or a CDN's): P1 and P2 are 60 and 62 ms
+		// from its point of presence P, Q1 and Q2 5 and 6 ms from its
+		// point Q, the two sides 300 ms apart. P1 and P2, asked first,
+		// see Q1 too far for the site and its claim (300 > 2.5 × (60 +
+		// 5) + 20), and then Q2: two claimants refuted by the second
+		// bound alone put the site in two places, and the bound is
+		// switched off.
+		between := map[[2]string]int{{"P1", "P2"}: 3, {"Q1", "Q2"}: 2}
+		for _, p := range []string{"P1", "P2"} {
+			for _, q := range []string{"Q1", "Q2"} {
+				between[[2]string{p, q}] = 300
+			}
+		}
+		w := newClaimWorld(t, map[string]int{"P1": 60, "P2": 62, "Q1": 5, "Q2": 6}, between)
+		tally := &ClaimTally{}
+		d, err := w.search(t, &ClaimCheck{Tally: tally})
+		if err != nil || d.Node != "Q1" || d.RTT != 5*ms || len(d.Rejected) != 0 {
+			t.Fatalf("decision %+v, %v; want Q1 at 5 ms, nobody rejected", d, err)
+		}
+		if tally.Rejected() != 0 || len(tally.BarredNodes()) != 0 {
+			t.Errorf("tally: %d rejected, %v barred; want none", tally.Rejected(), tally.BarredNodes())
+		}
+		// The first bound still holds: L, asked first, claims 1 ms from
+		// next to R1 and R2, which see the site 150 ms away.
+		between[[2]string{"R1", "R2"}] = 3
+		for _, n := range []string{"P1", "P2", "Q1", "Q2"} {
+			for _, r := range []string{"R1", "R2", "L"} {
+				between[[2]string{n, r}] = 200
+			}
+		}
+		between[[2]string{"R1", "L"}] = 5
+		between[[2]string{"R2", "L"}] = 6
+		w = newClaimWorld(t, map[string]int{"P1": 60, "P2": 62, "Q1": 5, "Q2": 6, "R1": 150, "R2": 152, "L": 1}, between)
+		d, err = w.search(t, &ClaimCheck{})
+		if err != nil || d.Node != "Q1" || len(d.Rejected) != 1 || d.Rejected[0].Node != "L" || d.Rejected[0].Upper {
+			t.Errorf("decision %+v, %v; want Q1 after L is refuted by the first bound", d, err)
+		}
+	})
 	t.Run("too many rejections fail the search", func(t *testing.T) {
 		rtt := map[string]int{"W1": 140, "W2": 150}
 		between := map[[2]string]int{{"W1", "W2"}: 6}

@@ -318,7 +318,23 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 		issued   int
 		rejected []Rejection
 		kept     []Probe
+		// upper: rejections of this search that rest on the second
+		// bound alone, tallied when it ends. A second such rejection
+		// means the address is in several places: an anycast address
+		// or a CDN's, answered near each prober (the second bound says
+		// the site is near the witness and near the claimant, which
+		// only a liar delaying its pings makes false of a site in one
+		// place). The second bound is then switched off for the rest
+		// of the search and those claimants are heard again.
+		upper []Rejection
 	)
+	defer func() {
+		if cc.Tally != nil {
+			for _, rj := range upper {
+				cc.Tally.record(rj.Node, true)
+			}
+		}
+	}()
 	for runs := 1; ; runs++ {
 		d := Decision{Subnet: s, RTT: Unreachable}
 		r := &run{m: m, ctx: ctx, addr: addr, subnet: t.Range(s), cfg: cfg, d: &d, asked: map[string]bool{}, banned: banned}
@@ -348,7 +364,20 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 			issued, kept = d.Issued, d.Probes
 			continue
 		}
-		if cc.Tally != nil {
+		if bad && rej.Upper && !cc.lowerOnly {
+			if len(upper) > 0 {
+				cc.lowerOnly = true
+				kept = d.Probes
+				for _, rj := range upper {
+					delete(banned, rj.Node)
+					rejected = slices.DeleteFunc(rejected, func(x Rejection) bool { return x.Node == rj.Node })
+					kept = append(kept, Probe{Node: rj.Node, RTT: rj.Claim})
+				}
+				upper, issued = nil, d.Issued
+				continue
+			}
+			upper = append(upper, rej)
+		} else if cc.Tally != nil {
 			cc.Tally.record(d.Node, bad)
 		}
 		if !bad {

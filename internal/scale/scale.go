@@ -89,14 +89,18 @@ type Result struct {
 	// holding its share of them and the network their shards: a
 	// volunteer's upkeep in service.
 	IdleHeldBytesPerHour float64 `json:"idle_held_bytes_per_hour"`
-	Failed               int     `json:"failed"`              // delegations that returned an error, before the churn
-	FailedAfterChurn     int     `json:"failed_after_churn"`  // new subnets after the churn whose delegation returned an error
-	FailedAgain          int     `json:"failed_again"`        // subnets held before the churn, asked for again after it, whose delegation returned an error
-	Left                 int     `json:"left"`                // nodes that left without a word (as many joined)
-	Lost                 int     `json:"lost"`                // subnets delegated before the churn not held by a live node after it
-	Doubled              int     `json:"doubled"`             // subnets held by two live nodes after the churn
-	HeapBytesPerNode     float64 `json:"heap_bytes_per_node"` // Go heap in use over the nodes, after converging
-	RealS                float64 `json:"real_s"`              // real time of the run
+	Failed               int     `json:"failed"`             // delegations that returned an error, before the churn
+	FailedAfterChurn     int     `json:"failed_after_churn"` // new subnets after the churn whose delegation returned an error
+	FailedAgain          int     `json:"failed_again"`       // subnets held before the churn, asked for again after it, whose delegation returned an error
+	Left                 int     `json:"left"`               // nodes that left without a word (as many joined)
+	Lost                 int     `json:"lost"`               // subnets delegated before the churn not held by a live node after it
+	Doubled              int     `json:"doubled"`            // subnets held by two live nodes after the churn
+	// ClaimsRejected counts the winning probes the coordinators' claim
+	// checks rejected over the run: every node here answers its probes
+	// truly, so each is a false rejection.
+	ClaimsRejected   int64   `json:"claims_rejected"`
+	HeapBytesPerNode float64 `json:"heap_bytes_per_node"` // Go heap in use over the nodes, after converging
+	RealS            float64 `json:"real_s"`              // real time of the run
 }
 
 // Defaults: micra's upkeep timing (overlay's defaults), so that the idle
@@ -222,6 +226,7 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	quiet := slog.New(slog.DiscardHandler)
 	var evs events // ownership records from the churn on
 	var dbs []*badger.DB
+	var dels []*delegate.Delegator
 	var opened atomic.Int64             // connections opened, counted at both ends
 	var rtAdded, rtRemoved atomic.Int64 // routing-table changes, all nodes
 	var addrChanges atomic.Int64        // hosts' address-change events (each starts a kad-dht refresh)
@@ -266,6 +271,7 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		})
 		db := p2ptest.SimDB(t)
 		dbs = append(dbs, db)
+		dels = append(dels, del)
 		o, err := overlay.New(h, tree, db, overlay.WithDelegator(del), overlay.WithProber(prober),
 			overlay.OwnAddress(a), overlay.Logger(evs.logger(a)), overlay.OnDHTRequest(onQuery), overlay.Liveness(heartbeat, liveness),
 			// Every emulated address is in 127/8: a /16 group here stands
@@ -668,6 +674,10 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		}
 		logf("churn: %d left, %d joined; %d subnets held before, %d lost, %d doubled; %d taken up from heartbeat acks in the run", extra, extra, len(held), res.Lost, res.Doubled, adopted)
 	}
+	for _, d := range dels {
+		res.ClaimsRejected += d.Stats().ClaimsRejected
+	}
+	logf("probe claims rejected: %d (every node answers truly: false rejections)", res.ClaimsRejected)
 	// The databases run without compaction (p2ptest.SimDB): how far
 	// level 0 grew.
 	var tables, most int

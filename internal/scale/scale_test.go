@@ -9,8 +9,8 @@ import (
 
 // TestRun: a small network in virtual time converges, delegates every
 // subnet asked at a bounded cost in messages, idles at a bounded cost in
-// bytes, resolves, and after a tenth of its nodes left without a word
-// loses and doubles nothing.
+// bytes, resolves, rejects no node's (true) probe claims, and after a
+// tenth of its nodes left without a word loses and doubles nothing.
 func TestRun(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("a network of 20 overlays; not with -short or -race")
@@ -21,7 +21,7 @@ func TestRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%+v", res)
-		if res.Delegations != 100 || res.Lost != 0 || res.Doubled != 0 || res.HopsP50 <= 0 || res.IdleBytesPerHour <= 0 || res.IdleHeldBytesPerHour <= 0 {
+		if res.Delegations != 100 || res.Lost != 0 || res.Doubled != 0 || res.ClaimsRejected != 0 || res.HopsP50 <= 0 || res.IdleBytesPerHour <= 0 || res.IdleHeldBytesPerHour <= 0 {
 			t.Fatalf("%+v", res)
 		}
 		// docs/scale.md: 18–20 messages per delegation at 20 nodes since
