@@ -315,14 +315,16 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 		m.WithheldVerdict = v
 		return m, nil
 	}
-	r := o.tree.Range(id)
-	_, d, ok, err := c.lookup(sh, r)
+	// The delegation holding the page's address: a part delegated apart
+	// (Split) is judged against its own node, not the range's.
+	_, d, ok, err := c.holding(sh, id, a)
 	if err != nil {
 		return nil, err
 	}
-	if !ok || d.Orphaned || d.Node != holder {
+	if !ok || d.Node != holder {
 		return answer(pb.WithheldVerdict_NOT_HOLDER)
 	}
+	r := d.Subnet
 	o.stats.withheldNotices.Add(1)
 	key := string(rangeKey(r)) + string(holder) + "\x00" + u
 	now := time.Now()
@@ -414,12 +416,11 @@ func (o *Overlay) takeBackFromSelf(ctx context.Context, from peer.ID, a netip.Ad
 		return nil, fmt.Errorf("%w: %s is not among the shard's replicas", ErrForbidden, from)
 	}
 	v := &pb.WithheldVerdict{Holder: []byte(c.self), Result: pb.WithheldVerdict_NOT_HOLDER}
-	r := o.tree.Range(id)
-	_, d, ok, err := c.lookup(sh, r)
+	_, d, ok, err := c.holding(sh, id, a)
 	if err != nil {
 		return nil, err
 	}
-	if ok && !d.Orphaned && d.Node == c.self {
+	if r := d.Subnet; ok && d.Node == c.self {
 		c.selfWithheld.exclude(r, time.Now().Add(o.cfg.withhold.Exclusion))
 		o.log.Warn("subnet given up: this node left a crawl request unanswered past the grace, its deputy found", "deputy", from,
 			"subnet", r.String(), "url", u)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/overlay/pb"
+	"github.com/micra-net/micra/subnet"
 )
 
 // TestWithholdingJudged (issue 18, withholding): a notice that a node left
@@ -330,4 +331,58 @@ func shardSwarm(t *testing.T, r *rig, a netip.Addr, opts ...Option) ([]*node, sh
 	nodes = nearestFirst(nodes, ref.key(tree.ID()))
 	joinSwarm(t, nodes)
 	return nodes, ref
+}
+
+// TestWithheldPartJudged: a page in a part of a range delegated apart
+// (Split) is judged against the part's node, not the range's: the part's
+// node is noted, then loses the part after the grace; the page's sites
+// fall back to the range's node, and the part's node is kept out of the
+// part.
+func TestWithheldPartJudged(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		const grace = 30 * time.Second
+		site, far := netip.MustParseAddr("127.2.5.10"), netip.MustParseAddr("127.2.5.200")
+		pd := &partDelegator{}
+		order, ref := shardSwarm(t, r, site, append(auditOpts(honestRefetcher),
+			Withholding(WithholdConfig{Grace: grace, Exclusion: time.Hour}), WithDelegator(pd))...)
+		coord, holder, withholder, asker := order[0], order[2], order[3], order[5]
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		s := holdRange(ctx, t, holder, site)
+		pd.send(withholder.h.ID())
+		part := subnet.RangeOf(netip.MustParsePrefix("127.2.5.128/25"))
+		if d, err := holder.o.Split(ctx, "http://127.2.5.200/", far, 80*time.Millisecond); err != nil || d.Subnet != part || d.Node != withholder.h.ID() {
+			t.Fatalf("split: %s to %v, %v; want %s to the withholder", d.Subnet, d.Node, err, part)
+		}
+		u := "http://127.2.5.200/page"
+		notice := func(h *node) (WithheldVerdict, error) {
+			return asker.o.Withheld(ctx, WithheldNotice{Addr: far, URL: u, Holder: h.h.ID(), AskedAt: time.Now().Add(-time.Hour)})
+		}
+		if v, err := notice(holder); err != nil || v.Result != WithheldNotHolder {
+			t.Fatalf("a notice naming the range's node for a page of the part: %+v, %v; want not the holder", v, err)
+		}
+		v, err := notice(withholder)
+		if err != nil || v.Result != WithheldNoted || v.Coordinator != coord.h.ID() {
+			t.Fatalf("first notice: %+v, %v; want noted by %s", v, err, coord.h.ID())
+		}
+		time.Sleep(v.Retry)
+		if v, err = notice(withholder); err != nil || v.Result != WithheldTakenBack {
+			t.Fatalf("a notice after the grace: %+v, %v; want taken back", v, err)
+		}
+		if got := coord.o.Stats().TakenBack["withheld"]; got != 1 {
+			t.Errorf("taken back for withholding: %d, want 1", got)
+		}
+		for _, rg := range []subnet.Range{s, part} {
+			asker.o.Invalidate(rg)
+		}
+		if d, ok, err := asker.o.Resolve(ctx, far); err != nil || !ok || d.Subnet != s || d.Node != holder.h.ID() {
+			t.Errorf("the part's page after it was taken back: %s on %v (%v, %v); want the range %s on its node", d.Subnet, d.Node, ok, err, s)
+		}
+		if ex := coord.o.coord.withheldFrom(mustShard(t, coord, ref), part, time.Now()); !slices.Equal(ex, []peer.ID{withholder.h.ID()}) {
+			t.Errorf("kept out of the part: %v", ex)
+		}
+		if v, err = notice(withholder); err != nil || v.Result != WithheldNotHolder {
+			t.Errorf("a notice about the part's old node: %+v, %v", v, err)
+		}
+	})
 }
