@@ -138,6 +138,9 @@ func newCoordinator(o *Overlay) (*coordinator, error) {
 	if err := c.st.checkSchema(); err != nil {
 		return nil, err
 	}
+	if err := c.selfWithheld.load(c.st); err != nil {
+		return nil, fmt.Errorf("loading the subnets this node gave up: %w", err)
+	}
 	metas, err := c.st.allMetas()
 	if err != nil {
 		return nil, fmt.Errorf("loading shards: %w", err)

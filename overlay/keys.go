@@ -18,6 +18,7 @@ import (
 //	/overlay/release/r/<b32 parent id>            a signed release (subnet.Release), by the snapshot it replaces
 //	/overlay/carry/<b32 range key>                pb.SignedRecord: a delegation of the previous snapshot naming this node, to carry
 //	/overlay/deputy/<b32 shard key>/<b32 peer id> pb.AuditEntry, with a TTL: the tally of a shard's coordinator this node judged as its deputy
+//	/overlay/selfwithheld/<b32 range key>         empty, with a TTL: a subnet this node gave up on its deputy's verdict, kept out of until it expires
 //
 // Binary parts are base32 (RFC 4648, lowercase, unpadded), so no part holds
 // a '/'. Keys are built only in this file.
@@ -77,4 +78,10 @@ func deputyPrefix() []byte { return []byte(Prefix + "deputy/") }
 
 func deputyKey(shard [32]byte, p peer.ID) []byte {
 	return append(deputyPrefix(), b32.EncodeToString(shard[:])+"/"+b32.EncodeToString([]byte(p))...)
+}
+
+func selfWithheldPrefix() []byte { return []byte(Prefix + "selfwithheld/") }
+
+func selfWithheldKey(rk []byte) []byte {
+	return append(selfWithheldPrefix(), b32.EncodeToString(rk)...)
 }

@@ -318,3 +318,29 @@ func (s store) scanDeputies(fn func(v []byte) bool) error {
 		return nil
 	})
 }
+
+// putSelfWithheld keeps, until ttl ends, that this node gave up the subnet
+// of range key rk on its deputy's verdict.
+func (s store) putSelfWithheld(rk []byte, ttl time.Duration) error {
+	return s.db.Update(func(txn *badger.Txn) error {
+		return txn.SetEntry(badger.NewEntry(selfWithheldKey(rk), nil).WithTTL(ttl))
+	})
+}
+
+// scanSelfWithheld calls fn with the range key of each subnet putSelfWithheld
+// keeps and when it expires.
+func (s store) scanSelfWithheld(fn func(rk []byte, until time.Time)) error {
+	p := selfWithheldPrefix()
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: p})
+		defer it.Close()
+		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
+			rk, err := b32.DecodeString(string(it.Item().Key()[len(p):]))
+			if err != nil {
+				continue // not one of ours
+			}
+			fn(rk, time.Unix(int64(it.Item().ExpiresAt()), 0))
+		}
+		return nil
+	})
+}

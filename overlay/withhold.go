@@ -403,8 +403,8 @@ func (o *Overlay) confirmToHolder(ctx context.Context, holder peer.ID, rq *pb.Wi
 // crawl request for u unanswered (no node judges itself: the deputy, a
 // replica of the shard, judged with the auditors). from must be in the
 // shard's replica set. The exclusion that keeps the node out of the subnet
-// is kept in this node's memory (selfWithheld): the replicas take no
-// WITHHELD entry from a coordinator about itself.
+// is kept by this node (selfWithheld, in memory and its database): the
+// replicas take no WITHHELD entry from a coordinator about itself.
 func (o *Overlay) takeBackFromSelf(ctx context.Context, from peer.ID, a netip.Addr, u string) (*pb.Message, error) {
 	c := o.coord
 	id := o.tree.SmallestNonUnary(a)
@@ -421,7 +421,9 @@ func (o *Overlay) takeBackFromSelf(ctx context.Context, from peer.ID, a netip.Ad
 		return nil, err
 	}
 	if r := d.Subnet; ok && d.Node == c.self {
-		c.selfWithheld.exclude(r, time.Now().Add(o.cfg.withhold.Exclusion))
+		if err := c.selfWithheld.exclude(c.st, r, time.Now().Add(o.cfg.withhold.Exclusion)); err != nil {
+			o.log.Warn("storing that this node gave a subnet up failed; kept in memory only", "subnet", r.String(), "error", err)
+		}
 		o.log.Warn("subnet given up: this node left a crawl request unanswered past the grace, its deputy found", "deputy", from,
 			"subnet", r.String(), "url", u)
 		if err := c.orphan(ctx, sh, d, nil, "withheld"); err != nil {
@@ -435,13 +437,29 @@ func (o *Overlay) takeBackFromSelf(ctx context.Context, from peer.ID, a netip.Ad
 }
 
 // selfExclusions are the subnets this node gave up on its deputies'
-// verdicts (takeBackFromSelf), until when it stays out of each.
+// verdicts (takeBackFromSelf), until when it stays out of each. They are
+// kept in the node's database too (not in the shard's state: the replicas
+// take no WITHHELD entry from a coordinator about itself), so that a
+// restart within the exclusion does not let the node take the subnet
+// again.
 type selfExclusions struct {
 	mu sync.Mutex
 	m  map[string]time.Time // rangeKey -> until
 }
 
-func (s *selfExclusions) exclude(r subnet.Range, until time.Time) {
+// exclude keeps this node out of r until then, in memory and in st; a
+// failure to store is returned (the memory holds it all the same).
+func (s *selfExclusions) exclude(st store, r subnet.Range, until time.Time) error {
+	s.set(rangeKey(r), until)
+	return st.putSelfWithheld(rangeKey(r), time.Until(until))
+}
+
+// load takes the exclusions st keeps (after a restart).
+func (s *selfExclusions) load(st store) error {
+	return st.scanSelfWithheld(func(rk []byte, until time.Time) { s.set(rk, until) })
+}
+
+func (s *selfExclusions) set(rk []byte, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
@@ -453,7 +471,9 @@ func (s *selfExclusions) exclude(r subnet.Range, until time.Time) {
 			delete(s.m, k)
 		}
 	}
-	s.m[string(rangeKey(r))] = until
+	if now.Before(until) {
+		s.m[string(rk)] = until
+	}
 }
 
 func (s *selfExclusions) excluded(r subnet.Range, now time.Time) bool {

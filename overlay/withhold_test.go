@@ -308,6 +308,20 @@ func TestWithholdingCoordinatorGivesUp(t *testing.T) {
 		if v, err = notice(); err != nil || v.Result != WithheldNotHolder {
 			t.Errorf("a notice about the old holder: %+v, %v", v, err)
 		}
+		// Restarted, it still keeps itself out, until the exclusion ends.
+		coord.o.Close()
+		o2, err := New(coord.h, tree, coord.db, append(append(swarmOpts(), WithDelegator(coord.del)), append(auditOpts(honestRefetcher),
+			Withholding(WithholdConfig{Grace: grace, Exclusion: time.Hour}))...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o2.Close()
+		if !o2.coord.selfWithheld.excluded(ra, time.Now()) {
+			t.Error("after a restart, the coordinator no longer keeps itself out of the subnet it gave up")
+		}
+		if o2.coord.selfWithheld.excluded(ra, time.Now().Add(time.Hour+time.Second)) {
+			t.Error("after a restart, the coordinator keeps itself out of the subnet past the exclusion")
+		}
 	})
 }
 
