@@ -564,6 +564,7 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 	// several of a second).
 	const resolveKind = "micra/RESOLVE"
 	var hops []float64
+	var long, longLookups, longRedirects int // resolves of more than 6 hops, and of them those with a lookup, a redirect
 	for range min(hopSample, len(todo)) {
 		if stopped() {
 			return res, ErrStopped
@@ -572,11 +573,24 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		s := todo[rng.IntN(len(todo))]
 		n.o.Invalidate(tree.Range(tree.SmallestNonUnary(s.Addrs[0])))
 		id := n.o.Host().ID()
-		q0, r0 := sent(id), n.o.Stats().Kinds[resolveKind]
+		st0 := n.o.Stats()
+		q0, r0 := sent(id), st0.Kinds[resolveKind]
 		if _, _, err := n.o.Resolve(ctx, s.Addrs[0]); err == nil {
-			hops = append(hops, float64(sent(id)-q0+n.o.Stats().Kinds[resolveKind]-r0))
+			st := n.o.Stats()
+			h := float64(sent(id) - q0 + st.Kinds[resolveKind] - r0)
+			hops = append(hops, h)
+			if h > 6 {
+				long++
+				if st.Lookups > st0.Lookups {
+					longLookups++
+				}
+				if st.Redirects > st0.Redirects {
+					longRedirects++
+				}
+			}
 		}
 	}
+	logf("hops: %d of %d resolves took more than 6, %d of them with a DHT lookup of the shard key, %d with a redirect", long, len(hops), longLookups, longRedirects)
 	slices.Sort(hops)
 	if len(hops) > 0 {
 		res.HopsP50, res.HopsP90 = hops[len(hops)/2], hops[len(hops)*9/10]
