@@ -30,10 +30,14 @@ import (
 // (constraint-based geolocation, Gueye et al. 2006). It assumes the
 // address is in one place: an anycast address, or a CDN's, is answered
 // near each prober, and a witness near one of its points of presence
-// finds an honest claimant near another too far by it. So a rejection
-// resting on the second line alone is tallied only when the search ends,
+// finds an honest claimant near another too far by it. So a claim the
+// second line alone refutes is heard out: witnesses near the claimant
+// are asked (up to Agree more), and when Agree of them (or a trusted one)
+// see the site nearer the claimant than a refuting witness's bound
+// allows, the site is in several places and the claim stands. Where
+// none is near, such a rejection is tallied only when the search ends,
 // and a second one in the same search switches the line off for the rest
-// of it and hears those claimants again (IPMicra.Delegate); the first
+// of it and hears those claimants again (IPMicra.Delegate). The first
 // line holds for such addresses too. What no check of this kind catches
 // is a lie within the Factor: a node that halves its RTTs passes, and wins
 // where it is within twice the best node's RTT.
@@ -187,6 +191,7 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 	// confirmed: a trusted witness refutes, or any by the first bound.
 	informed, confirmed, byLower := false, false, false
 	seen := map[string]bool{claimant: true}
+	var all, upperOnes []witness // every witness taken; those refuting by the second bound
 	take := func(n string, rtt time.Duration) {
 		if seen[n] || r.banned[n] || rtt <= 0 || rtt >= Unreachable || c.suspect(n) {
 			return
@@ -197,8 +202,12 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 			return
 		}
 		w := witness{node: n, toAddr: rtt, toClaim: m}
+		all = append(all, w)
 		informed = informed || c.informative(w)
 		lower, upper := c.bounds(w, x)
+		if upper > 0 {
+			upperOnes = append(upperOnes, w)
+		}
 		if e := max(lower, upper); e > 0 {
 			rej.Witnesses = append(rej.Witnesses, n)
 			rej.Bound = max(rej.Bound, e)
@@ -267,7 +276,75 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 		take(n, rtt)
 	}
 	rej.Upper = !byLower
-	return rej, done(), false, nil
+	if !done() || byLower {
+		return rej, done(), false, nil
+	}
+	// Refuted by the second bound alone: the claimant is farther from
+	// the refuting witnesses than the site and its claim allow — or the
+	// site is in several places (anycast, a CDN) and they are near
+	// another of them. A witness near the claimant that sees the site
+	// near tells the two apart: through it the claimant is within its
+	// two RTTs of the site, nearer than a refuting witness's bound
+	// allows, which a site in one place cannot be (a liar can lengthen
+	// the RTTs it is measured by, never shorten them). Up to Agree more
+	// are asked, the nearest the claimant first, within the probe budget.
+	for range c.Agree {
+		if c.severalPlaces(all, upperOnes) || r.capped() {
+			break
+		}
+		n := r.nearestTo(c, claimant, seen)
+		if n == "" {
+			break
+		}
+		rtt, err := r.probe(n)
+		if err != nil {
+			return Rejection{}, false, false, err
+		}
+		if rtt < x {
+			return Rejection{}, false, true, nil
+		}
+		take(n, rtt)
+	}
+	if c.severalPlaces(all, upperOnes) {
+		return Rejection{Node: claimant, Claim: x}, false, false, nil
+	}
+	return rej, true, false, nil
+}
+
+// severalPlaces reports whether the witnesses put the address in several
+// places: a refuting witness w (second bound) sees the claimant farther
+// than Factor times its own RTT to the site plus both RTTs of another
+// witness v, which is near both the site and the claimant. Agree such
+// witnesses v must say so (or a trusted one), so that one lying witness,
+// shortening its probe, cannot clear a claimant.
+func (c ClaimCheck) severalPlaces(all, refuting []witness) bool {
+	near := map[string]bool{}
+	for _, w := range refuting {
+		for _, v := range all {
+			if v.node != w.node && w.toClaim > time.Duration(c.Factor*float64(w.toAddr+v.toAddr+v.toClaim))+c.Slack {
+				if c.Trusted != nil && c.Trusted(v.node) {
+					return true
+				}
+				near[v.node] = true
+			}
+		}
+	}
+	return len(near) >= c.Agree
+}
+
+// nearestTo returns the node nearest claimant by Measured that may
+// witness (not seen, banned, asked or suspect), "" when none.
+func (r *run) nearestTo(c ClaimCheck, claimant string, seen map[string]bool) string {
+	best, bestRTT := "", time.Duration(0)
+	for _, n := range r.m.Table.Nodes() {
+		if seen[n] || r.banned[n] || r.asked[n] || c.suspect(n) {
+			continue
+		}
+		if m, ok := c.Measured(n, claimant); ok && m > 0 && (best == "" || m < bestRTT || m == bestRTT && n < best) {
+			best, bestRTT = n, m
+		}
+	}
+	return best
 }
 
 // witnessCandidates returns the nodes a check may ask to witness: the

@@ -143,6 +143,14 @@ func TestClaimCheck(t *testing.T) {
 		if d.Node != "S1" || len(d.Rejected) != 1 || d.Rejected[0].Node != "M" {
 			t.Errorf("decision %+v; want S1 after rejecting M", d)
 		}
+		// N, next to M's true place, sees the site as far as S1 and S2
+		// see M: the site is in one place, and M is rejected still.
+		w = newClaimWorld(t, map[string]int{"M": 10, "S1": 12, "S2": 14, "N": 290},
+			map[[2]string]int{{"S1", "M"}: 300, {"S2", "M"}: 310, {"S1", "S2"}: 2, {"N", "M"}: 5, {"N", "S1"}: 295, {"N", "S2"}: 296})
+		d, err = w.search(t, &ClaimCheck{})
+		if err != nil || (d.Node != "S1" && d.Node != "S2") || len(d.Rejected) != 1 || d.Rejected[0].Node != "M" {
+			t.Errorf("decision %+v, %v; want S1 or S2 after rejecting M, a node near M seeing the site far", d, err)
+		}
 	})
 	t.Run("a witness that answers better decides again", func(t *testing.T) {
 		// B, asked as a witness, answers better than the claim: no
@@ -205,9 +213,8 @@ func TestClaimCheck(t *testing.T) {
 		// from its point of presence P, Q1 and Q2 5 and 6 ms from its
 		// point Q, the two sides 300 ms apart. P1 and P2, asked first,
 		// see Q1 too far for the site and its claim (300 > 2.5 × (60 +
-		// 5) + 20), and then Q2: two claimants refuted by the second
-		// bound alone put the site in two places, and the bound is
-		// switched off.
+		// 5) + 20); Q2, next to Q1, sees the site near: it is in two
+		// places.
 		between := map[[2]string]int{{"P1", "P2"}: 3, {"Q1", "Q2"}: 2}
 		for _, p := range []string{"P1", "P2"} {
 			for _, q := range []string{"Q1", "Q2"} {
@@ -237,6 +244,33 @@ func TestClaimCheck(t *testing.T) {
 		d, err = w.search(t, &ClaimCheck{})
 		if err != nil || d.Node != "Q1" || len(d.Rejected) != 1 || d.Rejected[0].Node != "L" || d.Rejected[0].Upper {
 			t.Errorf("decision %+v, %v; want Q1 after L is refuted by the first bound", d, err)
+		}
+	})
+	t.Run("witnesses near the claimant that see the site near clear it", func(t *testing.T) {
+		// The anycast address again, with Q2 and Q3 10 and 12 ms from Q1
+		// (30 and 32 ms from the site) and Q15 at a third point, 40 ms
+		// from the site, 100 ms from P and Q, which nobody refutes. Asked after Q1
+		// is refuted, Q2 and Q3 see the site nearer Q1 than P1's bound
+		// allows: Q1 stands. Without them Q1's rejection would stand
+		// and Q15, asked next, would win.
+		between := map[[2]string]int{{"P1", "P2"}: 3, {"Q1", "Q2"}: 10, {"Q1", "Q3"}: 12, {"Q2", "Q3"}: 5}
+		for _, p := range []string{"P1", "P2"} {
+			for _, q := range []string{"Q1", "Q2", "Q3"} {
+				between[[2]string{p, q}] = 300
+			}
+			between[[2]string{p, "Q15"}] = 100
+		}
+		for _, q := range []string{"Q1", "Q2", "Q3"} {
+			between[[2]string{q, "Q15"}] = 100
+		}
+		w := newClaimWorld(t, map[string]int{"P1": 60, "P2": 62, "Q1": 5, "Q15": 40, "Q2": 30, "Q3": 32}, between)
+		tally := &ClaimTally{}
+		d, err := w.search(t, &ClaimCheck{Tally: tally})
+		if err != nil || d.Node != "Q1" || len(d.Rejected) != 0 {
+			t.Fatalf("decision %+v, %v; want Q1, nobody rejected", d, err)
+		}
+		if tally.Rejected() != 0 {
+			t.Errorf("tally: %d rejected; want none", tally.Rejected())
 		}
 	})
 	t.Run("too many rejections fail the search", func(t *testing.T) {
