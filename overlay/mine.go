@@ -171,12 +171,10 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 	var unknown []Delegation
 	o.mu.Lock()
 	adopt := o.notHeld(key, held)
-	kept := false // a subnet of the shard is still held, or too recent to judge
-	for k, d := range o.owned {
-		id, part, ok := rangeOrPart(o.tree, d.Subnet)
-		if !ok || o.coord.rangeShard(id).key(o.sid) != key {
-			continue
-		}
+	kept := false                   // a subnet of the shard is still held, or too recent to judge
+	for k := range o.ownedIn[key] { // disown below deletes from it: allowed while ranging
+		d := o.owned[k]
+		_, part, _ := rangeOrPart(o.tree, d.Subnet)
 		if _, listed := held[k]; !listed && !ack.GetTruncated() && time.Since(d.Decided) > o.cfg.heartbeat {
 			o.disown(k, part)
 			dropped = append(dropped, ownedKey([]byte(k)))
@@ -323,16 +321,39 @@ func (o *Overlay) own(d Delegation, part bool) {
 		o.ownedParts++
 	}
 	o.owned[k] = d
+	if key, ok := o.ownedShard(d.Subnet); ok {
+		if o.ownedIn[key] == nil {
+			o.ownedIn[key] = map[string]struct{}{}
+		}
+		o.ownedIn[key][k] = struct{}{}
+	}
 }
 
 // disown forgets the delegation of range key k, a part when part is set.
 // o.mu is held.
 func (o *Overlay) disown(k string, part bool) {
-	if _, had := o.owned[k]; had && part {
+	d, had := o.owned[k]
+	if had && part {
 		o.ownedParts--
 	}
 	delete(o.owned, k)
 	delete(o.wonRTT, k)
+	if key, ok := o.ownedShard(d.Subnet); had && ok {
+		delete(o.ownedIn[key], k)
+		if len(o.ownedIn[key]) == 0 {
+			delete(o.ownedIn, key)
+		}
+	}
+}
+
+// ownedShard returns the key of the shard holding subnet r (a range or a
+// part of one).
+func (o *Overlay) ownedShard(r subnet.Range) ([32]byte, bool) {
+	id, _, ok := rangeOrPart(o.tree, r)
+	if !ok {
+		return [32]byte{}, false
+	}
+	return o.coord.rangeShard(id).key(o.sid), true
 }
 
 // maxWonRTT bounds an RTT an assignment may report: longer is not a probe

@@ -132,3 +132,63 @@ func TestHeartbeatTakesUpLostAssignment(t *testing.T) {
 		}
 	})
 }
+
+// TestOwnedByShard: the heartbeats' index of owned subnets by shard
+// follows every own and disown, parts included.
+func TestOwnedByShard(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		nd := r.node(0)
+		o, tree := nd.o, mustTree(t)
+		check := func(when string) {
+			t.Helper()
+			want := map[[32]byte]map[string]struct{}{}
+			for k, d := range o.owned {
+				key, ok := o.ownedShard(d.Subnet)
+				if !ok {
+					t.Fatalf("%s: %s in no shard", when, d.Subnet)
+				}
+				if want[key] == nil {
+					want[key] = map[string]struct{}{}
+				}
+				want[key][k] = struct{}{}
+			}
+			if len(want) != len(o.ownedIn) {
+				t.Fatalf("%s: %d shards indexed, want %d", when, len(o.ownedIn), len(want))
+			}
+			for key, ks := range want {
+				if len(o.ownedIn[key]) != len(ks) {
+					t.Fatalf("%s: shard %x indexes %d subnets, want %d", when, key[:4], len(o.ownedIn[key]), len(ks))
+				}
+				for k := range ks {
+					if _, ok := o.ownedIn[key][k]; !ok {
+						t.Fatalf("%s: a subnet missing from its shard's index", when)
+					}
+				}
+			}
+		}
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		var ds []Delegation
+		for _, a := range []string{"127.1.7.1", "127.1.8.1", "127.2.7.1", "127.3.9.1"} {
+			ds = append(ds, Delegation{Subnet: tree.Range(tree.SmallestNonUnary(netip.MustParseAddr(a)))})
+		}
+		part := Delegation{Subnet: subnet.RangeOf(netip.MustParsePrefix("127.1.7.128/25"))}
+		for _, d := range ds {
+			o.own(d, false)
+		}
+		o.own(part, true)
+		o.own(ds[0], false) // again
+		check("after owning")
+		if len(o.ownedIn) != 3 {
+			t.Fatalf("%d shards indexed, want 3", len(o.ownedIn))
+		}
+		o.disown(string(rangeKey(ds[0].Subnet)), false)
+		o.disown(string(rangeKey(part.Subnet)), true)
+		o.disown(string(rangeKey(ds[3].Subnet)), false)
+		o.disown(string(rangeKey(ds[3].Subnet)), false) // again
+		check("after disowning")
+		if len(o.ownedIn) != 2 || o.ownedParts != 0 {
+			t.Fatalf("%d shards indexed, %d parts, want 2 and 0", len(o.ownedIn), o.ownedParts)
+		}
+	})
+}

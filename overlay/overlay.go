@@ -63,15 +63,16 @@ type Overlay struct {
 	announceRounds                                         atomic.Int32  // regular announcement rounds started
 
 	mu         sync.Mutex
-	mine       map[[32]byte]shardRef         // shards in which this node holds delegations
-	owned      map[string]Delegation         // subnets and parts delegated to this node, by range key
-	ownedParts int                           // parts in owned
-	wonRTT     map[string]time.Duration      // owned subnets' winning probe, as their coordinator stored it
-	askQ       chan Delegation               // dropped subnets to ask about again (askAgainLoop)
-	unheld     map[[32]byte][]string         // by shard: range keys its last heartbeat ack listed as this node's that it did not hold
-	peers      map[peer.ID]PeerInfo          // announced peers, bounded
-	rtts       map[peer.ID]map[peer.ID]int64 // announced peers' measured RTTs to others, µs
-	told       map[peer.ID]told              // announcements exchanged, by peer, bounded
+	mine       map[[32]byte]shardRef            // shards in which this node holds delegations
+	owned      map[string]Delegation            // subnets and parts delegated to this node, by range key
+	ownedIn    map[[32]byte]map[string]struct{} // owned's range keys by the key of their shard (heartbeats)
+	ownedParts int                              // parts in owned
+	wonRTT     map[string]time.Duration         // owned subnets' winning probe, as their coordinator stored it
+	askQ       chan Delegation                  // dropped subnets to ask about again (askAgainLoop)
+	unheld     map[[32]byte][]string            // by shard: range keys its last heartbeat ack listed as this node's that it did not hold
+	peers      map[peer.ID]PeerInfo             // announced peers, bounded
+	rtts       map[peer.ID]map[peer.ID]int64    // announced peers' measured RTTs to others, µs
+	told       map[peer.ID]told                 // announcements exchanged, by peer, bounded
 	// nonCrawlers are peers that announced they do not crawl (NoCrawl,
 	// capacity 0): never delegation candidates. Bounded like peers.
 	nonCrawlers   map[peer.ID]time.Time
@@ -267,6 +268,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 		streams:       map[network.Stream]struct{}{},
 		mine:          map[[32]byte]shardRef{},
 		owned:         map[string]Delegation{},
+		ownedIn:       map[[32]byte]map[string]struct{}{},
 		wonRTT:        map[string]time.Duration{},
 		askQ:          make(chan Delegation, maxAskAgain),
 		unheld:        map[[32]byte][]string{},
