@@ -34,7 +34,7 @@ const (
 func (c *coordinator) probesOf(key [32]byte, r subnet.Range, maxN int) []ProbeResult {
 	prefix := string(rangeKey(r))
 	var out []ProbeResult
-	_ = c.st.scan(key, pb.Entry_PROBE, func(en *pb.Entry) bool {
+	_ = c.st.scanPrefix(key, pb.Entry_PROBE, []byte(prefix), func(en *pb.Entry) bool {
 		if len(en.GetKey()) < len(prefix) || string(en.GetKey()[:len(prefix)]) != prefix {
 			return true
 		}

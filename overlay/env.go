@@ -105,7 +105,14 @@ func (e *env) Delegations() []Delegation {
 
 func (e *env) ProbesWithin(r subnet.Range) []ProbeResult {
 	var out []ProbeResult
-	_ = e.c.st.scan(e.sh.key, pb.Entry_PROBE, func(en *pb.Entry) bool {
+	// Every range in r starts with the bytes r's first and last
+	// addresses share, and its key with its first address.
+	s, end := r.Start.As16(), r.End.As16()
+	n := 0
+	for n < len(s) && s[n] == end[n] {
+		n++
+	}
+	_ = e.c.st.scanPrefix(e.sh.key, pb.Entry_PROBE, s[:n], func(en *pb.Entry) bool {
 		if pr, ok := probeResult(en); ok && r.ContainsRange(pr.Subnet) {
 			out = append(out, pr)
 		}

@@ -238,9 +238,22 @@ func (s store) putEntries(key [32]byte, entries []*pb.Entry) (int, error) {
 // scan calls fn for each entry of the shard, of one kind or of all kinds
 // (kind 0), in key order, until fn returns false.
 func (s store) scan(key [32]byte, kind pb.Entry_Kind, fn func(*pb.Entry) bool) error {
+	return s.scanPrefix(key, kind, nil, fn)
+}
+
+// scanPrefix is scan over the entries of one kind (not UNKNOWN) whose
+// entry keys start with entryPrefix, and possibly others: the badger keys
+// hold the entry keys in base32, whose characters of only the prefix's
+// whole 5-bit groups are the prefix's own, so the caller still checks each
+// entry's key. It reads a shard's probes of one range, or of the ranges in
+// one block of addresses, without decoding all of the shard's.
+func (s store) scanPrefix(key [32]byte, kind pb.Entry_Kind, entryPrefix []byte, fn func(*pb.Entry) bool) error {
 	prefix := shardEntriesPrefix(key)
 	if kind != pb.Entry_UNKNOWN {
 		prefix = shardKindPrefix(key, int32(kind))
+		if len(entryPrefix) > 0 {
+			prefix = append(prefix, b32.EncodeToString(entryPrefix)[:len(entryPrefix)*8/5]...)
+		}
 	}
 	return s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 64})

@@ -3,6 +3,7 @@ package overlay
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -136,5 +137,48 @@ func TestStoreEntriesLargerThanATransaction(t *testing.T) {
 	}
 	if got != len(entries) {
 		t.Errorf("%d entries stored, want %d", got, len(entries))
+	}
+}
+
+// TestStoreScanPrefix: a prefix scan yields every entry whose key starts
+// with the prefix, whatever the prefix's length in bits, and never fewer
+// than a full scan filtered by it.
+func TestStoreScanPrefix(t *testing.T) {
+	st := newStore(memDB(t))
+	var key [32]byte
+	rng := rand.New(rand.NewPCG(1, 2))
+	var entries []*pb.Entry
+	for i := range 300 {
+		k := make([]byte, 40)
+		for j := range k {
+			k[j] = []byte{0x00, 0x01, 0x80, 0xff}[rng.IntN(4)] // few values, high and low bits: long shared prefixes
+		}
+		entries = append(entries, &pb.Entry{Kind: pb.Entry_PROBE, Key: k, Value: []byte{byte(i)}, Epoch: 1, Seq: 1})
+	}
+	entries = append(entries, &pb.Entry{Kind: pb.Entry_LOAD, Key: entries[0].Key, Epoch: 1, Seq: 1})
+	if _, err := st.putEntries(key, entries); err != nil {
+		t.Fatal(err)
+	}
+	for n := range 41 {
+		p := entries[rng.IntN(300)].Key[:n]
+		want, got := 0, 0
+		_ = st.scan(key, pb.Entry_PROBE, func(e *pb.Entry) bool {
+			if bytes.HasPrefix(e.GetKey(), p) {
+				want++
+			}
+			return true
+		})
+		_ = st.scanPrefix(key, pb.Entry_PROBE, p, func(e *pb.Entry) bool {
+			if e.GetKind() != pb.Entry_PROBE {
+				t.Fatalf("prefix %d bytes: an entry of kind %v", n, e.GetKind())
+			}
+			if bytes.HasPrefix(e.GetKey(), p) {
+				got++
+			}
+			return true
+		})
+		if got != want || want == 0 {
+			t.Errorf("prefix of %d bytes: %d entries, want %d (> 0)", n, got, want)
+		}
 	}
 }
