@@ -292,7 +292,7 @@ func (o *Overlay) adopt(ctx context.Context, ref shardRef, coord peer.ID, r subn
 	}
 	rctx, cancel := context.WithTimeout(ctx, max(2*o.cfg.heartbeat, time.Second))
 	defer cancel()
-	resp, err := o.request(rctx, coord, coordSpec, req, pb.Message_DELEGATION)
+	resp, err := o.askPeer(rctx, coordSpec, coord, req, pb.Message_DELEGATION, 0) // coord may be this node
 	if err != nil {
 		return err
 	}

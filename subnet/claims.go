@@ -305,6 +305,10 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 		}
 		take(n, rtt)
 	}
+	if byLower { // a witness asked found the claimant too near the site
+		rej.Upper = false
+		return rej, true, false, nil
+	}
 	if c.severalPlaces(all, upperOnes) {
 		return Rejection{Node: claimant, Claim: x}, false, false, nil
 	}

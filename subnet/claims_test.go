@@ -249,10 +249,10 @@ func TestClaimCheck(t *testing.T) {
 	t.Run("witnesses near the claimant that see the site near clear it", func(t *testing.T) {
 		// The anycast address again, with Q2 and Q3 10 and 12 ms from Q1
 		// (30 and 32 ms from the site) and Q15 at a third point, 40 ms
-		// from the site, 100 ms from P and Q, which nobody refutes. Asked after Q1
-		// is refuted, Q2 and Q3 see the site nearer Q1 than P1's bound
-		// allows: Q1 stands. Without them Q1's rejection would stand
-		// and Q15, asked next, would win.
+		// from the site and 100 ms from P and Q, which nobody refutes.
+		// Asked after Q1 is refuted, Q2 and Q3 see the site nearer Q1
+		// than P1's bound allows: Q1 stands. Without them Q1's rejection
+		// would stand and Q15, asked next, would win.
 		between := map[[2]string]int{{"P1", "P2"}: 3, {"Q1", "Q2"}: 10, {"Q1", "Q3"}: 12, {"Q2", "Q3"}: 5}
 		for _, p := range []string{"P1", "P2"} {
 			for _, q := range []string{"Q1", "Q2", "Q3"} {
