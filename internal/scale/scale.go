@@ -223,7 +223,9 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 		}
 		return 0
 	}
-	quiet := slog.New(slog.DiscardHandler)
+	// The delegators' log: claim rejections only (every node answers its
+	// probes truly here), the first ten.
+	rejections := slog.New(&rejectionLog{logf: logf, n: new(atomic.Int64)})
 	var evs events // ownership records from the churn on
 	var dbs []*badger.DB
 	var dels []*delegate.Delegator
@@ -249,7 +251,7 @@ func Run(t *testing.T, cfg Config) (Result, error) {
 			t.Cleanup(func() { sub.Close() })
 		}
 		byPeer.Store(h.ID(), a)
-		del, err := delegate.New(delegate.Threshold(threshold), delegate.Between(between), delegate.Logger(quiet))
+		del, err := delegate.New(delegate.Threshold(threshold), delegate.Between(between), delegate.Logger(rejections))
 		if err != nil {
 			return nil, err
 		}
@@ -734,3 +736,32 @@ func count(nodes []*simNode, f func(*simNode) bool) int {
 	}
 	return n
 }
+
+// rejectionLog is a slog handler that passes the delegators' "probe claim
+// rejected" records to logf, the first ten, and drops everything else.
+type rejectionLog struct {
+	logf func(format string, args ...any)
+	n    *atomic.Int64
+}
+
+func (h *rejectionLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h *rejectionLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "probe claim rejected" {
+		return nil
+	}
+	if h.n.Add(1) > 10 {
+		return nil
+	}
+	var b strings.Builder
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	h.logf("probe claim rejected:%s", b.String())
+	return nil
+}
+
+func (h *rejectionLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h *rejectionLog) WithGroup(string) slog.Handler { return h }

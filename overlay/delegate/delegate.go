@@ -303,8 +303,8 @@ func (d *Delegator) Delegate(ctx context.Context, req overlay.DelegateRequest, e
 			"issued", v.issued, "probes", ps, "reason", req.Reason)
 	}
 	for _, rj := range dec.Rejected {
-		d.cfg.log.Debug("probe claim rejected", "subnet", v.target().String(), "peer", peer.ID(rj.Node), "claim", rj.Claim,
-			"beyond", rj.Bound, "witnesses", len(rj.Witnesses))
+		d.cfg.log.Info("probe claim rejected", "subnet", v.target().String(), "peer", peer.ID(rj.Node), "claim", rj.Claim,
+			"beyond", rj.Bound, "witnesses", len(rj.Witnesses), "second_bound_only", rj.Upper)
 	}
 	if req.IsPart() {
 		// A part is a small share of a range its holder already
