@@ -997,6 +997,15 @@ func (o *Overlay) askCoordinatorFrom(ctx context.Context, sp spec, ref shardRef,
 					delete(o.coordFor, key) // the next request must not start there again
 				}
 				o.mu.Unlock()
+				// Not reached: gone, or only its addresses are (a
+				// peer not met for 15 minutes). First ask a reachable
+				// peer near the key: a redirect carries the
+				// coordinator's addresses, one request where a lookup
+				// costs tens.
+				if next := o.reachableNear(key, target); retries == 1 && next != "" {
+					target = next
+					continue
+				}
 			}
 			pause := time.NewTimer(100 * time.Millisecond << (2 * (retries - 1)))
 			select {
@@ -1011,6 +1020,21 @@ func (o *Overlay) askCoordinatorFrom(ctx context.Context, sp spec, ref shardRef,
 		}
 	}
 	return nil, target, fmt.Errorf("%w: %w", ErrNotCoordinator, lastErr)
+}
+
+// reachableNear returns the peer nearest key in this node's view, other
+// than this node and than not, that it is connected to or has addresses
+// for; "" when none.
+func (o *Overlay) reachableNear(key [32]byte, not peer.ID) peer.ID {
+	for _, p := range o.coord.view(key) {
+		if p == not || p == o.h.ID() {
+			continue
+		}
+		if o.h.Network().Connectedness(p) == network.Connected || len(o.h.Peerstore().Addrs(p)) > 0 {
+			return p
+		}
+	}
+	return ""
 }
 
 // askPeer sends req to target over sp, or serves it here when target is
