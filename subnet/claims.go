@@ -215,6 +215,16 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 			byLower = byLower || lower > 0
 		}
 	}
+	// ask has n probe as one more witness; better: it answered better
+	// than the claim, and the search decides again with its answer.
+	ask := func(n string) (better bool, err error) {
+		rtt, err := r.probe(n)
+		if err != nil || rtt < x {
+			return err == nil, err
+		}
+		take(n, rtt)
+		return false, nil
+	}
 	for _, p := range d.Probes {
 		take(p.Node, p.RTT)
 	}
@@ -266,14 +276,9 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 		if n == "" {
 			break
 		}
-		rtt, err := r.probe(n)
-		if err != nil {
-			return Rejection{}, false, false, err
+		if better, err := ask(n); err != nil || better {
+			return Rejection{}, false, better, err
 		}
-		if rtt < x {
-			return Rejection{}, false, true, nil
-		}
-		take(n, rtt)
 	}
 	rej.Upper = !byLower
 	if !done() || byLower {
@@ -292,18 +297,13 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 		if c.severalPlaces(all, upperOnes) || r.capped() {
 			break
 		}
-		n := r.nearestTo(c, claimant, seen)
-		if n == "" {
+		near := r.nearClaimant(c, claimant, seen)
+		if len(near) == 0 {
 			break
 		}
-		rtt, err := r.probe(n)
-		if err != nil {
-			return Rejection{}, false, false, err
+		if better, err := ask(near[0]); err != nil || better {
+			return Rejection{}, false, better, err
 		}
-		if rtt < x {
-			return Rejection{}, false, true, nil
-		}
-		take(n, rtt)
 	}
 	if byLower { // a witness asked found the claimant too near the site
 		rej.Upper = false
@@ -336,19 +336,41 @@ func (c ClaimCheck) severalPlaces(all, refuting []witness) bool {
 	return len(near) >= c.Agree
 }
 
-// nearestTo returns the node nearest claimant by Measured that may
-// witness (not seen, banned, asked or suspect), "" when none.
-func (r *run) nearestTo(c ClaimCheck, claimant string, seen map[string]bool) string {
-	best, bestRTT := "", time.Duration(0)
+// mayWitness reports whether n may be asked to witness: not seen, banned,
+// asked or suspect.
+func (r *run) mayWitness(c ClaimCheck, n string, seen map[string]bool) bool {
+	return !seen[n] && !r.banned[n] && !r.asked[n] && !c.suspect(n)
+}
+
+// cand is a candidate witness and its RTT to what it is ranked by.
+type cand struct {
+	node string
+	rtt  time.Duration
+}
+
+// sortedNodes returns the nodes of cs, nearest first (ties by name).
+func sortedNodes(cs []cand) []string {
+	slices.SortFunc(cs, func(a, b cand) int { return cmp.Or(cmp.Compare(a.rtt, b.rtt), cmp.Compare(a.node, b.node)) })
+	out := make([]string, len(cs))
+	for i, x := range cs {
+		out[i] = x.node
+	}
+	return out
+}
+
+// nearClaimant returns the nodes that may witness, nearest claimant by
+// Measured first.
+func (r *run) nearClaimant(c ClaimCheck, claimant string, seen map[string]bool) []string {
+	var near []cand
 	for _, n := range r.m.Table.Nodes() {
-		if seen[n] || r.banned[n] || r.asked[n] || c.suspect(n) {
+		if !r.mayWitness(c, n, seen) {
 			continue
 		}
-		if m, ok := c.Measured(n, claimant); ok && m > 0 && (best == "" || m < bestRTT || m == bestRTT && n < best) {
-			best, bestRTT = n, m
+		if m, found := c.Measured(n, claimant); found && m > 0 {
+			near = append(near, cand{n, m})
 		}
 	}
-	return best
+	return sortedNodes(near)
 }
 
 // witnessCandidates returns the nodes a check may ask to witness: the
@@ -356,28 +378,7 @@ func (r *run) nearestTo(c ClaimCheck, claimant string, seen map[string]bool) str
 // and the nearest to the subnet's neighbourhood by stored probes in turn,
 // without repeats.
 func (r *run) witnessCandidates(c ClaimCheck, claimant string, seen map[string]bool) (trusted, others []string) {
-	ok := func(n string) bool { return !seen[n] && !r.banned[n] && !r.asked[n] && !c.suspect(n) }
-	type cand struct {
-		node string
-		rtt  time.Duration
-	}
-	sorted := func(cs []cand) []string {
-		slices.SortFunc(cs, func(a, b cand) int { return cmp.Or(cmp.Compare(a.rtt, b.rtt), cmp.Compare(a.node, b.node)) })
-		out := make([]string, len(cs))
-		for i, x := range cs {
-			out[i] = x.node
-		}
-		return out
-	}
-	var near []cand
-	for _, n := range r.m.Table.Nodes() {
-		if !ok(n) {
-			continue
-		}
-		if m, found := c.Measured(n, claimant); found && m > 0 {
-			near = append(near, cand{n, m})
-		}
-	}
+	ok := func(n string) bool { return r.mayWitness(c, n, seen) }
 	// The neighbourhood: the stored probes of the ranges under S's
 	// ancestors, from the nearest ancestor up, until one has some.
 	var site []cand
@@ -404,7 +405,7 @@ func (r *run) witnessCandidates(c ClaimCheck, claimant string, seen map[string]b
 			}
 		}
 	}
-	a, b := sorted(near), sorted(site)
+	a, b := r.nearClaimant(c, claimant, seen), sortedNodes(site)
 	in := map[string]bool{}
 	if c.Trusted != nil {
 		for _, n := range r.m.Table.Nodes() {
