@@ -288,6 +288,7 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 	ix.oweWithheld(overdue, overdueIDs)
 	failed := map[string]bool{}
 	var to map[string]peer.ID
+	var receipts map[string]results.Receipt
 	if len(reqs) > 0 {
 		// The cached owner may be the node that died with the requests.
 		res, err := results.Submit(ctx, ix.o, reqs, append(ix.cfg.results(), results.Fresh())...)
@@ -297,7 +298,7 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 		for _, f := range res.Failed {
 			failed[f.Link] = true
 		}
-		to = res.To
+		to, receipts = res.To, res.Receipts
 		ix.stats.resubmitted.Add(uint64(len(reqs) - len(res.Failed)))
 		ix.log.Info("crawl requests without records submitted again", "sent", len(reqs)-len(res.Failed), "failed", len(res.Failed))
 	}
@@ -321,7 +322,7 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 			}
 			link := d.pc.GetRequest().GetLink()
 			if node, ok := to[link]; ok {
-				cur.Holder, cur.SentMs = []byte(node), now.UnixMilli()
+				setHolder(&cur, node, link, receipts[link], now)
 			}
 			if cur.GetNextMs() == d.pc.GetNextMs() {
 				wait := ix.cfg.patience

@@ -28,7 +28,9 @@ import (
 // the page goes to its new node without waiting for the next patience.
 // Notices owed are kept in badger (/results/withheld/<id>, the pending
 // request's id), so a restart does not forget them, within bounds: per node
-// and hour (WithheldNotices), and in all (maxOwed).
+// and hour (WithheldNotices), and in all (maxOwed). A notice carries the
+// node's receipt of the request (results.Receipt, kept in the pending
+// request): the coordinator judges none without it.
 
 // Bounds of the notices owed.
 const (
@@ -90,7 +92,7 @@ func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 	err := ix.db.Update(func(txn *badger.Txn) error {
 		for i, pc := range due {
 			h, err := peer.IDFromBytes(pc.GetHolder())
-			if err != nil || h == self {
+			if err != nil || h == self || len(pc.GetReceipt()) == 0 {
 				continue
 			}
 			k := withheldKey(ids[i])
@@ -102,7 +104,7 @@ func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 				continue
 			}
 			v, err := proto.Marshal(&pb.WithheldOwed{Url: pc.GetRequest().GetLink(), Holder: pc.GetHolder(),
-				AskedMs: pc.GetSentMs(), NextMs: now.UnixMilli()})
+				AskedMs: pc.GetReceiptMs(), Receipt: pc.GetReceipt(), NextMs: now.UnixMilli()})
 			if err != nil {
 				return err
 			}
@@ -238,7 +240,7 @@ func (ix *Indexer) notice(ctx context.Context, wo *pb.WithheldOwed, holder peer.
 		return overlay.WithheldVerdict{}, err
 	}
 	return ix.o.Withheld(ctx, overlay.WithheldNotice{Addr: addr, URL: wo.GetUrl(), Holder: holder,
-		AskedAt: time.UnixMilli(wo.GetAskedMs())})
+		AskedAt: time.UnixMilli(wo.GetAskedMs()), Receipt: wo.GetReceipt()})
 }
 
 func (ix *Indexer) delayOwed(id [16]byte, wo *pb.WithheldOwed, next time.Time, tried bool) {
@@ -292,7 +294,7 @@ func (ix *Indexer) dueNow(id [16]byte) {
 		}
 		// Not overdue: the node it went to no longer holds the subnet
 		// (no notice is owed about it when it is submitted again).
-		pc.NextMs, pc.Holder = ix.cfg.now().UnixMilli(), nil
+		pc.NextMs, pc.Holder, pc.Receipt, pc.ReceiptMs = ix.cfg.now().UnixMilli(), nil, nil, 0
 		if pc.Attempts > 0 {
 			pc.Attempts-- // the submission to the node that withheld it does not count
 		}
@@ -313,7 +315,7 @@ func (ix *Indexer) dueNow(id [16]byte) {
 }
 
 // noteHolders records, in the pending requests of the links res sent, the
-// node each went to and when.
+// node each went to, when, and its receipt.
 func (ix *Indexer) noteHolders(res results.SubmitResult) {
 	if len(res.To) == 0 || ix.cfg.attempts <= 1 {
 		return
@@ -326,7 +328,7 @@ func (ix *Indexer) noteHolders(res results.SubmitResult) {
 		if l, err := crawl.NormalizeURL(link); err == nil {
 			id := pendingID(l)
 			if _, ok := ix.pend.m[id]; ok {
-				list = append(list, sentTo{id, node})
+				list = append(list, sentTo{id, node, link, res.Receipts[link]})
 			}
 		}
 	}
@@ -342,14 +344,16 @@ func (ix *Indexer) noteHolders(res results.SubmitResult) {
 	}
 }
 
-// sentTo is a pending request and the node it was sent to.
+// sentTo is a pending request, the node it was sent to and its receipt.
 type sentTo struct {
-	id   [16]byte
-	node peer.ID
+	id      [16]byte
+	node    peer.ID
+	link    string // as sent, which the receipt signs
+	receipt results.Receipt
 }
 
 // setHolders records in the pending requests of sent the node each went
-// to, at now.
+// to, at now, and its receipt.
 func setHolders(txn *badger.Txn, sent []sentTo, now time.Time) error {
 	for _, s := range sent {
 		it, err := txn.Get(pendingKey(s.id))
@@ -360,7 +364,7 @@ func setHolders(txn *badger.Txn, sent []sentTo, now time.Time) error {
 		if it.Value(func(v []byte) error { return proto.Unmarshal(v, &pc) }) != nil {
 			continue
 		}
-		pc.Holder, pc.SentMs = []byte(s.node), now.UnixMilli()
+		setHolder(&pc, s.node, s.link, s.receipt, now)
 		v, err := proto.Marshal(&pc)
 		if err != nil {
 			return err
@@ -370,6 +374,17 @@ func setHolders(txn *badger.Txn, sent []sentTo, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// setHolder records in pc that it went to node at now as link, with its
+// receipt r. The receipt is kept only when it signs pc's link, which a
+// notice names: a request first submitted with a link that is not
+// normalized has none until it is submitted again from pc.
+func setHolder(pc *pb.PendingCrawl, node peer.ID, link string, r results.Receipt, now time.Time) {
+	pc.Holder, pc.SentMs, pc.Receipt, pc.ReceiptMs = []byte(node), now.UnixMilli(), nil, 0
+	if len(r.Sig) > 0 && link == pc.GetRequest().GetLink() {
+		pc.Receipt, pc.ReceiptMs = r.Sig, r.At.UnixMilli()
+	}
 }
 
 // Owed returns the number of withholding notices owed.

@@ -1,15 +1,21 @@
 package indexer
 
 import (
+	"bytes"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
 	"github.com/micra-net/micra/results/resultstest"
@@ -33,11 +39,31 @@ func storedPending(t *testing.T, ix *Indexer, link string) ([16]byte, *pb.Pendin
 	return id, &pc
 }
 
+// sentWithReceipts is what results.Submit returns when holder, whose key
+// is key, took requests for links at at.
+func sentWithReceipts(t *testing.T, key crypto.PrivKey, at time.Time, links ...string) results.SubmitResult {
+	t.Helper()
+	holder, err := peer.IDFromPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := results.SubmitResult{To: map[string]peer.ID{}, Receipts: map[string]results.Receipt{}}
+	for _, l := range links {
+		sig, err := overlay.SignReceipt(key, l, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.To[l], res.Receipts[l] = holder, results.Receipt{At: at, Sig: sig}
+	}
+	return res
+}
+
 // TestWithheldOwed: a withholding notice owed about the node a crawl
 // request went to is kept in badger and is there after a restart, with the
-// node, the URL and when the request was sent; one is owed per request; a
-// notice whose request a record answered meanwhile is dropped, not sent;
-// beyond the bound none is kept.
+// node, the URL, and the node's receipt and its time; one is owed per
+// request, none without a receipt (one of a link that is not the request's
+// normalized one is not kept); a notice whose request a record answered
+// meanwhile is dropped, not sent; beyond the bound none is kept.
 func TestWithheldOwed(t *testing.T) {
 	db := resultstest.MemDB(t)
 	x, err := index.New(db, index.Logger(quiet()))
@@ -49,19 +75,22 @@ func TestWithheldOwed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder, err := peer.IDFromPrivateKey(resultstest.Key(t))
+	key := resultstest.Key(t)
+	holder, err := peer.IDFromPrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}
+	took := testNow.Add(-time.Minute)
 	links := []string{"http://a.example/", "http://b.example/x"}
 	ix.keepPending([]crawl.Request{{Link: links[0]}, {Link: links[1]}})
-	ix.noteHolders(results.SubmitResult{To: map[string]peer.ID{links[0]: holder, links[1]: holder}})
+	sent := sentWithReceipts(t, key, took, links...)
+	ix.noteHolders(sent)
 	var due []*pb.PendingCrawl
 	var ids [][16]byte
 	for _, l := range links {
 		id, pc := storedPending(t, ix, l)
-		if peer.ID(pc.GetHolder()) != holder || pc.GetSentMs() == 0 {
-			t.Fatalf("pending request of %s: %+v, want its holder and when it was sent", l, pc)
+		if peer.ID(pc.GetHolder()) != holder || pc.GetSentMs() == 0 || pc.GetReceiptMs() != took.UnixMilli() || len(pc.GetReceipt()) == 0 {
+			t.Fatalf("pending request of %s: %+v, want its holder, when it was sent and the receipt", l, pc)
 		}
 		due, ids = append(due, pc), append(ids, id)
 	}
@@ -69,6 +98,26 @@ func TestWithheldOwed(t *testing.T) {
 	ix.oweWithheld(due, ids) // once per request
 	if n := ix.Owed(); n != 2 {
 		t.Fatalf("%d notices owed, want 2", n)
+	}
+	// No receipt, no notice: the coordinator would judge none. A receipt
+	// of the link as first submitted, not normalized, is not the link a
+	// notice names.
+	for _, res := range []results.SubmitResult{
+		{To: map[string]peer.ID{"http://n.example/": holder}},
+		sentWithReceipts(t, key, took, "HTTP://M.example"),
+	} {
+		ix.keepPending([]crawl.Request{{Link: slices.Collect(maps.Keys(res.To))[0]}})
+		ix.noteHolders(res)
+	}
+	for _, l := range []string{"http://n.example/", "http://m.example/"} {
+		id, pc := storedPending(t, ix, l)
+		if peer.ID(pc.GetHolder()) != holder || len(pc.GetReceipt()) != 0 {
+			t.Fatalf("pending request of %s: %+v, want its holder and no receipt", l, pc)
+		}
+		ix.oweWithheld([]*pb.PendingCrawl{pc}, [][16]byte{id})
+	}
+	if n := ix.Owed(); n != 2 {
+		t.Fatalf("%d notices owed after requests without receipts, want 2", n)
 	}
 
 	ix2, err := newIndexer(x, db, sid(t), Logger(quiet()))
@@ -94,8 +143,12 @@ func TestWithheldOwed(t *testing.T) {
 		return nil
 	})
 	for _, wo := range got {
-		if peer.ID(wo.GetHolder()) != holder || wo.GetAskedMs() != due[0].GetSentMs() || (wo.GetUrl() != links[0] && wo.GetUrl() != links[1]) {
+		if peer.ID(wo.GetHolder()) != holder || wo.GetAskedMs() != took.UnixMilli() || (wo.GetUrl() != links[0] && wo.GetUrl() != links[1]) ||
+			!bytes.Equal(wo.GetReceipt(), sent.Receipts[wo.GetUrl()].Sig) {
 			t.Errorf("stored notice %+v", wo)
+		}
+		if err := overlay.VerifyReceipt(holder, wo.GetUrl(), time.UnixMilli(wo.GetAskedMs()), wo.GetReceipt()); err != nil {
+			t.Errorf("stored notice's receipt: %v", err)
 		}
 	}
 	if len(got) != 2 {
@@ -122,7 +175,7 @@ func TestWithheldOwed(t *testing.T) {
 		t.Fatal(err)
 	}
 	ix2.keepPending([]crawl.Request{{Link: old}})
-	ix2.noteHolders(results.SubmitResult{To: map[string]peer.ID{old: holder}})
+	ix2.noteHolders(sentWithReceipts(t, key, took, old))
 	id, pc := storedPending(t, ix2, old)
 	ix2.oweWithheld([]*pb.PendingCrawl{pc}, [][16]byte{id})
 	if n := ix2.Owed(); n != 1 {
@@ -141,7 +194,7 @@ func TestWithheldOwed(t *testing.T) {
 		}
 	}
 	ix3.keepPending([]crawl.Request{{Link: other}})
-	ix3.noteHolders(results.SubmitResult{To: map[string]peer.ID{other: holder}})
+	ix3.noteHolders(sentWithReceipts(t, key, took, other))
 	id, pc = storedPending(t, ix3, other)
 	ix3.oweWithheld([]*pb.PendingCrawl{pc}, [][16]byte{id})
 	if n := ix3.Owed(); n != 1 {
@@ -150,7 +203,7 @@ func TestWithheldOwed(t *testing.T) {
 	// The bound.
 	ix2.owed = maxOwed
 	ix2.keepPending([]crawl.Request{{Link: "http://c.example/"}})
-	ix2.noteHolders(results.SubmitResult{To: map[string]peer.ID{"http://c.example/": holder}})
+	ix2.noteHolders(sentWithReceipts(t, key, took, "http://c.example/"))
 	id, pc = storedPending(t, ix2, "http://c.example/")
 	ix2.oweWithheld([]*pb.PendingCrawl{pc}, [][16]byte{id})
 	if st := ix2.Stats(); st.WithheldUnkept != 1 {

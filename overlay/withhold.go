@@ -23,9 +23,12 @@ import (
 // then tells the coordinator of the page's subnet (WITHHELD, on the audit
 // protocol), naming the node it sent the request to. The coordinator notes
 // the first notice against the subnet's current node and answers NOTED with
-// the time left of its grace (WithholdConfig.Grace); the indexer asks again
-// once the grace is over if still no record has come (a record that comes
-// meanwhile ends it: the indexer does not ask again). A notice that comes
+// the time left of its grace (WithholdConfig.Grace); a notice carries the
+// node's receipt of the request (receipt.go), without which it is refused,
+// and one whose receipt is younger than the grace is not noted yet, so the
+// node has had the request two graces before it is judged. The indexer
+// asks again once the grace is over if still no record has come (a record
+// that comes meanwhile ends it: the indexer does not ask again). A notice that comes
 // again after the grace is judged: an auditor — a node that may refetch,
 // not the holder and not of the holder's place (place.go) — fetches the
 // page, so that a dead web server is not blamed on the volunteer. When the
@@ -134,13 +137,16 @@ func (r WithheldResult) String() string {
 	return fmt.Sprintf("withheld-result(%d)", int(r))
 }
 
-// WithheldNotice says that a crawl request for URL, sent to Holder at
-// AskedAt, has had no record past the asker's patience.
+// WithheldNotice says that a crawl request for URL, which Holder took at
+// AskedAt, has had no record past the asker's patience. Receipt is
+// Holder's receipt of it (SignReceipt of URL at AskedAt, by Holder's
+// clock): a notice is judged only on it.
 type WithheldNotice struct {
 	Addr    netip.Addr // an address of the URL's host: names the subnet, hence the coordinator
 	URL     string
 	Holder  peer.ID
 	AskedAt time.Time
+	Receipt []byte
 }
 
 // WithheldVerdict is the answer to a notice.
@@ -162,9 +168,12 @@ func (o *Overlay) Withheld(ctx context.Context, n WithheldNotice) (WithheldVerdi
 	if n.Holder == o.h.ID() {
 		return WithheldVerdict{}, fmt.Errorf("withheld: %w: a notice about this node itself", ErrMalformed)
 	}
+	if err := VerifyReceipt(n.Holder, n.URL, n.AskedAt, n.Receipt); err != nil {
+		return WithheldVerdict{}, fmt.Errorf("withheld: %w", err)
+	}
 	req := newMsg(pb.Message_WITHHELD)
 	req.Withheld = &pb.Withheld{Snapshot: o.sid[:], Addr: addrBytes(n.Addr), Url: n.URL, Holder: []byte(n.Holder),
-		AskedMs: n.AskedAt.UnixMilli()}
+		AskedMs: n.AskedAt.UnixMilli(), Receipt: n.Receipt}
 	ref := o.coord.rangeShard(o.tree.SmallestNonUnary(n.Addr))
 	resp, from, err := o.askCoordinatorFrom(ctx, auditSpec, ref, req, pb.Message_WITHHELD_VERDICT)
 	deputy := from == n.Holder
@@ -286,6 +295,12 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 	if err := o.limitWithheld(from); err != nil {
 		return nil, err
 	}
+	// Evidence: the holder's receipt of the request. Without it a notice
+	// would be any peer's word that a request was sent.
+	asked := time.UnixMilli(rq.GetAskedMs())
+	if err := VerifyReceipt(holder, u, asked, rq.GetReceipt()); err != nil {
+		return nil, err
+	}
 	if holder == c.self {
 		if rq.GetConfirmed() {
 			return o.takeBackFromSelf(ctx, from, a, u)
@@ -329,6 +344,13 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 	key := string(rangeKey(r)) + string(holder) + "\x00" + u
 	now := time.Now()
 	grace := o.cfg.withhold.Grace
+	// The holder has had the request a grace at least before a notice
+	// is noted, and a grace more before one is judged: nothing is noted
+	// of a request it took moments ago.
+	if young := grace - now.Sub(asked); young > 0 {
+		v.RetryMs = young.Milliseconds() + 1
+		return answer(pb.WithheldVerdict_NOTED)
+	}
 	life := grace + withheldNoteLife
 	// A coordinator keeps what it noted in the shard's state too, so that
 	// the grace runs on after its restart or at the replica taking over; a
@@ -388,7 +410,7 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 func (o *Overlay) confirmToHolder(ctx context.Context, holder peer.ID, rq *pb.Withheld) bool {
 	m := newMsg(pb.Message_WITHHELD)
 	m.Withheld = &pb.Withheld{Snapshot: rq.GetSnapshot(), Addr: rq.GetAddr(), Url: rq.GetUrl(), Holder: rq.GetHolder(),
-		AskedMs: rq.GetAskedMs(), Confirmed: true}
+		AskedMs: rq.GetAskedMs(), Receipt: rq.GetReceipt(), Confirmed: true}
 	resp, err := o.request(ctx, holder, auditSpec, m, pb.Message_WITHHELD_VERDICT)
 	if err != nil {
 		o.log.Debug("deputy's withholding verdict not taken by the holder", "peer", holder, "error", err)

@@ -90,7 +90,7 @@ func TestWithholdingJudged(t *testing.T) {
 			}
 		}
 		notice := func(addr netip.Addr, url string, h *node) (WithheldVerdict, error) {
-			return asker.o.Withheld(ctx, WithheldNotice{Addr: addr, URL: url, Holder: h.h.ID(), AskedAt: time.Now().Add(-time.Hour)})
+			return asker.o.Withheld(ctx, signedNotice(t, addr, url, h, time.Now().Add(-time.Hour)))
 		}
 		start := time.Now()
 
@@ -183,7 +183,7 @@ func TestWithholdingJudged(t *testing.T) {
 			t.Fatalf("notice about the coordinator after the grace: %+v, %v", v, err)
 		}
 		m := newMsg(pb.Message_WITHHELD)
-		m.Withheld = &pb.Withheld{Snapshot: coord.o.sid[:], Addr: addrBytes(c), Url: urlC, Holder: []byte(coord.h.ID())}
+		m.Withheld = withheldPB(t, coord, c, urlC, coord)
 		if _, err := honest(ctx, asker.h.ID(), m); !errors.Is(err, ErrRecused) {
 			t.Errorf("an honest coordinator's notice about itself: %v, want recused", err)
 		}
@@ -228,7 +228,7 @@ func TestWithheldNoteSurvivesTakeover(t *testing.T) {
 		}
 		u := "http://" + a.String() + "/page"
 		notice := func() (WithheldVerdict, error) {
-			return asker.o.Withheld(ctx, WithheldNotice{Addr: a, URL: u, Holder: holder.h.ID(), AskedAt: time.Now().Add(-time.Hour)})
+			return asker.o.Withheld(ctx, signedNotice(t, a, u, holder, time.Now().Add(-time.Hour)))
 		}
 		v, err := notice()
 		if err != nil || v.Result != WithheldNoted || v.Coordinator != coord.h.ID() {
@@ -273,13 +273,14 @@ func TestWithholdingCoordinatorGivesUp(t *testing.T) {
 
 		// A far peer posing as the deputy is refused.
 		m := newMsg(pb.Message_WITHHELD)
-		m.Withheld = &pb.Withheld{Snapshot: coord.o.sid[:], Addr: addrBytes(a), Url: u, Holder: []byte(coord.h.ID()), Confirmed: true}
+		m.Withheld = withheldPB(t, coord, a, u, coord)
+		m.Withheld.Confirmed = true
 		if _, err := coord.o.handleWithheld(ctx, asker.h.ID(), m); !errors.Is(err, ErrForbidden) {
 			t.Fatalf("a confirmation from outside the replica set: %v, want forbidden", err)
 		}
 
 		notice := func() (WithheldVerdict, error) {
-			return asker.o.Withheld(ctx, WithheldNotice{Addr: a, URL: u, Holder: coord.h.ID(), AskedAt: time.Now().Add(-time.Hour)})
+			return asker.o.Withheld(ctx, signedNotice(t, a, u, coord, time.Now().Add(-time.Hour)))
 		}
 		v, err := notice()
 		if err != nil || v.Result != WithheldNoted || !v.Deputy || v.Coordinator != dep.h.ID() {
@@ -370,7 +371,7 @@ func TestWithheldPartJudged(t *testing.T) {
 		}
 		u := "http://127.2.5.200/page"
 		notice := func(h *node) (WithheldVerdict, error) {
-			return asker.o.Withheld(ctx, WithheldNotice{Addr: far, URL: u, Holder: h.h.ID(), AskedAt: time.Now().Add(-time.Hour)})
+			return asker.o.Withheld(ctx, signedNotice(t, far, u, h, time.Now().Add(-time.Hour)))
 		}
 		if v, err := notice(holder); err != nil || v.Result != WithheldNotHolder {
 			t.Fatalf("a notice naming the range's node for a page of the part: %+v, %v; want not the holder", v, err)
@@ -398,5 +399,85 @@ func TestWithheldPartJudged(t *testing.T) {
 		if v, err = notice(withholder); err != nil || v.Result != WithheldNotHolder {
 			t.Errorf("a notice about the part's old node: %+v, %v", v, err)
 		}
+	})
+}
+
+// signedNotice is a notice about h's crawl request for u, with h's receipt
+// of it taken at at.
+func signedNotice(t *testing.T, a netip.Addr, u string, h *node, at time.Time) WithheldNotice {
+	t.Helper()
+	sig, err := SignReceipt(h.h.Peerstore().PrivKey(h.h.ID()), u, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return WithheldNotice{Addr: a, URL: u, Holder: h.h.ID(), AskedAt: at, Receipt: sig}
+}
+
+// withheldPB is signedNotice on the wire, to coord's snapshot, taken an
+// hour ago.
+func withheldPB(t *testing.T, coord *node, a netip.Addr, u string, h *node) *pb.Withheld {
+	n := signedNotice(t, a, u, h, time.Now().Add(-time.Hour))
+	return &pb.Withheld{Snapshot: coord.o.sid[:], Addr: addrBytes(a), Url: u, Holder: []byte(h.h.ID()),
+		AskedMs: n.AskedAt.UnixMilli(), Receipt: n.Receipt}
+}
+
+// TestWithheldNeedsReceipt: a withholding notice is judged only on the
+// holder's receipt of the request (issue 18: a notice is evidence, not a
+// peer's word): one without a receipt, with another node's, with the
+// receipt of another page or with its time changed is refused and notes
+// nothing; and a receipt younger than the grace is not noted yet, so the
+// holder has had the request two graces before it is judged.
+func TestWithheldNeedsReceipt(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		const grace = 30 * time.Second
+		a := netip.AddrFrom4([4]byte{127, 2, 200, 7})
+		order, _ := withholdSwarm(t, r, grace, a)
+		coord, holder, asker := order[0], order[3], order[len(order)-1]
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		if d, err := holder.o.Delegate(ctx, "http://"+a.String()+"/", a); err != nil || d.Node != holder.h.ID() {
+			t.Fatalf("delegating %v: %+v, %v", a, d, err)
+		}
+		u := "http://" + a.String() + "/page"
+		took := time.Now()
+		good := withheldPB(t, coord, a, u, holder)
+		forged := withheldPB(t, coord, a, u, asker) // the asker's own signature
+		forged.Holder = good.Holder
+		other := withheldPB(t, coord, a, u+"2", holder) // the receipt of another page
+		other.Url = u
+		for _, c := range []struct {
+			name string
+			w    *pb.Withheld
+			want error
+		}{
+			{"no receipt", &pb.Withheld{Snapshot: good.Snapshot, Addr: good.Addr, Url: u, Holder: good.Holder, AskedMs: good.AskedMs}, ErrMalformed},
+			{"another node's signature", forged, ErrForbidden},
+			{"another page's receipt", other, ErrForbidden},
+			{"its time changed", &pb.Withheld{Snapshot: good.Snapshot, Addr: good.Addr, Url: u, Holder: good.Holder, AskedMs: good.AskedMs - 1, Receipt: good.Receipt}, ErrForbidden},
+		} {
+			m := newMsg(pb.Message_WITHHELD)
+			m.Withheld = c.w
+			if _, err := asker.o.request(ctx, coord.h.ID(), auditSpec, m, pb.Message_WITHHELD_VERDICT); !errors.Is(err, c.want) {
+				t.Errorf("%s: %v, want %v", c.name, err, c.want)
+			}
+		}
+		if n := coord.o.Stats().WithheldNotices; n != 0 {
+			t.Errorf("%d notices counted after the refused ones, want 0", n)
+		}
+		// A receipt taken now: not noted until it is a grace old.
+		fresh := signedNotice(t, a, u, holder, time.Now())
+		v, err := asker.o.Withheld(ctx, fresh)
+		if err != nil || v.Result != WithheldNoted || v.Retry < grace-time.Second || v.Retry > grace+time.Second {
+			t.Fatalf("a notice with a receipt just taken: %+v, %v; want noted, again after the grace", v, err)
+		}
+		time.Sleep(v.Retry)
+		if v, err = asker.o.Withheld(ctx, fresh); err != nil || v.Result != WithheldNoted || v.Retry < grace-time.Second {
+			t.Fatalf("the notice a grace after the receipt: %+v, %v; want noted now, its grace to run", v, err)
+		}
+		time.Sleep(v.Retry)
+		if v, err = asker.o.Withheld(ctx, fresh); err != nil || v.Result != WithheldTakenBack {
+			t.Fatalf("the notice two graces after the receipt: %+v, %v; want taken back", v, err)
+		}
+		t.Logf("taken back %v after the receipt (grace %v)", time.Since(took).Round(time.Second), grace)
 	})
 }

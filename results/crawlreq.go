@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -19,9 +20,20 @@ import (
 
 // SubmitResult says where Submit's crawl requests went.
 type SubmitResult struct {
-	Sent   map[peer.ID]int    // requests accepted by each owning node (this peer included when LocalCrawl took them)
-	To     map[string]peer.ID // the node each accepted request went to, by its link as submitted
-	Failed []SubmitFailure
+	Sent map[peer.ID]int    // requests accepted by each owning node (this peer included when LocalCrawl took them)
+	To   map[string]peer.ID // the node each accepted request went to, by its link as submitted
+	// Receipts are the receipts of the requests another node took, by
+	// link as submitted: each verified, signed by the node in To.
+	Receipts map[string]Receipt
+	Failed   []SubmitFailure
+}
+
+// Receipt is a node's receipt of a crawl request: its signature of the
+// request's link at At (overlay.SignReceipt), by its own clock. A
+// withholding notice carries it (overlay.WithheldNotice).
+type Receipt struct {
+	At  time.Time
+	Sig []byte
 }
 
 // SubmitFailure is one request Submit could not deliver. Err wraps
@@ -50,7 +62,7 @@ func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts 
 			return SubmitResult{}, err
 		}
 	}
-	res := SubmitResult{Sent: map[peer.ID]int{}, To: map[string]peer.ID{}}
+	res := SubmitResult{Sent: map[peer.ID]int{}, To: map[string]peer.ID{}, Receipts: map[string]Receipt{}}
 	groups := map[peer.ID][]crawl.Request{}
 	var order []peer.ID
 	for _, r := range reqs {
@@ -74,13 +86,14 @@ func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts 
 			chunk := g[:min(len(g), MaxCrawlRequests)]
 			g = g[len(chunk):]
 			var err error
+			var receipts []Receipt
 			switch {
 			case node == self && cfg.crawlLocal == nil:
 				err = fmt.Errorf("%w: the subnet is delegated to this peer, which does not crawl", overlay.ErrUnavailable)
 			case node == self:
 				err = cfg.crawlLocal(ctx, self, chunk)
 			default:
-				err = SendCrawl(ctx, o.Host(), node, chunk)
+				receipts, err = sendCrawlFrame(ctx, o.Host(), node, chunk, true)
 			}
 			if err != nil {
 				for _, r := range chunk {
@@ -89,8 +102,11 @@ func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts 
 				continue
 			}
 			res.Sent[node] += len(chunk)
-			for _, r := range chunk {
+			for i, r := range chunk {
 				res.To[r.Link] = node
+				if i < len(receipts) {
+					res.Receipts[r.Link] = receipts[i]
+				}
 			}
 		}
 	}
@@ -167,32 +183,36 @@ func SendCrawl(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request
 	for len(reqs) > 0 {
 		chunk := reqs[:min(len(reqs), MaxCrawlRequests)]
 		reqs = reqs[len(chunk):]
-		if err := sendCrawlFrame(ctx, h, p, chunk); err != nil {
+		if _, err := sendCrawlFrame(ctx, h, p, chunk, false); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// sendCrawlFrame sends one CRAWL frame to p and waits for its answer.
-func sendCrawlFrame(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request) error {
+// sendCrawlFrame sends one CRAWL frame (at most MaxCrawlRequests checked
+// requests) to p and waits for its answer. With receipts it asks p for a
+// receipt of each request and fails unless every one is p's signature of
+// its link at a time within clockSkew of this peer's clock: p took the
+// requests, but nothing proves it did.
+func sendCrawlFrame(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request, receipts bool) ([]Receipt, error) {
 	s, err := openStream(ctx, h, p, CrawlID, svcCrawl, crawlDeadline)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	m := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL}
+	m := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL, WantReceipts: receipts}
 	for _, r := range reqs {
 		m.Requests = append(m.Requests, &pb.CrawlRequest{Link: r.Link, Depth: int32(r.Depth), Owners: r.Owners})
 	}
 	if err := pbio.NewDelimitedWriter(s).WriteMsg(m); err != nil {
 		s.Reset()
-		return err
+		return nil, err
 	}
 	_ = s.CloseWrite()
 	var resp pb.CrawlMessage
-	if err := pbio.NewDelimitedReader(s, 4<<10).ReadMsg(&resp); err != nil {
+	if err := pbio.NewDelimitedReader(s, maxCrawlAck).ReadMsg(&resp); err != nil {
 		s.Reset()
-		return err
+		return nil, err
 	}
 	_ = s.Close()
 	switch {
@@ -201,11 +221,36 @@ func sendCrawlFrame(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Re
 		if len(msg) > 256 {
 			msg = msg[:256]
 		}
-		return fmt.Errorf("%w: peer: %q", overlay.ErrRemote, msg)
+		return nil, fmt.Errorf("%w: peer: %q", overlay.ErrRemote, msg)
 	case resp.GetVersion() != wireVersion || resp.GetType() != pb.CrawlMessage_CRAWL_ACK:
-		return fmt.Errorf("%w: answer %v version %d", ErrMalformed, resp.GetType(), resp.GetVersion())
+		return nil, fmt.Errorf("%w: answer %v version %d", ErrMalformed, resp.GetType(), resp.GetVersion())
 	}
-	return nil
+	if !receipts {
+		return nil, nil
+	}
+	return checkReceipts(p, reqs, &resp, time.Now())
+}
+
+// checkReceipts returns the receipts of the CRAWL_ACK resp from p for
+// reqs, each checked: one per request, p's signature of its link, at a
+// time within clockSkew of now.
+func checkReceipts(p peer.ID, reqs []crawl.Request, resp *pb.CrawlMessage, now time.Time) ([]Receipt, error) {
+	sigs := resp.GetReceipts()
+	if len(sigs) != len(reqs) {
+		return nil, fmt.Errorf("%w: %d receipts of %d crawl requests from %s", ErrMalformed, len(sigs), len(reqs), p)
+	}
+	at := time.UnixMilli(resp.GetAtMs())
+	if d := at.Sub(now); d > clockSkew || d < -clockSkew {
+		return nil, fmt.Errorf("%w: receipts from %s dated %s, %v from this peer's clock", ErrMalformed, p, at.UTC().Format(time.RFC3339), d.Round(time.Second))
+	}
+	out := make([]Receipt, len(reqs))
+	for i, r := range reqs {
+		if err := overlay.VerifyReceipt(p, r.Link, at, sigs[i]); err != nil {
+			return nil, fmt.Errorf("crawl request %s: %w", r.Link, err)
+		}
+		out[i] = Receipt{At: at, Sig: sigs[i]}
+	}
+	return out, nil
 }
 
 // ServeCrawlRequests registers the handler of CrawlID on h: each request
@@ -227,14 +272,14 @@ func ServeCrawlRequests(h host.Host, f CrawlHandler, opts ...Option) (remove fun
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h.SetStreamHandler(CrawlID, func(s network.Stream) { serveCrawl(ctx, &cfg, s, f) })
+	h.SetStreamHandler(CrawlID, func(s network.Stream) { serveCrawl(ctx, &cfg, h, s, f) })
 	return func() {
 		h.RemoveStreamHandler(CrawlID)
 		cancel()
 	}, nil
 }
 
-func serveCrawl(ctx context.Context, cfg *config, s network.Stream, f CrawlHandler) {
+func serveCrawl(ctx context.Context, cfg *config, h host.Host, s network.Stream, f CrawlHandler) {
 	from := s.Conn().RemotePeer()
 	if !acceptStream(cfg.log, s, CrawlID, svcCrawl, crawlStreamMem, crawlDeadline) {
 		return
@@ -261,6 +306,9 @@ func serveCrawl(ctx context.Context, cfg *config, s network.Stream, f CrawlHandl
 		cfg.log.Debug("bad crawl request", "peer", from, "error", err)
 	}
 	resp := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, Accepted: uint32(len(reqs))}
+	if err == nil && m.GetWantReceipts() {
+		err = signReceipts(h, reqs, resp, time.Now())
+	}
 	if err != nil {
 		resp = &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_ERROR, Error: err.Error()}
 	}
@@ -269,6 +317,23 @@ func serveCrawl(ctx context.Context, cfg *config, s network.Stream, f CrawlHandl
 		return
 	}
 	_ = s.Close()
+}
+
+// signReceipts adds to resp this host's receipt of each of reqs, taken at
+// now (overlay.SignReceipt).
+func signReceipts(h host.Host, reqs []crawl.Request, resp *pb.CrawlMessage, now time.Time) error {
+	key := h.Peerstore().PrivKey(h.ID())
+	resp.AtMs = now.UnixMilli()
+	at := time.UnixMilli(resp.AtMs)
+	resp.Receipts = make([][]byte, len(reqs))
+	for i, r := range reqs {
+		sig, err := overlay.SignReceipt(key, r.Link, at)
+		if err != nil {
+			return fmt.Errorf("signing receipts: %w", err)
+		}
+		resp.Receipts[i] = sig
+	}
+	return nil
 }
 
 // refuseCrawl returns an error naming the first request whose host the

@@ -53,6 +53,14 @@
 // which hands them to the crawler. CrawlID is the one URL-delivery
 // protocol: nothing sends the overlay's older ForwardID any more.
 //
+// Receipts (issue 18): Submit asks the owner for a receipt of each request
+// it takes, the owner's signature of the link and the time it took it
+// (overlay.SignReceipt), and a frame whose receipts are missing, not the
+// owner's, of other links or dated more than ten minutes off the sender's
+// clock counts as not delivered (SubmitResult.Receipts). An indexer keeps
+// each receipt with its pending request: a withholding notice is judged
+// only on one (overlay.Withheld).
+//
 // Special-purpose addresses are refused where they enter (issue 18): Submit
 // refuses a seed whose host is one (an IP literal, or localhost) or
 // resolves to one, under the overlay's egress policy, before any

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/protocol"
+
+	"github.com/micra-net/micra/overlay"
 )
 
 // Pubsub topics and the stream protocol of result delivery. Topics carry a
@@ -74,7 +76,8 @@ const (
 	maxAnnAddrs    = 16
 	clockSkew      = 10 * time.Minute // how far in the future a timestamp may be
 
-	maxCrawlMsg    = 1 << 20 // a crawl request frame: up to MaxCrawlRequests of ≤ 2 KiB URLs
+	maxCrawlMsg    = 1 << 20                                            // a crawl request frame: up to MaxCrawlRequests of ≤ 2 KiB URLs
+	maxCrawlAck    = MaxCrawlRequests*(overlay.MaxReceiptSig+4) + 1<<10 // its answer: a receipt a request
 	maxURLLen      = 2048
 	maxOwners      = 16
 	maxOwnerLen    = 256

@@ -3884,7 +3884,10 @@ type Withheld struct {
 	// confirmed: from holder's deputy, to holder, which coordinates the
 	// shard: the deputy judged and confirmed the notice, and holder takes the
 	// subnet back from itself.
-	Confirmed     bool `protobuf:"varint,7,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
+	Confirmed bool `protobuf:"varint,7,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
+	// receipt: holder's signature of url at asked_ms (overlay.SignReceipt),
+	// given when it took the request: a notice without it is not judged.
+	Receipt       []byte `protobuf:"bytes,8,opt,name=receipt,proto3" json:"receipt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3966,6 +3969,13 @@ func (x *Withheld) GetConfirmed() bool {
 		return x.Confirmed
 	}
 	return false
+}
+
+func (x *Withheld) GetReceipt() []byte {
+	if x != nil {
+		return x.Receipt
+	}
+	return nil
 }
 
 type WithheldVerdict struct {
@@ -4865,7 +4875,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x16\n" +
 	"\x06judged\x18\a \x03(\x06R\x06judged\x12\x16\n" +
 	"\x06recent\x18\b \x01(\x06R\x06recent\x12\x19\n" +
-	"\brecent_n\x18\t \x01(\rR\arecentN\"\xb5\x01\n" +
+	"\brecent_n\x18\t \x01(\rR\arecentN\"\xcf\x01\n" +
 	"\bWithheld\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\fR\x04addr\x12\x10\n" +
@@ -4873,7 +4883,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\x06holder\x18\x04 \x01(\fR\x06holder\x12\x19\n" +
 	"\basked_ms\x18\x05 \x01(\x03R\aaskedMs\x12\x16\n" +
 	"\x06deputy\x18\x06 \x01(\bR\x06deputy\x12\x1c\n" +
-	"\tconfirmed\x18\a \x01(\bR\tconfirmed\"\xfd\x01\n" +
+	"\tconfirmed\x18\a \x01(\bR\tconfirmed\x12\x18\n" +
+	"\areceipt\x18\b \x01(\fR\areceipt\"\xfd\x01\n" +
 	"\x0fWithheldVerdict\x12=\n" +
 	"\x06result\x18\x01 \x01(\x0e2%.micra.overlay.WithheldVerdict.ResultR\x06result\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\fR\x06holder\x12\x19\n" +

@@ -510,12 +510,18 @@ func (x *KnownIndexer) GetSeenMs() int64 {
 // CrawlMessage is the envelope of every frame on the crawl-request
 // protocol: a CRAWL request is answered by CRAWL_ACK or ERROR.
 type CrawlMessage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"` // 1
-	Type          CrawlMessage_Type      `protobuf:"varint,2,opt,name=type,proto3,enum=micra.results.CrawlMessage_Type" json:"type,omitempty"`
-	Requests      []*CrawlRequest        `protobuf:"bytes,3,rep,name=requests,proto3" json:"requests,omitempty"`  // CRAWL
-	Accepted      uint32                 `protobuf:"varint,4,opt,name=accepted,proto3" json:"accepted,omitempty"` // CRAWL_ACK
-	Error         string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`        // ERROR
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Version  uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"` // 1
+	Type     CrawlMessage_Type      `protobuf:"varint,2,opt,name=type,proto3,enum=micra.results.CrawlMessage_Type" json:"type,omitempty"`
+	Requests []*CrawlRequest        `protobuf:"bytes,3,rep,name=requests,proto3" json:"requests,omitempty"`  // CRAWL
+	Accepted uint32                 `protobuf:"varint,4,opt,name=accepted,proto3" json:"accepted,omitempty"` // CRAWL_ACK
+	Error    string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`        // ERROR
+	// CRAWL: the sender wants a receipt of each request. CRAWL_ACK: the
+	// receipts, one per request in order, each the taker's signature of the
+	// request's link at at_ms (overlay.SignReceipt).
+	WantReceipts  bool     `protobuf:"varint,6,opt,name=want_receipts,json=wantReceipts,proto3" json:"want_receipts,omitempty"`
+	AtMs          int64    `protobuf:"varint,7,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Receipts      [][]byte `protobuf:"bytes,8,rep,name=receipts,proto3" json:"receipts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -583,6 +589,27 @@ func (x *CrawlMessage) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *CrawlMessage) GetWantReceipts() bool {
+	if x != nil {
+		return x.WantReceipts
+	}
+	return false
+}
+
+func (x *CrawlMessage) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *CrawlMessage) GetReceipts() [][]byte {
+	if x != nil {
+		return x.Receipts
+	}
+	return nil
 }
 
 // CrawlRequest is one runtime crawl request (WebRACE): fetch link, follow its
@@ -942,13 +969,17 @@ func (x *Dispute) GetEvidence() []byte {
 // seen a record of: it submits it again, to whichever node then owns the
 // subnet, until a record arrives or it gives up.
 type PendingCrawl struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Request       *CrawlRequest          `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
-	FirstMs       int64                  `protobuf:"varint,2,opt,name=first_ms,json=firstMs,proto3" json:"first_ms,omitempty"` // first submitted
-	NextMs        int64                  `protobuf:"varint,3,opt,name=next_ms,json=nextMs,proto3" json:"next_ms,omitempty"`    // submitted again at or after this
-	Attempts      uint32                 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`              // submissions so far
-	Holder        []byte                 `protobuf:"bytes,5,opt,name=holder,proto3" json:"holder,omitempty"`                   // the node the last submission went to (empty: unknown, or this indexer's own crawler)
-	SentMs        int64                  `protobuf:"varint,6,opt,name=sent_ms,json=sentMs,proto3" json:"sent_ms,omitempty"`    // when it went there
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Request  *CrawlRequest          `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	FirstMs  int64                  `protobuf:"varint,2,opt,name=first_ms,json=firstMs,proto3" json:"first_ms,omitempty"` // first submitted
+	NextMs   int64                  `protobuf:"varint,3,opt,name=next_ms,json=nextMs,proto3" json:"next_ms,omitempty"`    // submitted again at or after this
+	Attempts uint32                 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`              // submissions so far
+	Holder   []byte                 `protobuf:"bytes,5,opt,name=holder,proto3" json:"holder,omitempty"`                   // the node the last submission went to (empty: unknown, or this indexer's own crawler)
+	SentMs   int64                  `protobuf:"varint,6,opt,name=sent_ms,json=sentMs,proto3" json:"sent_ms,omitempty"`    // when it went there
+	// holder's receipt of the request (overlay.SignReceipt): its signature
+	// of the link at receipt_ms, its own clock's time.
+	Receipt       []byte `protobuf:"bytes,7,opt,name=receipt,proto3" json:"receipt,omitempty"`
+	ReceiptMs     int64  `protobuf:"varint,8,opt,name=receipt_ms,json=receiptMs,proto3" json:"receipt_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1025,6 +1056,20 @@ func (x *PendingCrawl) GetSentMs() int64 {
 	return 0
 }
 
+func (x *PendingCrawl) GetReceipt() []byte {
+	if x != nil {
+		return x.Receipt
+	}
+	return nil
+}
+
+func (x *PendingCrawl) GetReceiptMs() int64 {
+	if x != nil {
+		return x.ReceiptMs
+	}
+	return 0
+}
+
 // WithheldOwed is a withholding notice an indexer owes the coordinator of
 // a page's subnet: a crawl request it sent to holder at asked_ms has had
 // no record past the patience (overlay.Withheld).
@@ -1035,6 +1080,7 @@ type WithheldOwed struct {
 	AskedMs       int64                  `protobuf:"varint,3,opt,name=asked_ms,json=askedMs,proto3" json:"asked_ms,omitempty"`
 	NextMs        int64                  `protobuf:"varint,4,opt,name=next_ms,json=nextMs,proto3" json:"next_ms,omitempty"` // sent (again) at or after this
 	Tries         uint32                 `protobuf:"varint,5,opt,name=tries,proto3" json:"tries,omitempty"`                 // notices sent so far
+	Receipt       []byte                 `protobuf:"bytes,6,opt,name=receipt,proto3" json:"receipt,omitempty"`              // holder's receipt of the request, signed at asked_ms
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1104,6 +1150,13 @@ func (x *WithheldOwed) GetTries() uint32 {
 	return 0
 }
 
+func (x *WithheldOwed) GetReceipt() []byte {
+	if x != nil {
+		return x.Receipt
+	}
+	return nil
+}
+
 var File_results_proto protoreflect.FileDescriptor
 
 const file_results_proto_rawDesc = "" +
@@ -1148,13 +1201,16 @@ const file_results_proto_rawDesc = "" +
 	"\x05ttl_s\x18\a \x01(\rR\x04ttlS\"\\\n" +
 	"\fKnownIndexer\x123\n" +
 	"\bannounce\x18\x01 \x01(\v2\x17.micra.results.AnnounceR\bannounce\x12\x17\n" +
-	"\aseen_ms\x18\x02 \x01(\x03R\x06seenMs\"\x83\x02\n" +
+	"\aseen_ms\x18\x02 \x01(\x03R\x06seenMs\"\xd9\x02\n" +
 	"\fCrawlMessage\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x124\n" +
 	"\x04type\x18\x02 \x01(\x0e2 .micra.results.CrawlMessage.TypeR\x04type\x127\n" +
 	"\brequests\x18\x03 \x03(\v2\x1b.micra.results.CrawlRequestR\brequests\x12\x1a\n" +
 	"\baccepted\x18\x04 \x01(\rR\baccepted\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"8\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12#\n" +
+	"\rwant_receipts\x18\x06 \x01(\bR\fwantReceipts\x12\x13\n" +
+	"\x05at_ms\x18\a \x01(\x03R\x04atMs\x12\x1a\n" +
+	"\breceipts\x18\b \x03(\fR\breceipts\"8\n" +
 	"\x04Type\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05ERROR\x10\x01\x12\t\n" +
@@ -1188,20 +1244,24 @@ const file_results_proto_rawDesc = "" +
 	"\arecords\x18\x01 \x03(\v2\x16.micra.results.DisputeR\arecords\"7\n" +
 	"\aDispute\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
-	"\bevidence\x18\x02 \x01(\fR\bevidence\"\xc6\x01\n" +
+	"\bevidence\x18\x02 \x01(\fR\bevidence\"\xff\x01\n" +
 	"\fPendingCrawl\x125\n" +
 	"\arequest\x18\x01 \x01(\v2\x1b.micra.results.CrawlRequestR\arequest\x12\x19\n" +
 	"\bfirst_ms\x18\x02 \x01(\x03R\afirstMs\x12\x17\n" +
 	"\anext_ms\x18\x03 \x01(\x03R\x06nextMs\x12\x1a\n" +
 	"\battempts\x18\x04 \x01(\rR\battempts\x12\x16\n" +
 	"\x06holder\x18\x05 \x01(\fR\x06holder\x12\x17\n" +
-	"\asent_ms\x18\x06 \x01(\x03R\x06sentMs\"\x82\x01\n" +
+	"\asent_ms\x18\x06 \x01(\x03R\x06sentMs\x12\x18\n" +
+	"\areceipt\x18\a \x01(\fR\areceipt\x12\x1d\n" +
+	"\n" +
+	"receipt_ms\x18\b \x01(\x03R\treceiptMs\"\x9c\x01\n" +
 	"\fWithheldOwed\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\fR\x06holder\x12\x19\n" +
 	"\basked_ms\x18\x03 \x01(\x03R\aaskedMs\x12\x17\n" +
 	"\anext_ms\x18\x04 \x01(\x03R\x06nextMs\x12\x14\n" +
-	"\x05tries\x18\x05 \x01(\rR\x05triesB'Z%github.com/micra-net/micra/results/pbb\x06proto3"
+	"\x05tries\x18\x05 \x01(\rR\x05tries\x12\x18\n" +
+	"\areceipt\x18\x06 \x01(\fR\areceiptB'Z%github.com/micra-net/micra/results/pbb\x06proto3"
 
 var (
 	file_results_proto_rawDescOnce sync.Once

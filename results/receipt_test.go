@@ -1,0 +1,127 @@
+package results
+
+import (
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/p2ptest"
+	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/results/pb"
+	"github.com/micra-net/micra/results/resultstest"
+)
+
+// TestCrawlReceipts (issue 18): a node that takes crawl requests signs a
+// receipt of each when the sender asks, and the sender keeps only
+// receipts that are the node's signatures of the requests' links at a
+// time near its own clock: none missing, none another node's, none of
+// another request, none dated far off.
+func TestCrawlReceipts(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
+		net := p2ptest.NewNet(t)
+		sender, taker := net.Host(t, nil, p2ptest.Addr(0)), net.Host(t, nil, p2ptest.Addr(1))
+		if err := sender.Connect(t.Context(), peer.AddrInfo{ID: taker.ID(), Addrs: taker.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+		var sink crawlSink
+		remove, err := ServeCrawlRequests(taker, sink.take, Logger(quiet()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(remove)
+		reqs := []crawl.Request{{Link: "http://93.184.216.34/a", Depth: 1}, {Link: "http://93.184.216.34/b", Depth: 1}}
+		before := time.Now().Truncate(time.Millisecond)
+		got, err := sendCrawlFrame(t.Context(), sender, taker.ID(), reqs, true)
+		if err != nil || len(got) != len(reqs) {
+			t.Fatalf("receipts: %v, %v", got, err)
+		}
+		for i, r := range reqs {
+			if err := overlay.VerifyReceipt(taker.ID(), r.Link, got[i].At, got[i].Sig); err != nil || got[i].At.Before(before) || got[i].At.After(time.Now()) {
+				t.Errorf("receipt of %s at %v: %v", r.Link, got[i].At, err)
+			}
+		}
+		if got, err := sendCrawlFrame(t.Context(), sender, taker.ID(), reqs, false); err != nil || got != nil {
+			t.Errorf("without asking for receipts: %v, %v", got, err)
+		}
+		if sink.taken() != 2*len(reqs) {
+			t.Errorf("%d requests taken, want %d", sink.taken(), 2*len(reqs))
+		}
+
+		// What a node may answer instead.
+		now := time.Now()
+		key, other := resultstest.Key(t), resultstest.Key(t)
+		p, _ := peer.IDFromPrivateKey(key)
+		ack := func(k func(int) ([]byte, int64)) *pb.CrawlMessage {
+			m := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, Accepted: uint32(len(reqs))}
+			for i := range reqs {
+				sig, at := k(i)
+				m.Receipts, m.AtMs = append(m.Receipts, sig), at
+			}
+			return m
+		}
+		sign := func(k crypto.PrivKey, link string, at time.Time) []byte {
+			sig, err := overlay.SignReceipt(k, link, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sig
+		}
+		good := ack(func(i int) ([]byte, int64) { return sign(key, reqs[i].Link, now), now.UnixMilli() })
+		if rs, err := checkReceipts(p, reqs, good, now); err != nil || len(rs) != len(reqs) {
+			t.Fatalf("good receipts: %v, %v", rs, err)
+		}
+		later := now.Add(time.Hour)
+		for name, m := range map[string]*pb.CrawlMessage{
+			"none":         {Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, Accepted: uint32(len(reqs))},
+			"one missing":  {Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, Receipts: good.Receipts[:1], AtMs: good.AtMs},
+			"another node": ack(func(i int) ([]byte, int64) { return sign(other, reqs[i].Link, now), now.UnixMilli() }),
+			"swapped":      ack(func(i int) ([]byte, int64) { return sign(key, reqs[1-i].Link, now), now.UnixMilli() }),
+			"dated later":  ack(func(i int) ([]byte, int64) { return sign(key, reqs[i].Link, later), later.UnixMilli() }),
+			"time changed": ack(func(i int) ([]byte, int64) { return sign(key, reqs[i].Link, now), now.UnixMilli() + 1 }),
+			"too long a signature": ack(func(i int) ([]byte, int64) {
+				return make([]byte, overlay.MaxReceiptSig+1), now.UnixMilli()
+			}),
+		} {
+			if rs, err := checkReceipts(p, reqs, m, now); err == nil {
+				t.Errorf("%s: %v taken", name, rs)
+			}
+		}
+	})
+}
+
+// FuzzCheckReceipts feeds arbitrary CRAWL_ACK frames to the check of
+// their receipts: it must not panic, and what it takes is a receipt per
+// request that verifies.
+func FuzzCheckReceipts(f *testing.F) {
+	key := resultstest.Key(f)
+	p, _ := peer.IDFromPrivateKey(key)
+	now := time.UnixMilli(1_800_000_000_000)
+	reqs := []crawl.Request{{Link: "http://93.184.216.34/a", Depth: 1}}
+	sig, err := overlay.SignReceipt(key, reqs[0].Link, now)
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, _ := proto.Marshal(&pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, Accepted: 1, AtMs: now.UnixMilli(), Receipts: [][]byte{sig}})
+	f.Add(good)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > maxCrawlAck {
+			return
+		}
+		var m pb.CrawlMessage
+		if proto.Unmarshal(b, &m) != nil {
+			return
+		}
+		rs, err := checkReceipts(p, reqs, &m, now)
+		if err != nil {
+			return
+		}
+		if len(rs) != len(reqs) || overlay.VerifyReceipt(p, reqs[0].Link, rs[0].At, rs[0].Sig) != nil {
+			t.Fatalf("took %v", rs)
+		}
+	})
+}
