@@ -40,7 +40,8 @@ import (
 // of it and hears those claimants again (IPMicra.Delegate). The first
 // line holds for such addresses too. What no check of this kind catches
 // is a lie within the Factor: a node that halves its RTTs passes, and wins
-// where it is within twice the best node's RTT.
+// where it is within twice the best node's RTT; the floor (NoFloor) takes
+// some of that back without rejecting anyone.
 //
 // Witnesses are the nodes whose probe of the subnet the search holds (its
 // own or stored) and whose RTT to the claimant Measured gives. A witness
@@ -87,6 +88,21 @@ type ClaimCheck struct {
 	// bound alone needs a trusted witness among those agreeing, asked
 	// for it when none is. Nil trusts every witness.
 	Trusted func(node string) bool
+	// NoFloor switches the floor off (below). FloorSlack is what a
+	// witness's plain triangle bound is lowered by; zero takes 10 ms.
+	//
+	// The floor: a claim the check lets pass still counts for no less
+	// than the witnesses show the claimant's RTT to be by the plain
+	// triangle inequality (factor 1): |y − z| − FloorSlack, the second
+	// largest over the witnesses (the largest when a trusted witness
+	// shows it), so that one witness lying about its RTTs cannot raise
+	// another's. A claim below its floor is raised to it and the search
+	// decides again: no node is rejected for it (routes that break the
+	// inequality are common: an honest node loses at most a decision it
+	// won narrowly), but a node that shortens its RTTs by less than
+	// Factor wins only where the witnesses cannot see it.
+	NoFloor    bool
+	FloorSlack time.Duration
 
 	// lowerOnly switches the second bound off: the search found the
 	// address in several places (IPMicra.Delegate).
@@ -109,6 +125,9 @@ func (c ClaimCheck) withDefaults() ClaimCheck {
 	}
 	if c.Extra <= 0 {
 		c.Extra = 3
+	}
+	if c.FloorSlack <= 0 {
+		c.FloorSlack = 10 * time.Millisecond
 	}
 	return c
 }
@@ -193,7 +212,7 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 	seen := map[string]bool{claimant: true}
 	var all, upperOnes []witness // every witness taken; those refuting by the second bound
 	take := func(n string, rtt time.Duration) {
-		if seen[n] || r.banned[n] || rtt <= 0 || rtt >= Unreachable || c.suspect(n) {
+		if seen[n] || r.banned[n] || r.floored[n] || rtt <= 0 || rtt >= Unreachable || c.suspect(n) {
 			return
 		}
 		seen[n] = true
@@ -282,6 +301,9 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 	}
 	rej.Upper = !byLower
 	if !done() || byLower {
+		if !done() {
+			r.floor = c.floor(all)
+		}
 		return rej, done(), false, nil
 	}
 	// Refuted by the second bound alone: the claimant is farther from
@@ -310,9 +332,48 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 		return rej, true, false, nil
 	}
 	if c.severalPlaces(all, upperOnes) {
+		c.lowerOnly = true // in several places: the second bound says nothing
+		r.floor = c.floor(all)
 		return Rejection{Node: claimant, Claim: x}, false, false, nil
 	}
 	return rej, true, false, nil
+}
+
+// floor returns the least RTT the witnesses show the claimant to have
+// (ClaimCheck.NoFloor): the second largest of their bounds, or a trusted
+// witness's alone; 0 for none.
+func (c ClaimCheck) floor(all []witness) time.Duration {
+	if c.NoFloor {
+		return 0
+	}
+	var bs []time.Duration
+	var trusted time.Duration
+	for _, w := range all {
+		b := w.toAddr - w.toClaim
+		trust := c.Trusted != nil && c.Trusted(w.node)
+		if !c.lowerOnly && (trust || c.Trusted == nil) {
+			b = max(b, w.toClaim-w.toAddr)
+		}
+		if b -= c.FloorSlack; b <= 0 {
+			continue
+		}
+		bs = append(bs, b)
+		if trust {
+			trusted = max(trusted, b)
+		}
+	}
+	return max(trusted, largestBut(bs, 1))
+}
+
+// largestBut returns the (k+1)th largest of bs; 0 when there are not so
+// many.
+func largestBut(bs []time.Duration, k int) time.Duration {
+	if len(bs) <= k {
+		return 0
+	}
+	s := slices.Clone(bs)
+	slices.SortFunc(s, func(a, b time.Duration) int { return cmp.Compare(b, a) })
+	return s[k]
 }
 
 // severalPlaces reports whether the witnesses put the address in several
@@ -339,7 +400,7 @@ func (c ClaimCheck) severalPlaces(all, refuting []witness) bool {
 // mayWitness reports whether n may be asked to witness: not seen, banned,
 // asked or suspect.
 func (r *run) mayWitness(c ClaimCheck, n string, seen map[string]bool) bool {
-	return !seen[n] && !r.banned[n] && !r.asked[n] && !c.suspect(n)
+	return !seen[n] && !r.banned[n] && !r.floored[n] && !r.asked[n] && !c.suspect(n)
 }
 
 // cand is a candidate witness and its RTT to what it is ranked by.

@@ -115,9 +115,60 @@ func TestClaimCheck(t *testing.T) {
 		between[[2]string{"H", "A"}] = 60
 		between[[2]string{"W1", "W2"}] = 200
 		rtt["W2"] = 100
-		d, err := newClaimWorld(t, rtt, between).search(t, &ClaimCheck{})
+		// (By the plain triangle inequality W1 and W2 both show A 90 ms
+		// or more from the site: its floor, below, raises it above H.)
+		d, err := newClaimWorld(t, rtt, between).search(t, &ClaimCheck{NoFloor: true})
 		if err != nil || d.Node != "A" || len(d.Rejected) != 0 {
 			t.Errorf("decision %+v, %v; want A kept: a single witness refutes it", d, err)
+		}
+	})
+	t.Run("a claim counts for no less than two witnesses show", func(t *testing.T) {
+		// B halves its RTT (50 ms, it answers 25): within the Factor,
+		// no witness can refute it. A1 and A2, beyond the site (60 and
+		// 62 ms from it), are 110 and 115 ms from B: by the plain
+		// triangle inequality B is 50 and 53 ms from the site at least,
+		// 40 and 43 less the 10 ms slack. Its answer counts for 40 (the
+		// second largest) and C, honest at 35 ms, wins; nobody is
+		// rejected. The paper's search asks A1, A2, B, then C.
+		world := func(a2b int) *claimWorld {
+			return newClaimWorld(t, map[string]int{"A1": 60, "A2": 62, "B": 25, "C": 35},
+				map[[2]string]int{{"A1", "A2"}: 5, {"A1", "B"}: 110, {"A2", "B"}: a2b, {"A1", "C"}: 80, {"A2", "C"}: 85, {"B", "C"}: 60})
+		}
+		d, err := world(115).search(t, &ClaimCheck{})
+		if err != nil || d.Node != "C" || d.RTT != 35*ms || len(d.Rejected) != 0 {
+			t.Fatalf("decision %+v, %v; want C at 35 ms, nobody rejected", d, err)
+		}
+		if d, err := world(115).search(t, &ClaimCheck{NoFloor: true}); err != nil || d.Node != "B" {
+			t.Errorf("without the floor: %+v, %v; want B", d, err)
+		}
+		// One witness alone raises no claim, but the trusted one does;
+		// and an untrusted witness's second bound (the claimant too far
+		// from it) raises none when some witness is trusted: a witness
+		// that shortens its own probe would raise honest claims by it.
+		if d, err := world(70).search(t, &ClaimCheck{}); err != nil || d.Node != "B" {
+			t.Errorf("A1 alone: %+v, %v; want B", d, err)
+		}
+		if d, err := world(70).search(t, &ClaimCheck{Trusted: func(n string) bool { return n == "A1" }}); err != nil || d.Node != "C" {
+			t.Errorf("A1 alone, trusted: %+v, %v; want C", d, err)
+		}
+		if d, err := world(115).search(t, &ClaimCheck{Trusted: func(n string) bool { return n == "C" }}); err != nil || d.Node != "B" {
+			t.Errorf("A1 and A2, untrusted, by the second bound: %+v, %v; want B", d, err)
+		}
+	})
+	t.Run("a raised answer is no measurement", func(t *testing.T) {
+		// B1 and B2 answer 25 and 26 ms and A1 and A2 raise them to 100
+		// and more. C, honest at 35 ms and 5 and 6 ms from B1 and B2,
+		// wins next. Taken as witnesses at 100 ms from the site, B1 and
+		// B2 would raise C to 85 ms and A1 would win.
+		between := map[[2]string]int{{"A1", "A2"}: 5, {"A1", "C"}: 80, {"A2", "C"}: 85, {"B1", "C"}: 5, {"B2", "C"}: 6}
+		for i, b := range []string{"B1", "B2"} {
+			between[[2]string{"A1", b}] = 170 + 2*i
+			between[[2]string{"A2", b}] = 175 + 2*i
+		}
+		w := newClaimWorld(t, map[string]int{"A1": 60, "A2": 62, "B1": 25, "B2": 26, "C": 35}, between)
+		d, err := w.search(t, &ClaimCheck{})
+		if err != nil || d.Node != "C" || d.RTT != 35*ms || len(d.Rejected) != 0 {
+			t.Errorf("decision %+v, %v; want C at 35 ms, nobody rejected", d, err)
 		}
 	})
 	t.Run("a detour within the factor is no lie", func(t *testing.T) {

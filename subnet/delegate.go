@@ -306,7 +306,7 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 		return r.search(s)
 	}
 	cc := cfg.Claims.withDefaults()
-	banned := map[string]bool{}
+	banned, floored := map[string]bool{}, map[string]bool{}
 	if cc.Tally != nil {
 		for _, n := range m.Table.Nodes() {
 			if cc.Tally.Barred(n) {
@@ -337,7 +337,7 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 	}()
 	for runs := 1; ; runs++ {
 		d := Decision{Subnet: s, RTT: Unreachable}
-		r := &run{m: m, ctx: ctx, addr: addr, subnet: t.Range(s), cfg: cfg, d: &d, asked: map[string]bool{}, banned: banned}
+		r := &run{m: m, ctx: ctx, addr: addr, subnet: t.Range(s), cfg: cfg, d: &d, asked: map[string]bool{}, banned: banned, floored: floored}
 		for n := range banned {
 			r.asked[n] = true
 		}
@@ -362,6 +362,19 @@ func (m *IPMicra) Delegate(ctx context.Context, addr netip.Addr) (Decision, erro
 		if better && runs < 2*MaxRejections {
 			// A witness beat the claim: decide again with its answer.
 			issued, kept = d.Issued, d.Probes
+			continue
+		}
+		if !bad && r.floor > d.RTT && runs < 2*MaxRejections {
+			// The witnesses show the claimant farther than it says:
+			// its answer counts for the floor, and the search decides
+			// again.
+			issued, kept = d.Issued, slices.Clone(d.Probes)
+			for i, p := range kept {
+				if p.Node == d.Node && p.RTT == d.RTT {
+					kept[i].RTT = r.floor
+				}
+			}
+			floored[d.Node] = true
 			continue
 		}
 		if bad && rej.Upper && !cc.lowerOnly {
@@ -494,6 +507,11 @@ type run struct {
 	d      *Decision
 	asked  map[string]bool
 	banned map[string]bool // nodes left out: claims rejected (ClaimCheck)
+	floor  time.Duration   // what the check's witnesses show the winner's RTT to be at least (ClaimCheck.floor)
+	// floored: nodes whose answers were raised to their floors in this
+	// search; their probes are not their measurements, and they witness
+	// nothing.
+	floored map[string]bool
 }
 
 func (r *run) capped() bool { return r.cfg.MaxProbes > 0 && r.d.Issued >= r.cfg.MaxProbes }
