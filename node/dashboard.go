@@ -20,24 +20,28 @@ import (
 // running node. The same value is served as JSON at /api/status and
 // rendered at /, so the page and the API cannot disagree.
 type Status struct {
-	Peer     string    `json:"peer"`              // libp2p peer id
-	Addrs    []string  `json:"addrs"`             // listen multiaddrs
-	Snapshot string    `json:"snapshot"`          // subnet snapshot id
-	Started  time.Time `json:"started"`           //
-	Now      time.Time `json:"now"`               //
-	Peers    int       `json:"peers"`             // connected peers
-	Shards   int       `json:"shards"`            // shards this node coordinates
-	Capacity int       `json:"capacity"`          // pages per day offered
-	Load     int       `json:"load"`              // pages per day delegated
-	Window   Window    `json:"window"`            //
-	Crawl    Crawl     `json:"crawl"`             //
-	Outbox   Outbox    `json:"outbox"`            //
-	Probes   Probes    `json:"probes"`            //
-	Audits   Audits    `json:"audits"`            //
-	Trust    Trust     `json:"trust"`             // claims rejected and subnets taken back, as a coordinator
-	Subnets  []Subnet  `json:"subnets"`           // delegated to this node, nearest first
-	Indexers int       `json:"indexers"`          // designated indexers known
-	Release  *Release  `json:"release,omitempty"` // the release replacing the snapshot, when known
+	Peer     string    `json:"peer"`     // libp2p peer id
+	Addrs    []string  `json:"addrs"`    // listen multiaddrs
+	Snapshot string    `json:"snapshot"` // subnet snapshot id
+	Started  time.Time `json:"started"`  //
+	Now      time.Time `json:"now"`      //
+	Peers    int       `json:"peers"`    // connected peers
+	Shards   int       `json:"shards"`   // shards this node coordinates
+	Capacity int       `json:"capacity"` // pages per day offered
+	Load     int       `json:"load"`     // pages per day delegated
+	Window   Window    `json:"window"`   //
+	Crawl    Crawl     `json:"crawl"`    //
+	Outbox   Outbox    `json:"outbox"`   //
+	Probes   Probes    `json:"probes"`   //
+	Audits   Audits    `json:"audits"`   //
+	Trust    Trust     `json:"trust"`    // claims rejected and subnets taken back, as a coordinator
+	Subnets  []Subnet  `json:"subnets"`  // delegated to this node, nearest first
+	// Adopted counts the subnets this node took up because a
+	// coordinator's heartbeat acknowledgement listed them as its own
+	// while the ASSIGN had never reached it.
+	Adopted  int64    `json:"adopted"`
+	Indexers int      `json:"indexers"`          // designated indexers known
+	Release  *Release `json:"release,omitempty"` // the release replacing the snapshot, when known
 	// ReleasesRefused counts snapshot releases refused (unsigned, signed
 	// by a key not in snapshot_keys, malformed or with times out of
 	// bounds), and ReleaseBadPeers peers that served a wrong snapshot file.
@@ -360,6 +364,7 @@ table{border-collapse:collapse} td,th{padding:.2em .8em .2em 0;text-align:left;v
 <div class="grid">
 <div><div class="n" id="peers">{{.Peers}}</div>peers</div>
 <div><div class="n" id="subnets">{{len .Subnets}}</div>delegated subnets</div>
+<div><div class="n" id="adopted">{{.Adopted}}</div>subnets taken up from coordinators' lists</div>
 <div><div class="n" id="shards">{{.Shards}}</div>shards coordinated</div>
 <div><div class="n" id="fetched">{{.Crawl.Fetched}}</div>pages fetched</div>
 <div><div class="n" id="queued">{{.Crawl.Queued}}</div>URLs queued</div>

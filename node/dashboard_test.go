@@ -33,6 +33,7 @@ func sampleStatus() Status {
 			{Range: "127.3.0.0/24", Org: "No probe yet", RTTms: -1},
 		},
 		Warnings: []string{"outbox 90 % full"},
+		Adopted:  6,
 		Trust:    Trust{ClaimsRejected: 3, Barred: []string{"12D3KooWLiar"}, TakenBack: map[string]int64{"orphaned": 5, "convicted": 2, "withheld": 4}},
 	}
 	for i := 0; i < 30; i++ {
@@ -57,7 +58,7 @@ func TestDashboard(t *testing.T) {
 	code, body, h := get("/api/status")
 	var got Status
 	if code != 200 || json.Unmarshal([]byte(body), &got) != nil || got.Crawl.Fetched != 4321 || len(got.Subnets) != 3 ||
-		got.Trust.ClaimsRejected != 3 || got.Trust.TakenBack["convicted"] != 2 || got.Trust.TakenBack["withheld"] != 4 || len(got.Trust.Barred) != 1 {
+		got.Adopted != 6 || got.Trust.ClaimsRejected != 3 || got.Trust.TakenBack["convicted"] != 2 || got.Trust.TakenBack["withheld"] != 4 || len(got.Trust.Barred) != 1 {
 		t.Fatalf("api: %d %s", code, body)
 	}
 	code, body, h = get("/")
@@ -65,7 +66,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("page: %d %v", code, h)
 	}
 	for _, want := range []string{`id="fetched">4321<`, `id="peers">7<`, `id="shards">3<`, `&lt;script&gt;`, "<svg", "12.5", "db-ip.com",
-		`id="claims-rejected">3<`, "2 convicted 5 orphaned 4 withheld", "12D3KooWLiar"} {
+		`id="claims-rejected">3<`, `id="adopted">6<`, "2 convicted 5 orphaned 4 withheld", "12D3KooWLiar"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("page lacks %q", want)
 		}

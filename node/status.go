@@ -41,6 +41,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Audits:          Audits{Judged: ovs.Audits, Refetched: ovs.Refetches, Convictions: ovs.Convictions, Convicted: []string{}},
 		Trust:           Trust{ClaimsRejected: ds.ClaimsRejected, Barred: []string{}, TakenBack: ovs.TakenBack},
 		Indexers:        os.Indexers,
+		Adopted:         ovs.Adopted,
 		RateChart:       n.rate.points(),
 		ReleasesRefused: ovs.ReleasesRefused, ReleaseBadPeers: ovs.ReleaseBadPeers,
 		Reachability: reachabilityName(o.Reachability()),
@@ -203,6 +204,8 @@ func (n *Node) collector() prometheus.Collector {
 		"convictions": desc("audit_convictions_total", "Nodes convicted by audits as a coordinator."),
 		"claimsRejected": desc("probe_claims_rejected_total",
 			"Winning probes found impossible by the triangle inequality, as a coordinator."),
+		"adopted": desc("subnets_adopted_total",
+			"Subnets taken up because a coordinator's heartbeat acknowledgement listed them while their ASSIGN never arrived."),
 		"takenBack": prometheus.NewDesc("micra_subnets_taken_back_total",
 			"Subnets taken from their nodes and decided again as a coordinator, by reason.", []string{"reason"}, nil),
 	}
@@ -252,6 +255,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("refetched", float64(ovs.Refetches))
 	counter("convictions", float64(ovs.Convictions))
 	counter("claimsRejected", float64(ds.ClaimsRejected))
+	counter("adopted", float64(ovs.Adopted))
 	for _, r := range takenBackReasons {
 		ch <- prometheus.MustNewConstMetric(c.descs["takenBack"], prometheus.CounterValue, float64(ovs.TakenBack[r]), r)
 	}
