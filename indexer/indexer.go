@@ -62,6 +62,7 @@ type Indexer struct {
 	owedMu   sync.Mutex
 	owed     int
 	wbud     *auditor // per-node hourly budgets of notices
+	watchBud *auditor // per-reporter hourly budgets of watches (watch.go)
 	owedKick chan struct{}
 	pendKick chan struct{} // a pending request was made due now
 
@@ -77,6 +78,7 @@ type Indexer struct {
 		audits, auditsDropped, flagged                                       atomic.Uint64
 		pendingLost, pendingDone, resubmitted, gaveUp                        atomic.Uint64
 		withheldSent, withheldTaken, withheldLost                            atomic.Uint64
+		watched, watchesRefused                                              atomic.Uint64
 	}
 }
 
@@ -183,6 +185,11 @@ func New(o *overlay.Overlay, x *index.Index, db *badger.DB, opts ...Option) (ix 
 		ix.wg.Go(ix.pendingLoop)
 		if ix.cfg.withheldPerHour > 0 {
 			ix.wg.Go(ix.withheldLoop)
+			remove, err := results.ServeWatches(o.Host(), ix.takeWatches, ix.cfg.results()...)
+			if err != nil {
+				return nil, fmt.Errorf("indexer: serving watches: %w", err)
+			}
+			ix.release = append(ix.release, func() error { remove(); return nil })
 		}
 	}
 	ix.wg.Go(ix.acker)
@@ -209,6 +216,7 @@ func newIndexer(x *index.Index, db *badger.DB, sid subnet.SnapshotID, opts ...Op
 		partial:    map[[32]byte]*partialBatch{},
 		pending:    map[peer.ID]*ackQueue{},
 		wbud:       &auditor{budgets: map[peer.ID]*auditBudget{}},
+		watchBud:   &auditor{budgets: map[peer.ID]*auditBudget{}},
 		owedKick:   make(chan struct{}, 1),
 		pendKick:   make(chan struct{}, 1),
 	}
@@ -696,6 +704,11 @@ type Stats struct {
 	WithheldSent   uint64 `json:"withheld_sent"`
 	WithheldTaken  uint64 `json:"withheld_taken_back"`
 	WithheldUnkept uint64 `json:"withheld_unkept"`
+	// Watched counts links nodes reported handed on, with their owners'
+	// receipts, kept as pending requests (watch.go); WatchesRefused those
+	// not kept (another shard's, a refused host, beyond the budget).
+	Watched        uint64 `json:"watched"`
+	WatchesRefused uint64 `json:"watches_refused"`
 }
 
 // Stats returns the indexer's counters.
@@ -706,7 +719,8 @@ func (ix *Indexer) Stats() Stats {
 		Acks: s.acks.Load(), AckFails: s.ackFailures.Load(), AckDropped: s.ackDropped.Load(),
 		Audits: s.audits.Load(), AuditsLost: s.auditsDropped.Load(), Flagged: s.flagged.Load(),
 		Pending: ix.Pending(), Answered: s.pendingDone.Load(), Resent: s.resubmitted.Load(), GaveUp: s.gaveUp.Load(),
-		WithheldOwed: ix.Owed(), WithheldSent: s.withheldSent.Load(), WithheldTaken: s.withheldTaken.Load(), WithheldUnkept: s.withheldLost.Load()}
+		WithheldOwed: ix.Owed(), WithheldSent: s.withheldSent.Load(), WithheldTaken: s.withheldTaken.Load(), WithheldUnkept: s.withheldLost.Load(),
+		Watched: s.watched.Load(), WatchesRefused: s.watchesRefused.Load()}
 }
 
 // Index returns the index the indexer stores into.

@@ -67,20 +67,7 @@ func TestWithholdingNodeLosesItsSubnet(t *testing.T) {
 			patience = time.Minute
 			grace    = 20 * time.Second
 		)
-		net := p2ptest.NewNet(t)
-		ixKey := resultstest.Key(t)
-		ixID, err := peer.IDFromPrivateKey(ixKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts := []overlay.Option{overlay.WithDelegator(crawlersOnly{ixID}), overlay.WithRefetcher(fakeWeb),
-			overlay.Withholding(overlay.WithholdConfig{Grace: grace})}
-		var nodes []*tnode
-		for i := range 4 {
-			nodes = append(nodes, newTNode(t, net, i, nil, nil, opts...))
-		}
-		ixn := newTNode(t, net, 4, ixKey, nil, append(opts, overlay.NoCrawl())...)
-		join(t, nodes[0], append(nodes[1:], ixn)...)
+		nodes, ixn := withholdRig(t, grace)
 		ctx := t.Context()
 		tree := overlaytest.Tree(t)
 
@@ -117,33 +104,7 @@ func TestWithholdingNodeLosesItsSubnet(t *testing.T) {
 			t.Fatalf("the withholder holds %d subnets", withheld)
 		}
 
-		// Crawlers: honest ones publish a record of each requested page;
-		// the withholder takes the requests and does nothing.
-		var mu sync.Mutex
-		taken := map[peer.ID]int{}
-		for _, n := range nodes {
-			ob := startOutbox(t, n, n.db)
-			id := n.h.ID()
-			remove, err := results.ServeCrawlRequests(n.h, func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
-				mu.Lock()
-				taken[id] += len(reqs)
-				mu.Unlock()
-				if id == withholder.h.ID() {
-					return nil
-				}
-				var recs []crawl.Record
-				for _, r := range reqs {
-					recs = append(recs, crawl.Record{URL: r.Link, FinalURL: r.Link, Time: time.Now(), Status: 200, Type: crawl.TypeHTML,
-						Change: crawl.ChangeNew, Title: "seed " + r.Link, Size: 1000, Fingerprint: fingerprint(r.Link),
-						Keywords: []crawl.Keyword{{Term: "seed", Weight: 65535}}})
-				}
-				return ob.Results(ctx, resultstest.Batch(t, recs))
-			}, results.Logger(quiet()), results.Egress(egress.Policy{AllowPrivate: true}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(remove)
-		}
+		cr := serveCrawlers(t, nodes, withholder)
 		ix := startIndexer(t, ixn, CrawlPatience(patience, 6))
 		var reqs []crawl.Request
 		for _, a := range seeds {
@@ -216,8 +177,9 @@ func TestWithholdingNodeLosesItsSubnet(t *testing.T) {
 		if st.Pending != 0 || st.WithheldTaken != uint64(withheld) || st.WithheldSent != uint64(2*withheld) || st.WithheldOwed != 0 {
 			t.Errorf("indexer: %+v", st)
 		}
-		mu.Lock()
-		defer mu.Unlock()
+		cr.mu.Lock()
+		defer cr.mu.Unlock()
+		taken := cr.taken
 		byWithholder := taken[withholder.h.ID()]
 		delete(taken, withholder.h.ID())
 		var others []int
@@ -230,6 +192,66 @@ func TestWithholdingNodeLosesItsSubnet(t *testing.T) {
 			patience, grace, withheld, len(seeds), selfHeld, minDur(moved), worst, worst, all.Round(time.Second), st.WithheldSent, takenBack, st.Resent,
 			byWithholder, others)
 	})
+}
+
+// withholdRig starts four crawler overlays and an indexer's (the last)
+// on a simulated network, joined, with a delegator that never picks the
+// indexer, a web where every page is there, and the withholding grace.
+func withholdRig(t *testing.T, grace time.Duration) ([]*tnode, *tnode) {
+	t.Helper()
+	net := p2ptest.NewNet(t)
+	ixKey := resultstest.Key(t)
+	ixID, err := peer.IDFromPrivateKey(ixKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []overlay.Option{overlay.WithDelegator(crawlersOnly{ixID}), overlay.WithRefetcher(fakeWeb),
+		overlay.Withholding(overlay.WithholdConfig{Grace: grace})}
+	var nodes []*tnode
+	for i := range 4 {
+		nodes = append(nodes, newTNode(t, net, i, nil, nil, opts...))
+	}
+	ixn := newTNode(t, net, 4, ixKey, nil, append(opts, overlay.NoCrawl())...)
+	join(t, nodes[0], append(nodes[1:], ixn)...)
+	return nodes, ixn
+}
+
+// crawlers counts the crawl requests each node took (serveCrawlers).
+type crawlers struct {
+	mu    sync.Mutex
+	taken map[peer.ID]int
+}
+
+// serveCrawlers makes each of nodes a crawler: honest ones publish a
+// record of each requested page through an outbox; withholder takes the
+// requests and does nothing.
+func serveCrawlers(t *testing.T, nodes []*tnode, withholder *tnode) *crawlers {
+	t.Helper()
+	c := &crawlers{taken: map[peer.ID]int{}}
+	for _, n := range nodes {
+		ob := startOutbox(t, n, n.db)
+		id := n.h.ID()
+		remove, err := results.ServeCrawlRequests(n.h, func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
+			c.mu.Lock()
+			c.taken[id] += len(reqs)
+			c.mu.Unlock()
+			if id == withholder.h.ID() {
+				return nil
+			}
+			var recs []crawl.Record
+			for _, r := range reqs {
+				recs = append(recs, crawl.Record{URL: r.Link, FinalURL: r.Link, Time: time.Now(), Status: 200, Type: crawl.TypeHTML,
+					Change: crawl.ChangeNew, Title: "page " + r.Link, Size: 1000, Fingerprint: fingerprint(r.Link),
+					Keywords: []crawl.Keyword{{Term: "page", Weight: 65535}}})
+			}
+			return ob.Results(ctx, resultstest.Batch(t, recs))
+		}, results.Logger(quiet()), results.Egress(egress.Policy{AllowPrivate: true}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(remove)
+	}
+	return c
 }
 
 func minDur(m map[netip.Addr]time.Duration) time.Duration {

@@ -2,7 +2,10 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"net/url"
 	"sync"
@@ -35,6 +38,12 @@ import (
 // overlay's egress policy refuses (a special-purpose address, which the
 // crawler's own guard lets through only under a different setting) is
 // dropped: no owner would take it.
+//
+// Watches (issue 18): the owner signs a receipt of every link it takes,
+// and about one frame in watchEvery has one of its links, with its
+// receipt, reported to the indexers taking the link's result shard
+// (results.SendWatches), which hold the owner to it as to their own
+// crawl requests. The owner cannot tell which links are watched.
 
 // router is the crawler's Router.
 type router struct {
@@ -86,6 +95,10 @@ const (
 	delegateQueue   = 1024             // subnets waiting for a delegation
 	delegateRetry   = 30 * time.Second // a subnet whose delegation failed is tried again after this
 	delegateLimit   = 2 * time.Minute  // one delegation
+	watchEvery      = 16               // about one frame in this many has a link watched
+	watchQueue      = 64               // watches waiting to be sent; beyond, new ones are dropped
+	watchPerHour    = 120              // watches sent an hour, at most
+	watchSend       = 20 * time.Second // one indexer's answer
 )
 
 // outStore is the crawler's outgoing store (*crawl.Crawler).
@@ -121,12 +134,17 @@ func (l liveOwners) Invalidate(r subnet.Range) { l.n.ov().Invalidate(r) }
 type handOn struct {
 	store  outStore
 	owners owners
-	send   func(ctx context.Context, p peer.ID, reqs []crawl.Request) error // to the owner p, acknowledged
-	self   peer.ID
-	tree   func() *subnet.Tree    // the running snapshot
-	refuse func(netip.Addr) error // the egress policy's refusal of a link's address; nil: none
-	log    *slog.Logger
-	joined <-chan struct{}
+	send   func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]results.Receipt, error) // to the owner p, acknowledged, with its receipts
+	// watch reports w to the indexers of its link's shard; nil: no
+	// watches. Called by one goroutine, off the hand-on loop.
+	watch   func(ctx context.Context, w results.Watch) error
+	watches chan results.Watch
+	rng     func(n int) int // rand.IntN
+	self    peer.ID
+	tree    func() *subnet.Tree    // the running snapshot
+	refuse  func(netip.Addr) error // the egress policy's refusal of a link's address; nil: none
+	log     *slog.Logger
+	joined  <-chan struct{}
 
 	queue chan delegation
 	wake  chan struct{} // a delegation finished
@@ -157,10 +175,11 @@ func newHandOn(n *Node) *handOn {
 			p := n.ov().EgressPolicy()
 			return p.CheckAddr(a)
 		},
-		send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
+		send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]results.Receipt, error) {
 			n.findAddrs(ctx, p)
-			return results.SendCrawl(ctx, n.h, p, reqs)
+			return results.SendCrawlReceipts(ctx, n.h, p, reqs)
 		},
+		watch: n.sendWatch, watches: make(chan results.Watch, watchQueue), rng: rand.IntN,
 		queue: make(chan delegation, delegateQueue), wake: make(chan struct{}, 1),
 		asked: map[subnet.Range]time.Time{}, failed: map[peer.ID]backoff{}}
 }
@@ -229,6 +248,9 @@ func (h *handOn) run(ctx context.Context) {
 	defer wg.Wait()
 	for range delegateWorkers {
 		wg.Go(func() { h.delegate(ctx) })
+	}
+	if h.watch != nil {
+		wg.Go(func() { h.sendWatches(ctx) })
 	}
 	tick := time.NewTicker(handOnTick)
 	defer tick.Stop()
@@ -321,7 +343,7 @@ func (h *handOn) pass(ctx context.Context) (wrapped bool) {
 			reqs[i] = l.Request
 		}
 		sctx, cancel := context.WithTimeout(ctx, handOnSend)
-		err := h.send(sctx, p, reqs)
+		receipts, err := h.send(sctx, p, reqs)
 		cancel()
 		if err != nil {
 			// The owner may have gone: it is not sent to again for a while
@@ -342,8 +364,45 @@ func (h *handOn) pass(ctx context.Context) (wrapped bool) {
 		if err := cr.Handed(links...); err != nil {
 			h.log.Error("deleting handed links failed", "error", err)
 		}
+		h.sample(p, reqs, receipts)
 	}
 	return wrapped
+}
+
+// sample queues a watch of one of reqs, which p took with receipts, about
+// one time in watchEvery.
+func (h *handOn) sample(p peer.ID, reqs []crawl.Request, receipts []results.Receipt) {
+	if h.watch == nil || len(receipts) != len(reqs) || len(reqs) == 0 || h.rng(watchEvery) != 0 {
+		return
+	}
+	i := h.rng(len(reqs))
+	select {
+	case h.watches <- results.Watch{Request: reqs[i], Holder: p, Receipt: receipts[i]}:
+	default:
+	}
+}
+
+// sendWatches sends the watches queued, at most watchPerHour an hour,
+// until ctx ends.
+func (h *handOn) sendWatches(ctx context.Context) {
+	gap := time.Hour / watchPerHour
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case w := <-h.watches:
+			if wait := time.Until(last.Add(gap)); wait > 0 {
+				continue // over the budget: dropped
+			}
+			last = time.Now()
+			wctx, cancel := context.WithTimeout(ctx, watchSend)
+			if err := h.watch(wctx, w); err != nil {
+				h.log.Debug("watch not delivered", "link", w.Request.Link, "holder", w.Holder, "error", err)
+			}
+			cancel()
+		}
+	}
 }
 
 // check returns why l can never be handed on: it breaks the crawl-request
@@ -420,4 +479,26 @@ func (h *handOn) delegate(ctx context.Context) {
 		default:
 		}
 	}
+}
+
+// sendWatch reports w to every live indexer that takes its link's result
+// shard; it fails when none took it.
+func (n *Node) sendWatch(ctx context.Context, w results.Watch) error {
+	u, err := url.Parse(w.Request.Link)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	sent := 0
+	for _, p := range n.ob.IndexersFor(u.Hostname()) {
+		if err := results.SendWatches(ctx, n.h, p, []results.Watch{w}); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p, err))
+			continue
+		}
+		sent++
+	}
+	if sent == 0 {
+		return fmt.Errorf("no indexer took the watch: %w", errors.Join(errs...))
+	}
+	return nil
 }

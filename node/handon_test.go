@@ -17,6 +17,7 @@ import (
 	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -164,17 +165,17 @@ func TestHandOn(t *testing.T) {
 		policy := egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/15")}}
 		h := &handOn{store: st, owners: fo, self: self, tree: func() *subnet.Tree { return tree }, log: slog.New(slog.DiscardHandler), joined: joined,
 			refuse: policy.CheckAddr,
-			send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
+			send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]results.Receipt, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				attempts[p]++
 				if p == down && !downUp {
-					return errors.New("no answer")
+					return nil, errors.New("no answer")
 				}
 				for _, r := range reqs {
 					sent[p] = append(sent[p], r.Link)
 				}
-				return nil
+				return nil, nil
 			},
 			queue: make(chan delegation, delegateQueue), wake: make(chan struct{}, 1),
 			asked: map[subnet.Range]time.Time{}, failed: map[peer.ID]backoff{}}
@@ -251,6 +252,104 @@ func TestHandOn(t *testing.T) {
 			if len(links) != len(slices.Compact(slices.Sorted(slices.Values(links)))) {
 				t.Errorf("%s got a link twice: %v", p, links)
 			}
+		}
+		mu.Unlock()
+		cancel()
+		<-done
+	})
+}
+
+// TestHandOnWatches (issue 18): a link handed on to its owner is reported,
+// with the owner's receipt, to the indexers of its shard about one frame
+// in watchEvery; the owner's receipts come with every frame, so it cannot
+// tell which; a frame without receipts has none watched, and watches
+// beyond watchPerHour are dropped.
+func TestHandOnWatches(t *testing.T) {
+	tree := p2ptest.Tree(t)
+	p2ptest.Bubble(t, func(t *testing.T) {
+		self, owner := peer.ID("self"), peer.ID("owner")
+		a := netip.AddrFrom4([4]byte{127, 0, 1, 9})
+		fo := &fakeOwners{tree: tree, cache: map[subnet.Range]overlay.Delegation{}, held: map[subnet.Range]peer.ID{},
+			delegated: map[subnet.Range]int{}}
+		fo.held[fo.rng(a)] = owner
+		_, _, _ = fo.Resolve(t.Context(), a)
+		st := &memStore{stored: make(chan struct{}, 1)}
+		var mu sync.Mutex
+		var watched []results.Watch
+		withReceipts := true
+		draws := 0
+		joined := make(chan struct{})
+		close(joined)
+		h := &handOn{store: st, owners: fo, self: self, tree: func() *subnet.Tree { return tree }, log: slog.New(slog.DiscardHandler), joined: joined,
+			send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]results.Receipt, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if !withReceipts {
+					return nil, nil
+				}
+				rs := make([]results.Receipt, len(reqs))
+				for i, r := range reqs {
+					rs[i] = results.Receipt{At: time.Now(), Sig: []byte("sig of " + r.Link)}
+				}
+				return rs, nil
+			},
+			watch: func(ctx context.Context, w results.Watch) error {
+				mu.Lock()
+				defer mu.Unlock()
+				watched = append(watched, w)
+				return nil
+			},
+			watches: make(chan results.Watch, watchQueue),
+			// Every frame is sampled, its second link watched.
+			rng: func(n int) int {
+				mu.Lock()
+				defer mu.Unlock()
+				draws++
+				if n == watchEvery {
+					return 0
+				}
+				return min(1, n-1)
+			},
+			queue: make(chan delegation, delegateQueue), wake: make(chan struct{}, 1),
+			asked: map[subnet.Range]time.Time{}, failed: map[peer.ID]backoff{}}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { h.run(ctx); close(done) }()
+		frame := func(names ...string) {
+			var ls []crawl.Outlink
+			for _, n := range names {
+				ls = append(ls, crawl.Outlink{Request: crawl.Request{Link: "http://" + n + ".test/", Depth: 1}, Addr: a})
+			}
+			st.add(ls...)
+			time.Sleep(handOnTick + handOnGap)
+			synctest.Wait()
+		}
+		frame("a", "b")
+		mu.Lock()
+		if len(watched) != 1 || watched[0].Request.Link != "http://b.test/" || watched[0].Holder != owner || string(watched[0].Receipt.Sig) != "sig of http://b.test/" {
+			t.Fatalf("watched %+v, want b's link with the owner's receipt", watched)
+		}
+		mu.Unlock()
+		// Within the hour's budget of watchPerHour: the next is dropped.
+		frame("c", "d")
+		mu.Lock()
+		if len(watched) != 1 {
+			t.Errorf("watched %d, want the second dropped within %v of the first", len(watched), time.Hour/watchPerHour)
+		}
+		withReceipts = false
+		mu.Unlock()
+		time.Sleep(time.Hour / watchPerHour)
+		frame("e", "f")
+		mu.Lock()
+		if len(watched) != 1 {
+			t.Errorf("a frame without receipts was watched: %+v", watched[1:])
+		}
+		withReceipts = true
+		mu.Unlock()
+		frame("g", "h")
+		mu.Lock()
+		if len(watched) != 2 || watched[1].Request.Link != "http://h.test/" {
+			t.Errorf("watched %+v, want h's link second", watched)
 		}
 		mu.Unlock()
 		cancel()

@@ -10,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-msgio/pbio"
 
 	"github.com/micra-net/micra/crawl"
@@ -196,13 +197,23 @@ func SendCrawl(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request
 // its link at a time within clockSkew of this peer's clock: p took the
 // requests, but nothing proves it did.
 func sendCrawlFrame(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request, receipts bool) ([]Receipt, error) {
-	s, err := openStream(ctx, h, p, CrawlID, svcCrawl, crawlDeadline)
-	if err != nil {
-		return nil, err
-	}
 	m := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL, WantReceipts: receipts}
 	for _, r := range reqs {
 		m.Requests = append(m.Requests, &pb.CrawlRequest{Link: r.Link, Depth: int32(r.Depth), Owners: r.Owners})
+	}
+	resp, err := exchange(ctx, h, p, CrawlID, svcCrawl, crawlDeadline, m, maxCrawlAck)
+	if err != nil || !receipts {
+		return nil, err
+	}
+	return checkReceipts(p, reqs, resp, time.Now())
+}
+
+// exchange sends m to p on protocol id and returns its CRAWL_ACK (of at
+// most limit bytes); an ERROR answer is an error naming the peer's words.
+func exchange(ctx context.Context, h host.Host, p peer.ID, id protocol.ID, svc string, d time.Duration, m *pb.CrawlMessage, limit int) (*pb.CrawlMessage, error) {
+	s, err := openStream(ctx, h, p, id, svc, d)
+	if err != nil {
+		return nil, err
 	}
 	if err := pbio.NewDelimitedWriter(s).WriteMsg(m); err != nil {
 		s.Reset()
@@ -210,7 +221,7 @@ func sendCrawlFrame(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Re
 	}
 	_ = s.CloseWrite()
 	var resp pb.CrawlMessage
-	if err := pbio.NewDelimitedReader(s, maxCrawlAck).ReadMsg(&resp); err != nil {
+	if err := pbio.NewDelimitedReader(s, limit).ReadMsg(&resp); err != nil {
 		s.Reset()
 		return nil, err
 	}
@@ -225,10 +236,23 @@ func sendCrawlFrame(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Re
 	case resp.GetVersion() != wireVersion || resp.GetType() != pb.CrawlMessage_CRAWL_ACK:
 		return nil, fmt.Errorf("%w: answer %v version %d", ErrMalformed, resp.GetType(), resp.GetVersion())
 	}
-	if !receipts {
-		return nil, nil
+	return &resp, nil
+}
+
+// answer writes the answer to a frame of n items that err refused, or
+// resp (a CRAWL_ACK of n when nil), and closes s.
+func answer(s network.Stream, n int, resp *pb.CrawlMessage, err error) {
+	if resp == nil {
+		resp = &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, Accepted: uint32(n)}
 	}
-	return checkReceipts(p, reqs, &resp, time.Now())
+	if err != nil {
+		resp = &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_ERROR, Error: err.Error()}
+	}
+	if err := pbio.NewDelimitedWriter(s).WriteMsg(resp); err != nil {
+		s.Reset()
+		return
+	}
+	_ = s.Close()
 }
 
 // checkReceipts returns the receipts of the CRAWL_ACK resp from p for
@@ -255,7 +279,8 @@ func checkReceipts(p peer.ID, reqs []crawl.Request, resp *pb.CrawlMessage, now t
 
 // ServeCrawlRequests registers the handler of CrawlID on h: each request
 // frame (at most 256 requests, checked against the protocol's bounds and
-// the Egress policy) is handed to f, and acknowledged once f returns nil;
+// the Egress policy) is handed to f, and acknowledged once f returns nil,
+// with this host's signed receipt of each request when the sender asks;
 // a frame with a request the policy refuses is answered with an ERROR
 // naming it, and nothing of it is handed to f. Delivery is at least
 // once: a sender whose answer was lost sends again, and the crawler
@@ -265,6 +290,43 @@ func ServeCrawlRequests(h host.Host, f CrawlHandler, opts ...Option) (remove fun
 	if h == nil || f == nil {
 		return nil, errors.New("results: crawl requests need a host and a handler")
 	}
+	return serveFrames(h, frameProto{CrawlID, svcCrawl, crawlStreamMem, maxCrawlMsg, crawlDeadline}, opts,
+		func(ctx context.Context, cfg *config, from peer.ID, m *pb.CrawlMessage, s network.Stream) {
+			reqs, err := decodeCrawl(m)
+			if err == nil {
+				err = refuseCrawl(&cfg.policy, reqs)
+			}
+			if err == nil {
+				if err = f(ctx, from, reqs); err != nil {
+					cfg.log.Debug("crawl request failed", "peer", from, "error", err)
+				}
+			} else {
+				cfg.log.Debug("bad crawl request", "peer", from, "error", err)
+			}
+			resp := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, Accepted: uint32(len(reqs))}
+			if err == nil && m.GetWantReceipts() {
+				err = signReceipts(h, reqs, resp, time.Now())
+			}
+			answer(s, len(reqs), resp, err)
+		})
+}
+
+// frameProto is a one-frame protocol's settings: its ID, resource-manager
+// service and memory, frame limit and deadline.
+type frameProto struct {
+	id    protocol.ID
+	svc   string
+	mem   int
+	limit int
+	d     time.Duration
+}
+
+// serveFrames registers on h the handler of fp's protocol: each stream's
+// one CrawlMessage, read within the deadline, is handed to handle, which
+// answers it (answer) before the deadline ends its context. Call the
+// returned function to remove the handler.
+func serveFrames(h host.Host, fp frameProto, opts []Option,
+	handle func(ctx context.Context, cfg *config, from peer.ID, m *pb.CrawlMessage, s network.Stream)) (func(), error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
@@ -272,51 +334,26 @@ func ServeCrawlRequests(h host.Host, f CrawlHandler, opts ...Option) (remove fun
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h.SetStreamHandler(CrawlID, func(s network.Stream) { serveCrawl(ctx, &cfg, h, s, f) })
+	h.SetStreamHandler(fp.id, func(s network.Stream) {
+		from := s.Conn().RemotePeer()
+		if !acceptStream(cfg.log, s, fp.id, fp.svc, fp.mem, fp.d) {
+			return
+		}
+		defer s.Scope().ReleaseMemory(fp.mem)
+		ctx, cancel := context.WithTimeout(ctx, fp.d)
+		defer cancel()
+		var m pb.CrawlMessage
+		if err := pbio.NewDelimitedReader(s, fp.limit).ReadMsg(&m); err != nil {
+			cfg.log.Debug("bad frame", "protocol", fp.id, "peer", from, "error", err)
+			s.Reset()
+			return
+		}
+		handle(ctx, &cfg, from, &m, s)
+	})
 	return func() {
-		h.RemoveStreamHandler(CrawlID)
+		h.RemoveStreamHandler(fp.id)
 		cancel()
 	}, nil
-}
-
-func serveCrawl(ctx context.Context, cfg *config, h host.Host, s network.Stream, f CrawlHandler) {
-	from := s.Conn().RemotePeer()
-	if !acceptStream(cfg.log, s, CrawlID, svcCrawl, crawlStreamMem, crawlDeadline) {
-		return
-	}
-	defer s.Scope().ReleaseMemory(crawlStreamMem)
-	ctx, cancel := context.WithTimeout(ctx, crawlDeadline)
-	defer cancel()
-	w := pbio.NewDelimitedWriter(s)
-	var m pb.CrawlMessage
-	if err := pbio.NewDelimitedReader(s, maxCrawlMsg).ReadMsg(&m); err != nil {
-		cfg.log.Debug("bad crawl request", "peer", from, "error", err)
-		s.Reset()
-		return
-	}
-	reqs, err := decodeCrawl(&m)
-	if err == nil {
-		err = refuseCrawl(&cfg.policy, reqs)
-	}
-	if err == nil {
-		if err = f(ctx, from, reqs); err != nil {
-			cfg.log.Debug("crawl request failed", "peer", from, "error", err)
-		}
-	} else {
-		cfg.log.Debug("bad crawl request", "peer", from, "error", err)
-	}
-	resp := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, Accepted: uint32(len(reqs))}
-	if err == nil && m.GetWantReceipts() {
-		err = signReceipts(h, reqs, resp, time.Now())
-	}
-	if err != nil {
-		resp = &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_ERROR, Error: err.Error()}
-	}
-	if err := w.WriteMsg(resp); err != nil {
-		s.Reset()
-		return
-	}
-	_ = s.Close()
 }
 
 // signReceipts adds to resp this host's receipt of each of reqs, taken at

@@ -61,6 +61,11 @@
 // each receipt with its pending request: a withholding notice is judged
 // only on one (overlay.Withheld).
 //
+// Watches (watch.go): a node reports a sample of the links it handed on,
+// each with its owner's receipt (SendCrawlReceipts), to the indexers of
+// their result shards (SendWatches, WatchID; ServeWatches is the
+// indexer's handler), which keep them as their own crawl requests.
+//
 // Special-purpose addresses are refused where they enter (issue 18): Submit
 // refuses a seed whose host is one (an IP literal, or localhost) or
 // resolves to one, under the overlay's egress policy, before any

@@ -2,6 +2,7 @@ package results
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -156,5 +157,23 @@ func addrsOf(a *pb.Announce) []ma.Multiaddr {
 			out = append(out, m)
 		}
 	}
+	return out
+}
+
+// IndexersFor returns the live indexers (their announcements hold) that
+// take the result shard of host, sorted: those a watch of a link of host
+// goes to (SendWatches).
+func (ob *Outbox) IndexersFor(host string) []peer.ID {
+	now := ob.cfg.now()
+	shard := ShardOf(host, ob.cfg.shards)
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	var out []peer.ID
+	for p, k := range ob.indexers {
+		if now.Before(k.expires) && k.takes(shard, ob.cfg.shards) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
 	return out
 }

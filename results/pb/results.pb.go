@@ -33,6 +33,7 @@ const (
 	CrawlMessage_ERROR     CrawlMessage_Type = 1
 	CrawlMessage_CRAWL     CrawlMessage_Type = 2
 	CrawlMessage_CRAWL_ACK CrawlMessage_Type = 3
+	CrawlMessage_WATCH     CrawlMessage_Type = 4 // on the watch protocol: links handed on, with their owners' receipts
 )
 
 // Enum value maps for CrawlMessage_Type.
@@ -42,12 +43,14 @@ var (
 		1: "ERROR",
 		2: "CRAWL",
 		3: "CRAWL_ACK",
+		4: "WATCH",
 	}
 	CrawlMessage_Type_value = map[string]int32{
 		"UNKNOWN":   0,
 		"ERROR":     1,
 		"CRAWL":     2,
 		"CRAWL_ACK": 3,
+		"WATCH":     4,
 	}
 )
 
@@ -519,9 +522,10 @@ type CrawlMessage struct {
 	// CRAWL: the sender wants a receipt of each request. CRAWL_ACK: the
 	// receipts, one per request in order, each the taker's signature of the
 	// request's link at at_ms (overlay.SignReceipt).
-	WantReceipts  bool     `protobuf:"varint,6,opt,name=want_receipts,json=wantReceipts,proto3" json:"want_receipts,omitempty"`
-	AtMs          int64    `protobuf:"varint,7,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
-	Receipts      [][]byte `protobuf:"bytes,8,rep,name=receipts,proto3" json:"receipts,omitempty"`
+	WantReceipts  bool          `protobuf:"varint,6,opt,name=want_receipts,json=wantReceipts,proto3" json:"want_receipts,omitempty"`
+	AtMs          int64         `protobuf:"varint,7,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Receipts      [][]byte      `protobuf:"bytes,8,rep,name=receipts,proto3" json:"receipts,omitempty"`
+	Watches       []*WatchEntry `protobuf:"bytes,9,rep,name=watches,proto3" json:"watches,omitempty"` // WATCH
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -612,6 +616,84 @@ func (x *CrawlMessage) GetReceipts() [][]byte {
 	return nil
 }
 
+func (x *CrawlMessage) GetWatches() []*WatchEntry {
+	if x != nil {
+		return x.Watches
+	}
+	return nil
+}
+
+// WatchEntry is one link a node handed on to the node owning its subnet,
+// holder, which took it at at_ms: receipt is holder's signature of the
+// link at at_ms (overlay.SignReceipt).
+type WatchEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *CrawlRequest          `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	Holder        []byte                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	AtMs          int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Receipt       []byte                 `protobuf:"bytes,4,opt,name=receipt,proto3" json:"receipt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEntry) Reset() {
+	*x = WatchEntry{}
+	mi := &file_results_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEntry) ProtoMessage() {}
+
+func (x *WatchEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_results_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEntry.ProtoReflect.Descriptor instead.
+func (*WatchEntry) Descriptor() ([]byte, []int) {
+	return file_results_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WatchEntry) GetRequest() *CrawlRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *WatchEntry) GetHolder() []byte {
+	if x != nil {
+		return x.Holder
+	}
+	return nil
+}
+
+func (x *WatchEntry) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *WatchEntry) GetReceipt() []byte {
+	if x != nil {
+		return x.Receipt
+	}
+	return nil
+}
+
 // CrawlRequest is one runtime crawl request (WebRACE): fetch link, follow its
 // links depth hops further (-1: the crawler's default), on behalf of owners.
 type CrawlRequest struct {
@@ -625,7 +707,7 @@ type CrawlRequest struct {
 
 func (x *CrawlRequest) Reset() {
 	*x = CrawlRequest{}
-	mi := &file_results_proto_msgTypes[6]
+	mi := &file_results_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +719,7 @@ func (x *CrawlRequest) String() string {
 func (*CrawlRequest) ProtoMessage() {}
 
 func (x *CrawlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_results_proto_msgTypes[6]
+	mi := &file_results_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +732,7 @@ func (x *CrawlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CrawlRequest.ProtoReflect.Descriptor instead.
 func (*CrawlRequest) Descriptor() ([]byte, []int) {
-	return file_results_proto_rawDescGZIP(), []int{6}
+	return file_results_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CrawlRequest) GetLink() string {
@@ -690,7 +772,7 @@ type Evidence struct {
 
 func (x *Evidence) Reset() {
 	*x = Evidence{}
-	mi := &file_results_proto_msgTypes[7]
+	mi := &file_results_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +784,7 @@ func (x *Evidence) String() string {
 func (*Evidence) ProtoMessage() {}
 
 func (x *Evidence) ProtoReflect() protoreflect.Message {
-	mi := &file_results_proto_msgTypes[7]
+	mi := &file_results_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +797,7 @@ func (x *Evidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
 func (*Evidence) Descriptor() ([]byte, []int) {
-	return file_results_proto_rawDescGZIP(), []int{7}
+	return file_results_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Evidence) GetVersion() uint32 {
@@ -772,7 +854,7 @@ type AuditStats struct {
 
 func (x *AuditStats) Reset() {
 	*x = AuditStats{}
-	mi := &file_results_proto_msgTypes[8]
+	mi := &file_results_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +866,7 @@ func (x *AuditStats) String() string {
 func (*AuditStats) ProtoMessage() {}
 
 func (x *AuditStats) ProtoReflect() protoreflect.Message {
-	mi := &file_results_proto_msgTypes[8]
+	mi := &file_results_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +879,7 @@ func (x *AuditStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditStats.ProtoReflect.Descriptor instead.
 func (*AuditStats) Descriptor() ([]byte, []int) {
-	return file_results_proto_rawDescGZIP(), []int{8}
+	return file_results_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AuditStats) GetAudited() uint64 {
@@ -876,7 +958,7 @@ type Disputes struct {
 
 func (x *Disputes) Reset() {
 	*x = Disputes{}
-	mi := &file_results_proto_msgTypes[9]
+	mi := &file_results_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +970,7 @@ func (x *Disputes) String() string {
 func (*Disputes) ProtoMessage() {}
 
 func (x *Disputes) ProtoReflect() protoreflect.Message {
-	mi := &file_results_proto_msgTypes[9]
+	mi := &file_results_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +983,7 @@ func (x *Disputes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disputes.ProtoReflect.Descriptor instead.
 func (*Disputes) Descriptor() ([]byte, []int) {
-	return file_results_proto_rawDescGZIP(), []int{9}
+	return file_results_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Disputes) GetRecords() []*Dispute {
@@ -923,7 +1005,7 @@ type Dispute struct {
 
 func (x *Dispute) Reset() {
 	*x = Dispute{}
-	mi := &file_results_proto_msgTypes[10]
+	mi := &file_results_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1017,7 @@ func (x *Dispute) String() string {
 func (*Dispute) ProtoMessage() {}
 
 func (x *Dispute) ProtoReflect() protoreflect.Message {
-	mi := &file_results_proto_msgTypes[10]
+	mi := &file_results_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1030,7 @@ func (x *Dispute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispute.ProtoReflect.Descriptor instead.
 func (*Dispute) Descriptor() ([]byte, []int) {
-	return file_results_proto_rawDescGZIP(), []int{10}
+	return file_results_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Dispute) GetUrl() string {
@@ -986,7 +1068,7 @@ type PendingCrawl struct {
 
 func (x *PendingCrawl) Reset() {
 	*x = PendingCrawl{}
-	mi := &file_results_proto_msgTypes[11]
+	mi := &file_results_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1080,7 @@ func (x *PendingCrawl) String() string {
 func (*PendingCrawl) ProtoMessage() {}
 
 func (x *PendingCrawl) ProtoReflect() protoreflect.Message {
-	mi := &file_results_proto_msgTypes[11]
+	mi := &file_results_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1093,7 @@ func (x *PendingCrawl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingCrawl.ProtoReflect.Descriptor instead.
 func (*PendingCrawl) Descriptor() ([]byte, []int) {
-	return file_results_proto_rawDescGZIP(), []int{11}
+	return file_results_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PendingCrawl) GetRequest() *CrawlRequest {
@@ -1087,7 +1169,7 @@ type WithheldOwed struct {
 
 func (x *WithheldOwed) Reset() {
 	*x = WithheldOwed{}
-	mi := &file_results_proto_msgTypes[12]
+	mi := &file_results_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1181,7 @@ func (x *WithheldOwed) String() string {
 func (*WithheldOwed) ProtoMessage() {}
 
 func (x *WithheldOwed) ProtoReflect() protoreflect.Message {
-	mi := &file_results_proto_msgTypes[12]
+	mi := &file_results_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1194,7 @@ func (x *WithheldOwed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithheldOwed.ProtoReflect.Descriptor instead.
 func (*WithheldOwed) Descriptor() ([]byte, []int) {
-	return file_results_proto_rawDescGZIP(), []int{12}
+	return file_results_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WithheldOwed) GetUrl() string {
@@ -1201,7 +1283,7 @@ const file_results_proto_rawDesc = "" +
 	"\x05ttl_s\x18\a \x01(\rR\x04ttlS\"\\\n" +
 	"\fKnownIndexer\x123\n" +
 	"\bannounce\x18\x01 \x01(\v2\x17.micra.results.AnnounceR\bannounce\x12\x17\n" +
-	"\aseen_ms\x18\x02 \x01(\x03R\x06seenMs\"\xd9\x02\n" +
+	"\aseen_ms\x18\x02 \x01(\x03R\x06seenMs\"\x99\x03\n" +
 	"\fCrawlMessage\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x124\n" +
 	"\x04type\x18\x02 \x01(\x0e2 .micra.results.CrawlMessage.TypeR\x04type\x127\n" +
@@ -1210,12 +1292,20 @@ const file_results_proto_rawDesc = "" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12#\n" +
 	"\rwant_receipts\x18\x06 \x01(\bR\fwantReceipts\x12\x13\n" +
 	"\x05at_ms\x18\a \x01(\x03R\x04atMs\x12\x1a\n" +
-	"\breceipts\x18\b \x03(\fR\breceipts\"8\n" +
+	"\breceipts\x18\b \x03(\fR\breceipts\x123\n" +
+	"\awatches\x18\t \x03(\v2\x19.micra.results.WatchEntryR\awatches\"C\n" +
 	"\x04Type\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05ERROR\x10\x01\x12\t\n" +
 	"\x05CRAWL\x10\x02\x12\r\n" +
-	"\tCRAWL_ACK\x10\x03\"P\n" +
+	"\tCRAWL_ACK\x10\x03\x12\t\n" +
+	"\x05WATCH\x10\x04\"\x8a\x01\n" +
+	"\n" +
+	"WatchEntry\x125\n" +
+	"\arequest\x18\x01 \x01(\v2\x1b.micra.results.CrawlRequestR\arequest\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\fR\x06holder\x12\x13\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x12\x18\n" +
+	"\areceipt\x18\x04 \x01(\fR\areceipt\"P\n" +
 	"\fCrawlRequest\x12\x12\n" +
 	"\x04link\x18\x01 \x01(\tR\x04link\x12\x14\n" +
 	"\x05depth\x18\x02 \x01(\x11R\x05depth\x12\x16\n" +
@@ -1276,7 +1366,7 @@ func file_results_proto_rawDescGZIP() []byte {
 }
 
 var file_results_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_results_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_results_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_results_proto_goTypes = []any{
 	(CrawlMessage_Type)(0), // 0: micra.results.CrawlMessage.Type
 	(*Envelope)(nil),       // 1: micra.results.Envelope
@@ -1285,25 +1375,28 @@ var file_results_proto_goTypes = []any{
 	(*Announce)(nil),       // 4: micra.results.Announce
 	(*KnownIndexer)(nil),   // 5: micra.results.KnownIndexer
 	(*CrawlMessage)(nil),   // 6: micra.results.CrawlMessage
-	(*CrawlRequest)(nil),   // 7: micra.results.CrawlRequest
-	(*Evidence)(nil),       // 8: micra.results.Evidence
-	(*AuditStats)(nil),     // 9: micra.results.AuditStats
-	(*Disputes)(nil),       // 10: micra.results.Disputes
-	(*Dispute)(nil),        // 11: micra.results.Dispute
-	(*PendingCrawl)(nil),   // 12: micra.results.PendingCrawl
-	(*WithheldOwed)(nil),   // 13: micra.results.WithheldOwed
+	(*WatchEntry)(nil),     // 7: micra.results.WatchEntry
+	(*CrawlRequest)(nil),   // 8: micra.results.CrawlRequest
+	(*Evidence)(nil),       // 9: micra.results.Evidence
+	(*AuditStats)(nil),     // 10: micra.results.AuditStats
+	(*Disputes)(nil),       // 11: micra.results.Disputes
+	(*Dispute)(nil),        // 12: micra.results.Dispute
+	(*PendingCrawl)(nil),   // 13: micra.results.PendingCrawl
+	(*WithheldOwed)(nil),   // 14: micra.results.WithheldOwed
 }
 var file_results_proto_depIdxs = []int32{
 	4,  // 0: micra.results.KnownIndexer.announce:type_name -> micra.results.Announce
 	0,  // 1: micra.results.CrawlMessage.type:type_name -> micra.results.CrawlMessage.Type
-	7,  // 2: micra.results.CrawlMessage.requests:type_name -> micra.results.CrawlRequest
-	11, // 3: micra.results.Disputes.records:type_name -> micra.results.Dispute
-	7,  // 4: micra.results.PendingCrawl.request:type_name -> micra.results.CrawlRequest
-	5,  // [5:5] is the sub-list for method output_type
-	5,  // [5:5] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	8,  // 2: micra.results.CrawlMessage.requests:type_name -> micra.results.CrawlRequest
+	7,  // 3: micra.results.CrawlMessage.watches:type_name -> micra.results.WatchEntry
+	8,  // 4: micra.results.WatchEntry.request:type_name -> micra.results.CrawlRequest
+	12, // 5: micra.results.Disputes.records:type_name -> micra.results.Dispute
+	8,  // 6: micra.results.PendingCrawl.request:type_name -> micra.results.CrawlRequest
+	7,  // [7:7] is the sub-list for method output_type
+	7,  // [7:7] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_results_proto_init() }
@@ -1317,7 +1410,7 @@ func file_results_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_results_proto_rawDesc), len(file_results_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
