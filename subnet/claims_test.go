@@ -116,8 +116,8 @@ func TestClaimCheck(t *testing.T) {
 		between[[2]string{"W1", "W2"}] = 200
 		rtt["W2"] = 100
 		// (By the plain triangle inequality W1 and W2 both show A 90 ms
-		// or more from the site: its floor, below, raises it above H.)
-		d, err := newClaimWorld(t, rtt, between).search(t, &ClaimCheck{NoFloor: true})
+		// or more from the site: its floor, below, would raise it above H.)
+		d, err := newClaimWorld(t, rtt, between).search(t, &ClaimCheck{})
 		if err != nil || d.Node != "A" || len(d.Rejected) != 0 {
 			t.Errorf("decision %+v, %v; want A kept: a single witness refutes it", d, err)
 		}
@@ -134,24 +134,24 @@ func TestClaimCheck(t *testing.T) {
 			return newClaimWorld(t, map[string]int{"A1": 60, "A2": 62, "B": 25, "C": 35},
 				map[[2]string]int{{"A1", "A2"}: 5, {"A1", "B"}: 110, {"A2", "B"}: a2b, {"A1", "C"}: 80, {"A2", "C"}: 85, {"B", "C"}: 60})
 		}
-		d, err := world(115).search(t, &ClaimCheck{})
+		d, err := world(115).search(t, &ClaimCheck{Floor: true})
 		if err != nil || d.Node != "C" || d.RTT != 35*ms || len(d.Rejected) != 0 {
 			t.Fatalf("decision %+v, %v; want C at 35 ms, nobody rejected", d, err)
 		}
-		if d, err := world(115).search(t, &ClaimCheck{NoFloor: true}); err != nil || d.Node != "B" {
+		if d, err := world(115).search(t, &ClaimCheck{}); err != nil || d.Node != "B" {
 			t.Errorf("without the floor: %+v, %v; want B", d, err)
 		}
 		// One witness alone raises no claim, but the trusted one does;
 		// and an untrusted witness's second bound (the claimant too far
 		// from it) raises none when some witness is trusted: a witness
 		// that shortens its own probe would raise honest claims by it.
-		if d, err := world(70).search(t, &ClaimCheck{}); err != nil || d.Node != "B" {
+		if d, err := world(70).search(t, &ClaimCheck{Floor: true}); err != nil || d.Node != "B" {
 			t.Errorf("A1 alone: %+v, %v; want B", d, err)
 		}
-		if d, err := world(70).search(t, &ClaimCheck{Trusted: func(n string) bool { return n == "A1" }}); err != nil || d.Node != "C" {
+		if d, err := world(70).search(t, &ClaimCheck{Floor: true, Trusted: func(n string) bool { return n == "A1" }}); err != nil || d.Node != "C" {
 			t.Errorf("A1 alone, trusted: %+v, %v; want C", d, err)
 		}
-		if d, err := world(115).search(t, &ClaimCheck{Trusted: func(n string) bool { return n == "C" }}); err != nil || d.Node != "B" {
+		if d, err := world(115).search(t, &ClaimCheck{Floor: true, Trusted: func(n string) bool { return n == "C" }}); err != nil || d.Node != "B" {
 			t.Errorf("A1 and A2, untrusted, by the second bound: %+v, %v; want B", d, err)
 		}
 	})
@@ -166,7 +166,7 @@ func TestClaimCheck(t *testing.T) {
 			between[[2]string{"A2", b}] = 175 + 2*i
 		}
 		w := newClaimWorld(t, map[string]int{"A1": 60, "A2": 62, "B1": 25, "B2": 26, "C": 35}, between)
-		d, err := w.search(t, &ClaimCheck{})
+		d, err := w.search(t, &ClaimCheck{Floor: true})
 		if err != nil || d.Node != "C" || d.RTT != 35*ms || len(d.Rejected) != 0 {
 			t.Errorf("decision %+v, %v; want C at 35 ms, nobody rejected", d, err)
 		}

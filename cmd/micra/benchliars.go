@@ -33,7 +33,7 @@ func benchLiars(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	seed := fs.Int64("seed", 1, "first `seed`: of the world and of the runs")
 	repeats := fs.Int("repeats", 2, "runs with seeds seed, seed+1, ...: other nodes, liars and site orders")
 	factor := fs.Float64("factor", 0, "the check's Factor (0: the default, 2.5)")
-	noFloor := fs.Bool("no-floor", false, "the check without its floor (a claim raised to what the witnesses show by the plain triangle inequality)")
+	floor := fs.Bool("floor", false, "the check with its floor: a claim counts for no less than the witnesses show by the plain triangle inequality (subnet.ClaimCheck.Floor)")
 	slack := fs.Duration("slack", 0, "the check's Slack (0: the default, 20ms)")
 	agree := fs.Int("agree", 0, "witnesses that must agree (0: the default, 2)")
 	extra := fs.Int("extra", 0, "witnesses a check may ask (0: the default, 3)")
@@ -94,7 +94,7 @@ func benchLiars(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	sw := evaluate.LiarSweep{Nodes: *nodes, Liars: *liars, Sites: *sites, Fraction: *fraction,
-		Check: subnet.ClaimCheck{Factor: *factor, Slack: *slack, Agree: *agree, Extra: *extra, NoFloor: *noFloor}}
+		Check: subnet.ClaimCheck{Factor: *factor, Slack: *slack, Agree: *agree, Extra: *extra, Floor: *floor}}
 	for i := range *repeats {
 		sw.Seeds = append(sw.Seeds, *seed+int64(i))
 	}

@@ -90,17 +90,18 @@ func TestLiars(t *testing.T) {
 					t.Errorf("%s liars won %d far subnets with the check, %d without", lie, l.LiarsFar, o.LiarsFar)
 				}
 			}
-			// The floor (a claim counts for no less than two witnesses
-			// show by the plain triangle inequality) takes from every
-			// kind of liar and rejects nobody.
-			nf, err := SweepLiars(t.Context(), c.w, c.tree, LiarSweep{Nodes: 50, Liars: 5, Seeds: c.seeds, Fraction: 0.5,
-				Check: subnet.ClaimCheck{NoFloor: true}})
+			// The floor (subnet.ClaimCheck.Floor, off by default: a claim
+			// counts for no less than two witnesses show by the plain
+			// triangle inequality) takes from every kind of liar and
+			// rejects nobody.
+			fl, err := SweepLiars(t.Context(), c.w, c.tree, LiarSweep{Nodes: 50, Liars: 5, Seeds: c.seeds, Fraction: 0.5,
+				Check: subnet.ClaimCheck{Floor: true}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, nsum := SumLiars(nf)
+			_, fsum := SumLiars(fl)
 			for _, lie := range []string{LieFixed, LieScaled, LieMimic} {
-				l, n := on(lie), nsum[LiarKey{lie, true}]
+				l, n := fsum[LiarKey{lie, true}], on(lie)
 				t.Logf("%s liars won %d subnets (%d far) with the floor, %d (%d far) without", lie, l.LiarsWon, l.LiarsFar, n.LiarsWon, n.LiarsFar)
 				if l.LiarsWon > n.LiarsWon || l.HonestRejected > 0 {
 					t.Errorf("%s liars won %d subnets with the floor, %d without; %d honest claims rejected", lie, l.LiarsWon, n.LiarsWon, l.HonestRejected)

@@ -49,12 +49,8 @@ func TestMeshHandOff(t *testing.T) {
 			// loads: A's declared load already counts the first subnet, and a
 			// coordinator that decided both (one run in three) would add it
 			// again, leaving no hand-off that makes room.
-			// The probe table is no geometry (C is 200 ms from a site A
-			// reaches in 10 while the nodes are microseconds apart): the
-			// claim check's floor would raise A's answer by it.
 			d, err := delegate.New(delegate.Pure(), delegate.Threshold(ms(5)), delegate.CacheTTL(0),
-				delegate.LoadBalancing(true, 100, 0), delegate.Logger(debugLogger()),
-				delegate.ClaimCheck(&subnet.ClaimCheck{NoFloor: true}))
+				delegate.LoadBalancing(true, 100, 0), delegate.Logger(debugLogger()))
 			if err != nil {
 				t.Fatal(err)
 			}
