@@ -164,6 +164,19 @@ func startIndexer(t testing.TB, n *tnode, opts ...Option) *Indexer {
 	return ix
 }
 
+// memIndex returns an in-memory database and an index on it, closed when
+// the test ends.
+func memIndex(t testing.TB) (*badger.DB, *index.Index) {
+	t.Helper()
+	db := resultstest.MemDB(t)
+	x, err := index.New(db, index.Logger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close() })
+	return db, x
+}
+
 func sid(t testing.TB) subnet.SnapshotID { return overlaytest.Tree(t).ID() }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -462,12 +462,7 @@ func TestCrawlRequestsOutliveTheirNode(t *testing.T) {
 // TestPendingSurvivesRestart: crawl requests kept by an indexer are there
 // after a restart on the same database, and answered ones are not.
 func TestPendingSurvivesRestart(t *testing.T) {
-	db := resultstest.MemDB(t)
-	x, err := index.New(db, index.Logger(quiet()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
+	db, x := memIndex(t)
 	ix, err := newIndexer(x, db, sid(t), Logger(quiet()))
 	if err != nil {
 		t.Fatal(err)

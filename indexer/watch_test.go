@@ -7,7 +7,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
@@ -22,12 +21,7 @@ import (
 // owner is the reporter and one of a shard the indexer does not take are
 // not kept; beyond the reporter's hourly budget none is.
 func TestWatchesKept(t *testing.T) {
-	db := resultstest.MemDB(t)
-	x, err := index.New(db, index.Logger(quiet()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
+	db, x := memIndex(t)
 	ix, err := newIndexer(x, db, sid(t), Logger(quiet()), Shards(2), Take(0))
 	if err != nil {
 		t.Fatal(err)

@@ -65,12 +65,7 @@ func sentWithReceipts(t *testing.T, key crypto.PrivKey, at time.Time, links ...s
 // normalized one is not kept); a notice whose request a record answered
 // meanwhile is dropped, not sent; beyond the bound none is kept.
 func TestWithheldOwed(t *testing.T) {
-	db := resultstest.MemDB(t)
-	x, err := index.New(db, index.Logger(quiet()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
+	db, x := memIndex(t)
 	ix, err := newIndexer(x, db, sid(t), Logger(quiet()))
 	if err != nil {
 		t.Fatal(err)

@@ -1022,9 +1022,9 @@ func (o *Overlay) askCoordinatorFrom(ctx context.Context, sp spec, ref shardRef,
 	return nil, target, fmt.Errorf("%w: %w", ErrNotCoordinator, lastErr)
 }
 
-// reachableNear returns the peer nearest key in this node's view, other
-// than this node and than not, that it is connected to or has addresses
-// for; "" when none.
+// reachableNear returns the peer nearest key in this node's view, neither
+// this node nor not, that it is connected to or has addresses for; ""
+// when none.
 func (o *Overlay) reachableNear(key [32]byte, not peer.ID) peer.ID {
 	for _, p := range o.coord.view(key) {
 		if p == not || p == o.h.ID() {

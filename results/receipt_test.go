@@ -35,7 +35,7 @@ func TestCrawlReceipts(t *testing.T) {
 		t.Cleanup(remove)
 		reqs := []crawl.Request{{Link: "http://93.184.216.34/a", Depth: 1}, {Link: "http://93.184.216.34/b", Depth: 1}}
 		before := time.Now().Truncate(time.Millisecond)
-		got, err := sendCrawlFrame(t.Context(), sender, taker.ID(), reqs, true)
+		got, err := sendCrawlFrame(t.Context(), sender, taker.ID(), reqs, allReceipts)
 		if err != nil || len(got) != len(reqs) {
 			t.Fatalf("receipts: %v, %v", got, err)
 		}
@@ -44,7 +44,7 @@ func TestCrawlReceipts(t *testing.T) {
 				t.Errorf("receipt of %s at %v: %v", r.Link, got[i].At, err)
 			}
 		}
-		if got, err := sendCrawlFrame(t.Context(), sender, taker.ID(), reqs, false); err != nil || got != nil {
+		if got, err := sendCrawlFrame(t.Context(), sender, taker.ID(), reqs, noReceipts); err != nil || got != nil {
 			t.Errorf("without asking for receipts: %v, %v", got, err)
 		}
 		if sink.taken() != 2*len(reqs) {
@@ -71,7 +71,7 @@ func TestCrawlReceipts(t *testing.T) {
 			return sig
 		}
 		good := ack(func(i int) ([]byte, int64) { return sign(key, reqs[i].Link, now), now.UnixMilli() })
-		if rs, err := checkReceipts(p, reqs, good, now); err != nil || len(rs) != len(reqs) {
+		if rs, err := checkReceipts(p, reqs, good, now, -1); err != nil || len(rs) != len(reqs) {
 			t.Fatalf("good receipts: %v, %v", rs, err)
 		}
 		later := now.Add(time.Hour)
@@ -86,9 +86,26 @@ func TestCrawlReceipts(t *testing.T) {
 				return make([]byte, overlay.MaxReceiptSig+1), now.UnixMilli()
 			}),
 		} {
-			if rs, err := checkReceipts(p, reqs, m, now); err == nil {
+			if rs, err := checkReceipts(p, reqs, m, now, -1); err == nil {
 				t.Errorf("%s: %v taken", name, rs)
 			}
+		}
+		// A spot check (SendCrawlReceipts) verifies the one receipt it
+		// draws, and dates every one.
+		firstBad := ack(func(i int) ([]byte, int64) {
+			if i == 0 {
+				return sign(other, reqs[i].Link, now), now.UnixMilli()
+			}
+			return sign(key, reqs[i].Link, now), now.UnixMilli()
+		})
+		if _, err := checkReceipts(p, reqs, firstBad, now, 0); err == nil {
+			t.Error("spot check: the receipt drawn, another node's, taken")
+		}
+		if rs, err := checkReceipts(p, reqs, firstBad, now, 1); err != nil || len(rs) != len(reqs) {
+			t.Errorf("spot check of a good receipt: %v, %v", rs, err)
+		}
+		if _, err := checkReceipts(p, reqs, ack(func(i int) ([]byte, int64) { return sign(key, reqs[i].Link, later), later.UnixMilli() }), now, 1); err == nil {
+			t.Error("spot check: receipts dated an hour later taken")
 		}
 	})
 }
@@ -116,7 +133,7 @@ func FuzzCheckReceipts(f *testing.F) {
 		if proto.Unmarshal(b, &m) != nil {
 			return
 		}
-		rs, err := checkReceipts(p, reqs, &m, now)
+		rs, err := checkReceipts(p, reqs, &m, now, -1)
 		if err != nil {
 			return
 		}

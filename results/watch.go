@@ -57,27 +57,16 @@ type Watch struct {
 type WatchHandler func(ctx context.Context, from peer.ID, ws []Watch) error
 
 // SendCrawlReceipts sends crawl requests to p like SendCrawl and returns
-// p's receipt of each, checked: p's signature of its link, dated within
-// ten minutes of this peer's clock. It fails with the first frame p did
-// not acknowledge or whose receipts do not hold (those before it were
-// delivered; their receipts are not returned).
+// p's receipt of each, dated within ten minutes of this peer's clock. One
+// receipt of each frame, at random, is verified (p's signature of its
+// link), so an owner that does not sign fails every frame and one that
+// signs some wrongly fails as often; a receipt kept for evidence is
+// verified again where it is used (SendWatches, the indexer, the
+// coordinator). It fails with the first frame p did not acknowledge or
+// whose receipts do not hold (those before it were delivered; their
+// receipts are not returned).
 func SendCrawlReceipts(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request) ([]Receipt, error) {
-	for _, r := range reqs {
-		if err := CheckRequest(r); err != nil {
-			return nil, fmt.Errorf("%s: %w", r.Link, err)
-		}
-	}
-	var out []Receipt
-	for len(reqs) > 0 {
-		chunk := reqs[:min(len(reqs), MaxCrawlRequests)]
-		reqs = reqs[len(chunk):]
-		rs, err := sendCrawlFrame(ctx, h, p, chunk, true)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rs...)
-	}
-	return out, nil
+	return sendCrawl(ctx, h, p, reqs, spotReceipts)
 }
 
 // SendWatches sends ws (at most MaxWatches, each checked as the indexer
