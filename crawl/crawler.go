@@ -146,6 +146,9 @@ type Crawler struct {
 	// outFull is set while hand-offs find the outgoing store full, so that
 	// the warning is logged once per episode.
 	outFull atomic.Bool
+	// promMu serialises Promise, so that two frames do not both count
+	// the same free places of a host's queue.
+	promMu sync.Mutex
 
 	closeOnce sync.Once
 	closeErr  error

@@ -184,12 +184,8 @@ func (f *frontier) firstFree(txn *badger.Txn, host string, held map[string]time.
 	qo.Prefix = qp
 	it := txn.NewIterator(qo)
 	defer it.Close()
-	from := qp
-	if low, ok := f.queueLow[host]; ok {
-		from = low
-	}
 	first := true
-	for it.Seek(from); it.ValidForPrefix(qp); it.Next() {
+	for it.Seek(f.queueStart(host)); it.ValidForPrefix(qp); it.Next() {
 		item := it.Item()
 		if first {
 			f.setQueueLow(host, item.KeyCopy(nil))
@@ -219,6 +215,15 @@ func (f *frontier) setQueueLow(host string, k []byte) {
 		clear(f.queueLow)
 	}
 	f.queueLow[host] = k
+}
+
+// queueStart is where a scan of host's queue starts: its seek hint, or
+// the queue's prefix. The caller holds mu.
+func (f *frontier) queueStart(host string) []byte {
+	if low, ok := f.queueLow[host]; ok {
+		return low
+	}
+	return queuePrefix(host)
 }
 
 // lowerQueue notes that key k was written in host's queue.

@@ -361,10 +361,28 @@ func (h *handOn) pass(ctx context.Context) (wrapped bool) {
 			continue
 		}
 		delete(h.failed, p)
-		if err := cr.Handed(links...); err != nil {
+		// A link the owner did not take (it would not crawl it in
+		// time: its queue for the host is full) stays, and is handed on
+		// again in a later pass.
+		var handed []crawl.Outlink
+		var took []crawl.Request
+		var tookReceipts []results.Receipt
+		for i, l := range links {
+			if receipts != nil && receipts[i].Sig == nil {
+				continue
+			}
+			handed, took = append(handed, l), append(took, reqs[i])
+			if receipts != nil {
+				tookReceipts = append(tookReceipts, receipts[i])
+			}
+		}
+		if err := cr.Handed(handed...); err != nil {
 			h.log.Error("deleting handed links failed", "error", err)
 		}
-		h.sample(p, reqs, receipts)
+		if n := len(links) - len(handed); n > 0 {
+			h.log.Debug("owner did not take some links now; they wait", "peer", p, "count", n)
+		}
+		h.sample(p, took, tookReceipts)
 	}
 	return wrapped
 }

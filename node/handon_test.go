@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -259,6 +260,82 @@ func TestHandOn(t *testing.T) {
 	})
 }
 
+// ownerRig is a joined hand-on loop whose links of address a go to
+// owner, known already: the frames it sends are answered with
+// receipts(reqs), and every frame is sampled for a watch, its link
+// pick(n) of n; the watches sent are collected. receipts and pick run
+// under mu.
+type ownerRig struct {
+	mu      sync.Mutex
+	h       *handOn
+	st      *memStore
+	owner   peer.ID
+	a       netip.Addr
+	watched []results.Watch
+}
+
+func newOwnerRig(tree *subnet.Tree, receipts func(reqs []crawl.Request) []results.Receipt, pick func(n int) int) *ownerRig {
+	r := &ownerRig{st: &memStore{stored: make(chan struct{}, 1)}, owner: peer.ID("owner"), a: netip.AddrFrom4([4]byte{127, 0, 1, 9})}
+	fo := &fakeOwners{tree: tree, cache: map[subnet.Range]overlay.Delegation{}, held: map[subnet.Range]peer.ID{},
+		delegated: map[subnet.Range]int{}}
+	fo.held[fo.rng(r.a)] = r.owner
+	_, _, _ = fo.Resolve(context.Background(), r.a)
+	joined := make(chan struct{})
+	close(joined)
+	r.h = &handOn{store: r.st, owners: fo, self: peer.ID("self"), tree: func() *subnet.Tree { return tree }, log: slog.New(slog.DiscardHandler), joined: joined,
+		send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]results.Receipt, error) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return receipts(reqs), nil
+		},
+		watch: func(ctx context.Context, w results.Watch) error {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.watched = append(r.watched, w)
+			return nil
+		},
+		watches: make(chan results.Watch, watchQueue),
+		rng: func(n int) int {
+			if n == watchEvery {
+				return 0
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return pick(n)
+		},
+		queue: make(chan delegation, delegateQueue), wake: make(chan struct{}, 1),
+		asked: map[subnet.Range]time.Time{}, failed: map[peer.ID]backoff{}}
+	return r
+}
+
+// run starts the loop until the test ends.
+func (r *ownerRig) run(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { r.h.run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// frame stores links to hosts names (of address a) and lets a pass run.
+func (r *ownerRig) frame(names ...string) {
+	var ls []crawl.Outlink
+	for _, n := range names {
+		ls = append(ls, crawl.Outlink{Request: crawl.Request{Link: "http://" + n + ".test/", Depth: 1}, Addr: r.a})
+	}
+	r.st.add(ls...)
+	time.Sleep(handOnTick + handOnGap)
+	synctest.Wait()
+}
+
+// signAll answers a receipt of each request.
+func signAll(reqs []crawl.Request) []results.Receipt {
+	rs := make([]results.Receipt, len(reqs))
+	for i, r := range reqs {
+		rs[i] = results.Receipt{At: time.Now(), Sig: []byte("sig of " + r.Link)}
+	}
+	return rs
+}
+
 // TestHandOnWatches (issue 18): a link handed on to its owner is reported,
 // with the owner's receipt, to the indexers of its shard about one frame
 // in watchEvery; the owner's receipts come with every frame, so it cannot
@@ -267,92 +344,74 @@ func TestHandOn(t *testing.T) {
 func TestHandOnWatches(t *testing.T) {
 	tree := p2ptest.Tree(t)
 	p2ptest.Bubble(t, func(t *testing.T) {
-		self, owner := peer.ID("self"), peer.ID("owner")
-		a := netip.AddrFrom4([4]byte{127, 0, 1, 9})
-		fo := &fakeOwners{tree: tree, cache: map[subnet.Range]overlay.Delegation{}, held: map[subnet.Range]peer.ID{},
-			delegated: map[subnet.Range]int{}}
-		fo.held[fo.rng(a)] = owner
-		_, _, _ = fo.Resolve(t.Context(), a)
-		st := &memStore{stored: make(chan struct{}, 1)}
-		var mu sync.Mutex
-		var watched []results.Watch
 		withReceipts := true
-		draws := 0
-		joined := make(chan struct{})
-		close(joined)
-		h := &handOn{store: st, owners: fo, self: self, tree: func() *subnet.Tree { return tree }, log: slog.New(slog.DiscardHandler), joined: joined,
-			send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]results.Receipt, error) {
-				mu.Lock()
-				defer mu.Unlock()
-				if !withReceipts {
-					return nil, nil
-				}
-				rs := make([]results.Receipt, len(reqs))
-				for i, r := range reqs {
-					rs[i] = results.Receipt{At: time.Now(), Sig: []byte("sig of " + r.Link)}
-				}
-				return rs, nil
-			},
-			watch: func(ctx context.Context, w results.Watch) error {
-				mu.Lock()
-				defer mu.Unlock()
-				watched = append(watched, w)
+		r := newOwnerRig(tree, func(reqs []crawl.Request) []results.Receipt {
+			if !withReceipts {
 				return nil
-			},
-			watches: make(chan results.Watch, watchQueue),
-			// Every frame is sampled, its second link watched.
-			rng: func(n int) int {
-				mu.Lock()
-				defer mu.Unlock()
-				draws++
-				if n == watchEvery {
-					return 0
-				}
-				return min(1, n-1)
-			},
-			queue: make(chan delegation, delegateQueue), wake: make(chan struct{}, 1),
-			asked: map[subnet.Range]time.Time{}, failed: map[peer.ID]backoff{}}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() { h.run(ctx); close(done) }()
-		frame := func(names ...string) {
-			var ls []crawl.Outlink
-			for _, n := range names {
-				ls = append(ls, crawl.Outlink{Request: crawl.Request{Link: "http://" + n + ".test/", Depth: 1}, Addr: a})
 			}
-			st.add(ls...)
-			time.Sleep(handOnTick + handOnGap)
-			synctest.Wait()
+			return signAll(reqs)
+		}, func(n int) int { return min(1, n-1) }) // the second link watched
+		r.run(t)
+		r.frame("a", "b")
+		r.mu.Lock()
+		if w := r.watched; len(w) != 1 || w[0].Request.Link != "http://b.test/" || w[0].Holder != r.owner || string(w[0].Receipt.Sig) != "sig of http://b.test/" {
+			t.Fatalf("watched %+v, want b's link with the owner's receipt", w)
 		}
-		frame("a", "b")
-		mu.Lock()
-		if len(watched) != 1 || watched[0].Request.Link != "http://b.test/" || watched[0].Holder != owner || string(watched[0].Receipt.Sig) != "sig of http://b.test/" {
-			t.Fatalf("watched %+v, want b's link with the owner's receipt", watched)
-		}
-		mu.Unlock()
+		r.mu.Unlock()
 		// Within the hour's budget of watchPerHour: the next is dropped.
-		frame("c", "d")
-		mu.Lock()
-		if len(watched) != 1 {
-			t.Errorf("watched %d, want the second dropped within %v of the first", len(watched), time.Hour/watchPerHour)
+		r.frame("c", "d")
+		r.mu.Lock()
+		if len(r.watched) != 1 {
+			t.Errorf("watched %d, want the second dropped within %v of the first", len(r.watched), time.Hour/watchPerHour)
 		}
 		withReceipts = false
-		mu.Unlock()
+		r.mu.Unlock()
 		time.Sleep(time.Hour / watchPerHour)
-		frame("e", "f")
-		mu.Lock()
-		if len(watched) != 1 {
-			t.Errorf("a frame without receipts was watched: %+v", watched[1:])
+		r.frame("e", "f")
+		r.mu.Lock()
+		if len(r.watched) != 1 {
+			t.Errorf("a frame without receipts was watched: %+v", r.watched[1:])
 		}
 		withReceipts = true
-		mu.Unlock()
-		frame("g", "h")
-		mu.Lock()
-		if len(watched) != 2 || watched[1].Request.Link != "http://h.test/" {
-			t.Errorf("watched %+v, want h's link second", watched)
+		r.mu.Unlock()
+		r.frame("g", "h")
+		r.mu.Lock()
+		if len(r.watched) != 2 || r.watched[1].Request.Link != "http://h.test/" {
+			t.Errorf("watched %+v, want h's link second", r.watched)
 		}
-		mu.Unlock()
-		cancel()
-		<-done
+		r.mu.Unlock()
+	})
+}
+
+// TestHandOnNotTaken (issue 18): a link its owner did not take now (an
+// empty receipt: it would not crawl it in time) stays in the outgoing
+// store and is handed on in a later pass; only links taken are watched.
+func TestHandOnNotTaken(t *testing.T) {
+	tree := p2ptest.Tree(t)
+	p2ptest.Bubble(t, func(t *testing.T) {
+		full := true // the owner's queue for host "full" is full
+		r := newOwnerRig(tree, func(reqs []crawl.Request) []results.Receipt {
+			rs := signAll(reqs)
+			for i, q := range reqs {
+				if full && strings.Contains(q.Link, "full") {
+					rs[i] = results.Receipt{}
+				}
+			}
+			return rs
+		}, func(n int) int { return n - 1 }) // the last link watched
+		r.run(t)
+		r.frame("open", "full")
+		n, _, handed := r.st.state()
+		r.mu.Lock()
+		if w := r.watched; n != 1 || !slices.Equal(handed, []string{"http://open.test/"}) || len(w) != 1 || w[0].Request.Link != "http://open.test/" {
+			t.Fatalf("%d waiting, handed %v, watched %+v; want the full host's link waiting, the other handed and watched", n, handed, w)
+		}
+		full = false
+		r.mu.Unlock()
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if n, _, handed := r.st.state(); n != 0 || !slices.Contains(handed, "http://full.test/") {
+			t.Fatalf("after the owner had room: %d waiting, handed %v", n, handed)
+		}
 	})
 }

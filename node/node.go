@@ -361,7 +361,7 @@ func (n *Node) build() error {
 	if err := n.ob.Start(o); err != nil {
 		return err
 	}
-	if n.removeReq, err = results.ServeCrawlRequests(n.h, n.crawlLocal, results.Egress(n.egressPolicy())); err != nil {
+	if n.removeReq, err = results.ServeCrawlRequests(n.h, n.crawlLocal, results.Egress(n.egressPolicy()), results.Promises(n.promise)); err != nil {
 		return err
 	}
 	hand := newHandOn(n)
@@ -625,6 +625,19 @@ func (f forwardHandler) HandleForward(ctx context.Context, from peer.ID, urls []
 // crawler, durably.
 func (n *Node) crawlLocal(ctx context.Context, from peer.ID, reqs []crawl.Request) error {
 	return n.cr.Submit(ctx, reqs...)
+}
+
+// promiseHorizon is how soon the node must be able to crawl a request it
+// signs a receipt for. A coordinator judges a withholding notice no
+// sooner than two of its graces after the receipt (overlay.WithholdConfig,
+// 10 minutes each by default); the rest of them is for the record's way
+// to the indexer.
+const promiseHorizon = 15 * time.Minute
+
+// promise takes the crawl requests whose senders want receipts: only
+// those the crawler can fetch within promiseHorizon (crawl.Crawler.Promise).
+func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
+	return n.cr.Promise(ctx, promiseHorizon, reqs...)
 }
 
 // probe answers a coordinator's probe request: timed HTTP HEADs from this

@@ -32,7 +32,8 @@ type SubmitResult struct {
 
 // Receipt is a node's receipt of a crawl request: its signature of the
 // request's link at At (overlay.SignReceipt), by its own clock. A
-// withholding notice carries it (overlay.WithheldNotice).
+// withholding notice carries it (overlay.WithheldNotice). Sig is nil for
+// a request the node did not take (SendCrawlReceipts).
 type Receipt struct {
 	At  time.Time
 	Sig []byte
@@ -40,7 +41,9 @@ type Receipt struct {
 
 // SubmitFailure is one request Submit could not deliver. Err wraps
 // egress.ErrSpecialPurpose when the request was refused: its host is, or
-// resolves to, a special-purpose address the overlay's policy refuses.
+// resolves to, a special-purpose address the overlay's policy refuses;
+// ErrNotTaken when the owner did not take it now (it would not crawl it in
+// time; send it again later).
 type SubmitFailure struct {
 	Link string
 	Err  error
@@ -103,16 +106,26 @@ func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts 
 				}
 				continue
 			}
-			res.Sent[node] += len(chunk)
-			for i, r := range chunk {
-				res.To[r.Link] = node
-				if i < len(receipts) {
-					res.Receipts[r.Link] = receipts[i]
-				}
-			}
+			res.note(node, chunk, receipts)
 		}
 	}
 	return res, ctx.Err()
+}
+
+// note records that node acknowledged reqs, with receipts (nil when none
+// were asked for): each request it did not take fails with ErrNotTaken.
+func (res *SubmitResult) note(node peer.ID, reqs []crawl.Request, receipts []Receipt) {
+	for i, r := range reqs {
+		if receipts != nil && receipts[i].Sig == nil {
+			res.Failed = append(res.Failed, SubmitFailure{r.Link, fmt.Errorf("to %s: %w", node, ErrNotTaken)})
+			continue
+		}
+		res.Sent[node]++
+		res.To[r.Link] = node
+		if receipts != nil {
+			res.Receipts[r.Link] = receipts[i]
+		}
+	}
 }
 
 // owner returns the node owning the subnet of r's host.
@@ -286,8 +299,10 @@ func answer(s network.Stream, n int, resp *pb.CrawlMessage, err error) {
 // checkReceipts returns the receipts of the CRAWL_ACK resp from p for
 // reqs, checked: one per request, at a time within clockSkew of now, and
 // p's signature of its link: every one's when verify is negative, else
-// request verify's only (a spot check: an ed25519 verification costs
-// about 50 µs, a full frame's 13 ms).
+// one's only (a spot check, the verify-th of those taken, counted round:
+// an ed25519 verification costs about 50 µs, a full frame's 13 ms). An
+// empty receipt is a request p did not take (Receipt.Sig nil); the
+// frame's Accepted must count the others.
 func checkReceipts(p peer.ID, reqs []crawl.Request, resp *pb.CrawlMessage, now time.Time, verify int) ([]Receipt, error) {
 	sigs := resp.GetReceipts()
 	if len(sigs) != len(reqs) {
@@ -297,11 +312,24 @@ func checkReceipts(p peer.ID, reqs []crawl.Request, resp *pb.CrawlMessage, now t
 	if d := at.Sub(now); d > clockSkew || d < -clockSkew {
 		return nil, fmt.Errorf("%w: receipts from %s dated %s, %v from this peer's clock", ErrMalformed, p, at.UTC().Format(time.RFC3339), d.Round(time.Second))
 	}
+	var taken []int
+	for i, sig := range sigs {
+		if len(sig) > 0 {
+			taken = append(taken, i)
+		}
+	}
+	if int(resp.GetAccepted()) != len(taken) {
+		return nil, fmt.Errorf("%w: %s accepted %d crawl requests and signed for %d", ErrMalformed, p, resp.GetAccepted(), len(taken))
+	}
+	spot := -1
+	if verify >= 0 && len(taken) > 0 {
+		spot = taken[verify%len(taken)]
+	}
 	out := make([]Receipt, len(reqs))
-	for i, r := range reqs {
-		if verify < 0 || verify == i {
-			if err := overlay.VerifyReceipt(p, r.Link, at, sigs[i]); err != nil {
-				return nil, fmt.Errorf("crawl request %s: %w", r.Link, err)
+	for _, i := range taken {
+		if verify < 0 || i == spot {
+			if err := overlay.VerifyReceipt(p, reqs[i].Link, at, sigs[i]); err != nil {
+				return nil, fmt.Errorf("crawl request %s: %w", reqs[i].Link, err)
 			}
 		}
 		out[i] = Receipt{At: at, Sig: sigs[i]}
@@ -328,16 +356,26 @@ func ServeCrawlRequests(h host.Host, f CrawlHandler, opts ...Option) (remove fun
 			if err == nil {
 				err = refuseCrawl(&cfg.policy, reqs)
 			}
-			if err == nil {
-				if err = f(ctx, from, reqs); err != nil {
-					cfg.log.Debug("crawl request failed", "peer", from, "error", err)
+			if err != nil {
+				cfg.log.Debug("bad crawl request", "peer", from, "error", err)
+				answer(s, len(reqs), nil, err)
+				return
+			}
+			var taken []bool // nil: all
+			if m.GetWantReceipts() && cfg.promise != nil {
+				taken, err = cfg.promise(ctx, from, reqs)
+				if err == nil && len(taken) != len(reqs) {
+					err = fmt.Errorf("promise handler answered %d of %d requests", len(taken), len(reqs))
 				}
 			} else {
-				cfg.log.Debug("bad crawl request", "peer", from, "error", err)
+				err = f(ctx, from, reqs)
+			}
+			if err != nil {
+				cfg.log.Debug("crawl request failed", "peer", from, "error", err)
 			}
 			resp := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, Accepted: uint32(len(reqs))}
 			if err == nil && m.GetWantReceipts() {
-				err = signReceipts(h, reqs, resp, time.Now())
+				err = signReceipts(h, reqs, taken, resp, time.Now())
 			}
 			answer(s, len(reqs), resp, err)
 		})
@@ -388,14 +426,21 @@ func serveFrames(h host.Host, fp frameProto, opts []Option,
 	}, nil
 }
 
-// signReceipts adds to resp this host's receipt of each of reqs, taken at
-// now (overlay.SignReceipt).
-func signReceipts(h host.Host, reqs []crawl.Request, resp *pb.CrawlMessage, now time.Time) error {
+// signReceipts adds to resp this host's receipt of each of reqs it took
+// (taken; nil: all), taken at now (overlay.SignReceipt), and an empty one
+// of each other, and sets resp.Accepted.
+func signReceipts(h host.Host, reqs []crawl.Request, taken []bool, resp *pb.CrawlMessage, now time.Time) error {
 	key := h.Peerstore().PrivKey(h.ID())
 	resp.AtMs = now.UnixMilli()
 	at := time.UnixMilli(resp.AtMs)
 	resp.Receipts = make([][]byte, len(reqs))
+	resp.Accepted = 0
 	for i, r := range reqs {
+		if taken != nil && !taken[i] {
+			resp.Receipts[i] = []byte{}
+			continue
+		}
+		resp.Accepted++
 		sig, err := overlay.SignReceipt(key, r.Link, at)
 		if err != nil {
 			return fmt.Errorf("signing receipts: %w", err)

@@ -59,7 +59,9 @@
 // owner's, of other links or dated more than ten minutes off the sender's
 // clock counts as not delivered (SubmitResult.Receipts). An indexer keeps
 // each receipt with its pending request: a withholding notice is judged
-// only on one (overlay.Withheld).
+// only on one (overlay.Withheld). So a node signs only for the requests it
+// can crawl in time (Promises; crawl.Crawler.Promise): the others get an
+// empty receipt, and Submit fails them with ErrNotTaken, to be sent again.
 //
 // Watches (watch.go): a node reports a sample of the links it handed on,
 // each with its owner's receipt (SendCrawlReceipts), to the indexers of

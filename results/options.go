@@ -24,6 +24,12 @@ type Option func(*config) error
 // safe for concurrent use.
 type CrawlHandler func(ctx context.Context, from peer.ID, reqs []crawl.Request) error
 
+// PromiseHandler receives the crawl requests of a frame whose sender asks
+// for receipts: it queues durably those this node will crawl in time
+// (crawl.Crawler.Promise) and reports, for each, whether it took it. It
+// must be safe for concurrent use.
+type PromiseHandler func(ctx context.Context, from peer.ID, reqs []crawl.Request) (taken []bool, err error)
+
 // Resolver returns the address of a host name for delegation.
 type Resolver func(ctx context.Context, host string) (netip.Addr, error)
 
@@ -51,6 +57,7 @@ type config struct {
 	// Submit and crawl requests
 	policy     egress.Policy // crawl requests taken (Submit uses the overlay's)
 	crawlLocal CrawlHandler
+	promise    PromiseHandler // ServeCrawlRequests' handler of frames that ask for receipts
 	resolve    Resolver
 	fresh      bool // Submit asks each subnet's coordinator, not the cache (resubmissions: the owner may have changed)
 }
@@ -249,6 +256,17 @@ func Fresh() Option {
 // instead. ServeCrawlRequests.
 func Egress(p egress.Policy) Option {
 	return func(c *config) error { c.policy = p; return nil }
+}
+
+// Promises sets the handler of the crawl requests whose senders ask for
+// receipts: only the requests it takes are signed for, the others get an
+// empty receipt (not taken: the sender may send them again later). A
+// receipt is evidence against the node when the page's record does not
+// come (overlay.Withheld), so a node promises only what it can keep.
+// Without it, such frames go to the CrawlHandler whole and every request
+// is signed for. ServeCrawlRequests.
+func Promises(h PromiseHandler) Option {
+	return func(c *config) error { c.promise = h; return nil }
 }
 
 // LocalCrawl sets the handler of crawl requests for subnets delegated to

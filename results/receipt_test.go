@@ -1,6 +1,9 @@
 package results
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,6 +127,8 @@ func FuzzCheckReceipts(f *testing.F) {
 	}
 	good, _ := proto.Marshal(&pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, Accepted: 1, AtMs: now.UnixMilli(), Receipts: [][]byte{sig}})
 	f.Add(good)
+	none, _ := proto.Marshal(&pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, AtMs: now.UnixMilli(), Receipts: [][]byte{{}}})
+	f.Add(none)
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) > maxCrawlAck {
@@ -137,8 +142,105 @@ func FuzzCheckReceipts(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(rs) != len(reqs) || overlay.VerifyReceipt(p, reqs[0].Link, rs[0].At, rs[0].Sig) != nil {
+		if len(rs) != len(reqs) {
 			t.Fatalf("took %v", rs)
+		}
+		// Not taken (an empty receipt, Accepted 0), or the node's signature.
+		if rs[0].Sig == nil && m.GetAccepted() == 0 {
+			return
+		}
+		if m.GetAccepted() != 1 || overlay.VerifyReceipt(p, reqs[0].Link, rs[0].At, rs[0].Sig) != nil {
+			t.Fatalf("took %v of an ACK accepting %d", rs, m.GetAccepted())
+		}
+	})
+}
+
+// TestPromisedReceipts (issue 18): a node with a Promises handler signs
+// for the requests it takes and answers an empty receipt for the others,
+// which the sender sees as not taken; a frame that asks for no receipts
+// goes to the CrawlHandler whole. An answer whose Accepted count differs
+// from the receipts signed is refused.
+func TestPromisedReceipts(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
+		net := p2ptest.NewNet(t)
+		sender, taker := net.Host(t, nil, p2ptest.Addr(0)), net.Host(t, nil, p2ptest.Addr(1))
+		if err := sender.Connect(t.Context(), peer.AddrInfo{ID: taker.ID(), Addrs: taker.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+		var sink, promised crawlSink
+		// Takes the links ending in "a" only.
+		promise := func(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
+			taken := make([]bool, len(reqs))
+			var take []crawl.Request
+			for i, r := range reqs {
+				if taken[i] = strings.HasSuffix(r.Link, "a"); taken[i] {
+					take = append(take, r)
+				}
+			}
+			return taken, promised.take(ctx, from, take)
+		}
+		remove, err := ServeCrawlRequests(taker, sink.take, Logger(quiet()), Promises(promise))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(remove)
+		reqs := []crawl.Request{{Link: "http://93.184.216.34/a", Depth: 1}, {Link: "http://93.184.216.34/b", Depth: 1}, {Link: "http://93.184.216.34/ca", Depth: 1}}
+		for _, check := range []receiptCheck{allReceipts, spotReceipts} {
+			got, err := sendCrawlFrame(t.Context(), sender, taker.ID(), reqs, check)
+			if err != nil || len(got) != len(reqs) {
+				t.Fatalf("receipts: %v, %v", got, err)
+			}
+			for i, r := range reqs {
+				want := strings.HasSuffix(r.Link, "a")
+				if (got[i].Sig != nil) != want {
+					t.Errorf("%s: receipt %x, taken %v", r.Link, got[i].Sig, want)
+				}
+				if want && overlay.VerifyReceipt(taker.ID(), r.Link, got[i].At, got[i].Sig) != nil {
+					t.Errorf("%s: the receipt does not verify", r.Link)
+				}
+			}
+		}
+		if promised.taken() != 4 || sink.taken() != 0 {
+			t.Fatalf("promised %d, handed whole %d; want 4 and 0", promised.taken(), sink.taken())
+		}
+		if _, err := sendCrawlFrame(t.Context(), sender, taker.ID(), reqs, noReceipts); err != nil || sink.taken() != len(reqs) {
+			t.Fatalf("without receipts: %v, %d handed whole", err, sink.taken())
+		}
+
+		now := time.Now()
+		key := resultstest.Key(t)
+		p, _ := peer.IDFromPrivateKey(key)
+		sig, err := overlay.SignReceipt(key, reqs[0].Link, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack := func(accepted uint32, receipts ...[]byte) *pb.CrawlMessage {
+			return &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, Accepted: accepted, AtMs: now.UnixMilli(), Receipts: receipts}
+		}
+		if rs, err := checkReceipts(p, reqs, ack(1, sig, nil, []byte{}), now, 2); err != nil || rs[0].Sig == nil || rs[1].Sig != nil || rs[2].Sig != nil {
+			t.Errorf("one taken of three, spot check: %v, %v", rs, err)
+		}
+		if rs, err := checkReceipts(p, reqs, ack(0, nil, nil, nil), now, 0); err != nil || rs[0].Sig != nil {
+			t.Errorf("none taken: %v, %v", rs, err)
+		}
+		// Submit counts a request not taken as failed, to be sent again.
+		res := SubmitResult{Sent: map[peer.ID]int{}, To: map[string]peer.ID{}, Receipts: map[string]Receipt{}}
+		rs, err := checkReceipts(p, reqs, ack(1, sig, nil, []byte{}), now, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.note(p, reqs, rs)
+		if res.Sent[p] != 1 || res.To[reqs[0].Link] != p || res.Receipts[reqs[0].Link].Sig == nil || len(res.Failed) != 2 ||
+			!errors.Is(res.Failed[0].Err, ErrNotTaken) || res.Failed[1].Link != reqs[2].Link {
+			t.Errorf("Submit's result of one taken of three: %+v", res)
+		}
+		for name, m := range map[string]*pb.CrawlMessage{
+			"accepted more than signed":  ack(3, sig, nil, nil),
+			"accepted fewer than signed": ack(0, sig, nil, nil),
+		} {
+			if rs, err := checkReceipts(p, reqs, m, now, -1); err == nil {
+				t.Errorf("%s: %v taken", name, rs)
+			}
 		}
 	})
 }

@@ -57,10 +57,12 @@ type Watch struct {
 type WatchHandler func(ctx context.Context, from peer.ID, ws []Watch) error
 
 // SendCrawlReceipts sends crawl requests to p like SendCrawl and returns
-// p's receipt of each, dated within ten minutes of this peer's clock. One
-// receipt of each frame, at random, is verified (p's signature of its
-// link), so an owner that does not sign fails every frame and one that
-// signs some wrongly fails as often; a receipt kept for evidence is
+// p's receipt of each, dated within ten minutes of this peer's clock; a
+// request p did not take (results.Promises) has a receipt with a nil Sig,
+// and may be sent again later. One receipt p signed in each frame, at
+// random, is verified (p's signature of its link), so an owner that does
+// not sign fails every frame and one that signs some wrongly fails as
+// often; a receipt kept for evidence is
 // verified again where it is used (SendWatches, the indexer, the
 // coordinator). It fails with the first frame p did not acknowledge or
 // whose receipts do not hold (those before it were delivered; their

@@ -1,0 +1,125 @@
+package crawl
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestPromise (issue 18): the crawler takes the requests of a host only
+// while those queued ahead of them can be fetched within the horizon at
+// half the pace its Crawl-delay allows; another host has its own room, a
+// link found by the crawl itself does not count, and neither a host
+// resting after a 429 nor a crawler kept idle by its windows takes any.
+func TestPromise(t *testing.T) {
+	release := make(chan struct{})
+	var pages atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/robots.txt" {
+			io.WriteString(w, "User-agent: *\nCrawl-delay: 2\n")
+			return
+		}
+		pages.Add(1)
+		select { // every page hangs, so that the queue stays as it is
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	c := newTestCrawler(t, &testSink{}, Politeness(0, time.Minute))
+	ctx := t.Context()
+	link := func(i int) Request { return Request{Link: fmt.Sprintf("%s/%d", srv.URL, i)} }
+	if err := c.Submit(ctx, link(0)); err != nil {
+		t.Fatal(err)
+	}
+	host := strings.TrimPrefix(srv.URL, "http://")
+	waitFor(t, "the first page fetched", func() bool { return pages.Load() == 1 })
+	if d := c.robots.storedCrawlDelay(host); d != 2*time.Second {
+		t.Fatalf("stored crawl delay %v, want 2s", d)
+	}
+	// A link the crawl found sorts after runtime requests: not ahead.
+	addURL(t, c.front, srv.URL+"/found", srv.URL+"/0", 1, time.Now())
+
+	// 20 s at half the pace of a 2-s delay: 5 requests, /0 among them.
+	const horizon = 20 * time.Second
+	reqs := []Request{link(1), link(2), link(3), link(4), link(5), link(6)}
+	taken, err := c.Promise(ctx, horizon, reqs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, true, true, true, false, false}; fmt.Sprint(taken) != fmt.Sprint(want) {
+		t.Fatalf("taken %v, want %v", taken, want)
+	}
+	if taken, err := c.Promise(ctx, horizon, link(5)); err != nil || taken[0] {
+		t.Fatalf("a full host took another request: %v, %v", taken, err)
+	}
+	// Another host (the same server by another name) has no Crawl-delay
+	// stored: the quarter-second floor, 40 requests in 20 s at half pace.
+	other := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)
+	var more []Request
+	for i := range 45 {
+		more = append(more, Request{Link: fmt.Sprintf("%s/%d", other, i)})
+	}
+	taken, err = c.Promise(ctx, horizon, append(more, Request{Link: "http://[::1"})...)
+	if err == nil || !strings.Contains(err.Error(), "[::1") {
+		t.Errorf("a malformed request: %v", err)
+	}
+	n := 0
+	for _, ok := range taken {
+		if ok {
+			n++
+		}
+	}
+	if n != 40 || taken[len(taken)-1] {
+		t.Fatalf("%d of the other host's 45 taken (and the malformed one %v), want 40", n, taken[len(taken)-1])
+	}
+	if st := c.Stats(); st.Queued != 1+4+1+40 {
+		t.Fatalf("%d queued, want 46", st.Queued)
+	}
+
+	// A host resting after a 429 with Retry-After: 60 (more than half the
+	// horizon) takes nothing.
+	var hits atomic.Int64
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		hits.Add(1)
+		w.Header().Set("Retry-After", "60")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer busy.Close()
+	c2 := newTestCrawler(t, &testSink{})
+	if err := c2.Submit(ctx, Request{Link: busy.URL + "/x"}); err != nil {
+		t.Fatal(err)
+	}
+	busyHost := strings.TrimPrefix(busy.URL, "http://")
+	waitFor(t, "the busy host resting", func() bool {
+		_, ready, err := c2.front.ahead(busyHost, 10)
+		return hits.Load() == 1 && err == nil && ready.After(time.Now().Add(horizon))
+	})
+	if taken, err := c2.Promise(ctx, horizon, Request{Link: busy.URL + "/y"}); err != nil || taken[0] {
+		t.Fatalf("a resting host: %v, %v", taken, err)
+	}
+
+	// A crawler outside its windows for longer than half the horizon
+	// takes nothing.
+	closed := Window{Day: (time.Now().Weekday() + 3) % 7, Start: time.Hour, End: 2 * time.Hour}
+	idle := newTestCrawler(t, &testSink{}, Windows(time.Local, closed))
+	if taken, err := idle.Promise(ctx, horizon, link(1)); err != nil || taken[0] {
+		t.Fatalf("outside its windows: %v, %v", taken, err)
+	}
+	if st := idle.Stats(); st.Queued != 0 {
+		t.Fatalf("outside its windows: %d queued", st.Queued)
+	}
+	if _, err := c.Promise(ctx, 0, link(1)); err == nil {
+		t.Error("a zero horizon taken")
+	}
+}
