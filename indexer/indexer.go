@@ -739,6 +739,7 @@ func (ix *Indexer) Submit(ctx context.Context, reqs []crawl.Request) (results.Su
 	ix.keepPending(ix.allowedHosts(reqs))
 	res, err := results.Submit(ctx, ix.o, reqs, ix.cfg.results()...)
 	ix.noteHolders(res)
+	ix.noteRefusals(res)
 	var refused []string
 	for _, f := range res.Failed {
 		if errors.Is(f.Err, egress.ErrSpecialPurpose) || errors.Is(f.Err, overlay.ErrForbidden) {

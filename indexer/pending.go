@@ -279,7 +279,7 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 		r := d.pc.GetRequest()
 		reqs = append(reqs, crawl.Request{Link: r.GetLink(), Depth: int(r.GetDepth()), Owners: r.GetOwners()})
 		keep = append(keep, d)
-		if len(d.pc.GetHolder()) > 0 {
+		if len(d.pc.GetHolder()) > 0 || len(d.pc.GetRefusedBy()) > 0 {
 			overdue, overdueIDs = append(overdue, d.pc), append(overdueIDs, d.id)
 		}
 	}
@@ -287,6 +287,7 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 	// not: the coordinator of its subnet is told (withheld.go).
 	ix.oweWithheld(overdue, overdueIDs)
 	failed := map[string]bool{}
+	refusedBy := map[string]peer.ID{}
 	var to map[string]peer.ID
 	var receipts map[string]results.Receipt
 	if len(reqs) > 0 {
@@ -297,6 +298,9 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 		}
 		for _, f := range res.Failed {
 			failed[f.Link] = true
+			if f.Node != "" {
+				refusedBy[f.Link] = f.Node
+			}
 		}
 		to, receipts = res.To, res.Receipts
 		ix.stats.resubmitted.Add(uint64(len(reqs) - len(res.Failed)))
@@ -323,6 +327,8 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 			link := d.pc.GetRequest().GetLink()
 			if node, ok := to[link]; ok {
 				setHolder(&cur, node, link, receipts[link], now)
+			} else if node, ok := refusedBy[link]; ok {
+				noteRefusal(&cur, node, now)
 			}
 			if cur.GetNextMs() == d.pc.GetNextMs() {
 				wait := ix.cfg.patience

@@ -43,7 +43,7 @@ func TestWatchedLinkTakesSubnetBack(t *testing.T) {
 		if d, err := withholder.o.Delegate(ctx, "http://"+site.String()+"/", site); err != nil || d.Node != withholder.h.ID() {
 			t.Fatalf("delegating %v: %+v, %v", site, d, err)
 		}
-		serveCrawlers(t, nodes, withholder)
+		serveCrawlers(t, nodes, withholder, false)
 		ix := startIndexer(t, ixn, CrawlPatience(patience, 6))
 
 		// The finder hands two links on; it watches the first.

@@ -91,8 +91,8 @@ func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 	defer ix.owedMu.Unlock()
 	err := ix.db.Update(func(txn *badger.Txn) error {
 		for i, pc := range due {
-			h, err := peer.IDFromBytes(pc.GetHolder())
-			if err != nil || h == self || len(pc.GetReceipt()) == 0 {
+			wo := owedOf(pc, self, now, ix.cfg.patience)
+			if wo == nil {
 				continue
 			}
 			k := withheldKey(ids[i])
@@ -103,8 +103,7 @@ func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 				ix.stats.withheldLost.Add(1)
 				continue
 			}
-			v, err := proto.Marshal(&pb.WithheldOwed{Url: pc.GetRequest().GetLink(), Holder: pc.GetHolder(),
-				AskedMs: pc.GetReceiptMs(), Receipt: pc.GetReceipt(), NextMs: now.UnixMilli()})
+			v, err := proto.Marshal(wo)
 			if err != nil {
 				return err
 			}
@@ -123,6 +122,24 @@ func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 	case ix.owedKick <- struct{}{}:
 	default:
 	}
+}
+
+// owedOf returns the notice owed about the overdue pending request pc at
+// now, or nil: the node it went to signed a receipt of it (a notice with
+// the receipt), or the node it goes to has not taken it since a
+// submission the patience ago (a refused notice, without one: pc is due
+// again a patience after each submission; half of it is the bound, for
+// the moments between noting the time and sending). self, this indexer's
+// own crawler, is owed none.
+func owedOf(pc *pb.PendingCrawl, self peer.ID, now time.Time, patience time.Duration) *pb.WithheldOwed {
+	link := pc.GetRequest().GetLink()
+	if h, err := peer.IDFromBytes(pc.GetHolder()); err == nil && h != self && len(pc.GetReceipt()) > 0 {
+		return &pb.WithheldOwed{Url: link, Holder: pc.GetHolder(), AskedMs: pc.GetReceiptMs(), Receipt: pc.GetReceipt(), NextMs: now.UnixMilli()}
+	}
+	if h, err := peer.IDFromBytes(pc.GetRefusedBy()); err == nil && h != self && now.Sub(time.UnixMilli(pc.GetRefusedMs())) >= patience/2 {
+		return &pb.WithheldOwed{Url: link, Holder: pc.GetRefusedBy(), AskedMs: pc.GetRefusedMs(), Refused: true, NextMs: now.UnixMilli()}
+	}
+	return nil
 }
 
 // loadOwed counts the notices owed.
@@ -195,6 +212,10 @@ func (ix *Indexer) sendNotice(ctx context.Context, id [16]byte, wo *pb.WithheldO
 	_, pending := ix.pend.m[id]
 	ix.pend.mu.Unlock()
 	holder, err := peer.IDFromBytes(wo.GetHolder())
+	if pending && wo.GetRefused() {
+		// Refused: only while the node still has not taken it.
+		pending = ix.refusedBy(id) == holder
+	}
 	if !pending || err != nil || wo.GetTries() >= maxOwedTries {
 		ix.dropOwed(id)
 		return
@@ -227,8 +248,43 @@ func (ix *Indexer) sendNotice(ctx context.Context, id [16]byte, wo *pb.WithheldO
 		ix.dueNow(id)
 	case overlay.WithheldNotHolder:
 		ix.dueNow(id) // the subnet moved: submit it to its node now
+	case overlay.WithheldTaken:
+		// The node took the request from the coordinator: it is held to
+		// its receipt from now on, as if it had taken it from this
+		// indexer.
+		ix.tookFromCoordinator(id, holder, wo.GetUrl(), results.Receipt{At: v.ReceiptAt, Sig: v.Receipt})
 	}
 	ix.dropOwed(id)
+}
+
+// refusedBy returns the node that has not taken pending request id, if
+// any.
+func (ix *Indexer) refusedBy(id [16]byte) peer.ID {
+	var pc *pb.PendingCrawl
+	err := ix.db.View(func(txn *badger.Txn) (err error) {
+		pc, err = getPending(txn, id)
+		return err
+	})
+	if err != nil {
+		return ""
+	}
+	return peer.ID(pc.GetRefusedBy())
+}
+
+// tookFromCoordinator records in pending request id that node took it,
+// with receipt r, when the coordinator of a refused notice sent it.
+func (ix *Indexer) tookFromCoordinator(id [16]byte, node peer.ID, link string, r results.Receipt) {
+	ix.pend.mu.Lock()
+	defer ix.pend.mu.Unlock()
+	if _, ok := ix.pend.m[id]; !ok {
+		return
+	}
+	err := ix.db.Update(func(txn *badger.Txn) error {
+		return setHolders(txn, []sentTo{{id, node, link, r}}, ix.cfg.now())
+	})
+	if err != nil && !errors.Is(err, badger.ErrDBClosed) {
+		ix.log.Warn("noting a crawl request taken from a coordinator failed", "error", err)
+	}
 }
 
 // notice resolves the URL's host and sends the notice.
@@ -240,7 +296,7 @@ func (ix *Indexer) notice(ctx context.Context, wo *pb.WithheldOwed, holder peer.
 		return overlay.WithheldVerdict{}, err
 	}
 	return ix.o.Withheld(ctx, overlay.WithheldNotice{Addr: addr, URL: wo.GetUrl(), Holder: holder,
-		AskedAt: time.UnixMilli(wo.GetAskedMs()), Receipt: wo.GetReceipt()})
+		AskedAt: time.UnixMilli(wo.GetAskedMs()), Receipt: wo.GetReceipt(), Refused: wo.GetRefused()})
 }
 
 func (ix *Indexer) delayOwed(id [16]byte, wo *pb.WithheldOwed, next time.Time, tried bool) {
@@ -284,25 +340,15 @@ func (ix *Indexer) dueNow(id [16]byte) {
 		return
 	}
 	err := ix.db.Update(func(txn *badger.Txn) error {
-		it, err := txn.Get(pendingKey(id))
-		if err != nil {
-			return err
-		}
-		var pc pb.PendingCrawl
-		if err := it.Value(func(v []byte) error { return proto.Unmarshal(v, &pc) }); err != nil {
-			return err
-		}
-		// Not overdue: the node it went to no longer holds the subnet
-		// (no notice is owed about it when it is submitted again).
-		pc.NextMs, pc.Holder, pc.Receipt, pc.ReceiptMs = ix.cfg.now().UnixMilli(), nil, nil, 0
-		if pc.Attempts > 0 {
-			pc.Attempts-- // the submission to the node that withheld it does not count
-		}
-		v, err := proto.Marshal(&pc)
-		if err != nil {
-			return err
-		}
-		return txn.Set(pendingKey(id), v)
+		return updatePending(txn, id, func(pc *pb.PendingCrawl) {
+			// Not overdue: the node it went to no longer holds the subnet
+			// (no notice is owed about it when it is submitted again).
+			pc.NextMs, pc.Holder, pc.Receipt, pc.ReceiptMs = ix.cfg.now().UnixMilli(), nil, nil, 0
+			pc.RefusedBy, pc.RefusedMs = nil, 0
+			if pc.Attempts > 0 {
+				pc.Attempts-- // the submission to the node that withheld it does not count
+			}
+		})
 	})
 	if err != nil {
 		ix.log.Debug("making a crawl request due failed", "error", err)
@@ -356,24 +402,39 @@ type sentTo struct {
 // to, at now, and its receipt.
 func setHolders(txn *badger.Txn, sent []sentTo, now time.Time) error {
 	for _, s := range sent {
-		it, err := txn.Get(pendingKey(s.id))
-		if err != nil {
-			continue
-		}
-		var pc pb.PendingCrawl
-		if it.Value(func(v []byte) error { return proto.Unmarshal(v, &pc) }) != nil {
-			continue
-		}
-		setHolder(&pc, s.node, s.link, s.receipt, now)
-		v, err := proto.Marshal(&pc)
-		if err != nil {
-			return err
-		}
-		if err := txn.Set(pendingKey(s.id), v); err != nil {
+		if err := updatePending(txn, s.id, func(pc *pb.PendingCrawl) { setHolder(pc, s.node, s.link, s.receipt, now) }); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// getPending reads pending request id in txn.
+func getPending(txn *badger.Txn, id [16]byte) (*pb.PendingCrawl, error) {
+	it, err := txn.Get(pendingKey(id))
+	if err != nil {
+		return nil, err
+	}
+	var pc pb.PendingCrawl
+	if err := it.Value(func(v []byte) error { return proto.Unmarshal(v, &pc) }); err != nil {
+		return nil, err
+	}
+	return &pc, nil
+}
+
+// updatePending applies f to pending request id in txn and stores it;
+// one that is not there (or does not decode) is left alone.
+func updatePending(txn *badger.Txn, id [16]byte, f func(*pb.PendingCrawl)) error {
+	pc, err := getPending(txn, id)
+	if err != nil {
+		return nil
+	}
+	f(pc)
+	v, err := proto.Marshal(pc)
+	if err != nil {
+		return err
+	}
+	return txn.Set(pendingKey(id), v)
 }
 
 // setHolder records in pc that it went to node at now as link, with its
@@ -382,8 +443,60 @@ func setHolders(txn *badger.Txn, sent []sentTo, now time.Time) error {
 // normalized has none until it is submitted again from pc.
 func setHolder(pc *pb.PendingCrawl, node peer.ID, link string, r results.Receipt, now time.Time) {
 	pc.Holder, pc.SentMs, pc.Receipt, pc.ReceiptMs = []byte(node), now.UnixMilli(), nil, 0
+	pc.RefusedBy, pc.RefusedMs = nil, 0
 	if len(r.Sig) > 0 && link == pc.GetRequest().GetLink() {
 		pc.Receipt, pc.ReceiptMs = r.Sig, r.At.UnixMilli()
+	}
+}
+
+// noteRefusal records in pc that node would not take it at now: since
+// now, unless the same node has not since before.
+func noteRefusal(pc *pb.PendingCrawl, node peer.ID, now time.Time) {
+	if string(pc.GetRefusedBy()) != string(node) {
+		pc.RefusedBy, pc.RefusedMs = []byte(node), now.UnixMilli()
+	}
+}
+
+// noteRefusals records, in the pending requests of the links Submit could
+// not deliver to the nodes owning their subnets, the node that would not
+// take each and since when (noteRefusal).
+func (ix *Indexer) noteRefusals(res results.SubmitResult) {
+	if len(res.Failed) == 0 || ix.cfg.attempts <= 1 {
+		return
+	}
+	now := ix.cfg.now()
+	ix.pend.mu.Lock()
+	defer ix.pend.mu.Unlock()
+	var ids [][16]byte
+	var nodes []peer.ID
+	for _, f := range res.Failed {
+		if f.Node == "" {
+			continue
+		}
+		if l, err := crawl.NormalizeURL(f.Link); err == nil {
+			id := pendingID(l)
+			if _, ok := ix.pend.m[id]; ok {
+				ids, nodes = append(ids, id), append(nodes, f.Node)
+			}
+		}
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), pendingPerRound)
+		err := ix.db.Update(func(txn *badger.Txn) error {
+			for i := range n {
+				if err := updatePending(txn, ids[i], func(pc *pb.PendingCrawl) { noteRefusal(pc, nodes[i], now) }); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			if !errors.Is(err, badger.ErrDBClosed) {
+				ix.log.Warn("noting crawl requests not taken failed", "error", err)
+			}
+			return
+		}
+		ids, nodes = ids[n:], nodes[n:]
 	}
 }
 

@@ -25,18 +25,15 @@ import (
 func storedPending(t *testing.T, ix *Indexer, link string) ([16]byte, *pb.PendingCrawl) {
 	t.Helper()
 	id := pendingID(link)
-	var pc pb.PendingCrawl
-	err := ix.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(pendingKey(id))
-		if err != nil {
-			return err
-		}
-		return it.Value(func(v []byte) error { return proto.Unmarshal(v, &pc) })
+	var pc *pb.PendingCrawl
+	err := ix.db.View(func(txn *badger.Txn) (err error) {
+		pc, err = getPending(txn, id)
+		return err
 	})
 	if err != nil {
 		t.Fatalf("pending request of %s: %v", link, err)
 	}
-	return id, &pc
+	return id, pc
 }
 
 // sentWithReceipts is what results.Submit returns when holder, whose key
@@ -203,5 +200,90 @@ func TestWithheldOwed(t *testing.T) {
 	ix2.oweWithheld([]*pb.PendingCrawl{pc}, [][16]byte{id})
 	if st := ix2.Stats(); st.WithheldUnkept != 1 {
 		t.Errorf("a notice beyond the bound: %+v", st)
+	}
+}
+
+// TestRefusalsOwed (issue 18): a request the node owning its subnet would
+// not take leaves no receipt; the indexer keeps which node refused it and
+// since when, and once that node has refused it for the patience it owes
+// a refused notice about it (no receipt), one per request. A node that
+// takes it ends the refusal, and another node's refusal starts afresh.
+func TestRefusalsOwed(t *testing.T) {
+	db, x := memIndex(t)
+	now := testNow
+	ix, err := newIndexer(x, db, sid(t), Logger(quiet()), Clock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := resultstest.Key(t)
+	refuser, err := peer.IDFromPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := peer.IDFromPrivateKey(resultstest.Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := []string{"http://a.example/", "http://b.example/", "http://c.example/"}
+	ix.keepPending([]crawl.Request{{Link: links[0]}, {Link: links[1]}, {Link: links[2]}})
+	refused := func(node peer.ID, ls ...string) results.SubmitResult {
+		var res results.SubmitResult
+		for _, l := range ls {
+			res.Failed = append(res.Failed, results.SubmitFailure{Link: l, Err: results.ErrNotTaken, Node: node})
+		}
+		return res
+	}
+	ix.noteRefusals(refused(refuser, links...))
+	ix.noteRefusals(results.SubmitResult{Failed: []results.SubmitFailure{{Link: links[2], Err: results.ErrNotTaken}}}) // no owner known: nothing
+	owe := func(links ...string) {
+		var due []*pb.PendingCrawl
+		var ids [][16]byte
+		for _, l := range links {
+			id, pc := storedPending(t, ix, l)
+			due, ids = append(due, pc), append(ids, id)
+		}
+		ix.oweWithheld(due, ids)
+	}
+	owe(links...)
+	if n := ix.Owed(); n != 0 {
+		t.Fatalf("%d notices owed at the first refusal, want none before the patience", n)
+	}
+	// Within the patience the refusals go on: still since the first.
+	now = now.Add(ix.cfg.patience * 3 / 4)
+	ix.noteRefusals(refused(refuser, links...))
+	// b's node took it; c went to another node, which refused it.
+	ix.noteHolders(sentWithReceipts(t, resultstest.Key(t), now, links[1]))
+	ix.noteRefusals(refused(other, links[2]))
+	now = now.Add(ix.cfg.patience / 4)
+	owe(links[0], links[2])
+	owe(links[0], links[2]) // once per request
+	if n := ix.Owed(); n != 1 {
+		t.Fatalf("%d notices owed after the patience, want 1 (a's)", n)
+	}
+	if _, pc := storedPending(t, ix, links[1]); len(pc.GetRefusedBy()) != 0 {
+		t.Errorf("b, taken, still refused by %s", peer.ID(pc.GetRefusedBy()))
+	}
+	id, _ := storedPending(t, ix, links[0])
+	var wo pb.WithheldOwed
+	if err := ix.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(withheldKey(id))
+		if err != nil {
+			return err
+		}
+		return it.Value(func(v []byte) error { return proto.Unmarshal(v, &wo) })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !wo.GetRefused() || peer.ID(wo.GetHolder()) != refuser || len(wo.GetReceipt()) != 0 || wo.GetAskedMs() != testNow.UnixMilli() || wo.GetUrl() != links[0] {
+		t.Errorf("the notice owed: %+v, want a refused notice about %s since the first refusal", &wo, refuser)
+	}
+	// The node then takes it from the coordinator: held to its receipt.
+	sig, err := overlay.SignReceipt(key, links[0], now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix.tookFromCoordinator(id, refuser, links[0], results.Receipt{At: now, Sig: sig})
+	if _, pc := storedPending(t, ix, links[0]); peer.ID(pc.GetHolder()) != refuser || pc.GetReceiptMs() != now.UnixMilli() || len(pc.GetRefusedBy()) != 0 {
+		t.Errorf("after the node took it from the coordinator: %+v", pc)
 	}
 }

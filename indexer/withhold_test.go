@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
@@ -61,7 +62,20 @@ func fingerprint(url string) uint64 {
 // period after its request went unanswered; every seed is indexed; the
 // honest nodes keep theirs; the coordinators count the subnets as taken
 // back, "withheld".
-func TestWithholdingNodeLosesItsSubnet(t *testing.T) {
+func TestWithholdingNodeLosesItsSubnet(t *testing.T) { withholding(t, false) }
+
+// TestRefusingNodeLosesItsSubnet (issue 18): as
+// TestWithholdingNodeLosesItsSubnet, but the bad crawler takes none of the
+// requests of its subnets (it answers that it would not crawl them now),
+// so no receipt names it. Once it has refused a request through the
+// indexer's patience, the indexer sends a refused notice; the coordinator
+// sends it the request itself, and when it refuses again after the grace
+// the subnet is taken back ("refused").
+func TestRefusingNodeLosesItsSubnet(t *testing.T) { withholding(t, true) }
+
+// withholding runs the two tests above: the bad crawler takes the
+// requests and crawls none, or (refuse) takes none.
+func withholding(t *testing.T, refuse bool) {
 	p2ptest.Bubble(t, func(t *testing.T) {
 		const (
 			patience = time.Minute
@@ -104,17 +118,35 @@ func TestWithholdingNodeLosesItsSubnet(t *testing.T) {
 			t.Fatalf("the withholder holds %d subnets", withheld)
 		}
 
-		cr := serveCrawlers(t, nodes, withholder)
+		cr := serveCrawlers(t, nodes, withholder, refuse)
 		ix := startIndexer(t, ixn, CrawlPatience(patience, 6))
 		var reqs []crawl.Request
 		for _, a := range seeds {
 			reqs = append(reqs, crawl.Request{Link: "http://" + a.String() + "/", Depth: 1})
 		}
 		start := time.Now()
-		if res, err := ix.Submit(ctx, reqs); err != nil || len(res.Failed) > 0 || res.Sent[withholder.h.ID()] != withheld {
-			t.Fatalf("submit: %+v, %v", res, err)
+		res, err := ix.Submit(ctx, reqs)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case !refuse && (len(res.Failed) > 0 || res.Sent[withholder.h.ID()] != withheld):
+			t.Fatalf("submit: %+v", res)
+		case refuse && (len(res.Failed) != withheld || res.Sent[withholder.h.ID()] != 0):
+			t.Fatalf("submit: %+v; want the refuser's %d failed", res, withheld)
 		}
+		for _, f := range res.Failed {
+			if !errors.Is(f.Err, results.ErrNotTaken) || f.Node != withholder.h.ID() {
+				t.Errorf("a request failed: %+v; want not taken by the refuser", f)
+			}
+		}
+		// Withheld: unanswered past the patience, noticed then. Refused:
+		// refused at once, and again at the resubmission a patience later,
+		// noticed then.
 		unanswered := start.Add(patience)
+		reason := "withheld"
+		if refuse {
+			reason = "refused"
+		}
 
 		// Every withheld subnet moves; each move's time is taken.
 		moved := map[netip.Addr]time.Duration{}
@@ -159,10 +191,10 @@ func TestWithholdingNodeLosesItsSubnet(t *testing.T) {
 		all := time.Since(start)
 		var takenBack int64
 		for _, n := range append(nodes, ixn) {
-			takenBack += n.o.Stats().TakenBack["withheld"]
+			takenBack += n.o.Stats().TakenBack[reason]
 		}
 		if takenBack != int64(withheld) {
-			t.Errorf("%d subnets taken back for withholding, want %d", takenBack, withheld)
+			t.Errorf("%d subnets taken back, %s, want %d", takenBack, reason, withheld)
 		}
 		for a, nd := range holderOf {
 			if nd == withholder {
@@ -187,9 +219,9 @@ func TestWithholdingNodeLosesItsSubnet(t *testing.T) {
 			others = append(others, n)
 		}
 		slices.Sort(others)
-		t.Logf("patience %v, grace %v: %d of %d subnets withheld (%d of a shard the withholder coordinates); moved %v to %v after their requests went unanswered (worst %v); "+
-			"every seed indexed %v after submission; notices sent %d, subnets taken back %d, requests resent %d; requests taken: withholder %d, others %v",
-			patience, grace, withheld, len(seeds), selfHeld, minDur(moved), worst, worst, all.Round(time.Second), st.WithheldSent, takenBack, st.Resent,
+		t.Logf("%s: patience %v, grace %v: %d of %d subnets (%d of a shard the bad crawler coordinates); moved %v to %v after their requests went unanswered a patience (worst %v); "+
+			"every seed indexed %v after submission; notices sent %d, subnets taken back %d, requests resent %d; requests taken: bad crawler %d, others %v",
+			reason, patience, grace, withheld, len(seeds), selfHeld, minDur(moved), worst, worst, all.Round(time.Second), st.WithheldSent, takenBack, st.Resent,
 			byWithholder, others)
 	})
 }
@@ -207,11 +239,24 @@ func withholdRig(t *testing.T, grace time.Duration) ([]*tnode, *tnode) {
 	}
 	opts := []overlay.Option{overlay.WithDelegator(crawlersOnly{ixID}), overlay.WithRefetcher(fakeWeb),
 		overlay.Withholding(overlay.WithholdConfig{Grace: grace})}
-	var nodes []*tnode
-	for i := range 4 {
-		nodes = append(nodes, newTNode(t, net, i, nil, nil, opts...))
+	all := make([]*tnode, 5)
+	for i := range all {
+		// A coordinator sends a node that refused an indexer's request
+		// the request itself, on the crawl protocol, as node does.
+		o := append(slices.Clip(opts), overlay.AskCrawl(func(ctx context.Context, p peer.ID, link string) ([]byte, time.Time) {
+			rs, err := results.SendCrawlReceipts(ctx, all[i].h, p, []crawl.Request{{Link: link}})
+			if err != nil || rs[0].Sig == nil {
+				return nil, time.Time{}
+			}
+			return rs[0].Sig, rs[0].At
+		}))
+		if i == 4 {
+			all[i] = newTNode(t, net, i, ixKey, nil, append(o, overlay.NoCrawl())...)
+		} else {
+			all[i] = newTNode(t, net, i, nil, nil, o...)
+		}
 	}
-	ixn := newTNode(t, net, 4, ixKey, nil, append(opts, overlay.NoCrawl())...)
+	nodes, ixn := all[:4], all[4]
 	join(t, nodes[0], append(nodes[1:], ixn)...)
 	return nodes, ixn
 }
@@ -224,14 +269,15 @@ type crawlers struct {
 
 // serveCrawlers makes each of nodes a crawler: honest ones publish a
 // record of each requested page through an outbox; withholder takes the
-// requests and does nothing.
-func serveCrawlers(t *testing.T, nodes []*tnode, withholder *tnode) *crawlers {
+// requests and does nothing, or, refuse, takes none of those whose
+// senders ask for receipts.
+func serveCrawlers(t *testing.T, nodes []*tnode, withholder *tnode, refuse bool) *crawlers {
 	t.Helper()
 	c := &crawlers{taken: map[peer.ID]int{}}
 	for _, n := range nodes {
 		ob := startOutbox(t, n, n.db)
 		id := n.h.ID()
-		remove, err := results.ServeCrawlRequests(n.h, func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
+		take := func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
 			c.mu.Lock()
 			c.taken[id] += len(reqs)
 			c.mu.Unlock()
@@ -245,7 +291,19 @@ func serveCrawlers(t *testing.T, nodes []*tnode, withholder *tnode) *crawlers {
 					Keywords: []crawl.Keyword{{Term: "page", Weight: 65535}}})
 			}
 			return ob.Results(ctx, resultstest.Batch(t, recs))
-		}, results.Logger(quiet()), results.Egress(egress.Policy{AllowPrivate: true}))
+		}
+		promise := func(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
+			taken := make([]bool, len(reqs))
+			if refuse && id == withholder.h.ID() {
+				return taken, nil
+			}
+			for i := range taken {
+				taken[i] = true
+			}
+			return taken, take(ctx, from, reqs)
+		}
+		remove, err := results.ServeCrawlRequests(n.h, take, results.Promises(promise),
+			results.Logger(quiet()), results.Egress(egress.Policy{AllowPrivate: true}))
 		if err != nil {
 			t.Fatal(err)
 		}

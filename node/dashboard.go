@@ -137,7 +137,8 @@ type Trust struct {
 	// TakenBack counts subnets taken from their nodes and decided again,
 	// by reason: "orphaned" (silent past the liveness timeout),
 	// "convicted" (by audits), "withheld" (crawl requests left unanswered:
-	// indexers' notices, the page confirmed reachable by an auditor).
+	// indexers' notices, the page confirmed reachable by an auditor),
+	// "refused" (crawl requests not taken, the coordinator's too).
 	TakenBack map[string]int64 `json:"taken_back"`
 }
 

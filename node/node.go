@@ -321,6 +321,7 @@ func (n *Node) build() error {
 		// and refetches pages for other coordinators.
 		overlay.WithEvidenceOpener(overlay.EvidenceOpenerFunc(results.OpenEvidence)),
 		overlay.WithRefetcher(overlay.RefetcherFunc(n.refetch)),
+		overlay.AskCrawl(n.askCrawl),
 		overlay.Logger(n.log.With("subsystem", "overlay")),
 	}
 	if n.own.IsValid() {
@@ -627,6 +628,25 @@ func (n *Node) crawlLocal(ctx context.Context, from peer.ID, reqs []crawl.Reques
 	return n.cr.Submit(ctx, reqs...)
 }
 
+// askCrawlTimeout bounds a coordinator's crawl request to a node that
+// refused an indexer's (overlay.AskCrawl).
+const askCrawlTimeout = 30 * time.Second
+
+// askCrawl sends p, as the coordinator of a refused withholding notice, a
+// crawl request for link (the page only) and returns p's receipt, or nil
+// when p did not take it.
+func (n *Node) askCrawl(ctx context.Context, p peer.ID, link string) ([]byte, time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, askCrawlTimeout)
+	defer cancel()
+	n.findAddrs(ctx, p)
+	rs, err := results.SendCrawlReceipts(ctx, n.h, p, []crawl.Request{{Link: link}})
+	if err != nil || len(rs) != 1 || rs[0].Sig == nil {
+		n.log.Debug("a node did not take a coordinator's crawl request", "peer", p, "url", link, "error", err)
+		return nil, time.Time{}
+	}
+	return rs[0].Sig, rs[0].At
+}
+
 // promiseHorizon is how soon the node must be able to crawl a request it
 // signs a receipt for. A coordinator judges a withholding notice no
 // sooner than two of its graces after the receipt (overlay.WithholdConfig,
@@ -635,9 +655,27 @@ func (n *Node) crawlLocal(ctx context.Context, from peer.ID, reqs []crawl.Reques
 const promiseHorizon = 15 * time.Minute
 
 // promise takes the crawl requests whose senders want receipts: only
-// those the crawler can fetch within promiseHorizon (crawl.Crawler.Promise).
+// those the crawler can fetch within promiseHorizon (crawl.Crawler.Promise),
+// and the one request a judge of its subnet sends (overlay.Judges: the
+// coordinator of a notice that says this node refused it, overlay.AskCrawl)
+// whatever the host's queue, so that a peer that fills the queue cannot
+// have the node judged as refusing; the judges' notice budget bounds them.
 func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
-	return n.cr.Promise(ctx, promiseHorizon, reqs...)
+	taken, err := n.cr.Promise(ctx, promiseHorizon, reqs...)
+	if err != nil || len(reqs) != 1 || taken[0] {
+		return taken, err
+	}
+	u, err := url.Parse(reqs[0].Link)
+	if err != nil {
+		return taken, nil
+	}
+	if a, err := n.resolveHost(ctx, u.Hostname()); err == nil && n.ov().Judges(ctx, a, from) {
+		if err := n.cr.Submit(ctx, reqs...); err != nil {
+			return taken, err
+		}
+		taken[0] = true
+	}
+	return taken, nil
 }
 
 // probe answers a coordinator's probe request: timed HTTP HEADs from this

@@ -214,7 +214,7 @@ func (n *Node) collector() prometheus.Collector {
 
 // takenBackReasons are the reasons micra_subnets_taken_back_total is
 // exported for (overlay.Stats.TakenBack).
-var takenBackReasons = []string{"orphaned", "convicted", "withheld"}
+var takenBackReasons = []string{"orphaned", "convicted", "withheld", "refused"}
 
 type nodeCollector struct {
 	n     *Node

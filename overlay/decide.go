@@ -254,7 +254,8 @@ func (c *coordinator) reassign(ctx context.Context, sh *shard, id subnet.ID, fro
 // orphan marks d's subnet orphaned and hands it back to the delegation
 // procedure with its node and the silent ones excluded; reason says why
 // ("orphaned": silent past the liveness timeout; "convicted": by audits;
-// "withheld": it left crawl requests unanswered, withhold.go).
+// "withheld": it left crawl requests unanswered, withhold.go; "refused":
+// it would not take them).
 func (c *coordinator) orphan(ctx context.Context, sh *shard, d Delegation, silent []peer.ID, reason string) error {
 	id, part, ok := rangeOrPart(c.tree, d.Subnet)
 	if !ok {

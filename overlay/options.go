@@ -50,6 +50,7 @@ type config struct {
 	rateLimits    *rateLimits    // per-peer budgets of probe and forward requests (ratelimit.go)
 	audit         AuditConfig    // how audits judge and convict (audit.go)
 	withhold      WithholdConfig // how withholding notices are judged (withhold.go)
+	askCrawl      AskCrawlFunc   // sends a node a crawl request for a refused notice (withhold.go)
 	evidence      EvidenceOpener
 	refetcher     Refetcher
 	ps            *pubsub.PubSub                 // given by WithPubSub; nil: the overlay makes its own

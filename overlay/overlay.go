@@ -204,7 +204,8 @@ type Stats struct {
 	// TakenBack counts the subnets this node, as a coordinator, took
 	// from their nodes and decided again, by reason: "orphaned" (silent
 	// past the liveness timeout), "convicted" (by audits), "withheld"
-	// (crawl requests left unanswered, withhold.go).
+	// (crawl requests left unanswered, withhold.go), "refused" (crawl
+	// requests not taken).
 	TakenBack map[string]int64
 	// Kinds counts messages by kind: the micra requests this node sent
 	// ("micra/" and the message type) and the DHT requests it answered
@@ -912,6 +913,15 @@ func (o *Overlay) Owned() []Delegation {
 // of the shard holding subnet id (a DHT lookup when not cached).
 func (o *Overlay) Coordinator(ctx context.Context, id subnet.ID) peer.ID {
 	return o.coord.closestPeers(ctx, o.coord.rangeShard(id).key(o.sid), false)[0]
+}
+
+// Judges reports whether p coordinates or replicates the shard of the
+// subnet of address a: one of the peers that judge withholding notices
+// about it (a deputy is a replica).
+func (o *Overlay) Judges(ctx context.Context, a netip.Addr, p peer.ID) bool {
+	c := o.coord
+	key := c.rangeShard(o.tree.SmallestNonUnary(a)).key(o.sid)
+	return slices.Contains(c.replicaSet(c.closestPeers(ctx, key, false)), p)
 }
 
 // askCoordinator sends req to the coordinator of ref, following redirects

@@ -38,6 +38,20 @@ import (
 // entries: a replica that takes the shard over keeps the exclusion). It can
 // win it again once the exclusion ends, or win others by delivering.
 //
+// A node can also refuse the requests: answer that it would not crawl
+// them now (results.ErrNotTaken), or let its crawl protocol fail. There
+// is no receipt then. An indexer whose request a node refused through its
+// patience sends a refused notice (WithheldNotice.Refused); the
+// coordinator, which hears nothing but the indexer's word, sends the node
+// the request itself (AskCrawl). The node takes it: TAKEN, with its
+// receipt, which the indexer keeps as the request's, and from there it is
+// judged as any. It refuses: the notice is noted, and one after the grace
+// whose request the node refuses again is judged as above and the subnet
+// taken back ("refused"). An honest node refuses a host's requests only
+// while its queue for the host is full (crawl.Crawler.Promise); one whose
+// queue stays full through the patience and the grace holds more than it
+// crawls, and the subnet goes to the next-best node.
+//
 // No node judges itself: a coordinator that is the holder recuses itself
 // (ErrRecused), and the asker (Withheld) takes no answer about a node from
 // that node; it asks the holder's deputy, the peer nearest the shard key
@@ -57,6 +71,19 @@ type WithholdConfig struct {
 	// once). Defaults 1 and 64.
 	Rate  float64
 	Burst int
+}
+
+// AskCrawlFunc sends node p a crawl request for link, asking for its
+// receipt: it returns p's receipt (SignReceipt of link at at), or a nil
+// receipt when p did not take it or could not be asked.
+type AskCrawlFunc func(ctx context.Context, p peer.ID, link string) (receipt []byte, at time.Time)
+
+// AskCrawl sets how this node, as a coordinator, sends a node the crawl
+// request of a refused withholding notice (the node wires the results
+// package's crawl protocol). Without it, refused notices are answered
+// ErrUnavailable.
+func AskCrawl(f AskCrawlFunc) Option {
+	return func(c *config) error { c.askCrawl = f; return nil }
 }
 
 func (w WithholdConfig) withDefaults() WithholdConfig {
@@ -119,6 +146,7 @@ const (
 	WithheldNotHolder   = WithheldResult(pb.WithheldVerdict_NOT_HOLDER)
 	WithheldUnconfirmed = WithheldResult(pb.WithheldVerdict_UNCONFIRMED)
 	WithheldConfirmed   = WithheldResult(pb.WithheldVerdict_CONFIRMED)
+	WithheldTaken       = WithheldResult(pb.WithheldVerdict_TAKEN)
 )
 
 func (r WithheldResult) String() string {
@@ -133,6 +161,8 @@ func (r WithheldResult) String() string {
 		return "unconfirmed"
 	case WithheldConfirmed:
 		return "confirmed"
+	case WithheldTaken:
+		return "taken"
 	}
 	return fmt.Sprintf("withheld-result(%d)", int(r))
 }
@@ -140,13 +170,16 @@ func (r WithheldResult) String() string {
 // WithheldNotice says that a crawl request for URL, which Holder took at
 // AskedAt, has had no record past the asker's patience. Receipt is
 // Holder's receipt of it (SignReceipt of URL at AskedAt, by Holder's
-// clock): a notice is judged only on it.
+// clock): a notice is judged only on it. A refused notice (Refused) says
+// instead that Holder would not take the request through the asker's
+// patience: it has no receipt, and the coordinator asks Holder itself.
 type WithheldNotice struct {
 	Addr    netip.Addr // an address of the URL's host: names the subnet, hence the coordinator
 	URL     string
 	Holder  peer.ID
 	AskedAt time.Time
 	Receipt []byte
+	Refused bool
 }
 
 // WithheldVerdict is the answer to a notice.
@@ -156,6 +189,10 @@ type WithheldVerdict struct {
 	Retry       time.Duration // WithheldNoted: ask again after it if still no record came
 	Coordinator peer.ID
 	Deputy      bool // judged by Holder's deputy: Holder coordinates the shard
+	// WithheldTaken: Holder's receipt of the request, verified (SignReceipt
+	// of the notice's URL at ReceiptAt).
+	Receipt   []byte
+	ReceiptAt time.Time
 }
 
 // Withheld tells the coordinator of the subnet of n.Addr that n.Holder left
@@ -168,12 +205,17 @@ func (o *Overlay) Withheld(ctx context.Context, n WithheldNotice) (WithheldVerdi
 	if n.Holder == o.h.ID() {
 		return WithheldVerdict{}, fmt.Errorf("withheld: %w: a notice about this node itself", ErrMalformed)
 	}
-	if err := VerifyReceipt(n.Holder, n.URL, n.AskedAt, n.Receipt); err != nil {
-		return WithheldVerdict{}, fmt.Errorf("withheld: %w", err)
+	switch {
+	case n.Refused && len(n.Receipt) > 0:
+		return WithheldVerdict{}, fmt.Errorf("withheld: %w: a refused notice with a receipt", ErrMalformed)
+	case !n.Refused:
+		if err := VerifyReceipt(n.Holder, n.URL, n.AskedAt, n.Receipt); err != nil {
+			return WithheldVerdict{}, fmt.Errorf("withheld: %w", err)
+		}
 	}
 	req := newMsg(pb.Message_WITHHELD)
 	req.Withheld = &pb.Withheld{Snapshot: o.sid[:], Addr: addrBytes(n.Addr), Url: n.URL, Holder: []byte(n.Holder),
-		AskedMs: n.AskedAt.UnixMilli(), Receipt: n.Receipt}
+		AskedMs: n.AskedAt.UnixMilli(), Receipt: n.Receipt, Refused: n.Refused}
 	ref := o.coord.rangeShard(o.tree.SmallestNonUnary(n.Addr))
 	resp, from, err := o.askCoordinatorFrom(ctx, auditSpec, ref, req, pb.Message_WITHHELD_VERDICT)
 	deputy := from == n.Holder
@@ -185,8 +227,16 @@ func (o *Overlay) Withheld(ctx context.Context, n WithheldNotice) (WithheldVerdi
 		return WithheldVerdict{}, fmt.Errorf("withheld: %w", err)
 	}
 	v, err := withheldVerdictFromPB(resp.GetWithheldVerdict())
-	if err == nil && v.Holder != n.Holder {
+	switch {
+	case err != nil:
+	case v.Holder != n.Holder:
 		err = fmt.Errorf("withheld verdict: %w: about %s from %s", ErrMalformed, v.Holder, from)
+	case v.Result == WithheldTaken && !n.Refused:
+		err = fmt.Errorf("withheld verdict: %w: taken, of a notice that was not refused, from %s", ErrMalformed, from)
+	case v.Result == WithheldTaken:
+		if verr := VerifyReceipt(n.Holder, n.URL, v.ReceiptAt, v.Receipt); verr != nil {
+			err = fmt.Errorf("withheld verdict: taken, from %s: %w", from, verr)
+		}
 	}
 	v.Coordinator, v.Deputy = from, deputy
 	return v, err
@@ -202,7 +252,8 @@ func withheldVerdictFromPB(m *pb.WithheldVerdict) (WithheldVerdict, error) {
 		return WithheldVerdict{}, fmt.Errorf("withheld verdict: %w: result %d", ErrMalformed, m.GetResult())
 	}
 	retry := time.Duration(min(max(m.GetRetryMs(), 0), (24*time.Hour).Milliseconds())) * time.Millisecond
-	return WithheldVerdict{Result: WithheldResult(m.GetResult()), Holder: h, Retry: retry}, nil
+	return WithheldVerdict{Result: WithheldResult(m.GetResult()), Holder: h, Retry: retry,
+		Receipt: m.GetReceipt(), ReceiptAt: time.UnixMilli(m.GetReceiptMs())}, nil
 }
 
 // withheldNotes are the notices a coordinator noted and has not judged.
@@ -296,14 +347,23 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 		return nil, err
 	}
 	// Evidence: the holder's receipt of the request. Without it a notice
-	// would be any peer's word that a request was sent.
+	// would be any peer's word that a request was sent. A refused notice
+	// has none: the coordinator asks the holder itself (below).
 	asked := time.UnixMilli(rq.GetAskedMs())
-	if err := VerifyReceipt(holder, u, asked, rq.GetReceipt()); err != nil {
-		return nil, err
+	refused := rq.GetRefused()
+	switch {
+	case refused && len(rq.GetReceipt()) > 0:
+		return nil, fmt.Errorf("%w: a refused notice with a receipt", ErrMalformed)
+	case refused && o.cfg.askCrawl == nil:
+		return nil, fmt.Errorf("%w: this coordinator does not send crawl requests", ErrUnavailable)
+	case !refused:
+		if err := VerifyReceipt(holder, u, asked, rq.GetReceipt()); err != nil {
+			return nil, err
+		}
 	}
 	if holder == c.self {
 		if rq.GetConfirmed() {
-			return o.takeBackFromSelf(ctx, from, a, u)
+			return o.takeBackFromSelf(ctx, from, a, u, refused)
 		}
 		return nil, fmt.Errorf("%w: %s", ErrRecused, holder)
 	}
@@ -341,13 +401,29 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 	}
 	r := d.Subnet
 	o.stats.withheldNotices.Add(1)
+	// A refused notice: the holder is sent the request. Taking it ends
+	// the notice (its receipt goes to the asker, which holds the holder
+	// to it as to any); refusing it again is what is judged.
 	key := string(rangeKey(r)) + string(holder) + "\x00" + u
 	now := time.Now()
 	grace := o.cfg.withhold.Grace
+	if refused {
+		if rc, at := o.cfg.askCrawl(ctx, holder, u); len(rc) > 0 && VerifyReceipt(holder, u, at, rc) == nil {
+			// A refusal noted before is over: a notice of the request
+			// taken now waits its two graces afresh (the stored note is
+			// overwritten by one that ran out long ago).
+			c.withheld.drop(key)
+			if _, ok := c.storedNote(sh, r, holder, u, now, grace+withheldNoteLife); ok && !deputy {
+				c.writeNote(ctx, sh, r, holder, u, time.UnixMilli(0))
+			}
+			v.Receipt, v.ReceiptMs = rc, at.UnixMilli()
+			return answer(pb.WithheldVerdict_TAKEN)
+		}
+	}
 	// The holder has had the request a grace at least before a notice
 	// is noted, and a grace more before one is judged: nothing is noted
 	// of a request it took moments ago.
-	if young := grace - now.Sub(asked); young > 0 {
+	if young := grace - now.Sub(asked); young > 0 && !refused {
 		v.RetryMs = young.Milliseconds() + 1
 		return answer(pb.WithheldVerdict_NOTED)
 	}
@@ -398,7 +474,7 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 			"subnet", r.String(), "url", u)
 		return answer(pb.WithheldVerdict_CONFIRMED)
 	}
-	if err := c.takeBackWithheld(ctx, sh, d, u); err != nil {
+	if err := c.takeBackWithheld(ctx, sh, d, u, refused); err != nil {
 		return nil, err
 	}
 	return answer(pb.WithheldVerdict_TAKEN_BACK)
@@ -410,7 +486,7 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 func (o *Overlay) confirmToHolder(ctx context.Context, holder peer.ID, rq *pb.Withheld) bool {
 	m := newMsg(pb.Message_WITHHELD)
 	m.Withheld = &pb.Withheld{Snapshot: rq.GetSnapshot(), Addr: rq.GetAddr(), Url: rq.GetUrl(), Holder: rq.GetHolder(),
-		AskedMs: rq.GetAskedMs(), Receipt: rq.GetReceipt(), Confirmed: true}
+		AskedMs: rq.GetAskedMs(), Receipt: rq.GetReceipt(), Refused: rq.GetRefused(), Confirmed: true}
 	resp, err := o.request(ctx, holder, auditSpec, m, pb.Message_WITHHELD_VERDICT)
 	if err != nil {
 		o.log.Debug("deputy's withholding verdict not taken by the holder", "peer", holder, "error", err)
@@ -423,11 +499,12 @@ func (o *Overlay) confirmToHolder(ctx context.Context, holder peer.ID, rq *pb.Wi
 // takeBackFromSelf takes the subnet of a from this node, which coordinates
 // its shard and holds it, on its deputy's confirmed verdict that it left a
 // crawl request for u unanswered (no node judges itself: the deputy, a
-// replica of the shard, judged with the auditors). from must be in the
-// shard's replica set. The exclusion that keeps the node out of the subnet
-// is kept by this node (selfWithheld, in memory and its database): the
-// replicas take no WITHHELD entry from a coordinator about itself.
-func (o *Overlay) takeBackFromSelf(ctx context.Context, from peer.ID, a netip.Addr, u string) (*pb.Message, error) {
+// replica of the shard, judged with the auditors; refused: it would not
+// take the request). from must be in the shard's replica set. The
+// exclusion that keeps the node out of the subnet is kept by this node
+// (selfWithheld, in memory and its database): the replicas take no
+// WITHHELD entry from a coordinator about itself.
+func (o *Overlay) takeBackFromSelf(ctx context.Context, from peer.ID, a netip.Addr, u string, refused bool) (*pb.Message, error) {
 	c := o.coord
 	id := o.tree.SmallestNonUnary(a)
 	sh, err := c.ensureOwner(ctx, c.rangeShard(id))
@@ -446,9 +523,13 @@ func (o *Overlay) takeBackFromSelf(ctx context.Context, from peer.ID, a netip.Ad
 		if err := c.selfWithheld.exclude(c.st, r, time.Now().Add(o.cfg.withhold.Exclusion)); err != nil {
 			o.log.Warn("storing that this node gave a subnet up failed; kept in memory only", "subnet", r.String(), "error", err)
 		}
-		o.log.Warn("subnet given up: this node left a crawl request unanswered past the grace, its deputy found", "deputy", from,
+		reason := "withheld"
+		if refused {
+			reason = "refused"
+		}
+		o.log.Warn("subnet given up: its deputy found this node "+reason+" a crawl request past the grace", "deputy", from,
 			"subnet", r.String(), "url", u)
-		if err := c.orphan(ctx, sh, d, nil, "withheld"); err != nil {
+		if err := c.orphan(ctx, sh, d, nil, reason); err != nil {
 			return nil, err
 		}
 		v.Result = pb.WithheldVerdict_TAKEN_BACK
@@ -531,8 +612,9 @@ func (o *Overlay) pageReachable(ctx context.Context, sh *shard, id subnet.ID, ho
 
 // takeBackWithheld keeps d's node out of d's subnet for the exclusion (a
 // WITHHELD entry of sh) and orphans the subnet, which goes to the next
-// node.
-func (c *coordinator) takeBackWithheld(ctx context.Context, sh *shard, d Delegation, u string) error {
+// node; refused says the node would not take the request for u (reason
+// "refused"), else it took it and left it unanswered ("withheld").
+func (c *coordinator) takeBackWithheld(ctx context.Context, sh *shard, d Delegation, u string, refused bool) error {
 	now := time.Now()
 	we := &pb.WithheldEntry{Subnet: rangeToPB(d.Subnet), Peer: []byte(d.Node),
 		UntilMs: now.Add(c.o.cfg.withhold.Exclusion).UnixMilli(), Url: u, AtMs: now.UnixMilli()}
@@ -545,9 +627,13 @@ func (c *coordinator) takeBackWithheld(ctx context.Context, sh *shard, d Delegat
 	}); err != nil {
 		return err
 	}
-	c.log.Warn("subnet taken back: its node left a crawl request unanswered past the grace", "peer", d.Node,
+	reason, why := "withheld", "left a crawl request unanswered"
+	if refused {
+		reason, why = "refused", "would not take a crawl request"
+	}
+	c.log.Warn("subnet taken back: its node "+why+" past the grace", "peer", d.Node,
 		"subnet", d.Subnet.String(), "url", u, "until", time.UnixMilli(we.GetUntilMs()).UTC())
-	return c.orphan(ctx, sh, d, nil, "withheld")
+	return c.orphan(ctx, sh, d, nil, reason)
 }
 
 func withheldKey(r subnet.Range, p peer.ID) []byte { return append(rangeKey(r), p...) }

@@ -7,10 +7,12 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	kb "github.com/libp2p/go-libp2p-kbucket"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
@@ -479,5 +481,106 @@ func TestWithheldNeedsReceipt(t *testing.T) {
 			t.Fatalf("the notice two graces after the receipt: %+v, %v; want taken back", v, err)
 		}
 		t.Logf("taken back %v after the receipt (grace %v)", time.Since(took).Round(time.Second), grace)
+	})
+}
+
+// TestRefusedJudged (issue 18): a node that will not take a crawl request
+// leaves no receipt; a refused notice has the coordinator send it the
+// request itself. Taken: TAKEN, with the holder's receipt, and a refusal
+// noted before is over. Refused: noted at once, and judged after the
+// grace when the holder refuses again: taken back ("refused"). A refused
+// notice with a receipt is malformed.
+func TestRefusedJudged(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		const grace = 30 * time.Second
+		a := netip.AddrFrom4([4]byte{127, 2, 200, 7})
+		var mu sync.Mutex
+		takes := map[peer.ID]bool{}
+		keys := map[peer.ID]crypto.PrivKey{}
+		asked := 0
+		ask := AskCrawl(func(ctx context.Context, p peer.ID, link string) ([]byte, time.Time) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked++
+			if !takes[p] {
+				return nil, time.Time{}
+			}
+			at := time.Now().Truncate(time.Millisecond)
+			sig, err := SignReceipt(keys[p], link, at)
+			if err != nil {
+				t.Error(err)
+			}
+			return sig, at
+		})
+		order, _ := shardSwarm(t, r, a, append(auditOpts(honestRefetcher), ask,
+			Withholding(WithholdConfig{Grace: grace, Exclusion: time.Hour}))...)
+		coord, holder, asker := order[0], order[3], order[len(order)-1]
+		for _, nd := range order {
+			keys[nd.h.ID()] = nd.h.Peerstore().PrivKey(nd.h.ID())
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+		defer cancel()
+		if d, err := holder.o.Delegate(ctx, "http://"+a.String()+"/", a); err != nil || d.Node != holder.h.ID() {
+			t.Fatalf("delegating %v: %+v, %v", a, d, err)
+		}
+		// The coordinator judges the holder's subnet, the asker does not.
+		if !holder.o.Judges(ctx, a, coord.h.ID()) || holder.o.Judges(ctx, a, asker.h.ID()) {
+			t.Errorf("judges of the subnet: the coordinator %v, the asker %v", holder.o.Judges(ctx, a, coord.h.ID()), holder.o.Judges(ctx, a, asker.h.ID()))
+		}
+		u := "http://" + a.String() + "/page"
+		refusedNotice := WithheldNotice{Addr: a, URL: u, Holder: holder.h.ID(), AskedAt: time.Now(), Refused: true}
+		setTakes := func(b bool) {
+			mu.Lock()
+			takes[holder.h.ID()] = b
+			mu.Unlock()
+		}
+
+		// Refused to the asker, refused to the coordinator: noted at once.
+		v, err := asker.o.Withheld(ctx, refusedNotice)
+		if err != nil || v.Result != WithheldNoted || v.Retry <= 0 || v.Retry > grace+time.Second {
+			t.Fatalf("first refused notice: %+v, %v; want noted for the grace", v, err)
+		}
+		// The holder takes it from the coordinator: TAKEN, its receipt
+		// verified, and the refusal noted is over.
+		time.Sleep(v.Retry)
+		setTakes(true)
+		if v, err = asker.o.Withheld(ctx, refusedNotice); err != nil || v.Result != WithheldTaken ||
+			VerifyReceipt(holder.h.ID(), u, v.ReceiptAt, v.Receipt) != nil {
+			t.Fatalf("a refused notice the holder then took: %+v, %v; want taken with its receipt", v, err)
+		}
+		setTakes(false)
+		if v, err = asker.o.Withheld(ctx, refusedNotice); err != nil || v.Result != WithheldNoted || v.Retry < grace-time.Second {
+			t.Fatalf("refused again after taking it: %+v, %v; want noted afresh", v, err)
+		}
+		// Refused again after the grace: taken back.
+		time.Sleep(v.Retry)
+		if v, err = asker.o.Withheld(ctx, refusedNotice); err != nil || v.Result != WithheldTakenBack {
+			t.Fatalf("refused after the grace: %+v, %v; want taken back", v, err)
+		}
+		if got := coord.o.Stats().TakenBack; got["refused"] != 1 || got["withheld"] != 0 {
+			t.Errorf("taken back by reason: %v, want 1 refused", got)
+		}
+		asker.o.Invalidate(holder.o.tree.Range(holder.o.tree.SmallestNonUnary(a)))
+		if d, ok, err := asker.o.Resolve(ctx, a); err != nil || !ok || d.Node == holder.h.ID() {
+			t.Errorf("the subnet after it was taken back: %+v, %v, %v", d, ok, err)
+		}
+		mu.Lock()
+		if asked != 4 {
+			t.Errorf("the holder was asked %d times, want once per notice (4)", asked)
+		}
+		mu.Unlock()
+
+		// A refused notice has no receipt.
+		with := signedNotice(t, a, u, holder, time.Now().Add(-time.Hour))
+		with.Refused = true
+		if _, err := asker.o.Withheld(ctx, with); !errors.Is(err, ErrMalformed) {
+			t.Errorf("a refused notice with a receipt: %v, want malformed", err)
+		}
+		m := newMsg(pb.Message_WITHHELD)
+		m.Withheld = withheldPB(t, coord, a, u, holder)
+		m.Withheld.Refused = true
+		if _, err := asker.o.request(ctx, coord.h.ID(), auditSpec, m, pb.Message_WITHHELD_VERDICT); !errors.Is(err, ErrMalformed) {
+			t.Errorf("a refused notice with a receipt, on the wire: %v, want malformed", err)
+		}
 	})
 }

@@ -43,10 +43,13 @@ type Receipt struct {
 // egress.ErrSpecialPurpose when the request was refused: its host is, or
 // resolves to, a special-purpose address the overlay's policy refuses;
 // ErrNotTaken when the owner did not take it now (it would not crawl it in
-// time; send it again later).
+// time; send it again later). Node is the node owning the request's
+// subnet when it was known (the request was sent to it, or it would not
+// take it), empty when not.
 type SubmitFailure struct {
 	Link string
 	Err  error
+	Node peer.ID
 }
 
 // Submit sends runtime crawl requests (seed URLs with a depth) into the
@@ -76,7 +79,7 @@ func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts 
 		}
 		node, err := owner(ctx, o, &cfg, r)
 		if err != nil {
-			res.Failed = append(res.Failed, SubmitFailure{r.Link, err})
+			res.Failed = append(res.Failed, SubmitFailure{Link: r.Link, Err: err})
 			continue
 		}
 		if _, ok := groups[node]; !ok {
@@ -102,7 +105,7 @@ func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts 
 			}
 			if err != nil {
 				for _, r := range chunk {
-					res.Failed = append(res.Failed, SubmitFailure{r.Link, fmt.Errorf("to %s: %w", node, err)})
+					res.Failed = append(res.Failed, SubmitFailure{Link: r.Link, Err: fmt.Errorf("to %s: %w", node, err), Node: node})
 				}
 				continue
 			}
@@ -117,7 +120,7 @@ func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts 
 func (res *SubmitResult) note(node peer.ID, reqs []crawl.Request, receipts []Receipt) {
 	for i, r := range reqs {
 		if receipts != nil && receipts[i].Sig == nil {
-			res.Failed = append(res.Failed, SubmitFailure{r.Link, fmt.Errorf("to %s: %w", node, ErrNotTaken)})
+			res.Failed = append(res.Failed, SubmitFailure{Link: r.Link, Err: fmt.Errorf("to %s: %w", node, ErrNotTaken), Node: node})
 			continue
 		}
 		res.Sent[node]++

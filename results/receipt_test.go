@@ -231,7 +231,7 @@ func TestPromisedReceipts(t *testing.T) {
 		}
 		res.note(p, reqs, rs)
 		if res.Sent[p] != 1 || res.To[reqs[0].Link] != p || res.Receipts[reqs[0].Link].Sig == nil || len(res.Failed) != 2 ||
-			!errors.Is(res.Failed[0].Err, ErrNotTaken) || res.Failed[1].Link != reqs[2].Link {
+			!errors.Is(res.Failed[0].Err, ErrNotTaken) || res.Failed[0].Node != p || res.Failed[1].Link != reqs[2].Link {
 			t.Errorf("Submit's result of one taken of three: %+v", res)
 		}
 		for name, m := range map[string]*pb.CrawlMessage{

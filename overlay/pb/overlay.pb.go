@@ -501,6 +501,7 @@ const (
 	WithheldVerdict_NOT_HOLDER  WithheldVerdict_Result = 3 // the subnet is not delegated to holder (any more), or holder took it after the request
 	WithheldVerdict_UNCONFIRMED WithheldVerdict_Result = 4 // no auditor could fetch the page: not held against holder
 	WithheldVerdict_CONFIRMED   WithheldVerdict_Result = 5 // a deputy confirmed it, but cannot write the shard holder coordinates
+	WithheldVerdict_TAKEN       WithheldVerdict_Result = 6 // a refused notice: holder took the request from the coordinator; receipt is its receipt
 )
 
 // Enum value maps for WithheldVerdict_Result.
@@ -512,6 +513,7 @@ var (
 		3: "NOT_HOLDER",
 		4: "UNCONFIRMED",
 		5: "CONFIRMED",
+		6: "TAKEN",
 	}
 	WithheldVerdict_Result_value = map[string]int32{
 		"UNKNOWN":     0,
@@ -520,6 +522,7 @@ var (
 		"NOT_HOLDER":  3,
 		"UNCONFIRMED": 4,
 		"CONFIRMED":   5,
+		"TAKEN":       6,
 	}
 )
 
@@ -3887,7 +3890,13 @@ type Withheld struct {
 	Confirmed bool `protobuf:"varint,7,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
 	// receipt: holder's signature of url at asked_ms (overlay.SignReceipt),
 	// given when it took the request: a notice without it is not judged.
-	Receipt       []byte `protobuf:"bytes,8,opt,name=receipt,proto3" json:"receipt,omitempty"`
+	Receipt []byte `protobuf:"bytes,8,opt,name=receipt,proto3" json:"receipt,omitempty"`
+	// refused: holder did not take the request (it answered that it would
+	// not crawl it now, or its crawl protocol failed) through the asker's
+	// patience; there is no receipt, and the coordinator sends holder the
+	// request itself: TAKEN with holder's receipt, or judged as withheld
+	// when holder refuses it again after the grace.
+	Refused       bool `protobuf:"varint,9,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3978,12 +3987,21 @@ func (x *Withheld) GetReceipt() []byte {
 	return nil
 }
 
+func (x *Withheld) GetRefused() bool {
+	if x != nil {
+		return x.Refused
+	}
+	return false
+}
+
 type WithheldVerdict struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Result        WithheldVerdict_Result `protobuf:"varint,1,opt,name=result,proto3,enum=micra.overlay.WithheldVerdict_Result" json:"result,omitempty"`
 	Holder        []byte                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
 	RetryMs       int64                  `protobuf:"varint,3,opt,name=retry_ms,json=retryMs,proto3" json:"retry_ms,omitempty"` // NOTED: how long until the grace ends
 	Deputy        bool                   `protobuf:"varint,4,opt,name=deputy,proto3" json:"deputy,omitempty"`                  // judged by holder's deputy
+	Receipt       []byte                 `protobuf:"bytes,5,opt,name=receipt,proto3" json:"receipt,omitempty"`                 // TAKEN: holder's signature of the url at receipt_ms (overlay.SignReceipt)
+	ReceiptMs     int64                  `protobuf:"varint,6,opt,name=receipt_ms,json=receiptMs,proto3" json:"receipt_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4044,6 +4062,20 @@ func (x *WithheldVerdict) GetDeputy() bool {
 		return x.Deputy
 	}
 	return false
+}
+
+func (x *WithheldVerdict) GetReceipt() []byte {
+	if x != nil {
+		return x.Receipt
+	}
+	return nil
+}
+
+func (x *WithheldVerdict) GetReceiptMs() int64 {
+	if x != nil {
+		return x.ReceiptMs
+	}
+	return 0
 }
 
 // WithheldEntry keeps a node out of a subnet it withheld, in the range
@@ -4875,7 +4907,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x16\n" +
 	"\x06judged\x18\a \x03(\x06R\x06judged\x12\x16\n" +
 	"\x06recent\x18\b \x01(\x06R\x06recent\x12\x19\n" +
-	"\brecent_n\x18\t \x01(\rR\arecentN\"\xcf\x01\n" +
+	"\brecent_n\x18\t \x01(\rR\arecentN\"\xe9\x01\n" +
 	"\bWithheld\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\fR\x04addr\x12\x10\n" +
@@ -4884,12 +4916,16 @@ const file_overlay_proto_rawDesc = "" +
 	"\basked_ms\x18\x05 \x01(\x03R\aaskedMs\x12\x16\n" +
 	"\x06deputy\x18\x06 \x01(\bR\x06deputy\x12\x1c\n" +
 	"\tconfirmed\x18\a \x01(\bR\tconfirmed\x12\x18\n" +
-	"\areceipt\x18\b \x01(\fR\areceipt\"\xfd\x01\n" +
+	"\areceipt\x18\b \x01(\fR\areceipt\x12\x18\n" +
+	"\arefused\x18\t \x01(\bR\arefused\"\xc1\x02\n" +
 	"\x0fWithheldVerdict\x12=\n" +
 	"\x06result\x18\x01 \x01(\x0e2%.micra.overlay.WithheldVerdict.ResultR\x06result\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\fR\x06holder\x12\x19\n" +
 	"\bretry_ms\x18\x03 \x01(\x03R\aretryMs\x12\x16\n" +
-	"\x06deputy\x18\x04 \x01(\bR\x06deputy\"`\n" +
+	"\x06deputy\x18\x04 \x01(\bR\x06deputy\x12\x18\n" +
+	"\areceipt\x18\x05 \x01(\fR\areceipt\x12\x1d\n" +
+	"\n" +
+	"receipt_ms\x18\x06 \x01(\x03R\treceiptMs\"k\n" +
 	"\x06Result\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05NOTED\x10\x01\x12\x0e\n" +
@@ -4898,7 +4934,8 @@ const file_overlay_proto_rawDesc = "" +
 	"\n" +
 	"NOT_HOLDER\x10\x03\x12\x0f\n" +
 	"\vUNCONFIRMED\x10\x04\x12\r\n" +
-	"\tCONFIRMED\x10\x05\"\x93\x01\n" +
+	"\tCONFIRMED\x10\x05\x12\t\n" +
+	"\x05TAKEN\x10\x06\"\x93\x01\n" +
 	"\rWithheldEntry\x12,\n" +
 	"\x06subnet\x18\x01 \x01(\v2\x14.micra.overlay.RangeR\x06subnet\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\fR\x04peer\x12\x19\n" +

@@ -1060,8 +1060,12 @@ type PendingCrawl struct {
 	SentMs   int64                  `protobuf:"varint,6,opt,name=sent_ms,json=sentMs,proto3" json:"sent_ms,omitempty"`    // when it went there
 	// holder's receipt of the request (overlay.SignReceipt): its signature
 	// of the link at receipt_ms, its own clock's time.
-	Receipt       []byte `protobuf:"bytes,7,opt,name=receipt,proto3" json:"receipt,omitempty"`
-	ReceiptMs     int64  `protobuf:"varint,8,opt,name=receipt_ms,json=receiptMs,proto3" json:"receipt_ms,omitempty"`
+	Receipt   []byte `protobuf:"bytes,7,opt,name=receipt,proto3" json:"receipt,omitempty"`
+	ReceiptMs int64  `protobuf:"varint,8,opt,name=receipt_ms,json=receiptMs,proto3" json:"receipt_ms,omitempty"`
+	// refused_by would not take the request (results.ErrNotTaken, or its
+	// crawl protocol failed) each time it was sent since refused_ms.
+	RefusedBy     []byte `protobuf:"bytes,9,opt,name=refused_by,json=refusedBy,proto3" json:"refused_by,omitempty"`
+	RefusedMs     int64  `protobuf:"varint,10,opt,name=refused_ms,json=refusedMs,proto3" json:"refused_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1152,6 +1156,20 @@ func (x *PendingCrawl) GetReceiptMs() int64 {
 	return 0
 }
 
+func (x *PendingCrawl) GetRefusedBy() []byte {
+	if x != nil {
+		return x.RefusedBy
+	}
+	return nil
+}
+
+func (x *PendingCrawl) GetRefusedMs() int64 {
+	if x != nil {
+		return x.RefusedMs
+	}
+	return 0
+}
+
 // WithheldOwed is a withholding notice an indexer owes the coordinator of
 // a page's subnet: a crawl request it sent to holder at asked_ms has had
 // no record past the patience (overlay.Withheld).
@@ -1163,6 +1181,7 @@ type WithheldOwed struct {
 	NextMs        int64                  `protobuf:"varint,4,opt,name=next_ms,json=nextMs,proto3" json:"next_ms,omitempty"` // sent (again) at or after this
 	Tries         uint32                 `protobuf:"varint,5,opt,name=tries,proto3" json:"tries,omitempty"`                 // notices sent so far
 	Receipt       []byte                 `protobuf:"bytes,6,opt,name=receipt,proto3" json:"receipt,omitempty"`              // holder's receipt of the request, signed at asked_ms
+	Refused       bool                   `protobuf:"varint,7,opt,name=refused,proto3" json:"refused,omitempty"`             // holder would not take the request (no receipt): overlay.WithheldNotice.Refused
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1237,6 +1256,13 @@ func (x *WithheldOwed) GetReceipt() []byte {
 		return x.Receipt
 	}
 	return nil
+}
+
+func (x *WithheldOwed) GetRefused() bool {
+	if x != nil {
+		return x.Refused
+	}
+	return false
 }
 
 var File_results_proto protoreflect.FileDescriptor
@@ -1334,7 +1360,7 @@ const file_results_proto_rawDesc = "" +
 	"\arecords\x18\x01 \x03(\v2\x16.micra.results.DisputeR\arecords\"7\n" +
 	"\aDispute\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1a\n" +
-	"\bevidence\x18\x02 \x01(\fR\bevidence\"\xff\x01\n" +
+	"\bevidence\x18\x02 \x01(\fR\bevidence\"\xbd\x02\n" +
 	"\fPendingCrawl\x125\n" +
 	"\arequest\x18\x01 \x01(\v2\x1b.micra.results.CrawlRequestR\arequest\x12\x19\n" +
 	"\bfirst_ms\x18\x02 \x01(\x03R\afirstMs\x12\x17\n" +
@@ -1344,14 +1370,20 @@ const file_results_proto_rawDesc = "" +
 	"\asent_ms\x18\x06 \x01(\x03R\x06sentMs\x12\x18\n" +
 	"\areceipt\x18\a \x01(\fR\areceipt\x12\x1d\n" +
 	"\n" +
-	"receipt_ms\x18\b \x01(\x03R\treceiptMs\"\x9c\x01\n" +
+	"receipt_ms\x18\b \x01(\x03R\treceiptMs\x12\x1d\n" +
+	"\n" +
+	"refused_by\x18\t \x01(\fR\trefusedBy\x12\x1d\n" +
+	"\n" +
+	"refused_ms\x18\n" +
+	" \x01(\x03R\trefusedMs\"\xb6\x01\n" +
 	"\fWithheldOwed\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\fR\x06holder\x12\x19\n" +
 	"\basked_ms\x18\x03 \x01(\x03R\aaskedMs\x12\x17\n" +
 	"\anext_ms\x18\x04 \x01(\x03R\x06nextMs\x12\x14\n" +
 	"\x05tries\x18\x05 \x01(\rR\x05tries\x12\x18\n" +
-	"\areceipt\x18\x06 \x01(\fR\areceiptB'Z%github.com/micra-net/micra/results/pbb\x06proto3"
+	"\areceipt\x18\x06 \x01(\fR\areceipt\x12\x18\n" +
+	"\arefused\x18\a \x01(\bR\arefusedB'Z%github.com/micra-net/micra/results/pbb\x06proto3"
 
 var (
 	file_results_proto_rawDescOnce sync.Once
