@@ -655,11 +655,13 @@ func (n *Node) askCrawl(ctx context.Context, p peer.ID, link string) ([]byte, ti
 const promiseHorizon = 15 * time.Minute
 
 // promise takes the crawl requests whose senders want receipts: only
-// those the crawler can fetch within promiseHorizon (crawl.Crawler.Promise),
-// and the one request a judge of its subnet sends (overlay.Judges: the
+// those the crawler can fetch within promiseHorizon (crawl.Crawler.Promise).
+// The one request a judge of its subnet sends (overlay.Judges: the
 // coordinator of a notice that says this node refused it, overlay.AskCrawl)
-// whatever the host's queue, so that a peer that fills the queue cannot
-// have the node judged as refusing; the judges' notice budget bounds them.
+// has half the horizon more, so that a burst of requests that fills a
+// host's queue does not have the node judged as refusing; at the actual
+// pace of a host's delay (Promise counts half of it) that is still within
+// the two graces before a judgment.
 func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
 	taken, err := n.cr.Promise(ctx, promiseHorizon, reqs...)
 	if err != nil || len(reqs) != 1 || taken[0] {
@@ -670,10 +672,7 @@ func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) 
 		return taken, nil
 	}
 	if a, err := n.resolveHost(ctx, u.Hostname()); err == nil && n.ov().Judges(ctx, a, from) {
-		if err := n.cr.Submit(ctx, reqs...); err != nil {
-			return taken, err
-		}
-		taken[0] = true
+		return n.cr.Promise(ctx, promiseHorizon*3/2, reqs...)
 	}
 	return taken, nil
 }
