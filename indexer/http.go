@@ -21,7 +21,12 @@ const maxCrawlBody = 1 << 20
 //	GET  /api/indexer   delivery counters (Stats as JSON)
 //	GET  /api/audits    the audits of each node's records ([]NodeAudits as JSON)
 //	POST /api/crawl     {"urls": ["http://..."], "depth": 2, "owners": ["me"]}
-//	                    → {"sent": n, "forwarded": n, "failed": [{"url": "...", "error": "..."}]}
+//	                    → {"sent": n, "later": [{"url": "...", "error": "..."}], "failed": [...]}
+//
+// "later" are the URLs not delivered now that the indexer keeps and sends
+// again after its crawl patience (the owning node would not take them
+// now, or could not be reached); "failed" are those it does not keep (a
+// special-purpose address, a host the policy refuses).
 //
 // With o.ReadOnly, /api/crawl is left out as well as the profile changes.
 // The handler does no authentication: whoever runs it decides who reaches
@@ -89,13 +94,18 @@ func (ix *Indexer) serveCrawl(w http.ResponseWriter, r *http.Request) {
 	}
 	out := struct {
 		Sent   int            `json:"sent"`
+		Later  []crawlFailure `json:"later"`
 		Failed []crawlFailure `json:"failed"`
-	}{Failed: []crawlFailure{}}
+	}{Later: []crawlFailure{}, Failed: []crawlFailure{}}
 	for _, n := range res.Sent {
 		out.Sent += n
 	}
 	for _, f := range res.Failed {
-		out.Failed = append(out.Failed, crawlFailure{f.Link, f.Err.Error()})
+		if ix.isPending(f.Link) {
+			out.Later = append(out.Later, crawlFailure{f.Link, f.Err.Error()})
+		} else {
+			out.Failed = append(out.Failed, crawlFailure{f.Link, f.Err.Error()})
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

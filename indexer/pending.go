@@ -142,6 +142,19 @@ func (ix *Indexer) allowedHosts(reqs []crawl.Request) []crawl.Request {
 }
 
 // forgetPending removes the pending requests of links (as submitted).
+// isPending reports whether a request for link is kept, waiting for a
+// record.
+func (ix *Indexer) isPending(link string) bool {
+	l, err := crawl.NormalizeURL(link)
+	if err != nil {
+		return false
+	}
+	ix.pend.mu.Lock()
+	defer ix.pend.mu.Unlock()
+	_, ok := ix.pend.m[pendingID(l)]
+	return ok
+}
+
 func (ix *Indexer) forgetPending(links []string) {
 	if len(links) == 0 {
 		return

@@ -442,17 +442,25 @@ func indexerCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *owner != "" {
 		body["owners"] = []string{*owner}
 	}
+	type failure struct {
+		URL   string `json:"url"`
+		Error string `json:"error"`
+	}
 	var out struct {
-		Sent   int `json:"sent"`
-		Failed []struct {
-			URL   string `json:"url"`
-			Error string `json:"error"`
-		} `json:"failed"`
+		Sent   int       `json:"sent"`
+		Later  []failure `json:"later"`
+		Failed []failure `json:"failed"`
 	}
 	if err := c.do(ctx, http.MethodPost, "/api/crawl", nil, body, &out); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%d URLs sent to the nodes owning their subnets\n", out.Sent)
+	if len(out.Later) > 0 {
+		fmt.Fprintf(stdout, "%d URLs kept by the indexer, sent again after its crawl patience:\n", len(out.Later))
+	}
+	for _, f := range out.Later {
+		fmt.Fprintf(stdout, "later: %s: %s\n", f.URL, f.Error)
+	}
 	for _, f := range out.Failed {
 		fmt.Fprintf(stdout, "failed: %s: %s\n", f.URL, f.Error)
 	}

@@ -180,7 +180,11 @@ func TestIndexerCrawlCommand(t *testing.T) {
 			return
 		}
 		_ = json.NewDecoder(r.Body).Decode(&got)
-		io.WriteString(w, `{"sent": 1, "forwarded": 0, "failed": [{"url": "http://b.example/", "error": "no delegation"}]}`)
+		if len(got["urls"].([]any)) == 2 {
+			io.WriteString(w, `{"sent": 1, "later": [], "failed": [{"url": "http://b.example/", "error": "no delegation"}]}`)
+		} else {
+			io.WriteString(w, `{"sent": 0, "later": [{"url": "http://c.example/", "error": "crawl request not taken now"}], "failed": []}`)
+		}
 	}))
 	defer srv.Close()
 	code, out, errs := runCmd(t, "indexer", "crawl", "--api", srv.URL, "--depth", "2", "--owner", "alice", "http://a.example/", "http://b.example/")
@@ -189,6 +193,11 @@ func TestIndexerCrawlCommand(t *testing.T) {
 	}
 	if got["depth"] != float64(2) || len(got["urls"].([]any)) != 2 || got["owners"].([]any)[0] != "alice" {
 		t.Fatalf("request body %v", got)
+	}
+	// A URL the indexer keeps and sends again is not a failure.
+	if code, out, errs := runCmd(t, "indexer", "crawl", "--api", srv.URL, "http://c.example/"); code != 0 ||
+		!strings.Contains(out, "later: http://c.example/: crawl request not taken now") || errs != "" {
+		t.Errorf("a URL sent later: exit %d, out %q, err %q", code, out, errs)
 	}
 }
 
