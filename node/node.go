@@ -663,7 +663,21 @@ const promiseHorizon = 15 * time.Minute
 // pace of a host's delay (Promise counts half of it) that is still within
 // the two graces before a judgment.
 func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
-	taken, err := n.cr.Promise(ctx, promiseHorizon, reqs...)
+	return promiser{n.cr.Promise, n.resolveHost, func(ctx context.Context, a netip.Addr, p peer.ID) bool {
+		return n.ov().Judges(ctx, a, p)
+	}}.take(ctx, from, reqs)
+}
+
+// promiser is promise over its parts: the crawler's Promise, how the
+// node resolves a host, and who judges a subnet.
+type promiser struct {
+	promise func(ctx context.Context, horizon time.Duration, reqs ...crawl.Request) ([]bool, error)
+	resolve func(ctx context.Context, host string) (netip.Addr, error)
+	judges  func(ctx context.Context, a netip.Addr, p peer.ID) bool
+}
+
+func (pr promiser) take(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
+	taken, err := pr.promise(ctx, promiseHorizon, reqs...)
 	if err != nil || len(reqs) != 1 || taken[0] {
 		return taken, err
 	}
@@ -671,8 +685,8 @@ func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) 
 	if err != nil {
 		return taken, nil
 	}
-	if a, err := n.resolveHost(ctx, u.Hostname()); err == nil && n.ov().Judges(ctx, a, from) {
-		return n.cr.Promise(ctx, promiseHorizon*3/2, reqs...)
+	if a, err := pr.resolve(ctx, u.Hostname()); err == nil && pr.judges(ctx, a, from) {
+		return pr.promise(ctx, promiseHorizon*3/2, reqs...)
 	}
 	return taken, nil
 }

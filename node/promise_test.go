@@ -1,0 +1,68 @@
+package node
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/crawl"
+)
+
+// TestPromiseJudges (issue 18): a crawl request the crawler would not take
+// within the horizon is taken with half the horizon more when it comes
+// alone from a judge of its subnet (the coordinator of a refused notice),
+// and only then: not from another peer, not in a frame of several, not
+// when its host does not resolve.
+func TestPromiseJudges(t *testing.T) {
+	judge, other := peer.ID("judge"), peer.ID("other")
+	site := netip.MustParseAddr("93.184.216.34")
+	var horizons []time.Duration
+	pr := promiser{
+		// The host's queue holds 20 minutes of work: taken only with
+		// more than that.
+		promise: func(ctx context.Context, horizon time.Duration, reqs ...crawl.Request) ([]bool, error) {
+			horizons = append(horizons, horizon)
+			taken := make([]bool, len(reqs))
+			for i := range taken {
+				taken[i] = horizon > 20*time.Minute
+			}
+			return taken, nil
+		},
+		resolve: func(ctx context.Context, host string) (netip.Addr, error) {
+			if host == "site.example" {
+				return site, nil
+			}
+			return netip.Addr{}, context.DeadlineExceeded
+		},
+		judges: func(ctx context.Context, a netip.Addr, p peer.ID) bool { return a == site && p == judge },
+	}
+	one := []crawl.Request{{Link: "http://site.example/page"}}
+	for _, c := range []struct {
+		name  string
+		from  peer.ID
+		reqs  []crawl.Request
+		taken bool
+		asked []time.Duration
+	}{
+		{"a judge's request", judge, one, true, []time.Duration{promiseHorizon, promiseHorizon * 3 / 2}},
+		{"another peer's", other, one, false, []time.Duration{promiseHorizon}},
+		{"a judge's frame of two", judge, append(one, crawl.Request{Link: "http://site.example/2"}), false, []time.Duration{promiseHorizon}},
+		{"a judge's request of a host that does not resolve", judge, []crawl.Request{{Link: "http://gone.example/"}}, false, []time.Duration{promiseHorizon}},
+	} {
+		horizons = nil
+		taken, err := pr.take(t.Context(), c.from, c.reqs)
+		if err != nil || taken[0] != c.taken || len(horizons) != len(c.asked) || horizons[len(horizons)-1] != c.asked[len(c.asked)-1] {
+			t.Errorf("%s: taken %v, %v, horizons %v; want taken %v, horizons %v", c.name, taken, err, horizons, c.taken, c.asked)
+		}
+	}
+	// Promise counts half the pace a host's delay allows: a request is
+	// fetched within its horizon at that pace, and a judge's within two
+	// graces (20 min at the default) at the full pace.
+	const twoGraces = 2 * 10 * time.Minute
+	if promiseHorizon >= twoGraces || promiseHorizon*3/2/2 >= twoGraces {
+		t.Errorf("horizons %v and, a judge's, %v: not within two graces (%v) at half and at the full pace", promiseHorizon, promiseHorizon*3/2, twoGraces)
+	}
+}
