@@ -55,8 +55,9 @@ type Indexer struct {
 	amu     sync.Mutex
 	pending map[peer.ID]*ackQueue
 
-	aud  *auditor   // audits of stored records (audit.go)
-	pend pendingSet // crawl requests waiting for a record (pending.go)
+	aud   *auditor    // audits of stored records (audit.go)
+	pend  pendingSet  // crawl requests waiting for a record (pending.go)
+	hosts hostRecords // when each node last delivered each host's records (busy.go)
 
 	// withholding notices owed (withheld.go)
 	owedMu   sync.Mutex
@@ -509,6 +510,7 @@ func (ix *Indexer) store(ctx context.Context, node peer.ID, h *pb.Header, digest
 		ix.log.Debug("result batch stored", "node", node, "seq", h.GetSeq(), "records", len(recs), "added", res.Added, "rejected", res.Rejected)
 	}
 	ix.queueAck(node, results.BatchRef{Node: node, Seq: h.GetSeq(), Digest: digest})
+	ix.hosts.note(node, recs, ix.cfg.now())
 	ix.satisfied(recs)
 	ix.sampleAudits(node, digest, auth, data, recs)
 	return nil

@@ -91,7 +91,7 @@ func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 	defer ix.owedMu.Unlock()
 	err := ix.db.Update(func(txn *badger.Txn) error {
 		for i, pc := range due {
-			wo := owedOf(pc, self, now, ix.cfg.patience)
+			wo := ix.owedOf(pc, self, now)
 			if wo == nil {
 				continue
 			}
@@ -129,14 +129,16 @@ func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 // the receipt), or the node it goes to has not taken it since a
 // submission the patience ago (a refused notice, without one: pc is due
 // again a patience after each submission; half of it is the bound, for
-// the moments between noting the time and sending). self, this indexer's
-// own crawler, is owed none.
-func owedOf(pc *pb.PendingCrawl, self peer.ID, now time.Time, patience time.Duration) *pb.WithheldOwed {
+// the moments between noting the time and sending) and has delivered no
+// record of its host since (a node that does is busy with the host, not
+// refusing: busy.go). self, this indexer's own crawler, is owed none.
+func (ix *Indexer) owedOf(pc *pb.PendingCrawl, self peer.ID, now time.Time) *pb.WithheldOwed {
 	link := pc.GetRequest().GetLink()
 	if h, err := peer.IDFromBytes(pc.GetHolder()); err == nil && h != self && len(pc.GetReceipt()) > 0 {
 		return &pb.WithheldOwed{Url: link, Holder: pc.GetHolder(), AskedMs: pc.GetReceiptMs(), Receipt: pc.GetReceipt(), NextMs: now.UnixMilli()}
 	}
-	if h, err := peer.IDFromBytes(pc.GetRefusedBy()); err == nil && h != self && now.Sub(time.UnixMilli(pc.GetRefusedMs())) >= patience/2 {
+	since := time.UnixMilli(pc.GetRefusedMs())
+	if h, err := peer.IDFromBytes(pc.GetRefusedBy()); err == nil && h != self && now.Sub(since) >= ix.cfg.patience/2 && !ix.hosts.since(h, link, since) {
 		return &pb.WithheldOwed{Url: link, Holder: pc.GetRefusedBy(), AskedMs: pc.GetRefusedMs(), Refused: true, NextMs: now.UnixMilli()}
 	}
 	return nil
@@ -213,8 +215,9 @@ func (ix *Indexer) sendNotice(ctx context.Context, id [16]byte, wo *pb.WithheldO
 	ix.pend.mu.Unlock()
 	holder, err := peer.IDFromBytes(wo.GetHolder())
 	if pending && wo.GetRefused() {
-		// Refused: only while the node still has not taken it.
-		pending = ix.refusedBy(id) == holder
+		// Refused: only while the node still has not taken it, nor
+		// delivered a record of its host (busy.go).
+		pending = ix.refusedBy(id) == holder && !ix.hosts.since(holder, wo.GetUrl(), time.UnixMilli(wo.GetAskedMs()))
 	}
 	if !pending || err != nil || wo.GetTries() >= maxOwedTries {
 		ix.dropOwed(id)

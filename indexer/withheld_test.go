@@ -207,7 +207,9 @@ func TestWithheldOwed(t *testing.T) {
 // not take leaves no receipt; the indexer keeps which node refused it and
 // since when, and once that node has refused it for the patience it owes
 // a refused notice about it (no receipt), one per request. A node that
-// takes it ends the refusal, and another node's refusal starts afresh.
+// takes it ends the refusal, another node's refusal starts afresh, and a
+// node that delivered a record of the request's host meanwhile is busy
+// with the host, not refusing: none is owed.
 func TestRefusalsOwed(t *testing.T) {
 	db, x := memIndex(t)
 	now := testNow
@@ -224,8 +226,8 @@ func TestRefusalsOwed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	links := []string{"http://a.example/", "http://b.example/", "http://c.example/"}
-	ix.keepPending([]crawl.Request{{Link: links[0]}, {Link: links[1]}, {Link: links[2]}})
+	links := []string{"http://a.example/", "http://b.example/", "http://c.example/", "http://d.example/"}
+	ix.keepPending([]crawl.Request{{Link: links[0]}, {Link: links[1]}, {Link: links[2]}, {Link: links[3]}})
 	refused := func(node peer.ID, ls ...string) results.SubmitResult {
 		var res results.SubmitResult
 		for _, l := range ls {
@@ -254,9 +256,11 @@ func TestRefusalsOwed(t *testing.T) {
 	// b's node took it; c went to another node, which refused it.
 	ix.noteHolders(sentWithReceipts(t, resultstest.Key(t), now, links[1]))
 	ix.noteRefusals(refused(other, links[2]))
+	// d's node delivered another page of d's host: busy with it.
+	ix.hosts.note(refuser, []crawl.Record{{URL: "http://d.example/other"}}, now)
 	now = now.Add(ix.cfg.patience / 4)
-	owe(links[0], links[2])
-	owe(links[0], links[2]) // once per request
+	owe(links[0], links[2], links[3])
+	owe(links[0], links[2], links[3]) // once per request
 	if n := ix.Owed(); n != 1 {
 		t.Fatalf("%d notices owed after the patience, want 1 (a's)", n)
 	}
