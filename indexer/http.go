@@ -24,9 +24,10 @@ const maxCrawlBody = 1 << 20
 //	                    → {"sent": n, "later": [{"url": "...", "error": "..."}], "failed": [...]}
 //
 // "later" are the URLs not delivered now that the indexer keeps and sends
-// again after its crawl patience (the owning node would not take them
-// now, or could not be reached); "failed" are those it does not keep (a
-// special-purpose address, a host the policy refuses).
+// again: within 5 minutes those the owning node would not take now, after
+// its crawl patience those whose node could not be reached; "failed" are
+// those it does not keep (a special-purpose address, a host the policy
+// refuses).
 //
 // With o.ReadOnly, /api/crawl is left out as well as the profile changes.
 // The handler does no authentication: whoever runs it decides who reaches

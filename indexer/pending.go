@@ -240,6 +240,17 @@ func (ix *Indexer) pendingLoop() {
 	}
 }
 
+// notTakenRetry is how soon a request its node did not take now
+// (results.ErrNotTaken: its queue for the host is full) is sent again,
+// at most: a node promises a quarter hour of a host's pages at a time
+// (crawl.Crawler.Promise), so an indexer seeding many pages of one host
+// has them taken at about the pace the node crawls them, not one queue's
+// worth per patience.
+const notTakenRetry = 5 * time.Minute
+
+// notTakenWait is how long a request not taken waits to be sent again.
+func (ix *Indexer) notTakenWait() time.Duration { return min(ix.cfg.patience, notTakenRetry) }
+
 // maxPendingAge is how long a request waits in all for a record: one whose
 // deliveries keep failing (its subnet's owner unreachable, no coordinator
 // answering) is given up after it, attempts or not.
@@ -300,6 +311,7 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 	// not: the coordinator of its subnet is told (withheld.go).
 	ix.oweWithheld(overdue, overdueIDs)
 	failed := map[string]bool{}
+	notTaken := map[string]bool{}
 	refusedBy := map[string]peer.ID{}
 	var to map[string]peer.ID
 	var receipts map[string]results.Receipt
@@ -311,6 +323,7 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 		}
 		for _, f := range res.Failed {
 			failed[f.Link] = true
+			notTaken[f.Link] = errors.Is(f.Err, results.ErrNotTaken)
 			if f.Node != "" {
 				refusedBy[f.Link] = f.Node
 			}
@@ -345,7 +358,10 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 			}
 			if cur.GetNextMs() == d.pc.GetNextMs() {
 				wait := ix.cfg.patience
-				if !failed[link] {
+				switch {
+				case notTaken[link]:
+					wait = ix.notTakenWait()
+				case !failed[link]:
 					cur.Attempts++
 					wait = ix.cfg.patience << min(cur.Attempts-1, 16)
 				}

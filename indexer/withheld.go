@@ -462,7 +462,8 @@ func noteRefusal(pc *pb.PendingCrawl, node peer.ID, now time.Time) {
 
 // noteRefusals records, in the pending requests of the links Submit could
 // not deliver to the nodes owning their subnets, the node that would not
-// take each and since when (noteRefusal).
+// take each and since when (noteRefusal); one not taken now is sent
+// again within notTakenRetry.
 func (ix *Indexer) noteRefusals(res results.SubmitResult) {
 	if len(res.Failed) == 0 || ix.cfg.attempts <= 1 {
 		return
@@ -472,6 +473,7 @@ func (ix *Indexer) noteRefusals(res results.SubmitResult) {
 	defer ix.pend.mu.Unlock()
 	var ids [][16]byte
 	var nodes []peer.ID
+	var notTaken []bool
 	for _, f := range res.Failed {
 		if f.Node == "" {
 			continue
@@ -479,15 +481,21 @@ func (ix *Indexer) noteRefusals(res results.SubmitResult) {
 		if l, err := crawl.NormalizeURL(f.Link); err == nil {
 			id := pendingID(l)
 			if _, ok := ix.pend.m[id]; ok {
-				ids, nodes = append(ids, id), append(nodes, f.Node)
+				ids, nodes, notTaken = append(ids, id), append(nodes, f.Node), append(notTaken, errors.Is(f.Err, results.ErrNotTaken))
 			}
 		}
 	}
+	next := now.Add(ix.notTakenWait()).UnixMilli()
 	for len(ids) > 0 {
 		n := min(len(ids), pendingPerRound)
 		err := ix.db.Update(func(txn *badger.Txn) error {
 			for i := range n {
-				if err := updatePending(txn, ids[i], func(pc *pb.PendingCrawl) { noteRefusal(pc, nodes[i], now) }); err != nil {
+				if err := updatePending(txn, ids[i], func(pc *pb.PendingCrawl) {
+					noteRefusal(pc, nodes[i], now)
+					if notTaken[i] {
+						pc.NextMs = min(pc.GetNextMs(), next) // sent again sooner (notTakenRetry)
+					}
+				}); err != nil {
 					return err
 				}
 			}
@@ -499,7 +507,7 @@ func (ix *Indexer) noteRefusals(res results.SubmitResult) {
 			}
 			return
 		}
-		ids, nodes = ids[n:], nodes[n:]
+		ids, nodes, notTaken = ids[n:], nodes[n:], notTaken[n:]
 	}
 }
 

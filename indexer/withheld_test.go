@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -237,6 +238,16 @@ func TestRefusalsOwed(t *testing.T) {
 	}
 	ix.noteRefusals(refused(refuser, links...))
 	ix.noteRefusals(results.SubmitResult{Failed: []results.SubmitFailure{{Link: links[2], Err: results.ErrNotTaken}}}) // no owner known: nothing
+	// Not taken now: sent again within notTakenRetry, not a patience on;
+	// a request whose node could not be reached waits the patience.
+	ix.keepPending([]crawl.Request{{Link: "http://e.example/"}})
+	ix.noteRefusals(results.SubmitResult{Failed: []results.SubmitFailure{{Link: "http://e.example/", Err: errors.New("dial failed"), Node: refuser}}})
+	if _, pc := storedPending(t, ix, links[0]); pc.GetNextMs() != testNow.Add(notTakenRetry).UnixMilli() {
+		t.Errorf("a request not taken is due %v, want %v", time.UnixMilli(pc.GetNextMs()).UTC(), testNow.Add(notTakenRetry))
+	}
+	if _, pc := storedPending(t, ix, "http://e.example/"); pc.GetNextMs() != testNow.Add(ix.cfg.patience).UnixMilli() || peer.ID(pc.GetRefusedBy()) != refuser {
+		t.Errorf("a request its node could not be sent: due %v, refused by %s; want a patience on, by the node", time.UnixMilli(pc.GetNextMs()).UTC(), peer.ID(pc.GetRefusedBy()))
+	}
 	owe := func(links ...string) {
 		var due []*pb.PendingCrawl
 		var ids [][16]byte

@@ -456,7 +456,7 @@ func indexerCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stdout, "%d URLs sent to the nodes owning their subnets\n", out.Sent)
 	if len(out.Later) > 0 {
-		fmt.Fprintf(stdout, "%d URLs kept by the indexer, sent again after its crawl patience:\n", len(out.Later))
+		fmt.Fprintf(stdout, "%d URLs kept by the indexer and sent again later (not taken now, or their node unreachable):\n", len(out.Later))
 	}
 	for _, f := range out.Later {
 		fmt.Fprintf(stdout, "later: %s: %s\n", f.URL, f.Error)
