@@ -102,6 +102,26 @@ func (c *Crawler) Promise(ctx context.Context, horizon time.Duration, reqs ...Re
 	return taken, errors.Join(errs...)
 }
 
+// Fresh reports whether the page of link was fetched within the revisit
+// minimum, is not queued, and its record went out (a new or changed page,
+// not withdrawn since): a request for it from a node that handed the link
+// on asks for nothing the indexers lack, and queueing it again would only
+// refetch it (a conditional fetch that makes no record) and take the
+// room of a new page of its host.
+func (c *Crawler) Fresh(link string) bool {
+	u, err := urlnorm.Parse(link)
+	if err != nil {
+		return false
+	}
+	var st pageState
+	var found bool
+	err = c.db.View(func(txn *badger.Txn) (err error) {
+		st, found, err = getState(txn, urlHash(u.String()))
+		return err
+	})
+	return err == nil && found && st.Queued == nil && st.Indexed && time.Since(st.LastVisit) < c.cfg.revisitMin
+}
+
 // ahead counts the runtime requests and seeds in host's queue (priority
 // below promiseAhead), up to limit, and returns the host's ready time
 // leases aside (zero when it has none).

@@ -123,3 +123,40 @@ func TestPromise(t *testing.T) {
 		t.Error("a zero horizon taken")
 	}
 }
+
+// TestFresh: a page fetched within the revisit minimum whose record went
+// out is fresh; one never fetched, one that made no record (a 404) and
+// one fetched longer ago than the revisit minimum are not.
+func TestFresh(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/page":
+			io.WriteString(w, "<title>a page</title><p>words to index</p>")
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	for _, c := range []struct {
+		name     string
+		revisit  time.Duration
+		wantPage bool
+	}{{"within the revisit minimum", time.Hour, true}, {"past it", time.Millisecond, false}} {
+		sink := &testSink{}
+		cr := newTestCrawler(t, sink, Revisit(c.revisit, 2*time.Hour))
+		if err := cr.Submit(t.Context(), Request{Link: srv.URL + "/page"}, Request{Link: srv.URL + "/gone"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "both fetched", func() bool { return cr.Stats().Fetched == 2 && len(sink.byURL("/page")) == 1 })
+		waitIdle(t, cr)
+		if c.revisit < time.Second {
+			time.Sleep(10 * c.revisit) // past the minimum
+		}
+		if got := cr.Fresh(srv.URL + "/page"); got != c.wantPage {
+			t.Errorf("%s: the page fresh %v, want %v", c.name, got, c.wantPage)
+		}
+		if cr.Fresh(srv.URL+"/gone") || cr.Fresh(srv.URL+"/never") || cr.Fresh("http://[::1") {
+			t.Errorf("%s: a 404, a page never fetched or a malformed link fresh", c.name)
+		}
+	}
+}

@@ -656,6 +656,11 @@ const promiseHorizon = 15 * time.Minute
 
 // promise takes the crawl requests whose senders want receipts: only
 // those the crawler can fetch within promiseHorizon (crawl.Crawler.Promise).
+// A link another node hands on whose page is fresh (crawl.Crawler.Fresh:
+// fetched within the revisit minimum, its record sent) is taken without
+// queueing it again: the indexers have its record, and a refetch would
+// take a new page's room; an indexer of the link's result shard asks for
+// a page because it lacks the record, so its requests are queued.
 // The one request a judge of its subnet sends (overlay.Judges: the
 // coordinator of a notice that says this node refused it, overlay.AskCrawl)
 // has half the horizon more, so that a burst of requests that fills a
@@ -663,23 +668,52 @@ const promiseHorizon = 15 * time.Minute
 // pace of a host's delay (Promise counts half of it) that is still within
 // the two graces before a judgment.
 func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
-	return promiser{n.cr.Promise, n.resolveHost, func(ctx context.Context, a netip.Addr, p peer.ID) bool {
-		return n.ov().Judges(ctx, a, p)
-	}}.take(ctx, from, reqs)
+	return promiser{
+		promise: n.cr.Promise,
+		fresh:   n.cr.Fresh,
+		indexer: func(p peer.ID, link string) bool {
+			u, err := url.Parse(link)
+			return err == nil && slices.Contains(n.ob.IndexersFor(u.Hostname()), p)
+		},
+		resolve: n.resolveHost,
+		judges:  func(ctx context.Context, a netip.Addr, p peer.ID) bool { return n.ov().Judges(ctx, a, p) },
+	}.take(ctx, from, reqs)
 }
 
-// promiser is promise over its parts: the crawler's Promise, how the
-// node resolves a host, and who judges a subnet.
+// promiser is promise over its parts: the crawler's Promise and Fresh,
+// who is an indexer of a link's result shard, how the node resolves a
+// host, and who judges a subnet.
 type promiser struct {
 	promise func(ctx context.Context, horizon time.Duration, reqs ...crawl.Request) ([]bool, error)
+	fresh   func(link string) bool
+	indexer func(p peer.ID, link string) bool
 	resolve func(ctx context.Context, host string) (netip.Addr, error)
 	judges  func(ctx context.Context, a netip.Addr, p peer.ID) bool
 }
 
 func (pr promiser) take(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
-	taken, err := pr.promise(ctx, promiseHorizon, reqs...)
-	if err != nil || len(reqs) != 1 || taken[0] {
-		return taken, err
+	taken := make([]bool, len(reqs))
+	var rest []crawl.Request
+	var at []int
+	for i, r := range reqs {
+		if pr.fresh(r.Link) && !pr.indexer(from, r.Link) {
+			taken[i] = true
+			continue
+		}
+		rest, at = append(rest, r), append(at, i)
+	}
+	if len(rest) == 0 {
+		return taken, nil
+	}
+	t, err := pr.promise(ctx, promiseHorizon, rest...)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		taken[i] = t[j]
+	}
+	if len(reqs) != 1 || taken[0] {
+		return taken, nil
 	}
 	u, err := url.Parse(reqs[0].Link)
 	if err != nil {

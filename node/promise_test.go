@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -37,7 +38,9 @@ func TestPromiseJudges(t *testing.T) {
 			}
 			return netip.Addr{}, context.DeadlineExceeded
 		},
-		judges: func(ctx context.Context, a netip.Addr, p peer.ID) bool { return a == site && p == judge },
+		judges:  func(ctx context.Context, a netip.Addr, p peer.ID) bool { return a == site && p == judge },
+		fresh:   func(string) bool { return false },
+		indexer: func(peer.ID, string) bool { return false },
 	}
 	one := []crawl.Request{{Link: "http://site.example/page"}}
 	for _, c := range []struct {
@@ -64,5 +67,42 @@ func TestPromiseJudges(t *testing.T) {
 	const twoGraces = 2 * 10 * time.Minute
 	if promiseHorizon >= twoGraces || promiseHorizon*3/2/2 >= twoGraces {
 		t.Errorf("horizons %v and, a judge's, %v: not within two graces (%v) at half and at the full pace", promiseHorizon, promiseHorizon*3/2, twoGraces)
+	}
+}
+
+// TestPromiseFresh: a link another node hands on whose page is fresh is
+// taken without queueing it again; the same link from an indexer of its
+// shard, and a link whose page is not fresh, go to the crawler's Promise;
+// in a frame of both, each request's answer is its own.
+func TestPromiseFresh(t *testing.T) {
+	ix, crawler := peer.ID("indexer"), peer.ID("crawler")
+	var queued []string
+	pr := promiser{
+		promise: func(ctx context.Context, horizon time.Duration, reqs ...crawl.Request) ([]bool, error) {
+			taken := make([]bool, len(reqs))
+			for i, r := range reqs {
+				queued = append(queued, r.Link)
+				taken[i] = r.Link != "http://site.example/full"
+			}
+			return taken, nil
+		},
+		fresh:   func(link string) bool { return link == "http://site.example/fresh" },
+		indexer: func(p peer.ID, link string) bool { return p == ix },
+		resolve: func(ctx context.Context, host string) (netip.Addr, error) { return netip.Addr{}, context.Canceled },
+		judges:  func(ctx context.Context, a netip.Addr, p peer.ID) bool { return false },
+	}
+	reqs := []crawl.Request{{Link: "http://site.example/new"}, {Link: "http://site.example/fresh"}, {Link: "http://site.example/full"}}
+	for _, c := range []struct {
+		from   peer.ID
+		queued []string
+	}{
+		{crawler, []string{"http://site.example/new", "http://site.example/full"}},
+		{ix, []string{"http://site.example/new", "http://site.example/fresh", "http://site.example/full"}},
+	} {
+		queued = nil
+		taken, err := pr.take(t.Context(), c.from, reqs)
+		if err != nil || fmt.Sprint(taken) != "[true true false]" || fmt.Sprint(queued) != fmt.Sprint(c.queued) {
+			t.Errorf("from %s: taken %v, %v, queued %v; want [true true false], queued %v", c.from, taken, err, queued, c.queued)
+		}
 	}
 }
