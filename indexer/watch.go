@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
 )
@@ -18,7 +20,9 @@ import (
 // they handed on to the nodes owning their subnets, each with its owner's
 // receipt. The indexer keeps a watched link as a pending request that went
 // to that owner when the receipt says (pending.go), unless it has one of
-// the link already: when no record of the page comes within the patience,
+// the link already or its index holds the page (the record came; an owner
+// signs for a fresh page without fetching it again, crawl.Crawler.Fresh):
+// when no record of the page comes within the patience,
 // it owes the subnet's coordinator a withholding notice with the receipt
 // (withheld.go) and submits the link again, as for its own requests. Only
 // links of the result shards it takes, whose hosts the egress policy does
@@ -30,7 +34,7 @@ import (
 const watchesPerHour = 600
 
 // takeWatches is the WatchID handler.
-func (ix *Indexer) takeWatches(_ context.Context, from peer.ID, ws []results.Watch) error {
+func (ix *Indexer) takeWatches(ctx context.Context, from peer.ID, ws []results.Watch) error {
 	now := ix.cfg.now()
 	var self peer.ID
 	if ix.o != nil {
@@ -54,6 +58,11 @@ func (ix *Indexer) takeWatches(_ context.Context, from peer.ID, ws []results.Wat
 			// indexer itself or the reporter, the page's records go to
 			// another indexer, or the host is refused.
 			ix.stats.watchesRefused.Add(1)
+			continue
+		}
+		if _, err := ix.x.Get(ctx, link); !errors.Is(err, index.ErrNotFound) {
+			// The index holds the page (or cannot tell): its record
+			// came, and nothing is owed.
 			continue
 		}
 		keep = append(keep, w)

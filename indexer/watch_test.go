@@ -7,6 +7,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
@@ -39,7 +40,7 @@ func TestWatchesKept(t *testing.T) {
 	}
 	// Hosts in the taken shard 0 and in shard 1.
 	var in, out []string
-	for i := 0; len(in) < 3 || len(out) < 1; i++ {
+	for i := 0; len(in) < 4 || len(out) < 1; i++ {
 		h := "h" + string(rune('a'+i%26)) + string(rune('a'+i/26)) + ".example"
 		if results.ShardOf(h, 2) == 0 {
 			in = append(in, "http://"+h+"/")
@@ -54,7 +55,12 @@ func TestWatchesKept(t *testing.T) {
 	self.Holder = reporter
 	odd := watch(in[0])
 	odd.Request.Link = in[0] + "#x" // the receipt signs another form
-	if err := ix.takeWatches(t.Context(), reporter, []results.Watch{watch(in[0]), pending, self, odd, watch(out[0])}); err != nil {
+	// A page the index holds: its record came, nothing is kept.
+	if _, err := x.Put(t.Context(), index.Source{Node: holder.String(), Seq: 1}, []crawl.Record{{URL: in[3], FinalURL: in[3],
+		Time: testNow, Status: 200, Type: crawl.TypeHTML, Change: crawl.ChangeNew, Title: "indexed"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.takeWatches(t.Context(), reporter, []results.Watch{watch(in[0]), pending, self, odd, watch(out[0]), watch(in[3])}); err != nil {
 		t.Fatal(err)
 	}
 	if st := ix.Stats(); st.Watched != 1 || st.WatchesRefused != 3 {
@@ -64,6 +70,9 @@ func TestWatchesKept(t *testing.T) {
 	if peer.ID(pc.GetHolder()) != holder || pc.GetReceiptMs() != took.UnixMilli() || pc.GetSentMs() != took.UnixMilli() ||
 		pc.GetNextMs() != took.Add(ix.cfg.patience).UnixMilli() || pc.GetAttempts() != 1 {
 		t.Errorf("kept watch: %+v", pc)
+	}
+	if ix.isPending(in[3]) {
+		t.Error("a watch of a page the index holds kept")
 	}
 	if _, after := storedPending(t, ix, in[1]); len(after.GetHolder()) != 0 || after.GetNextMs() != before.GetNextMs() {
 		t.Errorf("a pending link's request changed by its watch: %+v", after)
