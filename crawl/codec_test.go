@@ -119,6 +119,9 @@ func FuzzStoredValues(f *testing.F) {
 	p := pageState{URL: "http://a/", Queued: []byte("k"), Inlinks: 4, ETag: `"x"`, Visits: 2, Interval: time.Hour, NextVisit: time.Unix(9, 0)}
 	m := &meter{loc: time.UTC, day: "2024-01-01", dayBytes: 77}
 	f.Add(e.encode())
+	er := e
+	er.Record = true
+	f.Add(er.encode())
 	f.Add(p.encode())
 	f.Add(m.state())
 	f.Add(encodeRobots(&robotsItem{kind: robotsParsed, body: []byte("User-agent: *\nDisallow: /")}))
@@ -160,6 +163,14 @@ func TestStoredValuesRoundTrip(t *testing.T) {
 	}
 	if _, err := decodeEntry(append(e.encode(), 0)); !errors.Is(err, ErrCorruptValue) {
 		t.Fatalf("trailing byte accepted: %v", err)
+	}
+	// The record flag: a trailing byte, only when set.
+	e.Record = true
+	if got, err := decodeEntry(e.encode()); err != nil || !reflect.DeepEqual(got, e) {
+		t.Fatalf("entry with its record flag: %+v %v", got, err)
+	}
+	if _, err := decodeEntry(append(e.encode(), 1)); !errors.Is(err, ErrCorruptValue) {
+		t.Fatalf("a byte after the record flag accepted: %v", err)
 	}
 }
 

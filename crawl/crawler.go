@@ -27,6 +27,11 @@ type Request struct {
 	ParentLink string
 	Depth      int
 	Owners     []string
+	// Record: the requester lacks the page's record (an indexer that
+	// missed it). The page is fetched unconditionally and makes a record
+	// even when it has not changed since it was last indexed. Not on the
+	// wire: the node sets it by who sent the request.
+	Record bool
 }
 
 // Router tells the crawler whether a discovered URL is crawled by this
@@ -304,7 +309,7 @@ func (c *Crawler) Submit(ctx context.Context, reqs ...Request) error {
 			errs = append(errs, fmt.Errorf("%w: %d owners", ErrBadRequest, len(r.Owners)))
 			continue
 		}
-		e := entry{URL: u.String(), Parent: r.ParentLink, Depth: d, Owners: r.Owners}
+		e := entry{URL: u.String(), Parent: r.ParentLink, Depth: d, Owners: r.Owners, Record: r.Record}
 		if _, err := c.front.add(e, u, true, time.Now()); err != nil {
 			return err
 		}

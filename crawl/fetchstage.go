@@ -77,7 +77,7 @@ func (c *Crawler) fetchOne(j *job) bool {
 	}
 	j.st, j.seen = st, seen
 	req := FetchRequest{URL: j.u, Addr: j.addr, SkipBody: skipBody, RedirectDelay: c.cfg.minDelay}
-	if seen && st.Visits > 0 {
+	if seen && st.Visits > 0 && !l.entry.Record {
 		req.ETag, req.LastModified = st.ETag, st.LastModified
 	}
 	// Same-host redirects to URLs not seen before are followed

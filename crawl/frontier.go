@@ -231,6 +231,11 @@ func (f *frontier) addTxn(txn *badger.Txn, e entry, u *url.URL, force bool, now 
 			if err := f.rekey(txn, host, &st, e.Hops); err != nil {
 				return 0, err
 			}
+			if e.Record {
+				if err := f.wantRecord(txn, st.Queued); err != nil {
+					return 0, err
+				}
+			}
 			return addSeen, txn.Set(urlKey(h), st.encode())
 		}
 		if !force {
@@ -267,6 +272,27 @@ func (f *frontier) addTxn(txn *badger.Txn, e entry, u *url.URL, force bool, now 
 		return addRequeued, nil
 	}
 	return addQueued, nil
+}
+
+// wantRecord sets the Record flag of the queued entry at key k (a lease
+// already taken keeps its copy without it).
+func (f *frontier) wantRecord(txn *badger.Txn, k []byte) error {
+	it, err := txn.Get(k)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	v, err := it.ValueCopy(nil)
+	if err != nil {
+		return err
+	}
+	e, err := decodeEntry(v)
+	if err != nil || e.Record {
+		return nil
+	}
+	e.Record = true
+	return txn.Set(k, e.encode())
 }
 
 // rekey moves the queued entry of st to the priority its hops and in-links

@@ -22,6 +22,10 @@ type entry struct {
 	Attempts int
 	Revisit  bool
 	Added    time.Time
+	// Record: make a record of the page even if it has not changed
+	// (Request.Record). Stored as a trailing byte, only when set, so
+	// entries stored before it decode as they were.
+	Record bool
 }
 
 func (e *entry) encode() []byte {
@@ -38,6 +42,9 @@ func (e *entry) encode() []byte {
 	w.uvarint(uint64(max(e.Attempts, 0)))
 	w.bool(e.Revisit)
 	w.time(e.Added)
+	if e.Record {
+		w.bool(true)
+	}
 	return w.b
 }
 
@@ -82,6 +89,11 @@ func decodeEntry(b []byte) (entry, error) {
 	e.Attempts = int(min(d.uvarint(), 1<<16))
 	e.Revisit = d.bool()
 	e.Added = d.time()
+	if len(d.b) > 0 && d.err == nil {
+		if e.Record = d.bool(); d.err == nil && !e.Record {
+			d.fail("a stored false record flag")
+		}
+	}
 	return e, d.done()
 }
 

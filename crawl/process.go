@@ -53,7 +53,7 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 		}
 	case res.Status >= 200 && res.Status < 300:
 		bodyHash = xxhash.Sum64(res.Body)
-		if j.seen && st.Visits > 0 && bodyHash == st.BodyHash && indexedBefore {
+		if j.seen && st.Visits > 0 && bodyHash == st.BodyHash && indexedBefore && !e.Record {
 			break // identical bytes: nothing to do
 		}
 		a := c.analyse(res, kw)
@@ -76,6 +76,8 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 		case digest != st.Digest:
 			r.Change = ChangeModified
 			rec, changed = r, true
+		case e.Record:
+			rec = r // unchanged, for a requester that lacks the record
 		}
 	}
 	var raw []byte

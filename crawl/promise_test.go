@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 // TestPromise (issue 18): the crawler takes the requests of a host only
@@ -158,5 +160,88 @@ func TestFresh(t *testing.T) {
 		if cr.Fresh(srv.URL+"/gone") || cr.Fresh(srv.URL+"/never") || cr.Fresh("http://[::1") {
 			t.Errorf("%s: a 404, a page never fetched or a malformed link fresh", c.name)
 		}
+	}
+}
+
+// TestRecordWanted: a page indexed and unchanged makes no record when it
+// is requested again (the fetch is conditional), and one when the request
+// says its requester lacks the record: fetched unconditionally, a record
+// made of the unchanged page. A queued request takes the flag of a later
+// one for the same page.
+func TestRecordWanted(t *testing.T) {
+	var conditional atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		if r.Header.Get("If-None-Match") != "" {
+			conditional.Add(1)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("ETag", `"v1"`)
+		io.WriteString(w, "<title>the same page</title><p>words to index</p>")
+	}))
+	defer srv.Close()
+	sink := &testSink{}
+	c := newTestCrawler(t, sink)
+	page := srv.URL + "/p"
+	fetch := func(r Request, want int, what string) {
+		t.Helper()
+		before := c.Stats().Fetched
+		if err := c.Submit(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, what, func() bool { return c.Stats().Fetched == before+1 })
+		waitIdle(t, c)
+		if got := len(sink.byURL("/p")); got != want {
+			t.Fatalf("%s: %d records, want %d", what, got, want)
+		}
+	}
+	fetch(Request{Link: page}, 1, "the first fetch")
+	fetch(Request{Link: page}, 1, "a request again")
+	if conditional.Load() != 1 {
+		t.Fatalf("%d conditional fetches, want the second", conditional.Load())
+	}
+	fetch(Request{Link: page, Record: true}, 2, "a request for the record")
+	if conditional.Load() != 1 {
+		t.Errorf("the request for the record was fetched conditionally")
+	}
+	if r := sink.byURL("/p"); r[1].Change != ChangeNew || r[1].Title != "the same page" {
+		t.Errorf("the record made for the requester: %+v", r[1])
+	}
+
+	// The flag reaches an entry queued already (a crawler outside its
+	// windows, so that nothing is fetched meanwhile).
+	closed := Window{Day: (time.Now().Weekday() + 3) % 7, Start: time.Hour, End: 2 * time.Hour}
+	c = newTestCrawler(t, &testSink{}, Windows(time.Local, closed))
+	if err := c.Submit(t.Context(), Request{Link: page}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Submit(t.Context(), Request{Link: page, Record: true}); err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := c.front.state(mustURL(t, page).String())
+	if err != nil || st.Queued == nil {
+		t.Fatalf("state: %+v, %v", st, err)
+	}
+	var got entry
+	if err := c.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(st.Queued)
+		if err != nil {
+			return err
+		}
+		v, err := it.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		got, err = decodeEntry(v)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Record {
+		t.Errorf("the queued entry after a request for its record: %+v", got)
 	}
 }

@@ -660,7 +660,8 @@ const promiseHorizon = 15 * time.Minute
 // fetched within the revisit minimum, its record sent) is taken without
 // queueing it again: the indexers have its record, and a refetch would
 // take a new page's room; an indexer of the link's result shard asks for
-// a page because it lacks the record, so its requests are queued.
+// a page because it lacks the record, so its requests are queued, with
+// Record set: fetched unconditionally, a record made even if unchanged.
 // The one request a judge of its subnet sends (overlay.Judges: the
 // coordinator of a notice that says this node refused it, overlay.AskCrawl)
 // has half the horizon more, so that a burst of requests that fills a
@@ -696,7 +697,10 @@ func (pr promiser) take(ctx context.Context, from peer.ID, reqs []crawl.Request)
 	var rest []crawl.Request
 	var at []int
 	for i, r := range reqs {
-		if pr.fresh(r.Link) && !pr.indexer(from, r.Link) {
+		switch {
+		case pr.indexer(from, r.Link):
+			r.Record = true
+		case pr.fresh(r.Link):
 			taken[i] = true
 			continue
 		}

@@ -72,8 +72,9 @@ func TestPromiseJudges(t *testing.T) {
 
 // TestPromiseFresh: a link another node hands on whose page is fresh is
 // taken without queueing it again; the same link from an indexer of its
-// shard, and a link whose page is not fresh, go to the crawler's Promise;
-// in a frame of both, each request's answer is its own.
+// shard, and a link whose page is not fresh, go to the crawler's Promise,
+// an indexer's asking for a record even of an unchanged page; in a frame
+// of both, each request's answer is its own.
 func TestPromiseFresh(t *testing.T) {
 	ix, crawler := peer.ID("indexer"), peer.ID("crawler")
 	var queued []string
@@ -81,7 +82,7 @@ func TestPromiseFresh(t *testing.T) {
 		promise: func(ctx context.Context, horizon time.Duration, reqs ...crawl.Request) ([]bool, error) {
 			taken := make([]bool, len(reqs))
 			for i, r := range reqs {
-				queued = append(queued, r.Link)
+				queued = append(queued, fmt.Sprintf("%s record=%v", r.Link, r.Record))
 				taken[i] = r.Link != "http://site.example/full"
 			}
 			return taken, nil
@@ -96,8 +97,8 @@ func TestPromiseFresh(t *testing.T) {
 		from   peer.ID
 		queued []string
 	}{
-		{crawler, []string{"http://site.example/new", "http://site.example/full"}},
-		{ix, []string{"http://site.example/new", "http://site.example/fresh", "http://site.example/full"}},
+		{crawler, []string{"http://site.example/new record=false", "http://site.example/full record=false"}},
+		{ix, []string{"http://site.example/new record=true", "http://site.example/fresh record=true", "http://site.example/full record=true"}},
 	} {
 		queued = nil
 		taken, err := pr.take(t.Context(), c.from, reqs)
