@@ -724,7 +724,7 @@ func (pr promiser) take(ctx context.Context, from peer.ID, reqs []crawl.Request)
 		return taken, nil
 	}
 	if a, err := pr.resolve(ctx, u.Hostname()); err == nil && pr.judges(ctx, a, from) {
-		return pr.promise(ctx, promiseHorizon*3/2, reqs...)
+		return pr.promise(ctx, promiseHorizon*3/2, rest...)
 	}
 	return taken, nil
 }
