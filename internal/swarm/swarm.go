@@ -156,18 +156,30 @@ func Start(ctx context.Context, run *world.Running, tree *subnet.Tree, cfg Confi
 }
 
 // settleTimeout bounds the wait for the nodes' first announcements; they
-// come every two seconds.
-const settleTimeout = 30 * time.Second
+// come every two seconds. settleConnect is how long the nodes have to
+// find each other through the DHT before the rig connects the pairs that
+// have not heard each other.
+const (
+	settleTimeout = 30 * time.Second
+	settleConnect = 5 * time.Second
+)
 
 // settle waits until every node has heard every other node announce
 // itself. Until then a coordinator's searches know only some of the
 // nodes, and a new network's first decisions would measure its start-up
-// instead of its search.
+// instead of its search. A node announces to the peers of its routing
+// table and, in a network this small, to every peer it is connected to;
+// two nodes that neither met in the DHT's first lookups nor are connected
+// (a lookup that timed out on a busy machine: the next routing-table
+// refresh is minutes away) would not hear each other for that long, so
+// after settleConnect the rig connects them, as a longer-lived network's
+// lookups would have.
 func (s *Swarm) settle(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	began := time.Now()
 	for {
 		missing := 0
 		for _, n := range s.Nodes {
@@ -178,6 +190,9 @@ func (s *Swarm) settle(ctx context.Context) error {
 			for _, m := range s.Nodes {
 				if m != n && !heard[m.ID()] {
 					missing++
+					if time.Since(began) >= settleConnect {
+						connect(ctx, n, m)
+					}
 				}
 			}
 		}
@@ -190,6 +205,18 @@ func (s *Swarm) settle(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// connect connects n to m unless they are connected.
+func connect(ctx context.Context, n, m *Node) {
+	h := n.Overlay().Host()
+	if h.Network().Connectedness(m.ID()) == network.Connected {
+		return
+	}
+	mh := m.Overlay().Host()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = h.Connect(ctx, peer.AddrInfo{ID: mh.ID(), Addrs: mh.Addrs()})
 }
 
 // newNode builds node i at a, bootstrapping from boot.
