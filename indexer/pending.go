@@ -251,6 +251,23 @@ const notTakenRetry = 5 * time.Minute
 // notTakenWait is how long a request not taken waits to be sent again.
 func (ix *Indexer) notTakenWait() time.Duration { return min(ix.cfg.patience, notTakenRetry) }
 
+// scheduleNext sets when pc, just submitted again at now, is due next: a
+// delivered request has used an attempt and waits the patience doubled
+// per attempt (at most a day); one its node did not take now waits
+// notTakenWait, one that could not be delivered the patience, neither
+// using an attempt.
+func (ix *Indexer) scheduleNext(pc *pb.PendingCrawl, now time.Time, failed, notTaken bool) {
+	wait := ix.cfg.patience
+	switch {
+	case notTaken:
+		wait = ix.notTakenWait()
+	case !failed:
+		pc.Attempts++
+		wait = ix.cfg.patience << min(pc.Attempts-1, 16)
+	}
+	pc.NextMs = now.Add(min(wait, 24*time.Hour)).UnixMilli()
+}
+
 // maxPendingAge is how long a request waits in all for a record: one whose
 // deliveries keep failing (its subnet's owner unreachable, no coordinator
 // answering) is given up after it, attempts or not.
@@ -357,15 +374,7 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 				noteRefusal(&cur, node, now)
 			}
 			if cur.GetNextMs() == d.pc.GetNextMs() {
-				wait := ix.cfg.patience
-				switch {
-				case notTaken[link]:
-					wait = ix.notTakenWait()
-				case !failed[link]:
-					cur.Attempts++
-					wait = ix.cfg.patience << min(cur.Attempts-1, 16)
-				}
-				cur.NextMs = now.Add(min(wait, 24*time.Hour)).UnixMilli()
+				ix.scheduleNext(&cur, now, failed[link], notTaken[link])
 			}
 			v, err := proto.Marshal(&cur)
 			if err != nil {

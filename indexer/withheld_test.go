@@ -302,3 +302,34 @@ func TestRefusalsOwed(t *testing.T) {
 		t.Errorf("after the node took it from the coordinator: %+v", pc)
 	}
 }
+
+// TestScheduleNext: after a resubmission, a delivered request uses an
+// attempt and waits the patience doubled per attempt, at most a day; one
+// not taken waits notTakenRetry (or the patience, when shorter), one not
+// delivered the patience, neither using an attempt.
+func TestScheduleNext(t *testing.T) {
+	db, x := memIndex(t)
+	for _, c := range []struct {
+		patience        time.Duration
+		attempts        uint32
+		failed, notTook bool
+		wait            time.Duration
+		attemptsAfter   uint32
+	}{
+		{30 * time.Minute, 1, false, false, time.Hour, 2},
+		{30 * time.Minute, 12, false, false, 24 * time.Hour, 13},
+		{30 * time.Minute, 1, true, true, notTakenRetry, 1},
+		{time.Minute, 1, true, true, time.Minute, 1},
+		{30 * time.Minute, 1, true, false, 30 * time.Minute, 1},
+	} {
+		ix, err := newIndexer(x, db, sid(t), Logger(quiet()), CrawlPatience(c.patience, 16))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc := &pb.PendingCrawl{Attempts: c.attempts}
+		ix.scheduleNext(pc, testNow, c.failed, c.notTook)
+		if got := time.UnixMilli(pc.GetNextMs()).Sub(testNow); got != c.wait || pc.GetAttempts() != c.attemptsAfter {
+			t.Errorf("%+v: due after %v with %d attempts, want %v and %d", c, got, pc.GetAttempts(), c.wait, c.attemptsAfter)
+		}
+	}
+}
