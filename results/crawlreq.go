@@ -470,13 +470,21 @@ func refuseCrawl(p *egress.Policy, reqs []crawl.Request) error {
 	return nil
 }
 
+// checkFrame checks a frame's version and that it is of type want.
+func checkFrame(m *pb.CrawlMessage, want pb.CrawlMessage_Type) error {
+	if m.GetVersion() != wireVersion {
+		return fmt.Errorf("%w: %d", ErrUnsupportedVersion, m.GetVersion())
+	}
+	if m.GetType() != want {
+		return fmt.Errorf("%w: unexpected %v", ErrMalformed, m.GetType())
+	}
+	return nil
+}
+
 // decodeCrawl checks a CRAWL frame and returns its requests.
 func decodeCrawl(m *pb.CrawlMessage) ([]crawl.Request, error) {
-	if m.GetVersion() != wireVersion {
-		return nil, fmt.Errorf("%w: %d", ErrUnsupportedVersion, m.GetVersion())
-	}
-	if m.GetType() != pb.CrawlMessage_CRAWL {
-		return nil, fmt.Errorf("%w: unexpected %v", ErrMalformed, m.GetType())
+	if err := checkFrame(m, pb.CrawlMessage_CRAWL); err != nil {
+		return nil, err
 	}
 	if n := len(m.GetRequests()); n == 0 || n > MaxCrawlRequests {
 		return nil, fmt.Errorf("%w: %d requests (1 to %d)", ErrMalformed, n, MaxCrawlRequests)

@@ -25,17 +25,10 @@ import (
 // another request, none dated far off.
 func TestCrawlReceipts(t *testing.T) {
 	p2ptest.Bubble(t, func(t *testing.T) {
-		net := p2ptest.NewNet(t)
-		sender, taker := net.Host(t, nil, p2ptest.Addr(0)), net.Host(t, nil, p2ptest.Addr(1))
-		if err := sender.Connect(t.Context(), peer.AddrInfo{ID: taker.ID(), Addrs: taker.Addrs()}); err != nil {
-			t.Fatal(err)
-		}
+		hs := hostsJoined(t, p2ptest.NewNet(t), 2)
+		sender, taker := hs[0], hs[1]
 		var sink crawlSink
-		remove, err := ServeCrawlRequests(taker, sink.take, Logger(quiet()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(remove)
+		serveCrawl(t, taker, sink.take)
 		reqs := []crawl.Request{{Link: "http://93.184.216.34/a", Depth: 1}, {Link: "http://93.184.216.34/b", Depth: 1}}
 		before := time.Now().Truncate(time.Millisecond)
 		got, err := sendCrawlFrame(t.Context(), sender, taker.ID(), reqs, allReceipts)
@@ -162,11 +155,8 @@ func FuzzCheckReceipts(f *testing.F) {
 // from the receipts signed is refused.
 func TestPromisedReceipts(t *testing.T) {
 	p2ptest.Bubble(t, func(t *testing.T) {
-		net := p2ptest.NewNet(t)
-		sender, taker := net.Host(t, nil, p2ptest.Addr(0)), net.Host(t, nil, p2ptest.Addr(1))
-		if err := sender.Connect(t.Context(), peer.AddrInfo{ID: taker.ID(), Addrs: taker.Addrs()}); err != nil {
-			t.Fatal(err)
-		}
+		hs := hostsJoined(t, p2ptest.NewNet(t), 2)
+		sender, taker := hs[0], hs[1]
 		var sink, promised crawlSink
 		// Takes the links ending in "a" only.
 		promise := func(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
@@ -179,11 +169,7 @@ func TestPromisedReceipts(t *testing.T) {
 			}
 			return taken, promised.take(ctx, from, take)
 		}
-		remove, err := ServeCrawlRequests(taker, sink.take, Logger(quiet()), Promises(promise))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(remove)
+		serveCrawl(t, taker, sink.take, Promises(promise))
 		reqs := []crawl.Request{{Link: "http://93.184.216.34/a", Depth: 1}, {Link: "http://93.184.216.34/b", Depth: 1}, {Link: "http://93.184.216.34/ca", Depth: 1}}
 		for _, check := range []receiptCheck{allReceipts, spotReceipts} {
 			got, err := sendCrawlFrame(t.Context(), sender, taker.ID(), reqs, check)

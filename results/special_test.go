@@ -44,24 +44,11 @@ func (s *crawlSink) taken() int {
 // sites are taken.
 func TestCrawlRequestsRefuseSpecial(t *testing.T) {
 	p2ptest.Bubble(t, func(t *testing.T) {
-		net := p2ptest.NewNet(t)
-		sender, strict, open := net.Host(t, nil, p2ptest.Addr(0)), net.Host(t, nil, p2ptest.Addr(1)), net.Host(t, nil, p2ptest.Addr(2))
-		for _, h := range []peer.AddrInfo{{ID: strict.ID(), Addrs: strict.Addrs()}, {ID: open.ID(), Addrs: open.Addrs()}} {
-			if err := sender.Connect(t.Context(), h); err != nil {
-				t.Fatal(err)
-			}
-		}
+		hs := hostsJoined(t, p2ptest.NewNet(t), 3)
+		sender, strict, open := hs[0], hs[1], hs[2]
 		var refused, taken crawlSink
-		removeStrict, err := ServeCrawlRequests(strict, refused.take, Logger(quiet()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(removeStrict)
-		removeOpen, err := ServeCrawlRequests(open, taken.take, Logger(quiet()), Egress(egress.Policy{AllowPrivate: true}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(removeOpen)
+		serveCrawl(t, strict, refused.take)
+		serveCrawl(t, open, taken.take, Egress(egress.Policy{AllowPrivate: true}))
 		for _, c := range egresstest.Special() {
 			reqs := []crawl.Request{{Link: "http://93.184.216.34/", Depth: 1}, {Link: c.URL() + "page", Depth: 1}}
 			err := SendCrawl(t.Context(), sender, strict.ID(), reqs)

@@ -116,11 +116,8 @@ func ServeWatches(h host.Host, f WatchHandler, opts ...Option) (remove func(), e
 // and that holder's receipt of the link, dated no more than MaxWatchAge
 // before now and no more than ten minutes after.
 func decodeWatches(m *pb.CrawlMessage, now time.Time) ([]Watch, error) {
-	if m.GetVersion() != wireVersion {
-		return nil, fmt.Errorf("%w: %d", ErrUnsupportedVersion, m.GetVersion())
-	}
-	if m.GetType() != pb.CrawlMessage_WATCH {
-		return nil, fmt.Errorf("%w: unexpected %v", ErrMalformed, m.GetType())
+	if err := checkFrame(m, pb.CrawlMessage_WATCH); err != nil {
+		return nil, err
 	}
 	if n := len(m.GetWatches()); n == 0 || n > MaxWatches {
 		return nil, fmt.Errorf("%w: %d watches (1 to %d)", ErrMalformed, n, MaxWatches)

@@ -26,19 +26,10 @@ import (
 // indexer.
 func TestWatches(t *testing.T) {
 	p2ptest.Bubble(t, func(t *testing.T) {
-		net := p2ptest.NewNet(t)
-		finder, owner, ix := net.Host(t, nil, p2ptest.Addr(0)), net.Host(t, nil, p2ptest.Addr(1)), net.Host(t, nil, p2ptest.Addr(2))
-		for _, h := range []peer.AddrInfo{{ID: owner.ID(), Addrs: owner.Addrs()}, {ID: ix.ID(), Addrs: ix.Addrs()}} {
-			if err := finder.Connect(t.Context(), h); err != nil {
-				t.Fatal(err)
-			}
-		}
+		hs := hostsJoined(t, p2ptest.NewNet(t), 3)
+		finder, owner, ix := hs[0], hs[1], hs[2]
 		var sink crawlSink
-		remove, err := ServeCrawlRequests(owner, sink.take, Logger(quiet()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(remove)
+		serveCrawl(t, owner, sink.take)
 		var mu sync.Mutex
 		var got []Watch
 		removeW, err := ServeWatches(ix, func(_ context.Context, from peer.ID, ws []Watch) error {
