@@ -158,6 +158,7 @@ type Node struct {
 	recalAt   map[subnet.Range]time.Time
 	splitQ    chan crawl.Slow   // far servers waiting for their split
 	cal       *crawl.Calibrator // the crawler's: its far test confirms a far server's probe
+	judgeRoom judgeRooms        // judges' requests given more room (promise.go)
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -645,88 +646,6 @@ func (n *Node) askCrawl(ctx context.Context, p peer.ID, link string) ([]byte, ti
 		return nil, time.Time{}
 	}
 	return rs[0].Sig, rs[0].At
-}
-
-// promiseHorizon is how soon the node must be able to crawl a request it
-// signs a receipt for. A coordinator judges a withholding notice no
-// sooner than two of its graces after the receipt (overlay.WithholdConfig,
-// 10 minutes each by default); the rest of them is for the record's way
-// to the indexer.
-const promiseHorizon = 15 * time.Minute
-
-// promise takes the crawl requests whose senders want receipts: only
-// those the crawler can fetch within promiseHorizon (crawl.Crawler.Promise).
-// A link another node hands on whose page is fresh (crawl.Crawler.Fresh:
-// fetched within the revisit minimum, its record sent) is taken without
-// queueing it again: the indexers have its record, and a refetch would
-// take a new page's room; an indexer of the link's result shard asks for
-// a page because it lacks the record, so its requests are queued, with
-// Record set: fetched unconditionally, a record made even if unchanged.
-// The one request a judge of its subnet sends (overlay.Judges: the
-// coordinator of a notice that says this node refused it, overlay.AskCrawl)
-// has half the horizon more, so that a burst of requests that fills a
-// host's queue does not have the node judged as refusing; at the actual
-// pace of a host's delay (Promise counts half of it) that is still within
-// the two graces before a judgment.
-func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
-	return promiser{
-		promise: n.cr.Promise,
-		fresh:   n.cr.Fresh,
-		indexer: func(p peer.ID, link string) bool {
-			u, err := url.Parse(link)
-			return err == nil && slices.Contains(n.ob.IndexersFor(u.Hostname()), p)
-		},
-		resolve: n.resolveHost,
-		judges:  func(ctx context.Context, a netip.Addr, p peer.ID) bool { return n.ov().Judges(ctx, a, p) },
-	}.take(ctx, from, reqs)
-}
-
-// promiser is promise over its parts: the crawler's Promise and Fresh,
-// who is an indexer of a link's result shard, how the node resolves a
-// host, and who judges a subnet.
-type promiser struct {
-	promise func(ctx context.Context, horizon time.Duration, reqs ...crawl.Request) ([]bool, error)
-	fresh   func(link string) bool
-	indexer func(p peer.ID, link string) bool
-	resolve func(ctx context.Context, host string) (netip.Addr, error)
-	judges  func(ctx context.Context, a netip.Addr, p peer.ID) bool
-}
-
-func (pr promiser) take(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
-	taken := make([]bool, len(reqs))
-	var rest []crawl.Request
-	var at []int
-	for i, r := range reqs {
-		switch {
-		case pr.indexer(from, r.Link):
-			r.Record = true
-		case pr.fresh(r.Link):
-			taken[i] = true
-			continue
-		}
-		rest, at = append(rest, r), append(at, i)
-	}
-	if len(rest) == 0 {
-		return taken, nil
-	}
-	t, err := pr.promise(ctx, promiseHorizon, rest...)
-	if err != nil {
-		return nil, err
-	}
-	for j, i := range at {
-		taken[i] = t[j]
-	}
-	if len(reqs) != 1 || taken[0] {
-		return taken, nil
-	}
-	u, err := url.Parse(reqs[0].Link)
-	if err != nil {
-		return taken, nil
-	}
-	if a, err := pr.resolve(ctx, u.Hostname()); err == nil && pr.judges(ctx, a, from) {
-		return pr.promise(ctx, promiseHorizon*3/2, rest...)
-	}
-	return taken, nil
 }
 
 // probe answers a coordinator's probe request: timed HTTP HEADs from this

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,29 +18,34 @@ import (
 // within the horizon is taken with half the horizon more when it comes
 // alone from a judge of its subnet (the coordinator of a refused notice),
 // and only then: not from another peer, not in a frame of several, not
-// when its host does not resolve.
+// twice of one host from one judge within half a grace (unless the room
+// went unused), not when its host does not resolve.
 func TestPromiseJudges(t *testing.T) {
-	judge, other := peer.ID("judge"), peer.ID("other")
+	judge, other2, other := peer.ID("judge"), peer.ID("judge2"), peer.ID("other")
 	site := netip.MustParseAddr("93.184.216.34")
 	var horizons []time.Duration
 	pr := promiser{
+		rooms: &judgeRooms{},
+		every: 5 * time.Minute,
 		// The host's queue holds 20 minutes of work: taken only with
-		// more than that.
+		// more than that; full.example's more than 30.
 		promise: func(ctx context.Context, horizon time.Duration, reqs ...crawl.Request) ([]bool, error) {
 			horizons = append(horizons, horizon)
 			taken := make([]bool, len(reqs))
-			for i := range taken {
-				taken[i] = horizon > 20*time.Minute
+			for i, r := range reqs {
+				taken[i] = horizon > 20*time.Minute && !strings.Contains(r.Link, "full.example")
 			}
 			return taken, nil
 		},
 		resolve: func(ctx context.Context, host string) (netip.Addr, error) {
-			if host == "site.example" {
+			if host = strings.ToLower(host); host == "site.example" || host == "other.example" || host == "full.example" {
 				return site, nil
 			}
 			return netip.Addr{}, context.DeadlineExceeded
 		},
-		judges:  func(ctx context.Context, a netip.Addr, p peer.ID) bool { return a == site && p == judge },
+		judges: func(ctx context.Context, a netip.Addr, p peer.ID) bool {
+			return a == site && (p == judge || p == other2)
+		},
 		fresh:   func(string) bool { return false },
 		indexer: func(peer.ID, string) bool { return false },
 	}
@@ -51,15 +58,27 @@ func TestPromiseJudges(t *testing.T) {
 		asked []time.Duration
 	}{
 		{"a judge's request", judge, one, true, []time.Duration{promiseHorizon, promiseHorizon * 3 / 2}},
+		{"the judge's next of the host, within half a grace", judge, []crawl.Request{{Link: "http://SITE.example/2"}}, false, []time.Duration{promiseHorizon}},
+		{"the judge's of another host", judge, []crawl.Request{{Link: "http://other.example/"}}, true, []time.Duration{promiseHorizon, promiseHorizon * 3 / 2}},
+		{"another judge's of the host", other2, one, true, []time.Duration{promiseHorizon, promiseHorizon * 3 / 2}},
+		{"a judge's not taken with the room either", judge, []crawl.Request{{Link: "http://full.example/"}}, false, []time.Duration{promiseHorizon, promiseHorizon * 3 / 2}},
+		{"the judge's next of that host: the room was not used", judge, []crawl.Request{{Link: "http://full.example/2"}}, false, []time.Duration{promiseHorizon, promiseHorizon * 3 / 2}},
 		{"another peer's", other, one, false, []time.Duration{promiseHorizon}},
 		{"a judge's frame of two", judge, append(one, crawl.Request{Link: "http://site.example/2"}), false, []time.Duration{promiseHorizon}},
 		{"a judge's request of a host that does not resolve", judge, []crawl.Request{{Link: "http://gone.example/"}}, false, []time.Duration{promiseHorizon}},
 	} {
 		horizons = nil
 		taken, err := pr.take(t.Context(), c.from, c.reqs)
-		if err != nil || taken[0] != c.taken || len(horizons) != len(c.asked) || horizons[len(horizons)-1] != c.asked[len(c.asked)-1] {
+		if err != nil || taken[0] != c.taken || !slices.Equal(horizons, c.asked) {
 			t.Errorf("%s: taken %v, %v, horizons %v; want taken %v, horizons %v", c.name, taken, err, horizons, c.taken, c.asked)
 		}
+	}
+	// The room for judges comes back once half a grace has passed.
+	var rooms judgeRooms
+	t0 := time.Unix(1_000_000, 0)
+	if !rooms.reserve("j", t0, time.Minute) || rooms.reserve("j", t0.Add(time.Minute-time.Millisecond), time.Minute) ||
+		!rooms.reserve("j", t0.Add(time.Minute), time.Minute) {
+		t.Error("a judge's room: not given once a minute")
 	}
 	// Promise counts half the pace a host's delay allows: a request is
 	// fetched within its horizon at that pace, and a judge's within two

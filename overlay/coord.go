@@ -59,6 +59,7 @@ type coordinator struct {
 	convictions convictionSet
 	convictQ    chan struct{} // a node was convicted: re-delegate its subnets now
 	withheld    withheldNotes // withholding notices noted (withhold.go)
+	hostAsks    hostAsks      // refused notices' requests nodes took, by node and host (withhold.go)
 	// selfWithheld: subnets this node gave up on its deputies' verdicts.
 	selfWithheld selfExclusions
 

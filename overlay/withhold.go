@@ -256,6 +256,53 @@ func withheldVerdictFromPB(m *pb.WithheldVerdict) (WithheldVerdict, error) {
 		Receipt: m.GetReceipt(), ReceiptAt: time.UnixMilli(m.GetReceiptMs())}, nil
 }
 
+// hostAsks are the hosts whose refused notices had a coordinator send a
+// node a crawl request, by node and host: when it sent the last one, or
+// is sending one now. A node that took such a request is held to it by
+// its receipt; another of the same host is not asked of it within the
+// grace (handleWithheld).
+type hostAsks struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+// maxHostAsks bounds the table; beyond it, requests are sent unrecorded.
+const maxHostAsks = 4096
+
+// reserve records an ask of key now, unless one was sent within window
+// before now: then it returns how long is left of that window and true.
+func (h *hostAsks) reserve(key string, now time.Time, window time.Duration) (time.Duration, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[string]time.Time{}
+	}
+	if at, ok := h.m[key]; ok {
+		if left := window - now.Sub(at); left > 0 {
+			return left, true
+		}
+	}
+	if len(h.m) >= maxHostAsks {
+		for k, at := range h.m {
+			if now.Sub(at) >= window {
+				delete(h.m, k)
+			}
+		}
+		if len(h.m) >= maxHostAsks {
+			return 0, false
+		}
+	}
+	h.m[key] = now
+	return 0, false
+}
+
+// release forgets the ask of key: the node did not take it.
+func (h *hostAsks) release(key string) {
+	h.mu.Lock()
+	delete(h.m, key)
+	h.mu.Unlock()
+}
+
 // withheldNotes are the notices a coordinator noted and has not judged.
 type withheldNotes struct {
 	mu sync.Mutex
@@ -408,7 +455,22 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 	now := time.Now()
 	grace := o.cfg.withhold.Grace
 	if refused {
-		if rc, at := o.cfg.askCrawl(ctx, holder, u); len(rc) > 0 && VerifyReceipt(holder, u, at, rc) == nil {
+		// One request of a host per grace: a node that took one is busy
+		// with the host until it is due (a receipt notice judges it), and
+		// the next notice of the host comes back then. Else whoever keeps
+		// the host's room full at the node and sends refused notices
+		// would have the coordinator ask until the node's room for
+		// judges was full too, and the honest node would lose the subnet
+		// as a refuser.
+		hk := string(holder) + "\x00" + hostOf(u)
+		if left, busy := c.hostAsks.reserve(hk, now, grace); busy {
+			v.RetryMs = left.Milliseconds() + 1
+			return answer(pb.WithheldVerdict_NOTED)
+		}
+		rc, at := o.cfg.askCrawl(ctx, holder, u)
+		if len(rc) == 0 || VerifyReceipt(holder, u, at, rc) != nil {
+			c.hostAsks.release(hk)
+		} else {
 			// A refusal noted before is over: a notice of the request
 			// taken now waits its two graces afresh (the stored note is
 			// overwritten by one that ran out long ago).

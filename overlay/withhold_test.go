@@ -540,6 +540,13 @@ func TestRefusedJudged(t *testing.T) {
 		if err != nil || v.Result != WithheldNoted || v.Retry <= 0 || v.Retry > grace+time.Second {
 			t.Fatalf("first refused notice: %+v, %v; want noted for the grace", v, err)
 		}
+		// A refusal does not make the host busy: another of its pages is
+		// asked at once.
+		second := refusedNotice
+		second.URL = "http://" + a.String() + "/second"
+		if v2, err := asker.o.Withheld(ctx, second); err != nil || v2.Result != WithheldNoted || v2.Retry < grace-time.Second {
+			t.Fatalf("a second page of a host the holder refused: %+v, %v; want asked and noted", v2, err)
+		}
 		// The holder takes it from the coordinator: TAKEN, its receipt
 		// verified, and the refusal noted is over.
 		time.Sleep(v.Retry)
@@ -549,8 +556,29 @@ func TestRefusedJudged(t *testing.T) {
 			t.Fatalf("a refused notice the holder then took: %+v, %v; want taken with its receipt", v, err)
 		}
 		setTakes(false)
-		if v, err = asker.o.Withheld(ctx, refusedNotice); err != nil || v.Result != WithheldNoted || v.Retry < grace-time.Second {
-			t.Fatalf("refused again after taking it: %+v, %v; want noted afresh", v, err)
+		askedNow := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return asked
+		}
+		// Another page of the host within the grace: the holder took one
+		// from the coordinator, and is not asked for another until the
+		// grace is over; nothing is noted. A page of another host is.
+		other := refusedNotice
+		other.URL = "http://" + a.String() + "/other"
+		busy, err := asker.o.Withheld(ctx, other)
+		if err != nil || busy.Result != WithheldNoted || busy.Retry < grace-time.Second || busy.Retry > grace+time.Second || askedNow() != 3 {
+			t.Fatalf("another page of a host the holder took a request of: %+v, %v, asked %d times; want to come back after the grace, not asked",
+				busy, err, askedNow())
+		}
+		named := refusedNotice
+		named.URL = "http://named.test/page"
+		if v, err = asker.o.Withheld(ctx, named); err != nil || v.Result != WithheldNoted || askedNow() != 4 {
+			t.Fatalf("a page of another host: %+v, %v, asked %d times; want asked and noted", v, err, askedNow())
+		}
+		time.Sleep(busy.Retry)
+		if v, err = asker.o.Withheld(ctx, refusedNotice); err != nil || v.Result != WithheldNoted || v.Retry < grace-time.Second || askedNow() != 5 {
+			t.Fatalf("refused again after taking it, past the grace: %+v, %v; want asked and noted afresh", v, err)
 		}
 		// Refused again after the grace: taken back.
 		time.Sleep(v.Retry)
@@ -564,11 +592,9 @@ func TestRefusedJudged(t *testing.T) {
 		if d, ok, err := asker.o.Resolve(ctx, a); err != nil || !ok || d.Node == holder.h.ID() {
 			t.Errorf("the subnet after it was taken back: %+v, %v, %v", d, ok, err)
 		}
-		mu.Lock()
-		if asked != 4 {
-			t.Errorf("the holder was asked %d times, want once per notice (4)", asked)
+		if n := askedNow(); n != 6 {
+			t.Errorf("the holder was asked %d times, want once per notice but the one within the grace (6)", n)
 		}
-		mu.Unlock()
 
 		// A refused notice has no receipt.
 		with := signedNotice(t, a, u, holder, time.Now().Add(-time.Hour))

@@ -1,0 +1,157 @@
+package node
+
+import (
+	"context"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/crawl"
+)
+
+// promiseHorizon is how soon the node must be able to crawl a request it
+// signs a receipt for. A coordinator judges a withholding notice no
+// sooner than two of its graces after the receipt (overlay.WithholdConfig,
+// 10 minutes each by default); the rest of them is for the record's way
+// to the indexer.
+const promiseHorizon = 15 * time.Minute
+
+// promise takes the crawl requests whose senders want receipts: only
+// those the crawler can fetch within promiseHorizon (crawl.Crawler.Promise).
+// A link another node hands on whose page is fresh (crawl.Crawler.Fresh:
+// fetched within the revisit minimum, its record sent) is taken without
+// queueing it again: the indexers have its record, and a refetch would
+// take a new page's room; an indexer of the link's result shard asks for
+// a page because it lacks the record, so its requests are queued, with
+// Record set: fetched unconditionally, a record made even if unchanged.
+// The one request a judge of its subnet sends (overlay.Judges: the
+// coordinator of a notice that says this node refused it, overlay.AskCrawl)
+// has half the horizon more, so that a burst of requests that fills a
+// host's queue does not have the node judged as refusing; at the actual
+// pace of a host's delay (Promise counts half of it) that is still within
+// the two graces before a judgment. A judge has that room once in half a
+// grace per host: a coordinator asks for one page of a host per grace
+// (overlay/withhold.go), and a judge that sent lone requests as fast as
+// the node took them would otherwise fill the room for everyone's judges.
+func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
+	grace, _ := time.ParseDuration(n.cfg.WithholdGrace) // validated
+	return promiser{
+		rooms:   &n.judgeRoom,
+		every:   grace / 2,
+		promise: n.cr.Promise,
+		fresh:   n.cr.Fresh,
+		indexer: func(p peer.ID, link string) bool {
+			u, err := url.Parse(link)
+			return err == nil && slices.Contains(n.ob.IndexersFor(u.Hostname()), p)
+		},
+		resolve: n.resolveHost,
+		judges:  func(ctx context.Context, a netip.Addr, p peer.ID) bool { return n.ov().Judges(ctx, a, p) },
+	}.take(ctx, from, reqs)
+}
+
+// promiser is promise over its parts: the crawler's Promise and Fresh,
+// who is an indexer of a link's result shard, how the node resolves a
+// host, who judges a subnet, and when each judge last had the room for
+// judges (at most once in every).
+type promiser struct {
+	rooms   *judgeRooms
+	every   time.Duration
+	promise func(ctx context.Context, horizon time.Duration, reqs ...crawl.Request) ([]bool, error)
+	fresh   func(link string) bool
+	indexer func(p peer.ID, link string) bool
+	resolve func(ctx context.Context, host string) (netip.Addr, error)
+	judges  func(ctx context.Context, a netip.Addr, p peer.ID) bool
+}
+
+func (pr promiser) take(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
+	taken := make([]bool, len(reqs))
+	var rest []crawl.Request
+	var at []int
+	for i, r := range reqs {
+		switch {
+		case pr.indexer(from, r.Link):
+			r.Record = true
+		case pr.fresh(r.Link):
+			taken[i] = true
+			continue
+		}
+		rest, at = append(rest, r), append(at, i)
+	}
+	if len(rest) == 0 {
+		return taken, nil
+	}
+	t, err := pr.promise(ctx, promiseHorizon, rest...)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		taken[i] = t[j]
+	}
+	if len(reqs) != 1 || taken[0] {
+		return taken, nil
+	}
+	u, err := url.Parse(reqs[0].Link)
+	if err != nil {
+		return taken, nil
+	}
+	a, err := pr.resolve(ctx, u.Hostname())
+	if err != nil || !pr.judges(ctx, a, from) {
+		return taken, nil
+	}
+	key := string(from) + "\x00" + strings.ToLower(u.Hostname())
+	if !pr.rooms.reserve(key, time.Now(), pr.every) {
+		return taken, nil
+	}
+	t, err = pr.promise(ctx, promiseHorizon*3/2, rest...)
+	if err != nil || !t[0] {
+		pr.rooms.release(key)
+	}
+	return t, err
+}
+
+// judgeRooms are when each judge last had a host's room for judges, by
+// judge and host. The table is bounded: beyond maxJudgeRooms live entries
+// a judge has the room unrecorded.
+type judgeRooms struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+const maxJudgeRooms = 4096
+
+// reserve records that key has the room at now, unless it had it within
+// every before now: then it reports false.
+func (j *judgeRooms) reserve(key string, now time.Time, every time.Duration) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if at, ok := j.m[key]; ok && now.Sub(at) < every {
+		return false
+	}
+	if j.m == nil {
+		j.m = map[string]time.Time{}
+	}
+	if len(j.m) >= maxJudgeRooms {
+		for k, at := range j.m {
+			if now.Sub(at) >= every {
+				delete(j.m, k)
+			}
+		}
+		if len(j.m) >= maxJudgeRooms {
+			return true
+		}
+	}
+	j.m[key] = now
+	return true
+}
+
+// release forgets key's reservation: the room was not used.
+func (j *judgeRooms) release(key string) {
+	j.mu.Lock()
+	delete(j.m, key)
+	j.mu.Unlock()
+}
