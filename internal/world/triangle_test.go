@@ -13,14 +13,7 @@ import "testing"
 // sees), how often one sees A at no more than half the other's RTT, 20 ms
 // or more apart.
 func TestTriangleOnRealRTTs(t *testing.T) {
-	dir, err := FindDataDir("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := loadLatency(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, _ := realLatency(t)
 	n := d.n()
 	var triples, broken, beyond2, beyond25 int
 	var near, halved int

@@ -88,14 +88,7 @@ func TestParamsValidate(t *testing.T) {
 }
 
 func TestLatencyData(t *testing.T) {
-	dir, err := FindDataDir("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := loadLatency(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, dir := realLatency(t)
 	// Every server of the file is kept: all are in countries the table
 	// knows. (The file has 246 server rows; its last line has no newline.)
 	raw, err := os.ReadFile(filepath.Join(dir, serversFile))
@@ -827,4 +820,19 @@ func TestWriteLoad(t *testing.T) {
 	if _, err := Load(t.Context(), t.TempDir(), ""); err == nil {
 		t.Fatal("Load of an empty directory succeeded")
 	}
+}
+
+// realLatency loads the real latency data and returns it with the data
+// directory.
+func realLatency(t *testing.T) (*latencyData, string) {
+	t.Helper()
+	dir, err := FindDataDir("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := loadLatency(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, dir
 }
