@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -70,10 +71,25 @@ func TestShardTakenOverByNewNearest(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
 		nodes := r.swarm(8, Maintenance(time.Second, 5*time.Minute))
 		tree := mustTree(t)
-		// The shard of 127.1/16; its holder and the node that asks at the
-		// end are outside its replica set.
-		site := netip.MustParseAddr("127.1.9.7")
-		key := nodes[0].o.coord.rangeShard(tree.SmallestNonUnary(site)).key(tree.ID())
+		// A shard of 127/8 whose coordinator is not too near its key
+		// (the newcomer below must be nearer: a random key is nearer
+		// than one sharing the key's first b bits about once in 2^b
+		// tries); its holder and the node that asks at the end are
+		// outside its replica set.
+		var site netip.Addr
+		var key [32]byte
+		shared := 257
+		for k := range 32 {
+			a := netip.AddrFrom4([4]byte{127, byte(k), 9, 7})
+			kk := nodes[0].o.coord.rangeShard(tree.SmallestNonUnary(a)).key(tree.ID())
+			c := nearestFirst(nodes, kk)[0]
+			if b := kb.CommonPrefixLen(kb.ConvertPeerID(c.h.ID()), kb.ConvertKey(string(kk[:]))); b < shared {
+				site, key, shared = a, kk, b
+			}
+		}
+		if shared > 7 {
+			t.Fatalf("every shard's coordinator shares %d or more bits with its key", shared)
+		}
 		order := nearestFirst(nodes, key)
 		coord, holder, asker := order[0], order[3], order[4]
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
