@@ -21,6 +21,13 @@ import (
 // node may be sent a refused notice, which it answers by taking the
 // coordinator's request (a judge's request has more room).
 
+// A node busy with a host is spared refused notices for twice the
+// patience at most (busy): a coordinator asks a node for one page of a
+// host per grace (overlay/withhold.go), which a node busy with the host
+// takes (a judge's request has more room), so a notice costs it little;
+// without the bound a node that delivered a page of a host now and then
+// could refuse the rest of its requests and never be asked.
+
 // maxHostRecords bounds the (node, host) pairs remembered.
 const maxHostRecords = 1 << 16
 
@@ -79,4 +86,11 @@ func (h *hostRecords) since(node peer.ID, link string, t time.Time) bool {
 	defer h.mu.Unlock()
 	at, ok := h.m[hostRecordKey(node, hostOf(link))]
 	return ok && at.After(t)
+}
+
+// busy reports whether node, refusing link since then, counts as busy with
+// its host at now: it delivered a record of the host since, and it has
+// refused for less than twice the patience.
+func (ix *Indexer) busy(node peer.ID, link string, since, now time.Time) bool {
+	return now.Sub(since) < 2*ix.cfg.patience && ix.hosts.since(node, link, since)
 }

@@ -129,16 +129,17 @@ func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 // the receipt), or the node it goes to has not taken it since a
 // submission the patience ago (a refused notice, without one: pc is due
 // again a patience after each submission; half of it is the bound, for
-// the moments between noting the time and sending) and has delivered no
-// record of its host since (a node that does is busy with the host, not
-// refusing: busy.go). self, this indexer's own crawler, is owed none.
+// the moments between noting the time and sending) and is not busy with
+// its host (it delivered a record of the host since, for twice the
+// patience at most: busy.go). self, this indexer's own crawler, is owed
+// none.
 func (ix *Indexer) owedOf(pc *pb.PendingCrawl, self peer.ID, now time.Time) *pb.WithheldOwed {
 	link := pc.GetRequest().GetLink()
 	if h, err := peer.IDFromBytes(pc.GetHolder()); err == nil && h != self && len(pc.GetReceipt()) > 0 {
 		return &pb.WithheldOwed{Url: link, Holder: pc.GetHolder(), AskedMs: pc.GetReceiptMs(), Receipt: pc.GetReceipt(), NextMs: now.UnixMilli()}
 	}
 	since := time.UnixMilli(pc.GetRefusedMs())
-	if h, err := peer.IDFromBytes(pc.GetRefusedBy()); err == nil && h != self && now.Sub(since) >= ix.cfg.patience/2 && !ix.hosts.since(h, link, since) {
+	if h, err := peer.IDFromBytes(pc.GetRefusedBy()); err == nil && h != self && now.Sub(since) >= ix.cfg.patience/2 && !ix.busy(h, link, since, now) {
 		return &pb.WithheldOwed{Url: link, Holder: pc.GetRefusedBy(), AskedMs: pc.GetRefusedMs(), Refused: true, NextMs: now.UnixMilli()}
 	}
 	return nil
@@ -214,16 +215,16 @@ func (ix *Indexer) sendNotice(ctx context.Context, id [16]byte, wo *pb.WithheldO
 	_, pending := ix.pend.m[id]
 	ix.pend.mu.Unlock()
 	holder, err := peer.IDFromBytes(wo.GetHolder())
+	now := ix.cfg.now()
 	if pending && wo.GetRefused() {
-		// Refused: only while the node still has not taken it, nor
-		// delivered a record of its host (busy.go).
-		pending = ix.refusedBy(id) == holder && !ix.hosts.since(holder, wo.GetUrl(), time.UnixMilli(wo.GetAskedMs()))
+		// Refused: only while the node still has not taken it, nor is
+		// busy with its host (busy.go).
+		pending = ix.refusedBy(id) == holder && !ix.busy(holder, wo.GetUrl(), time.UnixMilli(wo.GetAskedMs()), now)
 	}
 	if !pending || err != nil || wo.GetTries() >= maxOwedTries {
 		ix.dropOwed(id)
 		return
 	}
-	now := ix.cfg.now()
 	if !ix.wbud.spend(holder, ix.cfg.withheldPerHour, now) {
 		ix.delayOwed(id, wo, now.Add(time.Minute), false)
 		return

@@ -301,6 +301,16 @@ func TestRefusalsOwed(t *testing.T) {
 	if _, pc := storedPending(t, ix, links[0]); peer.ID(pc.GetHolder()) != refuser || pc.GetReceiptMs() != now.UnixMilli() || len(pc.GetRefusedBy()) != 0 {
 		t.Errorf("after the node took it from the coordinator: %+v", pc)
 	}
+	// d's node still delivers records of d's host, but refusing d through
+	// two patiences is more than being busy: a refused notice is owed.
+	now = testNow.Add(2 * ix.cfg.patience)
+	ix.noteRefusals(refused(refuser, links[3]))
+	ix.hosts.note(refuser, []crawl.Record{{URL: "http://d.example/third"}}, now.Add(-time.Second))
+	before := ix.Owed()
+	owe(links[3])
+	if n := ix.Owed(); n != before+1 {
+		t.Errorf("%d notices owed after d was refused two patiences by a node delivering its host, want %d", n, before+1)
+	}
 }
 
 // TestScheduleNext: after a resubmission, a delivered request uses an
