@@ -15,7 +15,8 @@ import (
 // of one host, or of one slow host, makes honestly. A busy node keeps
 // delivering the host's pages; one that refuses delivers none. So a
 // refusal counts against a node (owedOf) only while it has delivered no
-// record of the request's host since it began. The indexer remembers,
+// record of the request's host since it began, or once it has lasted
+// twice the patience (below). The indexer remembers,
 // in memory, when each node last delivered a record of each host, for at
 // most maxHostRecords pairs; after a restart it knows none, and a busy
 // node may be sent a refused notice, which it answers by taking the
