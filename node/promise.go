@@ -103,55 +103,81 @@ func (pr promiser) take(ctx context.Context, from peer.ID, reqs []crawl.Request)
 	if err != nil || !pr.judges(ctx, a, from) {
 		return taken, nil
 	}
-	key := string(from) + "\x00" + strings.ToLower(u.Hostname())
-	if !pr.rooms.reserve(key, time.Now(), pr.every) {
+	host := strings.ToLower(u.Hostname())
+	if !pr.rooms.reserve(from, host, time.Now(), pr.every) {
 		return taken, nil
 	}
 	t, err = pr.promise(ctx, promiseHorizon*3/2, rest...)
 	if err != nil || !t[0] {
-		pr.rooms.release(key)
+		pr.rooms.release(from, host)
 	}
 	return t, err
 }
 
 // judgeRooms are when each judge last had a host's room for judges, by
-// judge and host. The table is bounded: beyond maxJudgeRooms live entries
-// a judge has the room unrecorded.
+// judge and host. A judge has it for at most maxJudgeRoomsPer hosts at
+// once (an honest coordinator asks for one page of a host per grace; one
+// that asks for more hosts than that within half a grace gets no more),
+// and the table for at most maxJudgeRooms pairs.
 type judgeRooms struct {
-	mu sync.Mutex
-	m  map[string]time.Time
+	mu  sync.Mutex
+	m   map[judgeHost]time.Time
+	per map[peer.ID]int // live pairs by judge
 }
 
-const maxJudgeRooms = 4096
+type judgeHost struct {
+	judge peer.ID
+	host  string
+}
 
-// reserve records that key has the room at now, unless it had it within
-// every before now: then it reports false.
-func (j *judgeRooms) reserve(key string, now time.Time, every time.Duration) bool {
+const (
+	maxJudgeRooms    = 16384
+	maxJudgeRoomsPer = 256
+)
+
+// reserve records that judge has host's room at now, unless it had it
+// within every before now, or has it for maxJudgeRoomsPer hosts, or the
+// table is full: then it reports false.
+func (j *judgeRooms) reserve(judge peer.ID, host string, now time.Time, every time.Duration) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if at, ok := j.m[key]; ok && now.Sub(at) < every {
+	k := judgeHost{judge, host}
+	if at, ok := j.m[k]; ok && now.Sub(at) < every {
 		return false
 	}
 	if j.m == nil {
-		j.m = map[string]time.Time{}
+		j.m, j.per = map[judgeHost]time.Time{}, map[peer.ID]int{}
 	}
-	if len(j.m) >= maxJudgeRooms {
-		for k, at := range j.m {
+	if _, ok := j.m[k]; !ok && (len(j.m) >= maxJudgeRooms || j.per[judge] >= maxJudgeRoomsPer) {
+		for o, at := range j.m {
 			if now.Sub(at) >= every {
-				delete(j.m, k)
+				j.forget(o)
 			}
 		}
-		if len(j.m) >= maxJudgeRooms {
-			return true
+		if len(j.m) >= maxJudgeRooms || j.per[judge] >= maxJudgeRoomsPer {
+			return false
 		}
 	}
-	j.m[key] = now
+	if _, ok := j.m[k]; !ok {
+		j.per[judge]++
+	}
+	j.m[k] = now
 	return true
 }
 
-// release forgets key's reservation: the room was not used.
-func (j *judgeRooms) release(key string) {
+// release forgets judge's reservation of host: the room was not used.
+func (j *judgeRooms) release(judge peer.ID, host string) {
 	j.mu.Lock()
-	delete(j.m, key)
-	j.mu.Unlock()
+	defer j.mu.Unlock()
+	if _, ok := j.m[judgeHost{judge, host}]; ok {
+		j.forget(judgeHost{judge, host})
+	}
+}
+
+// forget drops k, which is in the table. The caller holds mu.
+func (j *judgeRooms) forget(k judgeHost) {
+	delete(j.m, k)
+	if j.per[k.judge]--; j.per[k.judge] <= 0 {
+		delete(j.per, k.judge)
+	}
 }

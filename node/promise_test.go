@@ -73,12 +73,26 @@ func TestPromiseJudges(t *testing.T) {
 			t.Errorf("%s: taken %v, %v, horizons %v; want taken %v, horizons %v", c.name, taken, err, horizons, c.taken, c.asked)
 		}
 	}
-	// The room for judges comes back once half a grace has passed.
+	// The room for judges comes back once half a grace has passed; a
+	// judge has it for at most maxJudgeRoomsPer hosts at once, the others
+	// theirs.
 	var rooms judgeRooms
 	t0 := time.Unix(1_000_000, 0)
-	if !rooms.reserve("j", t0, time.Minute) || rooms.reserve("j", t0.Add(time.Minute-time.Millisecond), time.Minute) ||
-		!rooms.reserve("j", t0.Add(time.Minute), time.Minute) {
+	if !rooms.reserve(judge, "h", t0, time.Minute) || rooms.reserve(judge, "h", t0.Add(time.Minute-time.Millisecond), time.Minute) ||
+		!rooms.reserve(judge, "h", t0.Add(time.Minute), time.Minute) {
 		t.Error("a judge's room: not given once a minute")
+	}
+	for i := 1; i < maxJudgeRoomsPer; i++ {
+		if !rooms.reserve(judge, fmt.Sprint("h", i), t0.Add(time.Minute), time.Minute) {
+			t.Fatalf("a judge's room for its %d-th host refused", i+1)
+		}
+	}
+	if rooms.reserve(judge, "one more", t0.Add(time.Minute), time.Minute) || !rooms.reserve(other2, "one more", t0.Add(time.Minute), time.Minute) {
+		t.Errorf("a judge's room for host %d: given; or another judge's refused", maxJudgeRoomsPer+1)
+	}
+	rooms.release(judge, "h1")
+	if !rooms.reserve(judge, "one more", t0.Add(time.Minute), time.Minute) || !rooms.reserve(judge, "later", t0.Add(2*time.Minute), time.Minute) {
+		t.Error("a judge's room: not given again after a release, or after the others ran out")
 	}
 	// Promise counts half the pace a host's delay allows: a request is
 	// fetched within its horizon at that pace, and a judge's within two

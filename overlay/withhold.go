@@ -266,11 +266,15 @@ type hostAsks struct {
 	m  map[string]time.Time
 }
 
-// maxHostAsks bounds the table; beyond it, requests are sent unrecorded.
-const maxHostAsks = 4096
+// maxHostAsks bounds the table. When it is full of asks younger than the
+// grace, no node is asked until one is older: a peer that fills it with
+// notices delays the judging of refusals, never makes a node refuse a
+// judge.
+const maxHostAsks = 16384
 
 // reserve records an ask of key now, unless one was sent within window
-// before now: then it returns how long is left of that window and true.
+// before now, or the table is full: then it returns how long to wait and
+// true.
 func (h *hostAsks) reserve(key string, now time.Time, window time.Duration) (time.Duration, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -289,7 +293,7 @@ func (h *hostAsks) reserve(key string, now time.Time, window time.Duration) (tim
 			}
 		}
 		if len(h.m) >= maxHostAsks {
-			return 0, false
+			return window, true
 		}
 	}
 	h.m[key] = now
