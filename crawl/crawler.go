@@ -152,8 +152,9 @@ type Crawler struct {
 	// the warning is logged once per episode.
 	outFull atomic.Bool
 	// promMu serialises Promise, so that two frames do not both count
-	// the same free places of a host's queue.
-	promMu sync.Mutex
+	// the same free places of a host's queue; it guards senders.
+	promMu  sync.Mutex
+	senders senderLedger // requests taken by sender (promisesenders.go)
 
 	closeOnce sync.Once
 	closeErr  error

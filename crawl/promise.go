@@ -41,11 +41,13 @@ const minPromiseDelay = 250 * time.Millisecond
 //     horizon,
 //
 // and none at all while the operator's windows or the daily byte cap keep
-// the crawler idle for more than half of horizon. A request not taken is
-// not queued: its sender may send it again later. Requests taken are
-// queued as Submit queues them. A malformed request is neither taken nor
-// queued, and named in the error.
-func (c *Crawler) Promise(ctx context.Context, horizon time.Duration, reqs ...Request) ([]bool, error) {
+// the crawler idle for more than half of horizon; and none of a host for
+// which from, the sender, holds its share of that room already
+// (senderShare, promisesenders.go; from "" is not counted by sender). A
+// request not taken is not queued: its sender may send it again later.
+// Requests taken are queued as Submit queues them. A malformed request is
+// neither taken nor queued, and named in the error.
+func (c *Crawler) Promise(ctx context.Context, horizon time.Duration, from string, reqs ...Request) ([]bool, error) {
 	if c.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
@@ -62,10 +64,21 @@ func (c *Crawler) Promise(ctx context.Context, horizon time.Duration, reqs ...Re
 	if at := c.meter.wait(now); at.Sub(now) > horizon/2 {
 		return taken, nil
 	}
-	type room struct{ ahead, limit int }
+	type room struct{ ahead, limit, mine int }
 	rooms := map[string]*room{}
 	var errs []error
 	var take []Request
+	type ledgerEntry struct {
+		host string
+		key  [16]byte
+	}
+	var mine []ledgerEntry
+	txn := c.db.NewTransaction(false)
+	defer txn.Discard()
+	queued := func(k [16]byte) bool {
+		st, found, err := getState(txn, k)
+		return err == nil && found && st.Queued != nil
+	}
 	for i, r := range reqs {
 		u, err := urlnorm.Parse(r.Link)
 		if err != nil {
@@ -85,18 +98,28 @@ func (c *Crawler) Promise(ctx context.Context, horizon time.Duration, reqs ...Re
 			if ready.Sub(now) > horizon/2 {
 				rm.limit = 0
 			}
+			if from != "" {
+				rm.mine = c.senders.count(host, from, now, horizon, queued)
+			}
 			rooms[host] = rm
 		}
-		if rm.ahead >= rm.limit {
+		if rm.ahead >= rm.limit || (from != "" && rm.mine >= senderShare(rm.limit)) {
 			continue
 		}
 		rm.ahead++
+		rm.mine++
 		taken[i] = true
 		take = append(take, r)
+		mine = append(mine, ledgerEntry{host, urlHash(u.String())})
 	}
 	if len(take) > 0 {
 		if err := c.Submit(ctx, take...); err != nil {
 			return nil, err
+		}
+	}
+	if from != "" {
+		for _, e := range mine {
+			c.senders.add(e.host, from, e.key, now)
 		}
 	}
 	return taken, errors.Join(errs...)

@@ -15,7 +15,8 @@ import (
 
 // TestPromise (issue 18): the crawler takes the requests of a host only
 // while those queued ahead of them can be fetched within the horizon at
-// half the pace its Crawl-delay allows; another host has its own room, a
+// half the pace its Crawl-delay allows, and one sender's only while it
+// holds less than three quarters of that; another host has its own room, a
 // link found by the crawl itself does not count, and neither a host
 // resting after a 429 nor a crawler kept idle by its windows takes any.
 func TestPromise(t *testing.T) {
@@ -48,17 +49,24 @@ func TestPromise(t *testing.T) {
 	// A link the crawl found sorts after runtime requests: not ahead.
 	addURL(t, c.front, srv.URL+"/found", srv.URL+"/0", 1, time.Now())
 
-	// 20 s at half the pace of a 2-s delay: 5 requests, /0 among them.
+	// 20 s at half the pace of a 2-s delay: 5 requests, /0 among them;
+	// one sender holds three of them at most, another has the fourth.
 	const horizon = 20 * time.Second
 	reqs := []Request{link(1), link(2), link(3), link(4), link(5), link(6)}
-	taken, err := c.Promise(ctx, horizon, reqs...)
+	taken, err := c.Promise(ctx, horizon, "a", reqs...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []bool{true, true, true, true, false, false}; fmt.Sprint(taken) != fmt.Sprint(want) {
+	if want := []bool{true, true, true, false, false, false}; fmt.Sprint(taken) != fmt.Sprint(want) {
 		t.Fatalf("taken %v, want %v", taken, want)
 	}
-	if taken, err := c.Promise(ctx, horizon, link(5)); err != nil || taken[0] {
+	if taken, err := c.Promise(ctx, horizon, "a", link(4)); err != nil || taken[0] {
+		t.Fatalf("a sender holding its share took another request: %v, %v", taken, err)
+	}
+	if taken, err := c.Promise(ctx, horizon, "b", link(4), link(5)); err != nil || !taken[0] || taken[1] {
+		t.Fatalf("another sender: %v, %v; want the fourth taken, not a fifth", taken, err)
+	}
+	if taken, err := c.Promise(ctx, horizon, "", link(5)); err != nil || taken[0] {
 		t.Fatalf("a full host took another request: %v, %v", taken, err)
 	}
 	// Another host (the same server by another name) has no Crawl-delay
@@ -68,7 +76,7 @@ func TestPromise(t *testing.T) {
 	for i := range 45 {
 		more = append(more, Request{Link: fmt.Sprintf("%s/%d", other, i)})
 	}
-	taken, err = c.Promise(ctx, horizon, append(more, Request{Link: "http://[::1"})...)
+	taken, err = c.Promise(ctx, horizon, "", append(more, Request{Link: "http://[::1"})...)
 	if err == nil || !strings.Contains(err.Error(), "[::1") {
 		t.Errorf("a malformed request: %v", err)
 	}
@@ -107,7 +115,7 @@ func TestPromise(t *testing.T) {
 		_, ready, err := c2.front.ahead(busyHost, 10)
 		return hits.Load() == 1 && err == nil && ready.After(time.Now().Add(horizon))
 	})
-	if taken, err := c2.Promise(ctx, horizon, Request{Link: busy.URL + "/y"}); err != nil || taken[0] {
+	if taken, err := c2.Promise(ctx, horizon, "a", Request{Link: busy.URL + "/y"}); err != nil || taken[0] {
 		t.Fatalf("a resting host: %v, %v", taken, err)
 	}
 
@@ -115,13 +123,13 @@ func TestPromise(t *testing.T) {
 	// takes nothing.
 	closed := Window{Day: (time.Now().Weekday() + 3) % 7, Start: time.Hour, End: 2 * time.Hour}
 	idle := newTestCrawler(t, &testSink{}, Windows(time.Local, closed))
-	if taken, err := idle.Promise(ctx, horizon, link(1)); err != nil || taken[0] {
+	if taken, err := idle.Promise(ctx, horizon, "a", link(1)); err != nil || taken[0] {
 		t.Fatalf("outside its windows: %v, %v", taken, err)
 	}
 	if st := idle.Stats(); st.Queued != 0 {
 		t.Fatalf("outside its windows: %d queued", st.Queued)
 	}
-	if _, err := c.Promise(ctx, 0, link(1)); err == nil {
+	if _, err := c.Promise(ctx, 0, "a", link(1)); err == nil {
 		t.Error("a zero horizon taken")
 	}
 }
@@ -243,5 +251,40 @@ func TestRecordWanted(t *testing.T) {
 	}
 	if !got.Record {
 		t.Errorf("the queued entry after a request for its record: %+v", got)
+	}
+}
+
+// TestSenderLedger: a sender's requests count while their pages are
+// queued and younger than the horizon; the ledger is bounded.
+func TestSenderLedger(t *testing.T) {
+	var l senderLedger
+	t0 := time.Unix(1_000_000, 0)
+	const horizon = time.Minute
+	key := func(i int) [16]byte { return urlHash(fmt.Sprint("http://h/", i)) }
+	for i := range 3 {
+		l.add("h", "a", key(i), t0)
+	}
+	l.add("h", "a", key(0), t0.Add(time.Millisecond)) // sent again: counted once
+	l.add("h", "b", key(9), t0)
+	l.add("other", "a", key(5), t0)
+	fetched := key(1)
+	queued := func(k [16]byte) bool { return k != fetched }
+	if n := l.count("h", "a", t0.Add(time.Second), horizon, queued); n != 2 {
+		t.Errorf("a's requests queued: %d, want 2 (one fetched)", n)
+	}
+	if n := l.count("h", "b", t0.Add(time.Second), horizon, queued); n != 1 {
+		t.Errorf("b's: %d, want 1", n)
+	}
+	if n := l.count("h", "a", t0.Add(horizon), horizon, queued); n != 0 || l.n != 1 {
+		t.Errorf("a's after the horizon: %d, %d kept; want none, and other's one kept", n, l.n)
+	}
+	for i := range maxLedger + 10 {
+		l.add(fmt.Sprint("host", i), "a", key(i), t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	if l.n > maxLedger || len(l.hosts) > maxLedger {
+		t.Errorf("%d requests kept of %d hosts, want at most %d", l.n, len(l.hosts), maxLedger)
+	}
+	if _, ok := l.hosts["other"]; ok {
+		t.Error("the host with the oldest request kept")
 	}
 }

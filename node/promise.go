@@ -38,6 +38,10 @@ const promiseHorizon = 15 * time.Minute
 // grace per host: a coordinator asks for one page of a host per grace
 // (overlay/withhold.go), and a judge that sent lone requests as fast as
 // the node took them would otherwise fill the room for everyone's judges.
+// The crawler counts the requests by the place of their sender
+// (overlay.PlaceKey; every sender whose place is unknown, relayed, as
+// one), and one place holds at most three quarters of a host's room, so
+// that a peer keeping the room full leaves the others a part of it.
 func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
 	grace, _ := time.ParseDuration(n.cfg.WithholdGrace) // validated
 	return promiser{
@@ -51,17 +55,24 @@ func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) 
 		},
 		resolve: n.resolveHost,
 		judges:  func(ctx context.Context, a netip.Addr, p peer.ID) bool { return n.ov().Judges(ctx, a, p) },
+		place: func(p peer.ID) string {
+			if k := n.ov().PlaceKey(p); k != "" {
+				return k
+			}
+			return "unknown"
+		},
 	}.take(ctx, from, reqs)
 }
 
 // promiser is promise over its parts: the crawler's Promise and Fresh,
 // who is an indexer of a link's result shard, how the node resolves a
-// host, who judges a subnet, and when each judge last had the room for
-// judges (at most once in every).
+// host, who judges a subnet, when each judge last had the room for
+// judges (at most once in every), and the place a sender is counted by.
 type promiser struct {
 	rooms   *judgeRooms
 	every   time.Duration
-	promise func(ctx context.Context, horizon time.Duration, reqs ...crawl.Request) ([]bool, error)
+	promise func(ctx context.Context, horizon time.Duration, from string, reqs ...crawl.Request) ([]bool, error)
+	place   func(p peer.ID) string
 	fresh   func(link string) bool
 	indexer func(p peer.ID, link string) bool
 	resolve func(ctx context.Context, host string) (netip.Addr, error)
@@ -85,7 +96,8 @@ func (pr promiser) take(ctx context.Context, from peer.ID, reqs []crawl.Request)
 	if len(rest) == 0 {
 		return taken, nil
 	}
-	t, err := pr.promise(ctx, promiseHorizon, rest...)
+	sender := pr.place(from)
+	t, err := pr.promise(ctx, promiseHorizon, sender, rest...)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +119,7 @@ func (pr promiser) take(ctx context.Context, from peer.ID, reqs []crawl.Request)
 	if !pr.rooms.reserve(from, host, time.Now(), pr.every) {
 		return taken, nil
 	}
-	t, err = pr.promise(ctx, promiseHorizon*3/2, rest...)
+	t, err = pr.promise(ctx, promiseHorizon*3/2, sender, rest...)
 	if err != nil || !t[0] {
 		pr.rooms.release(from, host)
 	}

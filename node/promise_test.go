@@ -24,13 +24,16 @@ func TestPromiseJudges(t *testing.T) {
 	judge, other2, other := peer.ID("judge"), peer.ID("judge2"), peer.ID("other")
 	site := netip.MustParseAddr("93.184.216.34")
 	var horizons []time.Duration
+	var senders []string
 	pr := promiser{
 		rooms: &judgeRooms{},
 		every: 5 * time.Minute,
 		// The host's queue holds 20 minutes of work: taken only with
 		// more than that; full.example's more than 30.
-		promise: func(ctx context.Context, horizon time.Duration, reqs ...crawl.Request) ([]bool, error) {
+		place: func(p peer.ID) string { return "at " + string(p) },
+		promise: func(ctx context.Context, horizon time.Duration, from string, reqs ...crawl.Request) ([]bool, error) {
 			horizons = append(horizons, horizon)
+			senders = append(senders, from)
 			taken := make([]bool, len(reqs))
 			for i, r := range reqs {
 				taken[i] = horizon > 20*time.Minute && !strings.Contains(r.Link, "full.example")
@@ -67,10 +70,15 @@ func TestPromiseJudges(t *testing.T) {
 		{"a judge's frame of two", judge, append(one, crawl.Request{Link: "http://site.example/2"}), false, []time.Duration{promiseHorizon}},
 		{"a judge's request of a host that does not resolve", judge, []crawl.Request{{Link: "http://gone.example/"}}, false, []time.Duration{promiseHorizon}},
 	} {
-		horizons = nil
+		horizons, senders = nil, nil
 		taken, err := pr.take(t.Context(), c.from, c.reqs)
 		if err != nil || taken[0] != c.taken || !slices.Equal(horizons, c.asked) {
 			t.Errorf("%s: taken %v, %v, horizons %v; want taken %v, horizons %v", c.name, taken, err, horizons, c.taken, c.asked)
+		}
+		for _, s := range senders {
+			if s != "at "+string(c.from) {
+				t.Errorf("%s: counted as sent from %q, want its sender's place", c.name, s)
+			}
 		}
 	}
 	// The room for judges comes back once half a grace has passed; a
@@ -112,7 +120,8 @@ func TestPromiseFresh(t *testing.T) {
 	ix, crawler := peer.ID("indexer"), peer.ID("crawler")
 	var queued []string
 	pr := promiser{
-		promise: func(ctx context.Context, horizon time.Duration, reqs ...crawl.Request) ([]bool, error) {
+		place: func(p peer.ID) string { return string(p) },
+		promise: func(ctx context.Context, horizon time.Duration, from string, reqs ...crawl.Request) ([]bool, error) {
 			taken := make([]bool, len(reqs))
 			for i, r := range reqs {
 				queued = append(queued, fmt.Sprintf("%s record=%v", r.Link, r.Record))

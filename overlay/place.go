@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 
@@ -54,6 +55,24 @@ func (o *Overlay) placeOf(p peer.ID) place {
 		}
 	}
 	return pl
+}
+
+// PlaceKey names p's place for shares that one operator's peers should
+// have as one (issue 18, Sybil limits): "AS" and its number when an
+// address of p's direct connections has an origin AS in the snapshot's
+// IP-to-ASN ranges (the smallest), else its /24 or /48 (the smallest), and
+// "" when p's place is unknown (no direct connection: relayed, or not
+// connected). Peers named alike are of one place; the converse need not
+// hold (place.same also joins a prefix and an AS in common).
+func (o *Overlay) PlaceKey(p peer.ID) string {
+	pl := o.placeOf(p)
+	switch {
+	case len(pl.asns) > 0:
+		return fmt.Sprintf("AS%d", slices.Min(pl.asns))
+	case len(pl.prefixes) > 0:
+		return slices.MinFunc(pl.prefixes, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) }).String()
+	}
+	return ""
 }
 
 // addAddr adds the place of address a, by tree t's IP-to-ASN ranges.
