@@ -42,8 +42,9 @@ const minPromiseDelay = 250 * time.Millisecond
 //
 // and none at all while the operator's windows or the daily byte cap keep
 // the crawler idle for more than half of horizon; and none of a host for
-// which from, the sender, holds its share of that room already
-// (senderShare, promisesenders.go; from "" is not counted by sender). A
+// which from, the sender, holds its share of that room already, unless it
+// is a newcomer with none queued and the newcomers' reserve has room
+// (roomFor, promisesenders.go; from "" is not counted by sender). A
 // request not taken is not queued: its sender may send it again later.
 // Requests taken are queued as Submit queues them. A malformed request is
 // neither taken nor queued, and named in the error.
@@ -90,7 +91,7 @@ func (c *Crawler) Promise(ctx context.Context, horizon time.Duration, from strin
 		if rm == nil {
 			d := max(c.hostDelay(c.robots.storedCrawlDelay(host), nil, host), minPromiseDelay)
 			rm = &room{limit: int(horizon / (2 * d))}
-			ahead, ready, err := c.front.ahead(host, rm.limit)
+			ahead, ready, err := c.front.ahead(host, rm.limit+reserve(rm.limit))
 			if err != nil {
 				return nil, err
 			}
@@ -103,7 +104,7 @@ func (c *Crawler) Promise(ctx context.Context, horizon time.Duration, from strin
 			}
 			rooms[host] = rm
 		}
-		if rm.ahead >= rm.limit || (from != "" && rm.mine >= senderShare(rm.limit)) {
+		if !roomFor(rm.ahead, rm.limit, rm.mine, from != "") {
 			continue
 		}
 		rm.ahead++

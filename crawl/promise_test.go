@@ -16,7 +16,8 @@ import (
 // TestPromise (issue 18): the crawler takes the requests of a host only
 // while those queued ahead of them can be fetched within the horizon at
 // half the pace its Crawl-delay allows, and one sender's only while it
-// holds less than three quarters of that; another host has its own room, a
+// holds less than three quarters of that (a newcomer may take one beyond,
+// within a quarter); another host has its own room, a
 // link found by the crawl itself does not count, and neither a host
 // resting after a 429 nor a crawler kept idle by its windows takes any.
 func TestPromise(t *testing.T) {
@@ -69,6 +70,14 @@ func TestPromise(t *testing.T) {
 	if taken, err := c.Promise(ctx, horizon, "", link(5)); err != nil || taken[0] {
 		t.Fatalf("a full host took another request: %v, %v", taken, err)
 	}
+	// A newcomer takes one beyond the room (the reserve, a quarter of it:
+	// one), a second newcomer none, nor the newcomer a second.
+	if taken, err := c.Promise(ctx, horizon, "c", link(5), link(6)); err != nil || !taken[0] || taken[1] {
+		t.Fatalf("a newcomer to a full host: %v, %v; want one taken", taken, err)
+	}
+	if taken, err := c.Promise(ctx, horizon, "d", link(6)); err != nil || taken[0] {
+		t.Fatalf("a second newcomer, the reserve used: %v, %v", taken, err)
+	}
 	// Another host (the same server by another name) has no Crawl-delay
 	// stored: the quarter-second floor, 40 requests in 20 s at half pace.
 	other := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)
@@ -89,8 +98,8 @@ func TestPromise(t *testing.T) {
 	if n != 40 || taken[len(taken)-1] {
 		t.Fatalf("%d of the other host's 45 taken (and the malformed one %v), want 40", n, taken[len(taken)-1])
 	}
-	if st := c.Stats(); st.Queued != 1+4+1+40 {
-		t.Fatalf("%d queued, want 46", st.Queued)
+	if st := c.Stats(); st.Queued != 1+5+1+40 {
+		t.Fatalf("%d queued, want 47", st.Queued)
 	}
 
 	// A host resting after a 429 with Retry-After: 60 (more than half the

@@ -6,17 +6,36 @@ import "time"
 // everyone who sends the node requests for it, so one sender that keeps
 // it full — real pages of the host, sent as fast as the node crawls them
 // — would have the node refuse every other sender's requests for the
-// host. So a sender may hold at most senderShare of a host's room; the
-// rest is for the others. A sender is named by its caller (micra's node
+// host. So a sender may hold at most three quarters of a host's room, and
+// a newcomer may take one beyond it (roomFor). A sender is named by its caller (micra's node
 // names the place of the peer: its AS or its /24 or /48, so that one
 // operator's peer IDs, which are free, count as one). The requests each
 // sender had taken are kept in memory, for the horizon at most, and
 // count while their pages are queued: after a restart none count.
 
-// senderShare is the part of a host's room one sender may hold: three
-// quarters, so that a lone sender's queue still outlasts the few minutes
-// before it sends the refused requests again, and a quarter is left.
-func senderShare(limit int) int { return max(1, limit*3/4) }
+// roomFor reports whether a host's room of limit requests, ahead of them
+// queued, takes one more from a sender that has mine of them (counted:
+// whether the sender is counted at all). A sender may hold three quarters
+// of the room, so that a lone sender's queue still outlasts the few
+// minutes before it sends the refused requests again, and a quarter is
+// left for the others. A sender with none queued may take one beyond the
+// room, within a reserve of a quarter of it: two places that fill the
+// room between them leave a newcomer one request at a time. The reserve
+// keeps the promise: at half the pace a room and a quarter take 1.25
+// horizons (19 minutes of micra's node's 15), within its two graces (20).
+func roomFor(ahead, limit, mine int, counted bool) bool {
+	switch {
+	case !counted:
+		return ahead < limit
+	case mine == 0 && ahead < limit+reserve(limit):
+		return limit > 0
+	}
+	return ahead < limit && mine < max(1, limit*3/4)
+}
+
+// reserve is the newcomers' part beyond a host's room of limit: a
+// quarter of it, at least one.
+func reserve(limit int) int { return max(1, limit/4) }
 
 // maxLedger bounds the requests the ledger keeps; beyond it, the host
 // whose latest request is the oldest is forgotten.

@@ -40,7 +40,8 @@ const promiseHorizon = 15 * time.Minute
 // the node took them would otherwise fill the room for everyone's judges.
 // The crawler counts the requests by the place of their sender
 // (overlay.PlaceKey; every sender whose place is unknown, relayed, as
-// one), and one place holds at most three quarters of a host's room, so
+// one), and one place holds at most three quarters of a host's room (a
+// place with none queued may take one beyond it, within a reserve), so
 // that a peer keeping the room full leaves the others a part of it.
 func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
 	grace, _ := time.ParseDuration(n.cfg.WithholdGrace) // validated
