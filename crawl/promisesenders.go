@@ -7,11 +7,12 @@ import "time"
 // it full — real pages of the host, sent as fast as the node crawls them
 // — would have the node refuse every other sender's requests for the
 // host. So a sender may hold at most three quarters of a host's room, and
-// a newcomer may take one beyond it (roomFor). A sender is named by its caller (micra's node
-// names the place of the peer: its AS or its /24 or /48, so that one
-// operator's peer IDs, which are free, count as one). The requests each
-// sender had taken are kept in memory, for the horizon at most, and
-// count while their pages are queued: after a restart none count.
+// a newcomer may take one beyond it (roomFor). A sender is named by its
+// caller (micra's node names the place of the peer: its AS or its /24 or
+// /48, so that one operator's peer IDs, which are free, count as one).
+// The requests each sender had taken are kept in memory, for the horizon
+// at most, and count while their pages are queued: after a restart none
+// count.
 
 // roomFor reports whether a host's room of limit requests, ahead of them
 // queued, takes one more from a sender that has mine of them (counted:
