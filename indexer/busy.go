@@ -16,11 +16,11 @@ import (
 // delivering the host's pages; one that refuses delivers none. So a
 // refusal counts against a node (owedOf) only while it has delivered no
 // record of the request's host since it began, or once it has lasted
-// twice the patience (below). The indexer remembers,
-// in memory, when each node last delivered a record of each host, for at
-// most maxHostRecords pairs; after a restart it knows none, and a busy
-// node may be sent a refused notice, which it answers by taking the
-// coordinator's request (a judge's request has more room).
+// twice the patience (below). The indexer remembers, in memory, when each
+// node last delivered a record of each host, for at most maxHostRecords
+// pairs; after a restart it knows none, and a busy node may be sent a
+// refused notice, which it answers by taking the coordinator's request (a
+// judge's request has more room).
 
 // A node busy with a host is spared refused notices for twice the
 // patience at most (busy): a coordinator asks a node for one page of a
