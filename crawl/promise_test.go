@@ -296,4 +296,7 @@ func TestSenderLedger(t *testing.T) {
 	if _, ok := l.hosts["other"]; ok {
 		t.Error("the host with the oldest request kept")
 	}
+	if _, ok := l.hosts[fmt.Sprint("host", maxLedger+9)]; !ok || len(l.hosts) < maxLedger/4 {
+		t.Errorf("the newest host forgotten, or too many: %d hosts kept", len(l.hosts))
+	}
 }

@@ -38,8 +38,8 @@ func roomFor(ahead, limit, mine int, counted bool) bool {
 // quarter of it, at least one.
 func reserve(limit int) int { return max(1, limit/4) }
 
-// maxLedger bounds the requests the ledger keeps; beyond it, the host
-// whose latest request is the oldest is forgotten.
+// maxLedger bounds the requests the ledger keeps; beyond it, the hosts
+// whose latest requests are the oldest are forgotten (evict).
 const maxLedger = 1 << 16
 
 // senderLedger is what each sender had taken, by host. It is used under
@@ -102,23 +102,35 @@ func (l *senderLedger) add(host, sender string, key [16]byte, now time.Time) {
 	l.n++
 }
 
-// evict forgets the host whose latest request is the oldest.
+// evict forgets the hosts whose latest request is in the older half of
+// the span of the hosts' latest requests (at least the oldest host), so
+// that a full ledger costs one pass per many requests added, not one per
+// request.
 func (l *senderLedger) evict() {
-	var oldest string
-	var at time.Time
+	latest := make(map[string]time.Time, len(l.hosts))
+	var oldest, newest time.Time
 	for h, by := range l.hosts {
-		var latest time.Time
+		var t time.Time
 		for _, ps := range by {
-			if t := ps[len(ps)-1].at; t.After(latest) {
-				latest = t
+			if at := ps[len(ps)-1].at; at.After(t) {
+				t = at
 			}
 		}
-		if oldest == "" || latest.Before(at) {
-			oldest, at = h, latest
+		latest[h] = t
+		if oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+		if t.After(newest) {
+			newest = t
 		}
 	}
-	for _, ps := range l.hosts[oldest] {
-		l.n -= len(ps)
+	mid := oldest.Add(newest.Sub(oldest) / 2)
+	for h, t := range latest {
+		if !t.After(mid) {
+			for _, ps := range l.hosts[h] {
+				l.n -= len(ps)
+			}
+			delete(l.hosts, h)
+		}
 	}
-	delete(l.hosts, oldest)
 }
