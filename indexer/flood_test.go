@@ -117,9 +117,7 @@ func TestFloodedNodeKeepsItsSubnet(t *testing.T) {
 				u := queue[0]
 				queue = queue[1:]
 				mu.Unlock()
-				rec := crawl.Record{URL: u, FinalURL: u, Time: time.Now(), Status: 200, Type: crawl.TypeHTML, Change: crawl.ChangeNew,
-					Title: "page " + u, Size: 1000, Fingerprint: fingerprint(u), Keywords: []crawl.Keyword{{Term: "page", Weight: 65535}}}
-				if err := ob.Results(crawlCtx, resultstest.Batch(t, []crawl.Record{rec})); err != nil && crawlCtx.Err() == nil {
+				if err := ob.Results(crawlCtx, resultstest.Batch(t, []crawl.Record{pageRecord(u)})); err != nil && crawlCtx.Err() == nil {
 					t.Errorf("publishing %s: %v", u, err)
 				}
 			}

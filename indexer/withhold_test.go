@@ -45,6 +45,12 @@ var fakeWeb = overlay.RefetcherFunc(func(ctx context.Context, url string) (overl
 	return overlay.Page{URL: url, FinalURL: url, Status: 200, Fingerprint: fingerprint(url), At: time.Now()}, nil
 })
 
+// pageRecord is the record of a new page u of the fake web, fetched now.
+func pageRecord(u string) crawl.Record {
+	return crawl.Record{URL: u, FinalURL: u, Time: time.Now(), Status: 200, Type: crawl.TypeHTML, Change: crawl.ChangeNew,
+		Title: "page " + u, Size: 1000, Fingerprint: fingerprint(u), Keywords: []crawl.Keyword{{Term: "page", Weight: 65535}}}
+}
+
 // fingerprint is a page's fingerprint on the fake web: one of its own.
 func fingerprint(url string) uint64 {
 	h := fnv.New64a()
@@ -286,9 +292,7 @@ func serveCrawlers(t *testing.T, nodes []*tnode, withholder *tnode, refuse bool)
 			}
 			var recs []crawl.Record
 			for _, r := range reqs {
-				recs = append(recs, crawl.Record{URL: r.Link, FinalURL: r.Link, Time: time.Now(), Status: 200, Type: crawl.TypeHTML,
-					Change: crawl.ChangeNew, Title: "page " + r.Link, Size: 1000, Fingerprint: fingerprint(r.Link),
-					Keywords: []crawl.Keyword{{Term: "page", Weight: 65535}}})
+				recs = append(recs, pageRecord(r.Link))
 			}
 			return ob.Results(ctx, resultstest.Batch(t, recs))
 		}

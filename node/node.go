@@ -151,16 +151,17 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	probesRun atomic.Int64
-	probeRTT  rttBook
-	rate      rateSeries
-	recalMu   sync.Mutex
-	recalAt   map[subnet.Range]time.Time
-	splitQ    chan crawl.Slow   // far servers waiting for their split
-	cal       *crawl.Calibrator // the crawler's: its far test confirms a far server's probe
-	judgeRoom judgeRooms        // judges' requests given more room (promise.go)
-	closeOnce sync.Once
-	closeErr  error
+	probesRun  atomic.Int64
+	probeRTT   rttBook
+	rate       rateSeries
+	recalMu    sync.Mutex
+	recalAt    map[subnet.Range]time.Time
+	splitQ     chan crawl.Slow   // far servers waiting for their split
+	cal        *crawl.Calibrator // the crawler's: its far test confirms a far server's probe
+	judgeRoom  judgeRooms        // judges' requests given more room (promise.go)
+	judgeEvery time.Duration     // how often a judge has that room per host: half the withholding grace
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 // New opens the node's database and identity in cfg.DataDir, builds every
@@ -337,6 +338,7 @@ func (n *Node) build() error {
 	}
 	if grace, _ := time.ParseDuration(cfg.WithholdGrace); grace > 0 { // validated
 		oopts = append(oopts, overlay.Withholding(overlay.WithholdConfig{Grace: grace}))
+		n.judgeEvery = grace / 2
 	}
 	if live, _ := time.ParseDuration(cfg.Liveness); live > 0 {
 		oopts = append(oopts, overlay.Liveness(live/10, live))

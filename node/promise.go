@@ -44,10 +44,9 @@ const promiseHorizon = 15 * time.Minute
 // place with none queued may take one beyond it, within a reserve), so
 // that a peer keeping the room full leaves the others a part of it.
 func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
-	grace, _ := time.ParseDuration(n.cfg.WithholdGrace) // validated
 	return promiser{
 		rooms:   &n.judgeRoom,
-		every:   grace / 2,
+		every:   n.judgeEvery,
 		promise: n.cr.Promise,
 		fresh:   n.cr.Fresh,
 		indexer: func(p peer.ID, link string) bool {
