@@ -57,6 +57,7 @@ type benchJSON struct {
 	World       world.Params      `json:"world"`
 	Geo         *benchGeo         `json:"geo,omitempty"` // a real-geo world (--geo)
 	Probes      string            `json:"probes"`
+	Latency     string            `json:"latency"` // world.LatencyMatrix or world.LatencyModel
 	WorldSites  int               `json:"world_sites"`
 	Seeds       []int64           `json:"seeds"`
 	SplitMS     int               `json:"split_ms"` // 0: whole ranges
@@ -91,8 +92,10 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	strict := fs.Bool("strict", false, "with --geo: a malformed row is an error, not skipped")
 	org := fs.String("org", "", "with --geo: only the rows whose organisation in the real hierarchy has a name containing `TEXT` (one organisation's prefixes, e.g. Amazon)")
 	sites := fs.Int("sites", 1000, "sites of a generated world; with --geo, rows sampled from the file")
-	fromReal := fs.Bool("from-real", true, "derive a generated world's allocation structure from the real RIR and ip2asn data")
+	fromReal := fs.Bool("from-real", true, "derive a generated world's allocation structure from the real RIR and ip2asn data (the built-in snapshot's when the data directory is not found)")
 	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
+	var latency string
+	latencyFlag(fs, &latency)
 	train := fs.Float64("train", 0.65, "share of the sites delegated optimally before the others are delegated by each strategy (thesis 8.6); 0: a cold start, as a new network")
 	progressive := fs.Int("progressive", 1000, "sites in the progressive-learning run (0 skips it)")
 	useMap := fs.Bool("map", false, "give the guided search the latency map: nodes know their own locations and the public RTT matrix, and estimate their access delays from the RTTs between them")
@@ -167,11 +170,11 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	)
 	switch {
 	case *geoFile != "":
-		g, info, err := evaluate.LoadGeo(ctx, evaluate.GeoConfig{Path: *geoFile, Sites: *sites, Strict: *strict, Seed: *seed, Nodes: slices.Max(cfg.Nodes), DataDir: *dataDir, Org: *org})
+		g, info, err := evaluate.LoadGeo(ctx, evaluate.GeoConfig{Path: *geoFile, Sites: *sites, Strict: *strict, Seed: *seed, Nodes: slices.Max(cfg.Nodes), DataDir: *dataDir, Org: *org, Latency: latency})
 		if err != nil {
 			return err
 		}
-		w, tree = g, info.Tree
+		w, tree, latency = g, info.Tree, g.Latency()
 		geoOut = &benchGeo{GeoFileStats: info.File, Dropped: g.Dropped(), Snapshot: tree.ID().String(), Nodes: len(g.Nodes())}
 		if strings.Contains(strings.ToLower(*geoFile), "dbip") {
 			geoOut.Attribution = dbipAttribution
@@ -187,7 +190,7 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 			gw, err = world.Load(ctx, *worldDir, *dataDir)
 		} else {
 			p := world.DefaultParams()
-			p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir = *seed, *sites, slices.Max(cfg.Nodes), *fromReal, *dataDir
+			p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir, p.Latency = *seed, *sites, slices.Max(cfg.Nodes), *fromReal, *dataDir, latency
 			gw, err = world.Generate(ctx, p)
 		}
 		if err != nil {
@@ -196,8 +199,8 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 		if tree, err = gw.Tree(ctx); err != nil {
 			return fmt.Errorf("loading the world's registry: %w", err)
 		}
-		w, params = gw, gw.Params()
-		fmt.Fprintf(stderr, "world: %d sites, %d nodes, %d ranges (snapshot %s)\n", len(gw.Sites()), len(gw.Nodes()), tree.Len()-2, tree.ID().Short())
+		w, params, latency = gw, gw.Params(), gw.Params().Latency
+		fmt.Fprintf(stderr, "world: %d sites, %d nodes, %d ranges (snapshot %s); latencies: %s\n", len(gw.Sites()), len(gw.Nodes()), tree.Len()-2, tree.ID().Short(), gw.Latency())
 	}
 	var prober evaluate.Prober = evaluate.ModelProber{World: w}
 	if *probes == "jitter" {
@@ -228,11 +231,11 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 		}
 	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(benchJSON{World: params, Geo: geoOut, Probes: *probes, SplitMS: *split, WorldSites: len(w.Sites()), Seeds: cfg.Seeds,
+		return json.NewEncoder(stdout).Encode(benchJSON{World: params, Geo: geoOut, Probes: *probes, Latency: latency, SplitMS: *split, WorldSites: len(w.Sites()), Seeds: cfg.Seeds,
 			Results: results, Progressive: curves, Paper: evaluate.Published, Elapsed: time.Since(start).Seconds()})
 	}
-	fmt.Fprintf(stdout, "Training split (thesis 8.6): %.0f %% of the sites delegated optimally, the rest by each strategy; mean ± sd over %d seeds; probes: %s.\n\n",
-		100*cfg.TrainFraction, len(cfg.Seeds), *probes)
+	fmt.Fprintf(stdout, "Training split (thesis 8.6): %.0f %% of the sites delegated optimally, the rest by each strategy; mean ± sd over %d seeds; probes: %s; latencies: %s.\n\n",
+		100*cfg.TrainFraction, len(cfg.Seeds), *probes, latency)
 	if err := evaluate.WriteTable(stdout, results); err != nil {
 		return err
 	}

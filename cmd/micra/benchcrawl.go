@@ -40,6 +40,8 @@ func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	depth := fs.Int("depth", evaluate.DefaultCrawlDepth, "link hops the crawl mode follows from each front page, within the site")
 	scale := fs.Float64("scale", 0.25, "the world's time scale: every modelled delay is multiplied by it (times are reported unscaled)")
 	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
+	var latency string
+	latencyFlag(fs, &latency)
 	asJSON := fs.Bool("json", false, "print the results as one JSON object")
 	csvOut := fs.String("csv", "", "write the results as CSV to `FILE`")
 	plotOut := fs.String("plot", "", "write a PNG bar chart to `FILE`")
@@ -81,7 +83,7 @@ func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	start := time.Now()
 	p := world.DefaultParams()
 	p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir, p.Port, p.Geo = *seed, *sites, *nodes, *geoFile == "", *dataDir, 0, *geoFile
-	p.MaxPages = *maxPages
+	p.MaxPages, p.Latency = *maxPages, latency
 	w, err := world.Generate(ctx, p)
 	if err != nil {
 		return err
@@ -95,7 +97,7 @@ func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer run.Close()
-	fmt.Fprintf(stderr, "world: %d sites, %d nodes, time scale %v\n", len(w.Sites()), len(w.Nodes()), *scale)
+	fmt.Fprintf(stderr, "world: %d sites, %d nodes, time scale %v; latencies: %s\n", len(w.Sites()), len(w.Nodes()), *scale, w.Latency())
 	if *decide == evaluate.DecidedByOverlay {
 		dir, err := os.MkdirTemp("", "micra-bench-crawl-")
 		if err != nil {
@@ -128,7 +130,7 @@ func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(benchCrawlJSON{World: w.Params(), Scale: *scale, CrawlReport: rep, Elapsed: time.Since(start).Seconds()})
 	}
-	fmt.Fprintf(stdout, "%d sites, each crawled by the node its strategy assigns; times modelled (measured / %v).\n", len(rep.Results[0].Sites()), *scale)
+	fmt.Fprintf(stdout, "%d sites, each crawled by the node its strategy assigns; times modelled (measured / %v); latencies: %s.\n", len(rep.Results[0].Sites()), *scale, w.Latency())
 	if *mode != evaluate.ModeCrawl {
 		fmt.Fprintf(stdout, "  %s: the front pages, one connection at a time per node (thesis 8.4).\n", evaluate.ModeSequential)
 	}

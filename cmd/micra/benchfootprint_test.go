@@ -25,7 +25,6 @@ func TestBenchFootprint(t *testing.T) {
 	case runtime.GOOS != "linux":
 		t.Skip("bench footprint reads /proc: Linux only")
 	}
-	needData(t)
 	bin := filepath.Join(t.TempDir(), "micra")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -78,11 +77,10 @@ func benchLiars(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	} else {
 		path := *geoFile
 		if path == "" {
-			dir, err := world.FindDataDir(*dataDir)
-			if err != nil {
+			var err error
+			if path, err = dbipFile(*dataDir, "liars", ", --generated runs on a generated world"); err != nil {
 				return err
 			}
-			path = filepath.Join(dir, world.DBIPFile)
 		}
 		g, info, err := evaluate.LoadGeo(ctx, evaluate.GeoConfig{Path: path, Sites: *sites, Seed: *seed, Nodes: 2 * *nodes, DataDir: *dataDir})
 		if err != nil {

@@ -15,16 +15,19 @@ func init() {
 
 const demoSynopsis = `[flags]
 
-Starts the emulated Internet (sites, DNS and the real latency matrix, on
-loopback), N volunteer nodes bootstrapping from the first, and one indexer,
-all in this process; seeds a crawl of every site; shows the progress; and
-ends, when the crawl is done or at --duration, with the quality of the
-delegations (optimal %, probes, excess RTT) and a sample search. Every
-node's dashboard is reachable while the demo runs (--linger keeps them up
-after the summary). Private networks are allowed for the demo's nodes only.
+Starts the emulated Internet (sites, DNS and latencies, on loopback), N
+volunteer nodes bootstrapping from the first, and one indexer, all in this
+process; seeds a crawl of every site; shows the progress; and ends, when
+the crawl is done or at --duration, with the quality of the delegations
+(optimal %, probes, excess RTT), the crawl speed-up and a sample search.
+Every node's dashboard is reachable while the demo runs (--linger keeps
+them up after the summary). Private networks are allowed for the demo's
+nodes only. It takes about two and a half minutes: a few seconds to join,
+the crawl up to --duration, the summary.
 
-It needs the shared data (../shared/data beside the checkout, or
-$MICRA_DATA, or --data).
+The latencies are the real WonderProxy RTT matrix when the shared data is
+found (../shared/data beside the checkout, $MICRA_DATA or --data), else the
+embedded latency model fitted to it (docs/latency-model.md).
 
 Flags:`
 
@@ -40,13 +43,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&c.Depth, "depth", 2, "link depth of the crawl from each site's home page")
 	fs.DurationVar(&c.Duration, "duration", 2*time.Minute, "longest time the crawl runs before the summary")
 	fs.StringVar(&c.DataDir, "data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
+	latencyFlag(fs, &c.Latency)
 	fs.StringVar(&c.Geo, "geo", "", "a real-geo world: sites drawn from the geolocation CSV `FILE` (such as DB-IP's under the data directory), at their real places, in the real hierarchy's shape mapped into 127/8")
 	fs.StringVar(&c.Org, "org", "", "with --geo: only the rows whose organisation in the real hierarchy has a name containing `TEXT` (one organisation's prefixes, e.g. Amazon's)")
 	fs.StringVar(&c.Keep, "keep", "", "keep the nodes' and the indexer's data in `DIR` (default: a temporary directory, removed)")
 	fs.BoolVar(&c.LatencyMap, "map", false, "give the guided search a latency map: the nodes' locations (the emulated Internet's) and the RTT matrix (see micra bench delegation --map)")
 	fs.IntVar(&c.Submitters, "submitters", 4, "seeds submitted at once, each through another node")
 	fs.BoolVar(&c.Linger, "linger", false, "after the summary, keep everything running until interrupted")
-	fs.BoolVar(&c.Verbose, "v", false, "log at debug level (the log goes to demo.log in the data directory)")
+	fs.BoolVar(&c.Verbose, "v", false, "log at debug level (to the log file the demo names at its start; kept after it)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

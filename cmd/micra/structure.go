@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/micra-net/micra/internal/evaluate"
+	"github.com/micra-net/micra/internal/realdata"
 	"github.com/micra-net/micra/internal/world"
 )
 
@@ -44,11 +45,10 @@ func benchStructure(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	path := *geoFile
 	if path == "" {
-		dir, err := world.FindDataDir(*dataDir)
-		if err != nil {
+		var err error
+		if path, err = dbipFile(*dataDir, "structure", ""); err != nil {
 			return err
 		}
-		path = filepath.Join(dir, world.DBIPFile)
 	}
 	g, info, err := evaluate.LoadGeo(ctx, evaluate.GeoConfig{Path: path, Sites: *rows, Seed: *seed, Nodes: 1, DataDir: *dataDir})
 	if err != nil {
@@ -96,4 +96,15 @@ func benchStructure(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "\n%s\n", out.Attribution)
 	}
 	return nil
+}
+
+// dbipFile returns DB-IP's geolocation file in the data directory (dataDir,
+// $MICRA_DATA or ../shared/data), or an error saying that benchmark bench
+// reads real addresses from it, with what else it can run on (alt).
+func dbipFile(dataDir, bench, alt string) (string, error) {
+	dir, err := realdata.Find(dataDir, world.DBIPFile)
+	if err != nil {
+		return "", fmt.Errorf("micra bench %s reads real addresses from DB-IP's file in the shared data, not in the repository (README, \"Data and licences\"); --geo FILE names another%s: %w", bench, alt, err)
+	}
+	return filepath.Join(dir, world.DBIPFile), nil
 }

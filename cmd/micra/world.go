@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,8 +26,10 @@ Commands:
   rtt   DIR [SITE...]
         print the true RTT from every node to sites, and the optimal node
 
-Everything binds inside 127.0.0.0/8. The latency data is read from the data
-directory (--data, $MICRA_DATA, or shared/data beside the checkout).`)
+Everything binds inside 127.0.0.0/8. The latencies are the real RTT matrix
+of the data directory (--data, $MICRA_DATA, or shared/data beside the
+checkout) when it is found, else the embedded latency model; --latency
+chooses.`)
 	}
 	if len(args) == 0 {
 		usage(stderr)
@@ -54,9 +57,10 @@ func worldGen(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Int64Var(&p.Seed, "seed", p.Seed, "random seed: the same seed and flags give the same world, byte for byte")
 	fs.IntVar(&p.Sites, "sites", p.Sites, "number of web sites")
 	fs.IntVar(&p.Nodes, "nodes", p.Nodes, "number of volunteer node addresses")
-	fs.BoolVar(&p.FromReal, "from-real", p.FromReal, "derive the allocations from the real RIR and ip2asn data")
+	fs.BoolVar(&p.FromReal, "from-real", p.FromReal, "derive the allocations from the real RIR and ip2asn data (the built-in snapshot's without the data directory)")
 	fs.StringVar(&p.Geo, "geo", "", "draw the sites from the geolocation CSV `FILE`, at their real places in the real hierarchy's shape (not with --from-real)")
 	fs.StringVar(&p.DataDir, "data", "", "data `DIR` (default: $MICRA_DATA or shared/data beside the checkout)")
+	latencyFlag(fs, &p.Latency)
 	fs.IntVar(&p.Port, "port", p.Port, "port of every site and of the DNS server")
 	fs.IntVar(&p.Hostile, "hostile", p.Hostile, "number of hostile sites (hostile only when served with --hostile)")
 	fs.IntVar(&p.MaxDepth, "max-depth", p.MaxDepth, "deepest level of the registry hierarchy, 4 to 8")
@@ -87,8 +91,8 @@ func worldGen(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := w.Write(*out); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "generated %d sites and %d nodes (seed %d%s) in %v\n", len(w.Sites()), len(w.Nodes()), p.Seed,
-		map[bool]string{true: ", from real data", false: ""}[p.FromReal || p.Geo != ""], time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "generated %d sites and %d nodes (seed %d%s) in %v; latencies: %s\n", len(w.Sites()), len(w.Nodes()), p.Seed,
+		map[bool]string{true: ", from real data", false: ""}[p.FromReal || p.Geo != ""], time.Since(start).Round(time.Millisecond), w.Latency())
 	fmt.Fprintf(stdout, "wrote %s and %d registry files in %s\n", filepath.Join(*out, world.SpecFile), len(w.Registry()), filepath.Join(*out, world.RegistryDir))
 	return nil
 }
@@ -126,8 +130,8 @@ func worldServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	p := w.Params()
-	fmt.Fprintf(stdout, "world %s: seed %d, %d sites, %d nodes, port %d, time scale %v, hostile %v\n",
-		dir, p.Seed, len(w.Sites()), len(w.Nodes()), run.Port(), *scale, *hostile)
+	fmt.Fprintf(stdout, "world %s: seed %d, %d sites, %d nodes, port %d, time scale %v, hostile %v; latencies: %s\n",
+		dir, p.Seed, len(w.Sites()), len(w.Nodes()), run.Port(), *scale, *hostile, w.Latency())
 	fmt.Fprintf(stdout, "dns %s\n", run.DNS())
 	fmt.Fprintln(stdout, "registry files (load with \"micra subnet import\"):")
 	abs, _ := filepath.Abs(dir)
@@ -196,4 +200,17 @@ func worldRTT(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(tw, "%s (%.1f ms)\t\n", best, float64(rtt)/1e6)
 	}
 	return tw.Flush()
+}
+
+// latencyFlag adds --latency, where an emulated Internet's RTTs come from
+// (world.Params.Latency), to fs.
+func latencyFlag(fs *flag.FlagSet, v *string) {
+	fs.Func("latency", "where the emulated Internet's RTTs come from: `matrix` (the real WonderProxy matrix in the data directory) or model (the embedded model fitted to it); default: the matrix when the data directory has it, else the model",
+		func(s string) error {
+			if s != world.LatencyMatrix && s != world.LatencyModel {
+				return fmt.Errorf("want %q or %q", world.LatencyMatrix, world.LatencyModel)
+			}
+			*v = s
+			return nil
+		})
 }

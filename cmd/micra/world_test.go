@@ -15,23 +15,11 @@ import (
 	"time"
 
 	"github.com/micra-net/micra/internal/evaluate"
+	"github.com/micra-net/micra/internal/realdata"
 	"github.com/micra-net/micra/internal/world"
 )
 
-// needData skips a test when the shared latency data is absent, except
-// under CI, where it must be there.
-func needData(t *testing.T) {
-	t.Helper()
-	if _, err := world.FindDataDir(""); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs the shared data: %v", err)
-		}
-		t.Skip(err)
-	}
-}
-
 func TestWorldGenRTTServe(t *testing.T) {
-	needData(t)
 	dir := filepath.Join(t.TempDir(), "w")
 	code, out, errs := runCmd(t, "world", "gen", "--seed", "3", "--sites", "30", "--nodes", "4", "--port", "0", "--out", dir)
 	if code != 0 {
@@ -125,7 +113,6 @@ func (s *syncBuffer) String() string {
 }
 
 func TestBenchDelegation(t *testing.T) {
-	needData(t)
 	dir := t.TempDir()
 	code, out, errs := runCmd(t, "bench", "delegation", "--sites", "200", "--from-real=false", "--nodes", "6", "--threshold", "50",
 		"--repeats", "1", "--progressive", "100", "--json", "--csv", filepath.Join(dir, "r.csv"), "--plot", filepath.Join(dir, "r.png"))
@@ -180,7 +167,6 @@ func TestBenchDelegation(t *testing.T) {
 }
 
 func TestBenchDelegationGeo(t *testing.T) {
-	needData(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "servers.csv")
 	var b strings.Builder
@@ -248,7 +234,7 @@ func TestBenchDelegationGeo(t *testing.T) {
 }
 
 func TestBenchStructure(t *testing.T) {
-	needData(t)
+	realdata.Need(t, world.DBIPFile)
 	code, out, errs := runCmd(t, "bench", "structure", "--rows", "3000", "--sites", "300", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -273,7 +259,6 @@ func TestBenchStructure(t *testing.T) {
 }
 
 func TestBenchCrawl(t *testing.T) {
-	needData(t)
 	dir := t.TempDir()
 	code, out, errs := runCmd(t, "bench", "crawl", "--sites", "80", "--nodes", "6", "--crawl-sites", "30", "--max-pages", "20", "--agreement", "5", "--scale", "0.02",
 		"--json", "--csv", filepath.Join(dir, "c.csv"), "--plot", filepath.Join(dir, "c.png"))

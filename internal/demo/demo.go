@@ -49,6 +49,7 @@ type Config struct {
 	Depth      int           // link depth of the crawl from each home page
 	Duration   time.Duration // longest time the crawl runs
 	DataDir    string        // the shared data; "" for ../shared/data or $MICRA_DATA
+	Latency    string        // world.Params.Latency: "" the real matrix when found, else the embedded model
 	Geo        string        // a geolocation CSV for a real-geo world
 	Org        string        // with Geo: only one organisation's rows (world.Params.GeoOrg)
 	Keep       string        // keep the data here; "" for a temporary directory
@@ -59,19 +60,21 @@ type Config struct {
 }
 
 // Run runs one demo, writing its progress and summary to stdout and its
-// log to stderr (or, with Verbose, to demo.log in the data directory).
+// log to a file it names: demo.log in the data directory with Keep, else a
+// micra-demo-*.log in the temporary directory, kept after the run.
 func Run(ctx context.Context, c Config, stdout, stderr io.Writer) (err error) {
 	d := &demo{c: c, out: stdout, errOut: stderr, start: time.Now()}
 	dir := c.Keep
+	var logFile *os.File
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "micra-demo-"); err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
-	} else if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+		logFile, err = os.CreateTemp("", "micra-demo-*.log")
+	} else if err = os.MkdirAll(dir, 0o700); err == nil {
+		logFile, err = os.Create(filepath.Join(dir, "demo.log"))
 	}
-	logFile, err := os.Create(filepath.Join(dir, "demo.log"))
 	if err != nil {
 		return err
 	}
@@ -112,6 +115,9 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) (err error) {
 	}
 	fmt.Fprintln(stdout)
 	sampleSearch(ctx, stdout, d.ri, d.seeds, d.run)
+	if !c.Linger {
+		fmt.Fprintln(stdout, "(the indexer stops with the demo: --linger keeps it, its search page and the dashboards up for such commands)")
+	}
 	if c.Linger {
 		fmt.Fprintln(stdout, "\nrunning until interrupted (Ctrl-C): the dashboards and the search page stay up")
 		<-ctx.Done()
@@ -142,9 +148,10 @@ func (d *demo) startWorld(ctx context.Context, _ string) (func() error, error) {
 	c := d.c
 	p := world.DefaultParams()
 	p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir, p.Port, p.Geo, p.GeoOrg = c.Seed, c.Sites, c.Nodes, c.Geo == "", c.DataDir, 0, c.Geo, c.Org
+	p.Latency = c.Latency
 	w, err := world.Generate(ctx, p)
 	if err != nil {
-		return nil, fmt.Errorf("generating the emulated Internet: %w (the demo needs the shared data: ../shared/data beside the checkout, $MICRA_DATA or --data)", err)
+		return nil, fmt.Errorf("generating the emulated Internet: %w", err)
 	}
 	run, err := w.Start(ctx, world.TimeScale(c.Scale), world.Port(0), world.Logger(d.log.With("subsystem", "world")))
 	if err != nil {
@@ -156,6 +163,11 @@ func (d *demo) startWorld(ctx context.Context, _ string) (func() error, error) {
 	}
 	fmt.Fprintf(d.out, "emulated Internet: %d sites, %d volunteer addresses, time scale %v, DNS %s; log in %s\n",
 		len(w.Sites()), len(w.Nodes()), c.Scale, run.DNS(), d.logName)
+	if w.Params().Latency == world.LatencyModel {
+		fmt.Fprintf(d.out, "latencies: %s; on the real matrix: --data DIR with the shared data (README, \"Data and licences\")\n", w.Latency())
+	} else {
+		fmt.Fprintf(d.out, "latencies: %s (the embedded model instead: --latency model)\n", w.Latency())
+	}
 	return run.Close, nil
 }
 
@@ -274,10 +286,12 @@ func (d *demo) crawl(ctx context.Context) error {
 	defer tick.Stop()
 	lastLine := time.Now()
 	idleSince := time.Time{}
+	cut := false // the duration ended the crawl
 loop:
 	for {
 		select {
 		case <-cctx.Done():
+			cut = true
 			break loop
 		case <-tick.C:
 		}
@@ -313,7 +327,12 @@ loop:
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	fmt.Fprintf(d.out, "crawl: %v, %s\n", time.Since(crawlStart).Round(100*time.Millisecond), fig())
+	f := fig()
+	fmt.Fprintf(d.out, "crawl: %v, %s\n", time.Since(crawlStart).Round(100*time.Millisecond), f)
+	if cut && !f.idle {
+		fmt.Fprintf(d.out, "the crawl was cut off at --duration %v with %d URLs still queued and %d in flight: a longer --duration finishes it\n",
+			c.Duration, f.queued, f.inFlight)
+	}
 	if n := failed.Load(); n > 0 {
 		fmt.Fprintf(d.out, "%d seeds could not be submitted (see the log)\n", n)
 	}
@@ -323,7 +342,7 @@ loop:
 // demoFigures is the line of figures the demo shows while it runs.
 type demoFigures struct {
 	delegated, seeds         int
-	probes, decisions        int64
+	probes                   int64
 	pages, wire, results     int64
 	queued, inFlight, stored int64
 	outbox                   int
@@ -335,7 +354,6 @@ func figures(nodes []*swarm.Node, ri *node.Indexer, submitted int64, seeds int) 
 	for _, dn := range nodes {
 		ds := dn.DelegationStats()
 		f.probes += ds.Probes
-		f.decisions += ds.Decisions
 		cs := dn.CrawlStats()
 		f.pages += cs.Fetched
 		f.wire += cs.WireBytes
@@ -355,16 +373,12 @@ func figures(nodes []*swarm.Node, ri *node.Indexer, submitted int64, seeds int) 
 }
 
 func (f demoFigures) String() string {
-	ppd := 0.0
-	if f.decisions > 0 {
-		ppd = float64(f.probes) / float64(f.decisions)
-	}
 	ratio := "-"
 	if f.results > 0 {
 		ratio = fmt.Sprintf("1/%.0f", float64(f.wire)/float64(f.results))
 	}
-	return fmt.Sprintf("sites delegated %d/%d · probes/delegation %.2f · pages %d (queued %d) · result ratio %s · indexed %d",
-		f.delegated, f.seeds, ppd, f.pages, f.queued, ratio, f.stored)
+	return fmt.Sprintf("sites delegated %d/%d · probes %d · pages %d (queued %d) · result ratio %s · indexed %d",
+		f.delegated, f.seeds, f.probes, f.pages, f.queued, ratio, f.stored)
 }
 
 // delegationTable prints how good the delegations of the seeded sites
@@ -452,6 +466,7 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *wo
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintln(out, "(optimal: delegated to the node with the least RTT to the site; probes per new subnet: every probe the searches sent ÷ the subnets they delegated; excess: RTT beyond that node's)")
 	speed.print(out)
 	if balanced > 0 {
 		fmt.Fprintf(out, "Load balancing changed %d decisions (the chosen node was full: a held subnet handed off, the second-best node, or a search without the full nodes).\n", balanced)
@@ -475,7 +490,7 @@ func sampleSearch(ctx context.Context, out io.Writer, ri *node.Indexer, seeds []
 		if res.Total == 0 {
 			return false
 		}
-		fmt.Fprintf(out, "micra search %s → %d pages, the first:\n", q, res.Total)
+		fmt.Fprintf(out, "micra search --api http://%s %s → %d pages, the first:\n", ri.HTTPAddr(), q, res.Total)
 		for _, h := range res.Hits {
 			types := ""
 			if len(h.Types) > 0 {

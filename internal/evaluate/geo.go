@@ -20,6 +20,7 @@ type GeoConfig struct {
 	Seed    int64  // sample, addresses, node places
 	Nodes   int    // the most nodes an evaluation will use
 	DataDir string // the shared data directory ("" finds it)
+	Latency string // where RTTs come from: world.LatencyMatrix, world.LatencyModel, "" the matrix when found
 	// Org keeps only the rows whose range's organisation (its own or its
 	// nearest ancestor's, in the real hierarchy) has a name containing
 	// Org, case folded: one organisation's prefixes, such as a cloud's.
@@ -40,7 +41,7 @@ type GeoInfo struct {
 // node set from every location (pickNodes prefers distinct ones).
 func LoadGeo(ctx context.Context, cfg GeoConfig) (*world.Geo, GeoInfo, error) {
 	var info GeoInfo
-	locs, err := world.LoadLocations(cfg.DataDir)
+	locs, err := world.LoadLocations(cfg.DataDir, cfg.Latency)
 	if err != nil {
 		return nil, info, err
 	}
@@ -59,7 +60,7 @@ func LoadGeo(ctx context.Context, cfg GeoConfig) (*world.Geo, GeoInfo, error) {
 	if err != nil {
 		return nil, info, err
 	}
-	g, err := world.NewGeo(ctx, sites, tree, world.GeoParams{Seed: cfg.Seed, Nodes: max(cfg.Nodes, len(locs)), DataDir: cfg.DataDir})
+	g, err := world.NewGeo(ctx, sites, tree, world.GeoParams{Seed: cfg.Seed, Nodes: max(cfg.Nodes, len(locs)), DataDir: cfg.DataDir, Latency: cfg.Latency})
 	if err != nil {
 		return nil, info, err
 	}

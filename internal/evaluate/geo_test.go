@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/micra-net/micra/internal/realdata"
 	"github.com/micra-net/micra/internal/world"
 )
 
@@ -20,17 +21,8 @@ func geoData(t *testing.T) (dir, dbip string) {
 	if raceEnabled {
 		t.Skip("real-data tests run without -race")
 	}
-	dir, err := world.FindDataDir("")
-	if err == nil {
-		dbip = filepath.Join(dir, world.DBIPFile)
-		_, err = os.Stat(dbip)
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs the real data: %v", err)
-		}
-		t.Skipf("real data not found: %v", err)
-	}
+	dir = realdata.Need(t, world.DBIPFile)
+	dbip = filepath.Join(dir, world.DBIPFile)
 	return dir, dbip
 }
 

@@ -336,7 +336,7 @@ func startLab(ctx context.Context, dir string, cfg labConfig) (fn *lab, err erro
 	p.Seed, p.Sites, p.Nodes, p.DataDir, p.Port = cfg.seed, cfg.sites, numHelpers+1, cfg.data, 0
 	w, err := world.Generate(ctx, p)
 	if err != nil {
-		return fn, fmt.Errorf("generating the emulated Internet: %w (it needs the shared data: ../shared/data beside the checkout, $MICRA_DATA or --data)", err)
+		return fn, fmt.Errorf("generating the emulated Internet: %w", err)
 	}
 	run, err := w.Start(ctx, world.TimeScale(cfg.scale), world.Port(0), world.Logger(cfg.log.With("subsystem", "world")))
 	if err != nil {

@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/micra-net/micra/internal/realdata"
 )
 
 func gz(t testing.TB, s string) []byte {
@@ -240,31 +241,8 @@ func dataFile(t testing.TB) string {
 		t.Skip("real-data tests run without -race")
 	}
 	const rel = "geo/dbip-city-lite-ipv4-2026-06.prefix.csv.gz"
-	var dirs []string
-	if d := os.Getenv("MICRA_DATA"); d != "" {
-		dirs = append(dirs, d)
-	}
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; ; d = filepath.Dir(d) {
-			dirs = append(dirs, filepath.Join(d, "shared", "data"))
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-	}
-	for _, d := range dirs {
-		if p := filepath.Join(d, rel); fileExists(p) {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("CI needs the real data: %s not found", rel)
-	}
-	t.Skipf("real data not found: %s", rel)
-	return ""
+	return filepath.Join(realdata.Need(t, rel), rel)
 }
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func TestDBIP(t *testing.T) {
 	path := dataFile(t)

@@ -67,12 +67,6 @@ func needProcesses(t *testing.T) {
 	case runtime.GOOS != "linux":
 		t.Skip("process-level scenarios need loopback addresses beyond 127.0.0.1 (Linux)")
 	}
-	if _, err := world.FindDataDir(""); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs the shared data: %v", err)
-		}
-		t.Skip(err)
-	}
 }
 
 var (

@@ -2,9 +2,9 @@
 // integration tests, benchmarks and the demo run against, since no real
 // Internet is reachable. It owns everything of that Internet and nothing of
 // micra's: it imports only the subnet and internal/geo packages (to read
-// real registry and geolocation data
-// and to load its own registry files back) and never node, overlay, crawl
-// or libp2p.
+// real registry and geolocation data and to load its own registry files
+// back) and internal/realdata (to find that data), and never node,
+// overlay, crawl or libp2p.
 //
 // # What a world is
 //
@@ -31,8 +31,9 @@
 //     shared-hosting subnets holding many sites, CDN-like sites with a
 //     point of presence near everybody, and ranges whose registry country
 //     is stale.
-//   - every subnet, site and node placed at a real city of the WonderProxy
-//     latency data (2020-07-19), country-matched with its registry data.
+//   - every subnet, site and node placed at one of 246 real cities (the
+//     places of the WonderProxy latency data, 2020-07-19), country-matched
+//     with its registry data.
 //   - web sites with generated pages and links, robots.txt, sitemaps, RSS
 //     and Atom feeds, schema.org structured data (JSON-LD or microdata,
 //     some of it broken), validators and 304s, pages that change over time,
@@ -41,13 +42,18 @@
 //     invalid and lying charsets and content codings); and volunteer
 //     node addresses.
 //
-// The latency model: RTT(a, b) is the measured mean RTT between the two
-// cities (or Params.IntraCityRTT within one), plus the last mile of each
+// The latency model: RTT(a, b) is the mean RTT between the two cities (or
+// Params.IntraCityRTT within one), plus the last mile of each
 // address's smallest range, plus a per-request jitter around zero sized by
 // the measured deviation. World.RTT, World.RTTAddr and World.Optimal give
 // the true (mean, unscaled) values: the oracle for optimal delegation.
 // Addresses outside every organisation's range, and any address outside
-// 127/8, are at Params.DefaultCity with a 5 ms last mile.
+// 127/8, are at Params.DefaultCity with a 5 ms last mile. The mean RTT
+// between cities is the real WonderProxy matrix's when the data directory
+// has it (it has no licence and never ships), else the embedded model's,
+// fitted to it (latmodel.go; Params.Latency chooses, World.Latency says
+// which a world used). With Params.FromReal and no data directory, the
+// real allocations are the built-in snapshot's (subnet/embedded).
 //
 // # Real-geo worlds
 //

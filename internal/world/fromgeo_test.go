@@ -5,10 +5,10 @@ import (
 	"context"
 	"errors"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/micra-net/micra/internal/realdata"
 	"github.com/micra-net/micra/subnet"
 	"github.com/micra-net/micra/subnet/embedded"
 )
@@ -20,18 +20,7 @@ func dbipData(t *testing.T) string {
 	if raceEnabled {
 		t.Skip("real-data tests run without -race")
 	}
-	dir, err := FindDataDir("")
-	f := filepath.Join(dir, DBIPFile)
-	if err == nil {
-		_, err = os.Stat(f)
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs the real data: %v", err)
-		}
-		t.Skipf("real data not found: %v", err)
-	}
-	return f
+	return filepath.Join(realdata.Need(t, DBIPFile), DBIPFile)
 }
 
 // TestGeoWorld checks a world drawn from the DB-IP file: its sites are the

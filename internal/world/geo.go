@@ -65,6 +65,7 @@ type GeoParams struct {
 	Seed         int64   // places and addresses of the nodes, their access delays
 	Nodes        int     // volunteer nodes, 1 to 10,000
 	DataDir      string  // the data directory; "" finds it (see FindDataDir)
+	Latency      string  // where the RTTs come from, as Params.Latency; NewGeo records the one it used
 	IntraCityRTT float64 // ms between two places at one location, before last miles and access delays
 	Jitter       float64 // multiplier of the per-request jitter (as Params.Jitter); negative disables it
 }
@@ -116,10 +117,11 @@ func NewGeo(ctx context.Context, sites []GeoSite, tree *subnet.Tree, p GeoParams
 	case p.Jitter < 0:
 		p.Jitter = 0
 	}
-	lat, _, err := findLatency(p.DataDir)
+	lat, _, used, err := findLatency(p.DataDir, p.Latency)
 	if err != nil {
 		return nil, err
 	}
+	p.Latency = used
 	g := &Geo{p: p, lat: lat, ep: make(map[netip.Addr]endpoint, len(sites)+p.Nodes), isNode: map[netip.Addr]struct{}{}}
 	for _, gs := range sites {
 		if err := ctx.Err(); err != nil {
@@ -262,6 +264,10 @@ func (d *latencyData) nearest(lat, lon float64) (int, float64) {
 // addresses and addresses with no subnet in the hierarchy.
 func (g *Geo) Dropped() int { return g.dropped }
 
+// Latency returns where the Geo's RTTs come from: LatencyMatrix or
+// LatencyModel.
+func (g *Geo) Latency() string { return g.p.Latency }
+
 // Sites returns every site, ordered by ID.
 func (g *Geo) Sites() []Site {
 	out := make([]Site, len(g.sites))
@@ -320,10 +326,11 @@ func (g *Geo) SampleRTT(from netip.Addr, s Site, z float64) time.Duration {
 	return msDur(g.lat.sampleRTT(x, y, g.p.IntraCityRTT, g.p.Jitter, z))
 }
 
-// LoadLocations returns the locations of the latency data in dataDir (""
-// finds it, see FindDataDir), ordered by ID: where nodes and sites can be.
-func LoadLocations(dataDir string) ([]Location, error) {
-	lat, _, err := findLatency(dataDir)
+// LoadLocations returns the locations of latency source src (as
+// Params.Latency) with data directory dataDir ("" finds it, see
+// FindDataDir), ordered by ID: where nodes and sites can be.
+func LoadLocations(dataDir, src string) ([]Location, error) {
+	lat, _, _, err := findLatency(dataDir, src)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ import (
 // each country's range.
 func geoTree(t *testing.T) (*subnet.Tree, map[string]subnet.Range) {
 	t.Helper()
-	locs, err := LoadLocations("")
+	locs, err := LoadLocations("", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func locByCity(t *testing.T, locs []Location, city string) Location {
 
 func TestGeoPlacementAndRTT(t *testing.T) {
 	tree, ranges := geoTree(t)
-	locs, _ := LoadLocations("")
+	locs, _ := LoadLocations("", "")
 	fra := locByCity(t, locs, "Frankfurt")
 	de := ranges["DE"]
 	in := func(i int) netip.Addr { // the i-th address of the DE range
@@ -192,7 +192,7 @@ func locIndex(d *latencyData, id int) int {
 // the nearest node to every site is well defined.
 func TestGeoSharedLocations(t *testing.T) {
 	tree, _ := geoTree(t)
-	locs, _ := LoadLocations("")
+	locs, _ := LoadLocations("", "")
 	g, err := NewGeo(context.Background(), nil, tree, GeoParams{Seed: 1, Nodes: 2*len(locs) + 3})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/micra-net/micra/internal/realdata"
 )
 
 // Paths of the latency data, relative to the data directory
@@ -31,7 +33,7 @@ const maxServers = 2048
 
 // DataEnv names the environment variable that points at the data
 // directory when Params.DataDir is empty.
-const DataEnv = "MICRA_DATA"
+const DataEnv = realdata.Env
 
 // Location is one city of the real latency data: a WonderProxy server
 // with its country. Every subnet, site and node of a world is placed at a
@@ -55,6 +57,8 @@ type latencyData struct {
 	rtt       []float64        // n×n; the diagonal is the data's loopback value
 	mdev      []float64        // n×n
 	estimated int              // unordered pairs with no measurement, estimated from distance
+	measured  []bool           // n×n: whether the matrix measured the pair (nil for the model)
+	model     bool             // the embedded model, not the matrix
 	sums      DataFile         // servers file
 	pings     DataFile
 }
@@ -62,7 +66,7 @@ type latencyData struct {
 // DataFile names one input file of a world with its SHA-256, so that a
 // spec records exactly what it was generated from.
 type DataFile struct {
-	Path   string `json:"path"` // relative to the data directory
+	Path   string `json:"path"` // relative to the data directory; "builtin:" and a path in the module for a file the binary embeds
 	SHA256 string `json:"sha256"`
 }
 
@@ -82,15 +86,47 @@ type latencyOnce struct {
 	err  error
 }
 
-// findLatency finds the data directory (see FindDataDir) and loads its
-// latency data.
-func findLatency(dataDir string) (*latencyData, string, error) {
-	dir, err := FindDataDir(dataDir)
-	if err != nil {
-		return nil, "", err
+// Where a world's RTTs come from (Params.Latency, GeoParams.Latency).
+const (
+	// LatencyMatrix is the real all-pairs ping matrix in the data
+	// directory (WonderProxy, 2020-07-19; no licence, so it never ships).
+	LatencyMatrix = "matrix"
+	// LatencyModel is the embedded model fitted to it (latmodel.go): what
+	// a clean clone runs on.
+	LatencyModel = "model"
+)
+
+// LatencySource describes, in words for a person, where the RTTs of a
+// world generated with latency source src ("" resolved as Generate does)
+// and data directory dir come from.
+func LatencySource(src, dir string) string {
+	if src == LatencyModel {
+		return "the embedded latency model (fitted to the WonderProxy matrix; places from GeoNames)"
 	}
-	lat, err := loadLatency(dir)
-	return lat, dir, err
+	return "the WonderProxy RTT matrix in " + dir
+}
+
+// findLatency returns the latency data of source src (see
+// Params.Latency) and the data directory: dataDir when not empty, else
+// $MICRA_DATA, else one found beside the working directory (FindDataDir);
+// "" when src is the model and none is found. With src "", a missing
+// matrix is an error only when a data directory was named (dataDir or
+// $MICRA_DATA): otherwise the model serves. The source used is returned.
+func findLatency(dataDir, src string) (lat *latencyData, dir, used string, err error) {
+	dir, derr := FindDataDir(dataDir)
+	if derr != nil {
+		dir = ""
+	}
+	named := dataDir != "" || os.Getenv(DataEnv) != ""
+	if src == LatencyModel || (src == "" && derr != nil && errors.Is(derr, ErrNoData) && !named) {
+		lat, err = modelLatency()
+		return lat, dir, LatencyModel, err
+	}
+	if derr != nil {
+		return nil, "", "", derr
+	}
+	lat, err = loadLatency(dir)
+	return lat, dir, LatencyMatrix, err
 }
 
 // loadLatency reads (once per process and directory) the latency data in
@@ -258,10 +294,12 @@ func (d *latencyData) readPings(r io.Reader) error {
 	}
 	d.rtt = make([]float64, n*n)
 	d.mdev = make([]float64, n*n)
+	d.measured = make([]bool, n*n)
 	for i := 0; i < n; i++ {
 		for j := 0; j < n; j++ {
 			k := i*n + j
 			if cnt[k] > 0 {
+				d.measured[k] = true
 				d.rtt[k] = sum[k] / float64(cnt[k])
 				d.mdev[k] = dsum[k] / float64(cnt[k])
 				continue
@@ -296,42 +334,15 @@ func DistanceKm(lat1, lon1, lat2, lon2 float64) float64 {
 	return 2 * r * math.Asin(math.Min(1, math.Sqrt(h)))
 }
 
-// FindDataDir returns the data directory: dir when it is not empty, else
-// $MICRA_DATA, else the first "shared/data" found beside the current
-// directory or one of its parents (a checkout keeps ../shared beside the
-// repository). It checks that the latency data is there.
+// FindDataDir returns the data directory holding the latency matrix: dir
+// when it is not empty, else $MICRA_DATA, else the first "shared/data"
+// found beside the current directory or one of its parents (a checkout
+// keeps ../shared beside the repository); see realdata.Find. Its error
+// wraps ErrNoData.
 func FindDataDir(dir string) (string, error) {
-	check := func(d string) bool {
-		_, err := os.Stat(filepath.Join(d, serversFile))
-		return err == nil
+	d, err := realdata.Find(dir, serversFile)
+	if errors.Is(err, realdata.ErrNotFound) {
+		return "", fmt.Errorf("%w%s", ErrNoData, strings.TrimPrefix(err.Error(), realdata.ErrNotFound.Error()))
 	}
-	if dir != "" {
-		if !check(dir) {
-			return "", fmt.Errorf("%w: %s has no %s", ErrNoData, dir, serversFile)
-		}
-		return dir, nil
-	}
-	if env := os.Getenv(DataEnv); env != "" {
-		if !check(env) {
-			return "", fmt.Errorf("%w: $%s=%s has no %s", ErrNoData, DataEnv, env, serversFile)
-		}
-		return env, nil
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := wd; ; {
-		for _, c := range []string{filepath.Join(d, "shared", "data"), filepath.Join(d, "data")} {
-			if check(c) {
-				return c, nil
-			}
-		}
-		p := filepath.Dir(d)
-		if p == d {
-			break
-		}
-		d = p
-	}
-	return "", fmt.Errorf("%w: no shared/data beside %s or its parents; set $%s or the data directory", ErrNoData, wd, DataEnv)
+	return d, err
 }

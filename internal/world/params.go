@@ -18,6 +18,11 @@ type Params struct {
 	Nodes    int    `json:"nodes"`     // number of volunteer node addresses, 1 to 10,000
 	FromReal bool   `json:"from_real"` // derive the allocation structure from the real RIR and ip2asn data
 	DataDir  string `json:"-"`         // the data directory; "" finds it (see FindDataDir)
+	// Latency is where the RTTs come from: LatencyMatrix (the real matrix
+	// in the data directory), LatencyModel (the embedded model fitted to
+	// it) or "" for the matrix when the data directory has it, else the
+	// model. Generate records the one it used, so that a spec names it.
+	Latency string `json:"latency"`
 	// Geo, when not "", is a geolocation file (package geo's CSV format,
 	// such as DB-IP's, DBIPFile under the data directory): the world's
 	// sites are Sites of its rows, at their real places, in the part of
@@ -146,6 +151,8 @@ func (p *Params) Validate() error {
 		return bad("sites must be 1 to 100000, got %d", p.Sites)
 	case p.Nodes < 1 || p.Nodes > 10_000:
 		return bad("nodes must be 1 to 10000, got %d", p.Nodes)
+	case p.Latency != "" && p.Latency != LatencyMatrix && p.Latency != LatencyModel:
+		return bad("latency must be %q or %q, got %q", LatencyMatrix, LatencyModel, p.Latency)
 	case p.Geo != "" && p.FromReal:
 		return bad("geo and from real exclude each other")
 	case p.GeoOrg != "" && p.Geo == "":

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/micra-net/micra/subnet"
+	"github.com/micra-net/micra/subnet/embedded"
 )
 
 // realInputs are the registry data a world derived from real data reads,
@@ -48,7 +49,19 @@ type realTree struct {
 
 var realTrees sync.Map // absolute data dir → *realTree
 
+// loadRealTree returns the hierarchy of the real data in dir; with dir ""
+// (no data directory found), the built-in snapshot's (subnet/embedded,
+// built from the same files and the IANA and other 2013 RIR files), so
+// that a world derived from real allocations needs nothing beside the
+// checkout.
 func loadRealTree(ctx context.Context, dir string) (*subnet.Tree, []DataFile, error) {
+	if dir == "" {
+		t, err := embedded.Tree()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: the built-in hierarchy: %v", ErrBadData, err)
+		}
+		return t, []DataFile{{Path: builtinPrefix + "subnet/embedded/default.snap", SHA256: sha256Hex(embedded.Bytes())}}, nil
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, nil, err

@@ -70,10 +70,11 @@ func Generate(ctx context.Context, p Params) (*World, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	lat, dir, err := findLatency(p.DataDir)
+	lat, dir, used, err := findLatency(p.DataDir, p.Latency)
 	if err != nil {
 		return nil, err
 	}
+	p.Latency = used
 	w := &World{p: p, seed: uint64(p.Seed), dataDir: dir, lat: lat, defLoc: -1}
 	for i, l := range lat.locs {
 		if strings.EqualFold(l.City, p.DefaultCity) {
@@ -341,8 +342,14 @@ func (w *World) blockRange(i int) subnet.Range {
 // Params returns the parameters the world was generated from.
 func (w *World) Params() Params { return w.p }
 
-// DataDir returns the data directory the world was generated from.
+// DataDir returns the data directory the world was generated from; "" when
+// none was found (its RTTs are the embedded model's, its structure
+// synthetic or the built-in hierarchy's).
 func (w *World) DataDir() string { return w.dataDir }
+
+// Latency returns where the world's RTTs come from, in words for a person
+// (LatencySource); Params().Latency names it as a value.
+func (w *World) Latency() string { return LatencySource(w.p.Latency, w.dataDir) }
 
 // Site is one web site of the world. Values are copies; changing them
 // changes nothing in the world.

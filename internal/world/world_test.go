@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/micra-net/micra/internal/realdata"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -822,14 +823,11 @@ func TestWriteLoad(t *testing.T) {
 	}
 }
 
-// realLatency loads the real latency data and returns it with the data
-// directory.
+// realLatency loads the real latency matrix and returns it with the data
+// directory; without it the test skips (fails under CI: realdata.Need).
 func realLatency(t *testing.T) (*latencyData, string) {
 	t.Helper()
-	dir, err := FindDataDir("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := realdata.Need(t, serversFile, pingsFile)
 	d, err := loadLatency(dir)
 	if err != nil {
 		t.Fatal(err)
