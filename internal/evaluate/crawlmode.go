@@ -122,7 +122,7 @@ func crawlDeep(ctx context.Context, run *world.Running, nodes []netip.Addr, assi
 			t := time.Duration(float64(rec.Timing.Total) / scale)
 			sum += t
 			times = append(times, ms(t))
-			urls = append(urls, rec.URL)
+			urls = append(urls, rec.FinalURL)
 		}
 		r.Pages += len(nc.records)
 		r.DownloadS += sum.Seconds()
@@ -142,8 +142,12 @@ func crawlDeep(ctx context.Context, run *world.Running, nodes []netip.Addr, assi
 		slices.Sort(times)
 		r.P90PageMS = times[min(len(times)-1, len(times)*9/10)]
 	}
+	// Pages by their final URLs: a page that a redirect leads to is
+	// recorded under the redirecting URL too when the redirect was fetched
+	// before the page's own URL was known, which the order of the fetches
+	// decides, not the assignment.
 	slices.Sort(urls)
-	r.urls = urls
+	r.urls = slices.Compact(urls)
 	return r, ctx.Err()
 }
 
