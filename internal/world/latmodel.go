@@ -87,10 +87,12 @@ type placeTerm struct {
 	Slope  float64 `json:"slope"` // ms per 100 km
 }
 
-// Bounds of the embedded files, which are ours, but checked as any input.
+// Bounds of the embedded files, which are ours, but checked as any input:
+// every other number at most 1e4 in magnitude.
 const (
 	maxModelQuantiles = 1024
 	maxModelRegions   = 64
+	maxDevTerm        = 10 // |dev_a|, |dev_b|, |each deviation residual|
 )
 
 // rtt returns the model's mean RTT in ms between places a and b of
@@ -172,8 +174,12 @@ func decodeLatModel(b []byte) (*latModel, error) {
 	switch {
 	case m.Format != latModelFormat:
 		return nil, bad("format %q, want %q", m.Format, latModelFormat)
-	case !finite(m.Floor, m.Slope, m.DevA, m.DevB) || m.Floor <= 0:
-		return nil, bad("floor, slope or deviation out of range")
+	case !finite(m.Floor, m.Slope) || m.Floor <= 0:
+		return nil, bad("floor or slope out of range")
+	case !(math.Abs(m.DevA) <= maxDevTerm && math.Abs(m.DevB) <= maxDevTerm):
+		// Bounded so that e^(a + b ln rtt + residual) stays finite and
+		// positive for every RTT the other bounds allow.
+		return nil, bad("deviation terms out of range")
 	case len(m.RegionPairs) > maxModelRegions*maxModelRegions:
 		return nil, bad("%d region pairs", len(m.RegionPairs))
 	case len(m.DevResidual) > maxModelQuantiles:
@@ -189,7 +195,8 @@ func decodeLatModel(b []byte) (*latModel, error) {
 			return nil, bad("place %s out of range", k)
 		}
 	}
-	if len(m.DevResidual) == 0 || !finite(m.DevResidual...) || !slices.IsSorted(m.DevResidual) {
+	if len(m.DevResidual) == 0 || !finite(m.DevResidual...) || !slices.IsSorted(m.DevResidual) ||
+		!(math.Abs(m.DevResidual[0]) <= maxDevTerm && math.Abs(m.DevResidual[len(m.DevResidual)-1]) <= maxDevTerm) {
 		return nil, bad("deviation quantiles malformed")
 	}
 	return &m, nil
