@@ -200,7 +200,7 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 			return fmt.Errorf("loading the world's registry: %w", err)
 		}
 		w, params, latency = gw, gw.Params(), gw.Params().Latency
-		fmt.Fprintf(stderr, "world: %d sites, %d nodes, %d ranges (snapshot %s); latencies: %s\n", len(gw.Sites()), len(gw.Nodes()), tree.Len()-2, tree.ID().Short(), gw.Latency())
+		fmt.Fprintf(stderr, "world: %d sites, %d nodes, %d ranges (snapshot %s); latencies: %s\n", len(gw.Sites()), len(gw.Nodes()), tree.Len()-2, tree.ID().Short(), gw.DescribeLatency())
 	}
 	var prober evaluate.Prober = evaluate.ModelProber{World: w}
 	if *probes == "jitter" {

@@ -97,7 +97,7 @@ func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer run.Close()
-	fmt.Fprintf(stderr, "world: %d sites, %d nodes, time scale %v; latencies: %s\n", len(w.Sites()), len(w.Nodes()), *scale, w.Latency())
+	fmt.Fprintf(stderr, "world: %d sites, %d nodes, time scale %v; latencies: %s\n", len(w.Sites()), len(w.Nodes()), *scale, w.DescribeLatency())
 	if *decide == evaluate.DecidedByOverlay {
 		dir, err := os.MkdirTemp("", "micra-bench-crawl-")
 		if err != nil {
@@ -130,7 +130,7 @@ func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(benchCrawlJSON{World: w.Params(), Scale: *scale, CrawlReport: rep, Elapsed: time.Since(start).Seconds()})
 	}
-	fmt.Fprintf(stdout, "%d sites, each crawled by the node its strategy assigns; times modelled (measured / %v); latencies: %s.\n", len(rep.Results[0].Sites()), *scale, w.Latency())
+	fmt.Fprintf(stdout, "%d sites, each crawled by the node its strategy assigns; times modelled (measured / %v); latencies: %s.\n", len(rep.Results[0].Sites()), *scale, w.DescribeLatency())
 	if *mode != evaluate.ModeCrawl {
 		fmt.Fprintf(stdout, "  %s: the front pages, one connection at a time per node (thesis 8.4).\n", evaluate.ModeSequential)
 	}

@@ -92,7 +92,7 @@ func worldGen(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stdout, "generated %d sites and %d nodes (seed %d%s) in %v; latencies: %s\n", len(w.Sites()), len(w.Nodes()), p.Seed,
-		map[bool]string{true: ", from real data", false: ""}[p.FromReal || p.Geo != ""], time.Since(start).Round(time.Millisecond), w.Latency())
+		map[bool]string{true: ", from real data", false: ""}[p.FromReal || p.Geo != ""], time.Since(start).Round(time.Millisecond), w.DescribeLatency())
 	fmt.Fprintf(stdout, "wrote %s and %d registry files in %s\n", filepath.Join(*out, world.SpecFile), len(w.Registry()), filepath.Join(*out, world.RegistryDir))
 	return nil
 }
@@ -131,7 +131,7 @@ func worldServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	p := w.Params()
 	fmt.Fprintf(stdout, "world %s: seed %d, %d sites, %d nodes, port %d, time scale %v, hostile %v; latencies: %s\n",
-		dir, p.Seed, len(w.Sites()), len(w.Nodes()), run.Port(), *scale, *hostile, w.Latency())
+		dir, p.Seed, len(w.Sites()), len(w.Nodes()), run.Port(), *scale, *hostile, w.DescribeLatency())
 	fmt.Fprintf(stdout, "dns %s\n", run.DNS())
 	fmt.Fprintln(stdout, "registry files (load with \"micra subnet import\"):")
 	abs, _ := filepath.Abs(dir)

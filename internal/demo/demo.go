@@ -164,9 +164,9 @@ func (d *demo) startWorld(ctx context.Context, _ string) (func() error, error) {
 	fmt.Fprintf(d.out, "emulated Internet: %d sites, %d volunteer addresses, time scale %v, DNS %s; log in %s\n",
 		len(w.Sites()), len(w.Nodes()), c.Scale, run.DNS(), d.logName)
 	if w.Params().Latency == world.LatencyModel {
-		fmt.Fprintf(d.out, "latencies: %s; on the real matrix: --data DIR with the shared data (README, \"Data and licences\")\n", w.Latency())
+		fmt.Fprintf(d.out, "latencies: %s; on the real matrix: --data DIR with the shared data (README, \"Data and licences\")\n", w.DescribeLatency())
 	} else {
-		fmt.Fprintf(d.out, "latencies: %s (the embedded model instead: --latency model)\n", w.Latency())
+		fmt.Fprintf(d.out, "latencies: %s (the embedded model instead: --latency model)\n", w.DescribeLatency())
 	}
 	return run.Close, nil
 }

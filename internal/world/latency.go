@@ -58,7 +58,6 @@ type latencyData struct {
 	mdev      []float64        // n×n
 	estimated int              // unordered pairs with no measurement, estimated from distance
 	measured  []bool           // n×n: whether the matrix measured the pair (nil for the model)
-	model     bool             // the embedded model, not the matrix
 	sums      DataFile         // servers file
 	pings     DataFile
 }
@@ -95,16 +94,6 @@ const (
 	// a clean clone runs on.
 	LatencyModel = "model"
 )
-
-// LatencySource describes, in words for a person, where the RTTs of a
-// world generated with latency source src ("" resolved as Generate does)
-// and data directory dir come from.
-func LatencySource(src, dir string) string {
-	if src == LatencyModel {
-		return "the embedded latency model (fitted to the WonderProxy matrix; places from GeoNames)"
-	}
-	return "the WonderProxy RTT matrix in " + dir
-}
 
 // findLatency returns the latency data of source src (see
 // Params.Latency) and the data directory: dataDir when not empty, else

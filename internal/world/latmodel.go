@@ -266,7 +266,7 @@ func buildModelLatency(placesCSV, paramsJSON []byte) (*latencyData, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &latencyData{locs: locs, byCountry: map[string][]int{}, model: true}
+	d := &latencyData{locs: locs, byCountry: map[string][]int{}}
 	for i, l := range locs {
 		if _, ok := m.Places[strconv.Itoa(l.ID)]; !ok {
 			return nil, fmt.Errorf("%w: %s has no terms for place %d (%s)", ErrBadData, latModelParams, l.ID, l.City)

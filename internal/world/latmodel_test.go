@@ -18,7 +18,7 @@ func TestLatencyModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.n() < 240 || !d.model {
+	if d.n() < 240 || d.measured != nil || !strings.HasPrefix(d.pings.Path, builtinPrefix) {
 		t.Fatalf("%d places", d.n())
 	}
 	n := d.n()
@@ -68,8 +68,8 @@ func TestLatencySource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.Params().Latency != LatencyModel || w.DataDir() != "" || !strings.Contains(w.Latency(), "embedded latency model") {
-		t.Fatalf("latency %q, data dir %q: %s", w.Params().Latency, w.DataDir(), w.Latency())
+	if w.Params().Latency != LatencyModel || w.DataDir() != "" || !strings.Contains(w.DescribeLatency(), "embedded latency model") {
+		t.Fatalf("latency %q, data dir %q: %s", w.Params().Latency, w.DataDir(), w.DescribeLatency())
 	}
 	if !bytes.Contains(w.Spec(), []byte(`"latency": "model"`)) || !bytes.Contains(w.Spec(), []byte(builtinPrefix+latModelParams)) {
 		t.Fatal("the spec does not name the model")

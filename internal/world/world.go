@@ -347,9 +347,14 @@ func (w *World) Params() Params { return w.p }
 // synthetic or the built-in hierarchy's).
 func (w *World) DataDir() string { return w.dataDir }
 
-// Latency returns where the world's RTTs come from, in words for a person
-// (LatencySource); Params().Latency names it as a value.
-func (w *World) Latency() string { return LatencySource(w.p.Latency, w.dataDir) }
+// DescribeLatency says where the world's RTTs come from, in words for a
+// person; Params().Latency names it as a value.
+func (w *World) DescribeLatency() string {
+	if w.p.Latency == LatencyModel {
+		return "the embedded latency model (fitted to the WonderProxy matrix; places from GeoNames)"
+	}
+	return "the WonderProxy RTT matrix in " + w.dataDir
+}
 
 // Site is one web site of the world. Values are copies; changing them
 // changes nothing in the world.
