@@ -16,7 +16,7 @@ func sampleRecords() []Record {
 		{
 			URL: "http://a.org/x", FinalURL: "http://a.org/y", Time: now, Status: 200, Type: TypeHTML,
 			Title: "Title ü", Lang: "en", Canonical: "http://a.org/y",
-			Keywords:    []Keyword{{"cyprus", 65535}, {"volcano", 1200}},
+			Keywords:    []Keyword{{"cyprus", 65535}, {"volcano", 5 * 257}}, // weights travel quantised to multiples of 257
 			Links:       []Link{{"http://a.org/z", "anchor"}, {"http://b.org/", ""}},
 			Fingerprint: 0xdeadbeefcafef00d, Change: ChangeNew,
 			Timing: FetchTiming{DNS: time.Millisecond, Connect: 2 * time.Millisecond, TTFB: 30 * time.Millisecond, Total: 40 * time.Millisecond},

@@ -58,7 +58,10 @@
 //     vocabulary; at most 1000 per page, malformed blocks skipped and
 //     counted (Stats.StructuredMalformed), no remote context ever
 //     fetched. The IRIs they name feed the frontier like anchors;
-//   - index: weighted stemmed keywords, SimHash, change detection that
+//   - index: the page's whole vocabulary as weighted stemmed keywords
+//     (title, headings and definition terms weighing more; identifiers
+//     such as DEFAULT_AUTO_FIELD or os.path.join also joined into one
+//     word), at most MaxKeywords, SimHash, change detection that
 //     ignores counters, dates and link order (and sees a change of the
 //     statements): only new, modified and gone pages produce a Record;
 //   - route: links are normalised (WHATWG, session ids and fragments

@@ -94,7 +94,7 @@ func defaults() *config {
 		queueSize:     64,
 		maxDepth:      16,
 		maxLinks:      5000,
-		maxKeywords:   64,
+		maxKeywords:   maxRecKeywords,
 		structured:    true,
 		expectedURLs:  4 << 20,
 		batchBytes:    256 << 10,
@@ -122,7 +122,7 @@ func (c *config) validate() error {
 	check(c.perHost >= 1 && c.perHost <= maxHostConnections, "host connections %d not in 1..%d", c.perHost, maxHostConnections)
 	check(c.robotsTTL > 0 && c.robotsTTL <= 24*time.Hour, "robots.txt cache TTL %v not in (0, 24h]", c.robotsTTL)
 	check(c.workers > 0 && c.procWorkers > 0 && c.queueSize > 0, "workers and queue sizes must be positive")
-	check(c.maxDepth >= 0 && c.maxLinks > 0 && c.maxKeywords > 0, "depth, links and keywords limits invalid")
+	check(c.maxDepth >= 0 && c.maxLinks > 0 && c.maxKeywords > 0 && c.maxKeywords <= maxRecKeywords, "depth, links and keywords limits invalid")
 	check(c.batchBytes >= 1024 && c.batchBytes <= maxBatchRaw/2 && c.batchAge > 0, "batch limits invalid (bytes in 1 KiB..%d)", maxBatchRaw/2)
 	check(c.outCap > 0, "outgoing cap must be positive")
 	check(c.revisitMin > 0 && c.revisitMax >= c.revisitMin, "revisit interval bounds invalid")
@@ -269,7 +269,10 @@ func MaxLinks(n int) Option {
 	return func(c *config) error { c.maxLinks = n; return nil }
 }
 
-// MaxKeywords caps the keywords in one record. Default 64.
+// MaxKeywords caps the keywords in one record, the heaviest kept: at most
+// 4096, the default, which keeps every distinct stem of all but the
+// longest pages (the first ExactKeywords with exact weights, the rest
+// quantised).
 func MaxKeywords(n int) Option {
 	return func(c *config) error { c.maxKeywords = n; return nil }
 }

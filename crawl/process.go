@@ -138,7 +138,7 @@ func (c *Crawler) process(j *job, kw *textproc.Builder) {
 func (c *Crawler) fill(r *Record, a analysis, kw *textproc.Builder) (digest uint64) {
 	doc := a.doc
 	r.Type, r.Title, r.Lang, r.Canonical = DocType(a.typ), doc.Title, doc.Lang, doc.Canonical
-	top := kw.Top(c.cfg.maxKeywords)
+	top := kw.Top(keywordBudget(a.size, c.cfg.maxKeywords))
 	r.Keywords = make([]Keyword, len(top))
 	for i, k := range top {
 		r.Keywords[i] = Keyword(k)
@@ -161,6 +161,25 @@ func (c *Crawler) fill(r *Record, a analysis, kw *textproc.Builder) (digest uint
 		digest ^= statementsDigest(r.Statements)
 	}
 	return digest
+}
+
+// A record keeps at most one keyword per bytesPerKeyword bytes of its
+// page (decoded), and never fewer than minKeywords: the heaviest of a
+// page's vocabulary, so that a record stays near a twentieth of its page
+// (a keyword costs about 4 bytes in a compressed batch, and links, URLs
+// and the title take a quarter of a record). Large pages keep their whole
+// vocabulary up to MaxKeywords; small, dense ones (a manual's page of one
+// function) lose their lightest words, which cost the search evaluation
+// nothing measurable (docs/search-quality.md).
+const (
+	bytesPerKeyword = 100
+	minKeywords     = 64
+)
+
+// keywordBudget is how many keywords the record of a page of size bytes
+// keeps, at most limit.
+func keywordBudget(size int64, limit int) int {
+	return int(min(int64(limit), max(minKeywords, size/bytesPerKeyword)))
 }
 
 // analysis is what the pipeline reads from a 2xx response's body.

@@ -2,8 +2,11 @@ package crawl
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,7 +58,9 @@ func (k ChangeKind) String() string {
 
 // Keyword is a stemmed term (Snowball English stemmer, lower case) and its
 // weight; the heaviest keyword of a record weighs 65535. Indexers must stem
-// query words the same way.
+// query words the same way. Weights travel quantised to multiples of 257
+// (256 levels; appendVocabulary), so that a record can carry its page's
+// whole vocabulary in few bytes.
 type Keyword struct {
 	Term   string
 	Weight uint16
@@ -122,6 +127,7 @@ const (
 	maxRecordBytes  = 4 << 20
 	maxStr          = 8 << 10 // one URL, title, anchor
 	maxRecKeywords  = 4096
+	maxTermBytes    = 256 // one keyword
 	maxRecLinks     = 100000
 	maxRecOwners    = 256
 	// maxRecStatements bounds the statements of one record: four times
@@ -143,6 +149,7 @@ const (
 	recordV2 = 2
 
 	sectionStatements = 1 // the record's Statements (appendStatements)
+	sectionVocabulary = 2 // the record's Keywords (appendVocabulary)
 )
 
 var (
@@ -166,7 +173,7 @@ func init() { zenc.EncodeAll(nil, nil) }
 // statements.
 func appendRecord(b []byte, r *Record) []byte {
 	e := encoder{b: b}
-	if len(r.Statements) > 0 {
+	if len(r.Statements) > 0 || len(r.Keywords) > 0 {
 		e.byte(recordV2)
 	} else {
 		e.byte(recordV1)
@@ -183,11 +190,10 @@ func appendRecord(b []byte, r *Record) []byte {
 	e.str(r.Title)
 	e.str(r.Lang)
 	e.str(r.Canonical)
-	e.uvarint(uint64(len(r.Keywords)))
-	for _, k := range r.Keywords {
-		e.str(k.Term)
-		e.uvarint(uint64(k.Weight))
-	}
+	// Version 1's keyword list, exact weights: empty, the keywords are
+	// in the vocabulary section, where they take a third of the bytes
+	// (their exact weights barely compress). Read from older records.
+	e.uvarint(0)
 	e.uvarint(uint64(len(r.Links)))
 	for _, l := range r.Links {
 		e.str(l.URL)
@@ -209,7 +215,125 @@ func appendRecord(b []byte, r *Record) []byte {
 		e.uvarint(sectionStatements)
 		e.bytes(appendStatements(nil, r.Statements))
 	}
+	if len(r.Keywords) > 0 {
+		e.uvarint(sectionVocabulary)
+		e.bytes(appendVocabulary(nil, r.Keywords))
+	}
 	return e.b
+}
+
+// QuantiseWeight returns the weight a keyword of weight w has after a
+// record's encoding: w rounded to a multiple of 257, at least 257.
+func QuantiseWeight(w uint16) uint16 { return uint16(quantise(w)) * 257 }
+
+// quantise maps a weight to its level 1..255 (weights round to multiples
+// of 257; a positive weight keeps level 1 at least).
+func quantise(w uint16) byte { return byte(max(1, (uint32(w)+128)/257)) }
+
+// appendVocabulary encodes keywords as runs of one weight level, heaviest
+// level first, the terms of a run sorted and front-coded:
+//
+//	runs uvarint | (level u8 | terms uvarint | (shared uvarint | suffix str)…)…
+//
+// shared is the length of the prefix the term shares with the run's
+// previous term. Sorted, front-coded terms are about half as many bytes
+// as the plain list, and compress as well.
+func appendVocabulary(b []byte, kws []Keyword) []byte {
+	type lt struct {
+		level byte
+		term  string
+	}
+	// Each term once, at its heaviest level; empty and over-long terms,
+	// which no decoder accepts, dropped.
+	heaviest := make(map[string]byte, len(kws))
+	for _, k := range kws {
+		if k.Term != "" && len(k.Term) <= maxTermBytes {
+			heaviest[k.Term] = max(heaviest[k.Term], quantise(k.Weight))
+		}
+	}
+	all := make([]lt, 0, len(heaviest))
+	for t, l := range heaviest {
+		all = append(all, lt{l, t})
+	}
+	slices.SortFunc(all, func(a, c lt) int {
+		if a.level != c.level {
+			return cmp.Compare(c.level, a.level)
+		}
+		return strings.Compare(a.term, c.term)
+	})
+	all = all[:min(len(all), maxRecKeywords)]
+	var runs int
+	for i := range all {
+		if i == 0 || all[i].level != all[i-1].level {
+			runs++
+		}
+	}
+	e := encoder{b: b}
+	e.uvarint(uint64(runs))
+	for i := 0; i < len(all); {
+		j := i
+		for j < len(all) && all[j].level == all[i].level {
+			j++
+		}
+		e.byte(all[i].level)
+		e.uvarint(uint64(j - i))
+		prev := ""
+		for _, x := range all[i:j] {
+			n := 0
+			for n < len(prev) && n < len(x.term) && prev[n] == x.term[n] {
+				n++
+			}
+			e.uvarint(uint64(n))
+			e.str(x.term[n:])
+			prev = x.term
+		}
+		i = j
+	}
+	return e.b
+}
+
+// decodeVocabulary decodes what appendVocabulary wrote: at most limit
+// keywords, levels strictly decreasing, terms of 1..maxTermBytes bytes
+// strictly increasing within a run.
+func decodeVocabulary(b []byte, limit int) ([]Keyword, error) {
+	d := decoder{b: b}
+	runs := d.count(256, 3)
+	var out []Keyword
+	last := 256
+	for range runs {
+		level := int(d.byte())
+		if d.err == nil && (level == 0 || level >= last) {
+			d.fail("weight level %d after %d", level, last)
+		}
+		last = level
+		n := d.count(limit-len(out), 2)
+		prev := ""
+		for i := range n {
+			shared := d.uvarint()
+			if d.err == nil && shared > uint64(len(prev)) {
+				d.fail("term shares %d bytes of %d", shared, len(prev))
+			}
+			if d.err != nil {
+				break
+			}
+			t := prev[:shared] + d.str(maxTermBytes)
+			if d.err == nil && (t == "" || len(t) > maxTermBytes || (i > 0 && t <= prev)) {
+				d.fail("term %q after %q", t, prev)
+			}
+			if d.err != nil {
+				break
+			}
+			out = append(out, Keyword{Term: t, Weight: uint16(level * 257)})
+			prev = t
+		}
+		if d.err != nil {
+			break
+		}
+	}
+	if err := d.done(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Wire kinds of a statement's terms: a literal's kind says whether a
@@ -378,7 +502,7 @@ func decodeRecord(b []byte) (Record, error) {
 	if n := d.count(maxRecKeywords, 2); n > 0 {
 		r.Keywords = make([]Keyword, n)
 		for i := range r.Keywords {
-			r.Keywords[i].Term = d.str(256)
+			r.Keywords[i].Term = d.str(maxTermBytes)
 			w := d.uvarint()
 			if w > 65535 {
 				d.fail("weight %d", w)
@@ -425,6 +549,12 @@ func decodeRecord(b []byte) (Record, error) {
 				d.fail("statements: %v", err)
 			}
 			r.Statements = stmts
+		case sectionVocabulary:
+			kws, err := decodeVocabulary(body, maxRecKeywords-len(r.Keywords))
+			if err != nil {
+				d.fail("vocabulary: %v", err)
+			}
+			r.Keywords = append(r.Keywords, kws...)
 		default:
 			// A section of a later version: skipped.
 		}

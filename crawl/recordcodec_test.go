@@ -3,6 +3,7 @@ package crawl
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -26,10 +27,13 @@ func TestRecordCodec(t *testing.T) {
 			t.Fatalf("record %d:\n got %+v\nwant %+v", i, got, r)
 		}
 	}
-	good := AppendRecord(nil, &sampleRecords()[0])
+	plain := sampleRecords()[0]
+	plain.Keywords = nil
+	good := AppendRecord(nil, &plain)
+	withKw := AppendRecord(nil, &sampleRecords()[0])
 	withStmts := AppendRecord(nil, &sampleRecords()[2])
-	if good[0] != 1 || withStmts[0] != 2 {
-		t.Fatalf("versions %d and %d, want 1 without statements and 2 with", good[0], withStmts[0])
+	if good[0] != 1 || withKw[0] != 2 || withStmts[0] != 2 {
+		t.Fatalf("versions %d, %d and %d, want 1 without keywords or statements and 2 with", good[0], withKw[0], withStmts[0])
 	}
 	// A version 2 record whose statements section is cut: the section
 	// runs on past the record.
@@ -94,11 +98,129 @@ func TestRecordSections(t *testing.T) {
 	if !reflect.DeepEqual(got.Statements, r.Statements) {
 		t.Fatalf("statements %v, want %v", got.Statements, r.Statements)
 	}
-	v1 := AppendRecord(nil, &sampleRecords()[0])
+	plain := sampleRecords()[0]
+	plain.Keywords = nil
+	v1 := AppendRecord(nil, &plain)
 	v2 := append([]byte{2}, v1[1:]...)
 	a, err1 := DecodeRecord(v1)
 	c, err2 := DecodeRecord(v2)
 	if err1 != nil || err2 != nil || !reflect.DeepEqual(a, c) {
 		t.Fatalf("v1 %v %v, v2 %v %v", a, err1, c, err2)
+	}
+}
+
+// TestVocabulary: a page's whole vocabulary round-trips, weights quantised
+// to multiples of 257 (within 128 of the original), each term once at its
+// heaviest, heaviest level first and terms sorted within a level.
+func TestVocabulary(t *testing.T) {
+	r := sampleRecords()[0]
+	r.Keywords = nil
+	want := map[string]uint16{}
+	for i := range 3000 {
+		term := fmt.Sprintf("t%04d", (i*7919)%3000)
+		w := uint16(65535 - i*21)
+		r.Keywords = append(r.Keywords, Keyword{term, w})
+		want[term] = w
+	}
+	r.Keywords = append(r.Keywords, Keyword{"t0000", 3}, Keyword{"", 9}) // a duplicate, lighter; an empty term
+	got, err := DecodeRecord(AppendRecord(nil, &r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Keywords) != len(want) {
+		t.Fatalf("%d keywords, want %d", len(got.Keywords), len(want))
+	}
+	for i, k := range got.Keywords {
+		w, ok := want[k.Term]
+		if !ok || k.Weight%257 != 0 || max(k.Weight, w)-min(k.Weight, w) > 128 {
+			t.Fatalf("keyword %q weight %d, sent %d (present %v)", k.Term, k.Weight, w, ok)
+		}
+		if i > 0 {
+			p := got.Keywords[i-1]
+			if p.Weight < k.Weight || p.Weight == k.Weight && p.Term >= k.Term {
+				t.Fatalf("keyword %d %v after %v", i, k, p)
+			}
+		}
+	}
+	// Over maxRecKeywords distinct terms: the heaviest are kept.
+	r.Keywords = nil
+	for i := range maxRecKeywords + 10 {
+		r.Keywords = append(r.Keywords, Keyword{fmt.Sprintf("w%05d", i), uint16(65535 - i*10)})
+	}
+	if got, err = DecodeRecord(AppendRecord(nil, &r)); err != nil || len(got.Keywords) != maxRecKeywords || got.Keywords[0].Term != "w00000" {
+		t.Fatalf("%d keywords, first %v, err %v", len(got.Keywords), got.Keywords[0], err)
+	}
+}
+
+// TestRecordExactKeywords: records written before the vocabulary section,
+// whose keywords are version 1's list with exact weights, still decode,
+// and so do version 2 records that have both.
+func TestRecordExactKeywords(t *testing.T) {
+	r := sampleRecords()[0]
+	r.Keywords = []Keyword{{"cyprus", 65535}, {"volcano", 1200}}
+	noKw := r
+	noKw.Keywords = nil
+	enc := AppendRecord(nil, &noKw)
+	// The version 1 list is the empty count after the canonical URL: put
+	// the keywords in its place.
+	at := bytes.LastIndex(enc, append([]byte{byte(len(r.Canonical))}, r.Canonical...)) + 1 + len(r.Canonical)
+	if enc[at] != 0 {
+		t.Fatalf("no empty keyword list at %d", at)
+	}
+	e := encoder{b: slices.Clone(enc[:at])}
+	e.uvarint(2)
+	e.str("cyprus")
+	e.uvarint(65535)
+	e.str("volcano")
+	e.uvarint(1200)
+	old := append(e.b, enc[at+1:]...)
+	got, err := DecodeRecord(old)
+	if err != nil || !reflect.DeepEqual(got.Keywords, r.Keywords) {
+		t.Fatalf("keywords %v, err %v; want %v", got.Keywords, err, r.Keywords)
+	}
+	// Both lists: the exact ones first, then the section's.
+	both := append([]byte{2}, old[1:]...)
+	both = append(both, sectionVocabulary)
+	v := appendVocabulary(nil, []Keyword{{"lava", 257}})
+	both = append(appendUvarint(both, uint64(len(v))), v...)
+	if got, err = DecodeRecord(both); err != nil || len(got.Keywords) != 3 || got.Keywords[2] != (Keyword{"lava", 257}) {
+		t.Fatalf("keywords %v, err %v", got.Keywords, err)
+	}
+}
+
+func TestVocabularyRejects(t *testing.T) {
+	for name, b := range map[string][]byte{
+		"levels increase":        {2, 5, 1, 0, 1, 'a', 6, 1, 0, 1, 'b'},
+		"level zero":             {1, 0, 1, 0, 1, 'a'},
+		"terms out of order":     {1, 5, 2, 0, 1, 'b', 0, 1, 'a'},
+		"term repeated":          {1, 5, 2, 0, 1, 'a', 1, 0},
+		"shares more than prior": {1, 5, 2, 0, 1, 'a', 2, 1, 'b'},
+		"empty term":             {1, 5, 1, 0, 0},
+		"count over input":       {1, 5, 200, 0, 1, 'a'},
+		"trailing":               {1, 5, 1, 0, 1, 'a', 0},
+	} {
+		if _, err := decodeVocabulary(b, maxRecKeywords); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+	if _, err := decodeVocabulary([]byte{1, 5, 2, 0, 1, 'a', 0, 1, 'b'}, 1); err == nil {
+		t.Error("over the limit: decoded")
+	}
+}
+
+func TestKeywordBudget(t *testing.T) {
+	for _, c := range []struct {
+		size        int64
+		limit, want int
+	}{
+		{0, 4096, minKeywords},
+		{5000, 4096, minKeywords},
+		{20000, 4096, 200},
+		{10 << 20, 4096, 4096},
+		{20000, 50, 50}, // MaxKeywords below the budget
+	} {
+		if got := keywordBudget(c.size, c.limit); got != c.want {
+			t.Errorf("keywordBudget(%d, %d) = %d, want %d", c.size, c.limit, got, c.want)
+		}
 	}
 }

@@ -31,13 +31,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return benchFootprint(ctx, args[1:], stdout, stderr)
 		case "liars":
 			return benchLiars(ctx, args[1:], stdout, stderr)
+		case "search":
+			return benchSearch(ctx, args[1:], stdout, stderr)
 		}
 	}
-	fmt.Fprintln(stderr, "Usage: micra bench delegation|structure|crawl|overlay|footprint|liars [flags]   (run with -h for the flags)")
+	fmt.Fprintln(stderr, "Usage: micra bench delegation|structure|crawl|overlay|footprint|liars|search [flags]   (run with -h for the flags)")
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 		return nil
 	}
-	return fmt.Errorf("%w: want a benchmark name: delegation, structure, crawl, overlay, footprint or liars", errUsage)
+	return fmt.Errorf("%w: want a benchmark name: delegation, structure, crawl, overlay, footprint, liars or search", errUsage)
 }
 
 // intList parses "6,12,25".

@@ -31,7 +31,7 @@ type command struct {
 // commands is the table of subcommands. Each lives in its own file of this
 // package and adds itself here.
 var commands = map[string]command{
-	"bench":   {"benchmarks: delegation (the IPMicra evaluation, on the emulated Internet or real structure), structure (real against generated), crawl (download time by assignment), overlay (the overlay at network size, virtual time), footprint (a node's CPU and memory)", runBench},
+	"bench":   {"benchmarks: delegation (the IPMicra evaluation, on the emulated Internet or real structure), structure (real against generated), crawl (download time by assignment), overlay (the overlay at network size, virtual time), footprint (a node's CPU and memory), liars (the claim check), search (search quality on real manuals beside PostgreSQL's full-text search)", runBench},
 	"indexer": {"run an indexer; manage its profiles, export, crawl requests", runIndexer},
 	"search":  {"search an indexer: micra search QUERY", runSearch},
 	"subnet":  {"the IP-address hierarchy: import, lookup, stats", runSubnet},

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,5 +198,89 @@ func BenchmarkTypedSearch(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkSearchLatency measures the distribution of query latency on a
+// corpus of MICRA_INDEX_BENCH_DOCS records (default 100 000), each with
+// MICRA_INDEX_BENCH_KEYWORDS keywords (default 200: the crawler keeps a
+// page's whole vocabulary, and the manuals of docs/search-quality.md have
+// 120 to 550 distinct stems a page) from a Zipf vocabulary of 500 000
+// terms. The queries are 2 000 of one to three words, half of them
+// frequent (drawn from the Zipf law), half uniformly drawn (mostly rare,
+// as known-item queries are), and one in ten with a word no page has,
+// which an all-words query answers with partial matches. It reports the
+// median and 99th percentile in ms.
+//
+//	go test -run '^$' -bench SearchLatency -benchtime 1x ./crawl/index/
+func BenchmarkSearchLatency(b *testing.B) {
+	n, k := 100000, 200
+	for _, v := range []struct {
+		env string
+		p   *int
+	}{{"MICRA_INDEX_BENCH_DOCS", &n}, {"MICRA_INDEX_BENCH_KEYWORDS", &k}} {
+		if s := os.Getenv(v.env); s != "" {
+			var err error
+			if *v.p, err = strconv.Atoi(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	const vocabSize = 500000
+	rng := rand.New(rand.NewPCG(3, 1))
+	vocab := vocabulary(vocabSize)
+	zipf := rand.NewZipf(rng, 1.07, 2, vocabSize-1)
+	x := newTestIndex(b, benchDB(b))
+	start := time.Now()
+	for i := 0; i < n; i += benchBatch {
+		recs := make([]crawl.Record, 0, benchBatch)
+		for j := i; j < min(i+benchBatch, n); j++ {
+			recs = append(recs, synthRecord(rng, zipf, vocab, j, k, benchLinks, t0.Add(time.Duration(j)*time.Millisecond)))
+		}
+		ingest(b, x, recs)
+	}
+	st := x.Stats()
+	b.Logf("corpus: %d records, %d terms, %d postings, built in %v", st.Docs, st.Terms, st.Postings, time.Since(start).Round(time.Second))
+	qs := make([]Query, 2000)
+	for i := range qs {
+		words := make([]string, 1+rng.IntN(3))
+		for j := range words {
+			if rng.IntN(2) == 0 {
+				words[j] = vocab[zipf.Uint64()]
+			} else {
+				words[j] = vocab[rng.IntN(vocabSize)]
+			}
+		}
+		if rng.IntN(10) == 0 {
+			words = append(words, "zzmissing")
+		}
+		qs[i] = Query{Text: strings.Join(words, " ")}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		lat := make([]time.Duration, len(qs))
+		type slow struct {
+			d     time.Duration
+			q     string
+			total int
+			part  bool
+		}
+		var all []slow
+		for i, q := range qs {
+			t := time.Now()
+			res, err := x.Search(b.Context(), q)
+			if err != nil {
+				b.Fatal(err)
+			}
+			lat[i] = time.Since(t)
+			all = append(all, slow{lat[i], q.Text, res.Total, res.Partial})
+		}
+		slices.SortFunc(all, func(a, c slow) int { return int(c.d - a.d) })
+		for _, s := range all[:10] {
+			b.Logf("%v %q total %d partial %v", s.d, s.q, s.total, s.part)
+		}
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2])/1e6, "p50-ms")
+		b.ReportMetric(float64(lat[len(lat)*99/100])/1e6, "p99-ms")
 	}
 }

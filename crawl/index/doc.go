@@ -36,9 +36,11 @@
 //
 // # Index and ranking
 //
-// A record is indexed under its keywords, with the crawler's weights
-// (heaviest keyword = 65535, already sub-linear in repetition and with
-// title, heading and position multipliers applied by the crawler), plus the
+// A record is indexed under its keywords (by default up to 4096: a page's
+// whole vocabulary), with the crawler's weights (heaviest keyword = 65535,
+// already sub-linear in repetition and with title, heading and position
+// multipliers applied by the crawler; quantised to multiples of 257 as
+// records carry them, crawl.QuantiseWeight), plus the
 // stems of its title (flagged) and of its host name labels without "www"
 // and the top-level domain (flagged), which are added with the record's
 // lowest keyword weight when they are not keywords. Postings are keyed by
@@ -48,9 +50,15 @@
 //
 // Query words, profile keywords and titles go through the crawler's own
 // textproc pipeline (tokeniser, English stop words, Snowball stemmer, length
-// bounds), so "Running" finds pages whose keyword is "run". Words are ANDed
-// by default (Query.Any for OR); "-word" excludes pages with word. There
-// are no phrases: records hold no positions. AND queries are evaluated by a
+// bounds, identifiers joined), so "Running" finds pages whose keyword is
+// "run" and "DEFAULT_AUTO_FIELD" pages that write it whole. Words are ANDed
+// by default (Query.Any for OR); "-word" excludes pages with word ("--word"
+// is a word, a command-line option; a query of exclusions alone searches
+// for them). An all-words query that no page matches whole, without
+// statement conditions, is answered with the pages that have some of its
+// words, each score scaled by the square of the share of the words the page
+// has, and says so (Results.Partial). There are no phrases: records hold no
+// positions. AND queries are evaluated by a
 // leapfrog join driven by the rarest term, OR queries by a merge of all
 // lists, exclusions by seeks; Results.Total is exact unless MaxScan stopped
 // the query, when it is extrapolated from the share of the id space read.

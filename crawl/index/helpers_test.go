@@ -111,7 +111,7 @@ func synthRecord(rng *rand.Rand, zipf *rand.Zipf, vocab []string, i, nk, nl int,
 			continue
 		}
 		seen[t] = true
-		r.Keywords = append(r.Keywords, crawl.Keyword{Term: t, Weight: uint16(1 + rng.IntN(65535))})
+		r.Keywords = append(r.Keywords, crawl.Keyword{Term: t, Weight: crawl.QuantiseWeight(uint16(1 + rng.IntN(65535)))}) // as a record carries it
 	}
 	r.Keywords[0].Weight = 65535
 	r.Title = r.Keywords[0].Term + " " + r.Keywords[1].Term

@@ -156,6 +156,7 @@ type jsonResults struct {
 	Mode      string    `json:"mode"`
 	Total     int       `json:"total"`
 	Estimated bool      `json:"estimated"`
+	Partial   bool      `json:"partial"` // no page has all the words: hits have some of them
 	Offset    int       `json:"offset"`
 	Limit     int       `json:"limit"`
 	TookMS    float64   `json:"took_ms"`
@@ -204,7 +205,7 @@ func (x *Index) serveSearch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j := jsonResults{Query: res.Query, Terms: res.Terms, Excluded: res.Excluded, Words: res.Words, Without: res.Without, Mode: "all",
-		Total: res.Total, Estimated: res.Estimated, Offset: res.Offset, Limit: res.Limit,
+		Total: res.Total, Estimated: res.Estimated, Partial: res.Partial, Offset: res.Offset, Limit: res.Limit,
 		TookMS: float64(time.Since(start).Microseconds()) / 1000, Hits: make([]jsonHit, len(res.Hits))}
 	if res.Any {
 		j.Mode = "any"

@@ -224,12 +224,12 @@ func TestHTMLPage(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("%d", resp.StatusCode)
 		}
-		for _, bad := range []string{"<script", `"><`, "<b>bold", `'onmouseover='`, "onmouseover='alert"} {
+		for _, bad := range []string{"<script", `"><s`, "<b>bold", `'onmouseover='`, "onmouseover='alert"} {
 			if strings.Contains(body, bad) {
 				t.Errorf("unescaped %q in page", bad)
 			}
 		}
-		for _, good := range []string{"&lt;script&gt;alert(&#34;t&#34;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt; cyprus", "4 results", "Cyprus volcanoes"} {
+		for _, good := range []string{"&lt;script&gt;alert(&#34;t&#34;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt; <b>cyprus</b>", "4 results", "<b>Cyprus</b> volcanoes"} {
 			if !strings.Contains(body, good) {
 				t.Errorf("page lacks %q", good)
 			}
@@ -240,13 +240,20 @@ func TestHTMLPage(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("%d", resp.StatusCode)
 		}
-		for _, good := range []string{"for <b>volcanoes lava</b>", "without <b>greece</b>", "has volcanoes, lava"} {
+		for _, good := range []string{"for <b>volcanoes lava</b>", "without <b>greece</b>", "has <b>volcanoes</b>, <b>lava</b>"} {
 			if !strings.Contains(body, good) {
 				t.Errorf("page lacks %q", good)
 			}
 		}
 		_, js := do(t, "GET", srv.URL+"/api/search?q=Volcanoes", "")
-		for _, good := range []string{`"terms":["volcano"]`, `"words":["volcanoes"]`, `"matched":["volcanoes"]`} {
+		for _, good := range []string{`"terms":["volcano"]`, `"words":["volcanoes"]`, `"matched":["volcanoes"]`, `"partial":false`} {
+			if !strings.Contains(js, good) {
+				t.Errorf("API answer lacks %s: %s", good, js)
+			}
+		}
+		// No page has both words: the pages with one, said so.
+		_, js = do(t, "GET", srv.URL+"/api/search?q=Volcanoes+Zanzibar", "")
+		for _, good := range []string{`"partial":true`, `"matched":["volcanoes"]`} {
 			if !strings.Contains(js, good) {
 				t.Errorf("API answer lacks %s: %s", good, js)
 			}
@@ -284,7 +291,11 @@ func TestHTMLPage(t *testing.T) {
 			t.Fatalf("last page links:\n%s", body)
 		}
 		_, body = do(t, "GET", srv.URL+"/?q=paging+nothing", "")
-		if !strings.Contains(body, `href="?any=1&amp;q=paging&#43;nothing"`) && !strings.Contains(body, `href="?any=1&amp;q=paging+nothing"`) {
+		if !strings.Contains(body, "No page has all of these words") || !strings.Contains(body, "p.example") {
+			t.Fatalf("no partial matches:\n%s", body)
+		}
+		_, body = do(t, "GET", srv.URL+"/?q=nowhere+nothing", "")
+		if !strings.Contains(body, `href="?any=1&amp;q=nowhere&#43;nothing"`) && !strings.Contains(body, `href="?any=1&amp;q=nowhere+nothing"`) {
 			t.Fatalf("no any-word link:\n%s", body)
 		}
 	})

@@ -52,7 +52,7 @@ func defaults() *config {
 		logger:             slog.Default().With("subsystem", "index"),
 		now:                time.Now,
 		maxRecordBytes:     512 << 10,
-		maxKeywords:        256,
+		maxKeywords:        ceilKeywords,
 		maxLinks:           5000,
 		maxStatements:      1000,
 		clockSkew:          15 * time.Minute,
@@ -106,8 +106,8 @@ func Clock(now func() time.Time) Option {
 // RecordLimits bounds what one stored record may hold: its encoded size in
 // bytes (after the caps below), its keywords (the heaviest are kept) and its
 // links (the first are kept). Records over maxBytes are rejected. Defaults:
-// 512 KiB, 256 keywords, 5000 links; the crawler sends at most 64 keywords
-// and 5000 links by default. maxBytes must also fit in half of the
+// 512 KiB, 4096 keywords, 5000 links; the crawler sends at most 4096
+// keywords and 5000 links by default. maxBytes must also fit in half of the
 // database's largest transaction (15 % of its memtable size).
 func RecordLimits(maxBytes, maxKeywords, maxLinks int) Option {
 	return func(c *config) error {

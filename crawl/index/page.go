@@ -5,9 +5,11 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/micra-net/micra/crawl"
 )
@@ -26,7 +28,15 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	},
 	"short":    ShortName,
 	"typeLink": func(iri string) string { return pageLink("type:"+ShortName(iri), false, 0) },
-	"value":    displayValue,
+	"mark":     markWords,
+	"stems": func(kws []crawl.Keyword) string {
+		out := make([]string, len(kws))
+		for i, k := range kws {
+			out[i] = k.Term
+		}
+		return strings.Join(out, " · ")
+	},
+	"value": displayValue,
 }).Parse(`<!doctype html>
 <html lang="en">
 <head>
@@ -49,6 +59,7 @@ li a{font-size:1.12rem;color:#1a0dab;text-decoration:none;overflow-wrap:anywhere
 li a:hover{text-decoration:underline}
 .url{color:#006621;font-size:.88rem;overflow-wrap:anywhere}
 .info{color:#555;font-size:.85rem}
+.terms{color:#333;font-size:.85rem}
 .types{font-size:.85rem;color:#444;overflow-wrap:anywhere}
 .types a{font-size:.85rem;color:#6a3d9a;font-weight:600}
 .error{color:#a00;border-left:3px solid #a00;padding-left:.6rem}
@@ -71,12 +82,18 @@ footer{color:#777;font-size:.8rem;padding:1rem 1.5rem;border-top:1px solid #eee}
 {{- end}}
 {{- with .Results}}
 <p class="meta">{{if .Estimated}}About {{end}}{{.Total}} result{{if ne .Total 1}}s{{end}}{{if .Words}} for <b>{{join .Words}}</b>{{end}}{{if .Without}} without <b>{{join .Without}}</b>{{end}}{{if $.Took}} ({{$.Took}}){{end}}</p>
+{{- if .Partial}}
+<p class="meta">No page has all of these words: these pages have some of them, those with the most first.</p>
+{{- end}}
 {{- if .Hits}}
 <ol>
 {{- range .Hits}}
-<li><a href="{{.FinalURL}}" rel="noreferrer nofollow">{{if .Title}}{{.Title}}{{else}}{{.URL}}{{end}}</a>
+<li><a href="{{.FinalURL}}" rel="noreferrer nofollow">{{if .Title}}{{mark .Title $.Results.Terms}}{{else}}{{.URL}}{{end}}</a>
 <div class="url">{{.FinalURL}}</div>
-<div class="info">crawled {{date .Time}}{{if .Matched}} · has {{range $i, $w := .Matched}}{{if $i}}, {{end}}{{$w}}{{end}}{{end}} · score {{score .Score}}</div>
+{{- with .Keywords}}
+<div class="terms">{{stems .}}</div>
+{{- end}}
+<div class="info">crawled {{date .Time}}{{if .Matched}} · has {{range $i, $w := .Matched}}{{if $i}}, {{end}}<b>{{$w}}</b>{{end}}{{end}} · score {{score .Score}}</div>
 {{- if .Types}}
 <div class="types">{{range $i, $t := .Types}}{{if $i}} · {{end}}<a href="{{typeLink $t}}">{{short $t}}</a>{{end}}{{with .Statements}} — {{range $i, $s := .}}{{if $i}}; {{end}}{{short $s.P.Value}}: {{value $s.O}}{{end}}{{end}}</div>
 {{- end}}</li>
@@ -92,6 +109,43 @@ footer{color:#777;font-size:.8rem;padding:1rem 1.5rem;border-top:1px solid #eee}
 </body>
 </html>
 `))
+
+// markWords returns text, escaped, with the words whose stems are among
+// terms in bold: why a title matched.
+func markWords(text string, terms []string) template.HTML {
+	var b strings.Builder
+	word := func(w string) {
+		hit := false
+		for _, t := range stems(w, 4) {
+			if slices.Contains(terms, t) {
+				hit = true
+			}
+		}
+		if hit {
+			b.WriteString("<b>" + template.HTMLEscapeString(w) + "</b>")
+		} else {
+			b.WriteString(template.HTMLEscapeString(w))
+		}
+	}
+	start := -1
+	for i, r := range text {
+		letter := unicode.IsLetter(r) || unicode.IsDigit(r) || r == '\''
+		switch {
+		case letter && start < 0:
+			start = i
+		case !letter && start >= 0:
+			word(text[start:i])
+			start = -1
+		}
+		if !letter {
+			b.WriteString(template.HTMLEscapeString(string(r)))
+		}
+	}
+	if start >= 0 {
+		word(text[start:])
+	}
+	return template.HTML(b.String())
+}
 
 // displayValue is how the search page shows a statement's object: an
 // IRI by ShortName, a literal clipped to 80 bytes.

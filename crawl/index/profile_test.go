@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/micra-net/micra/crawl"
 )
 
 func TestProfileValidation(t *testing.T) {
@@ -65,10 +67,11 @@ func TestProfileMatching(t *testing.T) {
 		t.Fatalf("profile %+v", p)
 	}
 	rel := func(sum float64) float64 { return sum / 13 }
+	q := func(w uint16) float64 { return float64(crawl.QuantiseWeight(w)) / 65535 } // as stored
 	wantRel := map[string]float64{
-		a.URL: rel(4*1 + 3*32768.0/65535 + 1*1000.0/65535),
+		a.URL: rel(4*1 + 3*q(32768) + 1*q(1000)),
 		b.URL: rel(5),
-		c.URL: rel(4 * 6554.0 / 65535),
+		c.URL: rel(4 * q(6554)),
 	}
 	check := func(wantOrder []string) {
 		t.Helper()

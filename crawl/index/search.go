@@ -16,14 +16,18 @@ import (
 
 // Results is one page of search results.
 type Results struct {
-	Query     string   // the query text
-	Terms     []string // the terms searched, after stop words and stemming
-	Excluded  []string // the terms excluded
-	Words     []string // the words searched, as the query wrote them (for display: Terms are stems)
-	Without   []string // the words excluded, as the query wrote them
-	Any       bool     // any term matched instead of all
-	Total     int      // pages matching; an estimate when Estimated
-	Estimated bool     // the scan budget stopped the query early
+	Query    string   // the query text
+	Terms    []string // the terms searched, after stop words and stemming
+	Excluded []string // the terms excluded
+	Words    []string // the words searched, as the query wrote them (for display: Terms are stems)
+	Without  []string // the words excluded, as the query wrote them
+	Any      bool     // any term matched instead of all
+	// Partial says that no page has all of the words of an all-words
+	// query, so the hits are the pages with some of them: the more of
+	// the words a page has, the higher it ranks (Total counts them).
+	Partial   bool
+	Total     int  // pages matching; an estimate when Estimated
+	Estimated bool // the scan budget stopped the query early
 	Offset    int
 	Limit     int
 	Hits      []Hit
@@ -210,9 +214,18 @@ func (x *Index) Search(ctx context.Context, q Query) (*Results, error) {
 	res := &Results{Query: q.Text, Terms: pq.Terms, Excluded: pq.Excluded, Words: pq.words(pq.Terms), Without: pq.words(pq.Excluded),
 		Any: q.Any, Offset: q.Offset, Limit: q.Limit, Hits: []Hit{}}
 	err = x.db.View(func(txn *badger.Txn) error {
-		top, err := x.evaluate(ctx, txn, pq, q.Any, q.Offset+q.Limit, res)
+		top, err := x.evaluate(ctx, txn, pq, q.Any, 0, q.Offset+q.Limit, res)
 		if err != nil {
 			return err
+		}
+		if res.Total == 0 && !q.Any && len(pq.Terms) > 1 && !slices.ContainsFunc(pq.Terms, isHidden) {
+			// Nothing has every word: the best partial matches, said so.
+			// Statement conditions (type:, prop=value) are filters, not
+			// words: a query with them gets no partial matches.
+			if top, err = x.partial(ctx, txn, pq, q.Offset+q.Limit, res); err != nil {
+				return err
+			}
+			res.Partial = res.Total > 0
 		}
 		if q.Offset >= len(top) {
 			return nil
@@ -258,9 +271,41 @@ func matched(r *crawl.Record, ps []posting, pq parsedQuery) []string {
 	return pq.words(has)
 }
 
+// partial finds the k best partial matches of an all-words query that no
+// page matches whole: the pages with every word that some page has, when
+// some of the query's words are on no page (a typing error, a word of
+// another site), else the pages with any of the words. Either way a
+// page's score is scaled by the square of the share of the query's terms
+// it has. The first is a join driven by the rarest word, the second a
+// merge of every list.
+func (x *Index) partial(ctx context.Context, txn *badger.Txn, pq parsedQuery, k int, res *Results) ([]scored, error) {
+	known := pq
+	known.Terms = nil
+	for _, t := range pq.Terms {
+		df, err := getUvarint(txn, dfKey(t))
+		if err != nil {
+			return nil, err
+		}
+		if df > 0 {
+			known.Terms = append(known.Terms, t)
+		}
+	}
+	if len(known.Terms) == 0 {
+		return nil, nil
+	}
+	if len(known.Terms) < len(pq.Terms) {
+		top, err := x.evaluate(ctx, txn, known, false, len(pq.Terms), k, res)
+		if err != nil || res.Total > 0 {
+			return top, err
+		}
+	}
+	return x.evaluate(ctx, txn, pq, true, len(pq.Terms), k, res)
+}
+
 // evaluate finds the k best pages for pq and sets res.Total and
-// res.Estimated.
-func (x *Index) evaluate(ctx context.Context, txn *badger.Txn, pq parsedQuery, any bool, k int, res *Results) ([]scored, error) {
+// res.Estimated. With coord > 0, a page's score is scaled by the square of
+// the share of coord terms it has.
+func (x *Index) evaluate(ctx context.Context, txn *badger.Txn, pq parsedQuery, any bool, coord, k int, res *Results) ([]scored, error) {
 	cnt, err := readCounts(txn)
 	if err != nil {
 		return nil, err
@@ -306,6 +351,7 @@ func (x *Index) evaluate(ctx context.Context, txn *badger.Txn, pq parsedQuery, a
 		cs: cs, ex: ex, top: &topK{k: k}, budget: x.cfg.maxScan,
 		contrib: make([]float64, len(pq.Terms)), boost: x.cfg.titleBoost, ctx: ctx,
 	}
+	e.coord = coord
 	if x.hidesAny() {
 		// One read of the page's state per match, only while some node
 		// is distrusted.
@@ -341,6 +387,7 @@ type evaluator struct {
 	contrib []float64 // per query term, summed in query order
 	boost   float64
 	hidden  func(docID) bool // pages of distrusted nodes; nil: none
+	coord   int              // the query's terms, when scores are scaled by the share a page has; 0: not scaled
 	budget  int
 	steps   int
 	matches int
@@ -396,6 +443,10 @@ func (e *evaluator) emit(id docID, on []*cursor) {
 	var s float64
 	for _, v := range e.contrib {
 		s += v
+	}
+	if e.coord > 0 {
+		share := float64(len(on)) / float64(e.coord)
+		s *= share * share
 	}
 	e.matches++
 	e.top.offer(scored{id: id, score: s})

@@ -28,7 +28,9 @@ func TestParseQuery(t *testing.T) {
 		{in: "", err: true},
 		{in: "   ", err: true},
 		{in: "the of and", err: true},
-		{in: "-cyprus", err: true},
+		{in: "-cyprus", terms: []string{"cyprus"}},              // exclusions alone are searched for
+		{in: "--add-location", terms: []string{"add", "locat"}}, // an option, not an exclusion
+		{in: "x --verbose -quiet", terms: []string{"verbos"}, ex: []string{"quiet"}},
 		{in: "cyprus -cyprus", err: true},
 		{in: "2024 42", err: true},
 		{in: "a b c", err: true},
@@ -78,7 +80,7 @@ func TestSearch(t *testing.T) {
 		{Query{Text: "cyprus -volcano"}, []string{"http://b.example/2", "http://d.example/4"}},
 		{Query{Text: "cyprus -nonexistent"}, []string{"http://a.example/1", "http://b.example/2", "http://d.example/4"}},
 		{Query{Text: "lava lamp", Any: true}, []string{"http://c.example/3", "http://a.example/1"}},
-		{Query{Text: "lava nonexistent"}, nil},
+		{Query{Text: "lava nonexistent"}, []string{"http://c.example/3", "http://a.example/1"}}, // partial: no page has both
 		{Query{Text: "lava nonexistent", Any: true}, []string{"http://c.example/3", "http://a.example/1"}},
 		{Query{Text: "halloumi island", Any: true}, []string{"http://b.example/2", "http://d.example/4"}},
 		{Query{Text: "cyprus", Limit: 1, Offset: 1}, []string{"http://b.example/2"}},

@@ -171,15 +171,17 @@ func (c *config) prepare(r crawl.Record, now time.Time) prepared {
 	r.Lang = clip(r.Lang, maxLangBytes)
 	r.Size = max(r.Size, 0)
 
-	// Keywords: malformed terms dropped, duplicates merged (heaviest wins),
-	// heaviest first (ties by term), the heaviest maxKeywords kept.
+	// Keywords: malformed terms dropped, weights quantised as a record's
+	// encoding quantises them (so that postings and the stored record
+	// agree), duplicates merged (heaviest wins), heaviest first (ties by
+	// term), the heaviest maxKeywords kept.
 	kws := make([]crawl.Keyword, 0, len(r.Keywords))
 	for _, k := range r.Keywords {
 		if !validTerm(k.Term) {
 			p.dropped++
 			continue
 		}
-		kws = append(kws, k)
+		kws = append(kws, crawl.Keyword{Term: k.Term, Weight: crawl.QuantiseWeight(k.Weight)})
 	}
 	slices.SortFunc(kws, func(a, b crawl.Keyword) int {
 		return cmp.Or(strings.Compare(a.Term, b.Term), cmp.Compare(b.Weight, a.Weight))
@@ -301,7 +303,8 @@ func (q parsedQuery) words(terms []string) []string {
 
 // parseQuery turns query text into terms. Words are separated by white
 // space outside double quotes (which are removed); a word starting with
-// '-' excludes, one starting with '+' is an ordinary word. Each word goes
+// one '-' excludes, one starting with '+' or "--" is an ordinary word, and
+// a query of exclusions alone searches for them. Each word goes
 // through the crawler's text processing, so one word may give several
 // terms ("e-mail" gives "mail") or none (stop words). A word that is a
 // statement condition, type:TYPE or PROP=VALUE (parseTyped), gives hidden
@@ -326,10 +329,12 @@ func parseQuery(text string, maxBytes, maxTerms int) (parsedQuery, error) {
 			continue
 		}
 		neg := false
-		switch f[0] {
-		case '-':
+		switch {
+		case strings.HasPrefix(f, "--"):
+			// A command-line option ("--add-location"), not an exclusion.
+		case f[0] == '-':
 			neg, f = true, f[1:]
-		case '+':
+		case f[0] == '+':
 			f = f[1:]
 		}
 		tq, typed, err := parseTyped(f)
@@ -356,6 +361,11 @@ func parseQuery(text string, maxBytes, maxTerms int) (parsedQuery, error) {
 			}
 		}
 	}
+	if len(plus) == 0 {
+		// Only exclusions ("-p", "-O2"): nothing to exclude them from,
+		// so they are what the query looks for.
+		plus, minus = minus, nil
+	}
 	slices.Sort(plus)
 	slices.Sort(minus)
 	q.Terms, q.Excluded = slices.Compact(plus), slices.Compact(minus)
@@ -371,7 +381,7 @@ func parseQuery(text string, maxBytes, maxTerms int) (parsedQuery, error) {
 		if strings.TrimSpace(text) == "" {
 			return parsedQuery{}, fmt.Errorf("%w: empty", ErrBadQuery)
 		}
-		return parsedQuery{}, fmt.Errorf("%w: no searchable word (stop words, numbers and one-letter words are not indexed; exclusions alone match nothing)", ErrBadQuery)
+		return parsedQuery{}, fmt.Errorf("%w: no searchable word (stop words, numbers and one-letter words are not indexed)", ErrBadQuery)
 	}
 	return q, nil
 }

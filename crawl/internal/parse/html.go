@@ -122,7 +122,10 @@ func (p *parser) walk(n *html.Node, f textproc.Field, depth int) {
 			f = textproc.Heading1
 		case atom.H2:
 			f = textproc.Heading2
-		case atom.H3, atom.H4, atom.H5, atom.H6:
+		case atom.H3, atom.H4, atom.H5, atom.H6, atom.Dt:
+			// A definition's term (a glossary entry, an API's signature
+			// in Sphinx, Texinfo and DocBook manuals) names what the
+			// text after it describes, as a minor heading does.
 			if f == textproc.Body {
 				f = textproc.Heading3
 			}
@@ -257,7 +260,7 @@ func (p *parser) htmlTokens(body []byte, contentType string) {
 				f = textproc.Heading1
 			case atom.H2:
 				f = textproc.Heading2
-			case atom.H3, atom.H4, atom.H5, atom.H6:
+			case atom.H3, atom.H4, atom.H5, atom.H6, atom.Dt:
 				f = textproc.Heading3
 			case atom.Meta:
 				switch strings.ToLower(attrs["name"]) {
@@ -284,7 +287,7 @@ func (p *parser) htmlTokens(body []byte, contentType string) {
 				}
 			case atom.Title:
 				inTitle = false
-			case atom.H1, atom.H2, atom.H3, atom.H4, atom.H5, atom.H6:
+			case atom.H1, atom.H2, atom.H3, atom.H4, atom.H5, atom.H6, atom.Dt:
 				f = textproc.Body
 			case atom.A:
 				if inAnchor {

@@ -1,6 +1,7 @@
 package parse
 
 import (
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -459,5 +460,34 @@ func TestStructured(t *testing.T) {
 				t.Fatalf("the page's own links changed: %v, was %v", d.Links, off.Links)
 			}
 		})
+	}
+}
+
+// TestDefinitionTerms: a definition list's term weighs as a minor heading
+// (an API's name in a manual), in the tree walk and in the token
+// fallback alike; its description as body text.
+func TestDefinitionTerms(t *testing.T) {
+	var filler strings.Builder // 300 distinct words first, so that position weighs little
+	for i := range 300 {
+		fmt.Fprintf(&filler, "q%c%c ", 'a'+i/26, 'a'+i%26)
+	}
+	doc := `<html><body><p>` + filler.String() + `</p><dl><dt>frobnicate(x)</dt><dd>Turns gizmo into widget.</dd></dl></body></html>`
+	weights := func(body string) map[string]uint16 {
+		kw := textproc.NewBuilder()
+		Parse(HTML, "http://example.com/", "text/html", []byte(body), kw, Options{})
+		out := map[string]uint16{}
+		for _, k := range kw.Top(100) {
+			out[k.Term] = k.Weight
+		}
+		return out
+	}
+	w := weights(doc)
+	if w["frobnic"] == 0 || float64(w["frobnic"]) < 1.2*float64(w["gizmo"]) {
+		t.Errorf("the definition's term weighs %d, its description %d", w["frobnic"], w["gizmo"])
+	}
+	// Nested past the tree builder's depth: the token fallback.
+	deep := strings.Repeat("<div>", 600) + doc + strings.Repeat("</div>", 600)
+	if w := weights(deep); w["frobnic"] == 0 || float64(w["frobnic"]) < 1.2*float64(w["gizmo"]) {
+		t.Errorf("token fallback: the definition's term weighs %d, its description %d", w["frobnic"], w["gizmo"])
 	}
 }

@@ -39,6 +39,9 @@ var multipliers = [...]float64{Title: 6, Heading1: 4, Heading2: 3, Heading3: 2, 
 const (
 	minWordLen = 2
 	maxWordLen = 40
+	// maxCompoundLen bounds an identifier's compound word (Tokens): the
+	// longest term an indexer accepts.
+	maxCompoundLen = 64
 	// maxTokens bounds the work per document; text past it is ignored.
 	maxTokens = 200000
 	// maxTerms bounds the distinct terms kept per document.
@@ -178,24 +181,58 @@ func Hamming(a, b uint64) int { return bits.OnesCount64(a ^ b) }
 
 // Tokens calls fn with each lower-cased word of text (letters, digits and
 // inner apostrophes; words made only of digits, and words outside 2..40
-// bytes, are skipped: counters and dates must not look like content). buf is
-// scratch space reused between calls; fn must not keep word. fn returns false
-// to stop.
+// bytes, are skipped: counters and dates must not look like content). Words
+// joined by '_' or '.' without spaces, as identifiers are written
+// (DEFAULT_AUTO_FIELD, os.path.join, python3.11), are also given joined into
+// one compound word after their last part ("defaultautofield"), when it has
+// a letter and at most maxCompoundLen bytes: a query that writes the
+// identifier finds where it is written whole. buf is scratch space reused
+// between calls; fn must not keep word. fn returns false to stop.
 func Tokens(text string, buf *[]byte, fn func(word []byte) bool) {
 	w := (*buf)[:0]
 	letters := false
-	flush := func() bool {
+	var compBuf [maxCompoundLen]byte
+	comp, parts, compLetters := compBuf[:0], 0, false
+	// flush ends the current word; joined says an identifier's joiner
+	// follows it directly, with a word character after the joiner.
+	flush := func(joined bool) bool {
 		// Trim apostrophes at the ends.
 		for len(w) > 0 && w[len(w)-1] == '\'' {
 			w = w[:len(w)-1]
 		}
 		ok := true
+		if len(w) > 0 {
+			if len(comp)+len(w) <= maxCompoundLen && parts >= 0 {
+				comp = append(comp, w...)
+				parts++
+				compLetters = compLetters || letters
+			} else {
+				parts = -1 // too long: no compound
+			}
+		}
 		if letters && len(w) >= minWordLen && len(w) <= maxWordLen {
 			ok = fn(w)
+		}
+		if ok && !joined {
+			if parts >= 2 && compLetters {
+				ok = fn(comp)
+			}
+			comp, parts, compLetters = comp[:0], 0, false
 		}
 		w = w[:0]
 		letters = false
 		return ok
+	}
+	wordAt := func(i int) bool {
+		if i >= len(text) {
+			return false
+		}
+		c := text[i]
+		if c >= utf8.RuneSelf {
+			r, _ := utf8.DecodeRuneInString(text[i:])
+			return unicode.IsLetter(r) || unicode.IsDigit(r)
+		}
+		return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 	}
 	for i := 0; i < len(text); {
 		c := text[i]
@@ -213,7 +250,8 @@ func Tokens(text string, buf *[]byte, fn func(word []byte) bool) {
 			case c == '\'' && len(w) > 0:
 				w = append(w, c)
 			default:
-				if len(w) > 0 && !flush() {
+				joined := (c == '_' || c == '.') && len(w) > 0 && wordAt(i)
+				if (len(w) > 0 || len(comp) > 0) && !flush(joined) {
 					*buf = w
 					return
 				}
@@ -231,14 +269,14 @@ func Tokens(text string, buf *[]byte, fn func(word []byte) bool) {
 		case unicode.IsDigit(r):
 			w = utf8.AppendRune(w, r)
 		default:
-			if len(w) > 0 && !flush() {
+			if (len(w) > 0 || len(comp) > 0) && !flush(false) {
 				*buf = w
 				return
 			}
 		}
 	}
-	if len(w) > 0 {
-		flush()
+	if len(w) > 0 || len(comp) > 0 {
+		flush(false)
 	}
 	*buf = w
 }

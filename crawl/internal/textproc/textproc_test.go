@@ -26,6 +26,16 @@ func TestTokens(t *testing.T) {
 		{"don’t 'quoted'", []string{"don't", "quoted"}},
 		{strings.Repeat("a", 41) + " ok", []string{"ok"}},
 		{"", nil},
+		// Identifiers: their parts, then the parts joined.
+		{"DEFAULT_AUTO_FIELD is set", []string{"default", "auto", "field", "defaultautofield", "is", "set"}},
+		{"os.path.join() python3.11", []string{"os", "path", "join", "ospathjoin", "python3", "python311"}},
+		{"über_größe", []string{"über", "größe", "übergröße"}},
+		// Not identifiers: a sentence's end, a lone or doubled joiner,
+		// numbers alone, one part.
+		{"the end. Start", []string{"the", "end", "start"}},
+		{"__len__ a__b", []string{"len"}},
+		{"v1.2.3 10.0.0.1", []string{"v1", "v123"}},
+		{"x." + strings.Repeat("b", 40) + ".c." + strings.Repeat("d", 30), []string{strings.Repeat("b", 40), strings.Repeat("d", 30)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -1,0 +1,5 @@
+//go:build race
+
+package searcheval
+
+const raceEnabled = true
