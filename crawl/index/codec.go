@@ -239,26 +239,40 @@ const (
 	inHost    = 1 << 1 // the term is a stem of a host name label
 	inKeyword = 1 << 2 // the term is one of the record's keywords
 	inStruct  = 1 << 3 // a hidden term of the record's statements (schema 2)
+	inAnchor  = 1 << 4 // the term is in the anchors of links to the page (schema 3; anchors.go)
 
-	postingFlags = inTitle | inHost | inKeyword | inStruct
+	ownFlags     = inTitle | inHost | inKeyword | inStruct // the page's own record has the term
+	postingFlags = ownFlags | inAnchor
 )
 
-// posting is one term of a stored record as the index holds it.
+// posting is one term of a page as the index holds it: its own weight
+// and flags from the page's record, and the weight of the anchors of links
+// to it (0: none).
 type posting struct {
 	Term   string
 	Weight uint16
 	Flags  uint8
+	Anchor uint16
 }
 
-func encodePostingValue(w uint16, flags uint8) []byte {
-	return []byte{byte(w >> 8), byte(w), flags}
-}
-
-func decodePostingValue(b []byte) (uint16, uint8, error) {
-	if len(b) != 3 || b[2]&^postingFlags != 0 {
-		return 0, 0, fmt.Errorf("%w: posting value %x", ErrCorruptValue, b)
+// encodePostingValue writes weight u16 | flags u8, and anchor u16 with
+// the inAnchor flag when anchor > 0.
+func encodePostingValue(w uint16, flags uint8, anchor uint16) []byte {
+	flags &^= inAnchor
+	if anchor == 0 {
+		return []byte{byte(w >> 8), byte(w), flags}
 	}
-	return uint16(b[0])<<8 | uint16(b[1]), b[2], nil
+	return []byte{byte(w >> 8), byte(w), flags | inAnchor, byte(anchor >> 8), byte(anchor)}
+}
+
+func decodePostingValue(b []byte) (w uint16, flags uint8, anchor uint16, err error) {
+	switch {
+	case len(b) == 3 && b[2]&^ownFlags == 0:
+		return uint16(b[0])<<8 | uint16(b[1]), b[2], 0, nil
+	case len(b) == 5 && b[2]&^postingFlags == 0 && b[2]&inAnchor != 0 && (b[3] != 0 || b[4] != 0):
+		return uint16(b[0])<<8 | uint16(b[1]), b[2] &^ inAnchor, uint16(b[3])<<8 | uint16(b[4]), nil
+	}
+	return 0, 0, 0, fmt.Errorf("%w: posting value %x", ErrCorruptValue, b)
 }
 
 // maxPostings bounds the postings of one stored record: keywords, the
@@ -298,7 +312,7 @@ func decodeStored(b []byte) (stored, error) {
 			p.Term = d.str(maxStoredTermBytes)
 			p.Weight = d.u16()
 			p.Flags = d.byte()
-			if d.err == nil && (p.Term == "" || p.Flags&^postingFlags != 0) {
+			if d.err == nil && (p.Term == "" || p.Flags&^ownFlags != 0) {
 				d.fail("bad posting")
 			}
 		}

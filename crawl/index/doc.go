@@ -65,15 +65,32 @@
 //
 // The score of page d for query terms Q is
 //
-//	score(d) = Σ_{t ∈ Q ∩ d} idf(t) · w(t,d)/65535 · (1 + TitleBoost·[t in d's title])
+//	score(d) = Σ_{t ∈ Q ∩ d} idf(t) · (w(t,d)/65535 · (1 + TitleBoost·[t in d's title]) + a(t,d)/65535)
 //	idf(t)   = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5))
 //
-// where w is the posting weight, N the searchable pages and df(t) the pages
-// with t (the BM25 idf, positive for every df). The crawler's weights are
-// already normalised per page (the heaviest term of every page weighs 1), so
-// they play the role of BM25's saturated, length-normalised term frequency,
-// and a page matching more of an OR query's terms scores higher. Ties are
-// broken by page id, so paging is stable. There is no link analysis.
+// where w is the posting weight, a the weight of the anchors of links to d
+// with t (below), N the searchable pages and df(t) the pages with t (the
+// BM25 idf, positive for every df). The crawler's weights are already
+// normalised per page (the heaviest term of every page weighs 1), so they
+// play the role of BM25's saturated, length-normalised term frequency, and
+// a page matching more of an OR query's terms scores higher. Ties are
+// broken by page id, so paging is stable.
+//
+// # Anchor text
+//
+// Only the indexer sees every link, so it describes each page by the
+// words of the links other pages make to it (schema 3; anchors.go): per
+// page, the number of live linking pages per anchor term (at most 256
+// terms; a page's links to itself left out; a record's first 200 links,
+// 8 words of each), of which the 32 most frequent are merged into the
+// page's postings with a(t,d) = 16384 · (1 + ln n), at most 65535, for n
+// linking pages. A term only anchors give is a posting of own weight 0:
+// "frobnicate" finds the page every other page links to as
+// "frobnicate()" even if the page never writes it. Counts change with
+// the linking records in their transactions, so the index is the same
+// whatever order records arrive in (while no page has more than 256
+// distinct anchor terms). New migrates a schema 2 index by counting the
+// stored records' anchors, resumably.
 //
 // # Why a custom index over badger rather than a search library
 //

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -14,11 +15,11 @@ import (
 
 func FuzzValues(f *testing.F) {
 	m := docMeta{Gone: true, Time: t0, Hash: 42, URL: "http://a.example/", Prov: Provenance{Node: "n", Seq: 3, Received: t0}}
-	s := stored{Postings: []posting{{"alpha", 65535, inKeyword | inTitle}, {"beta", 1, inHost}}, Record: crawl.AppendRecord(nil, &crawl.Record{URL: "http://a/"})}
+	s := stored{Postings: []posting{{Term: "alpha", Weight: 65535, Flags: inKeyword | inTitle}, {Term: "beta", Weight: 1, Flags: inHost}}, Record: crawl.AppendRecord(nil, &crawl.Record{URL: "http://a/"})}
 	mt := match{Relevance: 0.5, Terms: []string{"alpha", "beta"}}
 	pv := profileValue{Name: "p", Keywords: []ProfileKeyword{{"Java", 4}}, Threshold: 0.1, Updated: t0, State: profilePending}
 	c := counts{Docs: 1, Tombstones: 2, Terms: 3, Postings: 4, Matches: 5, Added: 6, Rejected: 7, LastIngest: t0}
-	for _, b := range [][]byte{m.encode(), s.encode(), mt.encode(), pv.encode(), c.encode(), encodePostingValue(7, inTitle), encodeUvarint(9)} {
+	for _, b := range [][]byte{m.encode(), s.encode(), mt.encode(), pv.encode(), c.encode(), encodePostingValue(7, inTitle, 0), encodePostingValue(0, 0, 300), encodeAnchorSample(), encodeUvarint(9)} {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -49,8 +50,13 @@ func FuzzValues(f *testing.F) {
 				t.Fatalf("counts round trip: %v", err)
 			}
 		}
-		if w, fl, err := decodePostingValue(b); err == nil && !bytes.Equal(encodePostingValue(w, fl), b) {
+		if w, fl, a, err := decodePostingValue(b); err == nil && !bytes.Equal(encodePostingValue(w, fl, a), b) {
 			t.Fatalf("posting value %x", b)
+		}
+		if v, err := decodeAnchorCounts(b); err == nil {
+			if w, err := decodeAnchorCounts(v.encode()); err != nil || !maps.Equal(w, v) || !bytes.Equal(w.encode(), v.encode()) {
+				t.Fatalf("anchor counts round trip: %v %v %v", v, w, err)
+			}
 		}
 		if v, err := decodeUvarint(b); err == nil && !bytes.Equal(encodeUvarint(v), b) && len(b) <= 10 {
 			// Non-minimal varints decode; they must still be the same number.
@@ -60,6 +66,8 @@ func FuzzValues(f *testing.F) {
 		}
 	})
 }
+
+func encodeAnchorSample() []byte { return anchorCounts{"manual": 3, "widget": 1}.encode() }
 
 func FuzzKeys(f *testing.F) {
 	f.Add(postingKey("alpha", idOf("http://a/")))

@@ -140,3 +140,34 @@ func corpus(n int, seed uint64) []crawl.Record {
 	}
 	return out
 }
+
+// linkedPages are pages that link to each other with anchor text: a home
+// page, two pages it links to, a tombstone, and a page that links to a
+// page nobody stored.
+func linkedPages() []crawl.Record {
+	p := func(url, title string, links []crawl.Link, kws ...any) crawl.Record {
+		r := page(url, title, t0, kws...)
+		r.Links = links
+		return r
+	}
+	return []crawl.Record{
+		p("http://docs.example/", "Widget manual", []crawl.Link{
+			{URL: "http://docs.example/config", Anchor: "Widget configuration"},
+			{URL: "http://docs.example/api", Anchor: "frobnicate() reference"},
+			{URL: "http://docs.example/", Anchor: "Home manual"},
+		}, "widget", 65535, "manual", 40000),
+		p("http://docs.example/config", "Settings", []crawl.Link{
+			{URL: "http://docs.example/api", Anchor: "frobnicate"},
+			{URL: "http://docs.example/", Anchor: "home"},
+		}, "setting", 65535, "retry", 30000),
+		p("http://docs.example/api", "API", []crawl.Link{
+			{URL: "http://docs.example/config", Anchor: "settings of the widget"},
+		}, "api", 65535, "call", 20000),
+		gone("http://docs.example/old", t0),
+		p("http://blog.example/post", "A post", []crawl.Link{
+			{URL: "http://docs.example/old", Anchor: "old page"},
+			{URL: "http://nowhere.example/x", Anchor: "missing target"},
+			{URL: "http://docs.example/api", Anchor: "the frobnicate call"},
+		}, "post", 65535),
+	}
+}

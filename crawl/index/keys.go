@@ -21,11 +21,15 @@ import (
 //	                                   content hash, provenance (value: docMeta)
 //	/index/r/<id>                      live record: its postings and the record in
 //	                                   crawl.AppendRecord form (value: stored)
-//	/index/p/<len><t><id>              posting (value: weight u16, flags u8); <t> is a
+//	/index/p/<len><t><id>              posting (value: weight u16, flags u8 [, anchor
+//	                                   weight u16 when flagged inAnchor]); <t> is a
 //	                                   keyword or stem, or a hidden term of the
 //	                                   record's statements (schema 2: "#t:…", "#p:…",
 //	                                   "#h:…", see structured.go)
 //	/index/t/<t>                       document frequency of a term (value: uvarint)
+//	/index/a/<id>                      anchor terms of the links to a page, live or not,
+//	                                   with the number of linking pages (schema 3;
+//	                                   value: anchorCounts, anchors.go)
 //	/index/pf/<n>                      profile definition and state (value: profileValue)
 //	/index/pc/<n>                      number of records matching a profile (value: uvarint)
 //	/index/m/<len><n><id>              annotation of a record for a profile (value: match)
@@ -38,10 +42,11 @@ const KeyPrefix = "/index/"
 
 // schemaVersion is stored under /index/meta/schema. Version 2 indexes
 // records' statements as hidden terms (postings flagged inStruct, terms up
-// to 255 bytes); New migrates a version 1 index (migrate.go). Binaries
-// that read version 1 only refuse version 2 (ErrSchema) instead of
-// misreading it.
-const schemaVersion = 2
+// to 255 bytes); version 3 counts the anchors of links for the pages they
+// point to (/index/a/) and merges them into their postings (inAnchor).
+// New migrates older indexes (migrate.go). Binaries that read an older
+// version only refuse a newer one (ErrSchema) instead of misreading it.
+const schemaVersion = 3
 
 const idLen = 16
 
@@ -59,6 +64,7 @@ var (
 
 	prefixDoc          = []byte(KeyPrefix + "d/")
 	prefixRecord       = []byte(KeyPrefix + "r/")
+	prefixAnchor       = []byte(KeyPrefix + "a/")
 	prefixPosting      = []byte(KeyPrefix + "p/")
 	prefixDF           = []byte(KeyPrefix + "t/")
 	prefixProfile      = []byte(KeyPrefix + "pf/")
@@ -86,6 +92,8 @@ func lp(s string) []byte {
 
 func docKey(id docID) []byte    { return cat(prefixDoc, id[:]) }
 func recordKey(id docID) []byte { return cat(prefixRecord, id[:]) }
+
+func anchorKey(id docID) []byte { return cat(prefixAnchor, id[:]) }
 
 // postingPrefix is the prefix of every posting of term t.
 func postingPrefix(t string) []byte { return cat(prefixPosting, lp(t)) }

@@ -25,10 +25,125 @@ func (x *Index) migrate(from uint64) error {
 		}
 		x.log.Info("index schema migrated", "from", from, "to", 2, "pages", n)
 	}
+	if from < 3 {
+		n, err := x.migrate2to3()
+		if err != nil {
+			return fmt.Errorf("migrating the index from schema 2 to 3: %w", err)
+		}
+		x.log.Info("index schema migrated", "from", max(from, 2), "to", 3, "pages", n)
+	}
 	return x.db.Update(func(txn *badger.Txn) error { return txn.Set(keySchema, encodeUvarint(schemaVersion)) })
 }
 
-// migrateScan is how many records migrate1to2 reads in one transaction.
+// keyMigrate3 holds the record key migrate2to3 goes on from: it commits
+// it with each transaction's changes, so that a migration a crash
+// interrupted resumes where it stopped instead of counting anchors twice.
+var keyMigrate3 = []byte(KeyPrefix + "meta/migrate3")
+
+// migrate2to3 counts the anchors of every stored record's links for the
+// pages they point to, and merges them into the postings of those that
+// are live (anchors.go). It returns the records read.
+func (x *Index) migrate2to3() (int, error) {
+	from := bytes.Clone(prefixRecord)
+	err := x.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(keyMigrate3)
+		if err == badger.ErrKeyNotFound {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		from, err = item.ValueCopy(nil)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for from != nil {
+		ids, next, err := x.recordIDs(from)
+		if err != nil {
+			return n, err
+		}
+		w := x.newWtxn()
+		for i, id := range ids {
+			_, r, err := storedRecord(w.txn, id)
+			if err != nil {
+				w.txn.Discard()
+				return n, err
+			}
+			if err := x.updateAnchors(w, nil, anchorsOf(&r)); err != nil {
+				w.txn.Discard()
+				return n, err
+			}
+			n++
+			if x.full(w) && i+1 < len(ids) {
+				if err := w.set(keyMigrate3, recordKey(ids[i+1])); err != nil {
+					w.txn.Discard()
+					return n, err
+				}
+				if err := x.commit(w); err != nil {
+					return n, err
+				}
+				w = x.newWtxn()
+			}
+		}
+		if next != nil {
+			err = w.set(keyMigrate3, next)
+		} else {
+			err = w.del(keyMigrate3)
+		}
+		if err != nil {
+			w.txn.Discard()
+			return n, err
+		}
+		if err := x.commit(w); err != nil {
+			return n, err
+		}
+		from = next
+	}
+	return n, nil
+}
+
+// storedRecord reads the stored value of a live page and decodes its
+// record.
+func storedRecord(txn *badger.Txn, id docID) (stored, crawl.Record, error) {
+	s, err := getStored(txn, id)
+	if err != nil {
+		return stored{}, crawl.Record{}, err
+	}
+	r, err := crawl.DecodeRecord(s.Record)
+	if err != nil {
+		return stored{}, crawl.Record{}, fmt.Errorf("record %x: %w: %w", id, ErrCorruptValue, err)
+	}
+	return s, r, nil
+}
+
+// recordIDs returns the ids of at most migrateScan records from the key
+// from on, and the key to go on from (nil at the end).
+func (x *Index) recordIDs(from []byte) ([]docID, []byte, error) {
+	var ids []docID
+	var next []byte
+	err := x.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefixRecord})
+		defer it.Close()
+		for it.Seek(from); it.ValidForPrefix(prefixRecord); it.Next() {
+			if len(ids) == migrateScan {
+				next = it.Item().KeyCopy(nil)
+				return nil
+			}
+			id, ok := parseIDKey(prefixRecord, it.Item().Key())
+			if !ok {
+				return fmt.Errorf("%w: record key %q", ErrCorruptValue, it.Item().Key())
+			}
+			ids = append(ids, id)
+		}
+		return nil
+	})
+	return ids, next, err
+}
+
+// migrateScan is how many records a migration reads in one transaction.
 const migrateScan = 1024
 
 // migrate1to2 indexes the statements of the stored records. Schema 1
@@ -53,15 +168,10 @@ func (x *Index) migrate1to2() (int, error) {
 				}
 				w = x.newWtxn()
 			}
-			s, err := getStored(w.txn, id)
+			s, r, err := storedRecord(w.txn, id)
 			if err != nil {
 				w.txn.Discard()
 				return n, err
-			}
-			r, err := crawl.DecodeRecord(s.Record)
-			if err != nil {
-				w.txn.Discard()
-				return n, fmt.Errorf("record %x: %w: %w", id, ErrCorruptValue, err)
 			}
 			stmts, _ := cleanStatements(r.Statements, x.cfg.maxStatements)
 			ps := withStructTerms(s.Postings, &r, stmts)

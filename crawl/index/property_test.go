@@ -75,6 +75,38 @@ func (m *model) live() (n int64) {
 // search is the brute-force evaluation of a query, with the fallback of
 // an all-words query that nothing matches to partial matches (Search).
 func (m *model) search(pq parsedQuery, any bool, boost float64) ([]scored, bool) {
+	return m.withAnchors().searchOwn(pq, any, boost)
+}
+
+// withAnchors returns the model with each live page's postings as search
+// sees them: the anchor terms of the live pages' links to it merged in
+// (anchors.go).
+func (m *model) withAnchors() *model {
+	linked := map[docID]anchorCounts{}
+	for _, p := range m.pages {
+		if p.gone {
+			continue
+		}
+		for id, terms := range anchorsOf(&p.rec) {
+			if linked[id] == nil {
+				linked[id] = anchorCounts{}
+			}
+			for t := range terms {
+				linked[id][t]++
+			}
+		}
+	}
+	out := &model{pages: make(map[string]modelPage, len(m.pages))}
+	for u, p := range m.pages {
+		if !p.gone {
+			p.ps = withAnchors(p.ps, linked[idOf(u)].top())
+		}
+		out.pages[u] = p
+	}
+	return out
+}
+
+func (m *model) searchOwn(pq parsedQuery, any bool, boost float64) ([]scored, bool) {
 	out := m.eval(pq, any, 0, boost)
 	if len(out) == 0 && !any && len(pq.Terms) > 1 && !slices.ContainsFunc(pq.Terms, isHidden) {
 		known := pq
@@ -110,7 +142,7 @@ func (m *model) eval(pq parsedQuery, any bool, coord int, boost float64) []score
 		for i, t := range pq.Terms {
 			if ps := p.find(t); ps != nil {
 				found++
-				s += termScore(idfs[i], ps.Weight, ps.Flags, boost)
+				s += termScore(idfs[i], ps.Weight, ps.Flags, ps.Anchor, boost)
 			}
 		}
 		if found == 0 || (!any && found < len(pq.Terms)) {
@@ -186,6 +218,18 @@ func randomRecord(rng *rand.Rand, vocab []string, url string) crawl.Record {
 		title = append(title, vocab[rng.IntN(len(vocab))])
 	}
 	r.Title = strings.Join(title, " ")
+	// Links to pages of the same space, with anchors of vocabulary words
+	// (anchors.go): sometimes to itself, sometimes without anchor text.
+	for range rng.IntN(5) {
+		l := crawl.Link{URL: fmt.Sprintf("http://h%d.example/p%d", rng.IntN(4), rng.IntN(60))}
+		if rng.IntN(6) == 0 {
+			l.URL = url
+		}
+		for range rng.IntN(3) {
+			l.Anchor += vocab[rng.IntN(len(vocab))] + " "
+		}
+		r.Links = append(r.Links, l)
+	}
 	return r
 }
 

@@ -359,15 +359,39 @@ func (x *Index) apply(w *wtxn, src Source, p *prepared, res *PutResult) error {
 		}
 	}
 	var oldPostings []posting
+	var oldAnchors map[docID]map[string]bool
 	if exists && !old.Gone {
 		s, err := getStored(txn, p.id)
 		if err != nil {
 			return err
 		}
 		oldPostings = s.Postings
+		r, err := crawl.DecodeRecord(s.Record)
+		if err != nil {
+			return fmt.Errorf("%w: record %x: %v", ErrCorruptValue, p.id, err)
+		}
+		oldAnchors = anchorsOf(&r)
 	}
 	gone := p.rec.Change == crawl.ChangeGone
-	if err := x.updatePostings(w, p.id, oldPostings, p.postings); err != nil {
+	// The page's postings: its own terms with the anchors of the links to
+	// it merged in.
+	counts, err := getAnchorCounts(txn, p.id)
+	if err != nil {
+		return err
+	}
+	top := counts.top()
+	var was, now []posting // what the index held for the page, and will
+	if exists && !old.Gone {
+		was = withAnchors(oldPostings, top)
+	}
+	if !gone {
+		now = withAnchors(p.postings, top)
+	}
+	if err := x.updatePostings(w, p.id, was, now); err != nil {
+		return err
+	}
+	// The anchors its links give other pages.
+	if err := x.updateAnchors(w, oldAnchors, anchorsOf(&p.rec)); err != nil {
 		return err
 	}
 	if gone {
@@ -438,15 +462,15 @@ func (x *Index) updatePostings(w *wtxn, id docID, old, new []posting) error {
 			w.cnt.Postings--
 			i++
 		case c > 0: // only in new
-			if err := w.set(postingKey(new[j].Term, id), encodePostingValue(new[j].Weight, new[j].Flags)); err != nil {
+			if err := w.set(postingKey(new[j].Term, id), encodePostingValue(new[j].Weight, new[j].Flags, new[j].Anchor)); err != nil {
 				return err
 			}
 			w.df[new[j].Term]++
 			w.cnt.Postings++
 			j++
 		default:
-			if old[i].Weight != new[j].Weight || old[i].Flags != new[j].Flags {
-				if err := w.set(postingKey(new[j].Term, id), encodePostingValue(new[j].Weight, new[j].Flags)); err != nil {
+			if old[i] != new[j] {
+				if err := w.set(postingKey(new[j].Term, id), encodePostingValue(new[j].Weight, new[j].Flags, new[j].Anchor)); err != nil {
 					return err
 				}
 			}

@@ -67,6 +67,7 @@ type cursor struct {
 	id    docID
 	w     uint16
 	flags uint8
+	a     uint16 // anchor weight
 	err   error
 }
 
@@ -92,7 +93,7 @@ func (c *cursor) load() {
 	}
 	err := item.Value(func(v []byte) error {
 		var err error
-		c.w, c.flags, err = decodePostingValue(v)
+		c.w, c.flags, c.a, err = decodePostingValue(v)
 		return err
 	})
 	if err != nil {
@@ -181,13 +182,15 @@ func idf(n, df int64) float64 {
 	return math.Log(1 + (float64(n)-float64(df)+0.5)/(float64(df)+0.5))
 }
 
-// termScore is what one term found on a page adds to its score.
-func termScore(idf float64, w uint16, flags uint8, titleBoost float64) float64 {
-	s := idf * float64(w) / 65535
+// termScore is what one term found on a page adds to its score: its own
+// weight, boosted in the title, and the weight of the anchors of links to
+// the page.
+func termScore(idf float64, w uint16, flags uint8, anchor uint16, titleBoost float64) float64 {
+	s := float64(w) / 65535
 	if flags&inTitle != 0 {
 		s *= 1 + titleBoost
 	}
-	return s
+	return idf * (s + float64(anchor)/65535)
 }
 
 // Search runs a query. Terms are ANDed unless q.Any; pages containing an
@@ -235,6 +238,13 @@ func (x *Index) Search(ctx context.Context, q Query) (*Results, error) {
 			if err != nil {
 				return fmt.Errorf("hit %x: %w", s.id, err)
 			}
+			a, err := getAnchorCounts(txn, s.id)
+			if err != nil {
+				return err
+			}
+			for t := range a.top() {
+				ps = append(ps, posting{Term: t, Flags: inAnchor})
+			}
 			res.Hits = append(res.Hits, newHit(&r, ps, s.score, pq))
 		}
 		return nil
@@ -255,16 +265,14 @@ func newHit(r *crawl.Record, ps []posting, score float64, pq parsedQuery) Hit {
 	}
 }
 
-// matched returns the words of pq whose terms r has: keywords, and
-// statement conditions.
+// matched returns the words of pq whose terms r has: keywords, and the
+// terms of ps (title and host stems, statement conditions, the anchors of
+// links to the page).
 func matched(r *crawl.Record, ps []posting, pq parsedQuery) []string {
 	var has []string
 	for _, t := range pq.Terms {
-		if isHidden(t) {
-			if slices.ContainsFunc(ps, func(p posting) bool { return p.Term == t }) {
-				has = append(has, t)
-			}
-		} else if slices.ContainsFunc(r.Keywords, func(k crawl.Keyword) bool { return k.Term == t }) {
+		if slices.ContainsFunc(ps, func(p posting) bool { return p.Term == t }) ||
+			slices.ContainsFunc(r.Keywords, func(k crawl.Keyword) bool { return k.Term == t }) {
 			has = append(has, t)
 		}
 	}
@@ -438,7 +446,7 @@ func (e *evaluator) emit(id docID, on []*cursor) {
 	}
 	clear(e.contrib)
 	for _, c := range on {
-		e.contrib[c.pos] = termScore(c.weight, c.w, c.flags, e.boost)
+		e.contrib[c.pos] = termScore(c.weight, c.w, c.flags, c.a, e.boost)
 	}
 	var s float64
 	for _, v := range e.contrib {

@@ -283,7 +283,7 @@ func TestVerifyDetectsDamage(t *testing.T) {
 	}{
 		{"lost posting", func(txn *badger.Txn) error { return txn.Delete(postingKey("alpha", idOf("http://a.example/"))) }},
 		{"stray posting", func(txn *badger.Txn) error {
-			return txn.Set(postingKey("alpha", idOf("http://z.example/")), encodePostingValue(1, inKeyword))
+			return txn.Set(postingKey("alpha", idOf("http://z.example/")), encodePostingValue(1, inKeyword, 0))
 		}},
 		{"wrong df", func(txn *badger.Txn) error { return txn.Set(dfKey("alpha"), encodeUvarint(5)) }},
 		{"lost record", func(txn *badger.Txn) error { return txn.Delete(recordKey(idOf("http://a.example/"))) }},

@@ -282,11 +282,11 @@ func dumpQuantised(t *testing.T, db *badger.DB) string {
 			s.Record = crawl.AppendRecord(nil, &r)
 			return s.encode(), nil
 		case bytes.Equal(prefix, prefixPosting):
-			w, f, err := decodePostingValue(v)
+			w, f, a, err := decodePostingValue(v)
 			if err != nil {
 				return nil, err
 			}
-			return encodePostingValue(crawl.QuantiseWeight(w), f), nil
+			return encodePostingValue(crawl.QuantiseWeight(w), f, a), nil
 		}
 		return v, nil
 	}, prefixRecord, prefixPosting, prefixDF)
@@ -330,7 +330,7 @@ func dumpWith(t *testing.T, db *badger.DB, transform func(prefix, v []byte) ([]b
 // TestSchemaRefused: an index of a later schema, or of an unreadable
 // version value, is refused with ErrSchema and says why.
 func TestSchemaRefused(t *testing.T) {
-	for _, v := range [][]byte{encodeUvarint(3), encodeUvarint(0), {0xff}} {
+	for _, v := range [][]byte{encodeUvarint(schemaVersion + 1), encodeUvarint(0), {0xff}} {
 		db := openMemDB(t)
 		newTestIndex(t, db).Close()
 		if err := db.Update(func(txn *badger.Txn) error { return txn.Set(keySchema, v) }); err != nil {
@@ -340,15 +340,19 @@ func TestSchemaRefused(t *testing.T) {
 		if !errors.Is(err, ErrSchema) {
 			t.Fatalf("version %x: %v", v, err)
 		}
-		if v[0] == 3 && !strings.Contains(err.Error(), "reads versions 1 to 2") {
-			t.Errorf("version 3: %v", err)
+		if v[0] == schemaVersion+1 && !strings.Contains(err.Error(), fmt.Sprintf("reads versions 1 to %d", schemaVersion)) {
+			t.Errorf("version %d: %v", schemaVersion+1, err)
 		}
 	}
 }
 
-func loadV1(t *testing.T) *badger.DB {
+func loadV1(t *testing.T) *badger.DB { return loadBackup(t, "testdata/index-v1.backup", 1) }
+
+// loadBackup loads a badger backup of an index of the given schema into
+// a new in-memory database.
+func loadBackup(t *testing.T, file string, schema uint64) *badger.DB {
 	t.Helper()
-	f, err := os.Open("testdata/index-v1.backup")
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +361,7 @@ func loadV1(t *testing.T) *badger.DB {
 	if err := db.Load(f, 16); err != nil {
 		t.Fatal(err)
 	}
-	if v := schemaOf(t, db); v != 1 {
+	if v := schemaOf(t, db); v != schema {
 		t.Fatalf("fixture has schema %d", v)
 	}
 	return db

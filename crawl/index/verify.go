@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/micra-net/micra/crawl"
 )
 
 // Verify reads the whole index once and checks that its counters, document
@@ -74,7 +75,8 @@ func (x *Index) scanCounts(ctx context.Context) (counts, error) {
 		if err != nil {
 			return err
 		}
-		want := make(map[string]int64) // postings per term, from the records
+		want := make(map[string]int64)         // postings per term, from the records
+		linked := make(map[docID]anchorCounts) // anchor terms per page, from the records' links
 		err = each(txn, prefixRecord, func(k, v []byte) error {
 			id, ok := parseIDKey(prefixRecord, k)
 			if !ok || !live[id] {
@@ -86,7 +88,25 @@ func (x *Index) scanCounts(ctx context.Context) (counts, error) {
 				bad("record %x: %v", id, err)
 				return nil
 			}
-			for _, p := range s.Postings {
+			r, err := crawl.DecodeRecord(s.Record)
+			if err != nil {
+				bad("record %x: %v", id, err)
+				return nil
+			}
+			for target, terms := range anchorsOf(&r) {
+				if linked[target] == nil {
+					linked[target] = anchorCounts{}
+				}
+				for t := range terms {
+					linked[target][t]++
+				}
+			}
+			counts, err := getAnchorCounts(txn, id)
+			if err != nil {
+				bad("record %x: %v", id, err)
+				return nil
+			}
+			for _, p := range withAnchors(s.Postings, counts.top()) {
 				want[p.Term]++
 				item, err := txn.Get(postingKey(p.Term, id))
 				if err != nil {
@@ -94,14 +114,44 @@ func (x *Index) scanCounts(ctx context.Context) (counts, error) {
 					continue
 				}
 				_ = item.Value(func(b []byte) error {
-					if w, fl, err := decodePostingValue(b); err != nil || w != p.Weight || fl != p.Flags {
-						bad("record %x: posting %q is %x", id, p.Term, b)
+					if w, fl, a, err := decodePostingValue(b); err != nil || w != p.Weight || fl != p.Flags || a != p.Anchor {
+						bad("record %x: posting %q is %x, want weight %d flags %d anchor %d", id, p.Term, b, p.Weight, p.Flags, p.Anchor)
 					}
 					return nil
 				})
 			}
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		// Anchor counts: what the live records' links give, exactly
+		// while no page has more distinct anchor terms than are counted.
+		err = each(txn, prefixAnchor, func(k, v []byte) error {
+			id, ok := parseIDKey(prefixAnchor, k)
+			a, err := decodeAnchorCounts(v)
+			if !ok || err != nil || len(a) == 0 {
+				bad("anchors %x: %v", k, err)
+				return nil
+			}
+			l := linked[id]
+			for t, n := range a {
+				if n > l[t] || (len(l) <= maxAnchorTerms && n != l[t]) {
+					bad("anchors of %x: %q counted %d, linked from %d pages", id, t, n, l[t])
+				}
+			}
+			if len(l) <= maxAnchorTerms && len(l) != len(a) {
+				bad("anchors of %x: %d terms counted, %d linked", id, len(a), len(l))
+			}
+			delete(linked, id)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for id := range linked {
+			bad("page %x is linked with anchors none of which are counted", id)
+		}
 		if err != nil {
 			return err
 		}

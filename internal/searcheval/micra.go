@@ -138,7 +138,7 @@ func crawlSite(ctx context.Context, base string, cfg Config) (*crawled, error) {
 		crawl.Workers(conc, runtime.GOMAXPROCS(0), 2*conc),
 		crawl.MaxDepth(64),
 		crawl.ExpectedURLs(1 << 17),
-		crawl.Batching(256<<10, 100*time.Millisecond), // the node's size; sealed soon after the crawl ends
+		crawl.Batching(256<<10, 2*time.Second), // the node's size: sealed by size while the crawl runs (by age only at its end), so that the ratio does not depend on the machine's load
 		crawl.Routing(siteRouter{host: u.Host}),
 		crawl.DNS(noDNS{}),
 		crawl.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
