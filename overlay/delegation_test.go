@@ -232,12 +232,22 @@ func TestBlockIndexAndReassign(t *testing.T) {
 		tID, _ := tree.Find(subnets[0])
 		cause, _ := tree.Find(subnets[1])
 		var coord, outsider *node
-		closest := nodes[0].o.coord.closestPeers(ctx, nodes[0].o.coord.rangeShard(cause).key(tree.ID()), true)
+		key := nodes[0].o.coord.rangeShard(cause).key(tree.ID())
+		closest := nodes[0].o.coord.closestPeers(ctx, key, true)
+		// The outsider is the node farthest from the shard's key by XOR
+		// distance, not one merely absent from node 0's list: the
+		// receiving coordinator ranks a peer by its own view, and one it
+		// has not met if it is nearer than its sixth (coordinator.ranked).
+		ids := make([]peer.ID, len(nodes))
+		for i, nd := range nodes {
+			ids[i] = nd.h.ID()
+		}
+		byDistance := kb.SortClosestPeers(ids, kb.ConvertKey(string(key[:])))
 		for _, nd := range nodes {
 			if nd.h.ID() == closest[0] {
 				coord = nd
 			}
-			if i := slices.Index(closest, nd.h.ID()); (i < 0 || i >= 2*3+2) && outsider == nil {
+			if nd.h.ID() == byDistance[len(byDistance)-1] {
 				outsider = nd
 			}
 		}

@@ -81,6 +81,11 @@ func TestSearchCommand(t *testing.T) {
 	if code, out, _ = runCmd(t, "search", "--api", srv.URL, "--any", "boats", "lake"); code != 0 || !strings.Contains(out, "2 results") {
 		t.Fatalf("--any: exit %d %s", code, out)
 	}
+	// No page has both words: the pages with one, said so, each with the
+	// words it has.
+	if code, out, _ = runCmd(t, "search", "--api", srv.URL, "ferries", "zanzibar"); code != 0 || !strings.Contains(out, "no page has all of these words") || !strings.Contains(out, "has ferries") {
+		t.Fatalf("partial: exit %d %s", code, out)
+	}
 	// Structured data: typed queries, alone and with words.
 	for _, q := range [][]string{{"type:Event"}, {"type:schema:Event", "ferries"}, {"name=parade"}} {
 		code, out, errs := runCmd(t, append([]string{"search", "--api", srv.URL}, q...)...)

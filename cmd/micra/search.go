@@ -55,14 +55,16 @@ Flags:`, stderr)
 		Query     string  `json:"query"`
 		Total     int     `json:"total"`
 		Estimated bool    `json:"estimated"`
+		Partial   bool    `json:"partial"`
 		Offset    int     `json:"offset"`
 		TookMS    float64 `json:"took_ms"`
 		Hits      []struct {
-			URL   string   `json:"url"`
-			Title string   `json:"title"`
-			Type  string   `json:"type"`
-			Score float64  `json:"score"`
-			Types []string `json:"types"`
+			URL     string   `json:"url"`
+			Title   string   `json:"title"`
+			Type    string   `json:"type"`
+			Score   float64  `json:"score"`
+			Types   []string `json:"types"`
+			Matched []string `json:"matched"`
 		} `json:"hits"`
 	}
 	if err := json.Unmarshal(raw, &res); err != nil {
@@ -73,12 +75,19 @@ Flags:`, stderr)
 		about = "about "
 	}
 	fmt.Fprintf(stdout, "%s%d results for %q (%.1f ms)\n", about, res.Total, res.Query, res.TookMS)
+	if res.Partial {
+		fmt.Fprintln(stdout, "no page has all of these words: these have some of them, those with the most first")
+	}
 	for i, h := range res.Hits {
 		title := h.Title
 		if title == "" {
 			title = "(no title)"
 		}
-		fmt.Fprintf(stdout, "%3d. %s\n     %s  [%s, score %.3f]\n", res.Offset+i+1, title, h.URL, h.Type, h.Score)
+		has := ""
+		if len(h.Matched) > 0 {
+			has = ", has " + strings.Join(h.Matched, " ")
+		}
+		fmt.Fprintf(stdout, "%3d. %s\n     %s  [%s, score %.3f%s]\n", res.Offset+i+1, title, h.URL, h.Type, h.Score, has)
 		if len(h.Types) > 0 {
 			short := make([]string, len(h.Types))
 			for i, t := range h.Types {
