@@ -1,8 +1,10 @@
 package index
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -189,30 +191,10 @@ func withAnchors(own []posting, top map[string]uint16) []posting {
 // point to from what its old version gave (old) to what its new one gives
 // (new), and the postings of those pages that are live.
 func (x *Index) updateAnchors(w *wtxn, old, new map[docID]map[string]bool) error {
-	targets := make([]docID, 0, len(old)+len(new))
-	for id := range old {
-		targets = append(targets, id)
-	}
-	for id := range new {
-		if _, ok := old[id]; !ok {
-			targets = append(targets, id)
-		}
-	}
-	slices.SortFunc(targets, func(a, b docID) int { return strings.Compare(string(a[:]), string(b[:])) })
+	targets := sortedKeys(old, new, func(a, b docID) int { return bytes.Compare(a[:], b[:]) })
 	for _, id := range targets {
 		o, n := old[id], new[id]
-		changed := false
-		for t := range o {
-			if !n[t] {
-				changed = true
-			}
-		}
-		for t := range n {
-			if !o[t] {
-				changed = true
-			}
-		}
-		if !changed {
+		if maps.Equal(o, n) {
 			continue
 		}
 		a, err := getAnchorCounts(w.txn, id)
@@ -257,17 +239,7 @@ func (x *Index) updateAnchors(w *wtxn, old, new map[docID]map[string]bool) error
 // reweighAnchors changes the anchor weights of a live page's postings from
 // before to after.
 func (x *Index) reweighAnchors(w *wtxn, id docID, before, after map[string]uint16) error {
-	terms := make([]string, 0, len(before)+len(after))
-	for t := range before {
-		terms = append(terms, t)
-	}
-	for t := range after {
-		if _, ok := before[t]; !ok {
-			terms = append(terms, t)
-		}
-	}
-	slices.Sort(terms)
-	for _, t := range terms {
+	for _, t := range sortedKeys(before, after, strings.Compare) {
 		if before[t] == after[t] {
 			continue
 		}
@@ -308,4 +280,16 @@ func (x *Index) reweighAnchors(w *wtxn, id docID, before, after map[string]uint1
 		}
 	}
 	return nil
+}
+
+// sortedKeys returns the keys of a and b, each once, sorted by cmp.
+func sortedKeys[K comparable, V any](a, b map[K]V, cmp func(K, K) int) []K {
+	keys := slices.Collect(maps.Keys(a))
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, cmp)
+	return keys
 }

@@ -3,10 +3,10 @@ package searcheval
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"net/url"
-	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -77,7 +77,6 @@ func (s *indexSink) Results(ctx context.Context, b crawl.Batch) error {
 	s.c.batchBytes += int64(len(b.Data))
 	s.c.rawBytes += int64(b.RawBytes)
 	s.c.records += int64(b.Records)
-	debugRecs = append(debugRecs, recs...)
 	for _, r := range recs {
 		s.c.decoded += r.Size
 		if r.Status >= 200 && r.Status < 300 && r.Change != crawl.ChangeGone {
@@ -141,7 +140,7 @@ func crawlSite(ctx context.Context, base string, cfg Config) (*crawled, error) {
 		crawl.Batching(256<<10, 2*time.Second), // the node's size: sealed by size while the crawl runs (by age only at its end), so that the ratio does not depend on the machine's load
 		crawl.Routing(siteRouter{host: u.Host}),
 		crawl.DNS(noDNS{}),
-		crawl.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
+		crawl.Logger(logger(cfg.Log)),
 	}
 	if cfg.Keywords > 0 {
 		opts = append(opts, crawl.MaxKeywords(cfg.Keywords))
@@ -189,6 +188,14 @@ func crawlSite(ctx context.Context, base string, cfg Config) (*crawled, error) {
 	return c, nil
 }
 
+// logger writes the crawler's warnings to w; nil: nowhere.
+func logger(w io.Writer) *slog.Logger {
+	if w == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
 // indexBytes is the size of the index's keys and values.
 func indexBytes(db *badger.DB) (int64, error) {
 	var n int64
@@ -225,5 +232,3 @@ func (e micraEngine) search(ctx context.Context, q string) ([]string, error) {
 	}
 	return out, nil
 }
-
-var debugRecs []crawl.Record
