@@ -133,10 +133,7 @@ func StartIndexer(ctx context.Context, cfg IndexerConfig) (x *Indexer, err error
 	if err != nil {
 		return x, err
 	}
-	// The index writes a record with its postings in one transaction:
-	// memtables of 32 MiB allow 2.4 MiB transactions.
-	db, err := badger.Open(badger.DefaultOptions(filepath.Join(cfg.DataDir, "db")).WithLogger(nil).
-		WithMemTableSize(32 << 20).WithNumMemtables(3).WithNumVersionsToKeep(1))
+	db, err := badger.Open(index.BadgerOptions(filepath.Join(cfg.DataDir, "db")))
 	if err != nil {
 		return x, fmt.Errorf("opening the database in %s (is another indexer running on it?): %w", cfg.DataDir, err)
 	}

@@ -244,7 +244,7 @@ func (x *Index) reweighAnchors(w *wtxn, id docID, before, after map[string]uint1
 			continue
 		}
 		k := postingKey(t, id)
-		var own uint16
+		var own, anchor uint16
 		var flags uint8
 		item, err := w.txn.Get(k)
 		had := err == nil
@@ -255,7 +255,7 @@ func (x *Index) reweighAnchors(w *wtxn, id docID, before, after map[string]uint1
 		default:
 			err = item.Value(func(v []byte) error {
 				var err error
-				own, flags, _, err = decodePostingValue(v)
+				own, flags, anchor, err = decodePostingValue(v)
 				return err
 			})
 			if err != nil {
@@ -263,17 +263,21 @@ func (x *Index) reweighAnchors(w *wtxn, id docID, before, after map[string]uint1
 			}
 		}
 		has := flags&ownFlags != 0 || after[t] > 0
+		was, is := &posting{Term: t, Weight: own, Flags: flags, Anchor: anchor}, &posting{Term: t, Weight: own, Flags: flags, Anchor: after[t]}
 		switch {
 		case had && !has:
 			err = w.del(k)
+			w.noteImpact(t, id, was, nil)
 			w.df[t]--
 			w.cnt.Postings--
 		case has:
 			err = w.set(k, encodePostingValue(own, flags, after[t]))
 			if !had {
+				was = nil
 				w.df[t]++
 				w.cnt.Postings++
 			}
+			w.noteImpact(t, id, was, is)
 		}
 		if err != nil {
 			return err

@@ -2,6 +2,7 @@ package index
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -14,9 +15,9 @@ import (
 	"github.com/micra-net/micra/crawl"
 )
 
-// Benchmarks run on the node's badger settings (crawl.BadgerOptions) on
-// disk, with records shaped like the crawler's defaults: 64 keywords drawn
-// from a 50 000-term Zipf vocabulary, a two-word title, 20 links.
+// Benchmarks run on an indexer's badger settings (BadgerOptions) on disk,
+// with records of 64 keywords drawn from a 50 000-term Zipf vocabulary, a
+// two-word title, 20 links (BenchmarkSearchLatency: 200 keywords of 500 000).
 //
 //	go test -run '^$' -bench . -benchtime 20000x ./crawl/index/   (ingest, 20 000 records)
 //	MICRA_INDEX_BENCH_DOCS=100000 go test -run '^$' -bench Search ./crawl/index/
@@ -38,8 +39,12 @@ func benchRecords(n int, seed uint64) []crawl.Record {
 	return out
 }
 
-func benchDB(b *testing.B) *badger.DB {
-	db, err := badger.Open(crawl.BadgerOptions(b.TempDir()).WithLogger(nil))
+// benchDB opens a database with an indexer's options in a temporary
+// folder.
+func benchDB(b *testing.B) *badger.DB { return openBenchDB(b, b.TempDir()) }
+
+func openBenchDB(b *testing.B, dir string) *badger.DB {
+	db, err := badger.Open(BadgerOptions(dir))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,10 +62,17 @@ func ingest(b *testing.B, x *Index, recs []crawl.Record) {
 }
 
 // BenchmarkPut measures ingest: one op is one record, stored in batches of
-// 500 into an index that grows to b.N records, with one profile registered.
+// 500 into an index that grows to b.N records, with one profile
+// registered; with impact lists for the terms of 1024 pages or more (the
+// default), and without any, side by side.
 func BenchmarkPut(b *testing.B) {
+	b.Run("impact", func(b *testing.B) { benchPut(b, defaultImpactMin) })
+	b.Run("none", func(b *testing.B) { benchPut(b, math.MaxInt) })
+}
+
+func benchPut(b *testing.B, impactMin int) {
 	recs := benchRecords(b.N, 1)
-	x := newTestIndex(b, benchDB(b))
+	x := newTestIndex(b, benchDB(b), withImpactMin(impactMin))
 	if _, err := x.PutProfile(b.Context(), Profile{Name: "p", Keywords: []ProfileKeyword{{"wbx", 1}, {"wcx", 2}, {"wdex", 3}}}); err != nil {
 		b.Fatal(err)
 	}
@@ -210,9 +222,11 @@ func BenchmarkTypedSearch(b *testing.B) {
 // frequent (drawn from the Zipf law), half uniformly drawn (mostly rare,
 // as known-item queries are), and one in ten with a word no page has,
 // which an all-words query answers with partial matches. It reports the
-// median and 99th percentile in ms.
+// median and 99th percentile in ms. With MICRA_INDEX_BENCH_DIR, the corpus
+// is kept in that folder and used again by the next run of the same size
+// (building 100 000 records takes about a quarter of an hour on 2 cores).
 //
-//	go test -run '^$' -bench SearchLatency -benchtime 1x ./crawl/index/
+//	go test -run '^$' -bench SearchLatency -benchtime 1x -timeout 1h ./crawl/index/
 func BenchmarkSearchLatency(b *testing.B) {
 	n, k := 100000, 200
 	for _, v := range []struct {
@@ -230,9 +244,13 @@ func BenchmarkSearchLatency(b *testing.B) {
 	rng := rand.New(rand.NewPCG(3, 1))
 	vocab := vocabulary(vocabSize)
 	zipf := rand.NewZipf(rng, 1.07, 2, vocabSize-1)
-	x := newTestIndex(b, benchDB(b))
+	dir := os.Getenv("MICRA_INDEX_BENCH_DIR")
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	x := newTestIndex(b, openBenchDB(b, dir))
 	start := time.Now()
-	for i := 0; i < n; i += benchBatch {
+	for i := int(x.Stats().Docs); i < n; i += benchBatch {
 		recs := make([]crawl.Record, 0, benchBatch)
 		for j := i; j < min(i+benchBatch, n); j++ {
 			recs = append(recs, synthRecord(rng, zipf, vocab, j, k, benchLinks, t0.Add(time.Duration(j)*time.Millisecond)))
@@ -241,46 +259,82 @@ func BenchmarkSearchLatency(b *testing.B) {
 	}
 	st := x.Stats()
 	b.Logf("corpus: %d records, %d terms, %d postings, built in %v", st.Docs, st.Terms, st.Postings, time.Since(start).Round(time.Second))
+	// The queries have their own generator, so that a kept corpus gets
+	// the same ones.
+	qrng := rand.New(rand.NewPCG(5, 1))
+	qzipf := rand.NewZipf(qrng, 1.07, 2, vocabSize-1)
 	qs := make([]Query, 2000)
 	for i := range qs {
-		words := make([]string, 1+rng.IntN(3))
+		words := make([]string, 1+qrng.IntN(3))
 		for j := range words {
-			if rng.IntN(2) == 0 {
-				words[j] = vocab[zipf.Uint64()]
+			if qrng.IntN(2) == 0 {
+				words[j] = vocab[qzipf.Uint64()]
 			} else {
-				words[j] = vocab[rng.IntN(vocabSize)]
+				words[j] = vocab[qrng.IntN(vocabSize)]
 			}
 		}
-		if rng.IntN(10) == 0 {
+		if qrng.IntN(10) == 0 {
 			words = append(words, "zzmissing")
 		}
 		qs[i] = Query{Text: strings.Join(words, " ")}
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		lat := make([]time.Duration, len(qs))
-		type slow struct {
-			d     time.Duration
-			q     string
-			total int
-			part  bool
-		}
-		var all []slow
+		// As the index answers, and with every query joined (the impact
+		// lists unused) as the baseline: after one pass that warms the
+		// caches, each query both ways, in turns first.
+		impactMin := x.cfg.impactMin
+		searchLatency(b, x, qs, impactMin)
+		ta, join := make([]time.Duration, len(qs)), make([]time.Duration, len(qs))
 		for i, q := range qs {
-			t := time.Now()
-			res, err := x.Search(b.Context(), q)
-			if err != nil {
-				b.Fatal(err)
+			for r := range 2 {
+				if (i+r)%2 == 0 {
+					x.cfg.impactMin = impactMin
+					ta[i] = timeSearch(b, x, q)
+				} else {
+					x.cfg.impactMin = math.MaxInt
+					join[i] = timeSearch(b, x, q)
+				}
 			}
-			lat[i] = time.Since(t)
-			all = append(all, slow{lat[i], q.Text, res.Total, res.Partial})
 		}
-		slices.SortFunc(all, func(a, c slow) int { return int(c.d - a.d) })
-		for _, s := range all[:10] {
-			b.Logf("%v %q total %d partial %v", s.d, s.q, s.total, s.part)
+		x.cfg.impactMin = impactMin
+		p50, p99 := percentiles(ta)
+		j50, j99 := percentiles(join)
+		b.ReportMetric(p50, "p50-ms")
+		b.ReportMetric(p99, "p99-ms")
+		b.ReportMetric(j50, "join-p50-ms")
+		b.ReportMetric(j99, "join-p99-ms")
+		b.ReportMetric(j99/p99, "p99-speedup")
+		st := x.Stats()
+		b.Logf("%d queries ran on impact lists, %d of them joined instead", st.ImpactQueries, st.ImpactFallbacks)
+		slow := slices.Clone(qs)
+		slices.SortFunc(slow, func(a, c Query) int { return int(ta[slices.Index(qs, c)] - ta[slices.Index(qs, a)]) })
+		for _, q := range slow[:8] {
+			i := slices.Index(qs, q)
+			b.Logf("%v (joined: %v) %q", ta[i].Round(time.Microsecond), join[i].Round(time.Microsecond), q.Text)
 		}
-		slices.Sort(lat)
-		b.ReportMetric(float64(lat[len(lat)/2])/1e6, "p50-ms")
-		b.ReportMetric(float64(lat[len(lat)*99/100])/1e6, "p99-ms")
+	}
+}
+
+func timeSearch(b *testing.B, x *Index, q Query) time.Duration {
+	t := time.Now()
+	if _, err := x.Search(b.Context(), q); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t)
+}
+
+// percentiles returns the median and 99th percentile of ds in ms.
+func percentiles(ds []time.Duration) (p50, p99 float64) {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return float64(s[len(s)/2]) / 1e6, float64(s[len(s)*99/100]) / 1e6
+}
+
+// searchLatency runs qs on x once, as a warm-up.
+func searchLatency(b *testing.B, x *Index, qs []Query, impactMin int) {
+	x.cfg.impactMin = impactMin
+	for _, q := range qs {
+		timeSearch(b, x, q)
 	}
 }

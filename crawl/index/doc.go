@@ -63,6 +63,33 @@
 // lists, exclusions by seeks; Results.Total is exact unless MaxScan stopped
 // the query, when it is extrapolated from the share of the id space read.
 //
+// # Queries of frequent words
+//
+// A join reads every posting of its rarest term, and at 100,000 pages an
+// AND of common words, or a partial match that merges them, reads tens of
+// thousands. Terms on at least 1024 pages therefore keep their postings a
+// second time ordered by impact, what the posting adds to a score per unit
+// of idf (schema 4; impact.go): one empty key per posting holding its exact
+// impact, written in the same transaction as the posting, and built whole
+// when a term reaches the threshold. A query of one or two words that have
+// such lists (or fewer than 1024 pages, sorted in memory), whose join would
+// read at least 1024 postings and whose words go together often enough,
+// runs the threshold algorithm on them (threshold.go): it reads the lists
+// heaviest first, scores each page it meets by looking up its postings,
+// and stops when its k-th best page scores more than any page it has not
+// met can. Its hits are the join's, exactly, in the same order. Counting
+// every match is the join it avoids, so its Results.Total is estimated
+// from a join of the first 1024 postings (Results.Estimated); one word's
+// total is its document frequency. When it would score more pages than
+// an eighth of the join's postings, the join answers after all
+// (Stats.ImpactFallbacks). Three words and more are joined: the algorithm
+// reads too deep before it can stop.
+//
+// A partial match of at most six words is found by subsets (subsets.go):
+// each proper subset of the words is an all-words query, most promising
+// first, until the k-th best page found beats what any subset left can
+// give.
+//
 // The score of page d for query terms Q is
 //
 //	score(d) = Σ_{t ∈ Q ∩ d} idf(t) · (w(t,d)/65535 · (1 + TitleBoost·[t in d's title]) + a(t,d)/65535)

@@ -19,7 +19,7 @@ func FuzzValues(f *testing.F) {
 	mt := match{Relevance: 0.5, Terms: []string{"alpha", "beta"}}
 	pv := profileValue{Name: "p", Keywords: []ProfileKeyword{{"Java", 4}}, Threshold: 0.1, Updated: t0, State: profilePending}
 	c := counts{Docs: 1, Tombstones: 2, Terms: 3, Postings: 4, Matches: 5, Added: 6, Rejected: 7, LastIngest: t0}
-	for _, b := range [][]byte{m.encode(), s.encode(), mt.encode(), pv.encode(), c.encode(), encodePostingValue(7, inTitle, 0), encodePostingValue(0, 0, 300), encodeAnchorSample(), encodeUvarint(9)} {
+	for _, b := range [][]byte{m.encode(), s.encode(), mt.encode(), pv.encode(), c.encode(), encodePostingValue(7, inTitle, 0), encodePostingValue(0, 0, 300), encodeAnchorSample(), encodeUvarint(9), termState{df: 3, impact: true}.encode()} {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -58,6 +58,11 @@ func FuzzValues(f *testing.F) {
 				t.Fatalf("anchor counts round trip: %v %v %v", v, w, err)
 			}
 		}
+		if v, err := decodeTermState(b); err == nil {
+			if w, err := decodeTermState(v.encode()); err != nil || w != v || v.df == 0 {
+				t.Fatalf("term state round trip: %+v %+v %v", v, w, err)
+			}
+		}
 		if v, err := decodeUvarint(b); err == nil && !bytes.Equal(encodeUvarint(v), b) && len(b) <= 10 {
 			// Non-minimal varints decode; they must still be the same number.
 			if w, _ := decodeUvarint(encodeUvarint(v)); w != v {
@@ -71,6 +76,7 @@ func encodeAnchorSample() []byte { return anchorCounts{"manual": 3, "widget": 1}
 
 func FuzzKeys(f *testing.F) {
 	f.Add(postingKey("alpha", idOf("http://a/")))
+	f.Add(impactKey("alpha", 1.25, idOf("http://a/")))
 	f.Add(matchRankKey("p", 0.25, idOf("http://a/")))
 	f.Add(matchKey("p", idOf("http://a/")))
 	f.Add(recordKey(idOf("http://a/")))
@@ -83,6 +89,9 @@ func FuzzKeys(f *testing.F) {
 		}
 		if term, id, ok := parsePostingKey(k); ok && !bytes.Equal(postingKey(term, id), k) {
 			t.Fatalf("posting key %q rebuilt as %q", k, postingKey(term, id))
+		}
+		if q, id, ok := parseImpactKey(impactPrefix("alpha"), k); ok && !bytes.Equal(impactKey("alpha", q, id), k) {
+			t.Fatalf("impact key %q rebuilt as %q", k, impactKey("alpha", q, id))
 		}
 		if len(k) > 1 {
 			name := string(k[:min(len(k), int(k[0]))])

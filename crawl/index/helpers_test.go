@@ -45,6 +45,12 @@ func newTestIndex(t testing.TB, db *badger.DB, opts ...Option) *Index {
 	return x
 }
 
+// withImpactMin sets the document frequency from which terms have impact
+// lists (impact.go).
+func withImpactMin(n int) Option {
+	return func(c *config) error { c.impactMin = n; return nil }
+}
+
 // page builds a record; kws alternate term and weight.
 func page(url, title string, at time.Time, kws ...any) crawl.Record {
 	r := crawl.Record{URL: url, FinalURL: url, Time: at, Status: 200, Type: crawl.TypeHTML, Title: title, Change: crawl.ChangeNew}

@@ -31,14 +31,19 @@ type Index struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 
+	impactQueries, impactFallbacks atomic.Uint64 // see Stats
+	// Work of queries since New, for tests: postings read in order (joins
+	// and impact lists), and postings looked up one by one.
+	readPostings, lookups atomic.Uint64
+
 	// wmu serialises writers. Writers change the fields below under mu too;
 	// while holding wmu they may read them without mu.
 	wmu sync.Mutex
 
-	// dfCache holds the stored document frequency of recently written
-	// terms, so that updating them needs no read. Guarded by wmu; changed
-	// only after a commit, so it never holds an uncommitted value.
-	dfCache map[string]uint64
+	// dfCache holds the stored state of recently written terms, so that
+	// updating them needs no read. Guarded by wmu; changed only after a
+	// commit, so it never holds an uncommitted value.
+	dfCache map[string]termState
 
 	// distrusted are the nodes whose records search leaves out (see
 	// Distrust); nil or empty: none.
@@ -70,7 +75,7 @@ func New(db *badger.DB, opts ...Option) (*Index, error) {
 	x := &Index{
 		db: db, cfg: cfg, log: cfg.logger,
 		txnBytes: db.MaxBatchSize() / 2, txnCount: db.MaxBatchCount() / 2,
-		dfCache:  make(map[string]uint64),
+		dfCache:  make(map[string]termState),
 		profiles: make(map[string]*profileState),
 		byTerm:   make(map[string][]*profileState),
 	}
@@ -79,6 +84,9 @@ func New(db *badger.DB, opts ...Option) (*Index, error) {
 	}
 	if err := x.openSchema(); err != nil {
 		return nil, err
+	}
+	if err := x.finishBuild(); err != nil {
+		return nil, fmt.Errorf("finishing an impact list: %w", err)
 	}
 	if err := x.loadProfiles(context.Background()); err != nil {
 		return nil, err
@@ -180,6 +188,10 @@ type Stats struct {
 	// Outcomes of every record ever given to Put.
 	Added, Replaced, Removed, Duplicates, Stale, Rejected uint64
 	LastIngest                                            time.Time // zero if none
+
+	// Queries since New that ran on impact lists (threshold.go), and
+	// those of them that ran out of budget there and were joined instead.
+	ImpactQueries, ImpactFallbacks uint64
 }
 
 // Stats returns the current counters. It does not touch the database.
@@ -192,6 +204,7 @@ func (x *Index) Stats() Stats {
 		Profiles: len(x.profiles), Matches: c.Matches,
 		Added: c.Added, Replaced: c.Replaced, Removed: c.Removed, Duplicates: c.Duplicates,
 		Stale: c.Stale, Rejected: c.Rejected, LastIngest: c.LastIngest,
+		ImpactQueries: x.impactQueries.Load(), ImpactFallbacks: x.impactFallbacks.Load(),
 	}
 }
 

@@ -26,7 +26,12 @@ import (
 //	                                   keyword or stem, or a hidden term of the
 //	                                   record's statements (schema 2: "#t:…", "#p:…",
 //	                                   "#h:…", see structured.go)
-//	/index/t/<t>                       document frequency of a term (value: uvarint)
+//	/index/t/<t>                       document frequency of a term, and whether it has
+//	                                   an impact list (value: termState, impact.go)
+//	/index/i/<len><t><^s:8><id>        the postings of a frequent term by descending
+//	                                   impact s, a float64's bits (schema 4; empty
+//	                                   value, impact.go)
+//	/index/meta/building               the term whose impact list is being built
 //	/index/a/<id>                      anchor terms of the links to a page, live or not,
 //	                                   with the number of linking pages (schema 3;
 //	                                   value: anchorCounts, anchors.go)
@@ -43,10 +48,11 @@ const KeyPrefix = "/index/"
 // schemaVersion is stored under /index/meta/schema. Version 2 indexes
 // records' statements as hidden terms (postings flagged inStruct, terms up
 // to 255 bytes); version 3 counts the anchors of links for the pages they
-// point to (/index/a/) and merges them into their postings (inAnchor).
+// point to (/index/a/) and merges them into their postings (inAnchor);
+// version 4 keeps impact lists of frequent terms (/index/i/).
 // New migrates older indexes (migrate.go). Binaries that read an older
 // version only refuse a newer one (ErrSchema) instead of misreading it.
-const schemaVersion = 3
+const schemaVersion = 4
 
 const idLen = 16
 
@@ -67,6 +73,7 @@ var (
 	prefixAnchor       = []byte(KeyPrefix + "a/")
 	prefixPosting      = []byte(KeyPrefix + "p/")
 	prefixDF           = []byte(KeyPrefix + "t/")
+	prefixImpact       = []byte(KeyPrefix + "i/")
 	prefixProfile      = []byte(KeyPrefix + "pf/")
 	prefixProfileCount = []byte(KeyPrefix + "pc/")
 	prefixMatch        = []byte(KeyPrefix + "m/")

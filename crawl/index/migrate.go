@@ -32,6 +32,13 @@ func (x *Index) migrate(from uint64) error {
 		}
 		x.log.Info("index schema migrated", "from", max(from, 2), "to", 3, "pages", n)
 	}
+	if from < 4 {
+		n, err := x.migrate3to4()
+		if err != nil {
+			return fmt.Errorf("migrating the index from schema 3 to 4: %w", err)
+		}
+		x.log.Info("index schema migrated", "from", max(from, 3), "to", 4, "impact lists", n)
+	}
 	return x.db.Update(func(txn *badger.Txn) error { return txn.Set(keySchema, encodeUvarint(schemaVersion)) })
 }
 

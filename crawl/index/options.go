@@ -29,6 +29,7 @@ type config struct {
 	maxLimit      int
 	maxWindow     int
 	maxScan       int
+	impactMin     int // document frequency from which a term has an impact list
 
 	titleBoost float64
 
@@ -62,6 +63,7 @@ func defaults() *config {
 		maxLimit:           100,
 		maxWindow:          1000,
 		maxScan:            1_000_000,
+		impactMin:          defaultImpactMin,
 		titleBoost:         0.5,
 		maxProfiles:        256,
 		maxProfileKeywords: 64,
@@ -86,6 +88,7 @@ func (c *config) validate() error {
 	check(c.maxLimit >= 1 && c.defaultLimit >= 1 && c.defaultLimit <= c.maxLimit && c.maxLimit <= c.maxWindow && c.maxWindow <= ceilWindow,
 		"result limits invalid: need 1 <= default %d <= max %d <= window %d <= %d", c.defaultLimit, c.maxLimit, c.maxWindow, ceilWindow)
 	check(c.maxScan >= 1000, "scan budget %d below 1000", c.maxScan)
+	check(c.impactMin >= 1, "impact list threshold %d below 1", c.impactMin)
 	check(c.titleBoost >= 0 && c.titleBoost <= 100 && !math.IsNaN(c.titleBoost), "title boost %v not in 0..100", c.titleBoost)
 	check(c.maxProfiles >= 0 && c.maxProfiles <= ceilProfiles, "profile cap %d not in 0..%d", c.maxProfiles, ceilProfiles)
 	check(c.maxProfileKeywords >= 1 && c.maxProfileKeywords <= ceilProfileKeywords, "profile keyword cap %d not in 1..%d", c.maxProfileKeywords, ceilProfileKeywords)

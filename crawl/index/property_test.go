@@ -249,54 +249,62 @@ func randomQuery(rng *rand.Rand, vocab []string) Query {
 
 // TestIndexAgreesWithBruteForce drives random deliveries (duplicates, stale
 // and gone records, content ties) and random profiles, and compares every
-// search and profile listing with a scan of the model.
+// search and profile listing with a scan of the model: on joins, and with
+// impact lists from a document frequency of 3 on, on the threshold
+// algorithm wherever every word of a query has one.
 func TestIndexAgreesWithBruteForce(t *testing.T) {
-	for seed := range uint64(4) {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 99))
-			vocab := fixedVocabulary(30)
-			x := newTestIndex(t, nil)
-			m := &model{pages: make(map[string]modelPage)}
-			var profs []*profileState
-			for round := range 12 {
-				var batch []crawl.Record
-				for range 1 + rng.IntN(40) {
-					url := fmt.Sprintf("http://h%d.example/p%d", rng.IntN(4), rng.IntN(60))
-					batch = append(batch, randomRecord(rng, vocab, url))
-				}
-				for i := 0; i < len(batch); i += 7 { // some records twice
-					batch = append(batch, batch[i])
-				}
-				rng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
-				mustPut(t, x, batch...)
-				for _, r := range batch {
-					m.put(r)
-				}
-				if round%4 == 1 {
-					var kws []ProfileKeyword
-					for range 1 + rng.IntN(4) {
-						kws = append(kws, ProfileKeyword{Word: vocab[rng.IntN(len(vocab))], Weight: float64(1 + rng.IntN(5))})
-					}
-					p := Profile{Name: fmt.Sprint("p", round), Keywords: kws, Threshold: rng.Float64() * 0.3}
-					if _, err := x.PutProfile(t.Context(), p); err != nil {
-						t.Fatal(err)
-					}
-					ps, _ := x.cfg.newProfileState(profileValue{Name: p.Name, Keywords: kws, Threshold: p.Threshold})
-					profs = append(profs, ps)
-				}
-				checkInvariants(t, x)
-				if s := x.Stats(); s.Docs != m.live() || s.Docs+s.Tombstones != int64(len(m.pages)) {
-					t.Fatalf("round %d: stats %+v, model %d live of %d", round, s, m.live(), len(m.pages))
-				}
-				for range 25 {
-					q := randomQuery(rng, vocab)
-					compareSearch(t, x, m, q)
-				}
-				for _, p := range profs {
-					compareMatches(t, x, m, p)
-				}
+	for _, impactMin := range []int{defaultImpactMin, 3} {
+		for seed := range uint64(4) {
+			t.Run(fmt.Sprint("impact", impactMin, "/seed", seed), func(t *testing.T) {
+				agreesWithBruteForce(t, seed, impactMin)
+			})
+		}
+	}
+}
+
+func agreesWithBruteForce(t *testing.T, seed uint64, impactMin int) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	vocab := fixedVocabulary(30)
+	x := newTestIndex(t, nil, withImpactMin(impactMin))
+	m := &model{pages: make(map[string]modelPage)}
+	var profs []*profileState
+	for round := range 12 {
+		var batch []crawl.Record
+		for range 1 + rng.IntN(40) {
+			url := fmt.Sprintf("http://h%d.example/p%d", rng.IntN(4), rng.IntN(60))
+			batch = append(batch, randomRecord(rng, vocab, url))
+		}
+		for i := 0; i < len(batch); i += 7 { // some records twice
+			batch = append(batch, batch[i])
+		}
+		rng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+		mustPut(t, x, batch...)
+		for _, r := range batch {
+			m.put(r)
+		}
+		if round%4 == 1 {
+			var kws []ProfileKeyword
+			for range 1 + rng.IntN(4) {
+				kws = append(kws, ProfileKeyword{Word: vocab[rng.IntN(len(vocab))], Weight: float64(1 + rng.IntN(5))})
 			}
-		})
+			p := Profile{Name: fmt.Sprint("p", round), Keywords: kws, Threshold: rng.Float64() * 0.3}
+			if _, err := x.PutProfile(t.Context(), p); err != nil {
+				t.Fatal(err)
+			}
+			ps, _ := x.cfg.newProfileState(profileValue{Name: p.Name, Keywords: kws, Threshold: p.Threshold})
+			profs = append(profs, ps)
+		}
+		checkInvariants(t, x)
+		if s := x.Stats(); s.Docs != m.live() || s.Docs+s.Tombstones != int64(len(m.pages)) {
+			t.Fatalf("round %d: stats %+v, model %d live of %d", round, s, m.live(), len(m.pages))
+		}
+		for range 25 {
+			q := randomQuery(rng, vocab)
+			compareSearch(t, x, m, q)
+		}
+		for _, p := range profs {
+			compareMatches(t, x, m, p)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -175,6 +176,7 @@ type wtxn struct {
 	cnt         counts
 	df          map[string]int64 // document frequency deltas
 	pc          map[string]int64 // profile match count deltas
+	imp         []impactChange   // changes of postings' impacts (impact.go)
 }
 
 func (x *Index) newWtxn() *wtxn {
@@ -200,36 +202,52 @@ func (x *Index) full(w *wtxn) bool {
 	return w.size+pending >= x.txnBytes || w.count+int64(len(w.df)+len(w.pc)) >= x.txnCount
 }
 
-// maxDFCache bounds the document frequencies Index.dfCache remembers
-// (about 64 bytes each).
+// maxDFCache bounds the term states Index.dfCache remembers (about 64
+// bytes each).
 const maxDFCache = 1 << 18
 
-// commit writes the counters and commits; then it publishes the new
-// in-memory state. Called with wmu held.
+// commit writes the counters, the document frequencies and the impact
+// lists of the changed terms, and commits; then it publishes the new
+// in-memory state and builds the impact lists of terms that reached
+// config.impactMin. Called with wmu held.
 func (x *Index) commit(w *wtxn) error {
 	defer w.txn.Discard()
+	state := make(map[string]termState, len(w.df))
+	load := func(t string) (termState, error) {
+		if s, ok := state[t]; ok {
+			return s, nil
+		}
+		s, ok := x.dfCache[t]
+		if !ok {
+			var err error
+			if s, err = getTermState(w.txn, t); err != nil {
+				return s, err
+			}
+		}
+		state[t] = s
+		return s, nil
+	}
+	for _, c := range w.imp {
+		if _, err := load(c.term); err != nil {
+			return err
+		}
+	}
 	type dfv struct {
 		t string
-		v uint64
+		s termState
 	}
 	dfs := make([]dfv, 0, len(w.df))
+	var build []string
 	for t, d := range w.df {
 		if d == 0 {
 			continue
 		}
+		old, err := load(t)
+		if err != nil {
+			return err
+		}
 		k := dfKey(t)
-		old, ok := x.dfCache[t]
-		if !ok {
-			var err error
-			if old, err = getUvarint(w.txn, k); err != nil {
-				return err
-			}
-		}
-		v := int64(old) + d
-		if v >= 0 {
-			dfs = append(dfs, dfv{t, uint64(v)})
-		}
-		var err error
+		v := int64(old.df) + d
 		switch {
 		case v < 0:
 			return fmt.Errorf("%w: document frequency of %q below zero", ErrCorruptValue, t)
@@ -237,14 +255,21 @@ func (x *Index) commit(w *wtxn) error {
 			w.cnt.Terms--
 			err = w.del(k)
 		default:
-			if old == 0 {
+			if old.df == 0 {
 				w.cnt.Terms++
 			}
-			err = w.set(k, encodeUvarint(uint64(v)))
+			err = w.set(k, termState{df: uint64(v), impact: old.impact}.encode())
 		}
 		if err != nil {
 			return err
 		}
+		dfs = append(dfs, dfv{t, termState{df: uint64(v), impact: old.impact && v > 0}})
+		if v >= int64(x.cfg.impactMin) && !old.impact {
+			build = append(build, t)
+		}
+	}
+	if err := applyImpacts(w, state); err != nil {
+		return err
 	}
 	for name, d := range w.pc {
 		if d == 0 {
@@ -265,15 +290,8 @@ func (x *Index) commit(w *wtxn) error {
 	if err := w.txn.Commit(); err != nil {
 		return err
 	}
-	if len(x.dfCache)+len(dfs) > maxDFCache {
-		clear(x.dfCache)
-	}
 	for _, e := range dfs {
-		if e.v == 0 {
-			delete(x.dfCache, e.t)
-		} else {
-			x.dfCache[e.t] = e.v
-		}
+		x.cacheTerm(e.t, e.s)
 	}
 	x.mu.Lock()
 	x.cnt = w.cnt
@@ -283,7 +301,21 @@ func (x *Index) commit(w *wtxn) error {
 		}
 	}
 	x.mu.Unlock()
-	return nil
+	slices.Sort(build) // a fixed order, whatever the map's
+	return x.buildImpacts(build)
+}
+
+// cacheTerm remembers the committed state of a term (df 0: forgets it).
+// Called with wmu held.
+func (x *Index) cacheTerm(t string, s termState) {
+	if s.df == 0 {
+		delete(x.dfCache, t)
+		return
+	}
+	if _, ok := x.dfCache[t]; !ok && len(x.dfCache) >= maxDFCache {
+		clear(x.dfCache)
+	}
+	x.dfCache[t] = s
 }
 
 func getUvarint(txn *badger.Txn, k []byte) (uint64, error) {
@@ -458,6 +490,7 @@ func (x *Index) updatePostings(w *wtxn, id docID, old, new []posting) error {
 			if err := w.del(postingKey(old[i].Term, id)); err != nil {
 				return err
 			}
+			w.noteImpact(old[i].Term, id, &old[i], nil)
 			w.df[old[i].Term]--
 			w.cnt.Postings--
 			i++
@@ -465,6 +498,7 @@ func (x *Index) updatePostings(w *wtxn, id docID, old, new []posting) error {
 			if err := w.set(postingKey(new[j].Term, id), encodePostingValue(new[j].Weight, new[j].Flags, new[j].Anchor)); err != nil {
 				return err
 			}
+			w.noteImpact(new[j].Term, id, nil, &new[j])
 			w.df[new[j].Term]++
 			w.cnt.Postings++
 			j++
@@ -473,6 +507,7 @@ func (x *Index) updatePostings(w *wtxn, id docID, old, new []posting) error {
 				if err := w.set(postingKey(new[j].Term, id), encodePostingValue(new[j].Weight, new[j].Flags, new[j].Anchor)); err != nil {
 					return err
 				}
+				w.noteImpact(new[j].Term, id, &old[i], &new[j])
 			}
 			i++
 			j++

@@ -290,11 +290,11 @@ func (x *Index) partial(ctx context.Context, txn *badger.Txn, pq parsedQuery, k 
 	known := pq
 	known.Terms = nil
 	for _, t := range pq.Terms {
-		df, err := getUvarint(txn, dfKey(t))
+		st, err := getTermState(txn, t)
 		if err != nil {
 			return nil, err
 		}
-		if df > 0 {
+		if st.df > 0 {
 			known.Terms = append(known.Terms, t)
 		}
 	}
@@ -307,72 +307,156 @@ func (x *Index) partial(ctx context.Context, txn *badger.Txn, pq parsedQuery, k 
 			return top, err
 		}
 	}
+	if len(known.Terms) <= maxSubsetTerms {
+		return x.bySubsets(ctx, txn, known, len(pq.Terms), k, res)
+	}
 	return x.evaluate(ctx, txn, pq, true, len(pq.Terms), k, res)
+}
+
+// qterm is a term of a query with what the index knows of it.
+type qterm struct {
+	t      string
+	pos    int // index of the term in its query
+	state  termState
+	weight float64 // idf
 }
 
 // evaluate finds the k best pages for pq and sets res.Total and
 // res.Estimated. With coord > 0, a page's score is scaled by the square of
-// the share of coord terms it has.
+// the share of coord terms it has. Queries of frequent terms run on their
+// impact lists (threshold.go) and estimate their total; the others join
+// the terms' posting lists.
 func (x *Index) evaluate(ctx context.Context, txn *badger.Txn, pq parsedQuery, any bool, coord, k int, res *Results) ([]scored, error) {
 	cnt, err := readCounts(txn)
 	if err != nil {
 		return nil, err
 	}
-	var cs []*cursor
-	defer func() {
-		for _, c := range cs {
-			c.close()
-		}
-	}()
-	for i, t := range pq.Terms {
-		df, err := getUvarint(txn, dfKey(t))
+	qts, err := x.queryTerms(txn, pq, cnt)
+	if err != nil || len(qts) == 0 || (!any && len(qts) < len(pq.Terms)) {
+		return nil, err // no term, or for all words a term no page has: nothing matches
+	}
+	ex, err := excludedTerms(txn, pq)
+	if err != nil {
+		return nil, err
+	}
+	hidden := x.hiddenIn(txn)
+	j := joiner{qts: qts, ex: ex, hidden: hidden, any: any, coord: coord, n: len(pq.Terms)}
+	if budget, ok := x.plan(qts, any, cnt.Docs); ok {
+		th := threshold{ctx: ctx, txn: txn, qts: qts, ex: ex, hidden: hidden, any: any, coord: coord,
+			boost: x.cfg.titleBoost, budget: budget, contrib: make([]float64, len(pq.Terms))}
+		top, done, err := th.run(k)
 		if err != nil {
 			return nil, err
 		}
-		if df == 0 {
-			if !any {
-				return nil, nil // a term no page has: nothing matches
+		x.impactQueries.Add(1)
+		x.readPostings.Add(uint64(th.reads))
+		x.lookups.Add(uint64(th.lookups))
+		if done {
+			if len(qts) == 1 && len(ex) == 0 && hidden == nil {
+				res.Total = int(qts[0].state.df) // every page with the word
+			} else if th.matches > 0 {
+				// Counting every match is the join avoided: the total is
+				// estimated from the first part of the id space.
+				if _, err := x.join(ctx, txn, j, 0, min(countBudget, x.cfg.maxScan), res); err != nil {
+					return nil, err
+				}
 			}
-			continue
+			res.Total = max(res.Total, th.matches)
+			return top, nil
 		}
-		c := newCursor(txn, t, i)
-		c.weight = idf(cnt.Docs, int64(df))
-		cs = append(cs, c)
+		x.impactFallbacks.Add(1)
 	}
-	if len(cs) == 0 {
-		return nil, nil
+	return x.join(ctx, txn, j, k, x.cfg.maxScan, res)
+}
+
+// excludedTerms returns the excluded terms of pq that some page has.
+func excludedTerms(txn *badger.Txn, pq parsedQuery) ([]string, error) {
+	var ex []string
+	for _, t := range pq.Excluded {
+		st, err := getTermState(txn, t)
+		if err != nil {
+			return nil, err
+		}
+		if st.df > 0 {
+			ex = append(ex, t)
+		}
 	}
-	var ex []*cursor
+	return ex, nil
+}
+
+// queryTerms returns the terms of pq that some page has.
+func (x *Index) queryTerms(txn *badger.Txn, pq parsedQuery, cnt counts) ([]qterm, error) {
+	var qts []qterm
+	for i, t := range pq.Terms {
+		st, err := getTermState(txn, t)
+		if err != nil {
+			return nil, err
+		}
+		if st.df > 0 {
+			qts = append(qts, qterm{t: t, pos: i, state: st, weight: idf(cnt.Docs, int64(st.df))})
+		}
+	}
+	return qts, nil
+}
+
+// hiddenIn reports the pages of distrusted nodes, read in txn; nil while no
+// node is distrusted.
+func (x *Index) hiddenIn(txn *badger.Txn) func(docID) bool {
+	if !x.hidesAny() {
+		return nil
+	}
+	// One read of the page's state per match.
+	return func(id docID) bool {
+		m, ok, err := getMeta(txn, id)
+		return err == nil && ok && x.isDistrusted(m.Prov.Node)
+	}
+}
+
+// joiner is a query for join: its terms, the excluded ones, the pages to
+// leave out, and how to combine the terms.
+type joiner struct {
+	qts    []qterm
+	ex     []string
+	hidden func(docID) bool // nil: none
+	any    bool
+	coord  int
+	n      int // terms in the query
+}
+
+// countBudget is the postings a query on impact lists reads to estimate
+// its total.
+const countBudget = 1024
+
+// join finds the k best pages of j by joining (all terms) or merging (any
+// term) the terms' posting lists in id order, reading at most budget
+// postings, and sets res.Total and res.Estimated. With k == 0 it only
+// counts.
+func (x *Index) join(ctx context.Context, txn *badger.Txn, j joiner, k, budget int, res *Results) ([]scored, error) {
+	var cs, ex []*cursor
 	defer func() {
-		for _, c := range ex {
+		for _, c := range append(cs, ex...) {
 			c.close()
 		}
 	}()
-	for _, t := range pq.Excluded {
-		if df, err := getUvarint(txn, dfKey(t)); err != nil {
-			return nil, err
-		} else if df > 0 {
-			ex = append(ex, newCursor(txn, t, -1))
-		}
+	for _, q := range j.qts {
+		c := newCursor(txn, q.t, q.pos)
+		c.weight = q.weight
+		cs = append(cs, c)
+	}
+	for _, t := range j.ex {
+		ex = append(ex, newCursor(txn, t, -1))
 	}
 	e := evaluator{
-		cs: cs, ex: ex, top: &topK{k: k}, budget: x.cfg.maxScan,
-		contrib: make([]float64, len(pq.Terms)), boost: x.cfg.titleBoost, ctx: ctx,
+		cs: cs, ex: ex, top: &topK{k: k}, budget: budget, hidden: j.hidden, coord: j.coord,
+		contrib: make([]float64, j.n), boost: x.cfg.titleBoost, ctx: ctx,
 	}
-	e.coord = coord
-	if x.hidesAny() {
-		// One read of the page's state per match, only while some node
-		// is distrusted.
-		e.hidden = func(id docID) bool {
-			m, ok, err := getMeta(txn, id)
-			return err == nil && ok && x.isDistrusted(m.Prov.Node)
-		}
-	}
-	if any {
+	var err error
+	if j.any {
 		err = e.union()
 	} else {
 		err = e.intersect()
 	}
+	x.readPostings.Add(uint64(e.steps))
 	if err != nil {
 		return nil, err
 	}
@@ -444,6 +528,10 @@ func (e *evaluator) emit(id docID, on []*cursor) {
 	if e.excluded(id) || (e.hidden != nil && e.hidden(id)) {
 		return
 	}
+	e.matches++
+	if e.top.k == 0 {
+		return // counting only
+	}
 	clear(e.contrib)
 	for _, c := range on {
 		e.contrib[c.pos] = termScore(c.weight, c.w, c.flags, c.a, e.boost)
@@ -456,7 +544,6 @@ func (e *evaluator) emit(id docID, on []*cursor) {
 		share := float64(len(on)) / float64(e.coord)
 		s *= share * share
 	}
-	e.matches++
 	e.top.offer(scored{id: id, score: s})
 }
 

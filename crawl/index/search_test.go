@@ -130,11 +130,11 @@ func TestSearchScanBudget(t *testing.T) {
 	x := newTestIndex(t, nil, MaxScan(1000))
 	var recs = make([]crawlRecord, 0, 1500)
 	for i := range 1500 {
-		recs = append(recs, page("http://s.example/"+itoa(i), "", t0, "common", 65535, "other", 100))
+		recs = append(recs, page("http://s.example/"+itoa(i), "", t0, "common", 65535, "widget", 100))
 	}
 	mustPut(t, x, recs...)
 	for _, any := range []bool{false, true} {
-		res, err := x.Search(t.Context(), Query{Text: "common other", Any: any})
+		res, err := x.Search(t.Context(), Query{Text: "common widget", Any: any})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestSearchScanBudget(t *testing.T) {
 	}
 	x2 := newTestIndex(t, nil)
 	mustPut(t, x2, recs...)
-	res, _ := x2.Search(t.Context(), Query{Text: "common other"})
+	res, _ := x2.Search(t.Context(), Query{Text: "common widget"})
 	if res.Estimated || res.Total != 1500 {
 		t.Fatalf("unbounded: estimated %v total %d", res.Estimated, res.Total)
 	}

@@ -288,10 +288,25 @@ func TestVerifyDetectsDamage(t *testing.T) {
 		{"wrong df", func(txn *badger.Txn) error { return txn.Set(dfKey("alpha"), encodeUvarint(5)) }},
 		{"lost record", func(txn *badger.Txn) error { return txn.Delete(recordKey(idOf("http://a.example/"))) }},
 		{"bad value", func(txn *badger.Txn) error { return txn.Set(docKey(idOf("http://a.example/")), []byte{9}) }},
+		{"lost impact key", func(txn *badger.Txn) error {
+			id := idOf("http://b.example/")
+			w, fl, a, _, err := getPosting(txn, "alpha", id)
+			if err != nil {
+				return err
+			}
+			return txn.Delete(impactKey("alpha", impactOf(w, fl, a), id))
+		}},
+		{"impact key at a wrong impact", func(txn *badger.Txn) error {
+			return txn.Set(impactKey("alpha", 0.5, idOf("http://b.example/")), nil)
+		}},
+		{"impact key of a term without a list", func(txn *badger.Txn) error {
+			return txn.Set(impactKey("b", 0.5, idOf("http://b.example/")), nil)
+		}},
+		{"impact list unmarked", func(txn *badger.Txn) error { return txn.Set(dfKey("alpha"), termState{df: 2}.encode()) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := openMemDB(t)
-			x := newTestIndex(t, db)
+			x := newTestIndex(t, db, withImpactMin(2)) // alpha has an impact list
 			mustPut(t, x, page("http://a.example/", "A", t0, "alpha", 65535), page("http://b.example/", "B", t0, "alpha", 5))
 			if err := x.Verify(t.Context()); err != nil {
 				t.Fatal(err)

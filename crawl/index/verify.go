@@ -172,11 +172,15 @@ func (x *Index) scanCounts(ctx context.Context) (counts, error) {
 		if err != nil {
 			return err
 		}
+		impacts := make(map[string]int64) // terms with an impact list → postings
 		err = each(txn, prefixDF, func(k, v []byte) error {
 			t := string(k[len(prefixDF):])
-			n, err := decodeUvarint(v)
-			if err != nil || int64(n) != got[t] || int64(n) != want[t] {
-				bad("term %q: df %d (%v), %d postings, %d in records", t, n, err, got[t], want[t])
+			st, err := decodeTermState(v)
+			if err != nil || int64(st.df) != got[t] || int64(st.df) != want[t] {
+				bad("term %q: df %d (%v), %d postings, %d in records", t, st.df, err, got[t], want[t])
+			}
+			if st.impact {
+				impacts[t] = int64(st.df)
 			}
 			c.Terms++
 			delete(got, t)
@@ -187,6 +191,39 @@ func (x *Index) scanCounts(ctx context.Context) (counts, error) {
 		}
 		for t, n := range got {
 			bad("term %q: %d postings without a document frequency", t, n)
+		}
+		// Impact lists: one key per posting of the terms that have one,
+		// at the posting's impact; none for other terms.
+		err = each(txn, prefixImpact, func(k, v []byte) error {
+			rest := k[len(prefixImpact):]
+			if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
+				bad("impact key %x", k)
+				return nil
+			}
+			t := string(rest[1 : 1+rest[0]])
+			q, id, ok := parseImpactKey(impactPrefix(t), k)
+			if !ok {
+				bad("impact key %x", k)
+				return nil
+			}
+			if _, has := impacts[t]; !has {
+				bad("impact key of %q %x: the term has no impact list", t, id)
+				return nil
+			}
+			impacts[t]--
+			w, fl, a, found, err := getPosting(txn, t, id)
+			if err != nil || !found || impactOf(w, fl, a) != q {
+				bad("impact key of %q %x at %v: posting found %v (%v), impact %v", t, id, q, found, err, impactOf(w, fl, a))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for t, n := range impacts {
+			if n != 0 {
+				bad("term %q: impact list differs from its postings by %d keys", t, n)
+			}
 		}
 		perProfile := make(map[string]int64)
 		err = each(txn, prefixMatch, func(k, v []byte) error {
