@@ -9,7 +9,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results/resultstest"
 )

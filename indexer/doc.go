@@ -1,6 +1,6 @@
 // Package indexer is the receiving end of micra's results: it takes the
 // signed result batches volunteers publish (the results package), verifies
-// and stores their records in a crawl/index Index, acknowledges them to
+// and stores their records in an indexer/index Index, acknowledges them to
 // their nodes, has a share of them audited by the coordinators of their
 // subnets, keeps the crawl requests it submits until their pages are
 // indexed, and serves search and its counters over HTTP (Handler).
@@ -54,6 +54,6 @@
 // requests, withholding notices owed) live in the results package's badger namespace, laid out in
 // results.Prefix's doc comment, and share its schema.
 //
-// indexer imports results, overlay, crawl, crawl/index, subnet and
+// indexer imports results, overlay, crawl, indexer/index, subnet and
 // libp2p; only node and the rigs under internal/ import it.
 package indexer

@@ -19,7 +19,7 @@ import (
 
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/overlaytest"

@@ -7,7 +7,7 @@ import (
 	"net/http"
 
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/results"
 )
 

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/egress/egresstest"
+	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay"
 )

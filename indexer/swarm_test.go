@@ -16,8 +16,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/egress"
+	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay/overlaytest"
 	"github.com/micra-net/micra/results"

@@ -20,9 +20,9 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/micra-net/micra/bootstrap"
-	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/indexer"
+	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/delegate"
 	"github.com/micra-net/micra/results"

@@ -18,8 +18,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/indexer"
+	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/internal/world/worldtest"
 	"github.com/micra-net/micra/node"

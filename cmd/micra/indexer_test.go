@@ -18,7 +18,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/indexer/index"
 )
 
 // testIndexAPI serves an index holding three pages.

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/indexer/index"
 )
 
 func runSearch(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -29,8 +29,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/indexer"
+	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/internal/swarm"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/node"

@@ -19,8 +19,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/indexer"
+	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/node"
 	"github.com/micra-net/micra/subnet/embedded"
 )

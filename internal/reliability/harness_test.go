@@ -31,9 +31,9 @@ import (
 
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/crawl/index"
 	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/indexer"
+	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/internal/world/worldtest"
 	"github.com/micra-net/micra/node"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/crawl/index"
+	"github.com/micra-net/micra/indexer/index"
 )
 
 // crawled is what the crawl of a site left: the index, the pages (final

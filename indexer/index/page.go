@@ -116,7 +116,7 @@ func markWords(text string, terms []string) template.HTML {
 	var b strings.Builder
 	word := func(w string) {
 		hit := false
-		for _, t := range stems(w, 4) {
+		for _, t := range crawl.Stems(w, 4) {
 			if slices.Contains(terms, t) {
 				hit = true
 			}

@@ -279,7 +279,7 @@ func structTerms(stmts []crawl.Statement) []string {
 		if nv := normValue(v); nv != "" && len(nv) <= maxExactValue {
 			add(propTerm(p, nv))
 		}
-		for _, t := range stems(v, maxValueStems) {
+		for _, t := range crawl.Stems(v, maxValueStems) {
 			add(propTerm(p, t))
 		}
 	}
@@ -297,7 +297,7 @@ func structTerms(stmts []crawl.Statement) []string {
 				continue
 			}
 			add(propTerm(p, normValue(s.O.Value)))
-			for _, t := range stems(localName(s.O.Value), 2) {
+			for _, t := range crawl.Stems(localName(s.O.Value), 2) {
 				add(propTerm(p, t))
 			}
 		}
@@ -416,7 +416,7 @@ func parseTyped(tok string) (typedQuery, bool, error) {
 		return q, true, nil
 	}
 	if words(value) {
-		for _, t := range stems(value, maxValueStems) {
+		for _, t := range crawl.Stems(value, maxValueStems) {
 			q.terms = append(q.terms, propTerm(p, t))
 		}
 		if len(q.terms) == 0 {

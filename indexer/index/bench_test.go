@@ -19,8 +19,8 @@ import (
 // with records of 64 keywords drawn from a 50 000-term Zipf vocabulary, a
 // two-word title, 20 links (BenchmarkSearchLatency: 200 keywords of 500 000).
 //
-//	go test -run '^$' -bench . -benchtime 20000x ./crawl/index/   (ingest, 20 000 records)
-//	MICRA_INDEX_BENCH_DOCS=100000 go test -run '^$' -bench Search ./crawl/index/
+//	go test -run '^$' -bench . -benchtime 20000x ./indexer/index/   (ingest, 20 000 records)
+//	MICRA_INDEX_BENCH_DOCS=100000 go test -run '^$' -bench Search ./indexer/index/
 const (
 	benchVocab    = 50000
 	benchKeywords = 64
@@ -162,7 +162,7 @@ func benchStructured(recs []crawl.Record, seed uint64) {
 // statements: ingest time and index size against the same records
 // without them.
 //
-//	go test -run '^$' -bench TypedSearch ./crawl/index/
+//	go test -run '^$' -bench TypedSearch ./indexer/index/
 func BenchmarkTypedSearch(b *testing.B) {
 	n := 20000
 	if s := os.Getenv("MICRA_INDEX_BENCH_DOCS"); s != "" {
@@ -226,7 +226,7 @@ func BenchmarkTypedSearch(b *testing.B) {
 // is kept in that folder and used again by the next run of the same size
 // (building 100 000 records takes about a quarter of an hour on 2 cores).
 //
-//	go test -run '^$' -bench SearchLatency -benchtime 1x -timeout 1h ./crawl/index/
+//	go test -run '^$' -bench SearchLatency -benchtime 1x -timeout 1h ./indexer/index/
 func BenchmarkSearchLatency(b *testing.B) {
 	n, k := 100000, 200
 	for _, v := range []struct {

@@ -7,8 +7,8 @@
 // N-Triples. Handler serves it all over HTTP: a JSON API and a small HTML
 // search page.
 //
-// It imports crawl and crawl/internal packages only, never libp2p nor any
-// other package of micra. Verifying batches (signatures, sequence numbers,
+// It imports crawl only (its records, batches and text processing), never
+// libp2p nor any other package of micra. Verifying batches (signatures, sequence numbers,
 // replays), pubsub and acknowledgements belong to the caller: it verifies a
 // batch, calls PutBatch (or Put) with the batch's Source, and acknowledges
 // when that returns nil.
@@ -85,7 +85,7 @@
 // (Stats.ImpactFallbacks). Three words and more are joined: the algorithm
 // reads too deep before it can stop.
 //
-// A partial match of at most six words is found by subsets (subsets.go):
+// A partial match of at most three words is found by subsets (subsets.go):
 // each proper subset of the words is an all-words query, most promising
 // first, until the k-th best page found beats what any subset left can
 // give.

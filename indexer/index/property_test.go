@@ -192,7 +192,7 @@ func fixedVocabulary(n int) []string {
 	var out []string
 	for i := 0; len(out) < n; i++ {
 		w := "w" + base26(i) + "x"
-		if s := stems(w, 2); len(s) == 1 && s[0] == w {
+		if s := crawl.Stems(w, 2); len(s) == 1 && s[0] == w {
 			out = append(out, w)
 		}
 	}

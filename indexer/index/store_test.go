@@ -163,7 +163,7 @@ func TestValidTermAcceptsCrawlerStems(t *testing.T) {
 		"Ünïcödé naïve café façade résumé Straße ΑΘΗΝΑ Москва 東京",
 		"o'neil rock'n'roll don’t 3d h2o mp3 x86_64 e-mail run'ing 22's",
 	} {
-		for _, s := range stems(text, 100) {
+		for _, s := range crawl.Stems(text, 100) {
 			if !validTerm(s) {
 				t.Errorf("stem %q of %q rejected", s, text)
 			}

@@ -7,54 +7,28 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/crawl/internal/parse"
-	"github.com/micra-net/micra/crawl/internal/textproc"
 )
 
 // Text processing. Query words, profile keywords, titles and host names
-// are turned into terms by the crawler's own textproc.Builder (the same
-// tokeniser, stop words, Snowball stemmer and length bounds that made the
-// record keywords), so that a word matches exactly the records whose pages
-// contain it.
+// are turned into terms by the crawler's own text processing (crawl.Stems,
+// which made the record keywords), so that a word matches exactly the
+// records whose pages contain it.
 
 const (
 	maxTitleTerms = 32 // stems taken from a title
 	maxHostTerms  = 8  // stems taken from a host name
-	maxTitleBytes = parse.MaxTitle
+	maxTitleBytes = crawl.MaxTitleBytes
 	maxLangBytes  = 64
 )
 
 // minRecordTime is the earliest record time accepted: older times come
 // from a broken clock or a forgery.
 var minRecordTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// analyzers pools textproc Builders, which are not safe for concurrent use
-// and keep a stem cache worth reusing.
-var analyzers = sync.Pool{New: func() any { return textproc.NewBuilder() }}
-
-// stems returns the distinct terms of text, heaviest (most frequent) first,
-// at most k.
-func stems(text string, k int) []string {
-	if text == "" {
-		return nil
-	}
-	b := analyzers.Get().(*textproc.Builder)
-	b.Reset()
-	b.Add(text, textproc.Body)
-	top := b.Top(k)
-	analyzers.Put(b)
-	out := make([]string, len(top))
-	for i, t := range top {
-		out[i] = t.Term
-	}
-	return out
-}
 
 // validTerm reports whether t can be a term the crawler produced: 2..64
 // bytes of what its tokeniser keeps (lower-case letters, combining marks,
@@ -239,7 +213,7 @@ func indexTerms(r *crawl.Record) []posting {
 		}
 		ps = slices.Insert(ps, i, posting{Term: t, Weight: minW, Flags: flag})
 	}
-	for _, t := range stems(r.Title, maxTitleTerms) {
+	for _, t := range crawl.Stems(r.Title, maxTitleTerms) {
 		add(t, inTitle)
 	}
 	for _, t := range hostStems(r.URL) {
@@ -270,7 +244,7 @@ func hostStems(raw string) []string {
 	if labels[0] == "www" {
 		labels = labels[1:]
 	}
-	return stems(strings.Join(labels, " "), maxHostTerms)
+	return crawl.Stems(strings.Join(labels, " "), maxHostTerms)
 }
 
 // Query is one search.
@@ -342,7 +316,7 @@ func parseQuery(text string, maxBytes, maxTerms int) (parsedQuery, error) {
 			return parsedQuery{}, err
 		}
 		if !typed {
-			for _, t := range stems(f, maxTerms+1) {
+			for _, t := range crawl.Stems(f, maxTerms+1) {
 				note(t, strings.ToLower(strings.Trim(f, `"'.,;:!?()[]{}`)))
 				if neg {
 					minus = append(minus, t)

@@ -151,7 +151,7 @@ func anchorsOf(r *crawl.Record) map[docID]map[string]bool {
 		if id == self || id == final {
 			continue
 		}
-		for _, t := range stems(l.Anchor, maxAnchorWords) {
+		for _, t := range crawl.Stems(l.Anchor, maxAnchorWords) {
 			if !validTerm(t) {
 				continue
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/micra-net/micra/crawl"
 )
 
 // Profiles follow eRACE's Unified Resource Descriptions: a user's standing
@@ -138,7 +139,7 @@ func (c *config) newProfileState(v profileValue) (*profileState, error) {
 		if !(k.Weight > 0 && k.Weight <= maxKeywordWeight) {
 			return bad("keyword %q: weight %v not in (0, %g]", k.Word, k.Weight, float64(maxKeywordWeight))
 		}
-		ts := stems(k.Word, c.maxProfileKeywords+1)
+		ts := crawl.Stems(k.Word, c.maxProfileKeywords+1)
 		if len(ts) == 0 {
 			return bad("keyword %q has no searchable term (stop words, numbers and one-letter words are not indexed)", k.Word)
 		}

@@ -10,8 +10,10 @@ import (
 )
 
 // maxSubsetTerms is the most words a partial match is found by subsets
-// for (2^n − 2 of them); longer queries merge every list.
-const maxSubsetTerms = 6
+// for (2^n − 2 of them): with three, the largest subsets are pairs, which
+// impact lists answer; with more, they are joins of three words or more,
+// and a merge of every list costs less than several of them.
+const maxSubsetTerms = 3
 
 // bySubsets finds the k best partial matches of known, an all-words query
 // whose terms are all on some page but never all on one, each page's
