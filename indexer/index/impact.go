@@ -318,5 +318,8 @@ func (x *Index) migrate3to4() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if len(terms) > 0 {
+		x.log.Info("building impact lists", "terms", len(terms))
+	}
 	return len(terms), x.buildImpacts(terms)
 }
