@@ -34,15 +34,19 @@ func TestThresholdAgreesWithJoin(t *testing.T) {
 			}
 		}
 	}
+	pages, queries := 2500, 400
+	if raceEnabled {
+		pages, queries = 800, 150 // the same paths, fewer times
+	}
 	var recs []crawl.Record
-	for i := range 2500 {
+	for i := range pages {
 		recs = append(recs, synthRecord(rng, zipf, vocab, i, 10+rng.IntN(60), rng.IntN(4), t0.Add(time.Duration(i)*time.Millisecond)))
 	}
-	put("n1", recs[:1500])
-	put("n2", recs[1500:])
+	put("n1", recs[:pages*3/5])
+	put("n2", recs[pages*3/5:])
 	// Replace some pages and remove others: their impact keys move.
 	var later []crawl.Record
-	for i := 0; i < 2500; i += 7 {
+	for i := 0; i < pages; i += 7 {
 		r := synthRecord(rng, zipf, vocab, i, 10+rng.IntN(60), 2, t0.Add(time.Hour))
 		if i%3 == 0 {
 			r = gone(r.URL, t0.Add(time.Hour))
@@ -63,8 +67,8 @@ func TestThresholdAgreesWithJoin(t *testing.T) {
 		}
 		return vocab[zipf.Uint64()]
 	}
-	for i := range 400 {
-		if i == 200 {
+	for i := range queries {
+		if i == queries/2 {
 			ta.Distrust("n2")
 			join.Distrust("n2")
 		}
@@ -102,10 +106,10 @@ func TestThresholdAgreesWithJoin(t *testing.T) {
 			t.Fatalf("%+v: estimated total %d below the hits shown", q, a.Total)
 		}
 	}
-	if s := ta.Stats(); s.ImpactQueries < 100 || s.ImpactFallbacks == s.ImpactQueries {
-		t.Fatalf("%d of 400 queries ran on impact lists, %d of them joined instead", s.ImpactQueries, s.ImpactFallbacks)
+	if s := ta.Stats(); s.ImpactQueries < uint64(queries/4) || s.ImpactFallbacks == s.ImpactQueries {
+		t.Fatalf("%d of %d queries ran on impact lists, %d of them joined instead", s.ImpactQueries, queries, s.ImpactFallbacks)
 	} else {
-		t.Logf("%d of 400 queries ran on impact lists, %d of them joined instead", s.ImpactQueries, s.ImpactFallbacks)
+		t.Logf("%d of %d queries ran on impact lists, %d of them joined instead", s.ImpactQueries, queries, s.ImpactFallbacks)
 	}
 	if s := join.Stats(); s.ImpactQueries != 0 {
 		t.Fatalf("%d queries ran on impact lists that do not exist", s.ImpactQueries)
@@ -117,6 +121,9 @@ func TestThresholdAgreesWithJoin(t *testing.T) {
 // a lookup counted as ten postings read in order (what they cost on
 // badger: BenchmarkSearchLatency has the times).
 func TestThresholdWork(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a count of one goroutine's work: nothing for the race detector to see")
+	}
 	rng := rand.New(rand.NewPCG(11, 11))
 	const vocabSize = 3000
 	vocab := vocabulary(vocabSize)
