@@ -82,7 +82,7 @@ type Phase struct {
 	RSSMax   int64   `json:"rss_max"`
 	AnonMax  int64   `json:"rss_anon_max"` // RssAnon: the heap, stacks, badger's allocations
 	FileMax  int64   `json:"rss_file_max"` // RssFile: the binary's and badger's mapped files
-	HWM      int64   `json:"hwm"`          // VmHWM at the phase's end: the process's peak so far
+	HWM      int64   `json:"hwm"`          // the process's peak so far: VmHWM, or the highest VmRSS sampled if above it
 	Threads  int     `json:"threads"`      // at the phase's end
 	Go       goHeap  `json:"go"`           // the runtime's figures at the phase's end (from /metrics)
 	HeapMax  int64   `json:"heap_inuse_max"`
@@ -270,7 +270,7 @@ func (rep Report) Write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "micra node footprint: %s; %d cores, load %.2f %.2f %.2f at the start, %.2f %.2f %.2f at the end\n",
 		capText, rep.Cores, rep.LoadStart[0], rep.LoadStart[1], rep.LoadStart[2], rep.LoadEnd[0], rep.LoadEnd[1], rep.LoadEnd[2])
-	fmt.Fprintf(w, "CPU in %% of one core; memory in MB (10^6 bytes); peak is VmHWM; Go heap in use at the phase's end (max)\n\n")
+	fmt.Fprintf(w, "CPU in %% of one core; memory in MB (10^6 bytes); peak is VmHWM or the highest RSS sampled; Go heap in use at the phase's end (max)\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "phase\ttime\tCPU mean\tCPU p95\tRSS mean\tRSS max\tanon\tfile\tpeak\tGo heap\tgoroutines\tpages\tbytes/s\t")
 	mb := func(b int64) string { return fmt.Sprintf("%.1f", float64(b)/1e6) }
@@ -678,7 +678,9 @@ func (m *measured) measure(ctx context.Context, name string, d time.Duration) (P
 		ph.RSSMax = max(ph.RSSMax, mem.rss)
 		ph.AnonMax = max(ph.AnonMax, mem.anon)
 		ph.FileMax = max(ph.FileMax, mem.file)
-		ph.HWM, ph.Threads = mem.hwm, mem.threads
+		// The kernel raises VmHWM lazily (at unmaps and exits), so a sample
+		// of VmRSS can exceed a later VmHWM: the peak is the higher.
+		ph.HWM, ph.Threads = max(ph.HWM, mem.hwm, ph.RSSMax), mem.threads
 		if now.After(nextPoll) {
 			nextPoll = now.Add(footprintPoll)
 			if g, err := m.goHeap(ctx); err == nil {
