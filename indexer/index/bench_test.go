@@ -284,7 +284,7 @@ func BenchmarkSearchLatency(b *testing.B) {
 		// lists unused) as the baseline: after one pass that warms the
 		// caches, each query both ways, in turns first.
 		impactMin := x.cfg.impactMin
-		searchLatency(b, x, qs, impactMin)
+		warmUp(b, x, qs, impactMin)
 		ta, join := make([]time.Duration, len(qs)), make([]time.Duration, len(qs))
 		for i, q := range qs {
 			for r := range 2 {
@@ -307,11 +307,13 @@ func BenchmarkSearchLatency(b *testing.B) {
 		b.ReportMetric(j99/p99, "p99-speedup")
 		st := x.Stats()
 		b.Logf("%d queries ran on impact lists, %d of them joined instead", st.ImpactQueries, st.ImpactFallbacks)
-		slow := slices.Clone(qs)
-		slices.SortFunc(slow, func(a, c Query) int { return int(ta[slices.Index(qs, c)] - ta[slices.Index(qs, a)]) })
-		for _, q := range slow[:8] {
-			i := slices.Index(qs, q)
-			b.Logf("%v (joined: %v) %q", ta[i].Round(time.Microsecond), join[i].Round(time.Microsecond), q.Text)
+		slow := make([]int, len(qs))
+		for i := range slow {
+			slow[i] = i
+		}
+		slices.SortFunc(slow, func(i, j int) int { return int(ta[j] - ta[i]) })
+		for _, i := range slow[:8] {
+			b.Logf("%v (joined: %v) %q", ta[i].Round(time.Microsecond), join[i].Round(time.Microsecond), qs[i].Text)
 		}
 	}
 }
@@ -331,8 +333,8 @@ func percentiles(ds []time.Duration) (p50, p99 float64) {
 	return float64(s[len(s)/2]) / 1e6, float64(s[len(s)*99/100]) / 1e6
 }
 
-// searchLatency runs qs on x once, as a warm-up.
-func searchLatency(b *testing.B, x *Index, qs []Query, impactMin int) {
+// warmUp runs qs on x once, to fill the caches.
+func warmUp(b *testing.B, x *Index, qs []Query, impactMin int) {
 	x.cfg.impactMin = impactMin
 	for _, q := range qs {
 		timeSearch(b, x, q)

@@ -169,6 +169,7 @@ func (th *threshold) run(k int) ([]scored, bool, error) {
 			return nil, false, err
 		}
 		srcs = append(srcs, s)
+		th.reads += len(s.mem) // a term without a list is read whole
 	}
 	// Lookups go rarest term first: an AND misses soonest there.
 	order := make([]*qterm, len(th.qts))
