@@ -34,7 +34,7 @@ const maxCrawlBody = 1 << 20
 // it.
 func (ix *Indexer) Handler(o index.HTTPOptions) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/", ix.x.Handler(o))
+	mux.Handle("/", index.Handler(ix.x, o))
 	mux.HandleFunc("GET /api/indexer", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, ix.Stats())
 	})

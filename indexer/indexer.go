@@ -26,11 +26,11 @@ import (
 // Indexer is the indexer side of result delivery: it announces itself as a
 // designated indexer on results.TopicIndexers, subscribes to the result topics of
 // the shards it takes, verifies every batch (signature, schema, sizes,
-// snapshot, shard, sequence), stores its records in an index.Index and
+// snapshot, shard, sequence), stores its records in an index.Store and
 // acknowledges it to its node. Its methods are safe for concurrent use.
 type Indexer struct {
 	o      *overlay.Overlay
-	x      *index.Index
+	x      index.Store
 	db     *badger.DB
 	cfg    config
 	log    *slog.Logger
@@ -130,7 +130,7 @@ const (
 // delivered nor relayed. It announces itself at
 // once and then every AnnounceEvery. The caller owns o, x and db and closes
 // them after Close.
-func New(o *overlay.Overlay, x *index.Index, db *badger.DB, opts ...Option) (ix *Indexer, err error) {
+func New(o *overlay.Overlay, x index.Store, db *badger.DB, opts ...Option) (ix *Indexer, err error) {
 	if o == nil || x == nil || db == nil {
 		return nil, errors.New("indexer: needs an overlay, an index and a database")
 	}
@@ -201,7 +201,7 @@ func New(o *overlay.Overlay, x *index.Index, db *badger.DB, opts ...Option) (ix 
 
 // newIndexer builds the network-free core: verification, reassembly,
 // replay table, storing and the ack queues.
-func newIndexer(x *index.Index, db *badger.DB, sid subnet.SnapshotID, opts ...Option) (*Indexer, error) {
+func newIndexer(x index.Store, db *badger.DB, sid subnet.SnapshotID, opts ...Option) (*Indexer, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
@@ -726,7 +726,7 @@ func (ix *Indexer) Stats() Stats {
 }
 
 // Index returns the index the indexer stores into.
-func (ix *Indexer) Index() *index.Index { return ix.x }
+func (ix *Indexer) Index() index.Store { return ix.x }
 
 // results.Submit sends crawl requests into the overlay with this indexer's
 // Resolve and LocalCrawl options (see the package function results.Submit).

@@ -49,7 +49,7 @@ func waitDrained(t testing.TB, obs []*results.Outbox) {
 	})
 }
 
-func has(t testing.TB, x *index.Index, term string) bool {
+func has(t testing.TB, x index.Store, term string) bool {
 	t.Helper()
 	res, err := x.Search(t.Context(), index.Query{Text: term})
 	if err != nil {

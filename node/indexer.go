@@ -40,8 +40,12 @@ type IndexerConfig struct {
 	Bootstrap []peer.AddrInfo // none: wait for nodes to connect
 	HTTP      string          // address of the search page and API
 	ReadOnly  bool            // search and export only
-	Snapshot  string          // subnet snapshot file; "" for the built-in one
-	Tree      *subnet.Tree    // the hierarchy, instead of Snapshot
+	// Store is the DSN of a PostgreSQL database to store the index in
+	// (index.OpenPostgres); "" keeps it in the indexer's own database
+	// (index.New). With ReadOnly the store is opened read-only.
+	Store    string
+	Snapshot string       // subnet snapshot file; "" for the built-in one
+	Tree     *subnet.Tree // the hierarchy, instead of Snapshot
 	// AllowPrivateNetworks lets the indexer submit seeds on, and
 	// coordinate delegations of, private, loopback and other
 	// special-purpose addresses, as Config.AllowPrivateNetworks does for a
@@ -67,7 +71,7 @@ type IndexerConfig struct {
 type Indexer struct {
 	h        host.Host
 	db       *badger.DB
-	idx      *index.Index
+	idx      index.Store
 	log      *slog.Logger
 	cfg      IndexerConfig
 	base     subnet.SnapshotID // the configured snapshot
@@ -138,7 +142,12 @@ func StartIndexer(ctx context.Context, cfg IndexerConfig) (x *Indexer, err error
 		return x, fmt.Errorf("opening the database in %s (is another indexer running on it?): %w", cfg.DataDir, err)
 	}
 	stack = append(stack, db.Close)
-	idx, err := index.New(db, index.Logger(log.With("subsystem", "index")))
+	var idx index.Store
+	if cfg.Store != "" {
+		idx, err = index.OpenPostgres(ctx, cfg.Store, index.PostgresOptions{ReadOnly: cfg.ReadOnly}, index.Logger(log.With("subsystem", "index")))
+	} else {
+		idx, err = index.New(db, index.Logger(log.With("subsystem", "index")))
+	}
 	if err != nil {
 		return x, err
 	}

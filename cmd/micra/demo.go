@@ -49,6 +49,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&c.Keep, "keep", "", "keep the nodes' and the indexer's data in `DIR` (default: a temporary directory, removed)")
 	fs.BoolVar(&c.LatencyMap, "map", false, "give the guided search a latency map: the nodes' locations (the emulated Internet's) and the RTT matrix (see micra bench delegation --map)")
 	fs.IntVar(&c.Submitters, "submitters", 4, "seeds submitted at once, each through another node")
+	fs.StringVar(&c.Store, "store", "", "keep the indexer's index in the PostgreSQL database `DSN` (postgres://user@host/db; its micra schema must be empty or micra's) instead of its own database")
 	fs.BoolVar(&c.Linger, "linger", false, "after the summary, keep everything running until interrupted")
 	fs.BoolVar(&c.Verbose, "v", false, "log at debug level (to the log file the demo names at its start; kept after it)")
 	if err := parseFlags(fs, args); err != nil {

@@ -65,6 +65,7 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	shards := fs.Int("shards", 1, "number of result shards in the network (all nodes and indexers must agree)")
 	take := fs.String("take", "", "`SHARDS` to take, comma-separated (default: all)")
 	readOnly := fs.Bool("read-only", false, "serve search and export only: no profile changes, no crawl requests")
+	store := fs.String("store", os.Getenv("MICRA_STORE"), "PostgreSQL `DSN` (postgres://user@host/db) to keep the index in, shared with other indexers; default: the indexer's own database in --data-dir (also $MICRA_STORE)")
 	snap := fs.String("snapshot", "", "subnet snapshot `FILE` (default: the one built into micra)")
 	keys := fs.String("snapshot-keys", "", "release `KEYS` (ed25519:BASE64, comma-separated) whose snapshot releases the indexer switches to, as the nodes' snapshot_keys")
 	announce := fs.Duration("announce", time.Minute, "how often to announce this indexer")
@@ -142,7 +143,7 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		oopts = append(oopts, overlay.Maintenance(*liveness/4, 30*time.Second))
 	}
 	x, err := node.StartIndexer(ctx, node.IndexerConfig{
-		DataDir: *data, Listen: splitList(*listen), Bootstrap: peers, HTTP: *httpAddr, ReadOnly: *readOnly,
+		DataDir: *data, Listen: splitList(*listen), Bootstrap: peers, HTTP: *httpAddr, ReadOnly: *readOnly, Store: *store,
 		Snapshot: *snap, SnapshotKeys: splitList(*keys), Logger: logger, Indexer: opts, Overlay: oopts,
 		AllowPrivateNetworks: *private,
 	})

@@ -54,7 +54,7 @@ func testIndexAPI(t *testing.T) *httptest.Server {
 	if _, err := x.Put(t.Context(), index.Source{Node: "test", Seq: 1}, recs); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(x.Handler(index.HTTPOptions{}))
+	srv := httptest.NewServer(index.Handler(x, index.HTTPOptions{}))
 	t.Cleanup(srv.Close)
 	return srv
 }

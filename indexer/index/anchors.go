@@ -73,6 +73,23 @@ func (a anchorCounts) top() map[string]uint16 {
 	return out
 }
 
+// change counts a linking page whose anchor terms for this page change
+// from o to n: terms beyond maxAnchorTerms are not counted.
+func (a anchorCounts) change(o, n map[string]bool) {
+	for t := range o {
+		if !n[t] && a[t] > 0 {
+			if a[t]--; a[t] == 0 {
+				delete(a, t)
+			}
+		}
+	}
+	for t := range n {
+		if !o[t] && (a[t] > 0 || len(a) < maxAnchorTerms) {
+			a[t]++
+		}
+	}
+}
+
 func (a anchorCounts) encode() []byte {
 	terms := make([]string, 0, len(a))
 	for t := range a {
@@ -202,18 +219,7 @@ func (x *Index) updateAnchors(w *wtxn, old, new map[docID]map[string]bool) error
 			return err
 		}
 		before := a.top()
-		for t := range o {
-			if !n[t] && a[t] > 0 {
-				if a[t]--; a[t] == 0 {
-					delete(a, t)
-				}
-			}
-		}
-		for t := range n {
-			if !o[t] && (a[t] > 0 || len(a) < maxAnchorTerms) {
-				a[t]++
-			}
-		}
+		a.change(o, n)
 		if len(a) == 0 {
 			err = w.del(anchorKey(id))
 		} else {

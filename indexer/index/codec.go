@@ -300,23 +300,46 @@ func (s *stored) encode() []byte {
 	return e.b
 }
 
+// postings reads a page's own postings as stored.encode writes them.
+func (d *decoder) postings() []posting {
+	n := d.count(maxPostings, 4)
+	if n == 0 {
+		return nil
+	}
+	ps := make([]posting, n)
+	for i := range ps {
+		p := &ps[i]
+		p.Term = d.str(maxStoredTermBytes)
+		p.Weight = d.u16()
+		p.Flags = d.byte()
+		if d.err == nil && (p.Term == "" || p.Flags&^ownFlags != 0) {
+			d.fail("bad posting")
+		}
+	}
+	return ps
+}
+
+// encodePostings and decodePostings write and read a page's own postings
+// alone, as the PostgreSQL store keeps them (micra.pages.postings): the
+// encoding of a stored value without its record.
+func encodePostings(ps []posting) []byte { return (&stored{Postings: ps}).encode() }
+
+func decodePostings(b []byte) ([]posting, error) {
+	d := decoder{b: b}
+	d.version(1)
+	ps := d.postings()
+	if err := d.done(); err != nil {
+		return nil, err
+	}
+	return ps, nil
+}
+
 // decodeStored decodes a stored value; Record aliases b.
 func decodeStored(b []byte) (stored, error) {
 	d := decoder{b: b}
 	var s stored
 	d.version(1)
-	if n := d.count(maxPostings, 4); n > 0 {
-		s.Postings = make([]posting, n)
-		for i := range s.Postings {
-			p := &s.Postings[i]
-			p.Term = d.str(maxStoredTermBytes)
-			p.Weight = d.u16()
-			p.Flags = d.byte()
-			if d.err == nil && (p.Term == "" || p.Flags&^ownFlags != 0) {
-				d.fail("bad posting")
-			}
-		}
-	}
+	s.Postings = d.postings()
 	if d.err != nil {
 		return stored{}, d.err
 	}

@@ -55,7 +55,7 @@ func TestConcurrentUse(t *testing.T) {
 	for _, r := range recs {
 		m.put(r)
 	}
-	p, _ := x.Profile("p")
+	p, _ := x.Profile(t.Context(), "p")
 	ps, _ := x.cfg.newProfileState(profileValue{Name: "p", Keywords: p.Keywords})
 	compareMatches(t, x, m, ps)
 }

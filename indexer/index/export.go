@@ -134,14 +134,17 @@ func ToJSON(d *Doc) JSONRecord {
 // Lines (one JSONRecord per line, in id order) from one consistent
 // snapshot, and returns how many it wrote. It streams: memory does not grow
 // with the index. It stops when ctx ends.
-func (x *Index) Export(ctx context.Context, w io.Writer) (int, error) {
-	if err := x.check(ctx); err != nil {
+func (x *Index) Export(ctx context.Context, w io.Writer) (int, error) { return exportJSONL(ctx, x, w) }
+
+// exportJSONL is Export of either store.
+func exportJSONL(ctx context.Context, s Store, w io.Writer) (int, error) {
+	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
 	n := 0
-	err := x.eachRecord(ctx, func(_ docID, d *Doc) error {
+	err := s.eachRecord(ctx, func(_ docID, d *Doc) error {
 		if err := enc.Encode(ToJSON(d)); err != nil {
 			return err
 		}
@@ -188,7 +191,7 @@ func (x *Index) eachRecord(ctx context.Context, f func(docID, *Doc) error) error
 				return fmt.Errorf("%w: record %x without state", ErrCorruptValue, id)
 			}
 			d.Provenance = m.Prov
-			d.Distrusted = x.isDistrusted(m.Prov.Node)
+			d.Distrusted = x.trust.distrusts(m.Prov.Node)
 			if err := f(id, &d); err != nil {
 				return err
 			}

@@ -66,7 +66,7 @@ func gone(url string, at time.Time) crawl.Record {
 
 var src = Source{Node: "12D3KooWTestNode", Seq: 7}
 
-func mustPut(t testing.TB, x *Index, recs ...crawl.Record) PutResult {
+func mustPut(t testing.TB, x Store, recs ...crawl.Record) PutResult {
 	t.Helper()
 	res, err := x.Put(t.Context(), src, recs)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -21,7 +22,7 @@ type HTTPOptions struct {
 // maxProfileBody bounds the JSON body of a profile.
 const maxProfileBody = 64 << 10
 
-// Handler returns the index's HTTP interface: a JSON API and a small HTML
+// Handler returns a store's HTTP interface: a JSON API and a small HTML
 // search page that works without JavaScript. Routes (all relative to where
 // the handler is mounted; errors are {"error": "..."} with status 400 for
 // bad parameters, 404 unknown, 410 removed page, 409 profile limit, 503
@@ -44,7 +45,8 @@ const maxProfileBody = 64 << 10
 //
 // The handler does no authentication: the node decides who reaches it
 // (HTTPOptions.ReadOnly drops PUT and DELETE).
-func (x *Index) Handler(o HTTPOptions) http.Handler {
+func Handler(s Store, o HTTPOptions) http.Handler {
+	x := &server{s: s, cfg: s.settings(), log: s.settings().logger}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", x.servePage)
 	mux.HandleFunc("GET /api/search", x.serveSearch)
@@ -59,6 +61,13 @@ func (x *Index) Handler(o HTTPOptions) http.Handler {
 		mux.HandleFunc("DELETE /api/profiles/{name}", x.serveDeleteProfile)
 	}
 	return mux
+}
+
+// server is the HTTP interface of one store.
+type server struct {
+	s   Store
+	cfg *config
+	log *slog.Logger
 }
 
 // badParam is a request parameter error.
@@ -107,7 +116,7 @@ func httpStatus(err error) (int, string) {
 	return http.StatusInternalServerError, "internal error"
 }
 
-func (x *Index) writeError(w http.ResponseWriter, r *http.Request, err error) {
+func (x *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, msg := httpStatus(err)
 	if status == http.StatusInternalServerError {
 		x.log.Error("http request failed", "path", r.URL.Path, "error", err)
@@ -192,14 +201,14 @@ func queryFrom(r *http.Request, limitParam bool) (Query, error) {
 	return q, nil
 }
 
-func (x *Index) serveSearch(w http.ResponseWriter, r *http.Request) {
+func (x *server) serveSearch(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	q, err := queryFrom(r, true)
 	if err != nil {
 		x.writeError(w, r, err)
 		return
 	}
-	res, err := x.Search(r.Context(), q)
+	res, err := x.s.Search(r.Context(), q)
 	if err != nil {
 		x.writeError(w, r, err)
 		return
@@ -222,13 +231,13 @@ func (x *Index) serveSearch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, j)
 }
 
-func (x *Index) serveRecord(w http.ResponseWriter, r *http.Request) {
+func (x *server) serveRecord(w http.ResponseWriter, r *http.Request) {
 	u := r.URL.Query().Get("url")
 	if u == "" {
 		x.writeError(w, r, badParam{"url: missing"})
 		return
 	}
-	d, err := x.Get(r.Context(), u)
+	d, err := x.s.Get(r.Context(), u)
 	if errors.Is(err, ErrGone) {
 		writeJSON(w, http.StatusGone, map[string]any{
 			"error": err.Error(), "url": d.URL, "time": d.Time.UTC(),
@@ -259,12 +268,12 @@ type jsonStats struct {
 	LastIngest *time.Time `json:"last_ingest"` // null before the first
 }
 
-func (x *Index) serveStats(w http.ResponseWriter, r *http.Request) {
-	if err := x.check(r.Context()); err != nil {
+func (x *server) serveStats(w http.ResponseWriter, r *http.Request) {
+	if err := x.s.check(r.Context()); err != nil {
 		x.writeError(w, r, err)
 		return
 	}
-	s := x.Stats()
+	s := x.s.Stats()
 	j := jsonStats{Docs: s.Docs, Tombstones: s.Tombstones, Terms: s.Terms, Postings: s.Postings,
 		Profiles: s.Profiles, Matches: s.Matches, Added: s.Added, Replaced: s.Replaced, Removed: s.Removed,
 		Duplicates: s.Duplicates, Stale: s.Stale, Rejected: s.Rejected}
@@ -290,8 +299,8 @@ func (fw flushWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func (x *Index) serveExport(w http.ResponseWriter, r *http.Request) {
-	if err := x.check(r.Context()); err != nil {
+func (x *server) serveExport(w http.ResponseWriter, r *http.Request) {
+	if err := x.s.check(r.Context()); err != nil {
 		x.writeError(w, r, err)
 		return
 	}
@@ -315,10 +324,10 @@ func (x *Index) serveExport(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if format == "ntriples" {
 		var st NTriplesStats
-		st, err = x.ExportNTriples(r.Context(), flushWriter{w, f})
+		st, err = x.s.ExportNTriples(r.Context(), flushWriter{w, f})
 		n = st.Pages
 	} else {
-		n, err = x.Export(r.Context(), flushWriter{w, f})
+		n, err = x.s.Export(r.Context(), flushWriter{w, f})
 	}
 	if err != nil {
 		// The status is sent: the client sees a truncated stream.
@@ -358,12 +367,16 @@ func toJSONProfile(p *Profile) jsonProfile {
 	return j
 }
 
-func (x *Index) serveProfiles(w http.ResponseWriter, r *http.Request) {
-	if err := x.check(r.Context()); err != nil {
+func (x *server) serveProfiles(w http.ResponseWriter, r *http.Request) {
+	if err := x.s.check(r.Context()); err != nil {
 		x.writeError(w, r, err)
 		return
 	}
-	ps := x.Profiles()
+	ps, err := x.s.Profiles(r.Context())
+	if err != nil {
+		x.writeError(w, r, err)
+		return
+	}
 	out := make([]jsonProfile, len(ps))
 	for i := range ps {
 		out[i] = toJSONProfile(&ps[i])
@@ -371,8 +384,8 @@ func (x *Index) serveProfiles(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"profiles": out})
 }
 
-func (x *Index) serveProfile(w http.ResponseWriter, r *http.Request) {
-	p, err := x.Profile(r.PathValue("name"))
+func (x *server) serveProfile(w http.ResponseWriter, r *http.Request) {
+	p, err := x.s.Profile(r.Context(), r.PathValue("name"))
 	if err != nil {
 		x.writeError(w, r, err)
 		return
@@ -387,7 +400,7 @@ type profileBody struct {
 	Threshold float64              `json:"threshold"`
 }
 
-func (x *Index) servePutProfile(w http.ResponseWriter, r *http.Request) {
+func (x *server) servePutProfile(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	var b profileBody
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxProfileBody))
@@ -413,7 +426,7 @@ func (x *Index) servePutProfile(w http.ResponseWriter, r *http.Request) {
 	for i, k := range b.Keywords {
 		p.Keywords[i] = ProfileKeyword(k)
 	}
-	got, err := x.PutProfile(r.Context(), p)
+	got, err := x.s.PutProfile(r.Context(), p)
 	if err != nil {
 		x.writeError(w, r, err)
 		return
@@ -421,8 +434,8 @@ func (x *Index) servePutProfile(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, toJSONProfile(&got))
 }
 
-func (x *Index) serveDeleteProfile(w http.ResponseWriter, r *http.Request) {
-	if err := x.DeleteProfile(r.Context(), r.PathValue("name")); err != nil {
+func (x *server) serveDeleteProfile(w http.ResponseWriter, r *http.Request) {
+	if err := x.s.DeleteProfile(r.Context(), r.PathValue("name")); err != nil {
 		x.writeError(w, r, err)
 		return
 	}
@@ -441,7 +454,7 @@ type jsonMatch struct {
 	Terms     []string     `json:"terms"` // the profile's terms the record has
 }
 
-func (x *Index) serveMatches(w http.ResponseWriter, r *http.Request) {
+func (x *server) serveMatches(w http.ResponseWriter, r *http.Request) {
 	limit, err := intParam(r, "limit", 0)
 	if err == nil && limit == 0 && r.URL.Query().Get("limit") != "" {
 		err = badParam{"limit: must be positive"}
@@ -454,7 +467,7 @@ func (x *Index) serveMatches(w http.ResponseWriter, r *http.Request) {
 		x.writeError(w, r, err)
 		return
 	}
-	page, err := x.Matches(r.Context(), r.PathValue("name"), limit, offset)
+	page, err := x.s.Matches(r.Context(), r.PathValue("name"), limit, offset)
 	if err != nil {
 		x.writeError(w, r, err)
 		return

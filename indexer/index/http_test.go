@@ -24,7 +24,7 @@ func httpFixture(t *testing.T, o HTTPOptions) (*Index, *httptest.Server) {
 	if res.Added != 1 || res.Removed != 1 {
 		t.Fatalf("fixture: %+v", res)
 	}
-	srv := httptest.NewServer(x.Handler(o))
+	srv := httptest.NewServer(Handler(x, o))
 	t.Cleanup(srv.Close)
 	return x, srv
 }

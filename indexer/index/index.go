@@ -45,9 +45,7 @@ type Index struct {
 	// commit, so it never holds an uncommitted value.
 	dfCache map[string]termState
 
-	// distrusted are the nodes whose records search leaves out (see
-	// Distrust); nil or empty: none.
-	distrusted atomic.Pointer[map[string]bool]
+	trust trust // the nodes whose records search leaves out (see Distrust)
 
 	mu       sync.RWMutex
 	cnt      counts
@@ -63,13 +61,8 @@ func New(db *badger.DB, opts ...Option) (*Index, error) {
 	if db == nil {
 		return nil, errors.New("index: nil database")
 	}
-	cfg := defaults()
-	for _, o := range opts {
-		if err := o(cfg); err != nil {
-			return nil, err
-		}
-	}
-	if err := cfg.validate(); err != nil {
+	cfg, err := newConfig(opts)
+	if err != nil {
 		return nil, err
 	}
 	x := &Index{
@@ -224,25 +217,7 @@ type Doc struct {
 // pages, marked Distrusted, and a page comes back into search when a
 // trusted node's newer record replaces the version. Each call replaces the
 // set; no arguments trust everyone again. Safe for concurrent use.
-func (x *Index) Distrust(nodes ...string) {
-	m := make(map[string]bool, len(nodes))
-	for _, n := range nodes {
-		m[n] = true
-	}
-	x.distrusted.Store(&m)
-}
-
-// isDistrusted reports whether node's records are left out of search.
-func (x *Index) isDistrusted(node string) bool {
-	m := x.distrusted.Load()
-	return m != nil && (*m)[node]
-}
-
-// hidesAny reports whether any node is distrusted.
-func (x *Index) hidesAny() bool {
-	m := x.distrusted.Load()
-	return m != nil && len(*m) > 0
-}
+func (x *Index) Distrust(nodes ...string) { x.trust.set(nodes) }
 
 // Get returns the stored record of the page whose (requested) URL is url,
 // exactly as the crawler normalised it. For a removed page it returns the
@@ -270,7 +245,7 @@ func (x *Index) Get(ctx context.Context, url string) (Doc, error) {
 		if err != nil {
 			return err
 		}
-		d = Doc{Record: r, Provenance: m.Prov, Distrusted: x.isDistrusted(m.Prov.Node)}
+		d = Doc{Record: r, Provenance: m.Prov, Distrusted: x.trust.distrusts(m.Prov.Node)}
 		return nil
 	})
 	return d, err

@@ -31,14 +31,19 @@ type NTriplesStats struct {
 // schema 1 was not checked) are skipped and counted. It streams and stops
 // when ctx ends.
 func (x *Index) ExportNTriples(ctx context.Context, w io.Writer) (NTriplesStats, error) {
+	return exportNTriples(ctx, x, w)
+}
+
+// exportNTriples is ExportNTriples of either store.
+func exportNTriples(ctx context.Context, s Store, w io.Writer) (NTriplesStats, error) {
 	var st NTriplesStats
-	if err := x.check(ctx); err != nil {
+	if err := s.check(ctx); err != nil {
 		return st, err
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var line []byte
 	labels := make(map[string]int)
-	err := x.eachRecord(ctx, func(id docID, d *Doc) error {
+	err := s.eachRecord(ctx, func(id docID, d *Doc) error {
 		if d.Distrusted || len(d.Statements) == 0 {
 			return nil
 		}

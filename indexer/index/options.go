@@ -48,6 +48,20 @@ const (
 	ceilProfileKeywords = 1024
 )
 
+// newConfig applies opts to the defaults and validates the result.
+func newConfig(opts []Option) (*config, error) {
+	cfg := defaults()
+	for _, o := range opts {
+		if err := o(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
 func defaults() *config {
 	return &config{
 		logger:             slog.Default().With("subsystem", "index"),

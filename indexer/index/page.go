@@ -185,21 +185,21 @@ func pageLink(q string, any bool, offset int) string {
 	return "?" + v.Encode()
 }
 
-func (x *Index) servePage(w http.ResponseWriter, r *http.Request) {
+func (x *server) servePage(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-	d := pageData{MaxQuery: x.cfg.maxQueryBytes, Docs: x.Stats().Docs}
+	d := pageData{MaxQuery: x.cfg.maxQueryBytes, Docs: x.s.Stats().Docs}
 	status := http.StatusOK
 	q, err := queryFrom(r, false)
 	d.Query, d.Any = q.Text, q.Any
 	if err == nil && strings.TrimSpace(q.Text) != "" {
 		q.Limit = x.cfg.defaultLimit
 		var res *Results
-		res, err = x.Search(r.Context(), q)
+		res, err = x.s.Search(r.Context(), q)
 		if err == nil {
 			d.Results = res
 			d.Took = fmt.Sprintf("%.3f s", time.Since(start).Seconds())

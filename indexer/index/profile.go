@@ -522,9 +522,9 @@ func (x *Index) loadProfiles(ctx context.Context) error {
 }
 
 // Profile returns the profile called name.
-func (x *Index) Profile(name string) (Profile, error) {
-	if x.closed.Load() {
-		return Profile{}, ErrClosed
+func (x *Index) Profile(ctx context.Context, name string) (Profile, error) {
+	if err := x.check(ctx); err != nil {
+		return Profile{}, err
 	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
@@ -536,7 +536,10 @@ func (x *Index) Profile(name string) (Profile, error) {
 }
 
 // Profiles returns every profile, sorted by name.
-func (x *Index) Profiles() []Profile {
+func (x *Index) Profiles(ctx context.Context) ([]Profile, error) {
+	if err := x.check(ctx); err != nil {
+		return nil, err
+	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	out := make([]Profile, 0, len(x.profiles))
@@ -544,7 +547,22 @@ func (x *Index) Profiles() []Profile {
 		out = append(out, p.public())
 	}
 	slices.SortFunc(out, func(a, b Profile) int { return strings.Compare(a.Name, b.Name) })
-	return out
+	return out, nil
+}
+
+// matchesWindow checks the bounds of a page of matches and returns its
+// limit, the default for 0.
+func (c *config) matchesWindow(limit, offset int) (int, error) {
+	if limit == 0 {
+		limit = c.defaultLimit
+	}
+	if limit < 0 || limit > c.maxLimit {
+		return 0, fmt.Errorf("%w: limit %d not in 1..%d", ErrBadQuery, limit, c.maxLimit)
+	}
+	if offset < 0 || offset+limit > c.maxWindow {
+		return 0, fmt.Errorf("%w: offset %d: only the first %d matches can be paged", ErrBadQuery, offset, c.maxWindow)
+	}
+	return limit, nil
 }
 
 // Matches returns a page of the records matching a profile, most relevant
@@ -554,14 +572,9 @@ func (x *Index) Matches(ctx context.Context, name string, limit, offset int) (*M
 	if err := x.check(ctx); err != nil {
 		return nil, err
 	}
-	if limit == 0 {
-		limit = x.cfg.defaultLimit
-	}
-	if limit < 0 || limit > x.cfg.maxLimit {
-		return nil, fmt.Errorf("%w: limit %d not in 1..%d", ErrBadQuery, limit, x.cfg.maxLimit)
-	}
-	if offset < 0 || offset+limit > x.cfg.maxWindow {
-		return nil, fmt.Errorf("%w: offset %d: only the first %d matches can be paged", ErrBadQuery, offset, x.cfg.maxWindow)
+	limit, err := x.cfg.matchesWindow(limit, offset)
+	if err != nil {
+		return nil, err
 	}
 	x.mu.RLock()
 	p := x.profiles[name]
@@ -570,7 +583,7 @@ func (x *Index) Matches(ctx context.Context, name string, limit, offset int) (*M
 		return nil, fmt.Errorf("%w: profile %q", ErrNotFound, name)
 	}
 	page := &MatchPage{Profile: name, Offset: offset, Limit: limit, Matches: []Match{}}
-	err := x.db.View(func(txn *badger.Txn) error {
+	err = x.db.View(func(txn *badger.Txn) error {
 		n, err := getUvarint(txn, profileCountKey(name))
 		if err != nil {
 			return err

@@ -44,8 +44,8 @@ func TestProfileValidation(t *testing.T) {
 			}
 		})
 	}
-	if n := len(x.Profiles()); n != 2 {
-		t.Fatalf("%d profiles", n)
+	if ps, err := x.Profiles(t.Context()); err != nil || len(ps) != 2 {
+		t.Fatalf("profiles %v, %v", ps, err)
 	}
 }
 

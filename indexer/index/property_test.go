@@ -263,9 +263,13 @@ func TestIndexAgreesWithBruteForce(t *testing.T) {
 }
 
 func agreesWithBruteForce(t *testing.T, seed uint64, impactMin int) {
+	storeAgreesWithBruteForce(t, seed, newTestIndex(t, nil, withImpactMin(impactMin)))
+}
+
+// storeAgreesWithBruteForce is the property test of any store.
+func storeAgreesWithBruteForce(t *testing.T, seed uint64, x Store) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	vocab := fixedVocabulary(30)
-	x := newTestIndex(t, nil, withImpactMin(impactMin))
 	m := &model{pages: make(map[string]modelPage)}
 	var profs []*profileState
 	for round := range 12 {
@@ -291,10 +295,12 @@ func agreesWithBruteForce(t *testing.T, seed uint64, impactMin int) {
 			if _, err := x.PutProfile(t.Context(), p); err != nil {
 				t.Fatal(err)
 			}
-			ps, _ := x.cfg.newProfileState(profileValue{Name: p.Name, Keywords: kws, Threshold: p.Threshold})
+			ps, _ := x.settings().newProfileState(profileValue{Name: p.Name, Keywords: kws, Threshold: p.Threshold})
 			profs = append(profs, ps)
 		}
-		checkInvariants(t, x)
+		if err := x.Verify(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 		if s := x.Stats(); s.Docs != m.live() || s.Docs+s.Tombstones != int64(len(m.pages)) {
 			t.Fatalf("round %d: stats %+v, model %d live of %d", round, s, m.live(), len(m.pages))
 		}
@@ -308,7 +314,7 @@ func agreesWithBruteForce(t *testing.T, seed uint64, impactMin int) {
 	}
 }
 
-func compareSearch(t *testing.T, x *Index, m *model, q Query) {
+func compareSearch(t *testing.T, x Store, m *model, q Query) {
 	t.Helper()
 	res, err := x.Search(t.Context(), q)
 	pq, perr := parseQuery(q.Text, 1024, 16)
@@ -321,7 +327,7 @@ func compareSearch(t *testing.T, x *Index, m *model, q Query) {
 	if err != nil {
 		t.Fatalf("%+v: %v", q, err)
 	}
-	want, partial := m.search(pq, q.Any, x.cfg.titleBoost)
+	want, partial := m.search(pq, q.Any, x.settings().titleBoost)
 	if res.Total != len(want) || res.Estimated || res.Partial != partial {
 		t.Fatalf("%+v: total %d (estimated %v, partial %v), brute force %d (partial %v)", q, res.Total, res.Estimated, res.Partial, len(want), partial)
 	}
@@ -337,7 +343,7 @@ func compareSearch(t *testing.T, x *Index, m *model, q Query) {
 	}
 }
 
-func compareMatches(t *testing.T, x *Index, m *model, p *profileState) {
+func compareMatches(t *testing.T, x Store, m *model, p *profileState) {
 	t.Helper()
 	want := m.matches(p)
 	page, err := x.Matches(t.Context(), p.Name, 100, 0)

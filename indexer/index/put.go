@@ -89,25 +89,10 @@ func (x *Index) Put(ctx context.Context, src Source, recs []crawl.Record) (PutRe
 	if err := x.check(ctx); err != nil {
 		return res, err
 	}
-	if len(src.Node) > maxNodeBytes {
-		return res, fmt.Errorf("%w: node id of %d bytes", ErrInvalidRecord, len(src.Node))
-	}
-	now := x.cfg.now()
-	if src.Received.IsZero() {
-		src.Received = now
-	}
-	src.Received = src.Received.Round(0)
 	// Validation, encoding and term extraction run outside the lock.
-	ps := make([]*prepared, 0, len(recs))
-	for i := range recs {
-		p := x.cfg.prepare(recs[i], now)
-		if p.err != nil {
-			res.reject(p.err)
-			x.log.Debug("record rejected", "node", src.Node, "seq", src.Seq, "url", recs[i].URL, "error", p.err)
-			continue
-		}
-		res.Dropped += p.dropped
-		ps = append(ps, &p)
+	ps, err := x.cfg.prepareAll(&src, recs, &res)
+	if err != nil {
+		return res, err
 	}
 	x.wmu.Lock()
 	defer x.wmu.Unlock()
@@ -153,6 +138,31 @@ func (x *Index) Put(ctx context.Context, src Source, recs []crawl.Record) (PutRe
 			"duplicates", res.Duplicates, "stale", res.Stale, "rejected", res.Rejected)
 	}
 	return res, nil
+}
+
+// prepareAll checks src (setting its receipt time to now if zero) and
+// prepares recs; the records rejected are counted in res and left out.
+func (c *config) prepareAll(src *Source, recs []crawl.Record, res *PutResult) ([]*prepared, error) {
+	if len(src.Node) > maxNodeBytes {
+		return nil, fmt.Errorf("%w: node id of %d bytes", ErrInvalidRecord, len(src.Node))
+	}
+	now := c.now()
+	if src.Received.IsZero() {
+		src.Received = now
+	}
+	src.Received = src.Received.Round(0)
+	ps := make([]*prepared, 0, len(recs))
+	for i := range recs {
+		p := c.prepare(recs[i], now)
+		if p.err != nil {
+			res.reject(p.err)
+			c.logger.Debug("record rejected", "node", src.Node, "seq", src.Seq, "url", recs[i].URL, "error", p.err)
+			continue
+		}
+		res.Dropped += p.dropped
+		ps = append(ps, &p)
+	}
+	return ps, nil
 }
 
 // commitCounts changes the counters in their own transaction.

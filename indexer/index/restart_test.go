@@ -54,7 +54,7 @@ func observe(t *testing.T, x *Index) snapshot {
 		t.Fatal(err)
 	}
 	s.export = buf.String()
-	s.profile, _ = x.Profile("p")
+	s.profile, _ = x.Profile(t.Context(), "p")
 	return s
 }
 
@@ -170,10 +170,10 @@ func TestRecoverInterruptedProfileChanges(t *testing.T) {
 	if got.Total != int64(strong) || len(got.Matches) != strong || strong == 0 || strong == len(want.Matches) {
 		t.Fatalf("rebuilt: %d matches, want %d of %d", got.Total, strong, len(want.Matches))
 	}
-	if p, _ := x.Profile("keep"); p.Pending {
+	if p, _ := x.Profile(ctx, "keep"); p.Pending {
 		t.Fatal("still pending")
 	}
-	if _, err := x.Profile("drop"); err == nil {
+	if _, err := x.Profile(ctx, "drop"); err == nil {
 		t.Fatal("deleting profile survived")
 	}
 	if err := x.Verify(context.Background()); err != nil {

@@ -201,30 +201,17 @@ func (x *Index) Search(ctx context.Context, q Query) (*Results, error) {
 	if err := x.check(ctx); err != nil {
 		return nil, err
 	}
-	if q.Limit == 0 {
-		q.Limit = x.cfg.defaultLimit
-	}
-	if q.Limit < 0 || q.Limit > x.cfg.maxLimit {
-		return nil, fmt.Errorf("%w: limit %d not in 1..%d", ErrBadQuery, q.Limit, x.cfg.maxLimit)
-	}
-	if q.Offset < 0 || q.Offset+q.Limit > x.cfg.maxWindow {
-		return nil, fmt.Errorf("%w: offset %d: only the first %d results can be paged", ErrBadQuery, q.Offset, x.cfg.maxWindow)
-	}
-	pq, err := parseQuery(q.Text, x.cfg.maxQueryBytes, x.cfg.maxQueryTerms)
+	pq, res, err := x.cfg.startSearch(&q)
 	if err != nil {
 		return nil, err
 	}
-	res := &Results{Query: q.Text, Terms: pq.Terms, Excluded: pq.Excluded, Words: pq.words(pq.Terms), Without: pq.words(pq.Excluded),
-		Any: q.Any, Offset: q.Offset, Limit: q.Limit, Hits: []Hit{}}
 	err = x.db.View(func(txn *badger.Txn) error {
 		top, err := x.evaluate(ctx, txn, pq, q.Any, 0, q.Offset+q.Limit, res)
 		if err != nil {
 			return err
 		}
-		if res.Total == 0 && !q.Any && len(pq.Terms) > 1 && !slices.ContainsFunc(pq.Terms, isHidden) {
+		if wantsPartial(pq, q.Any, res) {
 			// Nothing has every word: the best partial matches, said so.
-			// Statement conditions (type:, prop=value) are filters, not
-			// words: a query with them gets no partial matches.
 			if top, err = x.partial(ctx, txn, pq, q.Offset+q.Limit, res); err != nil {
 				return err
 			}
@@ -253,6 +240,34 @@ func (x *Index) Search(ctx context.Context, q Query) (*Results, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// startSearch checks a query's bounds (setting the default limit) and
+// parses it, and returns the results to fill.
+func (c *config) startSearch(q *Query) (parsedQuery, *Results, error) {
+	if q.Limit == 0 {
+		q.Limit = c.defaultLimit
+	}
+	if q.Limit < 0 || q.Limit > c.maxLimit {
+		return parsedQuery{}, nil, fmt.Errorf("%w: limit %d not in 1..%d", ErrBadQuery, q.Limit, c.maxLimit)
+	}
+	if q.Offset < 0 || q.Offset+q.Limit > c.maxWindow {
+		return parsedQuery{}, nil, fmt.Errorf("%w: offset %d: only the first %d results can be paged", ErrBadQuery, q.Offset, c.maxWindow)
+	}
+	pq, err := parseQuery(q.Text, c.maxQueryBytes, c.maxQueryTerms)
+	if err != nil {
+		return pq, nil, err
+	}
+	res := &Results{Query: q.Text, Terms: pq.Terms, Excluded: pq.Excluded, Words: pq.words(pq.Terms), Without: pq.words(pq.Excluded),
+		Any: q.Any, Offset: q.Offset, Limit: q.Limit, Hits: []Hit{}}
+	return pq, res, nil
+}
+
+// wantsPartial reports whether an all-words query that matched nothing is
+// answered with partial matches: several words and no statement
+// conditions (type:, prop=value), which are filters, not words.
+func wantsPartial(pq parsedQuery, any bool, res *Results) bool {
+	return res.Total == 0 && !any && len(pq.Terms) > 1 && !slices.ContainsFunc(pq.Terms, isHidden)
 }
 
 // newHit makes a hit of a stored record and its postings.
@@ -402,13 +417,13 @@ func (x *Index) queryTerms(txn *badger.Txn, pq parsedQuery, cnt counts) ([]qterm
 // hiddenIn reports the pages of distrusted nodes, read in txn; nil while no
 // node is distrusted.
 func (x *Index) hiddenIn(txn *badger.Txn) func(docID) bool {
-	if !x.hidesAny() {
+	if !x.trust.any() {
 		return nil
 	}
 	// One read of the page's state per match.
 	return func(id docID) bool {
 		m, ok, err := getMeta(txn, id)
-		return err == nil && ok && x.isDistrusted(m.Prov.Node)
+		return err == nil && ok && x.trust.distrusts(m.Prov.Node)
 	}
 }
 

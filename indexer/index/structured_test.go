@@ -495,7 +495,7 @@ func rapperCount(t *testing.T, nt string, want int) {
 
 func TestHTTPStructured(t *testing.T) {
 	x := structuredIndex(t)
-	srv := httptest.NewServer(x.Handler(HTTPOptions{}))
+	srv := httptest.NewServer(Handler(x, HTTPOptions{}))
 	t.Cleanup(srv.Close)
 	tests := []struct {
 		name, path  string

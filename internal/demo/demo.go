@@ -56,6 +56,7 @@ type Config struct {
 	Linger     bool          // keep running after the summary until ctx ends
 	LatencyMap bool          // give the guided search a latency map
 	Submitters int           // seeds submitted at once
+	Store      string        // the indexer's PostgreSQL DSN (node.IndexerConfig.Store); "": its own database
 	Verbose    bool          // log at debug level
 }
 
@@ -194,7 +195,7 @@ func (d *demo) startIndexer(ctx context.Context, dir string) (func() error, erro
 	ri, err := node.StartIndexer(ctx, node.IndexerConfig{
 		DataDir: filepath.Join(dir, "indexer"), Listen: []string{"/ip4/127.0.0.1/tcp/0"}, AllowPrivateNetworks: true, // the emulated Internet is on loopback
 		Bootstrap: []peer.AddrInfo{{ID: h0.ID(), Addrs: h0.Addrs()}}, HTTP: "127.0.0.1:0",
-		Tree: d.tree, Logger: d.log.With("subsystem", "indexer"), JoinNow: true,
+		Tree: d.tree, Logger: d.log.With("subsystem", "indexer"), JoinNow: true, Store: d.c.Store,
 		Host:    []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},
 		Overlay: []overlay.Option{overlay.Announce(2 * time.Second), overlay.NoCrawl()},
 		// The indexer coordinates shards too and delegates their subnets:

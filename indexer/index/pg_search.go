@@ -1,0 +1,256 @@
+package index
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/micra-net/micra/crawl"
+)
+
+// Search in PostgreSQL: one statement per evaluation groups the postings
+// of the query's terms by page (an index range per term), scores each page
+// as Index does and keeps the best; the planner chooses how. Its work
+// grows with the postings of the query's terms, bounded by the query
+// timeout, not by a scan budget, so Results.Total is exact.
+
+// pgHit is a page found, with its score.
+type pgHit struct {
+	id    int64
+	score float64
+}
+
+// Search: see Index.Search.
+func (p *Postgres) Search(ctx context.Context, q Query) (*Results, error) {
+	if err := p.check(ctx); err != nil {
+		return nil, err
+	}
+	pq, res, err := p.cfg.startSearch(&q)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := p.readCtx(ctx)
+	defer cancel()
+	k := q.Offset + q.Limit
+	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		e, err := p.newEval(ctx, tx, pq)
+		if err != nil {
+			return err
+		}
+		var top []pgHit
+		if q.Any || len(e.known) == len(pq.Terms) { // else a word is on no page: nothing has them all
+			if top, err = e.run(ctx, tx, q.Any, 0, k, res); err != nil {
+				return err
+			}
+		}
+		if wantsPartial(pq, q.Any, res) && len(e.known) > 0 {
+			// Nothing has every word: the pages with every word some page
+			// has, if some word is on no page, else those with any, each
+			// score scaled by the square of its share of the words.
+			if len(e.known) < len(pq.Terms) {
+				top, err = e.run(ctx, tx, false, len(pq.Terms), k, res)
+			}
+			if err == nil && res.Total == 0 {
+				top, err = e.run(ctx, tx, true, len(pq.Terms), k, res)
+			}
+			if err != nil {
+				return err
+			}
+			res.Partial = res.Total > 0
+		}
+		if q.Offset >= len(top) {
+			return nil
+		}
+		res.Hits, err = pgHits(ctx, tx, top[q.Offset:], pq)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// pgEval is a query with what the database knows of its terms.
+type pgEval struct {
+	known    []string  // the query's terms that some page has, in the query's order of terms
+	idf      []float64 // theirs
+	excluded []string  // the excluded terms some page has
+	hidden   []string  // the distrusted nodes
+	boost    float64
+}
+
+func (p *Postgres) newEval(ctx context.Context, tx pgx.Tx, pq parsedQuery) (*pgEval, error) {
+	c, err := pgReadCounts(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	df := make(map[string]int64)
+	rows, err := tx.Query(ctx, `SELECT term, df FROM micra.terms WHERE term = ANY($1) OR term = ANY($2)`, pq.Terms, pq.Excluded)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var t string
+		var n int64
+		if err := rows.Scan(&t, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		df[t] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	e := &pgEval{hidden: p.trust.nodes(), boost: p.cfg.titleBoost}
+	for _, t := range pq.Terms {
+		if n := df[t]; n > 0 {
+			e.known = append(e.known, t)
+			e.idf = append(e.idf, idf(c.Docs, n))
+		}
+	}
+	for _, t := range pq.Excluded {
+		if df[t] > 0 {
+			e.excluded = append(e.excluded, t)
+		}
+	}
+	return e, nil
+}
+
+// run finds the k best pages with all (or with anyWord any) of the known terms and
+// sets res.Total. With coord > 0, a page's score is scaled by the square
+// of the share of coord terms it has.
+func (e *pgEval) run(ctx context.Context, tx pgx.Tx, anyWord bool, coord, k int, res *Results) ([]pgHit, error) {
+	res.Total = 0
+	if len(e.known) == 0 {
+		return nil, nil
+	}
+	args := []any{e.known, e.idf, e.boost, k}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	var b strings.Builder
+	// A page has one posting per term, so each term's contribution is a
+	// sum of one value, and they are added in the query's order of terms,
+	// as Index adds them: the scores are the same to the last bit.
+	b.WriteString(`WITH q(term, idf, pos) AS (SELECT * FROM unnest($1::text[], $2::float8[]) WITH ORDINALITY),
+c AS (SELECT p.page, q.pos, q.idf * (CASE WHEN p.flags & 1 <> 0 THEN p.weight::float8 / 65535 * (1 + $3::float8) ELSE p.weight::float8 / 65535 END + p.anchor::float8 / 65535) AS c
+	FROM micra.postings p JOIN q ON p.term = q.term),
+m AS (SELECT page, `)
+	for i := range e.known {
+		if i > 0 {
+			b.WriteString(" + ")
+		}
+		fmt.Fprintf(&b, "coalesce(sum(c) FILTER (WHERE pos = %d), 0)", i+1)
+	}
+	b.WriteString(` AS score, count(*) AS n FROM c GROUP BY page`)
+	if !anyWord {
+		b.WriteString(` HAVING count(*) = ` + arg(len(e.known)))
+	}
+	b.WriteString(`)
+SELECT page, `)
+	if coord > 0 {
+		c := arg(float64(coord))
+		b.WriteString(`score * ((n::float8 / ` + c + `) * (n::float8 / ` + c + `))`)
+	} else {
+		b.WriteString(`score`)
+	}
+	b.WriteString(` AS s, count(*) OVER () FROM m WHERE true`)
+	if len(e.excluded) > 0 {
+		b.WriteString(` AND NOT EXISTS (SELECT 1 FROM micra.postings x WHERE x.term = ANY(` + arg(e.excluded) + `) AND x.page = m.page)`)
+	}
+	if len(e.hidden) > 0 {
+		b.WriteString(` AND NOT EXISTS (SELECT 1 FROM micra.pages g WHERE g.id = m.page AND g.node = ANY(` + arg(e.hidden) + `))`)
+	}
+	b.WriteString(` ORDER BY s DESC, page LIMIT $4`)
+	rows, err := tx.Query(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("search: %w", err)
+	}
+	defer rows.Close()
+	var top []pgHit
+	for rows.Next() {
+		var h pgHit
+		var total int64
+		if err := rows.Scan(&h.id, &h.score, &total); err != nil {
+			return nil, err
+		}
+		top = append(top, h)
+		res.Total = int(total)
+	}
+	return top, rows.Err()
+}
+
+// pgHits reads the records of the pages found.
+func pgHits(ctx context.Context, tx pgx.Tx, top []pgHit, pq parsedQuery) ([]Hit, error) {
+	ids := make([]int64, len(top))
+	for i, h := range top {
+		ids[i] = h.id
+	}
+	type page struct {
+		rec []byte
+		own []byte
+		anc anchorCounts
+	}
+	pages := make(map[int64]*page, len(ids))
+	rows, err := tx.Query(ctx, `SELECT id, record, postings FROM micra.pages WHERE id = ANY($1) AND NOT gone`, ids)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		pg := &page{anc: anchorCounts{}}
+		var id int64
+		if err := rows.Scan(&id, &pg.rec, &pg.own); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		pages[id] = pg
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows, err = tx.Query(ctx, `SELECT page, term, n FROM micra.anchors WHERE page = ANY($1)`, ids)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var id int64
+		var t string
+		var n int32
+		if err := rows.Scan(&id, &t, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if pg := pages[id]; pg != nil {
+			pg.anc[t] = uint32(n)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	hits := make([]Hit, 0, len(top))
+	for _, h := range top {
+		pg := pages[h.id]
+		if pg == nil {
+			return nil, fmt.Errorf("%w: hit %d has no live page", ErrCorruptValue, h.id)
+		}
+		r, err := crawl.DecodeRecord(pg.rec)
+		if err != nil {
+			return nil, fmt.Errorf("%w: hit %d: %v", ErrCorruptValue, h.id, err)
+		}
+		ps, err := decodePostings(pg.own)
+		if err != nil {
+			return nil, fmt.Errorf("%w: hit %d: %v", ErrCorruptValue, h.id, err)
+		}
+		for t := range pg.anc.top() {
+			ps = append(ps, posting{Term: t, Flags: inAnchor})
+		}
+		hits = append(hits, newHit(&r, ps, h.score, pq))
+	}
+	return hits, nil
+}
