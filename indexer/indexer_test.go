@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
@@ -49,6 +50,12 @@ func coreIndexer(t testing.TB, logs *resultstest.LogBuf, opts ...Option) (*Index
 	if err != nil {
 		t.Fatal(err)
 	}
+	return storeIndexer(t, x, db, logs, opts...)
+}
+
+// storeIndexer is coreIndexer on store x; db holds the indexer's state.
+func storeIndexer(t testing.TB, x index.Store, db *badger.DB, logs *resultstest.LogBuf, opts ...Option) (*Indexer, *ackLog) {
+	t.Helper()
 	t.Cleanup(func() { x.Close() })
 	lg := quiet()
 	if logs != nil {

@@ -2,16 +2,20 @@ package index
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/pgserver"
+	"github.com/micra-net/micra/internal/pgserver/pgtest"
 )
 
 // TestPostgresAgreesWithBruteForce is the property test of the embedded
@@ -143,5 +147,80 @@ func compareStores(t *testing.T, x, p Store, recs []crawl.Record) {
 		if !slices.Equal(hx, hp) {
 			t.Fatalf("hosts of %s: %v and %v", node, hx, hp)
 		}
+	}
+}
+
+// TestPostgresReadOnlyAndSchema opens a second, read-only store on a
+// database a writer made: it sees the writer's records and refuses
+// writes. A schema newer than this micra's, or a read-only store on an
+// empty database, is refused at start with ErrSchema.
+func TestPostgresReadOnlyAndSchema(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	ctx := t.Context()
+	if _, err := OpenPostgres(ctx, dsn, PostgresOptions{ReadOnly: true}, Logger(quietLogger())); !errors.Is(err, ErrSchema) {
+		t.Fatalf("read-only store on an empty database: %v", err)
+	}
+	w := openTestPostgres(t, dsn, PostgresOptions{})
+	mustPut(t, w, linkedPages()...)
+	r := openTestPostgres(t, dsn, PostgresOptions{ReadOnly: true})
+	if res, err := r.Search(ctx, Query{Text: "widget"}); err != nil || res.Total == 0 {
+		t.Fatalf("read-only search: %+v %v", res, err)
+	}
+	if _, err := r.Put(ctx, src, linkedPages()); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("read-only Put: %v", err)
+	}
+	if _, err := r.PutProfile(ctx, Profile{Name: "p", Keywords: []ProfileKeyword{{"widget", 1}}}); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("read-only PutProfile: %v", err)
+	}
+	if _, err := w.pool.Exec(ctx, `UPDATE micra.schema SET version = 99`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := OpenPostgres(ctx, dsn, PostgresOptions{}, Logger(quietLogger()))
+	if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "99") {
+		t.Fatalf("newer schema: %v", err)
+	}
+}
+
+// TestPostgresServerDown: a store whose server is down fails at start
+// with an error naming the server; one whose server goes down while it
+// runs fails each Put, storing nothing, serves its last counters, and
+// works again, losing nothing, once the server is back.
+func TestPostgresServerDown(t *testing.T) {
+	srv := pgtest.Private(t, pgserver.Options{})
+	ctx := t.Context()
+	if err := srv.CreateDB(ctx, "down"); err != nil {
+		t.Fatal(err)
+	}
+	p := openTestPostgres(t, srv.DSN("down"), PostgresOptions{})
+	recs := corpus(60, 3)
+	mustPut(t, p, recs[:20]...)
+	if err := srv.Halt(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Put(ctx, src, recs[20:40]); err == nil {
+		t.Fatal("Put with the server down: nil error")
+	}
+	if _, err := p.Search(ctx, Query{Text: "wbx"}); err == nil {
+		t.Fatal("Search with the server down: nil error")
+	}
+	if _, err := p.readStats(ctx); err == nil {
+		t.Fatal("reading the counters with the server down: nil error")
+	}
+	if s := p.Stats(); s.Docs != 20 {
+		t.Fatalf("stats with the server down: %+v", s)
+	}
+	_, err := OpenPostgres(ctx, srv.DSN("down"), PostgresOptions{}, Logger(quietLogger()))
+	if err == nil || !strings.Contains(err.Error(), "cannot connect") || !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Fatalf("opening with the server down: %v", err)
+	}
+	if err := srv.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, p, recs[20:]...) // the failed batch again, and more
+	if s := p.Stats(); s.Docs != 60 || s.Added != 60 {
+		t.Fatalf("after the server came back: %+v", s)
+	}
+	if err := p.Verify(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,6 +104,11 @@ type Options struct {
 	// It is written from another goroutine until Stop returns, and its
 	// write errors are ignored.
 	Log io.Writer
+
+	// Settings are more "name=value" server settings (postgres -c),
+	// applied after the defaults, such as "shared_buffers=1GB" for a
+	// benchmark.
+	Settings []string
 }
 
 // Server is a running PostgreSQL server started by Start. Its methods are
@@ -111,7 +117,14 @@ type Server struct {
 	dir  string // temporary directory: the cluster, the socket
 	data string // the cluster's data directory, inside dir
 	port int
-	proc *proc // the running postgres
+
+	// What launch needs again to resume a halted server.
+	bins binaries
+	cred *syscall.Credential
+	opts Options
+
+	mu   sync.Mutex
+	proc *proc // the running postgres; nil while halted
 
 	stopOnce sync.Once
 }
@@ -169,7 +182,7 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 		}
 	}
 
-	s := &Server{dir: dir, data: filepath.Join(dir, "data")}
+	s := &Server{dir: dir, data: filepath.Join(dir, "data"), bins: bins, cred: cred, opts: opts}
 	if err := s.initdb(ctx, bins, cred, opts.Log); err != nil {
 		return nil, err
 	}
@@ -178,7 +191,7 @@ func Start(ctx context.Context, opts Options) (_ *Server, err error) {
 		if err != nil {
 			return nil, err
 		}
-		err = s.launch(ctx, bins, cred, port, opts.Log)
+		err = s.launch(ctx, port)
 		if err == nil {
 			return s, nil
 		}
@@ -224,12 +237,39 @@ func (s *Server) CreateDB(ctx context.Context, name string) error {
 func (s *Server) Stop() error {
 	var err error
 	s.stopOnce.Do(func() {
+		s.mu.Lock()
 		err = s.proc.stop()
+		s.proc = nil
+		s.mu.Unlock()
 		if rmErr := os.RemoveAll(s.dir); rmErr != nil {
 			err = errors.Join(err, fmt.Errorf("removing %s: %w", s.dir, rmErr))
 		}
 	})
 	return err
+}
+
+// Halt shuts postgres down fast, as Stop does, but keeps the cluster, so
+// that Resume can start it again: what a client sees when its database
+// server goes down. Halting a halted server does nothing.
+func (s *Server) Halt() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.proc.stop()
+	s.proc = nil
+	return err
+}
+
+// Resume starts a halted server again on the same port and waits, within
+// ctx and about 30 seconds, until it accepts connections. It fails if
+// another process took the port meanwhile. Resuming a running server
+// does nothing.
+func (s *Server) Resume(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		return nil
+	}
+	return s.launch(ctx, s.port)
 }
 
 // initdb makes the cluster in s.data and replaces its pg_hba.conf.
@@ -254,17 +294,17 @@ func (s *Server) initdb(ctx context.Context, bins binaries, cred *syscall.Creden
 // launch starts postgres on port and waits until it accepts connections.
 // On success s.port and s.proc describe it; on failure it is gone, and
 // the error wraps errPortTaken if it exited because port was in use.
-func (s *Server) launch(ctx context.Context, bins binaries, cred *syscall.Credential, port int, log io.Writer) error {
+func (s *Server) launch(ctx context.Context, port int) error {
 	args := []string{"-D", s.data, "-p", strconv.Itoa(port), "-k", s.dir}
-	for _, kv := range settings {
+	for _, kv := range append(slices.Clip(settings), s.opts.Settings...) {
 		args = append(args, "-c", kv)
 	}
 	// Not CommandContext: the server outlives ctx, which bounds the start.
-	cmd := exec.Command(bins.postgres, args...)
+	cmd := exec.Command(s.bins.postgres, args...)
 	p := &proc{cmd: cmd, log: new(tail), exited: make(chan struct{})}
-	setup(cmd, s.dir, cred, p.log, log)
+	setup(cmd, s.dir, s.cred, p.log, s.opts.Log)
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", bins.postgres, err)
+		return fmt.Errorf("starting %s: %w", s.bins.postgres, err)
 	}
 	go func() {
 		p.err = cmd.Wait()

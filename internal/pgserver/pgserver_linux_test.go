@@ -127,7 +127,7 @@ func TestPortTaken(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := &Server{dir: dir, data: dir + "/data"}
+	s := &Server{dir: dir, data: dir + "/data", bins: bins, cred: cred}
 	if err := s.initdb(t.Context(), bins, cred, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestPortTaken(t *testing.T) {
 			c.Close()
 		}
 	}()
-	err = s.launch(t.Context(), bins, cred, l.Addr().(*net.TCPAddr).Port, nil)
+	err = s.launch(t.Context(), l.Addr().(*net.TCPAddr).Port)
 	if err == nil {
 		s.proc.stop()
 		t.Fatal("launch on a taken port: got nil error")

@@ -171,3 +171,34 @@ func TestStartAsRootNeedsSearchableDir(t *testing.T) {
 		t.Errorf("Start left %d entries in %s", len(entries), dir)
 	}
 }
+
+// TestHaltResume halts a server, finds it refusing connections, resumes
+// it and finds the data written before, and the extra setting applied.
+func TestHaltResume(t *testing.T) {
+	s := start(t, Options{Settings: []string{"work_mem=7MB"}})
+	ctx := t.Context()
+	if err := s.CreateDB(ctx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Halt(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Halt(); err != nil {
+		t.Fatalf("second Halt: %v", err)
+	}
+	if err := s.ping(ctx); err == nil {
+		t.Fatal("a halted server accepted a connection")
+	}
+	if err := s.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, s.DSN("kept"))
+	if err != nil {
+		t.Fatalf("after Resume: %v", err)
+	}
+	defer conn.Close(ctx)
+	var wm string
+	if err := conn.QueryRow(ctx, "SHOW work_mem").Scan(&wm); err != nil || wm != "7MB" {
+		t.Fatalf("work_mem %q (%v), want 7MB", wm, err)
+	}
+}
