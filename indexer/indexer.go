@@ -147,6 +147,10 @@ func New(o *overlay.Overlay, x index.Store, db *badger.DB, opts ...Option) (ix *
 			err = errors.Join(err, ix.Close())
 		}
 	}()
+	if ix.cfg.searchOnly {
+		ix.log.Info("indexer started to serve search only")
+		return ix, nil
+	}
 	ps := o.PubSub()
 	for s := range ix.cfg.shards {
 		if ix.take != nil && !ix.take[s] {

@@ -47,6 +47,8 @@ type config struct {
 
 	// withholding notices (withheld.go)
 	withheldPerHour int
+
+	searchOnly bool // SearchOnly
 }
 
 func defaultConfig() config {
@@ -214,6 +216,14 @@ func Workers(n int) Option {
 		c.workers = n
 		return nil
 	}
+}
+
+// SearchOnly makes an indexer that only serves its store's search (a
+// third indexer on a PostgreSQL database that others write): it takes no
+// shard, announces nothing, audits nothing and keeps no crawl requests,
+// so that nodes never count on it.
+func SearchOnly() Option {
+	return func(c *config) error { c.searchOnly = true; return nil }
 }
 
 // AckDelay sets how long an indexer gathers acknowledgements to one node

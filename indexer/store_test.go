@@ -9,6 +9,7 @@ import (
 	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/internal/pgserver"
 	"github.com/micra-net/micra/internal/pgserver/pgtest"
+	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/resultstest"
 )
 
@@ -64,5 +65,24 @@ func TestIndexerStoreDown(t *testing.T) {
 	}
 	if got := acks.count(nodeID); got != 2 {
 		t.Fatalf("%d acknowledgements, want 2", got)
+	}
+}
+
+// TestSearchOnly: a search-only indexer joins no result topic and no
+// indexers' topic (so it never announces itself), while its store serves
+// search.
+func TestSearchOnly(t *testing.T) {
+	n := newTNode(t, nil, 0, nil, resultstest.MemDB(t))
+	ix := startIndexer(t, n, SearchOnly())
+	if len(ix.subs) != 0 || ix.annTopic != nil {
+		t.Fatalf("a search-only indexer subscribed to %d result topics (announcements: %v)", len(ix.subs), ix.annTopic != nil)
+	}
+	for _, tp := range n.o.PubSub().GetTopics() {
+		if tp == results.TopicIndexers || tp == results.Topic(0, 1) {
+			t.Fatalf("a search-only indexer joined %s", tp)
+		}
+	}
+	if _, err := ix.Index().Search(t.Context(), index.Query{Text: "anything"}); err != nil {
+		t.Fatal(err)
 	}
 }

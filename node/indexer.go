@@ -42,7 +42,8 @@ type IndexerConfig struct {
 	ReadOnly  bool            // search and export only
 	// Store is the DSN of a PostgreSQL database to store the index in
 	// (index.OpenPostgres); "" keeps it in the indexer's own database
-	// (index.New). With ReadOnly the store is opened read-only.
+	// (index.New). With ReadOnly the store is opened read-only and the
+	// indexer serves search only (indexer.SearchOnly): it takes no batch.
 	Store    string
 	Snapshot string       // subnet snapshot file; "" for the built-in one
 	Tree     *subnet.Tree // the hierarchy, instead of Snapshot
@@ -274,6 +275,9 @@ func (x *Indexer) attach(l *indexerLive, accept ...subnet.SnapshotID) error {
 	opts := []indexer.Option{indexer.Logger(x.log.With("subsystem", "indexer"))}
 	if len(accept) > 0 {
 		opts = append(opts, indexer.AcceptSnapshots(accept...))
+	}
+	if x.cfg.ReadOnly && x.cfg.Store != "" {
+		opts = append(opts, indexer.SearchOnly())
 	}
 	ix, err := indexer.New(l.o, x.idx, x.db, append(opts, x.cfg.Indexer...)...)
 	if err != nil {

@@ -116,6 +116,14 @@ WHERE s.nspname = 'micra' AND c.relkind = 'r'`).Scan(&pgBytes); err != nil {
 		p50, p99 := percentiles(lat[1])
 		b.Logf("%-9s %d queries: embedded p50 %.2f ms p99 %.2f ms; postgres p50 %.2f ms p99 %.2f ms; top-10 overlap %.1f %%",
 			c.name, len(c.qs), x50, x99, p50, p99, 100*overlap)
+		slow := make([]int, len(c.qs))
+		for i := range slow {
+			slow[i] = i
+		}
+		slices.SortFunc(slow, func(i, j int) int { return int(lat[1][j] - lat[1][i]) })
+		for _, i := range slow[:3] {
+			b.Logf("  slowest on postgres: %q (any %v) %v; embedded %v", c.qs[i].Text, c.qs[i].Any, lat[1][i].Round(time.Microsecond), lat[0][i].Round(time.Microsecond))
+		}
 		b.ReportMetric(p50, c.name+"-postgres-p50-ms")
 		b.ReportMetric(p99, c.name+"-postgres-p99-ms")
 		b.ReportMetric(x99, c.name+"-embedded-p99-ms")

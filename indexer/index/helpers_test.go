@@ -51,6 +51,12 @@ func withImpactMin(n int) Option {
 	return func(c *config) error { c.impactMin = n; return nil }
 }
 
+// withPGCount sets the postings up to which the PostgreSQL store counts
+// matches exactly.
+func withPGCount(n int) Option {
+	return func(c *config) error { c.pgCount = n; return nil }
+}
+
 // page builds a record; kws alternate term and weight.
 func page(url, title string, at time.Time, kws ...any) crawl.Record {
 	r := crawl.Record{URL: url, FinalURL: url, Time: at, Status: 200, Type: crawl.TypeHTML, Title: title, Change: crawl.ChangeNew}

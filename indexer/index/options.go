@@ -30,6 +30,7 @@ type config struct {
 	maxWindow     int
 	maxScan       int
 	impactMin     int // document frequency from which a term has an impact list
+	pgCount       int // postings of its driving list the PostgreSQL store counts matches in exactly
 
 	titleBoost float64
 
@@ -78,6 +79,7 @@ func defaults() *config {
 		maxWindow:          1000,
 		maxScan:            1_000_000,
 		impactMin:          defaultImpactMin,
+		pgCount:            4096,
 		titleBoost:         0.5,
 		maxProfiles:        256,
 		maxProfileKeywords: 64,

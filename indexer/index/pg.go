@@ -44,6 +44,8 @@ type Postgres struct {
 	closeOnce sync.Once
 	trust     trust
 
+	impactQueries, impactFallbacks atomic.Uint64 // see Stats
+
 	statsMu sync.Mutex
 	stats   Stats
 	statsAt time.Time
@@ -95,6 +97,11 @@ func OpenPostgres(ctx context.Context, dsn string, po PostgresOptions, opts ...O
 		pc.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
 	pc.ConnConfig.RuntimeParams["application_name"] = "micra indexer"
+	// pgx prepares each statement once per connection; a generic plan,
+	// which PostgreSQL switches to after five runs, cannot see how
+	// frequent a query's terms are, and joins a rare word with a frequent
+	// one by reading the frequent one whole.
+	pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	where := fmt.Sprintf("%s:%d/%s", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -169,22 +176,23 @@ func (p *Postgres) Distrust(nodes ...string) { p.trust.set(nodes) }
 const statsTTL = time.Second
 
 // Stats returns the counters, read from the database at most once a
-// second (within 2 s; on an error the last ones read). Those of queries
-// on impact lists are always zero: this store has none.
+// second (within 2 s; on an error the last ones read), and this process's
+// queries on impact order (pg_threshold.go).
 func (p *Postgres) Stats() Stats {
 	p.statsMu.Lock()
 	defer p.statsMu.Unlock()
-	if time.Since(p.statsAt) < statsTTL || p.closed.Load() {
-		return p.stats
+	if time.Since(p.statsAt) >= statsTTL && !p.closed.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := p.readStats(ctx)
+		cancel()
+		if err != nil {
+			p.log.Warn("reading counters", "error", err)
+		} else {
+			p.stats, p.statsAt = st, time.Now()
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	st, err := p.readStats(ctx)
-	if err != nil {
-		p.log.Warn("reading counters", "error", err)
-		return p.stats
-	}
-	p.stats, p.statsAt = st, time.Now()
+	st := p.stats
+	st.ImpactQueries, st.ImpactFallbacks = p.impactQueries.Load(), p.impactFallbacks.Load()
 	return st
 }
 

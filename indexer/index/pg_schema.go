@@ -22,7 +22,9 @@ import (
 //	                 final_url, title, lang,          live page the record (crawl.AppendRecord
 //	                 postings, record)                form) and its own postings (encoded)
 //	micra.postings  (term, page, weight, flags,       a page's own terms with the anchors of
-//	                 anchor)                          links to it merged in, as Index keeps them
+//	                 anchor, impact)                  links to it merged in, as Index keeps them,
+//	                                                  and what each adds to a score per unit of
+//	                                                  idf (impactOf), indexed in that order too
 //	micra.terms     (term, df)                        document frequency of every term
 //	micra.anchors   (page, term, n)                   linking pages per anchor term of a page
 //	micra.profiles  (name, keywords, threshold,       registered profiles
@@ -81,8 +83,12 @@ CREATE TABLE micra.postings (
 	weight integer NOT NULL,
 	flags  smallint NOT NULL,
 	anchor integer NOT NULL,
+	impact double precision NOT NULL,
 	PRIMARY KEY (term, page) INCLUDE (weight, flags, anchor)
 );
+CREATE INDEX postings_impact ON micra.postings (term, impact DESC, page);
+-- A query's plan depends on how frequent its terms are: keep many.
+ALTER TABLE micra.postings ALTER COLUMN term SET STATISTICS 1000;
 CREATE TABLE micra.terms (
 	term text PRIMARY KEY,
 	df   bigint NOT NULL CHECK (df > 0)

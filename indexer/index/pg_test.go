@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -23,11 +24,52 @@ import (
 // and gone records, content ties, anchors) and profiles, every search and
 // profile listing compared with a scan of the model, Verify after each
 // round.
+//
+// With impact lists from a document frequency of 3 on, queries of one
+// or two words run on impact order (pg_threshold.go).
 func TestPostgresAgreesWithBruteForce(t *testing.T) {
-	for seed := range uint64(2) {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			storeAgreesWithBruteForce(t, seed, newTestPostgres(t, PostgresOptions{}))
-		})
+	for _, impactMin := range []int{defaultImpactMin, 3} {
+		for seed := range uint64(3) {
+			t.Run(fmt.Sprint("impact", impactMin, "/seed", seed), func(t *testing.T) {
+				p := newTestPostgres(t, PostgresOptions{}, withImpactMin(impactMin))
+				storeAgreesWithBruteForce(t, seed, p)
+				if st := p.Stats(); impactMin == 3 && st.ImpactQueries-st.ImpactFallbacks < 50 {
+					t.Fatalf("%d queries ran on impact order, %d of them fell back: too few to test it", st.ImpactQueries, st.ImpactFallbacks)
+				}
+			})
+		}
+	}
+}
+
+// TestPostgresEstimatesTotals: a query that runs on impact order and
+// whose driving list is longer than the count budget counts a share of
+// the key space; the estimate is within a fifth of the exact count, and
+// says it is one. The hits are the exact ones.
+func TestPostgresEstimatesTotals(t *testing.T) {
+	recs := corpus(3000, 8)
+	exact := newTestPostgres(t, PostgresOptions{})
+	est := newTestPostgres(t, PostgresOptions{}, withImpactMin(50), withPGCount(300))
+	mustPut(t, exact, recs...)
+	mustPut(t, est, recs...)
+	vocab := vocabulary(300)
+	for _, s := range []Store{exact, est} {
+		s.Distrust("12D3KooWNobody") // a distrusted node that delivered nothing: the count must check
+	}
+	for _, q := range []Query{{Text: vocab[0] + " -" + vocab[5]}, {Text: vocab[1]}} {
+		want, err := exact.Search(t.Context(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := est.Search(t.Context(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(urls(got), urls(want)) {
+			t.Fatalf("%+v: hits %v, exact %v", q, urls(got), urls(want))
+		}
+		if want.Estimated || !got.Estimated || math.Abs(float64(got.Total-want.Total)) > float64(want.Total)/5 {
+			t.Fatalf("%+v: total %d (estimated %v), exact %d (%v)", q, got.Total, got.Estimated, want.Total, want.Estimated)
+		}
 	}
 }
 

@@ -84,7 +84,7 @@ FROM micra.pages g ORDER BY g.id`)
 		return err
 	}
 	defer pages.Close()
-	post, err := newPgStream(ctx, txs[1], `SELECT page, term, weight, flags, anchor FROM micra.postings ORDER BY page, term`)
+	post, err := newPgStream(ctx, txs[1], `SELECT page, term, weight, flags, anchor, impact FROM micra.postings ORDER BY page, term`)
 	if err != nil {
 		return err
 	}
@@ -144,6 +144,9 @@ FROM micra.pages g ORDER BY g.id`)
 	if post.ok || match.ok || post.orphans > 0 || match.orphans > 0 {
 		fail("postings or matches of pages that do not exist")
 	}
+	if post.badImpacts > 0 {
+		fail("%d postings with a wrong impact", post.badImpacts)
+	}
 	return errors.Join(errs...)
 }
 
@@ -154,12 +157,13 @@ type pgMatchRow struct {
 
 // pgStream is a query whose rows start with a page id, read ahead by one.
 type pgStream struct {
-	rows    pgx.Rows
-	ok      bool
-	page    int64
-	orphans int // rows of pages that have no page row
-	post    posting
-	mr      pgMatchRow
+	rows       pgx.Rows
+	ok         bool
+	page       int64
+	orphans    int // rows of pages that have no page row
+	badImpacts int // postings whose impact is not impactOf theirs
+	post       posting
+	mr         pgMatchRow
 }
 
 func newPgStream(ctx context.Context, tx pgx.Tx, sql string) (*pgStream, error) {
@@ -182,8 +186,11 @@ func (s *pgStream) next() error {
 	}
 	s.page = vals[0].(int64)
 	switch len(vals) {
-	case 5:
+	case 6:
 		s.post = posting{Term: vals[1].(string), Weight: uint16(vals[2].(int32)), Flags: uint8(vals[3].(int16)), Anchor: uint16(vals[4].(int32))}
+		if vals[5].(float64) != impactOf(s.post.Weight, s.post.Flags, s.post.Anchor) {
+			s.badImpacts++
+		}
 	case 3:
 		s.mr = pgMatchRow{vals[1].(string), vals[2].(float64)}
 	}

@@ -99,7 +99,7 @@ func (w *pgWrites) postings(id int64, old, new []posting, c *counts) {
 }
 
 func pgPostingRow(id int64, p *posting) []any {
-	return []any{p.Term, id, int32(p.Weight), int16(p.Flags), int32(p.Anchor)}
+	return []any{p.Term, id, int32(p.Weight), int16(p.Flags), int32(p.Anchor), impactOf(p.Weight, p.Flags, p.Anchor)}
 }
 
 // matches notes the change of a page's profile annotations when its own
@@ -168,7 +168,7 @@ ON CONFLICT (page, term) DO UPDATE SET n = excluded.n`, w.setAnchPage, w.setAnch
 		}
 	}
 	if len(w.newPostings) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"micra", "postings"}, []string{"term", "page", "weight", "flags", "anchor"},
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"micra", "postings"}, []string{"term", "page", "weight", "flags", "anchor", "impact"},
 			pgx.CopyFromRows(w.newPostings)); err != nil {
 			return fmt.Errorf("writing postings: %w", err)
 		}

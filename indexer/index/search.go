@@ -356,7 +356,7 @@ func (x *Index) evaluate(ctx context.Context, txn *badger.Txn, pq parsedQuery, a
 	}
 	hidden := x.hiddenIn(txn)
 	j := joiner{qts: qts, ex: ex, hidden: hidden, any: any, coord: coord, n: len(pq.Terms)}
-	if budget, ok := x.plan(qts, any, cnt.Docs); ok {
+	if budget, ok := x.cfg.plan(qts, any, cnt.Docs); ok {
 		th := threshold{ctx: ctx, txn: txn, qts: qts, ex: ex, hidden: hidden, any: any, coord: coord,
 			boost: x.cfg.titleBoost, budget: budget, contrib: make([]float64, len(pq.Terms))}
 		top, done, err := th.run(k)

@@ -31,10 +31,10 @@ import (
 // pages with both a large share (an eighth, if the words were
 // independent) of those with the rarer, and it scores at most an eighth
 // of the join's postings.
-func (x *Index) plan(qts []qterm, any bool, docs int64) (budget int, ok bool) {
+func (c *config) plan(qts []qterm, any bool, docs int64) (budget int, ok bool) {
 	var sum, least uint64
 	for i, q := range qts {
-		if !q.state.impact && q.state.df >= uint64(x.cfg.impactMin) {
+		if !q.state.impact && q.state.df >= uint64(c.impactMin) {
 			return 0, false // its list is still to be built
 		}
 		sum += q.state.df
@@ -47,7 +47,7 @@ func (x *Index) plan(qts []qterm, any bool, docs int64) (budget int, ok bool) {
 		cost = sum
 	}
 	switch {
-	case cost < uint64(x.cfg.impactMin):
+	case cost < uint64(c.impactMin):
 		return 0, false
 	case !any && len(qts) > 2:
 		return 0, false
