@@ -71,9 +71,8 @@ func BenchmarkStores(b *testing.B) {
 		b.Fatal(err)
 	}
 	vacuum := time.Since(start)
-	var pgBytes int64
-	if err := p.pool.QueryRow(b.Context(), `SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
-WHERE s.nspname = 'micra' AND c.relkind = 'r'`).Scan(&pgBytes); err != nil {
+	pgBytes, err := p.Bytes(b.Context())
+	if err != nil {
 		b.Fatal(err)
 	}
 	xBytes := diskBytes(b, dir)

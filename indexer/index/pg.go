@@ -225,6 +225,25 @@ func (p *Postgres) readStats(ctx context.Context) (Stats, error) {
 	return c.stats(n), nil
 }
 
+// Bytes returns what the store's tables and their indexes take on disk.
+func (p *Postgres) Bytes(ctx context.Context) (int64, error) {
+	var n int64
+	err := p.pool.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = 'micra' AND c.relkind = 'r'`).Scan(&n)
+	return n, err
+}
+
+// Analyze updates the planner's statistics of the store's tables, which
+// autovacuum does in its own time: for a benchmark right after a bulk
+// load.
+func (p *Postgres) Analyze(ctx context.Context) error {
+	if p.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	_, err := p.pool.Exec(ctx, `ANALYZE micra.pages, micra.postings, micra.terms, micra.anchors`)
+	return err
+}
+
 // Get: see Index.Get.
 func (p *Postgres) Get(ctx context.Context, u string) (Doc, error) {
 	if err := p.check(ctx); err != nil {

@@ -59,6 +59,9 @@ type Report struct {
 	BatchBytes  int64   `json:"batch_bytes"`   // records in compressed batches
 	RawBytes    int64   `json:"raw_record_bytes"`
 	Rows        []Row   `json:"rows"`
+	// Stores compares micra's two stores on the crawl's records (with
+	// the reference, which brings a PostgreSQL server).
+	Stores *StoreFigures `json:"stores,omitempty"`
 }
 
 // ResultRatio is the result ratio: batch bytes over the pages' decoded
@@ -85,6 +88,7 @@ const (
 	EngineMicra    = "micra"
 	EngineMicraAny = "micra, any word"
 	EnginePostgres = "PostgreSQL full text"
+	EngineMicraPG  = "micra, PostgreSQL store"
 )
 
 // ErrNoReference is returned, wrapped, when Config.Reference is set and no
@@ -175,13 +179,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Rows = append(rep.Rows, row)
 	}
 	if cfg.Reference {
+		srv, err := pgserver.Start(ctx, pgserver.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("the full-text reference: %w", err)
+		}
+		defer srv.Stop()
 		pages := make([]string, 0, len(crawledKeys))
 		for _, u := range crawledKeys {
 			pages = append(pages, u)
 		}
 		slices.Sort(pages)
 		logf("loading %d pages into PostgreSQL", len(pages))
-		eng, stop, size, err := startReference(ctx, pages)
+		eng, stop, size, err := startReference(ctx, srv, pages)
 		if err != nil {
 			return nil, fmt.Errorf("the full-text reference: %w", err)
 		}
@@ -192,8 +201,64 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		row.IndexBytes = size
 		rep.Rows = append(rep.Rows, row)
+		logf("storing the %d batches again into each of micra's stores", len(c.batches))
+		if err := storesSideBySide(ctx, srv, c, qs, rep); err != nil {
+			return nil, err
+		}
 	}
 	return rep, nil
+}
+
+// storesSideBySide stores the crawl's batches into both of micra's
+// stores, adds the PostgreSQL store's row, and the stores' figures with
+// the overlap of their top 10s on the queries.
+func storesSideBySide(ctx context.Context, srv *pgserver.Server, c *crawled, qs []query, rep *Report) error {
+	dir, err := os.MkdirTemp("", "searcheval-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	p, closeP, f, err := compareStores(ctx, srv, dir, c.batches)
+	if err != nil {
+		return fmt.Errorf("micra's stores: %w", err)
+	}
+	defer closeP()
+	pgEng, emb := micraEngine{idx: p}, micraEngine{idx: c.idx}
+	row, err := measure(ctx, EngineMicraPG, pgEng, qs)
+	if err != nil {
+		return err
+	}
+	row.IndexBytes = f.PostgresBytes
+	rep.Rows = append(rep.Rows, row)
+	for _, q := range qs {
+		a, err := emb.search(ctx, q.text)
+		if err != nil {
+			a = nil
+		}
+		b, err := pgEng.search(ctx, q.text)
+		if err != nil {
+			b = nil
+		}
+		f.Overlap10 += overlap(a, b)
+	}
+	f.Overlap10 /= float64(len(qs))
+	rep.Stores = &f
+	return nil
+}
+
+// overlap is the share of the longer of two top lists that both hold; 1
+// when both are empty.
+func overlap(a, b []string) float64 {
+	if len(a) == 0 && len(b) == 0 {
+		return 1
+	}
+	n := 0
+	for _, u := range a {
+		if slices.Contains(b, u) {
+			n++
+		}
+	}
+	return float64(n) / float64(max(len(a), len(b)))
 }
 
 // engine answers a query with at most 10 page URLs, best first.
@@ -280,8 +345,12 @@ func pageKey(raw string) string {
 func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "%s: %d pages crawled in %.1f s; %d judgments (%d name no crawled page); result ratio 1/%.1f (%d batch bytes for %d page bytes)\n",
 		r.Corpus, r.Pages, r.CrawlSec, r.Judgments, r.Unreachable, 1/max(r.ResultRatio(), 1e-9), r.BatchBytes, r.Decoded)
-	fmt.Fprintf(w, "  %-22s %10s %11s %7s %10s %8s %8s %12s\n", "engine", "success@1", "success@10", "MRR@10", "no result", "p50 ms", "p99 ms", "index bytes")
+	fmt.Fprintf(w, "  %-23s %10s %11s %7s %10s %8s %8s %12s\n", "engine", "success@1", "success@10", "MRR@10", "no result", "p50 ms", "p99 ms", "index bytes")
 	for _, x := range r.Rows {
-		fmt.Fprintf(w, "  %-22s %9.1f%% %10.1f%% %7.3f %9.1f%% %8.2f %8.2f %12d\n", x.Engine, 100*x.Success1, 100*x.Success10, x.MRR10, 100*x.NoResult, x.P50, x.P99, x.IndexBytes)
+		fmt.Fprintf(w, "  %-23s %9.1f%% %10.1f%% %7.3f %9.1f%% %8.2f %8.2f %12d\n", x.Engine, 100*x.Success1, 100*x.Success10, x.MRR10, 100*x.NoResult, x.P50, x.P99, x.IndexBytes)
+	}
+	if s := r.Stores; s != nil {
+		fmt.Fprintf(w, "  micra's stores on the crawl's batches: embedded %.0f records/s, PostgreSQL %.0f records/s (%.2fx); top-10 overlap %.1f %%\n",
+			s.EmbeddedRecordsPerSec, s.PostgresRecordsPerSec, s.PostgresRecordsPerSec/s.EmbeddedRecordsPerSec, 100*s.Overlap10)
 	}
 }

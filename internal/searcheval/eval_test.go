@@ -55,6 +55,12 @@ func TestRunSite(t *testing.T) {
 		if p := rep.Row(EnginePostgres); p == nil || p.Success10 < 0.5 || p.IndexBytes <= 0 {
 			t.Errorf("reference: %+v", p)
 		}
+		// micra's PostgreSQL store answers as its embedded one.
+		pg := rep.Row(EngineMicraPG)
+		if pg == nil || pg.MRR10 != m.MRR10 || pg.Success10 != m.Success10 || rep.Stores == nil || rep.Stores.Overlap10 != 1 ||
+			rep.Stores.PostgresRecordsPerSec <= 0 || rep.Stores.EmbeddedRecordsPerSec <= 0 {
+			t.Errorf("micra's PostgreSQL store: %+v, stores %+v", pg, rep.Stores)
+		}
 	}
 }
 
@@ -94,6 +100,10 @@ func TestCorpora(t *testing.T) {
 			}
 			if r := rep.ResultRatio(); r > 1.0/15 {
 				t.Errorf("result ratio 1/%.1f, over 1/15", 1/r)
+			}
+			// The stores' overlap docs/postgres.md reports.
+			if st := rep.Stores; st == nil || st.Overlap10 < 0.999 {
+				t.Errorf("micra's stores: %+v, want the same top 10s", st)
 			}
 		})
 	}

@@ -22,6 +22,7 @@ type crawled struct {
 	db, idxDB   *badger.DB
 	idx         *index.Index
 	pages       []string // final URLs of the pages indexed
+	batches     [][]byte // the batches, as the indexer received them
 	batchBytes  int64    // compressed batches, as a node publishes them
 	rawBytes    int64    // encoded records before compression
 	records     int64
@@ -74,6 +75,7 @@ func (s *indexSink) Results(ctx context.Context, b crawl.Batch) error {
 	if res.Rejected > 0 && s.err == nil {
 		s.err = fmt.Errorf("batch %d: %d records rejected: %v", s.seq, res.Rejected, res.Errors)
 	}
+	s.c.batches = append(s.c.batches, b.Data)
 	s.c.batchBytes += int64(len(b.Data))
 	s.c.rawBytes += int64(b.RawBytes)
 	s.c.records += int64(b.Records)
@@ -213,7 +215,7 @@ func indexBytes(db *badger.DB) (int64, error) {
 
 // micraEngine answers queries from the index as the indexer's API does.
 type micraEngine struct {
-	idx *index.Index
+	idx index.Store
 	any bool
 }
 

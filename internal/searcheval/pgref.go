@@ -50,15 +50,11 @@ func (e pgEngine) search(ctx context.Context, q string) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// startReference starts a PostgreSQL server and loads the pages' full
-// text, fetched from the site as the crawler fetched it. The returned stop
-// function stops the server.
-func startReference(ctx context.Context, pages []string) (pgEngine, func(), int64, error) {
-	srv, err := pgserver.Start(ctx, pgserver.Options{})
-	if err != nil {
-		return pgEngine{}, nil, 0, err
-	}
-	stop := func() { srv.Stop() }
+// startReference loads the pages' full text, fetched from the site as the
+// crawler fetched it, into a new database on srv. The returned stop
+// function closes its connections.
+func startReference(ctx context.Context, srv *pgserver.Server, pages []string) (pgEngine, func(), int64, error) {
+	stop := func() {}
 	fail := func(err error) (pgEngine, func(), int64, error) {
 		stop()
 		return pgEngine{}, nil, 0, err
@@ -70,7 +66,7 @@ func startReference(ctx context.Context, pages []string) (pgEngine, func(), int6
 	if err != nil {
 		return fail(err)
 	}
-	stop = func() { pool.Close(); srv.Stop() }
+	stop = pool.Close
 	if _, err := pool.Exec(ctx, pgSchema); err != nil {
 		return fail(fmt.Errorf("reference schema: %w", err))
 	}
