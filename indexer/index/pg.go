@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +32,10 @@ import (
 // computed in SQL with the same floating-point operations on the idf Go
 // computed, added in the same order: the same scores, to the last bit.
 //
-// Unlike Index, its queries have no scan budget: Results.Total is exact
-// and a query that would read too much is stopped by the statement
-// timeout (PostgresOptions.QueryTimeout).
+// Unlike Index, its queries have no scan budget: a query that would read
+// too much is stopped by PostgresOptions.QueryTimeout, and its
+// Results.Total is exact unless it ran on impact order (pg_threshold.go),
+// where it is estimated as Index estimates it.
 type Postgres struct {
 	pool *pgxpool.Pool
 	cfg  *config
@@ -58,8 +60,11 @@ type PostgresOptions struct {
 	// export but refuses Put and profile changes with ErrReadOnly. It
 	// creates and migrates nothing: the schema must be this micra's.
 	ReadOnly bool
-	// QueryTimeout bounds one search or read statement; 0 means 10 s.
+	// QueryTimeout bounds one search or read; 0 means 10 s.
 	QueryTimeout time.Duration
+	// WriteTimeout bounds one Put or profile change, waiting for other
+	// writers included; 0 means 2 min.
+	WriteTimeout time.Duration
 	// MaxConns bounds the connection pool; 0 means 4 (or the DSN's
 	// pool_max_conns).
 	MaxConns int32
@@ -81,8 +86,11 @@ func OpenPostgres(ctx context.Context, dsn string, po PostgresOptions, opts ...O
 	if po.QueryTimeout == 0 {
 		po.QueryTimeout = 10 * time.Second
 	}
-	if po.QueryTimeout < 0 || po.MaxConns < 0 {
-		return nil, errors.New("postgres store: negative query timeout or pool size")
+	if po.WriteTimeout == 0 {
+		po.WriteTimeout = 2 * time.Minute
+	}
+	if po.QueryTimeout < 0 || po.WriteTimeout < 0 || po.MaxConns < 0 {
+		return nil, errors.New("postgres store: negative timeout or pool size")
 	}
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -90,7 +98,7 @@ func OpenPostgres(ctx context.Context, dsn string, po PostgresOptions, opts ...O
 	}
 	if po.MaxConns > 0 {
 		pc.MaxConns = po.MaxConns
-	} else if _, set := parseDSNParam(dsn, "pool_max_conns"); !set {
+	} else if !strings.Contains(dsn, "pool_max_conns") {
 		pc.MaxConns = 4
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 {
@@ -128,19 +136,6 @@ func OpenPostgres(ctx context.Context, dsn string, po PostgresOptions, opts ...O
 	return p, nil
 }
 
-// parseDSNParam reports a parameter of a URL-form DSN.
-func parseDSNParam(dsn, name string) (string, bool) {
-	u, err := url.Parse(dsn)
-	if err != nil || u.Scheme == "" {
-		return "", false
-	}
-	v, ok := u.Query()[name]
-	if !ok || len(v) == 0 {
-		return "", false
-	}
-	return v[0], true
-}
-
 // Close stops the store: it waits for the statements in progress and
 // closes the connections. Later calls fail with ErrClosed. Safe to call
 // more than once.
@@ -162,9 +157,14 @@ func (p *Postgres) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// readCtx bounds a read by the query timeout.
+// readCtx bounds a read by the query timeout, writeCtx a write by the
+// write timeout.
 func (p *Postgres) readCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, p.opts.QueryTimeout)
+}
+
+func (p *Postgres) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, p.opts.WriteTimeout)
 }
 
 // Distrust: see Index.Distrust. The set is this process's: each indexer

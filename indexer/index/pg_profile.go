@@ -113,6 +113,8 @@ func (p *Postgres) PutProfile(ctx context.Context, pr Profile) (Profile, error) 
 	}
 	var c counts
 	var nprof int
+	ctx, cancel := p.writeCtx(ctx)
+	defer cancel()
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pgLockWrite); err != nil {
 			return err
@@ -205,6 +207,8 @@ func (p *Postgres) DeleteProfile(ctx context.Context, name string) error {
 	}
 	var c counts
 	var nprof int
+	ctx, cancel := p.writeCtx(ctx)
+	defer cancel()
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pgLockWrite); err != nil {
 			return err

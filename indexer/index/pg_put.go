@@ -72,6 +72,8 @@ func (p *Postgres) Put(ctx context.Context, src Source, recs []crawl.Record) (Pu
 	}
 	var c counts
 	var nprof int
+	ctx, cancel := p.writeCtx(ctx)
+	defer cancel()
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		r := res // a retry of the function starts afresh
 		var err error
@@ -229,7 +231,7 @@ func (p *Postgres) putTx(ctx context.Context, tx pgx.Tx, src Source, ps []*prepa
 		before, after := initial[id], states[id]
 		w.page(id, &before, after)
 		w.postings(id, before.postings(), after.postings(), &c)
-		if before.live() || after.live() {
+		if after.changed && (before.live() || after.live()) { // its own postings may have changed
 			w.matches(id, profiles, before.own, after.own, &c)
 		}
 	}

@@ -11,11 +11,13 @@ import (
 	"github.com/micra-net/micra/crawl"
 )
 
-// Search in PostgreSQL: one statement per evaluation groups the postings
-// of the query's terms by page (an index range per term), scores each page
-// as Index does and keeps the best; the planner chooses how. Its work
-// grows with the postings of the query's terms, bounded by the query
-// timeout, not by a scan budget, so Results.Total is exact.
+// Search in PostgreSQL: a query that the embedded store would run on its
+// impact lists runs on impact order (pg_threshold.go); the others are one
+// statement that joins the terms' postings (all words, up to four) or
+// groups them by page, scores each page as Index does and keeps the best,
+// the planner choosing how. That statement's work grows with the
+// postings of the query's terms, bounded by the query timeout, not by a
+// scan budget, and its Results.Total is exact.
 
 // pgHit is a page found, with its score.
 type pgHit struct {
