@@ -74,15 +74,14 @@ func (p *Postgres) Put(ctx context.Context, src Source, recs []crawl.Record) (Pu
 	var nprof int
 	ctx, cancel := p.writeCtx(ctx)
 	defer cancel()
+	rejected := res // what an aborted transaction leaves to report
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		r := res // a retry of the function starts afresh
 		var err error
-		c, nprof, err = p.putTx(ctx, tx, src, ps, &r)
-		res = r
+		c, nprof, err = p.putTx(ctx, tx, src, ps, &res)
 		return err
 	})
 	if err != nil {
-		return res, fmt.Errorf("postgres store: storing %d records: %w", len(recs), err)
+		return rejected, fmt.Errorf("postgres store: storing %d records: %w", len(recs), err)
 	}
 	p.setStats(c, nprof)
 	if p.log.Enabled(ctx, slog.LevelDebug) {
