@@ -51,6 +51,10 @@ func main() {
 // run executes one invocation of micra and returns its exit status:
 // 0 on success, 1 on failure, 2 on a usage error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprintln(stdout, versionLine())
+		return 0
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		printHelp(stdout)
 		if len(args) == 0 {
