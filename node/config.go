@@ -119,7 +119,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		DataDir:      defaultDataDir(),
-		Listen:       []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
+		Listen:       []string{"/ip4/0.0.0.0/tcp/7466", "/ip4/0.0.0.0/udp/7466/quic-v1"},
 		Capacity:     10_000, // pages per day: a light load for a home line
 		LogLevel:     "info", //
 		Dashboard:    "127.0.0.1:7464",

@@ -39,8 +39,11 @@ type hostConfig struct {
 	gater        coreconnmgr.ConnectionGater
 }
 
-// DefaultPort is the TCP and UDP port a node listens on by default.
-const DefaultPort = 4001
+// DefaultPort is the TCP and UDP port a node listens on by default: next
+// to micra's dashboard (7464) and indexer API (7465), and clear of the
+// well-known P2P programs' (IPFS Kubo takes 4001, Bitcoin 8333,
+// BitTorrent 6881, Ethereum 30303). An indexer listens on the next one.
+const DefaultPort = 7466
 
 // The connection manager's defaults (ConnLimits): above DefaultConnHigh
 // connections it trims down to DefaultConnLow, sparing connections younger
@@ -91,7 +94,7 @@ func defaultHostConfig() hostConfig {
 }
 
 // ListenAddrs replaces the listen addresses (default: TCP and QUIC on port
-// 4001, all IPv4 and IPv6 interfaces). Use port 0 for a random port.
+// DefaultPort, all IPv4 and IPv6 interfaces). Use port 0 for a random port.
 func ListenAddrs(addrs ...ma.Multiaddr) HostOption {
 	return func(c *hostConfig) error {
 		c.listen = addrs
@@ -215,6 +218,9 @@ func NewHost(sk crypto.PrivKey, opts ...HostOption) (host.Host, error) {
 	}
 	if sk == nil {
 		return nil, errors.New("nil identity key")
+	}
+	if err := checkPortsFree(cfg.listen); err != nil {
+		return nil, err
 	}
 	limits := rcmgr.DefaultLimits
 	addServiceLimits(&limits)

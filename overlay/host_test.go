@@ -4,10 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 func TestLoadIdentity(t *testing.T) {
@@ -122,4 +125,49 @@ func TestCloseIdempotent(t *testing.T) {
 	if _, _, err := n.o.Resolve(t.Context(), nodeAddr(1)); err == nil {
 		t.Fatal("Resolve after Close succeeded")
 	}
+}
+
+// TestTakenPortRefused: a second host on the TCP or UDP port of a running
+// one fails to start, naming the port, instead of sharing it (go-libp2p's
+// TCP listener uses SO_REUSEPORT). Real loopback sockets: the subject is
+// the transport's binding.
+func TestTakenPortRefused(t *testing.T) {
+	sk := func() crypto.PrivKey {
+		k, _, err := crypto.GenerateEd25519Key(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	a, err := NewHost(sk(), ListenAddrs(ma.StringCast("/ip4/127.0.0.1/tcp/0"), ma.StringCast("/ip4/127.0.0.1/udp/0/quic-v1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var addrs []ma.Multiaddr
+	for _, addr := range a.Network().ListenAddresses() {
+		if _, err := addr.ValueForProtocol(ma.P_IP4); err == nil {
+			addrs = append(addrs, addr) // not /p2p-circuit
+		}
+	}
+	for _, addr := range addrs {
+		b, err := NewHost(sk(), ListenAddrs(addr))
+		if err == nil {
+			b.Close()
+			t.Fatalf("a second host started on %s", addr)
+		}
+		if !strings.Contains(err.Error(), "in use by another process") {
+			t.Fatalf("%s: %v", addr, err)
+		}
+	}
+	if len(addrs) != 2 {
+		t.Fatalf("listening on %v: want TCP and QUIC", addrs)
+	}
+	// Once the first is closed, its ports are free again.
+	a.Close()
+	b, err := NewHost(sk(), ListenAddrs(addrs...))
+	if err != nil {
+		t.Fatalf("after the first host closed: %v", err)
+	}
+	b.Close()
 }
