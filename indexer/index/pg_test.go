@@ -28,8 +28,12 @@ import (
 // With impact lists from a document frequency of 3 on, queries of one
 // or two words run on impact order (pg_threshold.go).
 func TestPostgresAgreesWithBruteForce(t *testing.T) {
+	seeds := uint64(3)
+	if raceEnabled {
+		seeds = 1 // the race detector's slowdown; the plain run has them all
+	}
 	for _, impactMin := range []int{defaultImpactMin, 3} {
-		for seed := range uint64(3) {
+		for seed := range seeds {
 			t.Run(fmt.Sprint("impact", impactMin, "/seed", seed), func(t *testing.T) {
 				p := newTestPostgres(t, PostgresOptions{}, withImpactMin(impactMin))
 				storeAgreesWithBruteForce(t, seed, p)
