@@ -1,11 +1,17 @@
 // Package index is micra's indexer storage and search engine: a plain
 // library that stores the keyword records volunteers publish (crawl.Record),
 // keeps an inverted index over them and over their structured data
-// (statements) in the node's badger database, answers ranked keyword and
-// typed queries, matches records against registered user profiles (eRACE's
-// URDs) and exports everything as JSON Lines, the statements also as
-// N-Triples. Handler serves it all over HTTP: a JSON API and a small HTML
-// search page.
+// (statements), answers ranked keyword and typed queries, matches records
+// against registered user profiles (eRACE's URDs) and exports everything as
+// JSON Lines, the statements also as N-Triples. Handler serves any Store
+// over HTTP: a JSON API and a small HTML search page.
+//
+// There are two stores with one contract (Store): Index, embedded in the
+// node's badger database (what follows describes it), and Postgres, the
+// same semantics in PostgreSQL tables that several indexers may share
+// (pg*.go; docs/postgres.md). Both share everything above the storage:
+// record preparation, the query language, scoring, hits, profiles'
+// relevance and the exports.
 //
 // It imports crawl only (its records, batches and text processing), never
 // libp2p nor any other package of micra. Verifying batches (signatures, sequence numbers,
