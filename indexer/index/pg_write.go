@@ -11,8 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// pgWrites collects the rows one Put or profile change writes, so that
-// each table gets a few statements however many records the batch holds.
+// pgWrites collects the rows one Put writes, so that each table costs a
+// round trip or two however many records the batch holds (a COPY, a
+// statement over arrays, or a pipelined batch of upserts).
 type pgWrites struct {
 	pages []*pgPageRow
 
