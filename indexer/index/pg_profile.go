@@ -2,6 +2,7 @@ package index
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -16,7 +17,7 @@ import (
 
 // pgLoadProfiles reads every profile, sorted by name.
 func pgLoadProfiles(ctx context.Context, q querier, c *config) ([]*profileState, error) {
-	rows, err := q.Query(ctx, `SELECT name, keywords, threshold, updated_ns FROM micra.profiles ORDER BY name`)
+	rows, err := q.Query(ctx, `SELECT name, keywords, threshold, updated_ns, matches FROM micra.profiles ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("reading profiles: %w", err)
 	}
@@ -25,8 +26,8 @@ func pgLoadProfiles(ctx context.Context, q querier, c *config) ([]*profileState,
 	for rows.Next() {
 		var v profileValue
 		var kws []jsonProfileKeyword
-		var updated int64
-		if err := rows.Scan(&v.Name, &kws, &v.Threshold, &updated); err != nil {
+		var updated, matches int64
+		if err := rows.Scan(&v.Name, &kws, &v.Threshold, &updated, &matches); err != nil {
 			return nil, fmt.Errorf("reading profiles: %w", err)
 		}
 		v.Updated = timeNS(updated)
@@ -37,6 +38,7 @@ func pgLoadProfiles(ctx context.Context, q querier, c *config) ([]*profileState,
 		if err != nil {
 			return nil, fmt.Errorf("%w: profile %q: %v", ErrCorruptValue, v.Name, err)
 		}
+		ps.matches = matches
 		out = append(out, ps)
 	}
 	return out, rows.Err()
@@ -49,35 +51,15 @@ func (p *Postgres) Profiles(ctx context.Context) ([]Profile, error) {
 	}
 	ctx, cancel := p.readCtx(ctx)
 	defer cancel()
-	var out []Profile
-	err := pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		ps, err := pgLoadProfiles(ctx, tx, p.cfg)
-		if err != nil {
-			return err
-		}
-		n := map[string]int64{}
-		rows, err := tx.Query(ctx, `SELECT profile, count(*) FROM micra.matches GROUP BY profile`)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var name string
-			var c int64
-			if err := rows.Scan(&name, &c); err != nil {
-				rows.Close()
-				return err
-			}
-			n[name] = c
-		}
-		rows.Close()
-		out = make([]Profile, 0, len(ps))
-		for _, s := range ps {
-			s.matches = n[s.Name]
-			out = append(out, s.public())
-		}
-		return rows.Err()
-	})
-	return out, err
+	ps, err := pgLoadProfiles(ctx, p.pool, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Profile, len(ps))
+	for i, s := range ps {
+		out[i] = s.public()
+	}
+	return out, nil
 }
 
 // Profile: see Index.Profile.
@@ -144,6 +126,9 @@ ON CONFLICT (name) DO UPDATE SET keywords = $2, threshold = $3, updated_ns = $4`
 		}
 		n, err := p.rebuild(ctx, tx, ps)
 		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE micra.profiles SET matches = $2 WHERE name = $1`, v.Name, n); err != nil {
 			return err
 		}
 		ps.matches = n
@@ -254,13 +239,12 @@ func (p *Postgres) Matches(ctx context.Context, name string, limit, offset int) 
 	defer cancel()
 	page := &MatchPage{Profile: name, Offset: offset, Limit: limit, Matches: []Match{}}
 	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM micra.profiles WHERE name = $1), (SELECT count(*) FROM micra.matches WHERE profile = $1)`, name).
-			Scan(&exists, &page.Total); err != nil {
-			return err
-		}
-		if !exists {
+		err := tx.QueryRow(ctx, `SELECT matches FROM micra.profiles WHERE name = $1`, name).Scan(&page.Total)
+		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: profile %q", ErrNotFound, name)
+		}
+		if err != nil {
+			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT m.relevance, m.terms, g.record FROM micra.matches m JOIN micra.pages g ON g.id = m.page
 WHERE m.profile = $1 ORDER BY m.relevance DESC, m.page LIMIT $2 OFFSET $3`, name, limit, offset)

@@ -225,7 +225,7 @@ func (p *Postgres) putTx(ctx context.Context, tx pgx.Tx, src Source, ps []*prepa
 	for _, a := range applied {
 		pgUpdateAnchors(states, a.oldAnchors, a.newAnchors)
 	}
-	w := pgWrites{df: make(map[string]int64)}
+	w := pgWrites{df: make(map[string]int64), profileN: make(map[string]int64)}
 	for _, id := range all {
 		before, after := initial[id], states[id]
 		w.page(id, &before, after)

@@ -27,8 +27,8 @@ import (
 //	                                                  idf (impactOf), indexed in that order too
 //	micra.terms     (term, df)                        document frequency of every term
 //	micra.anchors   (page, term, n)                   linking pages per anchor term of a page
-//	micra.profiles  (name, keywords, threshold,       registered profiles
-//	                 updated_ns)
+//	micra.profiles  (name, keywords, threshold,       registered profiles, with the number
+//	                 updated_ns, matches)             of their matches
 //	micra.matches   (profile, page, relevance,        the profiles' annotations
 //	                 terms)
 //
@@ -103,7 +103,8 @@ CREATE TABLE micra.profiles (
 	name       text PRIMARY KEY,
 	keywords   jsonb NOT NULL,
 	threshold  double precision NOT NULL,
-	updated_ns bigint NOT NULL
+	updated_ns bigint NOT NULL,
+	matches    bigint NOT NULL DEFAULT 0
 );
 CREATE TABLE micra.matches (
 	profile   text NOT NULL REFERENCES micra.profiles ON DELETE CASCADE,

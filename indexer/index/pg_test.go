@@ -274,3 +274,32 @@ func TestPostgresServerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPostgresVerifyDetectsDamage: Verify finds each kind of damage an
+// operator's SQL could do to the tables.
+func TestPostgresVerifyDetectsDamage(t *testing.T) {
+	for _, damage := range []string{
+		`DELETE FROM micra.postings WHERE ctid = (SELECT min(ctid) FROM micra.postings)`,
+		`UPDATE micra.postings SET impact = impact + 1 WHERE ctid = (SELECT min(ctid) FROM micra.postings)`,
+		`UPDATE micra.terms SET df = df + 1 WHERE ctid = (SELECT min(ctid) FROM micra.terms)`,
+		`UPDATE micra.counts SET docs = docs + 1`,
+		`UPDATE micra.profiles SET matches = matches + 1`,
+		`DELETE FROM micra.matches WHERE ctid = (SELECT min(ctid) FROM micra.matches)`,
+		`UPDATE micra.anchors SET n = n + 5 WHERE (page, term) = (SELECT a.page, a.term FROM micra.anchors a JOIN micra.pages g ON g.id = a.page AND NOT g.gone LIMIT 1)`,
+	} {
+		p := newTestPostgres(t, PostgresOptions{})
+		mustPut(t, p, linkedPages()...)
+		if _, err := p.PutProfile(t.Context(), Profile{Name: "p", Keywords: []ProfileKeyword{{"widget", 1}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Verify(t.Context()); err != nil {
+			t.Fatalf("before %q: %v", damage, err)
+		}
+		if _, err := p.pool.Exec(t.Context(), damage); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Verify(t.Context()); err == nil {
+			t.Errorf("%q: Verify found nothing", damage)
+		}
+	}
+}

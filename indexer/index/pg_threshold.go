@@ -110,7 +110,7 @@ func (th *pgThreshold) run(ctx context.Context, k int) (top []pgHit, done bool, 
 		}
 		if len(best.h) == k {
 			kth := best.h[0]
-			if kth.score > bound || (kth.score == bound && pgKey(kth.id) <= last) {
+			if kth.score > bound || (kth.score == bound && pgID(kth.id) <= last) {
 				return pgTop(best), true, nil
 			}
 		}
@@ -237,23 +237,20 @@ func (th *pgThreshold) score(ctx context.Context, pages []int64, best *topK) err
 	return nil
 }
 
-// pgDocID is a docID ordered as page keys are (its first 64 bits); the
-// threshold algorithm's heap breaks ties by it.
+// pgDocID is a docID ordered as page keys are (its first 64 bits; pgID
+// turns it back); the threshold algorithm's heap breaks ties by it.
 func pgDocID(page int64) docID {
 	var id docID
 	binary.BigEndian.PutUint64(id[:8], uint64(page)^1<<63)
 	return id
 }
 
-// pgKey is the page key of a pgDocID.
-func pgKey(id docID) int64 { return int64(binary.BigEndian.Uint64(id[:8]) ^ 1<<63) }
-
 // pgTop turns the best pages into hits, best first.
 func pgTop(best *topK) []pgHit {
 	s := best.sorted()
 	out := make([]pgHit, len(s))
 	for i, h := range s {
-		out[i] = pgHit{id: pgKey(h.id), score: h.score}
+		out[i] = pgHit{id: pgID(h.id), score: h.score}
 	}
 	return out
 }

@@ -72,6 +72,14 @@ func (p *Postgres) Verify(ctx context.Context) error {
 	if badDF > 0 {
 		fail("%d terms whose document frequency is not their number of postings", badDF)
 	}
+	var badProfiles int64
+	if err := txs[0].QueryRow(ctx, `SELECT count(*) FROM micra.profiles p
+WHERE p.matches <> (SELECT count(*) FROM micra.matches m WHERE m.profile = p.name)`).Scan(&badProfiles); err != nil {
+		return err
+	}
+	if badProfiles > 0 {
+		fail("%d profiles whose number of matches is not their matches'", badProfiles)
+	}
 	profiles, err := pgLoadProfiles(ctx, txs[0], p.cfg)
 	if err != nil {
 		return err

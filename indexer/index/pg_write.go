@@ -28,7 +28,8 @@ type pgWrites struct {
 	setAnchN     []int32
 	delMatchProf []string
 	delMatchPage []int64
-	setMatches   [][]any // (profile, page, relevance, terms)
+	setMatches   [][]any          // (profile, page, relevance, terms)
+	profileN     map[string]int64 // change of each profile's number of matches
 }
 
 type pgPageRow struct {
@@ -121,10 +122,12 @@ func (w *pgWrites) matches(id int64, profiles []*profileState, old, new []postin
 			w.setMatches = append(w.setMatches, []any{pr.Name, id, is, terms})
 			if !had {
 				c.Matches++
+				w.profileN[pr.Name]++
 			}
 		case had && !has:
 			w.delMatchProf, w.delMatchPage = append(w.delMatchProf, pr.Name), append(w.delMatchPage, id)
 			c.Matches--
+			w.profileN[pr.Name]--
 		}
 	}
 }
@@ -187,6 +190,19 @@ ON CONFLICT (profile, page) DO UPDATE SET relevance = $3, terms = $4`, m...)
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("writing profile matches: %w", err)
+		}
+	}
+	var names []string
+	var deltas []int64
+	for _, name := range slices.Sorted(maps.Keys(w.profileN)) {
+		if d := w.profileN[name]; d != 0 {
+			names, deltas = append(names, name), append(deltas, d)
+		}
+	}
+	if len(names) > 0 {
+		if err := pgExec(ctx, tx, "profile match counts", `UPDATE micra.profiles p SET matches = p.matches + d.n
+FROM unnest($1::text[], $2::bigint[]) d(name, n) WHERE p.name = d.name`, names, deltas); err != nil {
+			return err
 		}
 	}
 	return w.flushDF(ctx, tx, c)
