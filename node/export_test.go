@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"time"
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/overlay"
@@ -12,3 +13,7 @@ import (
 func (n *Node) SplitFar(ctx context.Context, s crawl.Slow) (overlay.Delegation, bool, error) {
 	return n.splitFar(ctx, s)
 }
+
+// RejoinEvery sets the first wait between rounds of rejoin dials (the
+// last is 30 times as long), instead of 10 s.
+func RejoinEvery(d time.Duration) Option { return func(o *options) { o.rejoin = d } }

@@ -50,6 +50,7 @@ type options struct {
 	crawl      []crawl.Option
 	results    []results.Option
 	wrapSink   func(crawl.Sink) crawl.Sink
+	rejoin     time.Duration // first wait between rounds of rejoin dials (tests)
 }
 
 // Tree sets the subnet tree, instead of Config.Snapshot or the snapshot
@@ -142,6 +143,7 @@ type Node struct {
 	route     *router
 	joined    chan struct{} // closed when Join succeeded
 	joinOnce  sync.Once
+	keepOnce  sync.Once // starts keepJoined
 	removeReq func()
 	dash      *http.Server
 	dashAddr  string
@@ -431,30 +433,74 @@ func (n *Node) buildCrawler(loc *time.Location, windows []crawl.Window) error {
 	return err
 }
 
-// Join connects the node to the overlay through its bootstrap peers
-// (dialled with backoff) and bootstraps the DHT, which claims the node's
-// own subnet. With no bootstrap peers the node is the first of its
-// network and waits for others. It fails with a clear error when no
-// bootstrap peer answers.
+// Join connects the node to the overlay through its bootstrap peers and
+// the peers it remembers from earlier runs (dialled with backoff) and
+// bootstraps the DHT, which claims the node's own subnet. With neither
+// the node is the first of its network and waits for others. When none
+// answers, a node that has been part of a network resumes it alone and
+// keeps dialling them in the background (so does any node that later
+// loses every peer); a node that never joined fails with a clear error.
 func (n *Node) Join(ctx context.Context) error {
-	if len(n.peers) == 0 {
-		n.log.Warn("no bootstrap peers: this node starts a network; others join it with --bootstrap", "addrs", n.Addrs())
-		_, err := n.ov().ClaimOwn(ctx)
-		if err != nil && n.own.IsValid() && !errors.Is(err, overlay.ErrForbidden) { // forbidden: warned at New
-			n.log.Info("own subnet not claimed yet; retried with the heartbeats", "error", err)
+	configured, known := n.joinPeers()
+	n.logResumed(len(known))
+	defer n.keepOnce.Do(func() { n.wg.Go(n.keepJoined) })
+	peers := bootstrap.Merge(configured, known)
+	if len(peers) == 0 {
+		if n.resumed() {
+			n.log.Info("no bootstrap peers and none known: this node resumes its network alone; others join it with --bootstrap", "addrs", n.Addrs())
+		} else {
+			n.log.Warn("no bootstrap peers: this node starts a network; others join it with --bootstrap", "addrs", n.Addrs())
 		}
-		n.joinOnce.Do(func() { close(n.joined) })
+		n.alone(ctx)
 		return nil
 	}
-	if _, err := bootstrap.Join(ctx, n.h, n.h.ID(), n.peers); err != nil {
-		return fmt.Errorf("joining the overlay: %w", err)
+	got, err := bootstrap.Join(ctx, n.h, n.h.ID(), peers, bootstrap.Logger(n.log.With("subsystem", "bootstrap")))
+	if err != nil {
+		if ctx.Err() != nil || len(known) == 0 {
+			return fmt.Errorf("joining the overlay: %w", err)
+		}
+		n.log.Warn("no peer answers: this node resumes and keeps trying them", "configured", len(configured), "known", len(known), "error", err)
+		if len(configured) == 0 {
+			n.alone(ctx) // it started its network: it goes on alone, as it did
+		}
+		return nil
 	}
 	if err := n.ov().Bootstrap(ctx); err != nil {
 		return fmt.Errorf("DHT bootstrap: %w", err)
 	}
-	n.log.Info("joined the overlay", "peer", n.h.ID(), "peers", len(n.h.Network().Peers()))
+	n.log.Info("joined the overlay", "peer", n.h.ID(), "peers", len(n.h.Network().Peers()), "answered", len(got))
 	n.joinOnce.Do(func() { close(n.joined) })
+	if err := n.saveKnown(); err != nil {
+		n.log.Warn("storing the connected peers", "error", err)
+	}
 	return nil
+}
+
+// alone runs the node as the only one of its network: it claims its own
+// subnet in its own DHT and hands links on from now.
+func (n *Node) alone(ctx context.Context) {
+	_, err := n.ov().ClaimOwn(ctx)
+	if err != nil && n.own.IsValid() && !errors.Is(err, overlay.ErrForbidden) { // forbidden: warned at New
+		n.log.Info("own subnet not claimed yet; retried with the heartbeats", "error", err)
+	}
+	n.joinOnce.Do(func() { close(n.joined) })
+}
+
+// resumed reports whether the node's database holds work of an earlier
+// run: subnets, queued or outgoing requests, or unacknowledged batches.
+func (n *Node) resumed() bool {
+	st := n.cr.Stats()
+	return len(n.ov().Owned()) > 0 || st.Queued > 0 || st.Outgoing > 0 || n.ob.Stats().Batches > 0
+}
+
+// logResumed says what the node took over from an earlier run.
+func (n *Node) logResumed(known int) {
+	if !n.resumed() && known == 0 {
+		return
+	}
+	st := n.cr.Stats()
+	n.log.Info("resuming from the data directory", "subnets", len(n.ov().Owned()), "queued", st.Queued, "outgoing", st.Outgoing,
+		"outbox_batches", n.ob.Stats().Batches, "known_peers", known, "snapshot", n.snapshot().ID())
 }
 
 // Run joins the overlay, runs until ctx ends and then closes the node.
@@ -546,6 +592,9 @@ func (n *Node) Close() error {
 				}
 				return err
 			})
+		}
+		if n.h != nil && n.db != nil && n.ctx.Err() == nil {
+			step("list of peers", n.saveKnown)
 		}
 		n.cancel()
 		n.wg.Wait()

@@ -29,6 +29,13 @@ import (
 // in dir.
 func testNode(t *testing.T, run *world.Running, i int, dir string, boot []string) *node.Node {
 	t.Helper()
+	return testNodeWith(t, run, i, dir, boot, nil)
+}
+
+// testNodeWith is testNode with set changing the configuration and more
+// options.
+func testNodeWith(t *testing.T, run *world.Running, i int, dir string, boot []string, set func(*node.Config), more ...node.Option) *node.Node {
+	t.Helper()
 	w := run.World()
 	wn := w.Nodes()[i]
 	tree, err := w.Tree(t.Context())
@@ -51,16 +58,20 @@ func testNode(t *testing.T, run *world.Running, i int, dir string, boot []string
 	cfg.Dashboard = "127.0.0.1:0"
 	cfg.MemoryLimit = "0"
 	cfg.Bandwidth = "0"
+	if set != nil {
+		set(&cfg)
+	}
 	logger := slog.New(slog.DiscardHandler)
 	if os.Getenv("MICRA_DEBUG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", i)
 	}
-	n, err := node.New(cfg, node.Tree(tree), node.Resolver(res), node.Logger(logger),
+	opts := []node.Option{node.Tree(tree), node.Resolver(res), node.Logger(logger),
 		node.ProbeScale(run.TimeScale()),
 		node.HostOptions(overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()),
 		node.OverlayOptions(overlay.Announce(time.Second), overlay.Liveness(time.Second, 30*time.Second)),
 		node.CrawlOptions(crawl.Politeness(0, 0), crawl.Batching(4<<10, 500*time.Millisecond)),
-		node.ResultOptions(results.Republish(300*time.Millisecond, 2*time.Second)))
+		node.ResultOptions(results.Republish(300*time.Millisecond, 2*time.Second))}
+	n, err := node.New(cfg, append(opts, more...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
