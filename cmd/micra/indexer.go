@@ -56,6 +56,28 @@ The other forms talk to a running indexer's HTTP API.
 Flags of the indexer:`
 
 func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := indexerConfig(args, stderr)
+	if err != nil {
+		return err
+	}
+	x, err := node.StartIndexer(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "indexer %s\n", x.ID())
+	for _, a := range x.Addrs() {
+		fmt.Fprintf(stdout, "listening on %s\n", a)
+	}
+	fmt.Fprintf(stdout, "search on http://%s/\n", x.HTTPAddr())
+	<-ctx.Done()
+	cfg.Logger.Info("indexer shutting down")
+	return x.Close()
+}
+
+// indexerConfig builds an indexer's configuration from its flags and the
+// environment; every value is checked.
+func indexerConfig(args []string, stderr io.Writer) (node.IndexerConfig, error) {
+	var none node.IndexerConfig
 	fs := newFlagSet("indexer", indexerSynopsis, stderr)
 	data := fs.String("data-dir", defaultIndexerDir(), "data `DIR`: the database and the identity key (as micra node's)")
 	fs.StringVar(data, "data", defaultIndexerDir(), "the same as --data-dir (`DIR`; an older name, kept for one release)")
@@ -77,36 +99,36 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	private := fs.Bool("allow-private-networks", false, "take seeds on, and coordinate delegations of, private, loopback and other special-purpose addresses (for an emulated Internet only)")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return none, err
 	}
 	if fs.NArg() != 0 {
 		fs.Usage()
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return none, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	if _, err := node.ParseListen(splitList(*listen)); err != nil {
-		return fmt.Errorf("%w: --listen: %v", errUsage, err)
+		return none, fmt.Errorf("%w: --listen: %v", errUsage, err)
 	}
 	peers, err := bootstrap.ParseList("--bootstrap", *boot)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return none, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	envPeers, err := bootstrap.FromEnv()
 	if err != nil {
-		return err
+		return none, err
 	}
 	peers = bootstrap.Merge(peers, envPeers, bootstrap.Defaults())
 	if *auditShare < 0 || *auditShare > 1 {
-		return fmt.Errorf("%w: --audit-share %g is not between 0 and 1", errUsage, *auditShare)
+		return none, fmt.Errorf("%w: --audit-share %g is not between 0 and 1", errUsage, *auditShare)
 	}
 	if *patience < time.Second {
-		return fmt.Errorf("%w: --crawl-patience %v is under a second", errUsage, *patience)
+		return none, fmt.Errorf("%w: --crawl-patience %v is under a second", errUsage, *patience)
 	}
 	opts := []indexer.Option{indexer.Shards(*shards), indexer.AnnounceEvery(*announce), indexer.Audits(*auditShare, 120),
 		indexer.CrawlPatience(*patience, 6)}
 	if *dns != "" {
 		server, err := netip.ParseAddrPort(*dns)
 		if err != nil {
-			return fmt.Errorf("%w: --dns %q: %v", errUsage, *dns, err)
+			return none, fmt.Errorf("%w: --dns %q: %v", errUsage, *dns, err)
 		}
 		opts = append(opts, indexer.DNS(&net.Resolver{PreferGo: true,
 			Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -119,7 +141,7 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		for _, s := range splitList(*take) {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 0 || n >= *shards {
-				return fmt.Errorf("%w: --take %q: shards are 0 to %d", errUsage, s, *shards-1)
+				return none, fmt.Errorf("%w: --take %q: shards are 0 to %d", errUsage, s, *shards-1)
 			}
 			ss = append(ss, n)
 		}
@@ -131,33 +153,22 @@ func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if *liveness < 2*time.Second || *liveness > 24*time.Hour {
-		return fmt.Errorf("%w: --liveness %v is not between 2s and 24h", errUsage, *liveness)
+		return none, fmt.Errorf("%w: --liveness %v is not between 2s and 24h", errUsage, *liveness)
 	}
 	// Indexers coordinate shards like nodes: the same liveness clock as
 	// node.Config.Liveness, heartbeats every tenth of it.
 	if *grace < time.Second || *grace > 24*time.Hour {
-		return fmt.Errorf("%w: --withhold-grace %v is not between 1s and 24h", errUsage, *grace)
+		return none, fmt.Errorf("%w: --withhold-grace %v is not between 1s and 24h", errUsage, *grace)
 	}
 	oopts := []overlay.Option{overlay.Liveness(*liveness/10, *liveness), overlay.Withholding(overlay.WithholdConfig{Grace: *grace})}
 	if *liveness/4 < 15*time.Second {
 		oopts = append(oopts, overlay.Maintenance(*liveness/4, 30*time.Second))
 	}
-	x, err := node.StartIndexer(ctx, node.IndexerConfig{
+	return node.IndexerConfig{
 		DataDir: *data, Listen: splitList(*listen), Bootstrap: peers, HTTP: *httpAddr, ReadOnly: *readOnly, Store: *store,
 		Snapshot: *snap, SnapshotKeys: splitList(*keys), Logger: logger, Indexer: opts, Overlay: oopts,
 		AllowPrivateNetworks: *private,
-	})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "indexer %s\n", x.ID())
-	for _, a := range x.Addrs() {
-		fmt.Fprintf(stdout, "listening on %s\n", a)
-	}
-	fmt.Fprintf(stdout, "search on http://%s/\n", x.HTTPAddr())
-	<-ctx.Done()
-	logger.Info("indexer shutting down")
-	return x.Close()
+	}, nil
 }
 
 func defaultIndexerDir() string {
