@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/indexer/index"
@@ -80,17 +81,10 @@ func (ix *Indexer) serveCrawl(w http.ResponseWriter, r *http.Request) {
 	if b.Depth != nil {
 		depth = *b.Depth
 	}
-	reqs := make([]crawl.Request, len(b.URLs))
-	for i, u := range b.URLs {
-		reqs[i] = crawl.Request{Link: u, Depth: depth, Owners: b.Owners}
-		if err := results.CheckRequest(reqs[i]); err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-			return
-		}
-	}
-	res, err := ix.Submit(r.Context(), reqs)
-	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+	// Depth and owners apply to every URL: wrong, the request is; a URL
+	// that is not crawlable fails alone and the others go.
+	if err := results.CheckRequest(crawl.Request{Link: "http://example.com/", Depth: depth, Owners: b.Owners}); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "crawl request: " + requestProblem(err)})
 		return
 	}
 	out := struct {
@@ -98,6 +92,24 @@ func (ix *Indexer) serveCrawl(w http.ResponseWriter, r *http.Request) {
 		Later  []crawlFailure `json:"later"`
 		Failed []crawlFailure `json:"failed"`
 	}{Later: []crawlFailure{}, Failed: []crawlFailure{}}
+	var reqs []crawl.Request
+	for _, u := range b.URLs {
+		req := crawl.Request{Link: u, Depth: depth, Owners: b.Owners}
+		if err := results.CheckRequest(req); err != nil {
+			out.Failed = append(out.Failed, crawlFailure{u, requestProblem(err)})
+			continue
+		}
+		reqs = append(reqs, req)
+	}
+	if len(reqs) == 0 {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	res, err := ix.Submit(r.Context(), reqs)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		return
+	}
 	for _, n := range res.Sent {
 		out.Sent += n
 	}
@@ -109,6 +121,12 @@ func (ix *Indexer) serveCrawl(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// requestProblem is what is wrong with a crawl request, without the
+// protocol's "malformed" prefix (the person asking sent no message).
+func requestProblem(err error) string {
+	return strings.TrimPrefix(err.Error(), results.ErrMalformed.Error()+": ")
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -19,7 +19,8 @@ import (
 // POST /api/crawl, with seeds on each special-purpose class and one name
 // resolving to a private address: each is refused with an error naming
 // its class; none is delegated, and none is kept pending for resubmission.
-// A seed not refused, in the same request, is kept.
+// A seed not refused, in the same request, is kept; so it is beside URLs
+// that are not crawlable, each failed alone with what is wrong with it.
 func TestCrawlAPIRefusesSpecial(t *testing.T) {
 	p2ptest.Bubble(t, func(t *testing.T) {
 		net := p2ptest.NewNet(t)
@@ -34,6 +35,10 @@ func TestCrawlAPIRefusesSpecial(t *testing.T) {
 			classes[c.URL()] = c.Class
 		}
 		const public = "http://unknown.example/" // not refused: kept, though it does not resolve yet
+		for _, bad := range []string{"ftp://example.com/", "example.com/no-scheme"} {
+			urls = append(urls, bad)
+			classes[bad] = "is not an http(s) URL"
+		}
 		body, _ := json.Marshal(map[string]any{"urls": append(urls, public)})
 		rec := httptest.NewRecorder()
 		ix.Handler(index.HTTPOptions{}).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/api/crawl", bytes.NewReader(body)))
@@ -47,7 +52,7 @@ func TestCrawlAPIRefusesSpecial(t *testing.T) {
 			t.Fatalf("POST /api/crawl: %d %+v %v", rec.Code, out, err)
 		}
 		for _, f := range out.Failed {
-			if !strings.Contains(f.Error, classes[f.URL]) {
+			if !strings.Contains(f.Error, classes[f.URL]) || strings.Contains(f.Error, "malformed") {
 				t.Errorf("%s: %q, want a refusal naming %q", f.URL, f.Error, classes[f.URL])
 			}
 		}

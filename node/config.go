@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/BurntSushi/toml"
 	"github.com/dustin/go-humanize"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -142,49 +140,6 @@ func defaultDataDir() string {
 		return d + "/micra"
 	}
 	return ".micra"
-}
-
-// LoadFile reads a TOML configuration file over c. Every problem is
-// named, not only the first: each key that is unknown (so that a typo does
-// not silently leave a default) or whose value has the wrong type, in file
-// order. A syntax error stops the reading, and c is then unchanged.
-func (c *Config) LoadFile(path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if len(data) > 1<<20 {
-		return fmt.Errorf("%s: larger than 1 MiB", path)
-	}
-	var prims map[string]toml.Primitive
-	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&prims)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	fields := map[string]reflect.Value{}
-	v := reflect.ValueOf(c).Elem()
-	for i := range v.NumField() {
-		fields[v.Type().Field(i).Tag.Get("toml")] = v.Field(i)
-	}
-	var errs []error
-	for _, k := range md.Keys() {
-		if len(k) != 1 {
-			continue // inside a table: reported with the table's key
-		}
-		key := k[0]
-		f, ok := fields[key]
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: unknown key %q", path, key))
-			continue
-		}
-		val := reflect.New(f.Type())
-		if err := md.PrimitiveDecode(prims[key], val.Interface()); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %s: %w", path, key, err))
-			continue
-		}
-		f.Set(val.Elem())
-	}
-	return errors.Join(errs...)
 }
 
 // EnvPrefix is the prefix of the environment variables that configure a

@@ -66,13 +66,27 @@ func TestConfigErrors(t *testing.T) {
 	os.WriteFile(path, []byte("capacty = 5\nindexers = \"two\"\nlog_level = \"debug\"\nthreshhold = \"9ms\"\nallow_private_networks = 1\n"), 0o644)
 	c = DefaultConfig()
 	err := c.LoadFile(path)
-	for _, want := range []string{`"capacty"`, "indexers", `"threshhold"`, "allow_private_networks"} {
+	for _, want := range []string{
+		path + `:1: unknown key "capacty" (did you mean "capacity"?)`,
+		path + `:2: indexers: takes a whole number without quotes, like indexers = 1`,
+		path + `:4: unknown key "threshhold" (did you mean "threshold"?)`,
+		path + `:5: allow_private_networks: takes true or false`,
+	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("problem %s not named in %v", want, err)
 		}
 	}
 	if c.LogLevel != "debug" {
 		t.Errorf("a good key beside bad ones was not applied: log_level %q", c.LogLevel)
+	}
+	// A number where a size goes: the error says what the key takes.
+	os.WriteFile(path, []byte("# sizes\n\nbandwidth = -100\n"), 0o644)
+	if err := c.LoadFile(path); err == nil || err.Error() != path+`:3: bandwidth: takes text in quotes, like bandwidth = "1MiB"` {
+		t.Errorf("bandwidth = -100: %v", err)
+	}
+	os.WriteFile(path, []byte("capacity = \n"), 0o644)
+	if err := c.LoadFile(path); err == nil || !strings.HasPrefix(err.Error(), path+":1: ") {
+		t.Errorf("syntax error without its line: %v", err)
 	}
 	err = c.LoadEnv([]string{"MICRA_CAPACITY=lots", "MICRA_INDEXERS=many"})
 	for _, want := range []string{"MICRA_CAPACITY", "MICRA_INDEXERS"} {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -253,6 +254,10 @@ func (c *apiClient) send(ctx context.Context, method, path string, q url.Values,
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return nil, fmt.Errorf("no indexer answers at %s (is \"micra indexer\" running, with --http %s? --api or $MICRA_INDEXER name another): %w", c.base, c.base.Host, err)
+		}
 		return nil, err
 	}
 	if resp.StatusCode >= 300 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -274,5 +275,20 @@ func TestIndexerLivenessFlag(t *testing.T) {
 	code, _, errs := runCmd(t, "indexer", "--liveness", "1s")
 	if code != 2 || !strings.Contains(errs, "--liveness") {
 		t.Errorf("--liveness 1s: exit %d, %s", code, errs)
+	}
+}
+
+// TestSearchHintsWhenNoIndexer: with no indexer at the address, micra
+// search says so and how to name another, as micra status does for nodes.
+func TestSearchHintsWhenNoIndexer(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	code, _, errs := runCmd(t, "search", "--api", "http://"+addr, "hello")
+	if code != 1 || !strings.Contains(errs, "no indexer answers at http://"+addr+" (is \"micra indexer\" running") {
+		t.Errorf("exit %d: %s", code, errs)
 	}
 }

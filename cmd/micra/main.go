@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -74,7 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "micra %s: %v\n", args[0], err)
+		// The "usage: " of errUsage says nothing to the person reading.
+		fmt.Fprintf(stderr, "micra %s: %s\n", args[0], strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
 		return 2
 	default:
 		fmt.Fprintf(stderr, "micra %s: %v\n", args[0], err)

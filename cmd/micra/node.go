@@ -9,10 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/micra-net/micra/internal/suggest"
 	"github.com/micra-net/micra/node"
 )
 
@@ -104,6 +106,7 @@ func nodeConfig(args []string, environ []string, stderr io.Writer) (node.Config,
 	if err := cfg.LoadEnv(environ); err != nil {
 		errs = append(errs, err)
 	}
+	warnUnknownEnv(stderr, environ)
 	for _, s := range set {
 		if err := cfg.Set(s.key, s.value); err != nil {
 			errs = append(errs, fmt.Errorf("--%s: %v", strings.ReplaceAll(s.key, "_", "-"), err))
@@ -116,6 +119,31 @@ func nodeConfig(args []string, environ []string, stderr io.Writer) (node.Config,
 		return cfg, fmt.Errorf("%w: %v", errUsage, errors.Join(errs...))
 	}
 	return cfg, nil
+}
+
+// otherVariables are the MICRA_* variables micra's commands read besides
+// the node's keys (MICRA_INDEXER_ARGS: the indexer's systemd unit).
+var otherVariables = []string{"MICRA_CONFIG", "MICRA_DATA", "MICRA_STORE", "MICRA_INDEXER", "MICRA_DASHBOARD", "MICRA_INDEXER_ARGS"}
+
+// warnUnknownEnv warns, on w, of each MICRA_* variable of environ that
+// micra does not read (a misspelled setting would otherwise be ignored
+// without a word), naming the one it was probably meant to be.
+func warnUnknownEnv(w io.Writer, environ []string) {
+	known := slices.Clone(otherVariables)
+	for _, k := range node.Keys() {
+		known = append(known, node.EnvPrefix+strings.ToUpper(k))
+	}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, node.EnvPrefix) || slices.Contains(known, name) {
+			continue
+		}
+		hint := ""
+		if s, ok := suggest.Closest(name, known); ok {
+			hint = fmt.Sprintf(" (did you mean %s?)", s)
+		}
+		fmt.Fprintf(w, "micra node: warning: %s is not a variable micra reads; ignored%s\n", name, hint)
+	}
 }
 
 // defaultNote renders key's default for the flag's help, "" when empty.

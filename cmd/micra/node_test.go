@@ -203,3 +203,27 @@ func demoTypedSearch(t *testing.T, text string) string {
 	t.Logf("micra search %s:\n%s", query, out)
 	return query
 }
+
+// TestNodeConfigMistakes: a mistyped flag is named with the flag it was
+// probably meant to be, in one line rather than the list of every flag;
+// a misspelled MICRA_ variable is warned of, with the one it was meant
+// to be; errors carry no "usage:" of their own.
+func TestNodeConfigMistakes(t *testing.T) {
+	code, _, errs := runCmd(t, "node", "--bandwdith", "1MiB")
+	want := "micra node: unknown flag --bandwdith (did you mean --bandwidth?); \"micra node -h\" lists the flags\n"
+	if code != 2 || errs != want {
+		t.Errorf("mistyped flag: exit %d, stderr %q; want 2, %q", code, errs, want)
+	}
+	var stderr strings.Builder
+	_, err := nodeConfig([]string{"--capacity", "5"}, []string{"MICRA_CAPACTIY=5", "MICRA_DATA=/x", "MICRA_LOG_LEVEL=warn", "PATH=/bin"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stderr.String(); got != "micra node: warning: MICRA_CAPACTIY is not a variable micra reads; ignored (did you mean MICRA_CAPACITY?)\n" {
+		t.Errorf("warnings: %q", got)
+	}
+	code, _, errs = runCmd(t, "node", "--capacity", "lots")
+	if code != 2 || strings.Contains(errs, "usage") || !strings.Contains(errs, "--capacity") {
+		t.Errorf("bad value: exit %d, %q", code, errs)
+	}
+}

@@ -1,0 +1,109 @@
+package node
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/micra-net/micra/internal/suggest"
+)
+
+// LoadFile reads a TOML configuration file over c. Every problem is
+// named, not only the first, as FILE:LINE: KEY: what is wrong: each key
+// that is unknown (so that a typo does not silently leave a default; with
+// the key it was probably meant to be) or whose value has the wrong type
+// (with what the key takes), in file order. A syntax error stops the
+// reading, and c is then unchanged.
+func (c *Config) LoadFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if len(data) > 1<<20 {
+		return fmt.Errorf("%s: larger than 1 MiB", path)
+	}
+	var prims map[string]toml.Primitive
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&prims)
+	if err != nil {
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return fmt.Errorf("%s:%d: %s", path, perr.Position.Line, perr.Message)
+		}
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	fields := map[string]reflect.Value{}
+	v := reflect.ValueOf(c).Elem()
+	for i := range v.NumField() {
+		fields[v.Type().Field(i).Tag.Get("toml")] = v.Field(i)
+	}
+	var errs []error
+	for _, k := range md.Keys() {
+		if len(k) != 1 {
+			continue // inside a table: reported with the table's key
+		}
+		key := k[0]
+		at := fmt.Sprintf("%s:%d", path, keyLine(data, key))
+		f, ok := fields[key]
+		if !ok {
+			hint := ""
+			if s, ok := suggest.Closest(key, Keys()); ok {
+				hint = fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			errs = append(errs, fmt.Errorf("%s: unknown key %q%s", at, key, hint))
+			continue
+		}
+		val := reflect.New(f.Type())
+		if err := md.PrimitiveDecode(prims[key], val.Interface()); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %s: %s", at, key, wantType(key, f)))
+			continue
+		}
+		f.Set(val.Elem())
+	}
+	return errors.Join(errs...)
+}
+
+// keyLine is the line of data on which the top-level key is set, 0 when
+// not found.
+func keyLine(data []byte, key string) int {
+	re := regexp.MustCompile(`^\s*(` + regexp.QuoteMeta(key) + `|"` + regexp.QuoteMeta(key) + `"|'` + regexp.QuoteMeta(key) + `')\s*=`)
+	for i, line := range strings.Split(string(data), "\n") {
+		if re.MatchString(line) {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// wantType says what a key of f's type takes, with an example from the
+// defaults where there is one.
+func wantType(key string, f reflect.Value) string {
+	def := reflect.ValueOf(DefaultConfig())
+	var example reflect.Value
+	for i := range def.NumField() {
+		if def.Type().Field(i).Tag.Get("toml") == key {
+			example = def.Field(i)
+		}
+	}
+	switch f.Kind() {
+	case reflect.String:
+		ex := "..."
+		if s := example.String(); s != "" {
+			ex = s
+		}
+		return fmt.Sprintf("takes text in quotes, like %s = %q", key, ex)
+	case reflect.Int, reflect.Int64:
+		return fmt.Sprintf("takes a whole number without quotes, like %s = %s", key, strconv.FormatInt(example.Int(), 10))
+	case reflect.Bool:
+		return "takes true or false, without quotes"
+	case reflect.Slice:
+		return fmt.Sprintf("takes a list, like %s = [\"...\", \"...\"]", key)
+	}
+	return "has the wrong type"
+}
