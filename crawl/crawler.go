@@ -108,6 +108,9 @@ type Stats struct {
 	// records; StructuredMalformed the JSON-LD blocks, items and RDF/XML
 	// documents skipped as malformed (StructuredData).
 	Statements, StructuredMalformed int64
+
+	// Held is why crawling is paused by the Hold check, "" when it is not.
+	Held string
 }
 
 type stats struct {
@@ -151,6 +154,8 @@ type Crawler struct {
 	// outFull is set while hand-offs find the outgoing store full, so that
 	// the warning is logged once per episode.
 	outFull atomic.Bool
+	// holdWhy is the hold check's last reason, "" when it let crawling go.
+	holdWhy atomic.Pointer[string]
 	// promMu serialises Promise, so that two frames do not both count
 	// the same free places of a host's queue; it guards senders.
 	promMu  sync.Mutex
@@ -273,6 +278,9 @@ func (c *Crawler) Stats() Stats {
 		Forwarded: s.forwarded.Load(), Dropped: s.dropped.Load(), WireBytes: s.wireBytes.Load(),
 		RecordBytes: s.recordBytes.Load(), InFlight: s.inFlight.Load(), Outgoing: max(c.front.nOut.Load(), 0),
 		HandedOff: s.handedOff.Load(), Statements: s.statements.Load(), StructuredMalformed: s.structuredBad.Load(),
+	}
+	if why := c.holdWhy.Load(); why != nil {
+		st.Held = *why
 	}
 	st.Queued, st.Hosts = c.front.counts()
 	if n, err := c.front.readyHosts(time.Now()); err == nil {

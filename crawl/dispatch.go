@@ -11,7 +11,8 @@ import (
 )
 
 // The dispatcher: hosts whose turn has come, under the operator's windows,
-// the bandwidth caps and per-address politeness, go to the fetchers.
+// the bandwidth caps, the hold check and per-address politeness, go to the
+// fetchers.
 
 // revisitPoll is how often due revisits are moved into the queues.
 const revisitPoll = 30 * time.Second
@@ -31,6 +32,10 @@ func (c *Crawler) dispatch() {
 		}
 		if at := c.meter.wait(now); !at.IsZero() {
 			c.sleep(at)
+			continue
+		}
+		if c.held() != nil {
+			c.sleep(now.Add(holdPoll))
 			continue
 		}
 		if now.Sub(lastRevisit) >= revisitPoll {

@@ -70,6 +70,7 @@ type config struct {
 
 	calib  *Calibrator
 	onSlow func(Slow)
+	hold   func() error
 }
 
 func defaults() *config {

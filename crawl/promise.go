@@ -65,6 +65,9 @@ func (c *Crawler) Promise(ctx context.Context, horizon time.Duration, from strin
 	if at := c.meter.wait(now); at.Sub(now) > horizon/2 {
 		return taken, nil
 	}
+	if c.cfg.hold != nil && c.cfg.hold() != nil {
+		return taken, nil
+	}
 	type room struct{ ahead, limit, mine int }
 	rooms := map[string]*room{}
 	var errs []error

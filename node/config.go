@@ -72,6 +72,16 @@ type Config struct {
 	Indexers int `toml:"indexers"`
 	// OutboxCap bounds the outbox; when full, crawling pauses.
 	OutboxCap string `toml:"outbox_cap"`
+	// DiskCap bounds the data directory (the database: frontier, outbox,
+	// delegations; snapshots; the identity), measured every 10 s in
+	// blocks allocated: at the cap crawling pauses and the node promises
+	// no crawl requests, nothing is dropped, and it resumes below 95 % of
+	// it. "" or "0" for none.
+	DiskCap string `toml:"disk_cap"`
+	// Workers is how many pages are fetched at once; parsing them runs on
+	// at most as many of the process's CPUs (GOMAXPROCS, which Go sets
+	// from the CPU quota of the service).
+	Workers int `toml:"workers"`
 	// MemoryLimit is the soft memory limit of the process (runtime
 	// SetMemoryLimit); "" or "0" for none.
 	MemoryLimit string `toml:"memory_limit"`
@@ -123,6 +133,8 @@ func DefaultConfig() Config {
 		Dashboard:    "127.0.0.1:7464",
 		Indexers:     1,        // one acknowledgement: results are stored once before leaving
 		OutboxCap:    "512MiB", // about 2000 full batches
+		DiskCap:      "10GiB",  // the outbox cap, and a frontier of 10 million URLs (about 3 GiB) three times over
+		Workers:      16,       // fetches wait on servers far more than on the CPU
 		Bandwidth:    "1MiB",   // per second
 		Timezone:     "",       // the system's
 		MemoryLimit:  "100MiB", // soft; crawling at 1 MiB/s, the heap in use stays under 80 MB with it, 120 MB without (docs/performance.md, Footprint)
@@ -249,10 +261,13 @@ func (c *Config) Validate() error {
 	if c.Capacity <= 0 {
 		bad("capacity must be positive pages per day, got %d", c.Capacity)
 	}
+	if c.Workers < 1 || c.Workers > maxWorkers {
+		bad("workers must be 1 to %d, got %d", maxWorkers, c.Workers)
+	}
 	if _, err := c.CrawlWindows(); err != nil {
 		errs = append(errs, err)
 	}
-	for name, s := range map[string]string{"bandwidth": c.Bandwidth, "daily_transfer": c.DailyTransfer, "outbox_cap": c.OutboxCap, "memory_limit": c.MemoryLimit} {
+	for name, s := range map[string]string{"bandwidth": c.Bandwidth, "daily_transfer": c.DailyTransfer, "outbox_cap": c.OutboxCap, "disk_cap": c.DiskCap, "memory_limit": c.MemoryLimit} {
 		if _, err := ParseSize(s); err != nil {
 			bad("%s: %v", name, err)
 		}

@@ -99,6 +99,9 @@ func TestConfigErrors(t *testing.T) {
 		want string
 	}{
 		{func(c *Config) { c.Capacity = 0 }, "capacity"},
+		{func(c *Config) { c.Workers = 0 }, "workers must be 1 to 256"},
+		{func(c *Config) { c.Workers = 1000 }, "workers must be 1 to 256"},
+		{func(c *Config) { c.DiskCap = "lots" }, "disk_cap"},
 		{func(c *Config) { c.Windows = []string{"funday 00:00-01:00"} }, "unknown day"},
 		{func(c *Config) { c.Windows = []string{"mon 06:00-01:00"} }, "time span"},
 		{func(c *Config) { c.Windows = []string{"mon"} }, "DAYS"},

@@ -99,6 +99,9 @@ type Crawl struct {
 	// RobotsDenied counts requests taken off the queues because robots.txt
 	// disallows them.
 	RobotsDenied int64 `json:"robots_denied"`
+	// Paused says why crawling is paused by a limit of the node's (the
+	// disk cap), "" when it is not.
+	Paused string `json:"paused,omitempty"`
 }
 
 // Outbox is the state of the results outbox.

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -412,9 +413,13 @@ func (n *Node) buildCrawler(loc *time.Location, windows []crawl.Window) error {
 	batchWait, _ := time.ParseDuration(cfg.BatchWait)
 	n.route = &router{cur: &n.cur, self: n.h.ID()}
 	copts := []crawl.Option{
+		crawl.Workers(cfg.Workers, min(cfg.Workers, runtime.GOMAXPROCS(0)), defaultCrawlQueue),
 		crawl.Batching(defaultBatchBytes, batchWait),
 		crawl.Routing(n.route), crawl.Windows(loc, windows...), crawl.Bandwidth(bw, daily),
 		crawl.Calibration(cal, n.onSlow), crawl.Logger(n.log.With("subsystem", "crawl")),
+	}
+	if limit, _ := ParseSize(cfg.DiskCap); limit > 0 { // validated
+		copts = append(copts, crawl.Hold((&diskCap{dir: cfg.DataDir, limit: limit, every: diskEvery}).check))
 	}
 	if n.own.IsValid() && cfg.SourceAddr != "" {
 		copts = append(copts, crawl.SourceAddr(n.own))
@@ -775,6 +780,7 @@ func (n *Node) onSlow(s crawl.Slow) {
 const (
 	defaultMaintenance = 15 * time.Second // overlay: ownership, replica and liveness checks
 	defaultBatchBytes  = 256 << 10        // crawl: a batch of records is sealed at this size
+	defaultCrawlQueue  = 64               // crawl: fetched pages waiting for a parser
 )
 
 const (

@@ -34,7 +34,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Capacity: int(capacity), Load: int(load),
 		Crawl: Crawl{
 			Fetched: cs.Fetched, Records: cs.Records, Queued: cs.Queued, Outgoing: cs.Outgoing, Forwarded: cs.Forwarded, Hosts: cs.Hosts,
-			InFlight: cs.InFlight, Bytes: cs.WireBytes, Errors: cs.FetchErrors, RobotsDenied: cs.RobotsDenied,
+			InFlight: cs.InFlight, Bytes: cs.WireBytes, Errors: cs.FetchErrors, RobotsDenied: cs.RobotsDenied, Paused: cs.Held,
 		},
 		Outbox:          Outbox{Batches: os.Batches, Bytes: os.Bytes, Cap: os.Cap, Acked: int64(os.Removed)},
 		Probes:          Probes{Run: n.probesRun.Load(), Issued: ds.Probes},
@@ -46,6 +46,9 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		ReleasesRefused: ovs.ReleasesRefused, ReleaseBadPeers: ovs.ReleaseBadPeers,
 		Reachability: reachabilityName(o.Reachability()),
 		Conns:        conns(n.h.Network().Conns()),
+	}
+	if cs.Held != "" {
+		st.Warnings = append(st.Warnings, "crawling paused: "+cs.Held)
 	}
 	if rs, ok := o.NextRelease(); ok {
 		st.Release = &Release{Snapshot: rs.Release.Snapshot.String(), Activation: rs.Release.Activation, Ready: rs.Ready, Holders: rs.Holders}

@@ -55,6 +55,8 @@ var nodeFlags = map[string]string{
 	"dashboard_token":        "`TOKEN` the dashboard requires (at least 16 characters; required off loopback)",
 	"indexers":               "`N` designated indexers must acknowledge a result batch before it leaves the outbox",
 	"outbox_cap":             "most results kept for indexers, a `SIZE`; at the cap crawling pauses",
+	"disk_cap":               "most the data directory may take on disk, a `SIZE` (0: none); at the cap crawling pauses, nothing is dropped",
+	"workers":                "`N` pages fetched at once; parsing runs on at most as many CPUs",
 	"memory_limit":           "soft memory limit of the process, a `SIZE` (0: none)",
 	"snapshot":               "subnet snapshot `FILE` (default: the one built into micra; every node of a network must use the same)",
 	"snapshot_keys":          "release `KEYS` (ed25519:BASE64, comma-separated) whose signed snapshot releases this node fetches, keeps and serves",
@@ -170,7 +172,7 @@ func tomlView(c node.Config) map[string]any {
 		"capacity": c.Capacity, "windows": c.Windows, "timezone": c.Timezone, "bandwidth": c.Bandwidth,
 		"daily_transfer": c.DailyTransfer, "allow_private_networks": c.AllowPrivateNetworks, "allow_ports": c.AllowPorts,
 		"log_level": c.LogLevel, "dashboard": c.Dashboard, "dashboard_token": c.DashboardToken, "indexers": c.Indexers,
-		"outbox_cap": c.OutboxCap, "memory_limit": c.MemoryLimit, "snapshot": c.Snapshot, "snapshot_keys": c.SnapshotKeys, "dns": c.DNS,
+		"outbox_cap": c.OutboxCap, "disk_cap": c.DiskCap, "workers": c.Workers, "memory_limit": c.MemoryLimit, "snapshot": c.Snapshot, "snapshot_keys": c.SnapshotKeys, "dns": c.DNS,
 		"threshold": c.Threshold, "result_shards": c.ResultShards, "liveness": c.Liveness, "batch_wait": c.BatchWait,
 		"withhold_grace": c.WithholdGrace,
 	}
