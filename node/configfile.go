@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"os"
 	"reflect"
-	"regexp"
 	"strconv"
-	"strings"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/micra-net/micra/internal/suggest"
+	"github.com/micra-net/micra/internal/tomlfile"
 )
 
 // LoadFile reads a TOML configuration file over c. Every problem is
@@ -26,17 +25,13 @@ func (c *Config) LoadFile(path string) error {
 	if err != nil {
 		return err
 	}
-	if len(data) > 1<<20 {
+	if len(data) > tomlfile.MaxSize {
 		return fmt.Errorf("%s: larger than 1 MiB", path)
 	}
 	var prims map[string]toml.Primitive
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&prims)
 	if err != nil {
-		var perr toml.ParseError
-		if errors.As(err, &perr) {
-			return fmt.Errorf("%s:%d: %s", path, perr.Position.Line, perr.Message)
-		}
-		return fmt.Errorf("%s: %w", path, err)
+		return tomlfile.DecodeError(path, err)
 	}
 	fields := map[string]reflect.Value{}
 	v := reflect.ValueOf(c).Elem()
@@ -49,7 +44,7 @@ func (c *Config) LoadFile(path string) error {
 			continue // inside a table: reported with the table's key
 		}
 		key := k[0]
-		at := fmt.Sprintf("%s:%d", path, keyLine(data, key))
+		at := fmt.Sprintf("%s:%d", path, tomlfile.KeyLine(data, key))
 		f, ok := fields[key]
 		if !ok {
 			hint := ""
@@ -67,18 +62,6 @@ func (c *Config) LoadFile(path string) error {
 		f.Set(val.Elem())
 	}
 	return errors.Join(errs...)
-}
-
-// keyLine is the line of data on which the top-level key is set, 0 when
-// not found.
-func keyLine(data []byte, key string) int {
-	re := regexp.MustCompile(`^\s*(` + regexp.QuoteMeta(key) + `|"` + regexp.QuoteMeta(key) + `"|'` + regexp.QuoteMeta(key) + `')\s*=`)
-	for i, line := range strings.Split(string(data), "\n") {
-		if re.MatchString(line) {
-			return i + 1
-		}
-	}
-	return 0
 }
 
 // wantType says what a key of f's type takes, with an example from the

@@ -79,6 +79,8 @@ type Indexer struct {
 	oopts    []overlay.Option
 	cur      atomic.Pointer[indexerLive]
 	httpAddr string
+	started  time.Time
+	queries  *queryLog
 	closers  []func() error // in closing order
 }
 
@@ -107,7 +109,7 @@ func ParseListen(addrs []string) ([]ma.Multiaddr, error) {
 // starts the indexer and its HTTP API, and joins the overlay. On an error
 // it closes what it opened.
 func StartIndexer(ctx context.Context, cfg IndexerConfig) (x *Indexer, err error) {
-	x = &Indexer{}
+	x = &Indexer{started: time.Now(), queries: newQueryLog()}
 	var stack []func() error // closers, last opened first
 	defer func() {
 		slices.Reverse(stack)
@@ -215,8 +217,7 @@ func StartIndexer(ctx context.Context, cfg IndexerConfig) (x *Indexer, err error
 		return x, fmt.Errorf("HTTP: %w", err)
 	}
 	x.httpAddr = ln.Addr().String()
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { x.cur.Load().handler.ServeHTTP(w, r) }),
-		ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: x.indexerHTTP(), ReadHeaderTimeout: 10 * time.Second}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Serve(ln) }()
 	stack = append(stack, func() error {

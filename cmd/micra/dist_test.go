@@ -64,8 +64,8 @@ func TestUnitsRunMicra(t *testing.T) {
 		for _, line := range strings.Split(string(text), "\n") {
 			if cmd, ok := strings.CutPrefix(line, "ExecStart="); ok {
 				cmd = strings.ReplaceAll(cmd, "${STATE_DIRECTORY}", state)
-				cmd = strings.ReplaceAll(cmd, "$MICRA_INDEXER_ARGS", "")
 				cmd = strings.ReplaceAll(cmd, "/etc/micra/micra.toml", "../../dist/micra.toml")
+				cmd = strings.ReplaceAll(cmd, "/etc/micra/indexer.toml", "../../dist/indexer.toml")
 				args = strings.Fields(cmd)
 			}
 		}
@@ -86,8 +86,8 @@ func TestUnitsRunMicra(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", unit, err)
 			}
-			if cfg.DataDir != state {
-				t.Errorf("%s: data dir %q", unit, cfg.DataDir)
+			if cfg.DataDir != state || cfg.HTTP != "127.0.0.1:7465" || len(cfg.Listen) != 2 {
+				t.Errorf("%s: data dir %q, http %q, listen %q", unit, cfg.DataDir, cfg.HTTP, cfg.Listen)
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,7 +82,6 @@ func indexerConfig(args []string, stderr io.Writer) (node.IndexerConfig, error) 
 	var none node.IndexerConfig
 	fs := newFlagSet("indexer", indexerSynopsis, stderr)
 	data := fs.String("data-dir", defaultIndexerDir(), "data `DIR`: the database and the identity key (as micra node's)")
-	fs.StringVar(data, "data", defaultIndexerDir(), "the same as --data-dir (`DIR`; an older name, kept for one release)")
 	listen := fs.String("listen", "/ip4/0.0.0.0/tcp/7467,/ip4/0.0.0.0/udp/7467/quic-v1", "libp2p listen `MULTIADDRS`, comma-separated")
 	boot := fs.String("bootstrap", "", "bootstrap peers: `MULTIADDRS` ending in /p2p/<id>, comma-separated (also $MICRA_BOOTSTRAP)")
 	httpAddr := fs.String("http", defaultIndexerAPI, "`ADDR` of the HTTP search page and API (keep it on loopback unless behind a proxy)")
@@ -98,9 +98,18 @@ func indexerConfig(args []string, stderr io.Writer) (node.IndexerConfig, error) 
 	liveness := fs.Duration("liveness", 5*time.Minute, "silence after which the shards this indexer coordinates orphan a crawler's subnets (use the nodes' --liveness)")
 	grace := fs.Duration("withhold-grace", 10*time.Minute, "after a first notice that a node left a crawl request unanswered, wait this long before the shards this indexer coordinates may take its subnet back (use the nodes' --withhold-grace; under --crawl-patience)")
 	private := fs.Bool("allow-private-networks", false, "take seeds on, and coordinate delegations of, private, loopback and other special-purpose addresses (for an emulated Internet only)")
-	verbose := fs.Bool("v", false, "log at debug level")
+	verbose := fs.Bool("v", false, "log at debug level (the same as --log-level debug)")
+	logLevel := fs.String("log-level", "info", "`LEVEL`: debug, info, warn or error")
+	configFile := fs.String("config", "", "TOML configuration `FILE`, keys as these flags with _ for - (also $MICRA_INDEXER_CONFIG); MICRA_INDEXER_<KEY> variables override it, flags override both")
 	if err := parseFlags(fs, args); err != nil {
 		return none, err
+	}
+	file := *configFile
+	if file == "" {
+		file = os.Getenv("MICRA_INDEXER_CONFIG")
+	}
+	if err := applySettings(fs, file, os.Environ(), "MICRA_INDEXER_", "config"); err != nil {
+		return none, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if fs.NArg() != 0 {
 		fs.Usage()
@@ -148,7 +157,10 @@ func indexerConfig(args []string, stderr io.Writer) (node.IndexerConfig, error) 
 		}
 		opts = append(opts, indexer.Take(ss...))
 	}
-	level := slog.LevelInfo
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil || !slices.Contains([]string{"debug", "info", "warn", "error"}, *logLevel) {
+		return none, fmt.Errorf("%w: --log-level %q is not debug, info, warn or error", errUsage, *logLevel)
+	}
 	if *verbose {
 		level = slog.LevelDebug
 	}

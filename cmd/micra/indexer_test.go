@@ -20,6 +20,7 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/indexer/index"
+	"github.com/micra-net/micra/node"
 )
 
 // testIndexAPI serves an index holding three pages.
@@ -249,6 +250,35 @@ func TestIndexerServe(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "listening on /ip4/127.0.0.1/tcp/") {
 		t.Fatalf("no listen address printed:\n%s", out.String())
+	}
+	// The status API, the status page and the metrics count the search.
+	var ist node.IndexerStatus
+	resp, err = http.Get(api + "/api/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&ist); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/api/status: %d %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+	if ist.Store != "embedded" || ist.Queries.Count != 1 || ist.Peer == "" || len(ist.Addrs) == 0 {
+		t.Errorf("/api/status: %+v", ist)
+	}
+	for path, want := range map[string][]string{
+		"/status":  {`<div class="n" id="queries">1</div>`, `<div class="n" id="pages">0</div>`, ist.Peer},
+		"/metrics": {"micra_indexer_query_seconds_count 1", "micra_indexer_pages 0", "micra_indexer_batches_acknowledged_total 0", "go_goroutines"},
+	} {
+		resp, err := http.Get(api + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		for _, w := range want {
+			if resp.StatusCode != 200 || !strings.Contains(string(body), w) {
+				t.Errorf("%s: %d, lacks %q", path, resp.StatusCode, w)
+			}
+		}
 	}
 	cancel()
 	wg.Wait()

@@ -124,8 +124,8 @@ func nodeConfig(args []string, environ []string, stderr io.Writer) (node.Config,
 }
 
 // otherVariables are the MICRA_* variables micra's commands read besides
-// the node's keys (MICRA_INDEXER_ARGS: the indexer's systemd unit).
-var otherVariables = []string{"MICRA_CONFIG", "MICRA_DATA", "MICRA_STORE", "MICRA_INDEXER", "MICRA_DASHBOARD", "MICRA_INDEXER_ARGS"}
+// the node's keys and the indexer's MICRA_INDEXER_<KEY>.
+var otherVariables = []string{"MICRA_CONFIG", "MICRA_DATA", "MICRA_STORE", "MICRA_INDEXER", "MICRA_DASHBOARD", "MICRA_INDEXER_CONFIG"}
 
 // warnUnknownEnv warns, on w, of each MICRA_* variable of environ that
 // micra does not read (a misspelled setting would otherwise be ignored
@@ -137,7 +137,7 @@ func warnUnknownEnv(w io.Writer, environ []string) {
 	}
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, node.EnvPrefix) || slices.Contains(known, name) {
+		if !strings.HasPrefix(name, node.EnvPrefix) || strings.HasPrefix(name, "MICRA_INDEXER_") || slices.Contains(known, name) {
 			continue
 		}
 		hint := ""

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/micra-net/micra/internal/suggest"
+	"github.com/micra-net/micra/internal/tomlfile"
+)
+
+// applySettings gives the flags of fs not set on the command line their
+// values from a TOML file (keys: the flag names with _ for -), then from
+// the environment (envPrefix and the key in upper case), so that flags win
+// over variables and variables over the file, as for micra node. Every
+// problem is named where it came from: FILE:LINE or the variable; an
+// unknown key with the one it was probably meant to be.
+func applySettings(fs *flag.FlagSet, file string, environ []string, envPrefix string, skip ...string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var keys []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.ContainsAny(f.Name, "_") && len(f.Name) > 1 && !slices.Contains(skip, f.Name) {
+			keys = append(keys, strings.ReplaceAll(f.Name, "-", "_"))
+		}
+	})
+	var errs []error
+	if file != "" {
+		errs = append(errs, applyFile(fs, file, keys, given)...)
+	}
+	for _, kv := range environ {
+		name, val, ok := strings.Cut(kv, "=")
+		key, found := strings.CutPrefix(name, envPrefix)
+		if !ok || !found {
+			continue
+		}
+		key = strings.ToLower(key)
+		if !slices.Contains(keys, key) {
+			continue // another command's variable: micra node warns of strays
+		}
+		flagName := strings.ReplaceAll(key, "_", "-")
+		if given[flagName] {
+			continue
+		}
+		if err := fs.Set(flagName, val); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func applyFile(fs *flag.FlagSet, file string, keys []string, given map[string]bool) []error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return []error{err}
+	}
+	if len(data) > tomlfile.MaxSize {
+		return []error{fmt.Errorf("%s: larger than 1 MiB", file)}
+	}
+	var values map[string]any
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&values)
+	if err != nil {
+		return []error{tomlfile.DecodeError(file, err)}
+	}
+	var errs []error
+	for _, k := range md.Keys() {
+		if len(k) != 1 {
+			continue // inside a table: reported with the table's key
+		}
+		key := k[0]
+		at := fmt.Sprintf("%s:%d", file, tomlfile.KeyLine(data, key))
+		if !slices.Contains(keys, key) {
+			hint := ""
+			if s, ok := suggest.Closest(key, keys); ok {
+				hint = fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			errs = append(errs, fmt.Errorf("%s: unknown key %q%s", at, key, hint))
+			continue
+		}
+		flagName := strings.ReplaceAll(key, "_", "-")
+		if given[flagName] {
+			continue
+		}
+		var s string
+		switch v := values[key].(type) {
+		case []any:
+			parts := make([]string, len(v))
+			for i, e := range v {
+				parts[i] = fmt.Sprint(e)
+			}
+			s = strings.Join(parts, ",")
+		case map[string]any:
+			errs = append(errs, fmt.Errorf("%s: %s: takes a value, not a table", at, key))
+			continue
+		default:
+			s = fmt.Sprint(v)
+		}
+		if err := fs.Set(flagName, s); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %s: %v", at, key, err))
+		}
+	}
+	return errs
+}
