@@ -111,6 +111,12 @@ type Stats struct {
 
 	// Held is why crawling is paused by the Hold check, "" when it is not.
 	Held string
+	// Crawling are the hosts (host[:port], as the URLs name them) with
+	// requests being fetched or processed now, sorted, at most 32.
+	Crawling []string
+	// TodayBytes are the bytes downloaded today (in the Windows location),
+	// which the daily transfer cap DailyCap bounds (0: none).
+	TodayBytes, DailyCap int64
 }
 
 type stats struct {
@@ -156,6 +162,7 @@ type Crawler struct {
 	outFull atomic.Bool
 	// holdWhy is the hold check's last reason, "" when it let crawling go.
 	holdWhy atomic.Pointer[string]
+	active  activeHosts // hosts being crawled now (active.go)
 	// promMu serialises Promise, so that two frames do not both count
 	// the same free places of a host's queue; it guards senders.
 	promMu  sync.Mutex
@@ -282,6 +289,8 @@ func (c *Crawler) Stats() Stats {
 	if why := c.holdWhy.Load(); why != nil {
 		st.Held = *why
 	}
+	st.Crawling = c.crawling()
+	st.TodayBytes, st.DailyCap = c.meter.today(time.Now()), c.cfg.dailyCap
 	st.Queued, st.Hosts = c.front.counts()
 	if n, err := c.front.readyHosts(time.Now()); err == nil {
 		st.HostsReady = n

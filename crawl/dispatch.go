@@ -91,11 +91,11 @@ func (c *Crawler) dispatch() {
 			c.putBack(l, at)
 			continue
 		}
-		c.stats.inFlight.Add(1)
+		c.begin(l.host)
 		select {
 		case c.work <- &job{l: l, u: u, addr: addr}:
 		case <-c.ctx.Done():
-			c.stats.inFlight.Add(-1)
+			c.end(l.host)
 			c.polite.release(addr, now)
 			c.putBack(l, now)
 			return

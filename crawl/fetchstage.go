@@ -25,7 +25,7 @@ func (c *Crawler) fetcher() {
 		case j = <-c.work:
 		}
 		if !c.fetchOne(j) {
-			c.stats.inFlight.Add(-1)
+			c.end(j.l.host)
 		}
 	}
 }

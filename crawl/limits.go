@@ -141,6 +141,16 @@ func (m *meter) charge(n int64, now time.Time) {
 	}
 }
 
+// today returns the bytes downloaded on now's day.
+func (m *meter) today(now time.Time) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if now.In(m.loc).Format(time.DateOnly) != m.day {
+		return 0
+	}
+	return m.dayBytes
+}
+
 // wait returns when the next fetch may start: zero time if now.
 func (m *meter) wait(now time.Time) time.Time {
 	m.mu.Lock()

@@ -17,7 +17,7 @@ func (c *Crawler) processor() {
 	kw := textproc.NewBuilder()
 	for j := range c.fetched {
 		c.process(j, kw)
-		c.stats.inFlight.Add(-1)
+		c.end(j.l.host)
 	}
 }
 

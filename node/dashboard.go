@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -102,6 +104,12 @@ type Crawl struct {
 	// Paused says why crawling is paused by a limit of the node's (the
 	// disk cap), "" when it is not.
 	Paused string `json:"paused,omitempty"`
+	// Crawling are the hosts being fetched or processed now (at most 32).
+	Crawling []string `json:"crawling"`
+	// TodayBytes were downloaded today (in the windows' time zone);
+	// DailyCap is daily_transfer, 0 without one.
+	TodayBytes int64 `json:"today_bytes"`
+	DailyCap   int64 `json:"daily_cap"`
 }
 
 // Outbox is the state of the results outbox.
@@ -147,10 +155,12 @@ type Trust struct {
 
 // Subnet is one subnet delegated to this node.
 type Subnet struct {
-	Range string    `json:"range"`
-	Org   string    `json:"org"`
-	RTTms float64   `json:"rtt_ms"` // the probe that won it; negative when none
-	Since time.Time `json:"since"`
+	Range string `json:"range"`
+	Org   string `json:"org"` // the registry's handle of the organisation
+	// OrgName is the organisation's name where the snapshot has it.
+	OrgName string    `json:"org_name,omitempty"`
+	RTTms   float64   `json:"rtt_ms"` // the probe that won it; negative when none
+	Since   time.Time `json:"since"`
 }
 
 // Point is one value of a time series.
@@ -273,7 +283,7 @@ type pageView struct {
 
 func view(st Status) pageView {
 	v := pageView{Status: st, Uptime: st.Now.Sub(st.Started).Round(time.Second).String()}
-	v.RateSVG = lineChart(st.RateChart, "pages per minute")
+	v.RateSVG = lineChart(st.RateChart, "pages a minute")
 	var bars []bar
 	for _, s := range st.Subnets {
 		if s.RTTms >= 0 {
@@ -289,25 +299,54 @@ type bar struct {
 	value float64
 }
 
-// lineChart draws a series as an inline SVG; values are escaped numbers.
+// lineChart draws a series as an inline SVG with its axes: the value
+// axis from 0 to the series' peak (rounded up), the time axis from the
+// first point to the last, and the last value written out.
 func lineChart(pts []Point, unit string) template.HTML {
-	const w, h = 600.0, 160.0
+	const left, w, h, top = 48.0, 560.0, 140.0, 10.0
 	if len(pts) < 2 {
 		return template.HTML(`<p class="muted">not enough data yet</p>`)
 	}
-	maxV := 1.0
+	peak := 0.0
 	for _, p := range pts {
-		maxV = math.Max(maxV, p.V)
+		peak = math.Max(peak, p.V)
 	}
+	maxV := niceCeil(peak)
+	x := func(i int) float64 { return left + w*float64(i)/float64(len(pts)-1) }
+	y := func(v float64) float64 { return top + h - h*v/maxV }
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-label="%s"><polyline fill="none" stroke="#2a6" stroke-width="2" points="`, w, h+20, w, h+20, template.HTMLEscapeString(unit))
-	for i, p := range pts {
-		x := w * float64(i) / float64(len(pts)-1)
-		y := h - h*p.V/maxV + 10
-		fmt.Fprintf(&b, "%.1f,%.1f ", x, y)
+	fmt.Fprintf(&b, `<svg viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-label="%s" font-size="11">`,
+		left+w+8, top+h+34, left+w+8, top+h+34, template.HTMLEscapeString(unit))
+	for _, v := range []float64{0, maxV / 2, maxV} {
+		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%.0f" y="%.1f" text-anchor="end">%s</text>`,
+			left, left+w, y(v), y(v), left-4, y(v)+4, humanize.CommafWithDigits(v, 1))
 	}
-	fmt.Fprintf(&b, `"/><text x="4" y="12" font-size="11">%.0f %s</text></svg>`, maxV, template.HTMLEscapeString(unit))
+	b.WriteString(`<polyline fill="none" stroke="#2a6" stroke-width="2" points="`)
+	for i, p := range pts {
+		fmt.Fprintf(&b, "%.1f,%.1f ", x(i), y(p.V))
+	}
+	span := int(pts[len(pts)-1].T.Sub(pts[0].T).Round(time.Minute).Minutes())
+	last := pts[len(pts)-1].V
+	fmt.Fprintf(&b, `"/><text x="%.0f" y="%.0f">%d min ago</text><text x="%.0f" y="%.0f" text-anchor="end">now</text>`,
+		left, top+h+16, span, left+w, top+h+16)
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" id="rate-now">now: %s %s</text></svg>`,
+		left, top+h+32, humanize.CommafWithDigits(last, 1), template.HTMLEscapeString(unit))
 	return template.HTML(b.String())
+}
+
+// niceCeil rounds v up to a round number (1, 1.5, 2, 3, 4, 5, 6 or 8
+// times a power of ten; 1 at least), for an axis' end.
+func niceCeil(v float64) float64 {
+	if v <= 1 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 1.5, 2, 3, 4, 5, 6, 8, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
 }
 
 // barChart draws horizontal bars, one per label, as an inline SVG.
@@ -349,7 +388,15 @@ var page = template.Must(template.New("dashboard").Funcs(template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05 UTC")
 	},
-	"mib": func(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) },
+	"mib":   func(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) },
+	"num":   func(n any) string { return humanize.Comma(toInt64(n)) },
+	"bytes": func(n int64) string { return humanize.IBytes(uint64(max(n, 0))) },
+	"pct": func(part, whole int) string {
+		if whole <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f %%", 100*float64(part)/float64(whole))
+	},
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>micra node {{.Peer}}</title>
 <meta http-equiv="refresh" content="10">
@@ -370,9 +417,9 @@ table{border-collapse:collapse} td,th{padding:.2em .8em .2em 0;text-align:left;v
 <div><div class="n" id="subnets">{{len .Subnets}}</div>delegated subnets</div>
 <div><div class="n" id="adopted">{{.Adopted}}</div>subnets taken up from coordinators' lists</div>
 <div><div class="n" id="shards">{{.Shards}}</div>shards coordinated</div>
-<div><div class="n" id="fetched">{{.Crawl.Fetched}}</div>pages fetched</div>
-<div><div class="n" id="queued">{{.Crawl.Queued}}</div>URLs queued</div>
-<div><div class="n" id="outgoing">{{.Crawl.Outgoing}}</div>URLs for other nodes</div>
+<div><div class="n" id="fetched">{{num .Crawl.Fetched}}</div>pages fetched</div>
+<div><div class="n" id="queued">{{num .Crawl.Queued}}</div>URLs queued</div>
+<div><div class="n" id="outgoing">{{num .Crawl.Outgoing}}</div>URLs for other nodes</div>
 <div><div class="n" id="outbox">{{.Outbox.Batches}}</div>batches in the outbox ({{mib .Outbox.Bytes}} of {{mib .Outbox.Cap}})</div>
 <div><div class="n" id="probes-run">{{.Probes.Run}}</div>probes run</div>
 <div><div class="n" id="probes-issued">{{.Probes.Issued}}</div>probes issued</div>
@@ -380,15 +427,18 @@ table{border-collapse:collapse} td,th{padding:.2em .8em .2em 0;text-align:left;v
 <div><div class="n" id="claims-rejected">{{.Trust.ClaimsRejected}}</div>probe claims rejected</div>
 <div><div class="n" id="taken-back">{{range $r, $n := .Trust.TakenBack}}{{$n}} {{$r}} {{else}}0{{end}}</div>subnets taken back, by reason</div>
 <div><div class="n" id="window">{{if .Window.Open}}open{{else}}closed{{end}}</div>crawl window (next change {{when .Window.Next}})</div>
-<div><div class="n" id="load">{{.Load}}/{{.Capacity}}</div>pages a day, delegated / offered</div>
+<div><div class="n" id="load">{{pct .Load .Capacity}}</div>of the capacity delegated: {{num .Load}} of {{num .Capacity}} pages a day</div>
+<div><div class="n" id="today">{{bytes .Crawl.TodayBytes}}</div>downloaded today{{if .Crawl.DailyCap}} of the {{bytes .Crawl.DailyCap}} daily cap{{else}} (no daily cap){{end}}</div>
 </div>
+<h2>Crawling now</h2>
+{{if .Crawl.Crawling}}<p id="crawling">{{range $i, $h := .Crawl.Crawling}}{{if $i}}, {{end}}<code>{{$h}}</code>{{end}}</p>{{else}}<p class="muted" id="crawling">no page being fetched</p>{{end}}
 <h2>Crawl rate</h2>
 {{.RateSVG}}
 <h2>Latency to the subnets this node crawls</h2>
 {{.LatencySVG}}
 <h2>Delegated subnets</h2>
 <table id="subnet-table"><tr><th>range</th><th>organisation</th><th>RTT ms</th><th>since</th></tr>
-{{range .Subnets}}<tr><td><code>{{.Range}}</code></td><td>{{.Org}}</td><td>{{ms .RTTms}}</td><td>{{when .Since}}</td></tr>
+{{range .Subnets}}<tr><td><code>{{.Range}}</code></td><td>{{if .OrgName}}{{.OrgName}} <span class="muted">{{.Org}}</span>{{else}}{{.Org}}{{end}}</td><td>{{ms .RTTms}}</td><td>{{when .Since}}</td></tr>
 {{end}}</table>
 {{if .Audits.Convicted}}<h2>Nodes convicted by audits</h2>
 <p class="muted">Their results disagreed with other nodes' fetches of the same pages; they get no subnets of the shards this node coordinates.</p>
@@ -402,3 +452,16 @@ table{border-collapse:collapse} td,th{padding:.2em .8em .2em 0;text-align:left;v
 <p class="muted">Organisation names of routed ranges: <a href="https://db-ip.com">IP Geolocation by DB-IP</a>, Route Views, NRO; CC BY 4.0.</p>
 </body></html>
 `))
+
+// toInt64 converts the integers the template passes to num.
+func toInt64(v any) int64 {
+	switch n := v.(type) {
+	case int:
+		return int64(n)
+	case int64:
+		return n
+	case uint64:
+		return int64(min(n, math.MaxInt64))
+	}
+	return 0
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -25,11 +28,12 @@ func sampleStatus() Status {
 	st := Status{
 		Peer: "12D3KooWExample", Addrs: []string{"/ip4/127.0.0.1/tcp/4001"}, Snapshot: "b6a3ee1a0d96",
 		Started: t0, Now: t0.Add(90 * time.Minute), Peers: 7, Shards: 3, Capacity: 10000, Load: 1234,
-		Window: Window{Open: true}, Crawl: Crawl{Fetched: 4321, Queued: 55, Records: 4000},
+		Window: Window{Open: true}, Crawl: Crawl{Fetched: 4321, Queued: 55, Records: 4000,
+			Crawling: []string{"docs.example.net:8080", "www.example.org"}, TodayBytes: 3 << 29, DailyCap: 10 << 30},
 		Outbox: Outbox{Batches: 2, Bytes: 3 << 20, Cap: 512 << 20}, Probes: Probes{Run: 17, Issued: 9},
 		Subnets: []Subnet{
 			{Range: "127.1.2.0/24", Org: `<script>alert("x")</script>`, RTTms: 12.5, Since: t0},
-			{Range: "127.9.0.0/16", Org: "Example Hosting", RTTms: 48},
+			{Range: "127.9.0.0/16", Org: "org:ORG-EH1-RIPE", OrgName: "Example Hosting Ltd", RTTms: 48},
 			{Range: "127.3.0.0/24", Org: "No probe yet", RTTms: -1},
 		},
 		Warnings: []string{"outbox 90 % full"},
@@ -65,8 +69,11 @@ func TestDashboard(t *testing.T) {
 	if code != 200 || !strings.Contains(h.Get("Content-Security-Policy"), "default-src 'none'") {
 		t.Fatalf("page: %d %v", code, h)
 	}
-	for _, want := range []string{`id="fetched">4321<`, `id="peers">7<`, `id="shards">3<`, `&lt;script&gt;`, "<svg", "12.5", "db-ip.com",
-		`id="claims-rejected">3<`, `id="adopted">6<`, "2 convicted 5 orphaned 4 withheld", "12D3KooWLiar"} {
+	for _, want := range []string{`id="fetched">4,321<`, `id="peers">7<`, `id="shards">3<`, `&lt;script&gt;`, "<svg", "12.5", "db-ip.com",
+		`id="claims-rejected">3<`, `id="adopted">6<`, "2 convicted 5 orphaned 4 withheld", "12D3KooWLiar",
+		`id="load">12.3 %<`, "1,234 of 10,000 pages a day", `id="today">1.5 GiB<`, "of the 10 GiB daily cap",
+		"<code>docs.example.net:8080</code>, <code>www.example.org</code>", `Example Hosting Ltd <span class="muted">org:ORG-EH1-RIPE</span>`,
+		`id="rate-now">now: 10 pages a minute<`, ">29 min ago<", ">60<", ">30<"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("page lacks %q", want)
 		}
@@ -167,13 +174,25 @@ func TestDashboardInChromium(t *testing.T) {
 		"queued": st.Crawl.Queued, "outbox": int64(st.Outbox.Batches), "probes-run": st.Probes.Run,
 		"probes-issued": st.Probes.Issued, "subnets": int64(len(st.Subnets))}
 	for id, want := range api {
-		m := regexp.MustCompile(`id="` + id + `">([0-9]+)<`).FindStringSubmatch(dom)
+		m := regexp.MustCompile(`id="` + id + `">([0-9,]+)<`).FindStringSubmatch(dom)
 		if m == nil {
 			t.Errorf("%s not shown", id)
 			continue
 		}
-		if got, _ := strconv.ParseInt(m[1], 10, 64); got != want {
+		if got, _ := strconv.ParseInt(strings.ReplaceAll(m[1], ",", ""), 10, 64); got != want {
 			t.Errorf("%s shows %d, the API says %d", id, got, want)
+		}
+	}
+	// The facts in words are the API's too: today's bytes against the
+	// cap, the share of the capacity delegated, the hosts crawled now.
+	for _, want := range []string{
+		`id="today">` + humanize.IBytes(uint64(st.Crawl.TodayBytes)) + "<",
+		"of the " + humanize.IBytes(uint64(st.Crawl.DailyCap)) + " daily cap",
+		fmt.Sprintf(`id="load">%.1f %%<`, 100*float64(st.Load)/float64(st.Capacity)),
+		"<code>" + strings.Join(st.Crawl.Crawling, "</code>, <code>") + "</code>",
+	} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the browser shows no %q", want)
 		}
 	}
 	if n := strings.Count(dom, "<tr>"); n != len(st.Subnets)+1 {

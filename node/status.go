@@ -35,6 +35,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Crawl: Crawl{
 			Fetched: cs.Fetched, Records: cs.Records, Queued: cs.Queued, Outgoing: cs.Outgoing, Forwarded: cs.Forwarded, Hosts: cs.Hosts,
 			InFlight: cs.InFlight, Bytes: cs.WireBytes, Errors: cs.FetchErrors, RobotsDenied: cs.RobotsDenied, Paused: cs.Held,
+			Crawling: cs.Crawling, TodayBytes: cs.TodayBytes, DailyCap: cs.DailyCap,
 		},
 		Outbox:          Outbox{Batches: os.Batches, Bytes: os.Bytes, Cap: os.Cap, Acked: int64(os.Removed)},
 		Probes:          Probes{Run: n.probesRun.Load(), Issued: ds.Probes},
@@ -81,7 +82,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		if ok {
 			ms = float64(rtt.Microseconds()) / 1000
 		}
-		st.Subnets = append(st.Subnets, Subnet{Range: d.Subnet.String(), Org: d.Org, RTTms: ms, Since: d.Decided})
+		st.Subnets = append(st.Subnets, Subnet{Range: d.Subnet.String(), Org: d.Org, OrgName: o.Tree().OrgName(d.Org), RTTms: ms, Since: d.Decided})
 	}
 	slices.SortFunc(st.Subnets, func(a, b Subnet) int {
 		if (a.RTTms < 0) != (b.RTTms < 0) {

@@ -14,6 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/micra-net/micra/internal/suggest"
 	"github.com/micra-net/micra/node"
 )
@@ -298,7 +300,8 @@ func printStatus(w io.Writer, st node.Status) {
 	}
 	row("reachability", "%s; %d connections, %d through relays", st.Reachability, len(st.Conns), relayed)
 	row("shards coordinated", "%d", st.Shards)
-	row("capacity", "%d pages/day, load %d", st.Capacity, st.Load)
+	row("capacity", "%s pages a day offered, %s delegated (%.1f %%)", humanize.Comma(int64(st.Capacity)), humanize.Comma(int64(st.Load)),
+		100*float64(st.Load)/float64(max(st.Capacity, 1)))
 	win := "open"
 	if !st.Window.Open {
 		win = "closed"
@@ -309,6 +312,14 @@ func printStatus(w io.Writer, st node.Status) {
 	row("crawl window", "%s", win)
 	row("crawl", "%d pages fetched, %d records, %d queued on %d hosts, %d in flight, %d errors, %d refused by robots.txt, %d bytes",
 		st.Crawl.Fetched, st.Crawl.Records, st.Crawl.Queued, st.Crawl.Hosts, st.Crawl.InFlight, st.Crawl.Errors, st.Crawl.RobotsDenied, st.Crawl.Bytes)
+	today := humanize.IBytes(uint64(max(st.Crawl.TodayBytes, 0))) + " (no daily cap)"
+	if st.Crawl.DailyCap > 0 {
+		today = fmt.Sprintf("%s of %s", humanize.IBytes(uint64(max(st.Crawl.TodayBytes, 0))), humanize.IBytes(uint64(st.Crawl.DailyCap)))
+	}
+	row("downloaded today", "%s", today)
+	if len(st.Crawl.Crawling) > 0 {
+		row("crawling now", "%s", strings.Join(st.Crawl.Crawling, ", "))
+	}
 	row("outbox", "%d batches, %d of %d bytes; %d acknowledged; %d indexers known", st.Outbox.Batches, st.Outbox.Bytes, st.Outbox.Cap, st.Outbox.Acked, st.Indexers)
 	row("probes", "%d run for coordinators, %d issued as coordinator", st.Probes.Run, st.Probes.Issued)
 	row("subnets", "%d delegated", len(st.Subnets))
@@ -318,7 +329,11 @@ func printStatus(w io.Writer, st node.Status) {
 		if s.RTTms >= 0 {
 			rtt = fmt.Sprintf("%.1f ms", s.RTTms)
 		}
-		fmt.Fprintf(w, "  %-20s %-10s %s\n", s.Range, rtt, s.Org)
+		org := s.Org
+		if s.OrgName != "" {
+			org = s.OrgName + " (" + s.Org + ")"
+		}
+		fmt.Fprintf(w, "  %-20s %-10s %s\n", s.Range, rtt, org)
 	}
 	for _, m := range st.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", m)

@@ -81,8 +81,8 @@ func TestNodeConfigPrecedence(t *testing.T) {
 
 func TestStatusCommand(t *testing.T) {
 	st := node.Status{Peer: "12D3KooWTest", Peers: 3, Shards: 2, Capacity: 1000, Load: 10,
-		Window: node.Window{Open: true}, Crawl: node.Crawl{Fetched: 42},
-		Subnets:  []node.Subnet{{Range: "127.1.2.0/24", Org: "Example", RTTms: 12.5}},
+		Window: node.Window{Open: true}, Crawl: node.Crawl{Fetched: 42, TodayBytes: 3 << 20, DailyCap: 1 << 30, Crawling: []string{"a.example", "b.example"}},
+		Subnets:  []node.Subnet{{Range: "127.1.2.0/24", Org: "org:EX1", OrgName: "Example Ltd", RTTms: 12.5}},
 		Warnings: []string{"no indexer known: results wait in the outbox"}}
 	const token = "0123456789abcdef0123"
 	srv := httptest.NewServer(node.Dashboard(func(context.Context) (node.Status, error) { return st, nil }, token, nil))
@@ -92,7 +92,8 @@ func TestStatusCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"12D3KooWTest", "42 pages fetched", "127.1.2.0/24", "12.5 ms", "warning: no indexer"} {
+	for _, want := range []string{"12D3KooWTest", "42 pages fetched", "127.1.2.0/24", "12.5 ms", "warning: no indexer",
+		"1,000 pages a day offered, 10 delegated (1.0 %)", "3.0 MiB of 1.0 GiB", "a.example, b.example", "Example Ltd (org:EX1)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
