@@ -15,6 +15,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
+	"github.com/micra-net/micra/internal/worldmap"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -59,6 +60,9 @@ type Status struct {
 	// which are direct and which go through a relay, for operators behind
 	// NAT and for the NAT test (internal/nattest).
 	Conns []Conn `json:"conns"`
+	// Map are the dots of the world map: this node, its peers and its
+	// delegated subnets at their registry countries (at most 600).
+	Map []Place `json:"map"`
 }
 
 // Conn is one open libp2p connection.
@@ -279,6 +283,7 @@ type pageView struct {
 	Uptime     string
 	RateSVG    template.HTML
 	LatencySVG template.HTML
+	MapSVG     template.HTML
 }
 
 func view(st Status) pageView {
@@ -291,7 +296,30 @@ func view(st Status) pageView {
 		}
 	}
 	v.LatencySVG = barChart(bars, "ms")
+	v.MapSVG = worldMap(st.Map)
 	return v
+}
+
+// worldMap draws the land and the places as an inline SVG: this node in
+// red, peers in green, delegated subnets in blue, each with its label and
+// country as a tooltip.
+func worldMap(places []Place) template.HTML {
+	var b strings.Builder
+	b.WriteString(`<svg viewBox="0 0 360 180" width="720" height="360" role="img" aria-label="world map" id="map">`)
+	b.WriteString(`<rect width="360" height="180" fill="#eef4fa"/><path fill="#d9d9d9" stroke="#bbb" stroke-width="0.2" d="`)
+	b.WriteString(worldmap.Land())
+	b.WriteString(`"/>`)
+	style := map[string]string{"self": `r="3" fill="#c33"`, "peer": `r="2" fill="#2a6"`, "subnet": `r="1.6" fill="#36c" fill-opacity="0.7"`}
+	for _, kind := range []string{"subnet", "peer", "self"} { // this node on top
+		for _, p := range places {
+			if p.Kind == kind {
+				fmt.Fprintf(&b, `<circle class="place-%s" cx="%.1f" cy="%.1f" %s><title>%s (%s)</title></circle>`,
+					kind, p.X, p.Y, style[kind], template.HTMLEscapeString(p.Label), template.HTMLEscapeString(p.Country))
+			}
+		}
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
 }
 
 type bar struct {
@@ -432,6 +460,9 @@ table{border-collapse:collapse} td,th{padding:.2em .8em .2em 0;text-align:left;v
 </div>
 <h2>Crawling now</h2>
 {{if .Crawl.Crawling}}<p id="crawling">{{range $i, $h := .Crawl.Crawling}}{{if $i}}, {{end}}<code>{{$h}}</code>{{end}}</p>{{else}}<p class="muted" id="crawling">no page being fetched</p>{{end}}
+<h2>Where its subnets and peers are</h2>
+{{.MapSVG}}
+<p class="muted"><span style="color:#c33">●</span> this node · <span style="color:#2a6">●</span> peers · <span style="color:#36c">●</span> servers of its delegated subnets; each at its address's registry country. Land: Natural Earth (public domain); country positions from <a href="https://db-ip.com">IP Geolocation by DB-IP</a> (CC BY 4.0).</p>
 <h2>Crawl rate</h2>
 {{.RateSVG}}
 <h2>Latency to the subnets this node crawls</h2>

@@ -37,8 +37,12 @@ func sampleStatus() Status {
 			{Range: "127.3.0.0/24", Org: "No probe yet", RTTms: -1},
 		},
 		Warnings: []string{"outbox 90 % full"},
-		Adopted:  6,
-		Trust:    Trust{ClaimsRejected: 3, Barred: []string{"12D3KooWLiar"}, TakenBack: map[string]int64{"orphaned": 5, "convicted": 2, "withheld": 4}},
+		Map: []Place{{Kind: "self", Label: "this node", Country: "CY", X: 213.4, Y: 54.8},
+			{Kind: "peer", Label: "12D3KooWPeer", Country: "DE", X: 188.8, Y: 39.9},
+			{Kind: "subnet", Label: "127.1.2.0/24", Country: "US", X: 97.1, Y: 50},
+			{Kind: "subnet", Label: "127.9.0.0/16", Country: "JP", X: 319.8, Y: 54.3}},
+		Adopted: 6,
+		Trust:   Trust{ClaimsRejected: 3, Barred: []string{"12D3KooWLiar"}, TakenBack: map[string]int64{"orphaned": 5, "convicted": 2, "withheld": 4}},
 	}
 	for i := 0; i < 30; i++ {
 		st.RateChart = append(st.RateChart, Point{T: t0.Add(time.Duration(i) * time.Minute), V: float64(i % 7 * 10)})
@@ -73,7 +77,7 @@ func TestDashboard(t *testing.T) {
 		`id="claims-rejected">3<`, `id="adopted">6<`, "2 convicted 5 orphaned 4 withheld", "12D3KooWLiar",
 		`id="load">12.3 %<`, "1,234 of 10,000 pages a day", `id="today">1.5 GiB<`, "of the 10 GiB daily cap",
 		"<code>docs.example.net:8080</code>, <code>www.example.org</code>", `Example Hosting Ltd <span class="muted">org:ORG-EH1-RIPE</span>`,
-		`id="rate-now">now: 10 pages a minute<`, ">29 min ago<", ">60<", ">30<"} {
+		`id="rate-now">now: 10 pages a minute<`, `id="map"`, `<circle class="place-self" cx="213.4" cy="54.8"`, "<title>12D3KooWPeer (DE)</title>", ">29 min ago<", ">60<", ">30<"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("page lacks %q", want)
 		}
@@ -194,6 +198,21 @@ func TestDashboardInChromium(t *testing.T) {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the browser shows no %q", want)
 		}
+	}
+	// The map shows one dot per place of the API, of its kind, over the land.
+	for _, kind := range []string{"self", "peer", "subnet"} {
+		want := 0
+		for _, p := range st.Map {
+			if p.Kind == kind {
+				want++
+			}
+		}
+		if got := strings.Count(dom, `class="place-`+kind+`"`); got != want {
+			t.Errorf("the map shows %d %s dots, the API lists %d", got, kind, want)
+		}
+	}
+	if !regexp.MustCompile(`<path fill="#d9d9d9"[^>]* d="M[0-9]`).MatchString(dom) {
+		t.Error("the map has no land")
 	}
 	if n := strings.Count(dom, "<tr>"); n != len(st.Subnets)+1 {
 		t.Errorf("subnet table has %d rows, want %d", n-1, len(st.Subnets))

@@ -90,6 +90,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		}
 		return cmp.Or(cmp.Compare(a.RTTms, b.RTTms), cmp.Compare(a.Range, b.Range))
 	})
+	st.Map = places(o.Tree(), n.own, st.Conns, st.Subnets)
 	if os.Full {
 		st.Warnings = append(st.Warnings, fmt.Sprintf("outbox full (%d of %d bytes): crawling paused until indexers acknowledge", os.Bytes, os.Cap))
 	}
