@@ -63,6 +63,18 @@ type Status struct {
 	// Map are the dots of the world map: this node, its peers and its
 	// delegated subnets at their registry countries (at most 600).
 	Map []Place `json:"map"`
+	// Changes are the latest changes of the delegated subnets with their
+	// reasons, newest first (at most 64).
+	Changes []Change `json:"changes"`
+}
+
+// Change is a subnet delegated to this node, or no longer, and why.
+type Change struct {
+	At     time.Time `json:"at"`
+	Range  string    `json:"range"`
+	Gained bool      `json:"gained"`
+	Own    bool      `json:"own"` // the subnet of the node's own address
+	Reason string    `json:"reason"`
 }
 
 // Conn is one open libp2p connection.
@@ -471,6 +483,10 @@ table{border-collapse:collapse} td,th{padding:.2em .8em .2em 0;text-align:left;v
 <table id="subnet-table"><tr><th>range</th><th>organisation</th><th>RTT ms</th><th>since</th></tr>
 {{range .Subnets}}<tr><td><code>{{.Range}}</code></td><td>{{if .OrgName}}{{.OrgName}} <span class="muted">{{.Org}}</span>{{else}}{{.Org}}{{end}}</td><td>{{ms .RTTms}}</td><td>{{when .Since}}</td></tr>
 {{end}}</table>
+<h2>Changes of its subnets</h2>
+{{if .Changes}}<table id="changes"><tr><th>when</th><th>range</th><th></th><th>why</th></tr>
+{{range .Changes}}<tr><td>{{when .At}}</td><td><code>{{.Range}}</code>{{if .Own}} (own){{end}}</td><td>{{if .Gained}}gained{{else}}lost{{end}}</td><td>{{.Reason}}</td></tr>
+{{end}}</table>{{else}}<p class="muted" id="changes">none since the node started</p>{{end}}
 {{if .Audits.Convicted}}<h2>Nodes convicted by audits</h2>
 <p class="muted">Their results disagreed with other nodes' fetches of the same pages; they get no subnets of the shards this node coordinates.</p>
 <ul id="convicted">{{range .Audits.Convicted}}<li><code>{{.}}</code></li>{{end}}</ul>

@@ -37,6 +37,10 @@ func sampleStatus() Status {
 			{Range: "127.3.0.0/24", Org: "No probe yet", RTTms: -1},
 		},
 		Warnings: []string{"outbox 90 % full"},
+		Changes: []Change{
+			{At: t0.Add(time.Hour), Range: "127.1.2.0/24", Gained: true, Own: true, Reason: "the subnet of this node's address, claimed"},
+			{At: t0.Add(30 * time.Minute), Range: "127.1.2.0/24", Own: true, Reason: "its coordinator no longer lists this node's claim; claimed again"},
+		},
 		Map: []Place{{Kind: "self", Label: "this node", Country: "CY", X: 213.4, Y: 54.8},
 			{Kind: "peer", Label: "12D3KooWPeer", Country: "DE", X: 188.8, Y: 39.9},
 			{Kind: "subnet", Label: "127.1.2.0/24", Country: "US", X: 97.1, Y: 50},
@@ -214,8 +218,23 @@ func TestDashboardInChromium(t *testing.T) {
 	if !regexp.MustCompile(`<path fill="#d9d9d9"[^>]* d="M[0-9]`).MatchString(dom) {
 		t.Error("the map has no land")
 	}
-	if n := strings.Count(dom, "<tr>"); n != len(st.Subnets)+1 {
-		t.Errorf("subnet table has %d rows, want %d", n-1, len(st.Subnets))
+	tableRows := func(id string) int {
+		m := regexp.MustCompile(`(?s)<table id="` + id + `">(.*?)</table>`).FindStringSubmatch(dom)
+		if m == nil {
+			return -1
+		}
+		return strings.Count(m[1], "<tr>") - 1
+	}
+	if n := tableRows("subnet-table"); n != len(st.Subnets) {
+		t.Errorf("subnet table has %d rows, want %d", n, len(st.Subnets))
+	}
+	if n := tableRows("changes"); n != len(st.Changes) {
+		t.Errorf("changes table has %d rows, want %d", n, len(st.Changes))
+	}
+	for _, c := range st.Changes {
+		if !strings.Contains(dom, c.Reason) {
+			t.Errorf("the browser shows no %q", c.Reason)
+		}
 	}
 	run("--screenshot=" + shot)
 	if fi, err := os.Stat(shot); err != nil || fi.Size() < 1000 {

@@ -91,6 +91,10 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		return cmp.Or(cmp.Compare(a.RTTms, b.RTTms), cmp.Compare(a.Range, b.Range))
 	})
 	st.Map = places(o.Tree(), n.own, st.Conns, st.Subnets)
+	st.Changes = []Change{}
+	for _, c := range o.Changes() {
+		st.Changes = append(st.Changes, Change{At: c.At, Range: c.Subnet.String(), Gained: c.Gained, Own: c.Own, Reason: c.Reason})
+	}
 	if os.Full {
 		st.Warnings = append(st.Warnings, fmt.Sprintf("outbox full (%d of %d bytes): crawling paused until indexers acknowledge", os.Bytes, os.Cap))
 	}

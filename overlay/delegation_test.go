@@ -97,6 +97,24 @@ func TestOwnSubnetClaim(t *testing.T) {
 		late := r.nodeWith(home, nil, nil, OwnAddress(home), slow)
 		joinSwarm(t, []*node{nodes[0], late})
 		eventually(t, 30*time.Second, func() error { return owns(late, home) })
+		// Both say what changed and why: the late node gained its own
+		// subnet, node 1 lost the one it was delegated.
+		homeRange := tree.Range(tree.SmallestNonUnary(home))
+		changed := func(nd *node, gained, own bool, reason string) error {
+			for _, c := range nd.o.Changes() {
+				if c.Subnet == homeRange && c.Gained == gained && c.Own == own && c.Reason == reason {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s: no change of %s (gained %v, own %v: %q) in %+v", nd.addr, homeRange, gained, own, reason, nd.o.Changes())
+		}
+		if err := changed(late, true, true, reasonOwnClaimed); err != nil {
+			t.Error(err)
+		}
+		if err := changed(nodes[1], true, false, reasonDelegated); err != nil {
+			t.Error(err)
+		}
+		eventually(t, 30*time.Second, func() error { return changed(nodes[1], false, false, reasonLost) })
 
 		// A second node in an own-claimed subnet does not take it over.
 		twin := netip.MustParseAddr("127.1.1.2") // node 1 is 127.1.1.1

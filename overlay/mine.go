@@ -36,6 +36,9 @@ func (o *Overlay) noteAssigned(sr *pb.SignedRecord) {
 	if fresh {
 		o.own(d, part)
 	}
+	if !had {
+		o.changes.add(SubnetChange{At: time.Now(), Subnet: d.Subnet, Gained: true, Own: d.Own, Reason: gainedReason(d)})
+	}
 	_, known := o.mine[key]
 	o.mine[key] = ref
 	o.mu.Unlock()
@@ -179,6 +182,11 @@ func (o *Overlay) heartbeat(ctx context.Context, ref shardRef, capacity, load ui
 			o.disown(k, part)
 			dropped = append(dropped, ownedKey([]byte(k)))
 			o.cache.invalidate(d.Subnet)
+			why := reasonLost
+			if d.Own {
+				why = reasonOwnLost
+			}
+			o.changes.add(SubnetChange{At: time.Now(), Subnet: d.Subnet, Own: d.Own, Reason: why})
 			if d.Own {
 				// The coordinator does not know our claim (a takeover
 				// that missed it, or a reassignment): claim it again.

@@ -66,6 +66,7 @@ type Overlay struct {
 	mine       map[[32]byte]shardRef            // shards in which this node holds delegations
 	owned      map[string]Delegation            // subnets and parts delegated to this node, by range key
 	ownedIn    map[[32]byte]map[string]struct{} // owned's range keys by the key of their shard (heartbeats)
+	changes    changeLog                        // the latest changes of owned, for operators
 	ownedParts int                              // parts in owned
 	wonRTT     map[string]time.Duration         // owned subnets' winning probe, as their coordinator stored it
 	askQ       chan Delegation                  // dropped subnets to ask about again (askAgainLoop)
