@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -147,11 +148,34 @@ func DefaultConfig() Config {
 	}
 }
 
-func defaultDataDir() string {
-	if d, err := os.UserConfigDir(); err == nil {
-		return d + "/micra"
+func defaultDataDir() string { return DefaultDataDir("node") }
+
+// DefaultDataDir is where a role ("node" or "indexer") keeps its data by
+// default: micra/ROLE under $XDG_DATA_HOME (~/.local/share), the same
+// layout for both (identity.key and db/ inside). A node set up when its
+// default was the user's configuration folder (~/.config/micra) keeps
+// using that one while the new one does not exist.
+func DefaultDataDir(role string) string {
+	base := os.Getenv("XDG_DATA_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return filepath.Join(".micra", role)
+		}
+		base = filepath.Join(home, ".local", "share")
 	}
-	return ".micra"
+	dir := filepath.Join(base, "micra", role)
+	if role == "node" {
+		if cfg, err := os.UserConfigDir(); err == nil {
+			old := filepath.Join(cfg, "micra")
+			if _, err := os.Stat(filepath.Join(old, "identity.key")); err == nil {
+				if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+					return old
+				}
+			}
+		}
+	}
+	return dir
 }
 
 // EnvPrefix is the prefix of the environment variables that configure a

@@ -142,3 +142,28 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("wrapping day range: %v %v", ws, err)
 	}
 }
+
+// TestDefaultDataDir: node and indexer keep their data side by side under
+// the XDG data folder; a node whose data is in the old default (the
+// configuration folder) keeps it there until the new one exists.
+func TestDefaultDataDir(t *testing.T) {
+	data, cfg := t.TempDir(), t.TempDir()
+	t.Setenv("XDG_DATA_HOME", data)
+	t.Setenv("XDG_CONFIG_HOME", cfg)
+	if got := DefaultDataDir("indexer"); got != filepath.Join(data, "micra", "indexer") {
+		t.Errorf("indexer: %s", got)
+	}
+	if got := DefaultDataDir("node"); got != filepath.Join(data, "micra", "node") {
+		t.Errorf("node: %s", got)
+	}
+	old := filepath.Join(cfg, "micra")
+	os.MkdirAll(old, 0o700)
+	os.WriteFile(filepath.Join(old, "identity.key"), []byte("k"), 0o600)
+	if got := DefaultDataDir("node"); got != old {
+		t.Errorf("node with data in the old default: %s", got)
+	}
+	os.MkdirAll(filepath.Join(data, "micra", "node"), 0o700)
+	if got := DefaultDataDir("node"); got != filepath.Join(data, "micra", "node") {
+		t.Errorf("node with both: %s", got)
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -184,15 +183,7 @@ func indexerConfig(args []string, stderr io.Writer) (node.IndexerConfig, error) 
 	}, nil
 }
 
-func defaultIndexerDir() string {
-	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
-		return filepath.Join(d, "micra", "indexer")
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".local", "share", "micra", "indexer")
-	}
-	return "micra-indexer"
-}
+func defaultIndexerDir() string { return node.DefaultDataDir("indexer") }
 
 func splitList(s string) []string {
 	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
