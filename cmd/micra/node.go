@@ -34,6 +34,14 @@ the defaults, a TOML file (--config or $MICRA_CONFIG; keys as the flags
 with _ for -), MICRA_* environment variables (MICRA_CAPACITY=5000;
 lists comma-separated, windows semicolon-separated) and these flags.
 
+Resource limits (docs/volunteer.md): --bandwidth and --daily-transfer cap
+downloads (at the daily cap crawling pauses until the next day);
+--windows limits the hours; --disk-cap bounds the data directory and
+--outbox-cap the results waiting for indexers (at either cap crawling
+pauses; nothing is dropped); --workers bounds the pages fetched at once
+and the CPUs parsing them; --memory-limit is the Go heap's soft limit (a
+crawling node uses 130-170 MB in all: give a service's MemoryMax room).
+
 Flags:`
 
 // nodeFlags documents every configuration key as a flag, in the order of
