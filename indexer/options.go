@@ -141,6 +141,38 @@ func DNS(r *net.Resolver) Option {
 	}
 }
 
+// DNSServer makes the indexer resolve hosts with the DNS server at server
+// (as DNS does with a resolver that asks it), and name that server in its
+// errors: Go's resolver names the system's, whatever it dialled.
+func DNSServer(server netip.AddrPort) Option {
+	return func(c *config) error {
+		if !server.IsValid() {
+			return errors.New("invalid DNS server address")
+		}
+		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			d := net.Dialer{Timeout: 5 * time.Second}
+			return d.DialContext(ctx, network, server.String())
+		}}
+		resolve, lookup := results.NetResolver(r), netLookup(r)
+		name := func(err error) error {
+			var de *net.DNSError
+			if errors.As(err, &de) {
+				de.Server = server.String()
+			}
+			return err
+		}
+		c.resolve = func(ctx context.Context, host string) (netip.Addr, error) {
+			a, err := resolve(ctx, host)
+			return a, name(err)
+		}
+		c.lookupAll = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			as, err := lookup(ctx, host)
+			return as, name(err)
+		}
+		return nil
+	}
+}
+
 // Resolve sets how the indexer finds the address of a URL's host for the
 // crawl requests it submits and its audits (default: IP literals as they
 // are, names through the system resolver).

@@ -139,11 +139,7 @@ func indexerConfig(args []string, stderr io.Writer) (node.IndexerConfig, error) 
 		if err != nil {
 			return none, fmt.Errorf("%w: --dns %q: %v", errUsage, *dns, err)
 		}
-		opts = append(opts, indexer.DNS(&net.Resolver{PreferGo: true,
-			Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-				d := net.Dialer{Timeout: 5 * time.Second}
-				return d.DialContext(ctx, network, server.String())
-			}}))
+		opts = append(opts, indexer.DNSServer(server))
 	}
 	if *take != "" {
 		var ss []int
