@@ -19,7 +19,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 )
 
-// Addresses of the egress test (issue 9, scenario 8). The attacker's web
+// Addresses of the egress test (RELIABILITY.md scenario 8). The attacker's web
 // server sits in attackerNet, the only special-purpose range the crawler
 // is allowed (as the emulated Internet's sites are); the target stands
 // for the volunteer's own machine, a LAN device or a metadata service.
@@ -105,7 +105,7 @@ func listenPair(t *testing.T) (attacker, target net.Listener) {
 	return nil, nil
 }
 
-// TestEgressHostile (issue 9, scenario 8): with the egress guard on, a
+// TestEgressHostile (RELIABILITY.md scenario 8): with the egress guard on, a
 // crawler allowed only the attacker's range is sent at the target by
 // links, redirects (one hop and chains, robots.txt included), hostile DNS
 // answers (the target, the target beside an allowed address, IPv4-mapped,

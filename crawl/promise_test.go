@@ -13,7 +13,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
-// TestPromise (issue 18): the crawler takes the requests of a host only
+// TestPromise: the crawler takes the requests of a host only
 // while those queued ahead of them can be fetched within the horizon at
 // half the pace its Crawl-delay allows, and one sender's only while it
 // holds less than three quarters of that (a newcomer may take one beyond,

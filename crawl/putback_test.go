@@ -9,7 +9,7 @@ import (
 // fetched must wake the dispatcher, which sleeps until the lease expires
 // (or revisitPoll) when every queued request is leased. Before the fix a
 // new host's first page waited up to 30 s in a quiet crawl (found by
-// TestEgressHostile, issue 9).
+// TestEgressHostile).
 func TestPutBackWakes(t *testing.T) {
 	f, err := openFrontier(openMemDB(t), 1000, time.Minute, 1, nil)
 	if err != nil {

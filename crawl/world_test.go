@@ -65,7 +65,7 @@ func TestCrawlWorld(t *testing.T) {
 	p := worldtest.Params(7, 40, 3)
 	p.Hostile = 10 // one site of each hostile kind
 	if os.Getenv("MICRA_LONG") != "" {
-		// Scenario 5 of issue 9 at scale: half the sites hostile, each
+		// RELIABILITY.md scenario 5 at scale: half the sites hostile, each
 		// kind ten times.
 		p = worldtest.Params(7, 200, 3)
 		p.Hostile = 100

@@ -26,7 +26,7 @@ import (
 	"github.com/micra-net/micra/results/pb"
 )
 
-// Audits of the records an indexer stores (issue 9, scenario 7). After a
+// Audits of the records an indexer stores (RELIABILITY.md scenario 7). After a
 // batch is stored, a sample of its records — chosen by a keyed hash the
 // nodes cannot predict, AuditShare of them, every record of a node with a
 // disagreement on record — is sent with the whole signed batch as evidence

@@ -62,7 +62,7 @@ func mustAuditor(t testing.TB) *auditor {
 	return a
 }
 
-// TestAuditStateSurvivesRestart (issue 18): an indexer's disputed records
+// TestAuditStateSurvivesRestart: an indexer's disputed records
 // outlive a restart on the same badger directory. After seven records of
 // a node disagreed (five kept, the bound) and another node was flagged,
 // the indexer is closed and reopened: the node's next audit carries the

@@ -9,7 +9,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 )
 
-// Busy nodes (issue 18). A node that will not take a crawl request now
+// Busy nodes. A node that will not take a crawl request now
 // (results.ErrNotTaken) may be refusing, or busy: its queue for the host
 // is full (crawl.Crawler.Promise), which an indexer that seeds many pages
 // of one host, or of one slow host, makes honestly. A busy node keeps

@@ -20,7 +20,7 @@ import (
 	"github.com/micra-net/micra/results/resultstest"
 )
 
-// TestFloodedNodeKeepsItsSubnet (issue 18): a peer keeps an honest node's
+// TestFloodedNodeKeepsItsSubnet: a peer keeps an honest node's
 // room for one host full — it sends real pages of the host faster than
 // the host's delay lets the node crawl them — and sends the coordinator a
 // refused notice for each page the node would not take, hoping that the

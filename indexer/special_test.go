@@ -15,7 +15,7 @@ import (
 	"github.com/micra-net/micra/overlay"
 )
 
-// TestCrawlAPIRefusesSpecial (issue 18): `micra indexer crawl`, that is
+// TestCrawlAPIRefusesSpecial: `micra indexer crawl`, that is
 // POST /api/crawl, with seeds on each special-purpose class and one name
 // resolving to a private address: each is refused with an error naming
 // its class; none is delegated, and none is kept pending for resubmission.

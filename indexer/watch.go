@@ -16,7 +16,7 @@ import (
 	"github.com/micra-net/micra/results/pb"
 )
 
-// Watches (issue 18, results.WatchID): nodes report a sample of the links
+// Watches (results.WatchID): nodes report a sample of the links
 // they handed on to the nodes owning their subnets, each with its owner's
 // receipt. The indexer keeps a watched link as a pending request that went
 // to that owner when the receipt says (pending.go), unless it has one of

@@ -11,7 +11,7 @@ import (
 	"github.com/micra-net/micra/results"
 )
 
-// TestWatchedLinkTakesSubnetBack (issue 18): a node hands a link on to the
+// TestWatchedLinkTakesSubnetBack: a node hands a link on to the
 // node owning its subnet, which takes it (with a receipt) and never crawls
 // it; no indexer asked for the page. The finder reports the link to the
 // indexer with the receipt (a watch). When no record comes within the

@@ -14,7 +14,7 @@ import (
 	"github.com/micra-net/micra/results/resultstest"
 )
 
-// TestWatchesKept (issue 18): a link a node reports handed on, with its
+// TestWatchesKept: a link a node reports handed on, with its
 // owner's receipt, is kept as a pending request sent to the owner when
 // the receipt says, due a patience after it, and owes a withholding
 // notice with the receipt when overdue; a link already pending is left as

@@ -17,7 +17,7 @@ import (
 	"github.com/micra-net/micra/results/pb"
 )
 
-// Withholding notices (issue 18). A crawl request this indexer sent to a
+// Withholding notices. A crawl request this indexer sent to a
 // node and that has had no record past the patience is reported to the
 // coordinator of the page's subnet (overlay.Withheld), naming the node it
 // went to. The coordinator notes the first notice and answers with the

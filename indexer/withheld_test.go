@@ -204,7 +204,7 @@ func TestWithheldOwed(t *testing.T) {
 	}
 }
 
-// TestRefusalsOwed (issue 18): a request the node owning its subnet would
+// TestRefusalsOwed: a request the node owning its subnet would
 // not take leaves no receipt; the indexer keeps which node refused it and
 // since when, and once that node has refused it for the patience it owes
 // a refused notice about it (no receipt), one per request. A node that

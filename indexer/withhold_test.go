@@ -58,7 +58,7 @@ func fingerprint(url string) uint64 {
 	return h.Sum64() | 1
 }
 
-// TestWithholdingNodeLosesItsSubnet (issue 18): four crawlers and an
+// TestWithholdingNodeLosesItsSubnet: four crawlers and an
 // indexer; one crawler accepts the crawl requests of its subnets and never
 // crawls them. Once a request has gone unanswered past the indexer's
 // patience, the indexer tells the subnet's coordinator, which takes the
@@ -70,7 +70,7 @@ func fingerprint(url string) uint64 {
 // back, "withheld".
 func TestWithholdingNodeLosesItsSubnet(t *testing.T) { withholding(t, false) }
 
-// TestRefusingNodeLosesItsSubnet (issue 18): as
+// TestRefusingNodeLosesItsSubnet: as
 // TestWithholdingNodeLosesItsSubnet, but the bad crawler takes none of the
 // requests of its subnets (it answers that it would not crawl them now),
 // so no receipt names it. Once it has refused a request through the

@@ -7,7 +7,7 @@ import (
 )
 
 // FuzzConfigFile feeds arbitrary bytes to the configuration file loader
-// and then to everything that interprets its values (issue 9's fuzzing
+// and then to everything that interprets its values (the fuzzing
 // inventory: config files are untrusted text a volunteer may have edited
 // by hand). Nothing may panic.
 func FuzzConfigFile(f *testing.F) {

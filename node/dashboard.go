@@ -154,7 +154,7 @@ type Audits struct {
 }
 
 // Trust counts what this node, as a coordinator, did about volunteers
-// that lie or go silent (issue 18).
+// that lie or go silent.
 type Trust struct {
 	// ClaimsRejected counts winning probes found impossible by the
 	// triangle inequality (subnet.ClaimCheck); Barred lists the nodes

@@ -39,7 +39,7 @@ import (
 // crawler's own guard lets through only under a different setting) is
 // dropped: no owner would take it.
 //
-// Watches (issue 18): the owner signs a receipt of every link it takes,
+// Watches: the owner signs a receipt of every link it takes,
 // and about one frame in watchEvery has one of its links, with its
 // receipt, reported to the indexers taking the link's result shard
 // (results.SendWatches), which hold the owner to it as to their own

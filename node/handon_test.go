@@ -138,7 +138,7 @@ func (f *fakeOwners) Invalidate(r subnet.Range) {
 // background, then go to the owner found; links for an owner that does
 // not answer wait, are not sent again within the back-off, and go once it
 // answers. Nothing is lost and nothing is sent twice. A link to an address
-// the egress policy refuses is dropped, never delegated (issue 18).
+// the egress policy refuses is dropped, never delegated.
 func TestHandOn(t *testing.T) {
 	tree := p2ptest.Tree(t)
 	p2ptest.Bubble(t, func(t *testing.T) {
@@ -336,7 +336,7 @@ func signAll(reqs []crawl.Request) []results.Receipt {
 	return rs
 }
 
-// TestHandOnWatches (issue 18): a link handed on to its owner is reported,
+// TestHandOnWatches: a link handed on to its owner is reported,
 // with the owner's receipt, to the indexers of its shard about one frame
 // in watchEvery; the owner's receipts come with every frame, so it cannot
 // tell which; a frame without receipts has none watched, and watches
@@ -383,7 +383,7 @@ func TestHandOnWatches(t *testing.T) {
 	})
 }
 
-// TestHandOnNotTaken (issue 18): a link its owner did not take now (an
+// TestHandOnNotTaken: a link its owner did not take now (an
 // empty receipt: it would not crawl it in time) stays in the outgoing
 // store and is handed on in a later pass; only links taken are watched.
 func TestHandOnNotTaken(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 )
 
-// TestPromiseJudges (issue 18): a crawl request the crawler would not take
+// TestPromiseJudges: a crawl request the crawler would not take
 // within the horizon is taken with half the horizon more when it comes
 // alone from a judge of its subnet (the coordinator of a refused notice),
 // and only then: not from another peer, not in a frame of several, not

@@ -29,7 +29,7 @@ func (intranet) LookupNetIP(ctx context.Context, _, host string) ([]netip.Addr, 
 	return []netip.Addr{a}, err
 }
 
-// TestNodeRefusesSpecial (issue 18): a volunteer's node (the default
+// TestNodeRefusesSpecial: a volunteer's node (the default
 // configuration: allow_private_networks off) refuses seeds (Submit) and
 // peers' crawl requests whose host is a special-purpose address, the name
 // localhost, or for seeds a name resolving to one, each with an error

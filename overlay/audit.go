@@ -21,7 +21,7 @@ import (
 	"github.com/micra-net/micra/subnet"
 )
 
-// Audits of volunteers' results (issue 9, scenario 7).
+// Audits of volunteers' results (RELIABILITY.md scenario 7).
 //
 // Indexers sample the records they store and send each sampled record, with
 // its author's signed batch as evidence, to the coordinator of the record's
@@ -46,7 +46,7 @@ import (
 // itself (the author's signature, its own auditors' fetches); a coordinator
 // is trusted for its shard, as for every delegation.
 //
-// No node judges itself (issue 18). A coordinator asked about its own
+// No node judges itself. A coordinator asked about its own
 // record recuses itself (ErrRecused), and the asker (Audit) takes no
 // verdict about a node from that node, whatever it answers: it sends the
 // audit, marked deputy, to the peer nearest the shard key after the

@@ -31,7 +31,7 @@ func auditOpts(ref Refetcher) []Option {
 		Audits(AuditConfig{MinDisagreements: 2, MinHosts: 2, Ratio: 0.5})}
 }
 
-// TestAuditSelfCoordinator (issue 18, no node judges itself): a fabricator
+// TestAuditSelfCoordinator (no node judges itself): a fabricator
 // that coordinates the shard of its subnet, and whose overlay answers
 // every audit of itself with "agree, not convicted", is judged by its
 // deputy, the next peer nearest the shard key, and convicted there: the
@@ -146,7 +146,7 @@ func TestAuditSelfCoordinator(t *testing.T) {
 	})
 }
 
-// TestAuditSelfCoordinatorGivesUp (issue 18, no node judges itself): a
+// TestAuditSelfCoordinatorGivesUp (no node judges itself): a
 // fabricator whose crawler alters pages but whose overlay is micra's
 // coordinates the shard of its subnet. Its deputy convicts it and tells
 // it; it gives its subnet away ("convicted") and leaves itself out of the
@@ -207,7 +207,7 @@ func TestAuditSelfCoordinatorGivesUp(t *testing.T) {
 	})
 }
 
-// TestAuditPlaces (issue 18, Sybil limits): auditors from one /24 count as
+// TestAuditPlaces (Sybil limits): auditors from one /24 count as
 // one place. Two lying auditors of one /24, ranked first by their stored
 // probes, cannot confirm each other's disagreement with an honest node's
 // records, and cannot clear a fabricator of their /24 by agreeing with it:

@@ -22,7 +22,7 @@ import (
 // stored probe results, to the blocks it belongs to (see blocksOf), as it
 // sends it to the organisation's shard. A search then learns a level in one
 // request, and the guided search predicts from the probes of neighbouring
-// shards ("sharing probe results across shards", issue 5).
+// shards ("sharing probe results across shards").
 const (
 	maxBlockEntries = 8192 // decisions a block shard indexes; later new subnets are refused
 	maxBlockReply   = 128  // entries one BLOCK_ENTRIES answer carries, nearest first

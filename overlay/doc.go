@@ -15,7 +15,7 @@
 // is SHA-256 over a domain tag, the snapshot id and the anchor range (or the
 // organisation key); its coordinator is the live peer closest to the key in
 // Kademlia's XOR metric. The coordinator is the single writer of the shard:
-// it runs the delegation procedure (a Delegator, issue 5) once per subnet
+// it runs the delegation procedure (a Delegator) once per subnet
 // however many nodes ask, signs the decision, stores it in badger with the
 // shard's epoch and replicates it to the next closest peers (Replication,
 // default 3) before answering. A peer that becomes closest claims the shard

@@ -85,7 +85,7 @@ func hostileExchange(ctx context.Context, h host.Host, to peer.ID, id protocol.I
 	return &m, nil
 }
 
-// TestHostilePeer (issue 9, scenario 6): a peer that runs no overlay of
+// TestHostilePeer (RELIABILITY.md scenario 6): a peer that runs no overlay of
 // its own sends, to the nodes of a small honest swarm, oversize,
 // malformed, unknown-type and other-version frames on every protocol;
 // floods probe and forward requests; forges and replays delegation

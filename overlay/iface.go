@@ -62,7 +62,7 @@ type DelegateRequest struct {
 // IsPart reports whether the request is for a part (Part is set).
 func (r DelegateRequest) IsPart() bool { return r.Part.Start.IsValid() }
 
-// Delegator runs the delegation procedure (the IPMicra search, issue 5) for
+// Delegator runs the delegation procedure (the IPMicra search) for
 // one subnet on the coordinator of its shard and returns the chosen node.
 // The coordinator guarantees that calls for one subnet never overlap, stores
 // and replicates the decision, and tells the chosen node. Delegate must be

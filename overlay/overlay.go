@@ -546,7 +546,7 @@ func (o *Overlay) Host() host.Host { return o.h }
 // DHT returns the Kademlia DHT.
 func (o *Overlay) DHT() *dht.IpfsDHT { return o.dht }
 
-// PubSub returns the GossipSub router (issue 7 joins sharded result topics
+// PubSub returns the GossipSub router (results joins sharded result topics
 // through it).
 func (o *Overlay) PubSub() *pubsub.PubSub { return o.ps }
 

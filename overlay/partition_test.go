@@ -73,7 +73,7 @@ func newGatedNode(r *rig, a netip.Addr, part *partition, group int) *node {
 	return r.nodeWith(a, sk, gater{id, part})
 }
 
-// TestPartitionHeals splits a swarm in two (issue 9, scenario 4): each
+// TestPartitionHeals splits a swarm in two (RELIABILITY.md scenario 4): each
 // side keeps delegating, the same subnet is delegated on both sides to
 // different nodes, and the subnets of nodes on the other side are
 // orphaned. After the partition heals, every subnet decided in any phase

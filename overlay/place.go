@@ -10,7 +10,7 @@ import (
 	"github.com/micra-net/micra/subnet"
 )
 
-// Places (issue 18, Sybil limits): nodes from one /24 (IPv4) or /48
+// Places (Sybil limits): nodes from one /24 (IPv4) or /48
 // (IPv6), or one origin AS, count as one place, so that one operator's
 // nodes cannot stand as independent auditors of each other. A node's place
 // is known only from addresses proven by a handshake: this node's own
@@ -58,7 +58,7 @@ func (o *Overlay) placeOf(p peer.ID) place {
 }
 
 // PlaceKey names p's place for shares that one operator's peers should
-// have as one (issue 18, Sybil limits): "AS" and its number when an
+// have as one (Sybil limits): "AS" and its number when an
 // address of p's direct connections has an origin AS in the snapshot's
 // IP-to-ASN ranges (the smallest), else its /24 or /48 (the smallest), and
 // "" when p's place is unknown (no direct connection: relayed, or not
@@ -104,7 +104,7 @@ func asnOf(t *subnet.Tree, a netip.Addr) uint32 {
 }
 
 // shareByPlace makes the nodes of one known place (place.same: one /24 or
-// /48, or one AS) one node for load balancing (issue 18, Sybil limits):
+// /48, or one AS) one node for load balancing (Sybil limits):
 // each shows the place's greatest declared capacity and the sum of its
 // nodes' loads, so that an operator running many nodes in one place holds
 // no more delegations there than its largest node could. Nodes whose place

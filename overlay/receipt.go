@@ -9,7 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// Receipts of crawl requests (issue 18). A node that takes a crawl request
+// Receipts of crawl requests. A node that takes a crawl request
 // signs a receipt for it: its link and when it took it, with the node's
 // own key. The sender keeps it; a withholding notice (Withheld) carries
 // it, and the coordinator judges a notice only on a receipt the holder

@@ -38,7 +38,7 @@ func (p *countingProber) Probe(ctx context.Context, url string) (time.Duration, 
 // URL alone.
 var publicAddr = netip.MustParseAddr("93.184.216.34")
 
-// TestSpecialPurposeRefused (issue 18): for each special-purpose class, a
+// TestSpecialPurposeRefused: for each special-purpose class, a
 // node with the default policy refuses a peer's DELEGATE, SPLIT and
 // RESOLVE of such an address (or of a URL on it), and a PROBE and a FORWARD
 // of a URL on it, with FORBIDDEN and a message naming the class; the peer
@@ -179,7 +179,7 @@ func (d *probeOne) Delegate(ctx context.Context, req DelegateRequest, env Delega
 	return req.From, nil
 }
 
-// TestSpecialProbeNotStored (issue 18): a node asked to probe a URL whose
+// TestSpecialProbeNotStored: a node asked to probe a URL whose
 // name its prober's egress guard resolves to a special-purpose address
 // answers FORBIDDEN, not a failed probe, and the coordinator stores no
 // probe result; nothing is delegated.
@@ -208,7 +208,7 @@ func TestSpecialProbeNotStored(t *testing.T) {
 	})
 }
 
-// TestEmulatedInternetAllowed (issue 18): with private networks allowed
+// TestEmulatedInternetAllowed: with private networks allowed
 // (node's allow_private_networks), the emulated Internet's loopback
 // addresses are delegated, resolved and probed as before.
 func TestEmulatedInternetAllowed(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 	"github.com/micra-net/micra/subnet"
 )
 
-// swarmSize is 20 by default, the least issue 4 asks of these tests, and
+// swarmSize is 20 by default, the least these tests are meant for, and
 // 50 with MICRA_LONG=1; 10 under the race detector (see race_on_test.go)
 // and with -short.
 func swarmSize() int {

@@ -16,7 +16,7 @@ import (
 	"github.com/micra-net/micra/subnet"
 )
 
-// Withholding (issue 18). A node that holds a subnet but produces no
+// Withholding. A node that holds a subnet but produces no
 // records for it keeps the pages of its sites out of the index as surely as
 // one that dies, while answering heartbeats. The indexers see it: a crawl
 // request they submitted stays unanswered past their patience. The indexer

@@ -20,7 +20,7 @@ import (
 	"github.com/micra-net/micra/subnet"
 )
 
-// TestWithholdingJudged (issue 18, withholding): a notice that a node left
+// TestWithholdingJudged (withholding): a notice that a node left
 // a crawl request unanswered is noted; the same notice after the grace,
 // the page fetched by an auditor of another place, takes the subnet back
 // ("withheld") and keeps the node out of it in the replicated shard state.
@@ -212,7 +212,7 @@ func mustShard(t *testing.T, nd *node, ref shardRef) *shard {
 	return sh
 }
 
-// TestWithheldNoteSurvivesTakeover (issue 18, withholding): the grace of a
+// TestWithheldNoteSurvivesTakeover (withholding): the grace of a
 // withholding notice runs from its first noting, also when the coordinator
 // that noted it is gone by the second notice: the replica taking the shard
 // over finds the note in the shard's state and judges at once rather than
@@ -253,7 +253,7 @@ func TestWithheldNoteSurvivesTakeover(t *testing.T) {
 	})
 }
 
-// TestWithholdingCoordinatorGivesUp (issue 18, no node judges itself): a
+// TestWithholdingCoordinatorGivesUp (no node judges itself): a
 // node that holds a subnet of the shard it coordinates and leaves a crawl
 // request unanswered is judged by its deputy; told the deputy's verdict,
 // its coordinator code takes the subnet back from itself and keeps itself
@@ -424,7 +424,7 @@ func withheldPB(t *testing.T, coord *node, a netip.Addr, u string, h *node) *pb.
 }
 
 // TestWithheldNeedsReceipt: a withholding notice is judged only on the
-// holder's receipt of the request (issue 18: a notice is evidence, not a
+// holder's receipt of the request (a notice is evidence, not a
 // peer's word): one without a receipt, with another node's, with the
 // receipt of another page or with its time changed is refused and notes
 // nothing; and a receipt younger than the grace is not noted yet, so the
@@ -484,7 +484,7 @@ func TestWithheldNeedsReceipt(t *testing.T) {
 	})
 }
 
-// TestRefusedJudged (issue 18): a node that will not take a crawl request
+// TestRefusedJudged: a node that will not take a crawl request
 // leaves no receipt; a refused notice has the coordinator send it the
 // request itself. Taken: TAKEN, with the holder's receipt, and a refusal
 // noted before is over. Refused: noted at once, and judged after the

@@ -9,7 +9,7 @@ import (
 )
 
 // FuzzDecodeCrawl feeds arbitrary bytes to the decoder of /micra/crawl
-// frames (issue 9's fuzzing inventory): it must not panic, and whatever
+// frames (the fuzzing inventory): it must not panic, and whatever
 // it accepts must satisfy the protocol's bounds.
 func FuzzDecodeCrawl(f *testing.F) {
 	good, _ := proto.Marshal(&pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL,

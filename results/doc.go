@@ -53,7 +53,7 @@
 // which hands them to the crawler. CrawlID is the one URL-delivery
 // protocol: nothing sends the overlay's older ForwardID any more.
 //
-// Receipts (issue 18): Submit asks the owner for a receipt of each request
+// Receipts: Submit asks the owner for a receipt of each request
 // it takes, the owner's signature of the link and the time it took it
 // (overlay.SignReceipt), and a frame whose receipts are missing, not the
 // owner's, of other links or dated more than ten minutes off the sender's
@@ -68,7 +68,7 @@
 // their result shards (SendWatches, WatchID; ServeWatches is the
 // indexer's handler), which keep them as their own crawl requests.
 //
-// Special-purpose addresses are refused where they enter (issue 18): Submit
+// Special-purpose addresses are refused where they enter: Submit
 // refuses a seed whose host is one (an IP literal, or localhost) or
 // resolves to one, under the overlay's egress policy, before any
 // delegation; ServeCrawlRequests refuses a frame with a request whose host

@@ -18,7 +18,7 @@ import (
 	"github.com/micra-net/micra/results/resultstest"
 )
 
-// TestCrawlReceipts (issue 18): a node that takes crawl requests signs a
+// TestCrawlReceipts: a node that takes crawl requests signs a
 // receipt of each when the sender asks, and the sender keeps only
 // receipts that are the node's signatures of the requests' links at a
 // time near its own clock: none missing, none another node's, none of
@@ -148,7 +148,7 @@ func FuzzCheckReceipts(f *testing.F) {
 	})
 }
 
-// TestPromisedReceipts (issue 18): a node with a Promises handler signs
+// TestPromisedReceipts: a node with a Promises handler signs
 // for the requests it takes and answers an empty receipt for the others,
 // which the sender sees as not taken; a frame that asks for no receipts
 // goes to the CrawlHandler whole. An answer whose Accepted count differs

@@ -37,7 +37,7 @@ func (s *crawlSink) taken() int {
 	return len(s.reqs)
 }
 
-// TestCrawlRequestsRefuseSpecial (issue 18): a node refuses a peer's crawl
+// TestCrawlRequestsRefuseSpecial: a node refuses a peer's crawl
 // request frame holding a request for a special-purpose host, for each
 // class, with an error naming the class; nothing of the frame reaches its
 // crawler. With private networks allowed the emulated Internet's loopback
@@ -65,7 +65,7 @@ func TestCrawlRequestsRefuseSpecial(t *testing.T) {
 	})
 }
 
-// TestSubmitRefusesSpecial (issue 18): Submit refuses each seed whose host
+// TestSubmitRefusesSpecial: Submit refuses each seed whose host
 // is a special-purpose address, the name localhost, or a name that
 // resolves to a special-purpose address, naming the class, before any
 // delegation: nothing is resolved in the overlay, delegated or queued, and

@@ -16,7 +16,7 @@ import (
 	"github.com/micra-net/micra/results/pb"
 )
 
-// Watches (issue 18). A node hands the links it finds in other nodes'
+// Watches. A node hands the links it finds in other nodes'
 // subnets on to their owners (SendCrawl); an owner that takes them and
 // never crawls them withholds as surely as one that leaves an indexer's
 // crawl request unanswered, but no indexer sent them. So the node asks the

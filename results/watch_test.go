@@ -18,7 +18,7 @@ import (
 	"github.com/micra-net/micra/results/resultstest"
 )
 
-// TestWatches (issue 18): a node that handed links on with receipts
+// TestWatches: a node that handed links on with receipts
 // (SendCrawlReceipts) reports them to an indexer (SendWatches), which
 // gets each link, its owner and the owner's receipt; a watch whose receipt
 // is not the owner's signature of its link at its time, or is older than

@@ -69,7 +69,7 @@ func fullTree(tb testing.TB) (*Tree, []byte) {
 }
 
 // BenchmarkBuildFull parses all the real data (gzip included) and builds the
-// tree. Goal (issue 2): ≤ 5 s on one core.
+// tree. Goal: ≤ 5 s on one core.
 func BenchmarkBuildFull(b *testing.B) {
 	dataDir(b)
 	var ranges int
@@ -109,7 +109,7 @@ func benchLookup(b *testing.B, is4 bool, f func(*Tree, netip.Addr) ID) {
 	}
 }
 
-// Goal (issue 2): ≤ 500 ns per lookup.
+// Goal: ≤ 500 ns per lookup.
 func BenchmarkLookupIPv4(b *testing.B) { benchLookup(b, true, (*Tree).Lookup) }
 func BenchmarkLookupIPv6(b *testing.B) { benchLookup(b, false, (*Tree).Lookup) }
 func BenchmarkSmallestNonUnaryIPv4(b *testing.B) {
@@ -117,7 +117,7 @@ func BenchmarkSmallestNonUnaryIPv4(b *testing.B) {
 }
 
 // BenchmarkSnapshotLoad decodes the full snapshot and reports the heap it
-// retains per range. Goal (issue 2): ≤ 150 bytes per range.
+// retains per range. Goal: ≤ 150 bytes per range.
 func BenchmarkSnapshotLoad(b *testing.B) {
 	_, snap := fullTree(b)
 	b.SetBytes(int64(len(snap)))

@@ -61,7 +61,7 @@ func (f fabricator) Results(ctx context.Context, b crawl.Batch) error {
 	return f.Sink.Results(ctx, nb)
 }
 
-// TestAuditsConvictFabricator (issue 9, scenario 7): five volunteers crawl
+// TestAuditsConvictFabricator (RELIABILITY.md scenario 7): five volunteers crawl
 // an emulated Internet and one of them, the one delegated the most sites,
 // fabricates every record once the sites are delegated. The
 // indexer has records audited by the nodes nearest to their subnets after

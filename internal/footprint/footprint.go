@@ -40,7 +40,7 @@ import (
 	"github.com/micra-net/micra/subnet"
 )
 
-// Goals of a volunteer's footprint (issue 17): idle at most 1 % of one core
+// Goals of a volunteer's footprint: idle at most 1 % of one core
 // and 80 MB resident; crawling at the bandwidth cap at most 150 MB.
 const (
 	goalIdleCPU  = 1.0 // % of one core, mean over the idle phase

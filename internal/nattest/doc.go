@@ -1,4 +1,4 @@
-// Package nattest holds micra's NAT traversal test (issue 17): volunteer
+// Package nattest holds micra's NAT traversal test: volunteer
 // nodes behind NATs, for real. Each node runs as its own "micra node"
 // process inside Linux network namespaces: a public bootstrap node that
 // relays and an indexer in a hosting namespace, the emulated Internet's web

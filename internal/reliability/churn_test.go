@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// TestChurn is scenario 1 of issue 9: 8 node processes (20 with
+// TestChurn is RELIABILITY.md scenario 1: 8 node processes (20 with
 // MICRA_LONG=1) crawl a world; 20 % of them are killed with SIGKILL at
 // once, mid-crawl. Every subnet they held must be re-delegated to a live
 // node within the liveness timeout + 30 s. Then half of them start again

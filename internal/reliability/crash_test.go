@@ -10,7 +10,7 @@ import (
 	"github.com/micra-net/micra/node"
 )
 
-// TestCrashRestart is scenario 2 of issue 9: one node killed with SIGKILL
+// TestCrashRestart is RELIABILITY.md scenario 2: one node killed with SIGKILL
 // while it crawls and writes (frontier, batches, delegations), and started
 // again on the same data directory, 4 times (50 with MICRA_LONG=1). After
 // each kill its database must open, and after each restart it must have

@@ -1,5 +1,5 @@
 // Package reliability holds micra's process-level reliability tests
-// (issue 9): volunteer nodes run as separate "micra node" processes
+// (RELIABILITY.md): volunteer nodes run as separate "micra node" processes
 // against an emulated Internet served by the test, with an indexer in the
 // test process, and are killed with SIGKILL, restarted from their data
 // directories, joined by new ones, or left without an indexer; the tests

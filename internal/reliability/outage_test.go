@@ -10,7 +10,7 @@ import (
 	"github.com/micra-net/micra/node"
 )
 
-// TestIndexerOutage is scenario 3 of issue 9: the only indexer goes down
+// TestIndexerOutage is RELIABILITY.md scenario 3: the only indexer goes down
 // for 15 s (90 s with MICRA_LONG=1) while three nodes crawl, one of them
 // with a small outbox cap, and comes back on the same database and
 // address. During the outage the capped node's outbox fills and its
