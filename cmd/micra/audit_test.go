@@ -204,6 +204,19 @@ func TestAuditsConvictFabricator(t *testing.T) {
 	}
 	bad[fab].Store(true)
 	t.Logf("node %d, delegated %d sites (%d in shards others coordinate), fabricates from now on", fab, len(fabSites), judged[fabID])
+	// Its sites are crawled again, each page making a record whether it
+	// changed or not: the crawl of the seeds may have ended before the
+	// node turned bad (on a loaded machine the delegations above take
+	// longer than the crawl), and its fabrications must reach the indexer.
+	var again []crawl.Request
+	for _, s := range w.Sites() {
+		if _, ok := fabSites[s.Name]; ok && s.Hostile == world.NotHostile && !s.Flaky {
+			again = append(again, crawl.Request{Link: run.URL(s), Depth: 1, Record: true})
+		}
+	}
+	if res, err := ns[0].Submit(ctx, again...); err != nil || len(res.Failed) > 0 {
+		t.Fatalf("submitting the fabricator's %d sites again: %+v, %v", len(again), res, err)
+	}
 	audits := func() map[peer.ID]indexer.NodeAudits {
 		m := map[peer.ID]indexer.NodeAudits{}
 		for _, na := range ri.Indexer().Audited() {
