@@ -26,7 +26,7 @@ func applySettings(fs *flag.FlagSet, file string, environ []string, envPrefix st
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var keys []string
 	fs.VisitAll(func(f *flag.Flag) {
-		if !strings.ContainsAny(f.Name, "_") && len(f.Name) > 1 && !slices.Contains(skip, f.Name) {
+		if len(f.Name) > 1 && !slices.Contains(skip, f.Name) { // not -v and the like
 			keys = append(keys, strings.ReplaceAll(f.Name, "-", "_"))
 		}
 	})
