@@ -14,6 +14,10 @@ const MaxTitleBytes = parse.MaxTitle
 // and keep a stem cache worth reusing.
 var analyzers = sync.Pool{New: func() any { return textproc.NewBuilder() }}
 
+// HasTerms reports whether Stems(text, k) gives any term, for any k > 0,
+// at a fraction of its cost. Safe for concurrent use.
+func HasTerms(text string) bool { return textproc.HasTerms(text) }
+
 // Stems returns the distinct terms of text as the crawler makes a page's
 // keywords (its tokeniser, English stop words, Snowball stemmer, length
 // bounds, identifiers joined), the most frequent first, at most k. An

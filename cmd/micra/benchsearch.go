@@ -29,6 +29,7 @@ func benchSearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	reference := fs.Bool("reference", true, "run PostgreSQL's full-text search over the full pages beside micra (needs postgresql-15)")
 	addr := fs.String("addr", "127.0.0.1:0", "loopback `ADDRESS` to serve each site on")
 	asJSON := fs.Bool("json", false, "print the reports as one JSON object")
+	writeMisses := fs.String("write-misses", "", "write each query an engine ranked no relevant page of in its first 10 to `FILE` as JSON Lines, with the engine and the first three hits")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -87,10 +88,19 @@ func benchSearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 	}
+	var misses io.Writer
+	if *writeMisses != "" {
+		f, err := os.Create(*writeMisses)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		misses = f
+	}
 	var reports []*searcheval.Report
 	for _, dir := range dirs {
 		rep, err := searcheval.Run(ctx, searcheval.Config{Corpus: dir, Judgments: js, MaxQueries: *maxQueries,
-			Keywords: *keywords, Reference: *reference, Addr: *addr, Log: stderr})
+			Keywords: *keywords, Reference: *reference, Addr: *addr, Log: stderr, Misses: misses})
 		if errors.Is(err, searcheval.ErrNoReference) {
 			return fmt.Errorf("%w (or --reference=false for micra alone)", err)
 		}

@@ -88,6 +88,15 @@ func TestSearchCommand(t *testing.T) {
 	if code, out, _ = runCmd(t, "search", "--api", srv.URL, "ferries", "zanzibar"); code != 0 || !strings.Contains(out, "no page has all of these words") || !strings.Contains(out, "has ferries") {
 		t.Fatalf("partial: exit %d %s", code, out)
 	}
+	// A word no page has, split into two that pages have, said so.
+	if code, out, _ = runCmd(t, "search", "--api", srv.URL, "sailingboats"); code != 0 || !strings.Contains(out, `no page has "sailingboats": searched as "sailing boats"`) || !strings.Contains(out, "1 results") {
+		t.Fatalf("split: exit %d %s", code, out)
+	}
+	// Words the crawler drops are searched as written, in titles and
+	// anchors (none here has "the").
+	if code, out, _ = runCmd(t, "search", "--api", srv.URL, "the"); code != 0 || !strings.Contains(out, `0 results for "the"`) {
+		t.Fatalf("a stop word: exit %d %s", code, out)
+	}
 	// Structured data: typed queries, alone and with words.
 	for _, q := range [][]string{{"type:Event"}, {"type:schema:Event", "ferries"}, {"name=parade"}} {
 		code, out, errs := runCmd(t, append([]string{"search", "--api", srv.URL}, q...)...)
@@ -106,7 +115,7 @@ func TestSearchCommand(t *testing.T) {
 	}{
 		{"no query", []string{"search", "--api", srv.URL}, 2, "needs a QUERY"},
 		{"bad api", []string{"search", "--api", "ftp://x", "q"}, 2, "not an http(s) URL"},
-		{"stop words only", []string{"search", "--api", srv.URL, "the"}, 1, "400 Bad Request"},
+		{"no word", []string{"search", "--api", srv.URL, "!!"}, 1, "400 Bad Request"},
 		{"unknown prefix", []string{"search", "--api", srv.URL, "type:foo:Bar"}, 1, `unknown prefix "foo"`},
 		{"unreachable", []string{"search", "--api", "http://127.0.0.1:1", "q"}, 1, "connection refused"},
 	} {

@@ -52,13 +52,17 @@ Flags:`, stderr)
 		return err
 	}
 	var res struct {
-		Query     string  `json:"query"`
-		Total     int     `json:"total"`
-		Estimated bool    `json:"estimated"`
-		Partial   bool    `json:"partial"`
-		Offset    int     `json:"offset"`
-		TookMS    float64 `json:"took_ms"`
-		Hits      []struct {
+		Query     string `json:"query"`
+		Total     int    `json:"total"`
+		Estimated bool   `json:"estimated"`
+		Partial   bool   `json:"partial"`
+		Split     []struct {
+			Word string   `json:"word"`
+			As   []string `json:"as"`
+		} `json:"split"`
+		Offset int     `json:"offset"`
+		TookMS float64 `json:"took_ms"`
+		Hits   []struct {
 			URL     string   `json:"url"`
 			Title   string   `json:"title"`
 			Type    string   `json:"type"`
@@ -75,6 +79,9 @@ Flags:`, stderr)
 		about = "about "
 	}
 	fmt.Fprintf(stdout, "%s%d results for %q (%.1f ms)\n", about, res.Total, res.Query, res.TookMS)
+	for _, s := range res.Split {
+		fmt.Fprintf(stdout, "no page has %q: searched as %q\n", s.Word, strings.Join(s.As, " "))
+	}
 	if res.Partial {
 		fmt.Fprintln(stdout, "no page has all of these words: these have some of them, those with the most first")
 	}

@@ -23,7 +23,8 @@ import (
 // Each page P keeps the count of the other live pages that link to it
 // with each anchor term (/index/a/<id>: anchorCounts). One linking page
 // counts once per term, however many of its links to P carry it. The
-// anchorTop heaviest terms count for P: they are merged into P's
+// anchorTop heaviest stems and anchorTopVerbatim heaviest verbatim terms
+// (verbatim.go) count for P: they are merged into P's
 // postings with the weight anchorWeight(count), beside the weight of P's
 // own record (posting.Anchor; a term only anchors give has own weight 0).
 // When a record is stored, replaced or removed, the counts of the pages
@@ -38,7 +39,10 @@ const (
 	maxAnchorLinks = 200 // links of one record whose anchors count
 	maxAnchorWords = 8   // terms of one anchor
 	maxAnchorTerms = 256 // distinct anchor terms counted for one page
-	anchorTop      = 32  // of them, those merged into the page's postings
+	anchorTop      = 32  // of them, the stems merged into the page's postings
+	// anchorTopVerbatim is how many verbatim terms (verbatim.go) are
+	// merged beside them.
+	anchorTopVerbatim = 8
 	// anchorUnit is the weight of a term that one page's links give: a
 	// quarter of a page's heaviest keyword, growing with the log of the
 	// linking pages (1 + ln n), at most 65535.
@@ -55,8 +59,9 @@ func anchorWeight(n uint32) uint16 {
 	return uint16(min(65535, math.Round(anchorUnit*(1+math.Log(float64(n))))))
 }
 
-// top returns the weights of the anchorTop terms with the most linking
-// pages (ties by term).
+// top returns the weights of the anchorTop stems and the
+// anchorTopVerbatim verbatim terms with the most linking pages (ties by
+// term): verbatim terms, stop words among them, take no stem's place.
 func (a anchorCounts) top() map[string]uint16 {
 	if len(a) == 0 {
 		return nil
@@ -66,8 +71,17 @@ func (a anchorCounts) top() map[string]uint16 {
 		terms = append(terms, t)
 	}
 	slices.SortFunc(terms, func(x, y string) int { return cmp.Or(cmp.Compare(a[y], a[x]), strings.Compare(x, y)) })
-	out := make(map[string]uint16, min(len(terms), anchorTop))
-	for _, t := range terms[:min(len(terms), anchorTop)] {
+	out := make(map[string]uint16, min(len(terms), anchorTop+anchorTopVerbatim))
+	stems, verbatim := 0, 0
+	for _, t := range terms {
+		switch {
+		case isVerbatim(t) && verbatim < anchorTopVerbatim:
+			verbatim++
+		case !isVerbatim(t) && stems < anchorTop:
+			stems++
+		default:
+			continue
+		}
 		out[t] = anchorWeight(a[t])
 	}
 	return out
@@ -115,7 +129,7 @@ func decodeAnchorCounts(b []byte) (anchorCounts, error) {
 	for i := range n {
 		t := d.str(maxTermBytes)
 		c := d.uvarint()
-		if d.err == nil && (!validTerm(t) || (i > 0 && t <= prev) || c == 0 || c > math.MaxUint32) {
+		if d.err == nil && (!validAnchorTerm(t) || (i > 0 && t <= prev) || c == 0 || c > math.MaxUint32) {
 			d.fail("anchor term %q count %d", t, c)
 		}
 		if d.err != nil {
@@ -152,14 +166,15 @@ func getAnchorCounts(txn *badger.Txn, id docID) (anchorCounts, error) {
 
 // anchorsOf returns the terms a record's links give the pages they point
 // to: per page, the set of terms of the anchors of the first
-// maxAnchorLinks links (maxAnchorWords each), links to the record's own
-// page left out. nil for a removed record.
+// maxAnchorLinks links (maxAnchorWords stems and as many verbatim terms
+// each), links to the record's own page left out. nil for a removed record.
 func anchorsOf(r *crawl.Record) map[docID]map[string]bool {
 	if r == nil || r.Change == crawl.ChangeGone {
 		return nil
 	}
 	self, final := idOf(r.URL), idOf(r.FinalURL)
 	var out map[docID]map[string]bool
+	terms := map[string][]string{} // of each anchor text: pages repeat theirs
 	for _, l := range r.Links[:min(len(r.Links), maxAnchorLinks)] {
 		if l.Anchor == "" || validURL(l.URL) != nil {
 			continue
@@ -168,8 +183,13 @@ func anchorsOf(r *crawl.Record) map[docID]map[string]bool {
 		if id == self || id == final {
 			continue
 		}
-		for _, t := range crawl.Stems(l.Anchor, maxAnchorWords) {
-			if !validTerm(t) {
+		ts, ok := terms[l.Anchor]
+		if !ok {
+			ts = slices.Concat(crawl.Stems(l.Anchor, maxAnchorWords), verbatims(l.Anchor, maxAnchorWords))
+			terms[l.Anchor] = ts
+		}
+		for _, t := range ts {
+			if !validAnchorTerm(t) {
 				continue
 			}
 			if out == nil {
@@ -183,6 +203,10 @@ func anchorsOf(r *crawl.Record) map[docID]map[string]bool {
 	}
 	return out
 }
+
+// validAnchorTerm reports whether t can be an anchor term: a stem or a
+// verbatim term.
+func validAnchorTerm(t string) bool { return validTerm(t) || validVerbatim(t) }
 
 // withAnchors returns own (sorted by term) with the page's anchor weights
 // merged in: a sorted list of every term the page has.

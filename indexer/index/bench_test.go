@@ -66,12 +66,30 @@ func ingest(b *testing.B, x *Index, recs []crawl.Record) {
 // registered; with impact lists for the terms of 1024 pages or more (the
 // default), and without any, side by side.
 func BenchmarkPut(b *testing.B) {
-	b.Run("impact", func(b *testing.B) { benchPut(b, defaultImpactMin) })
-	b.Run("none", func(b *testing.B) { benchPut(b, math.MaxInt) })
+	b.Run("impact", func(b *testing.B) { benchPut(b, defaultImpactMin, false) })
+	b.Run("none", func(b *testing.B) { benchPut(b, math.MaxInt, false) })
+	b.Run("manual-anchors", func(b *testing.B) { benchPut(b, defaultImpactMin, true) })
 }
 
-func benchPut(b *testing.B, impactMin int) {
+// manualAnchors are link texts of real manuals (Django, Python): words the
+// crawler's analysis keeps and words it drops (verbatim terms).
+var manualAnchors = []string{"HttpRequest.GET", "the if tag", "Request and response objects", "django-admin and manage.py",
+	"QuerySet API reference", "-v", "Model field reference", "Next", "Previous", "Table of contents", "Index", "Module index",
+	"the for loop", "os.path.join", "How to write a custom template tag", "What is new in 3.11", "Built-in functions",
+	"the print() function", "str.split()", "re — Regular expressions"}
+
+// benchPut stores b.N synthetic records; with manual, their titles and
+// anchors are manualAnchors.
+func benchPut(b *testing.B, impactMin int, manual bool) {
 	recs := benchRecords(b.N, 1)
+	if manual {
+		for i := range recs {
+			recs[i].Title = manualAnchors[i%len(manualAnchors)] + " and the " + recs[i].Title
+			for j := range recs[i].Links {
+				recs[i].Links[j].Anchor = manualAnchors[(i+j)%len(manualAnchors)]
+			}
+		}
+	}
 	x := newTestIndex(b, benchDB(b), withImpactMin(impactMin))
 	if _, err := x.PutProfile(b.Context(), Profile{Name: "p", Keywords: []ProfileKeyword{{"wbx", 1}, {"wcx", 2}, {"wdex", 3}}}); err != nil {
 		b.Fatal(err)

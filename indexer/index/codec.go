@@ -278,7 +278,7 @@ func decodePostingValue(b []byte) (w uint16, flags uint8, anchor uint16, err err
 // maxPostings bounds the postings of one stored record: keywords, the
 // stems of the title and of the host name, and the hidden terms of its
 // statements.
-const maxPostings = ceilKeywords + maxTitleTerms + maxHostTerms + maxStructTerms
+const maxPostings = ceilKeywords + maxTitleTerms + maxTitleVerbatims + maxHostTerms + maxStructTerms
 
 // stored is the value under /index/r/: the postings the record was indexed
 // under, so that replacing it removes exactly those, followed by the record.

@@ -63,8 +63,12 @@
 // for them). An all-words query that no page matches whole, without
 // statement conditions, is answered with the pages that have some of its
 // words, each score scaled by the square of the share of the words the page
-// has, and says so (Results.Partial). There are no phrases: records hold no
-// positions. AND queries are evaluated by a
+// has, and says so (Results.Partial). A query word no page has is split in
+// two words pages have when it can be ("noaliases" searches "aliases",
+// split.go; Results.Split). A query whose words all drop out of the
+// pipeline ("if", "GET", "-v", "\d") searches them as written among the
+// verbatim terms of titles and anchors (schema 5, verbatim.go). There are
+// no phrases: records hold no positions. AND queries are evaluated by a
 // leapfrog join driven by the rarest term, OR queries by a merge of all
 // lists, exclusions by seeks; Results.Total is exact unless MaxScan stopped
 // the query, when it is extrapolated from the share of the id space read.

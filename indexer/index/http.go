@@ -157,19 +157,25 @@ func toJSONHit(h *Hit) jsonHit {
 }
 
 type jsonResults struct {
-	Query     string    `json:"query"`
-	Terms     []string  `json:"terms"`
-	Excluded  []string  `json:"excluded"`
-	Words     []string  `json:"words"`
-	Without   []string  `json:"without"`
-	Mode      string    `json:"mode"`
-	Total     int       `json:"total"`
-	Estimated bool      `json:"estimated"`
-	Partial   bool      `json:"partial"` // no page has all the words: hits have some of them
-	Offset    int       `json:"offset"`
-	Limit     int       `json:"limit"`
-	TookMS    float64   `json:"took_ms"`
-	Hits      []jsonHit `json:"hits"`
+	Query     string      `json:"query"`
+	Terms     []string    `json:"terms"`
+	Excluded  []string    `json:"excluded"`
+	Words     []string    `json:"words"`
+	Without   []string    `json:"without"`
+	Mode      string      `json:"mode"`
+	Total     int         `json:"total"`
+	Estimated bool        `json:"estimated"`
+	Partial   bool        `json:"partial"`         // no page has all the words: hits have some of them
+	Split     []jsonSplit `json:"split,omitempty"` // words no page has, searched as two words
+	Offset    int         `json:"offset"`
+	Limit     int         `json:"limit"`
+	TookMS    float64     `json:"took_ms"`
+	Hits      []jsonHit   `json:"hits"`
+}
+
+type jsonSplit struct {
+	Word string   `json:"word"`
+	As   []string `json:"as"`
 }
 
 // queryFrom reads a search request's parameters.
@@ -218,6 +224,9 @@ func (x *server) serveSearch(w http.ResponseWriter, r *http.Request) {
 		TookMS: float64(time.Since(start).Microseconds()) / 1000, Hits: make([]jsonHit, len(res.Hits))}
 	if res.Any {
 		j.Mode = "any"
+	}
+	for _, sp := range res.Split {
+		j.Split = append(j.Split, jsonSplit(sp))
 	}
 	if j.Excluded == nil {
 		j.Excluded = []string{}

@@ -60,7 +60,7 @@ func TestHTTPAPI(t *testing.T) {
 		{"search exclude", "GET", "/api/search?q=cyprus+-volcano", "", 200, []string{`"excluded":["volcano"]`}},
 		{"search offset past end", "GET", "/api/search?q=cyprus&offset=50", "", 200, []string{`"hits":[]`}},
 		{"no q", "GET", "/api/search", "", 400, []string{`"error":"bad query: empty"`}},
-		{"stop words", "GET", "/api/search?q=the+of", "", 400, []string{"no searchable word"}},
+		{"no word", "GET", "/api/search?q=%21%21+%3F%3F", "", 400, []string{"no searchable word"}},
 		{"long q", "GET", "/api/search?q=" + strings.Repeat("a", 1100), "", 400, []string{"longer than 1024 bytes"}},
 		{"limit not int", "GET", "/api/search?q=cyprus&limit=ten", "", 400, []string{`limit: \"ten\" is not an integer`}},
 		{"limit zero", "GET", "/api/search?q=cyprus&limit=0", "", 400, []string{"limit: must be positive"}},
@@ -251,6 +251,17 @@ func TestHTMLPage(t *testing.T) {
 				t.Errorf("API answer lacks %s: %s", good, js)
 			}
 		}
+		// A word no page has, split into two that pages have, said so.
+		_, js = do(t, "GET", srv.URL+"/api/search?q=CyprusVolcanoes", "")
+		for _, good := range []string{`"split":[{"word":"cyprusvolcanoes","as":["cyprus","volcanoes"]}]`, `"words":["cyprus","volcanoes"]`, `"total":1`} {
+			if !strings.Contains(js, good) {
+				t.Errorf("API answer lacks %s: %s", good, js)
+			}
+		}
+		_, body = do(t, "GET", srv.URL+"/?q=CyprusVolcanoes", "")
+		if !strings.Contains(body, "No page has <b>cyprusvolcanoes</b>: searched as <b>cyprus volcanoes</b>.") {
+			t.Errorf("page does not say how it searched:\n%s", body)
+		}
 		// No page has both words: the pages with one, said so.
 		_, js = do(t, "GET", srv.URL+"/api/search?q=Volcanoes+Zanzibar", "")
 		for _, good := range []string{`"partial":true`, `"matched":["volcanoes"]`} {
@@ -267,7 +278,7 @@ func TestHTMLPage(t *testing.T) {
 		}
 	})
 	t.Run("bad query", func(t *testing.T) {
-		resp, body := do(t, "GET", srv.URL+"/?q=the+of", "")
+		resp, body := do(t, "GET", srv.URL+"/?q=%21%21+%3F%3F", "")
 		if resp.StatusCode != 400 || !strings.Contains(body, `class="error"`) || !strings.Contains(body, "no searchable word") {
 			t.Fatalf("%d\n%s", resp.StatusCode, body)
 		}

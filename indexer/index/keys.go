@@ -23,7 +23,8 @@ import (
 //	                                   crawl.AppendRecord form (value: stored)
 //	/index/p/<len><t><id>              posting (value: weight u16, flags u8 [, anchor
 //	                                   weight u16 when flagged inAnchor]); <t> is a
-//	                                   keyword or stem, or a hidden term of the
+//	                                   keyword or stem, a verbatim term ("=…",
+//	                                   schema 5, verbatim.go), or a hidden term of the
 //	                                   record's statements (schema 2: "#t:…", "#p:…",
 //	                                   "#h:…", see structured.go)
 //	/index/t/<t>                       document frequency of a term, and whether it has
@@ -49,10 +50,11 @@ const KeyPrefix = "/index/"
 // records' statements as hidden terms (postings flagged inStruct, terms up
 // to 255 bytes); version 3 counts the anchors of links for the pages they
 // point to (/index/a/) and merges them into their postings (inAnchor);
-// version 4 keeps impact lists of frequent terms (/index/i/).
+// version 4 keeps impact lists of frequent terms (/index/i/); version 5
+// indexes the verbatim terms of titles and anchors (verbatim.go).
 // New migrates older indexes (migrate.go). Binaries that read an older
 // version only refuse a newer one (ErrSchema) instead of misreading it.
-const schemaVersion = 4
+const schemaVersion = 5
 
 const idLen = 16
 

@@ -39,21 +39,91 @@ func (x *Index) migrate(from uint64) error {
 		}
 		x.log.Info("index schema migrated", "from", max(from, 3), "to", 4, "impact lists", n)
 	}
+	if from < 5 {
+		n, err := x.migrate4to5()
+		if err != nil {
+			return fmt.Errorf("migrating the index from schema 4 to 5: %w", err)
+		}
+		x.log.Info("index schema migrated", "from", max(from, 4), "to", 5, "pages", n)
+	}
 	return x.db.Update(func(txn *badger.Txn) error { return txn.Set(keySchema, encodeUvarint(schemaVersion)) })
 }
 
-// keyMigrate3 holds the record key migrate2to3 goes on from: it commits
-// it with each transaction's changes, so that a migration a crash
-// interrupted resumes where it stopped instead of counting anchors twice.
-var keyMigrate3 = []byte(KeyPrefix + "meta/migrate3")
+// keyMigrate3 and keyMigrate5 hold the record key migrate2to3 and
+// migrate4to5 go on from (migrateRecords).
+var (
+	keyMigrate3 = []byte(KeyPrefix + "meta/migrate3")
+	keyMigrate5 = []byte(KeyPrefix + "meta/migrate5")
+)
 
 // migrate2to3 counts the anchors of every stored record's links for the
 // pages they point to, and merges them into the postings of those that
-// are live (anchors.go). It returns the records read.
+// are live (anchors.go): the anchors of schema 3, stems alone
+// (migrate4to5 adds the verbatim terms). It returns the records read.
 func (x *Index) migrate2to3() (int, error) {
+	return x.migrateRecords(keyMigrate3, func(w *wtxn, id docID) error {
+		_, r, err := storedRecord(w.txn, id)
+		if err != nil {
+			return err
+		}
+		return x.updateAnchors(w, nil, stemAnchors(anchorsOf(&r)))
+	})
+}
+
+// migrate4to5 adds the verbatim terms (verbatim.go) of every stored record:
+// those of its title to its own postings, those of its links' anchors to
+// the counts of the pages they point to. It returns the records read.
+func (x *Index) migrate4to5() (int, error) {
+	return x.migrateRecords(keyMigrate5, func(w *wtxn, id docID) error {
+		s, r, err := storedRecord(w.txn, id)
+		if err != nil {
+			return err
+		}
+		own := indexTerms(&r)
+		a, err := getAnchorCounts(w.txn, id)
+		if err != nil {
+			return err
+		}
+		top := a.top()
+		if err := x.updatePostings(w, id, withAnchors(s.Postings, top), withAnchors(own, top)); err != nil {
+			return err
+		}
+		if err := w.set(recordKey(id), (&stored{Postings: own, Record: s.Record}).encode()); err != nil {
+			return err
+		}
+		if err := x.annotate(w, id, s.Postings, own); err != nil {
+			return err
+		}
+		all := anchorsOf(&r)
+		return x.updateAnchors(w, stemAnchors(all), all)
+	})
+}
+
+// stemAnchors is a's terms without the verbatim ones.
+func stemAnchors(a map[docID]map[string]bool) map[docID]map[string]bool {
+	out := make(map[docID]map[string]bool, len(a))
+	for id, ts := range a {
+		for t := range ts {
+			if isVerbatim(t) {
+				continue
+			}
+			if out[id] == nil {
+				out[id] = make(map[string]bool)
+			}
+			out[id][t] = true
+		}
+	}
+	return out
+}
+
+// migrateRecords calls f on every stored record, in transactions of many,
+// committing with each the record key it goes on from under cursor, so
+// that a migration a crash interrupted resumes where it stopped instead
+// of applying f twice to a record. It returns the records read.
+func (x *Index) migrateRecords(cursor []byte, f func(w *wtxn, id docID) error) (int, error) {
 	from := bytes.Clone(prefixRecord)
 	err := x.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(keyMigrate3)
+		item, err := txn.Get(cursor)
 		if err == badger.ErrKeyNotFound {
 			return nil
 		}
@@ -74,18 +144,13 @@ func (x *Index) migrate2to3() (int, error) {
 		}
 		w := x.newWtxn()
 		for i, id := range ids {
-			_, r, err := storedRecord(w.txn, id)
-			if err != nil {
-				w.txn.Discard()
-				return n, err
-			}
-			if err := x.updateAnchors(w, nil, anchorsOf(&r)); err != nil {
+			if err := f(w, id); err != nil {
 				w.txn.Discard()
 				return n, err
 			}
 			n++
 			if x.full(w) && i+1 < len(ids) {
-				if err := w.set(keyMigrate3, recordKey(ids[i+1])); err != nil {
+				if err := w.set(cursor, recordKey(ids[i+1])); err != nil {
 					w.txn.Discard()
 					return n, err
 				}
@@ -96,9 +161,9 @@ func (x *Index) migrate2to3() (int, error) {
 			}
 		}
 		if next != nil {
-			err = w.set(keyMigrate3, next)
+			err = w.set(cursor, next)
 		} else {
-			err = w.del(keyMigrate3)
+			err = w.del(cursor)
 		}
 		if err != nil {
 			w.txn.Discard()

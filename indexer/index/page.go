@@ -82,6 +82,9 @@ footer{color:#777;font-size:.8rem;padding:1rem 1.5rem;border-top:1px solid #eee}
 {{- end}}
 {{- with .Results}}
 <p class="meta">{{if .Estimated}}About {{end}}{{.Total}} result{{if ne .Total 1}}s{{end}}{{if .Words}} for <b>{{join .Words}}</b>{{end}}{{if .Without}} without <b>{{join .Without}}</b>{{end}}{{if $.Took}} ({{$.Took}}){{end}}</p>
+{{- with .Split}}
+<p class="meta">No page has {{range $i, $s := .}}{{if $i}}, {{end}}<b>{{$s.Word}}</b>{{end}}: searched as {{range $i, $s := .}}{{if $i}}, {{end}}<b>{{join $s.As}}</b>{{end}}.</p>
+{{- end}}
 {{- if .Partial}}
 <p class="meta">No page has all of these words: these pages have some of them, those with the most first.</p>
 {{- end}}
@@ -105,7 +108,7 @@ footer{color:#777;font-size:.8rem;padding:1rem 1.5rem;border-top:1px solid #eee}
 <nav>{{if $.Prev}}<a href="{{$.Prev}}">← Previous</a>{{end}}{{if $.Next}}<a href="{{$.Next}}">Next →</a>{{end}}</nav>
 {{- end}}
 </main>
-<footer>{{.Docs}} pages indexed · searches use the crawler's stemming: “running” finds “run”; stop words are ignored; “-word” excludes; structured data: “type:Recipe”, “author=alice”, “schema:price=10”</footer>
+<footer>{{.Docs}} pages indexed · searches use the crawler's stemming: “running” finds “run”; stop words are ignored unless they are all a query has (“if”, “GET”, “-v” are then looked up in titles and links); “-word” excludes; structured data: “type:Recipe”, “author=alice”, “schema:price=10”</footer>
 </body>
 </html>
 `))

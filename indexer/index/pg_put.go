@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -128,9 +129,10 @@ func (p *Postgres) putTx(ctx context.Context, tx pgx.Tx, src Source, ps []*prepa
 	if err := pgLoadPages(ctx, tx, ids, states); err != nil {
 		return c, 0, err
 	}
-	initial := make(map[int64]pgState, len(states))
+	initial := make(map[int64]*pgState, len(states))
 	for id, s := range states {
-		initial[id] = *s
+		snap := *s
+		initial[id] = &snap
 	}
 	// Versions, in delivery order.
 	var applied []pgApplied
@@ -195,6 +197,17 @@ func (p *Postgres) putTx(ctx context.Context, tx pgx.Tx, src Source, ps []*prepa
 		applied = append(applied, a)
 	}
 	c.LastIngest = src.Received
+	if err := pgApply(ctx, tx, states, initial, applied, profiles, &c); err != nil {
+		return c, 0, err
+	}
+	return c, len(profiles), pgWriteCounts(ctx, tx, c)
+}
+
+// pgApply writes what applied records changed: the anchor counts of the
+// pages they link to (loading those pages), and for every page of states
+// the difference between its initial state and its state now (rows,
+// postings, profile matches), counted in c.
+func pgApply(ctx context.Context, tx pgx.Tx, states, initial map[int64]*pgState, applied []pgApplied, profiles []*profileState, c *counts) error {
 	// Anchor counts of the records' pages and of the pages they link to.
 	var more []int64
 	for _, a := range applied {
@@ -208,19 +221,18 @@ func (p *Postgres) putTx(ctx context.Context, tx pgx.Tx, src Source, ps []*prepa
 		}
 	}
 	if err := pgLoadPages(ctx, tx, more, states); err != nil {
-		return c, 0, err
+		return err
 	}
 	for _, id := range more {
-		initial[id] = *states[id]
+		snap := *states[id]
+		initial[id] = &snap
 	}
 	all := slices.Sorted(maps.Keys(states))
 	if err := pgLoadAnchors(ctx, tx, all, states); err != nil {
-		return c, 0, err
+		return err
 	}
 	for id, s := range states {
-		i := initial[id]
-		i.anchors = maps.Clone(s.anchors)
-		initial[id] = i
+		initial[id].anchors = maps.Clone(s.anchors)
 	}
 	for _, a := range applied {
 		pgUpdateAnchors(states, a.oldAnchors, a.newAnchors)
@@ -228,16 +240,13 @@ func (p *Postgres) putTx(ctx context.Context, tx pgx.Tx, src Source, ps []*prepa
 	w := pgWrites{df: make(map[string]int64), profileN: make(map[string]int64)}
 	for _, id := range all {
 		before, after := initial[id], states[id]
-		w.page(id, &before, after)
-		w.postings(id, before.postings(), after.postings(), &c)
+		w.page(id, before, after)
+		w.postings(id, before.postings(), after.postings(), c)
 		if after.changed && (before.live() || after.live()) { // its own postings may have changed
-			w.matches(id, profiles, before.own, after.own, &c)
+			w.matches(id, profiles, before.own, after.own, c)
 		}
 	}
-	if err := w.flush(ctx, tx, &c); err != nil {
-		return c, 0, err
-	}
-	return c, len(profiles), pgWriteCounts(ctx, tx, c)
+	return w.flush(ctx, tx, c)
 }
 
 // pgUpdateAnchors is Index.updateAnchors on the pages in memory: the
@@ -302,4 +311,66 @@ func pgLoadAnchors(ctx context.Context, tx pgx.Tx, ids []int64, states map[int64
 		states[id].anchors[t] = uint32(n)
 	}
 	return rows.Err()
+}
+
+// pgMigrateBatch is how many pages pgAddVerbatims reads at once.
+const pgMigrateBatch = 512
+
+// pgAddVerbatims adds the verbatim terms (verbatim.go) of every stored
+// record, as Index.migrate4to5 does: those of its title to its own
+// postings, those of its links' anchors to the counts of the pages they
+// point to. It runs in the schema's migration transaction, so a crash
+// leaves the schema as it was and the next start migrates again.
+func pgAddVerbatims(ctx context.Context, tx pgx.Tx, p *Postgres) error {
+	c, err := pgReadCounts(ctx, tx)
+	if err != nil {
+		return err
+	}
+	profiles, err := pgLoadProfiles(ctx, tx, p.cfg)
+	if err != nil {
+		return err
+	}
+	var after int64 = math.MinInt64
+	for {
+		rows, err := tx.Query(ctx, `SELECT id FROM micra.pages WHERE NOT gone AND id > $1 ORDER BY id LIMIT $2`, after, pgMigrateBatch)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			break
+		}
+		after = ids[len(ids)-1]
+		states := make(map[int64]*pgState, len(ids))
+		for _, id := range ids {
+			states[id] = &pgState{}
+		}
+		if err := pgLoadPages(ctx, tx, ids, states); err != nil {
+			return err
+		}
+		initial := make(map[int64]*pgState, len(states))
+		for id, s := range states {
+			snap := *s
+			initial[id] = &snap
+		}
+		applied := make([]pgApplied, 0, len(ids))
+		for _, id := range ids {
+			s := states[id]
+			r, err := crawl.DecodeRecord(s.rec)
+			if err != nil {
+				return fmt.Errorf("%w: record of %s: %v", ErrCorruptValue, s.m.URL, err)
+			}
+			all := anchorsOf(&r)
+			applied = append(applied, pgApplied{oldAnchors: stemAnchors(all), newAnchors: all})
+			s.own, s.changed = indexTerms(&r), true
+			s.head = crawl.Record{FinalURL: r.FinalURL, Title: r.Title, Lang: r.Lang}
+		}
+		if err := pgApply(ctx, tx, states, initial, applied, profiles, &c); err != nil {
+			return err
+		}
+	}
+	return pgWriteCounts(ctx, tx, c)
 }

@@ -36,11 +36,18 @@ import (
 
 // pgSchemaVersion is the version this micra writes; pgMigrations[i]
 // takes a schema from version i to i+1 (0: none yet).
-const pgSchemaVersion = 1
+const pgSchemaVersion = 2
 
-var pgMigrations = []string{
+// pgMigration takes a schema from one version to the next: its SQL, then
+// what SQL cannot derive.
+type pgMigration struct {
+	sql string
+	run func(ctx context.Context, tx pgx.Tx, p *Postgres) error
+}
+
+var pgMigrations = []pgMigration{
 	// 0 → 1: the initial schema.
-	`
+	{sql: `
 CREATE SCHEMA IF NOT EXISTS micra;
 CREATE TABLE micra.schema (version integer NOT NULL);
 INSERT INTO micra.schema VALUES (0);
@@ -114,7 +121,9 @@ CREATE TABLE micra.matches (
 	PRIMARY KEY (profile, page)
 );
 CREATE INDEX matches_rank ON micra.matches (profile, relevance DESC, page);
-`,
+`},
+	// 1 → 2: the verbatim terms of titles and anchors (verbatim.go).
+	{run: pgAddVerbatims},
 }
 
 // Advisory lock keys ("micra" and a number): writers hold pgLockWrite for
@@ -154,8 +163,16 @@ func (p *Postgres) openSchema(ctx context.Context) error {
 		}
 		for ; v < pgSchemaVersion; v++ {
 			start := time.Now()
-			if _, err := tx.Exec(ctx, pgMigrations[v]); err != nil {
-				return fmt.Errorf("migrating the schema from version %d: %w", v, err)
+			m := pgMigrations[v]
+			if m.sql != "" {
+				if _, err := tx.Exec(ctx, m.sql); err != nil {
+					return fmt.Errorf("migrating the schema from version %d: %w", v, err)
+				}
+			}
+			if m.run != nil {
+				if err := m.run(ctx, tx, p); err != nil {
+					return fmt.Errorf("migrating the schema from version %d: %w", v, err)
+				}
 			}
 			if _, err := tx.Exec(ctx, `UPDATE micra.schema SET version = $1`, v+1); err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -38,6 +39,11 @@ func (p *Postgres) Search(ctx context.Context, q Query) (*Results, error) {
 	defer cancel()
 	k := q.Offset + q.Limit
 	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		pq, splits, err := splitUnknown(pq, func(ts []string) (map[string]int64, error) { return pgTermDFs(ctx, tx, ts) })
+		if err != nil {
+			return err
+		}
+		res.searchedAs(pq, splits)
 		e, err := p.newEval(ctx, tx, pq)
 		if err != nil {
 			return err
@@ -93,22 +99,8 @@ func (p *Postgres) newEval(ctx context.Context, tx pgx.Tx, pq parsedQuery) (*pgE
 	if err != nil {
 		return nil, err
 	}
-	df := make(map[string]int64)
-	rows, err := tx.Query(ctx, `SELECT term, df FROM micra.terms WHERE term = ANY($1) OR term = ANY($2)`, pq.Terms, pq.Excluded)
+	df, err := pgTermDFs(ctx, tx, slices.Concat(pq.Terms, pq.Excluded))
 	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var t string
-		var n int64
-		if err := rows.Scan(&t, &n); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		df[t] = n
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	e := &pgEval{p: p, cfg: p.cfg, docs: c.Docs, hidden: p.trust.nodes(), boost: p.cfg.titleBoost}
@@ -125,6 +117,26 @@ func (p *Postgres) newEval(ctx context.Context, tx pgx.Tx, pq parsedQuery) (*pgE
 		}
 	}
 	return e, nil
+}
+
+// pgTermDFs returns the document frequencies of the terms of ts that some
+// page has.
+func pgTermDFs(ctx context.Context, tx pgx.Tx, ts []string) (map[string]int64, error) {
+	df := make(map[string]int64)
+	rows, err := tx.Query(ctx, `SELECT term, df FROM micra.terms WHERE term = ANY($1) AND df > 0`, ts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t string
+		var n int64
+		if err := rows.Scan(&t, &n); err != nil {
+			return nil, err
+		}
+		df[t] = n
+	}
+	return df, rows.Err()
 }
 
 // run finds the k best pages with all (or with anyWord any) of the known

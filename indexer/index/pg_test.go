@@ -144,7 +144,7 @@ func compareStores(t *testing.T, x, p Store, recs []crawl.Record) {
 	}
 	vocab := vocabulary(300)
 	queries := []string{"garlic", "type:Recipe", "type:Recipe garlic", "author=alice", "author=\"alice smith\"",
-		"widget manual", "frobnicate", "garlic -soup", "nosuchword " + vocab[3], vocab[0] + " " + vocab[7] + " " + vocab[40]}
+		"widget manual", "frobnicate", "garlic -soup", "the", "GET", "-v", "if the", "nosuchword " + vocab[3], vocab[0] + " " + vocab[7] + " " + vocab[40]}
 	pairs := 40
 	if raceEnabled {
 		pairs = 8 // the race detector's slowdown; the plain run has them all

@@ -25,7 +25,10 @@ type Results struct {
 	// Partial says that no page has all of the words of an all-words
 	// query, so the hits are the pages with some of them: the more of
 	// the words a page has, the higher it ranks (Total counts them).
-	Partial   bool
+	Partial bool
+	// Split lists the query's words no page has that were searched as two
+	// words (split.go); Terms and Words are those searched.
+	Split     []Split
 	Total     int  // pages matching; an estimate when Estimated
 	Estimated bool // the scan budget stopped the query early
 	Offset    int
@@ -206,6 +209,11 @@ func (x *Index) Search(ctx context.Context, q Query) (*Results, error) {
 		return nil, err
 	}
 	err = x.db.View(func(txn *badger.Txn) error {
+		pq, splits, err := splitUnknown(pq, func(ts []string) (map[string]int64, error) { return termDFs(txn, ts) })
+		if err != nil {
+			return err
+		}
+		res.searchedAs(pq, splits)
 		top, err := x.evaluate(ctx, txn, pq, q.Any, 0, q.Offset+q.Limit, res)
 		if err != nil {
 			return err
@@ -382,6 +390,21 @@ func (x *Index) evaluate(ctx context.Context, txn *badger.Txn, pq parsedQuery, a
 		x.impactFallbacks.Add(1)
 	}
 	return x.join(ctx, txn, j, k, x.cfg.maxScan, res)
+}
+
+// termDFs returns the document frequencies of ts that some page has.
+func termDFs(txn *badger.Txn, ts []string) (map[string]int64, error) {
+	out := make(map[string]int64, len(ts))
+	for _, t := range ts {
+		st, err := getTermState(txn, t)
+		if err != nil {
+			return nil, err
+		}
+		if st.df > 0 {
+			out[t] = int64(st.df)
+		}
+	}
+	return out, nil
 }
 
 // excludedTerms returns the excluded terms of pq that some page has.

@@ -27,13 +27,19 @@ func TestParseQuery(t *testing.T) {
 		{in: "café Straße", terms: []string{"café", "straße"}},
 		{in: "", err: true},
 		{in: "   ", err: true},
-		{in: "the of and", err: true},
+		{in: "the of and", terms: []string{"=and", "=of", "=the"}}, // no word gives a stem: searched verbatim
+		{in: "GET", terms: []string{"=get"}},
+		{in: "-v", terms: []string{"=-v"}},
+		{in: "all()", terms: []string{"=all"}},
+		{in: `\d`, terms: []string{`=\d`}},
+		{in: "the volcano", terms: []string{"volcano"}}, // verbatim only when no word gives a stem
+		{in: "!!! ???", err: true},
 		{in: "-cyprus", terms: []string{"cyprus"}},              // exclusions alone are searched for
 		{in: "--add-location", terms: []string{"add", "locat"}}, // an option, not an exclusion
 		{in: "x --verbose -quiet", terms: []string{"verbos"}, ex: []string{"quiet"}},
 		{in: "cyprus -cyprus", err: true},
-		{in: "2024 42", err: true},
-		{in: "a b c", err: true},
+		{in: "2024 42", terms: []string{"=2024", "=42"}},
+		{in: "a b c", terms: []string{"=a", "=b", "=c"}},
 		{in: strings.Repeat("x", 2000), err: true},
 		{in: "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho", err: true},
 	}
@@ -59,13 +65,17 @@ func TestParseQuery(t *testing.T) {
 // searchCorpus is a small corpus with known answers.
 func searchCorpus(t *testing.T) *Index {
 	x := newTestIndex(t, nil)
-	mustPut(t, x,
+	mustPut(t, x, searchRecords()...)
+	return x
+}
+
+func searchRecords() []crawl.Record {
+	return []crawl.Record{
 		page("http://a.example/1", "Cyprus volcanoes", t0, "cyprus", 65535, "volcano", 60000, "lava", 1000),
 		page("http://b.example/2", "Greek islands", t0, "greec", 65535, "island", 50000, "cyprus", 20000),
 		page("http://c.example/3", "Lava lamps", t0, "lava", 65535, "lamp", 65535),
 		page("http://d.example/4", "Cooking", t0, "recip", 65535, "cyprus", 500, "halloumi", 40000),
-	)
-	return x
+	}
 }
 
 func TestSearch(t *testing.T) {
@@ -117,7 +127,7 @@ func TestSearch(t *testing.T) {
 func TestSearchBadRequests(t *testing.T) {
 	x := searchCorpus(t)
 	for _, q := range []Query{
-		{Text: ""}, {Text: "the"}, {Text: "x", Limit: -1}, {Text: "cyprus", Limit: 101},
+		{Text: ""}, {Text: "!!!"}, {Text: "x", Limit: -1}, {Text: "cyprus", Limit: 101},
 		{Text: "cyprus", Offset: -1}, {Text: "cyprus", Offset: 995, Limit: 10},
 	} {
 		if _, err := x.Search(t.Context(), q); !errors.Is(err, ErrBadQuery) {

@@ -192,11 +192,11 @@ func (c *config) prepare(r crawl.Record, now time.Time) prepared {
 }
 
 // indexTerms derives the postings of a valid record: its keywords with their
-// weights; the stems of its title, flagged, and added with the record's
-// lowest keyword weight when they are not keywords; likewise the stems of its
-// host name (without "www" and the top-level domain); and the hidden terms
-// of its statements, flagged, with the lowest keyword weight. The result
-// is sorted by term.
+// weights; the stems and verbatim terms (verbatim.go) of its title, flagged,
+// and added with the record's lowest keyword weight when they are not
+// keywords; likewise the stems of its host name (without "www" and the
+// top-level domain); and the hidden terms of its statements, flagged, with
+// the lowest keyword weight. The result is sorted by term.
 func indexTerms(r *crawl.Record) []posting {
 	ps := make([]posting, 0, len(r.Keywords)+8)
 	minW := uint16(65535)
@@ -214,6 +214,9 @@ func indexTerms(r *crawl.Record) []posting {
 		ps = slices.Insert(ps, i, posting{Term: t, Weight: minW, Flags: flag})
 	}
 	for _, t := range crawl.Stems(r.Title, maxTitleTerms) {
+		add(t, inTitle)
+	}
+	for _, t := range verbatims(r.Title, maxTitleVerbatims) {
 		add(t, inTitle)
 	}
 	for _, t := range hostStems(r.URL) {
@@ -283,7 +286,9 @@ func (q parsedQuery) words(terms []string) []string {
 // terms ("e-mail" gives "mail") or none (stop words). A word that is a
 // statement condition, type:TYPE or PROP=VALUE (parseTyped), gives hidden
 // terms; a negated PROP=VALUE of several words excludes pages with any of
-// them.
+// them. A query whose words give no term (stop words, one letter, numbers,
+// options) searches their verbatim terms (verbatim.go), the words as
+// written, excluding none.
 func parseQuery(text string, maxBytes, maxTerms int) (parsedQuery, error) {
 	var q parsedQuery
 	if len(text) > maxBytes {
@@ -297,11 +302,12 @@ func parseQuery(text string, maxBytes, maxTerms int) (parsedQuery, error) {
 			q.order = append(q.order, t)
 		}
 	}
-	var plus, minus []string
+	var plus, minus, verb []string
 	for _, f := range toks {
 		if f == "" {
 			continue
 		}
+		written := f
 		neg := false
 		switch {
 		case strings.HasPrefix(f, "--"):
@@ -310,12 +316,19 @@ func parseQuery(text string, maxBytes, maxTerms int) (parsedQuery, error) {
 			neg, f = true, f[1:]
 		case f[0] == '+':
 			f = f[1:]
+			written = f
 		}
 		tq, typed, err := parseTyped(f)
 		if err != nil {
 			return parsedQuery{}, err
 		}
 		if !typed {
+			for _, t := range verbatims(written, maxTerms+1) {
+				if _, ok := q.Words[t]; !ok {
+					q.Words[t] = verbatimWord(t)
+				}
+				verb = append(verb, t)
+			}
 			for _, t := range crawl.Stems(f, maxTerms+1) {
 				note(t, strings.ToLower(strings.Trim(f, `"'.,;:!?()[]{}`)))
 				if neg {
@@ -340,6 +353,16 @@ func parseQuery(text string, maxBytes, maxTerms int) (parsedQuery, error) {
 		// so they are what the query looks for.
 		plus, minus = minus, nil
 	}
+	if len(plus) == 0 {
+		// No word gives a term ("if", "GET", "-v", "\\d"): the titles and
+		// anchors that have them as written.
+		plus = verb
+		for _, t := range verb {
+			if !slices.Contains(q.order, t) {
+				q.order = append(q.order, t)
+			}
+		}
+	}
 	slices.Sort(plus)
 	slices.Sort(minus)
 	q.Terms, q.Excluded = slices.Compact(plus), slices.Compact(minus)
@@ -355,7 +378,7 @@ func parseQuery(text string, maxBytes, maxTerms int) (parsedQuery, error) {
 		if strings.TrimSpace(text) == "" {
 			return parsedQuery{}, fmt.Errorf("%w: empty", ErrBadQuery)
 		}
-		return parsedQuery{}, fmt.Errorf("%w: no searchable word (stop words, numbers and one-letter words are not indexed)", ErrBadQuery)
+		return parsedQuery{}, fmt.Errorf("%w: no searchable word", ErrBadQuery)
 	}
 	return q, nil
 }

@@ -2,9 +2,11 @@ package searcheval
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"slices"
@@ -34,6 +36,10 @@ type Config struct {
 	Addr string
 	// Log receives progress lines; nil: none.
 	Log io.Writer
+	// Misses receives, as JSON Lines, each query an engine ranked no
+	// relevant page of in its first 10 ({"engine", "query", "relevant",
+	// "hits": the first three}); nil: none.
+	Misses io.Writer
 }
 
 // Row is one engine's figures.
@@ -171,7 +177,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		name string
 		eng  engine
 	}{{EngineMicra, micraEngine{idx: c.idx}}, {EngineMicraAny, micraEngine{idx: c.idx, any: true}}} {
-		row, err := measure(ctx, e.name, e.eng, qs)
+		row, err := measure(ctx, e.name, e.eng, qs, cfg.Misses)
 		if err != nil {
 			return nil, err
 		}
@@ -195,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("the full-text reference: %w", err)
 		}
 		defer stop()
-		row, err := measure(ctx, EnginePostgres, eng, qs)
+		row, err := measure(ctx, EnginePostgres, eng, qs, cfg.Misses)
 		if err != nil {
 			return nil, err
 		}
@@ -224,7 +230,7 @@ func storesSideBySide(ctx context.Context, srv *pgserver.Server, c *crawled, qs 
 	}
 	defer closeP()
 	pgEng, emb := micraEngine{idx: p}, micraEngine{idx: c.idx}
-	row, err := measure(ctx, EngineMicraPG, pgEng, qs)
+	row, err := measure(ctx, EngineMicraPG, pgEng, qs, nil)
 	if err != nil {
 		return err
 	}
@@ -284,8 +290,8 @@ func sample(qs []query, n int) []query {
 	return out
 }
 
-// measure runs every query on e.
-func measure(ctx context.Context, name string, e engine, qs []query) (Row, error) {
+// measure runs every query on e, and writes those it misses to misses.
+func measure(ctx context.Context, name string, e engine, qs []query, misses io.Writer) (Row, error) {
 	row := Row{Engine: name}
 	lat := make([]time.Duration, 0, len(qs))
 	var s1, s10, none int
@@ -304,6 +310,7 @@ func measure(ctx context.Context, name string, e engine, qs []query) (Row, error
 		if len(hits) == 0 {
 			none++
 		}
+		found := false
 		for i, h := range hits[:min(len(hits), 10)] {
 			if q.relevant[pageKey(h)] {
 				if i == 0 {
@@ -311,7 +318,13 @@ func measure(ctx context.Context, name string, e engine, qs []query) (Row, error
 				}
 				s10++
 				rr += 1 / float64(i+1)
+				found = true
 				break
+			}
+		}
+		if !found && misses != nil {
+			if err := writeMiss(misses, name, q, hits); err != nil {
+				return row, err
 			}
 		}
 	}
@@ -321,6 +334,22 @@ func measure(ctx context.Context, name string, e engine, qs []query) (Row, error
 	row.P50 = ms(lat[len(lat)/2])
 	row.P99 = ms(lat[min(len(lat)-1, len(lat)*99/100)])
 	return row, nil
+}
+
+// writeMiss writes one line of Config.Misses.
+func writeMiss(w io.Writer, engine string, q query, hits []string) error {
+	rel := slices.Sorted(maps.Keys(q.relevant))
+	b, err := json.Marshal(struct {
+		Engine   string   `json:"engine"`
+		Query    string   `json:"query"`
+		Relevant []string `json:"relevant"`
+		Hits     []string `json:"hits"`
+	}{engine, q.text, rel, hits[:min(len(hits), 3)]})
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

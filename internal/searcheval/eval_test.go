@@ -68,7 +68,8 @@ func TestRunSite(t *testing.T) {
 // evenly spaced sample of their judgments), with the full-text reference
 // in the same run. It bounds what docs/search-quality.md reports: micra
 // finds at least as much as PostgreSQL's full-text search over the full
-// pages, ranks it at least as well, and its records stay small. The
+// pages, ranks it at least as well, at most 1 % of queries find nothing,
+// and its records stay small. The
 // corpora are Debian packages that .ci/run installs; elsewhere the test
 // skips without them.
 func TestCorpora(t *testing.T) {
@@ -97,6 +98,10 @@ func TestCorpora(t *testing.T) {
 			m, p := rep.Row(EngineMicra), rep.Row(EnginePostgres)
 			if m.MRR10 < p.MRR10 || m.Success10 < p.Success10-0.01 || m.NoResult > p.NoResult+0.01 {
 				t.Errorf("micra %+v\nbelow the reference %+v", m, p)
+			}
+			// The goal: at most 1 % of queries find nothing.
+			if m.NoResult > 0.01 {
+				t.Errorf("micra: %.1f %% of queries find nothing, over 1 %%", 100*m.NoResult)
 			}
 			if r := rep.ResultRatio(); r > 1.0/15 {
 				t.Errorf("result ratio 1/%.1f, over 1/15", 1/r)

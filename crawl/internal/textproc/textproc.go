@@ -122,6 +122,23 @@ func (b *Builder) Add(text string, f Field) {
 	})
 }
 
+// HasTerms reports whether text gives a Builder any term (Add), without
+// building: whether a word of it that is not a stop word has a stem of at
+// least minWordLen bytes.
+func HasTerms(text string) bool {
+	var scratch [64]byte
+	buf, found := scratch[:0], false
+	Tokens(text, &buf, func(word []byte) bool {
+		w := string(word)
+		if !IsStopWord(w) && len(english.Stem(w, false)) >= minWordLen {
+			found = true
+			return false
+		}
+		return true
+	})
+	return found
+}
+
 // Top returns the k heaviest terms, heaviest first, ties by term. Weights
 // grow sub-linearly with repetition (1+ln) so that keyword stuffing does not
 // drown the title.
