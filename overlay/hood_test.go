@@ -37,7 +37,7 @@ func TestHoodCovers(t *testing.T) {
 // the live peer nearest its key. The hierarchy is a generated world's, so
 // that the subnets fall in many shards.
 func TestHoodSettlesHeldShards(t *testing.T) {
-	size, subnets := 32, 120
+	size, subnets := 20, 80
 	if raceEnabled || testing.Short() {
 		size, subnets = 10, 40
 	}

@@ -47,7 +47,6 @@ type Overlay struct {
 	dht      *dht.IpfsDHT
 	reach    atomic.Int32 // network.Reachability as AutoNAT last reported it (watchReachability)
 	ps       *pubsub.PubSub
-	announce *pubsub.Topic // TopicAnnounce, read for one more release (announcetopic.go)
 	releases *pubsub.Topic
 	rel      *releaseState // the release replacing the running snapshot (release.go)
 	coord    *coordinator
@@ -242,10 +241,10 @@ func (o *Overlay) Stats() Stats {
 // New starts the overlay on h for the subnet tree (every peer must run the
 // same snapshot) with state in db under Prefix. It builds the DHT (server
 // mode, protocol prefix /micra, the routing-table diversity filter, micra's
-// record validators), GossipSub with the release topic and the deprecated
-// announcement topic (read only), registers the stream protocols, and
-// starts the maintenance, heartbeat and announcement loops. It does not
-// dial anyone: join with bootstrap.Join, then call Bootstrap. The caller keeps ownership of h and db and closes
+// record validators), GossipSub with the release topic, registers the
+// stream protocols, and starts the maintenance, heartbeat and announcement
+// loops. It does not dial anyone: join with bootstrap.Join, then call
+// Bootstrap. The caller keeps ownership of h and db and closes
 // them after Close (host first, badger last).
 func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Overlay, err error) {
 	cfg := defaultConfig()
@@ -344,12 +343,6 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 			return nil, err
 		}
 	}
-	if err := o.ps.RegisterTopicValidator(TopicAnnounce, o.validateAnnounce); err != nil {
-		return nil, err
-	}
-	if o.announce, err = o.ps.Join(TopicAnnounce); err != nil {
-		return nil, err
-	}
 	if len(cfg.releaseKeys) > 0 {
 		// Without release keys every release would be refused: the node
 		// neither joins the release topic nor looks for releases.
@@ -382,11 +375,6 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	h.SetStreamHandler(ReleaseID, o.serve(releaseSpec, o.handlers[ReleaseID]))
 	h.SetStreamHandler(AnnounceID, o.serve(announceSpec, o.handlers[AnnounceID]))
 
-	sub, err := o.announce.Subscribe(pubsub.WithBufferSize(64))
-	if err != nil {
-		return nil, err
-	}
-	o.wg.Go(func() { o.readAnnouncements(sub) })
 	if o.releases != nil {
 		rsub, err := o.releases.Subscribe(pubsub.WithBufferSize(8))
 		if err != nil {
@@ -569,9 +557,6 @@ func (o *Overlay) Close() error {
 			o.coord.stop()
 		}
 		var errs []error
-		if o.announce != nil {
-			errs = append(errs, o.ps.UnregisterTopicValidator(TopicAnnounce), o.announce.Close())
-		}
 		if o.releases != nil {
 			errs = append(errs, o.ps.UnregisterTopicValidator(TopicRelease), o.releases.Close())
 		}

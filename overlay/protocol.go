@@ -43,13 +43,6 @@ const (
 // Pubsub topics. Topics carry a version; a breaking change of a payload gets
 // a new topic.
 const (
-	// TopicAnnounce carried node announcements (pb.Announce), flooded to
-	// every node.
-	//
-	// Deprecated: nodes exchange announcements with their neighbours over
-	// AnnounceID. This build still reads the topic, for one release, so
-	// that older nodes' announcements are heard; it publishes nothing.
-	TopicAnnounce = "/micra/announce/1"
 	// TopicRelease carries signed snapshot releases (subnet.Release's
 	// encoding).
 	TopicRelease = "/micra/release/1"
