@@ -27,6 +27,9 @@ import (
 // within 8, max 13); other pages of the same site 1 % within 6 bits (5 %
 // within 8, 12 % within 10); pages of other sites none within 12.
 func TestFingerprintDistances(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a measurement of the crawl's fingerprints: the plain run has it")
+	}
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	run := worldtest.Start(t, worldtest.Params(19, 30, 2), world.TimeScale(0),

@@ -52,6 +52,7 @@ type options struct {
 	results    []results.Option
 	wrapSink   func(crawl.Sink) crawl.Sink
 	rejoin     time.Duration // first wait between rounds of rejoin dials (tests)
+	joinWait   time.Duration // first wait after a failed bootstrap dial (tests)
 }
 
 // Tree sets the subnet tree, instead of Config.Snapshot or the snapshot
@@ -459,7 +460,11 @@ func (n *Node) Join(ctx context.Context) error {
 		n.alone(ctx)
 		return nil
 	}
-	got, err := bootstrap.Join(ctx, n.h, n.h.ID(), peers, bootstrap.Logger(n.log.With("subsystem", "bootstrap")))
+	bopts := []bootstrap.Option{bootstrap.Logger(n.log.With("subsystem", "bootstrap"))}
+	if n.opt.joinWait > 0 {
+		bopts = append(bopts, bootstrap.Backoff(n.opt.joinWait, 4*n.opt.joinWait))
+	}
+	got, err := bootstrap.Join(ctx, n.h, n.h.ID(), peers, bopts...)
 	if err != nil {
 		if ctx.Err() != nil || len(known) == 0 {
 			return fmt.Errorf("joining the overlay: %w", err)

@@ -59,7 +59,7 @@ func TestRestartWithBootstrapDown(t *testing.T) {
 
 	// b comes back with its only bootstrap peer down.
 	var logB resultstest.LogBuf
-	b = testNodeWith(t, run, 1, dirB, boot, nil, node.RejoinEvery(100*time.Millisecond), node.Logger(logB.Logger()))
+	b = testNodeWith(t, run, 1, dirB, boot, nil, node.RejoinEvery(100*time.Millisecond), node.JoinWait(50*time.Millisecond), node.Logger(logB.Logger()))
 	defer b.Close()
 	if err := b.Join(ctx); err != nil {
 		t.Fatalf("restart with the bootstrap peer down: %v", err)
@@ -78,7 +78,7 @@ func TestRestartWithBootstrapDown(t *testing.T) {
 	var logA resultstest.LogBuf
 	a = testNodeWith(t, run, 0, dirA, nil, func(c *node.Config) {
 		c.Listen = []string{"/ip4/" + run.World().Nodes()[0].Addr.String() + "/tcp/" + port}
-	}, node.Logger(logA.Logger()))
+	}, node.JoinWait(50*time.Millisecond), node.Logger(logA.Logger()))
 	defer a.Close()
 	if a.ID() != idA {
 		t.Fatalf("a restarted as %s, was %s", a.ID(), idA)
@@ -115,7 +115,7 @@ func TestFreshNodeWithBootstrapDown(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b := testNode(t, run, 1, t.TempDir(), boot)
+	b := testNodeWith(t, run, 1, t.TempDir(), boot, nil, node.JoinWait(50*time.Millisecond))
 	defer b.Close()
 	err := b.Join(t.Context())
 	if err == nil || !strings.Contains(err.Error(), id.String()) {

@@ -1,0 +1,5 @@
+//go:build race
+
+package crawl_test
+
+const raceEnabled = true
