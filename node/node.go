@@ -319,7 +319,6 @@ func (n *Node) build() error {
 	oopts := []overlay.Option{
 		overlay.Egress(n.egressPolicy()),
 		overlay.WithDelegator(n.del), overlay.WithProber(overlay.ProberFunc(n.probe)),
-		overlay.WithForwardHandler(forwardHandler{n}),
 		overlay.WithLoad(n.load), overlay.BootstrapPeers(n.peers), overlay.ProbeWindows(sched, 20*time.Second),
 		// Result batches are verified (signature, sizes) before this node
 		// relays them, as indexers do.
@@ -671,21 +670,8 @@ func within(limit time.Duration, f func() error) error {
 	}
 }
 
-// forwardHandler queues URLs older nodes forward to this one with the
-// overlay's forward protocol (served for one release; nodes now send
-// crawl requests).
-type forwardHandler struct{ n *Node }
-
-func (f forwardHandler) HandleForward(ctx context.Context, from peer.ID, urls []string) error {
-	reqs := make([]crawl.Request, len(urls))
-	for i, u := range urls {
-		reqs[i] = crawl.Request{Link: u, Depth: crawl.DefaultDepth}
-	}
-	return f.n.crawlLocal(ctx, from, reqs)
-}
-
-// crawlLocal queues crawl requests (seeds, forwarded URLs) in the
-// crawler, durably.
+// crawlLocal queues crawl requests (seeds, other nodes' crawl requests)
+// in the crawler, durably.
 func (n *Node) crawlLocal(ctx context.Context, from peer.ID, reqs []crawl.Request) error {
 	return n.cr.Submit(ctx, reqs...)
 }

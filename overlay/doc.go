@@ -3,7 +3,7 @@
 // relay v2 and hole punching), the node identity (LoadIdentity), the
 // Kademlia DHT under the /micra protocol prefix with the routing-table
 // diversity filter and validators for micra's signed records, the GossipSub
-// topics, the request/response protocols (probe, coordinate, forward, ack,
+// topics, the request/response protocols (probe, coordinate, ack,
 // replicate, audit, release, announce; see protocol.go), and the sharded
 // coordination of subnet delegations.
 //
@@ -141,8 +141,8 @@
 // multicast or other special-purpose address (the IANA registries, package
 // egress), or named localhost, is never delegated nor probed: Delegate,
 // Resolve, Split, Probe and ClaimOwn refuse it before asking anyone, and a
-// coordinator refuses DELEGATE, SPLIT and RESOLVE of one, a node PROBE and
-// FORWARD of a URL on one, from peers that may not share its policy, with
+// coordinator refuses DELEGATE, SPLIT and RESOLVE of one, a node PROBE of a
+// URL on one, from peers that may not share its policy, with
 // FORBIDDEN naming the address and its registry entry (special.go). A
 // prober's refusal of a name resolving to one is FORBIDDEN too, not a
 // failed probe, so nothing is stored. The policy is the node's (Egress);

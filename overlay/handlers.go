@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -22,10 +21,6 @@ import (
 func protocolID(s string) protocol.ID { return protocol.ID(s) }
 
 func randFloat() float64 { return rand.Float64() }
-
-// forwardDedupTTL is how long a delivered forward batch id is remembered:
-// senders retry within minutes.
-const forwardDedupTTL = 24 * time.Hour
 
 func (o *Overlay) localProbe(ctx context.Context, url string) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeDeadline-time.Second)
@@ -474,61 +469,6 @@ func (o *Overlay) handleOrgQuery(ctx context.Context, from peer.ID, req *pb.Mess
 		return true
 	})
 	return m, err
-}
-
-func (o *Overlay) handleForward(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
-	if o.cfg.forward == nil {
-		return nil, fmt.Errorf("%w: this node takes no forwarded URLs", ErrUnavailable)
-	}
-	rq := req.GetForward()
-	if n := len(rq.GetBatchId()); n < 16 || n > 32 {
-		return nil, fmt.Errorf("%w: batch id of %d bytes", ErrMalformed, n)
-	}
-	if n := len(rq.GetUrls()); n == 0 || n > maxForwardURLs {
-		return nil, fmt.Errorf("%w: %d URLs", ErrTooLarge, n)
-	}
-	for _, u := range rq.GetUrls() {
-		if u == "" || len(u) > maxURLLen {
-			return nil, fmt.Errorf("%w: URL of %d bytes", ErrMalformed, len(u))
-		}
-		if err := o.refuseURL(u); err != nil {
-			return nil, err // the whole batch, as for a malformed URL
-		}
-	}
-	if err := o.limitForward(from, len(rq.GetUrls())); err != nil {
-		return nil, err
-	}
-	key := forwardKey(from, rq.GetBatchId())
-	dup := false
-	err := o.db.View(func(txn *badger.Txn) error {
-		_, err := txn.Get(key)
-		if err == nil {
-			dup = true
-			return nil
-		}
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	m := newMsg(pb.Message_FORWARD_ACK)
-	if dup {
-		m.ForwardAck = &pb.ForwardAck{Duplicate: true}
-		return m, nil
-	}
-	if err := o.cfg.forward.HandleForward(ctx, from, rq.GetUrls()); err != nil {
-		return nil, err
-	}
-	if err := o.db.Update(func(txn *badger.Txn) error {
-		return txn.SetEntry(badger.NewEntry(key, nil).WithTTL(forwardDedupTTL))
-	}); err != nil {
-		return nil, err
-	}
-	m.ForwardAck = &pb.ForwardAck{Accepted: uint32(len(rq.GetUrls()))}
-	return m, nil
 }
 
 // serveReplicate handles REPLICATE (one answer) and SYNC (a stream of

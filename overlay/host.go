@@ -70,7 +70,7 @@ func defaultHostConfig() hostConfig {
 		},
 		limits: rcmgr.PartialLimitConfig{
 			System: rcmgr.ResourceLimits{
-				Conns:           512,       // a volunteer node needs ~100 (DHT buckets, shard peers, crawl forwarding)
+				Conns:           512,       // a volunteer node needs ~100 (DHT buckets, shard peers, crawl requests)
 				ConnsInbound:    256,       // half may be inbound
 				ConnsOutbound:   512,       //
 				Streams:         4096,      //
@@ -320,7 +320,6 @@ func addServiceLimits(l *rcmgr.ScalingLimitConfig) {
 	for _, s := range []lim{
 		{svcProbe, 64, probeStreamsPerPeer, 8 << 20, 1 << 20}, // probes are slow but tiny
 		{svcCoordinate, 512, 32, 64 << 20, 8 << 20},           // every node talks to its coordinators
-		{svcForward, 128, 8, 64 << 20, 8 << 20},               // URL batches up to 1 MiB
 		{svcAck, 128, 8, 16 << 20, 2 << 20},                   //
 		{svcReplicate, 128, 16, 128 << 20, 32 << 20},          // shard state chunks up to 2 MiB
 		{svcAudit, 32, 4, 64 << 20, 16 << 20},                 // evidence up to 4 MiB; audits are sampled

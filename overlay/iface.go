@@ -157,15 +157,6 @@ type PeerInfo struct {
 	Seen     time.Time
 }
 
-// ForwardHandler receives URL batches forwarded by other nodes because their
-// subnets are delegated to this node (the crawler implements it). It must
-// queue the URLs durably before returning nil: the batch is then
-// acknowledged and never delivered again. It must be safe for concurrent
-// use.
-type ForwardHandler interface {
-	HandleForward(ctx context.Context, from peer.ID, urls []string) error
-}
-
 // LoadFunc reports this node's declared capacity and current load in pages
 // per day, sent with heartbeats and announcements.
 type LoadFunc func() (capacity, load uint64)

@@ -14,7 +14,6 @@ import (
 //	/overlay/shard/<b32 shard key>/e/<kind>/<b32 entry key>
 //	                                              pb.Entry; kind is one decimal digit
 //	/overlay/mine/<b32 shard key>                 pb.ShardRef: a shard in which this node holds delegations
-//	/overlay/fwd/<b32 peer id>/<b32 batch id>     empty, with a TTL: forward batches already delivered
 //	/overlay/release/r/<b32 parent id>            a signed release (subnet.Release), by the snapshot it replaces
 //	/overlay/carry/<b32 range key>                pb.SignedRecord: a delegation of the previous snapshot naming this node, to carry
 //	/overlay/deputy/<b32 shard key>/<b32 peer id> pb.AuditEntry, with a TTL: the tally of a shard's coordinator this node judged as its deputy
@@ -61,10 +60,6 @@ func mineKey(key [32]byte) []byte { return append(minePrefix(), b32.EncodeToStri
 func ownedPrefix() []byte { return []byte(Prefix + "owned/") }
 
 func ownedKey(rk []byte) []byte { return append(ownedPrefix(), b32.EncodeToString(rk)...) }
-
-func forwardKey(from peer.ID, batch []byte) []byte {
-	return []byte(Prefix + "fwd/" + b32.EncodeToString([]byte(from)) + "/" + b32.EncodeToString(batch))
-}
 
 func releaseKey(parent [32]byte) []byte {
 	return []byte(Prefix + "release/r/" + b32.EncodeToString(parent[:]))

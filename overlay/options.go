@@ -22,7 +22,6 @@ type config struct {
 	log           *slog.Logger
 	prober        Prober
 	delegator     Delegator
-	forward       ForwardHandler
 	load          LoadFunc
 	anchorDepth   int
 	replication   int
@@ -47,7 +46,7 @@ type config struct {
 	redelegate    time.Duration
 	orgPublish    time.Duration
 	orgRefresh    time.Duration
-	rateLimits    *rateLimits    // per-peer budgets of probe and forward requests (ratelimit.go)
+	rateLimits    *rateLimits    // per-peer budgets of probe requests (ratelimit.go)
 	audit         AuditConfig    // how audits judge and convict (audit.go)
 	withhold      WithholdConfig // how withholding notices are judged (withhold.go)
 	askCrawl      AskCrawlFunc   // sends a node a crawl request for a refused notice (withhold.go)
@@ -74,7 +73,7 @@ func defaultConfig() config {
 		refresh:       defaultRefresh,
 		closestTTL:    DefaultClosestTTL,
 		cacheSize:     65536,            // resolved delegations kept per node (~200 bytes each)
-		cacheTTL:      10 * time.Minute, // a delegation changes rarely; stale entries are corrected by NOT_OWNER on forward
+		cacheTTL:      10 * time.Minute, // a delegation changes rarely; stale entries are corrected by NOT_OWNER on a crawl request
 		divPerCpl:     2,                // kad-dht's amino defaults: at most 2 peers per IP group per bucket
 		divPerTable:   3,                // and 3 per IP group in the whole table
 		announce:      15 * time.Minute, // one exchange per routing-table neighbour a round (announce.go, docs/scale.md)
@@ -110,12 +109,6 @@ func WithProber(p Prober) Option {
 // it coordinates. It is required.
 func WithDelegator(d Delegator) Option {
 	return func(c *config) error { c.delegator = d; return nil }
-}
-
-// WithForwardHandler sets the receiver of forwarded URL batches. Without
-// one, forwards are refused with ErrUnavailable.
-func WithForwardHandler(f ForwardHandler) Option {
-	return func(c *config) error { c.forward = f; return nil }
 }
 
 // WithLoad sets the function reporting declared capacity and load.

@@ -369,7 +369,6 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	o.handlers = o.dispatchTable()
 	h.SetStreamHandler(ProbeID, o.serve(probeSpec, o.handlers[ProbeID]))
 	h.SetStreamHandler(CoordinateID, o.serve(coordSpec, o.handlers[CoordinateID]))
-	h.SetStreamHandler(ForwardID, o.serve(forwardSpec, o.handlers[ForwardID]))
 	h.SetStreamHandler(ReplicateID, o.serveReplicate())
 	h.SetStreamHandler(AuditID, o.serve(auditSpec, o.handlers[AuditID]))
 	h.SetStreamHandler(ReleaseID, o.serve(releaseSpec, o.handlers[ReleaseID]))
@@ -547,7 +546,7 @@ func (o *Overlay) Tree() *subnet.Tree { return o.tree }
 // first result.
 func (o *Overlay) Close() error {
 	o.closeOnce.Do(func() {
-		for _, id := range []string{string(ProbeID), string(CoordinateID), string(ForwardID), string(ReplicateID), string(AuditID), string(ReleaseID), string(AnnounceID)} {
+		for _, id := range []string{string(ProbeID), string(CoordinateID), string(ReplicateID), string(AuditID), string(ReleaseID), string(AnnounceID)} {
 			o.h.RemoveStreamHandler(protocolID(id))
 		}
 		o.cancel()
@@ -878,7 +877,7 @@ func (o *Overlay) MeasuredBy(by, of peer.ID) (time.Duration, bool) {
 }
 
 // Invalidate drops the cached delegation of r and of the parts delegated
-// apart inside it (for example after its node refused a forward), so that
+// apart inside it (for example after its node refused a crawl request), so that
 // Resolve asks r's coordinator again for any address in r.
 func (o *Overlay) Invalidate(r subnet.Range) { o.cache.invalidate(r) }
 
@@ -1107,7 +1106,6 @@ func (o *Overlay) dispatchTable() map[protocol.ID]map[pb.Message_Type]handler {
 			pb.Message_CARRY:        o.handleCarry,
 			pb.Message_CARRY_PROBES: o.handleCarryProbes,
 		},
-		ForwardID: {pb.Message_FORWARD: o.handleForward},
 		AuditID: {
 			pb.Message_AUDIT:    o.handleAudit,
 			pb.Message_REFETCH:  o.handleRefetch,
@@ -1172,38 +1170,4 @@ func (o *Overlay) Probe(ctx context.Context, p peer.ID, url string) (time.Durati
 		return 0, fmt.Errorf("probe from %s: %w: RTT %d µs", p, ErrMalformed, rtt)
 	}
 	return time.Duration(rtt) * time.Microsecond, nil
-}
-
-// Forward delivers a batch of URLs to p, the node owning their subnets. id
-// names the batch (16 to 32 bytes, e.g. random or a hash of the URLs);
-// re-sending the same id after a lost answer is acknowledged without
-// delivering the batch twice. It returns whether p had it already.
-//
-// Deprecated: nodes deliver URLs with the results package's crawl-request
-// protocol, which carries depth and owners. ForwardID is still served, for
-// one release, so that older nodes' batches are taken; Forward remains to
-// test that server.
-func (o *Overlay) Forward(ctx context.Context, p peer.ID, id []byte, urls []string) (duplicate bool, err error) {
-	if len(id) < 16 || len(id) > 32 {
-		return false, fmt.Errorf("forward: batch id must be 16 to 32 bytes, got %d", len(id))
-	}
-	if len(urls) == 0 || len(urls) > maxForwardURLs {
-		return false, fmt.Errorf("forward: %w: %d URLs (1 to %d)", ErrTooLarge, len(urls), maxForwardURLs)
-	}
-	for _, u := range urls {
-		if len(u) == 0 || len(u) > maxURLLen {
-			return false, fmt.Errorf("forward: %w: URL of %d bytes", ErrTooLarge, len(u))
-		}
-	}
-	req := newMsg(pb.Message_FORWARD)
-	req.Forward = &pb.Forward{BatchId: id, Urls: urls}
-	if proto.Size(req) > maxForwardMsg-16 {
-		return false, fmt.Errorf("forward: %w: batch of %d bytes", ErrTooLarge, proto.Size(req))
-	}
-	o.stats.requests.Add(1)
-	resp, err := o.request(ctx, p, forwardSpec, req, pb.Message_FORWARD_ACK)
-	if err != nil {
-		return false, err
-	}
-	return resp.GetForwardAck().GetDuplicate(), nil
 }

@@ -17,8 +17,6 @@ const (
 	// between any node and a shard coordinator; organisation index updates
 	// and queries between coordinators.
 	CoordinateID protocol.ID = "/micra/coordinate/1.0.0"
-	// ForwardID: batches of URLs to the node that owns their subnet.
-	ForwardID protocol.ID = "/micra/forward/1.0.0"
 	// ReplicateID: a coordinator replicates shard state to the next
 	// closest peers, and a peer taking a shard over syncs its state.
 	ReplicateID protocol.ID = "/micra/replicate/1.0.0"
@@ -71,7 +69,6 @@ const wireVersion = 1
 const (
 	maxProbeMsg     = 4 << 10              // one URL (browsers cap URLs near 2 KiB) and a result
 	maxCoordMsg     = 256 << 10            // a heartbeat answer lists up to 4096 subnets of ~40 bytes
-	maxForwardMsg   = 1 << 20              // up to maxForwardURLs URLs of up to maxURLLen bytes, typically far less
 	maxReplicateMsg = 2 << 20              // a chunk of up to maxEntriesPerMsg entries
 	maxAnnounceMsg  = 4 << 10              // an ANNOUNCE is ~70 bytes and up to 48 RTTs of ~45
 	maxRecordSize   = 64 << 10             // a DHT record: an org index of up to maxOrgEntries entries
@@ -79,7 +76,6 @@ const (
 	maxReleaseMsg   = releaseChunk + 1<<10 // a CHUNK of a snapshot file
 
 	maxURLLen        = 2048
-	maxForwardURLs   = 1024
 	maxEntriesPerMsg = 1024
 	maxOrgEntries    = 512
 	maxHeartbeatList = 4096
@@ -92,7 +88,7 @@ const (
 const (
 	probeDeadline     = 30 * time.Second // a probe is a few HTTP HEADs over the Internet
 	coordDeadline     = 60 * time.Second // a delegate runs the delegation procedure, which probes
-	shortDeadline     = 10 * time.Second // forward, ack, replicate, heartbeat: no remote work
+	shortDeadline     = 10 * time.Second // ack, replicate, heartbeat, announce: no remote work
 	syncDeadline      = 30 * time.Second // a full shard state, in chunks
 	auditDeadline     = 90 * time.Second // an audit waits for up to three refetches, each a polite page fetch
 	streamMemory      = 1 << 20          // reserved per stream on the service scope, at most
@@ -103,7 +99,6 @@ const (
 const (
 	svcProbe      = "micra.probe"
 	svcCoordinate = "micra.coordinate"
-	svcForward    = "micra.forward"
 	svcAck        = "micra.ack" // results' acknowledgements (results.AckID); its limits are set here with the host's
 	svcReplicate  = "micra.replicate"
 	svcAudit      = "micra.audit"

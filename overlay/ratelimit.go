@@ -10,41 +10,32 @@ import (
 
 // Per-peer budgets of the requests that make this node work on a peer's
 // word: a probe sends HTTP HEADs from the node's address (a flood would
-// turn volunteers into a traffic source), a forward queues URLs in its
-// crawler. Each is a token bucket per remote peer; a request beyond the
-// budget is answered with an OVERLOADED error frame and costs nothing
-// more. Honest senders stay far below: a coordinator asks a candidate at
-// most once per decision, and a crawler forwards in batches of up to 512
-// URLs (node's defaults) and retries a refused batch later, so nothing is
-// lost when the budget runs out.
+// turn volunteers into a traffic source). It is a token bucket per remote
+// peer; a request beyond the budget is answered with an OVERLOADED error
+// frame and costs nothing more. Honest senders stay far below: a
+// coordinator asks a candidate at most once per decision. (Crawl requests,
+// the URLs nodes hand each other, are bounded by the results package.)
 const (
 	// DefaultProbeRate is the probes per second a peer may ask for,
 	// sustained, and DefaultProbeBurst the probes it may ask for at once
 	// (a coordinator delegating many subnets at the same time).
 	DefaultProbeRate  = 4
 	DefaultProbeBurst = 64
-	// DefaultForwardRate is the forwarded URLs per second a peer may send,
-	// sustained, and DefaultForwardBurst the URLs at once (32 full
-	// FORWARD frames of maxForwardURLs).
-	DefaultForwardRate  = 1000
-	DefaultForwardBurst = 32 * maxForwardURLs
 
 	// maxLimitedPeers bounds the buckets kept; beyond it the idle ones
 	// (full again) are forgotten, then any.
 	maxLimitedPeers = 4096
 )
 
-// RequestLimits sets the per-peer budgets of probe requests (probes per
-// second and burst) and forwarded URLs (URLs per second and burst).
-// Defaults: DefaultProbeRate, DefaultProbeBurst, DefaultForwardRate,
-// DefaultForwardBurst. A burst must be at least 1 (for forwards, at least
-// maxForwardURLs, one full frame).
-func RequestLimits(probeRate float64, probeBurst int, forwardRate float64, forwardBurst int) Option {
+// RequestLimits sets the per-peer budget of probe requests: probes per
+// second and burst (defaults DefaultProbeRate and DefaultProbeBurst). The
+// rate must be positive and the burst at least 1.
+func RequestLimits(probeRate float64, probeBurst int) Option {
 	return func(c *config) error {
-		if probeRate <= 0 || forwardRate <= 0 || probeBurst < 1 || forwardBurst < maxForwardURLs {
-			return fmt.Errorf("request limits: rates must be positive, bursts at least 1 and %d", maxForwardURLs)
+		if probeRate <= 0 || probeBurst < 1 {
+			return fmt.Errorf("request limits: the rate must be positive and the burst at least 1, got %g and %d", probeRate, probeBurst)
 		}
-		c.rateLimits = newRateLimits(probeRate, probeBurst, forwardRate, forwardBurst)
+		c.rateLimits = newRateLimits(probeRate, probeBurst)
 		return nil
 	}
 }
@@ -52,18 +43,15 @@ func RequestLimits(probeRate float64, probeBurst int, forwardRate float64, forwa
 // rateLimits holds the per-peer buckets of one overlay. Safe for
 // concurrent use.
 type rateLimits struct {
-	probe, forward *peerLimiter
+	probe *peerLimiter
 }
 
-func newRateLimits(probeRate float64, probeBurst int, forwardRate float64, forwardBurst int) *rateLimits {
-	return &rateLimits{
-		probe:   newPeerLimiter(probeRate, float64(probeBurst)),
-		forward: newPeerLimiter(forwardRate, float64(forwardBurst)),
-	}
+func newRateLimits(probeRate float64, probeBurst int) *rateLimits {
+	return &rateLimits{probe: newPeerLimiter(probeRate, float64(probeBurst))}
 }
 
 func defaultRateLimits() *rateLimits {
-	return newRateLimits(DefaultProbeRate, DefaultProbeBurst, DefaultForwardRate, DefaultForwardBurst)
+	return newRateLimits(DefaultProbeRate, DefaultProbeBurst)
 }
 
 // peerLimiter is a token bucket per peer.
@@ -130,12 +118,4 @@ func (o *Overlay) limitProbe(p peer.ID) error {
 		return nil
 	}
 	return fmt.Errorf("%w: probe rate limit of %g a second reached", ErrOverloaded, o.cfg.rateLimits.probe.rate)
-}
-
-// limitForward refuses a forward of n URLs from p beyond its budget.
-func (o *Overlay) limitForward(p peer.ID, n int) error {
-	if p == o.h.ID() || o.cfg.rateLimits.forward.allow(p, float64(n)) {
-		return nil
-	}
-	return fmt.Errorf("%w: forward rate limit of %g URLs a second reached", ErrOverloaded, o.cfg.rateLimits.forward.rate)
 }

@@ -4,7 +4,7 @@
 // documentation, multicast and the rest of the IANA special-purpose
 // registries, and the name localhost), and refuses such requests from
 // peers, which may not share its policy: DELEGATE, SPLIT and RESOLVE of
-// such an address, a PROBE or a FORWARD of a URL on one. Each refusal
+// such an address, a PROBE of a URL on one. Each refusal
 // wraps ErrForbidden (the wire's FORBIDDEN) and egress.ErrSpecialPurpose,
 // and names the address or URL and its registry entry. What is already
 // stored stays: a delegation of such a range decided before is neither

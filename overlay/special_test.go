@@ -40,17 +40,16 @@ var publicAddr = netip.MustParseAddr("93.184.216.34")
 
 // TestSpecialPurposeRefused: for each special-purpose class, a
 // node with the default policy refuses a peer's DELEGATE, SPLIT and
-// RESOLVE of such an address (or of a URL on it), and a PROBE and a FORWARD
-// of a URL on it, with FORBIDDEN and a message naming the class; the peer
-// allows private networks, as one that does not share the policy may. Its
-// own Delegate, Resolve, Split and Probe refuse before sending anything.
-// Nothing is decided, probed or forwarded.
+// RESOLVE of such an address (or of a URL on it), and a PROBE of a URL on
+// it, with FORBIDDEN and a message naming the class; the peer allows
+// private networks, as one that does not share the policy may. Its own
+// Delegate, Resolve, Split and Probe refuse before sending anything.
+// Nothing is decided or probed.
 func TestSpecialPurposeRefused(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
-		fwd := &recordingForward{}
 		prober := &countingProber{}
 		a := r.node(0) // allows private networks (swarmOpts)
-		b := r.node(1, Egress(egress.Policy{}), WithForwardHandler(fwd), WithProber(prober))
+		b := r.node(1, Egress(egress.Policy{}), WithProber(prober))
 		if err := a.h.Connect(t.Context(), peer.AddrInfo{ID: b.h.ID(), Addrs: b.h.Addrs()}); err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +58,7 @@ func TestSpecialPurposeRefused(t *testing.T) {
 		sid := b.o.sid[:]
 		sent := func() int64 {
 			k := b.o.Stats().Kinds
-			return k["micra/DELEGATE"] + k["micra/SPLIT"] + k["micra/RESOLVE"] + k["micra/PROBE"] + k["micra/FORWARD"]
+			return k["micra/DELEGATE"] + k["micra/SPLIT"] + k["micra/RESOLVE"] + k["micra/PROBE"]
 		}
 		before := sent()
 		// No subtests: t.Run is not allowed inside a synctest bubble.
@@ -75,8 +74,6 @@ func TestSpecialPurposeRefused(t *testing.T) {
 			split.Split = &pb.Split{Snapshot: sid, Addr: addr.AsSlice(), Url: c.URL(), ObservedMicros: 50_000}
 			probe := msg(pb.Message_PROBE)
 			probe.Probe = &pb.Probe{Url: c.URL()}
-			forward := msg(pb.Message_FORWARD)
-			forward.Forward = &pb.Forward{BatchId: []byte("0123456789abcdef"), Urls: []string{"http://93.184.216.34/", c.URL()}}
 			frames := []struct {
 				name string
 				id   protocol.ID
@@ -85,7 +82,6 @@ func TestSpecialPurposeRefused(t *testing.T) {
 				{"DELEGATE", CoordinateID, del},
 				{"SPLIT", CoordinateID, split},
 				{"PROBE", ProbeID, probe},
-				{"FORWARD", ForwardID, forward},
 			}
 			if !c.IsName() {
 				res := msg(pb.Message_RESOLVE)
@@ -137,12 +133,6 @@ func TestSpecialPurposeRefused(t *testing.T) {
 		}
 		if n := prober.n.Load(); n != 0 {
 			t.Errorf("%d probes ran", n)
-		}
-		fwd.mu.Lock()
-		calls := fwd.calls
-		fwd.mu.Unlock()
-		if calls != 0 {
-			t.Errorf("%d forwarded batches taken", calls)
 		}
 		for _, n := range []*node{a, b} {
 			n.del.mu.Lock()

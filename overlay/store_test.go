@@ -14,13 +14,12 @@ import (
 func TestKeys(t *testing.T) {
 	var k [32]byte
 	k[0], k[31] = 0xff, '/'
-	id := mustID(t)
 	keys := map[string][]byte{
-		"schema":  schemaKey(),
-		"meta":    shardMetaKey(k),
-		"entry":   shardEntryKey(k, int32(pb.Entry_DELEGATION), []byte("a/b")),
-		"mine":    mineKey(k),
-		"forward": forwardKey(id, []byte("0123456789abcdef")),
+		"schema": schemaKey(),
+		"meta":   shardMetaKey(k),
+		"entry":  shardEntryKey(k, int32(pb.Entry_DELEGATION), []byte("a/b")),
+		"mine":   mineKey(k),
+		"owned":  ownedKey([]byte("a/b")),
 	}
 	for name, key := range keys {
 		if !bytes.HasPrefix(key, []byte(Prefix)) {

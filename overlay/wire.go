@@ -32,7 +32,6 @@ type spec struct {
 var (
 	probeSpec     = spec{ProbeID, svcProbe, maxProbeMsg, probeDeadline}
 	coordSpec     = spec{CoordinateID, svcCoordinate, maxCoordMsg, coordDeadline}
-	forwardSpec   = spec{ForwardID, svcForward, maxForwardMsg, shortDeadline}
 	replicateSpec = spec{ReplicateID, svcReplicate, maxReplicateMsg, syncDeadline}
 	auditSpec     = spec{AuditID, svcAudit, maxAuditMsg, auditDeadline}
 	releaseSpec   = spec{ReleaseID, svcRelease, maxReleaseMsg, syncDeadline}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,34 +20,19 @@ import (
 	"github.com/micra-net/micra/subnet"
 )
 
-type recordingForward struct {
-	mu    sync.Mutex
-	calls int
-	urls  []string
-}
-
-func (f *recordingForward) HandleForward(ctx context.Context, from peer.ID, urls []string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls++
-	f.urls = append(f.urls, urls...)
-	return nil
-}
-
-// pair starts two connected nodes; b has the forward handler.
-func pair(t *testing.T, r *rig) (a, b *node, fwd *recordingForward) {
-	fwd = &recordingForward{}
+// pair starts two connected nodes.
+func pair(t *testing.T, r *rig) (a, b *node) {
 	a = r.node(0)
-	b = r.node(1, WithForwardHandler(fwd))
+	b = r.node(1)
 	if err := a.h.Connect(t.Context(), peer.AddrInfo{ID: b.h.ID(), Addrs: b.h.Addrs()}); err != nil {
 		t.Fatal(err)
 	}
-	return a, b, fwd
+	return a, b
 }
 
 func TestProtocols(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
-		a, b, fwd := pair(t, r)
+		a, b := pair(t, r)
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 
@@ -61,26 +45,6 @@ func TestProtocols(t *testing.T) {
 		}
 		if _, err := a.o.Probe(ctx, b.h.ID(), strings.Repeat("x", maxURLLen+1)); !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("oversize URL = %v, want ErrTooLarge", err)
-		}
-
-		id := []byte("0123456789abcdef")
-		dup, err := a.o.Forward(ctx, b.h.ID(), id, []string{"http://127.1.1.1/a", "http://127.1.1.1/b"})
-		if err != nil || dup {
-			t.Fatalf("Forward = %v, %v", dup, err)
-		}
-		dup, err = a.o.Forward(ctx, b.h.ID(), id, []string{"http://127.1.1.1/a", "http://127.1.1.1/b"})
-		if err != nil || !dup {
-			t.Fatalf("repeated Forward = %v, %v; want a duplicate", dup, err)
-		}
-		fwd.mu.Lock()
-		calls, urls := fwd.calls, len(fwd.urls)
-		fwd.mu.Unlock()
-		if calls != 1 || urls != 2 {
-			t.Fatalf("handler saw %d calls, %d URLs; want 1 and 2", calls, urls)
-		}
-		// a has no forward handler.
-		if _, err := b.o.Forward(ctx, a.h.ID(), id, []string{"http://x/"}); !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("Forward to a node without handler = %v, want ErrUnavailable", err)
 		}
 	})
 }
@@ -120,7 +84,7 @@ func delimited(m proto.Message) []byte {
 
 func TestRefusals(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
-		a, b, _ := pair(t, r)
+		a, b := pair(t, r)
 		probe := &pb.Message{Version: wireVersion, Type: pb.Message_PROBE, Probe: &pb.Probe{Url: "http://127.0.0.9/"}}
 		v2 := proto.Clone(probe).(*pb.Message)
 		v2.Version = 2
@@ -289,8 +253,7 @@ func FuzzCheckAnnounce(f *testing.F) {
 }
 
 // TestRelay reaches a node that does not listen at all through a circuit
-// relay v2 on loopback: it is asked to probe, receives forwarded URLs, and
-// receives forwarded URLs.
+// relay v2 on loopback: it is asked to probe, and answers.
 func TestRelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -307,9 +270,8 @@ func TestRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fwd := &recordingForward{}
 	natOverlay, err := New(natHost, mustTree(t), memDB(t), append(swarmOpts(), WithDelegator(&requesterDelegator{}),
-		WithProber(fixedProber{25 * time.Millisecond}), WithForwardHandler(fwd), Logger(testLogger()))...)
+		WithProber(fixedProber{25 * time.Millisecond}), Logger(testLogger()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,15 +307,6 @@ func TestRelay(t *testing.T) {
 	rtt, err := a.o.Probe(ctx, natHost.ID(), "http://127.0.0.9/")
 	if err != nil || rtt != 25*time.Millisecond {
 		t.Fatalf("probe through the relay = %v, %v", rtt, err)
-	}
-	if _, err := a.o.Forward(ctx, natHost.ID(), []byte("fedcba9876543210"), []string{"http://127.3.3.3/"}); err != nil {
-		t.Fatalf("forward through the relay: %v", err)
-	}
-	fwd.mu.Lock()
-	calls := fwd.calls
-	fwd.mu.Unlock()
-	if calls != 1 {
-		t.Fatalf("NATed node saw %d forwards", calls)
 	}
 }
 

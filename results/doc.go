@@ -51,7 +51,7 @@
 // CrawlID; SendCrawl sends requests to one known owner (a node hands its
 // crawler's links on with it); ServeCrawlRequests is the node's handler,
 // which hands them to the crawler. CrawlID is the one URL-delivery
-// protocol: nothing sends the overlay's older ForwardID any more.
+// protocol between nodes.
 //
 // Receipts: Submit asks the owner for a receipt of each request
 // it takes, the owner's signature of the link and the time it took it

@@ -20,9 +20,8 @@ const (
 	// network; a sharded one has a topic per shard (Topic).
 	TopicResults = "/micra/results/1"
 
-	// CrawlID: crawl requests (seed URLs with a depth) to the node that
-	// owns their subnet. overlay's ForwardID carries URLs only; this
-	// carries WebRACE's full request.
+	// CrawlID: crawl requests (seed URLs with a depth, WebRACE's full
+	// request) to the node that owns their subnet.
 	CrawlID protocol.ID = "/micra/crawl/1.0.0"
 
 	// AckID: an indexer acknowledges result batches to their author.

@@ -39,8 +39,6 @@ const (
 	Message_HEARTBEAT_ACK    Message_Type = 9  // heartbeat_ack
 	Message_REDELEGATE       Message_Type = 10 // redelegate
 	Message_ASSIGN           Message_Type = 11 // assign: a coordinator tells a node it was delegated a subnet
-	Message_FORWARD          Message_Type = 12 // forward
-	Message_FORWARD_ACK      Message_Type = 13 // forward_ack
 	Message_ACK              Message_Type = 14 // ack
 	Message_REPLICATE        Message_Type = 15 // replicate
 	Message_SYNC             Message_Type = 16 // sync
@@ -83,8 +81,6 @@ var (
 		9:  "HEARTBEAT_ACK",
 		10: "REDELEGATE",
 		11: "ASSIGN",
-		12: "FORWARD",
-		13: "FORWARD_ACK",
 		14: "ACK",
 		15: "REPLICATE",
 		16: "SYNC",
@@ -124,8 +120,6 @@ var (
 		"HEARTBEAT_ACK":    9,
 		"REDELEGATE":       10,
 		"ASSIGN":           11,
-		"FORWARD":          12,
-		"FORWARD_ACK":      13,
 		"ACK":              14,
 		"REPLICATE":        15,
 		"SYNC":             16,
@@ -385,7 +379,7 @@ func (x Entry_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Entry_Kind.Descriptor instead.
 func (Entry_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{26, 0}
+	return file_overlay_proto_rawDescGZIP(), []int{24, 0}
 }
 
 type Record_Kind int32
@@ -434,7 +428,7 @@ func (x Record_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Record_Kind.Descriptor instead.
 func (Record_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{29, 0}
+	return file_overlay_proto_rawDescGZIP(), []int{27, 0}
 }
 
 type AuditVerdict_Result int32
@@ -489,7 +483,7 @@ func (x AuditVerdict_Result) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AuditVerdict_Result.Descriptor instead.
 func (AuditVerdict_Result) EnumDescriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{41, 0}
+	return file_overlay_proto_rawDescGZIP(), []int{39, 0}
 }
 
 type WithheldVerdict_Result int32
@@ -550,7 +544,7 @@ func (x WithheldVerdict_Result) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WithheldVerdict_Result.Descriptor instead.
 func (WithheldVerdict_Result) EnumDescriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{46, 0}
+	return file_overlay_proto_rawDescGZIP(), []int{44, 0}
 }
 
 // Message is the envelope of every frame on micra's request/response stream
@@ -572,8 +566,6 @@ type Message struct {
 	HeartbeatAck    *HeartbeatAck    `protobuf:"bytes,10,opt,name=heartbeat_ack,json=heartbeatAck,proto3" json:"heartbeat_ack,omitempty"`
 	Redelegate      *Redelegate      `protobuf:"bytes,11,opt,name=redelegate,proto3" json:"redelegate,omitempty"`
 	Assign          *Assign          `protobuf:"bytes,12,opt,name=assign,proto3" json:"assign,omitempty"`
-	Forward         *Forward         `protobuf:"bytes,13,opt,name=forward,proto3" json:"forward,omitempty"`
-	ForwardAck      *ForwardAck      `protobuf:"bytes,14,opt,name=forward_ack,json=forwardAck,proto3" json:"forward_ack,omitempty"`
 	Ack             *Ack             `protobuf:"bytes,15,opt,name=ack,proto3" json:"ack,omitempty"`
 	Replicate       *Replicate       `protobuf:"bytes,16,opt,name=replicate,proto3" json:"replicate,omitempty"`
 	Sync            *Sync            `protobuf:"bytes,17,opt,name=sync,proto3" json:"sync,omitempty"`
@@ -713,20 +705,6 @@ func (x *Message) GetRedelegate() *Redelegate {
 func (x *Message) GetAssign() *Assign {
 	if x != nil {
 		return x.Assign
-	}
-	return nil
-}
-
-func (x *Message) GetForward() *Forward {
-	if x != nil {
-		return x.Forward
-	}
-	return nil
-}
-
-func (x *Message) GetForwardAck() *ForwardAck {
-	if x != nil {
-		return x.ForwardAck
 	}
 	return nil
 }
@@ -1730,110 +1708,6 @@ func (x *Assign) GetRttMicros() int64 {
 	return 0
 }
 
-type Forward struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BatchId       []byte                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"` // 16 to 32 bytes chosen by the sender; a repeated id is acknowledged without redelivery
-	Urls          []string               `protobuf:"bytes,2,rep,name=urls,proto3" json:"urls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Forward) Reset() {
-	*x = Forward{}
-	mi := &file_overlay_proto_msgTypes[15]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Forward) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Forward) ProtoMessage() {}
-
-func (x *Forward) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[15]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Forward.ProtoReflect.Descriptor instead.
-func (*Forward) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{15}
-}
-
-func (x *Forward) GetBatchId() []byte {
-	if x != nil {
-		return x.BatchId
-	}
-	return nil
-}
-
-func (x *Forward) GetUrls() []string {
-	if x != nil {
-		return x.Urls
-	}
-	return nil
-}
-
-type ForwardAck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Accepted      uint32                 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	Duplicate     bool                   `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ForwardAck) Reset() {
-	*x = ForwardAck{}
-	mi := &file_overlay_proto_msgTypes[16]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ForwardAck) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ForwardAck) ProtoMessage() {}
-
-func (x *ForwardAck) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[16]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ForwardAck.ProtoReflect.Descriptor instead.
-func (*ForwardAck) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{16}
-}
-
-func (x *ForwardAck) GetAccepted() uint32 {
-	if x != nil {
-		return x.Accepted
-	}
-	return 0
-}
-
-func (x *ForwardAck) GetDuplicate() bool {
-	if x != nil {
-		return x.Duplicate
-	}
-	return false
-}
-
 type Ack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Batches       []*BatchRef            `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
@@ -1843,7 +1717,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_overlay_proto_msgTypes[17]
+	mi := &file_overlay_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +1729,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[17]
+	mi := &file_overlay_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +1742,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{17}
+	return file_overlay_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Ack) GetBatches() []*BatchRef {
@@ -1889,7 +1763,7 @@ type BatchRef struct {
 
 func (x *BatchRef) Reset() {
 	*x = BatchRef{}
-	mi := &file_overlay_proto_msgTypes[18]
+	mi := &file_overlay_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +1775,7 @@ func (x *BatchRef) String() string {
 func (*BatchRef) ProtoMessage() {}
 
 func (x *BatchRef) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[18]
+	mi := &file_overlay_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +1788,7 @@ func (x *BatchRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRef.ProtoReflect.Descriptor instead.
 func (*BatchRef) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{18}
+	return file_overlay_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BatchRef) GetNode() []byte {
@@ -1951,7 +1825,7 @@ type Replicate struct {
 
 func (x *Replicate) Reset() {
 	*x = Replicate{}
-	mi := &file_overlay_proto_msgTypes[19]
+	mi := &file_overlay_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +1837,7 @@ func (x *Replicate) String() string {
 func (*Replicate) ProtoMessage() {}
 
 func (x *Replicate) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[19]
+	mi := &file_overlay_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +1850,7 @@ func (x *Replicate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replicate.ProtoReflect.Descriptor instead.
 func (*Replicate) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{19}
+	return file_overlay_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Replicate) GetSnapshot() []byte {
@@ -2025,7 +1899,7 @@ type Sync struct {
 
 func (x *Sync) Reset() {
 	*x = Sync{}
-	mi := &file_overlay_proto_msgTypes[20]
+	mi := &file_overlay_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +1911,7 @@ func (x *Sync) String() string {
 func (*Sync) ProtoMessage() {}
 
 func (x *Sync) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[20]
+	mi := &file_overlay_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +1924,7 @@ func (x *Sync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sync.ProtoReflect.Descriptor instead.
 func (*Sync) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{20}
+	return file_overlay_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Sync) GetSnapshot() []byte {
@@ -2086,7 +1960,7 @@ type SyncState struct {
 
 func (x *SyncState) Reset() {
 	*x = SyncState{}
-	mi := &file_overlay_proto_msgTypes[21]
+	mi := &file_overlay_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +1972,7 @@ func (x *SyncState) String() string {
 func (*SyncState) ProtoMessage() {}
 
 func (x *SyncState) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[21]
+	mi := &file_overlay_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +1985,7 @@ func (x *SyncState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncState.ProtoReflect.Descriptor instead.
 func (*SyncState) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{21}
+	return file_overlay_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SyncState) GetEpoch() uint64 {
@@ -2153,7 +2027,7 @@ type OrgUpdate struct {
 
 func (x *OrgUpdate) Reset() {
 	*x = OrgUpdate{}
-	mi := &file_overlay_proto_msgTypes[22]
+	mi := &file_overlay_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2039,7 @@ func (x *OrgUpdate) String() string {
 func (*OrgUpdate) ProtoMessage() {}
 
 func (x *OrgUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[22]
+	mi := &file_overlay_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2052,7 @@ func (x *OrgUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrgUpdate.ProtoReflect.Descriptor instead.
 func (*OrgUpdate) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{22}
+	return file_overlay_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OrgUpdate) GetSnapshot() []byte {
@@ -2212,7 +2086,7 @@ type OrgQuery struct {
 
 func (x *OrgQuery) Reset() {
 	*x = OrgQuery{}
-	mi := &file_overlay_proto_msgTypes[23]
+	mi := &file_overlay_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2098,7 @@ func (x *OrgQuery) String() string {
 func (*OrgQuery) ProtoMessage() {}
 
 func (x *OrgQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[23]
+	mi := &file_overlay_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,7 +2111,7 @@ func (x *OrgQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrgQuery.ProtoReflect.Descriptor instead.
 func (*OrgQuery) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{23}
+	return file_overlay_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OrgQuery) GetSnapshot() []byte {
@@ -2264,7 +2138,7 @@ type OrgEntries struct {
 
 func (x *OrgEntries) Reset() {
 	*x = OrgEntries{}
-	mi := &file_overlay_proto_msgTypes[24]
+	mi := &file_overlay_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2150,7 @@ func (x *OrgEntries) String() string {
 func (*OrgEntries) ProtoMessage() {}
 
 func (x *OrgEntries) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[24]
+	mi := &file_overlay_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2163,7 @@ func (x *OrgEntries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrgEntries.ProtoReflect.Descriptor instead.
 func (*OrgEntries) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{24}
+	return file_overlay_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OrgEntries) GetRecords() []*SignedRecord {
@@ -2320,7 +2194,7 @@ type ShardMeta struct {
 
 func (x *ShardMeta) Reset() {
 	*x = ShardMeta{}
-	mi := &file_overlay_proto_msgTypes[25]
+	mi := &file_overlay_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2206,7 @@ func (x *ShardMeta) String() string {
 func (*ShardMeta) ProtoMessage() {}
 
 func (x *ShardMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[25]
+	mi := &file_overlay_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2219,7 @@ func (x *ShardMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMeta.ProtoReflect.Descriptor instead.
 func (*ShardMeta) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{25}
+	return file_overlay_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ShardMeta) GetShard() *ShardRef {
@@ -2397,7 +2271,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_overlay_proto_msgTypes[26]
+	mi := &file_overlay_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2283,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[26]
+	mi := &file_overlay_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2296,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{26}
+	return file_overlay_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Entry) GetKind() Entry_Kind {
@@ -2472,7 +2346,7 @@ type ProbeEntry struct {
 
 func (x *ProbeEntry) Reset() {
 	*x = ProbeEntry{}
-	mi := &file_overlay_proto_msgTypes[27]
+	mi := &file_overlay_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2358,7 @@ func (x *ProbeEntry) String() string {
 func (*ProbeEntry) ProtoMessage() {}
 
 func (x *ProbeEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[27]
+	mi := &file_overlay_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2371,7 @@ func (x *ProbeEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeEntry.ProtoReflect.Descriptor instead.
 func (*ProbeEntry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{27}
+	return file_overlay_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ProbeEntry) GetSubnet() *Range {
@@ -2541,7 +2415,7 @@ type LoadEntry struct {
 
 func (x *LoadEntry) Reset() {
 	*x = LoadEntry{}
-	mi := &file_overlay_proto_msgTypes[28]
+	mi := &file_overlay_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2427,7 @@ func (x *LoadEntry) String() string {
 func (*LoadEntry) ProtoMessage() {}
 
 func (x *LoadEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[28]
+	mi := &file_overlay_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2440,7 @@ func (x *LoadEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadEntry.ProtoReflect.Descriptor instead.
 func (*LoadEntry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{28}
+	return file_overlay_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LoadEntry) GetPeer() []byte {
@@ -2631,7 +2505,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_overlay_proto_msgTypes[29]
+	mi := &file_overlay_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2517,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[29]
+	mi := &file_overlay_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2530,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{29}
+	return file_overlay_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Record) GetVersion() uint32 {
@@ -2781,7 +2655,7 @@ type OrgEntry struct {
 
 func (x *OrgEntry) Reset() {
 	*x = OrgEntry{}
-	mi := &file_overlay_proto_msgTypes[30]
+	mi := &file_overlay_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +2667,7 @@ func (x *OrgEntry) String() string {
 func (*OrgEntry) ProtoMessage() {}
 
 func (x *OrgEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[30]
+	mi := &file_overlay_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +2680,7 @@ func (x *OrgEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrgEntry.ProtoReflect.Descriptor instead.
 func (*OrgEntry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{30}
+	return file_overlay_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *OrgEntry) GetSubnet() *Range {
@@ -2843,7 +2717,7 @@ type Announce struct {
 
 func (x *Announce) Reset() {
 	*x = Announce{}
-	mi := &file_overlay_proto_msgTypes[31]
+	mi := &file_overlay_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2855,7 +2729,7 @@ func (x *Announce) String() string {
 func (*Announce) ProtoMessage() {}
 
 func (x *Announce) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[31]
+	mi := &file_overlay_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2868,7 +2742,7 @@ func (x *Announce) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Announce.ProtoReflect.Descriptor instead.
 func (*Announce) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{31}
+	return file_overlay_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Announce) GetVersion() uint32 {
@@ -2944,7 +2818,7 @@ type SignedRecord struct {
 
 func (x *SignedRecord) Reset() {
 	*x = SignedRecord{}
-	mi := &file_overlay_proto_msgTypes[32]
+	mi := &file_overlay_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +2830,7 @@ func (x *SignedRecord) String() string {
 func (*SignedRecord) ProtoMessage() {}
 
 func (x *SignedRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[32]
+	mi := &file_overlay_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +2843,7 @@ func (x *SignedRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedRecord.ProtoReflect.Descriptor instead.
 func (*SignedRecord) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{32}
+	return file_overlay_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SignedRecord) GetRecord() []byte {
@@ -2998,7 +2872,7 @@ type PeerRTT struct {
 
 func (x *PeerRTT) Reset() {
 	*x = PeerRTT{}
-	mi := &file_overlay_proto_msgTypes[33]
+	mi := &file_overlay_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3010,7 +2884,7 @@ func (x *PeerRTT) String() string {
 func (*PeerRTT) ProtoMessage() {}
 
 func (x *PeerRTT) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[33]
+	mi := &file_overlay_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +2897,7 @@ func (x *PeerRTT) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerRTT.ProtoReflect.Descriptor instead.
 func (*PeerRTT) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{33}
+	return file_overlay_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PeerRTT) GetPeer() []byte {
@@ -3056,7 +2930,7 @@ type Reassign struct {
 
 func (x *Reassign) Reset() {
 	*x = Reassign{}
-	mi := &file_overlay_proto_msgTypes[34]
+	mi := &file_overlay_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +2942,7 @@ func (x *Reassign) String() string {
 func (*Reassign) ProtoMessage() {}
 
 func (x *Reassign) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[34]
+	mi := &file_overlay_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +2955,7 @@ func (x *Reassign) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reassign.ProtoReflect.Descriptor instead.
 func (*Reassign) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{34}
+	return file_overlay_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Reassign) GetSnapshot() []byte {
@@ -3134,7 +3008,7 @@ type BlockUpdate struct {
 
 func (x *BlockUpdate) Reset() {
 	*x = BlockUpdate{}
-	mi := &file_overlay_proto_msgTypes[35]
+	mi := &file_overlay_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3020,7 @@ func (x *BlockUpdate) String() string {
 func (*BlockUpdate) ProtoMessage() {}
 
 func (x *BlockUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[35]
+	mi := &file_overlay_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3033,7 @@ func (x *BlockUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockUpdate.ProtoReflect.Descriptor instead.
 func (*BlockUpdate) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{35}
+	return file_overlay_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BlockUpdate) GetSnapshot() []byte {
@@ -3203,7 +3077,7 @@ type BlockQuery struct {
 
 func (x *BlockQuery) Reset() {
 	*x = BlockQuery{}
-	mi := &file_overlay_proto_msgTypes[36]
+	mi := &file_overlay_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3215,7 +3089,7 @@ func (x *BlockQuery) String() string {
 func (*BlockQuery) ProtoMessage() {}
 
 func (x *BlockQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[36]
+	mi := &file_overlay_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3228,7 +3102,7 @@ func (x *BlockQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockQuery.ProtoReflect.Descriptor instead.
 func (*BlockQuery) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{36}
+	return file_overlay_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *BlockQuery) GetSnapshot() []byte {
@@ -3262,7 +3136,7 @@ type BlockEntries struct {
 
 func (x *BlockEntries) Reset() {
 	*x = BlockEntries{}
-	mi := &file_overlay_proto_msgTypes[37]
+	mi := &file_overlay_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3274,7 +3148,7 @@ func (x *BlockEntries) String() string {
 func (*BlockEntries) ProtoMessage() {}
 
 func (x *BlockEntries) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[37]
+	mi := &file_overlay_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3287,7 +3161,7 @@ func (x *BlockEntries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockEntries.ProtoReflect.Descriptor instead.
 func (*BlockEntries) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{37}
+	return file_overlay_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BlockEntries) GetEntries() []*BlockEntry {
@@ -3314,7 +3188,7 @@ type BlockEntry struct {
 
 func (x *BlockEntry) Reset() {
 	*x = BlockEntry{}
-	mi := &file_overlay_proto_msgTypes[38]
+	mi := &file_overlay_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3326,7 +3200,7 @@ func (x *BlockEntry) String() string {
 func (*BlockEntry) ProtoMessage() {}
 
 func (x *BlockEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[38]
+	mi := &file_overlay_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3339,7 +3213,7 @@ func (x *BlockEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockEntry.ProtoReflect.Descriptor instead.
 func (*BlockEntry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{38}
+	return file_overlay_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BlockEntry) GetRecord() *SignedRecord {
@@ -3386,7 +3260,7 @@ type Audit struct {
 
 func (x *Audit) Reset() {
 	*x = Audit{}
-	mi := &file_overlay_proto_msgTypes[39]
+	mi := &file_overlay_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3272,7 @@ func (x *Audit) String() string {
 func (*Audit) ProtoMessage() {}
 
 func (x *Audit) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[39]
+	mi := &file_overlay_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3285,7 @@ func (x *Audit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Audit.ProtoReflect.Descriptor instead.
 func (*Audit) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{39}
+	return file_overlay_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Audit) GetSnapshot() []byte {
@@ -3473,7 +3347,7 @@ type AuditPrior struct {
 
 func (x *AuditPrior) Reset() {
 	*x = AuditPrior{}
-	mi := &file_overlay_proto_msgTypes[40]
+	mi := &file_overlay_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3485,7 +3359,7 @@ func (x *AuditPrior) String() string {
 func (*AuditPrior) ProtoMessage() {}
 
 func (x *AuditPrior) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[40]
+	mi := &file_overlay_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3498,7 +3372,7 @@ func (x *AuditPrior) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditPrior.ProtoReflect.Descriptor instead.
 func (*AuditPrior) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{40}
+	return file_overlay_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AuditPrior) GetUrl() string {
@@ -3530,7 +3404,7 @@ type AuditVerdict struct {
 
 func (x *AuditVerdict) Reset() {
 	*x = AuditVerdict{}
-	mi := &file_overlay_proto_msgTypes[41]
+	mi := &file_overlay_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3542,7 +3416,7 @@ func (x *AuditVerdict) String() string {
 func (*AuditVerdict) ProtoMessage() {}
 
 func (x *AuditVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[41]
+	mi := &file_overlay_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3555,7 +3429,7 @@ func (x *AuditVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditVerdict.ProtoReflect.Descriptor instead.
 func (*AuditVerdict) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{41}
+	return file_overlay_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AuditVerdict) GetResult() AuditVerdict_Result {
@@ -3616,7 +3490,7 @@ type Refetch struct {
 
 func (x *Refetch) Reset() {
 	*x = Refetch{}
-	mi := &file_overlay_proto_msgTypes[42]
+	mi := &file_overlay_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3628,7 +3502,7 @@ func (x *Refetch) String() string {
 func (*Refetch) ProtoMessage() {}
 
 func (x *Refetch) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[42]
+	mi := &file_overlay_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3641,7 +3515,7 @@ func (x *Refetch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refetch.ProtoReflect.Descriptor instead.
 func (*Refetch) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{42}
+	return file_overlay_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Refetch) GetUrl() string {
@@ -3669,7 +3543,7 @@ type Page struct {
 
 func (x *Page) Reset() {
 	*x = Page{}
-	mi := &file_overlay_proto_msgTypes[43]
+	mi := &file_overlay_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3681,7 +3555,7 @@ func (x *Page) String() string {
 func (*Page) ProtoMessage() {}
 
 func (x *Page) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[43]
+	mi := &file_overlay_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3694,7 +3568,7 @@ func (x *Page) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Page.ProtoReflect.Descriptor instead.
 func (*Page) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{43}
+	return file_overlay_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Page) GetPeer() []byte {
@@ -3778,7 +3652,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_overlay_proto_msgTypes[44]
+	mi := &file_overlay_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3790,7 +3664,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[44]
+	mi := &file_overlay_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3803,7 +3677,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{44}
+	return file_overlay_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AuditEntry) GetPeer() []byte {
@@ -3903,7 +3777,7 @@ type Withheld struct {
 
 func (x *Withheld) Reset() {
 	*x = Withheld{}
-	mi := &file_overlay_proto_msgTypes[45]
+	mi := &file_overlay_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3915,7 +3789,7 @@ func (x *Withheld) String() string {
 func (*Withheld) ProtoMessage() {}
 
 func (x *Withheld) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[45]
+	mi := &file_overlay_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3928,7 +3802,7 @@ func (x *Withheld) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Withheld.ProtoReflect.Descriptor instead.
 func (*Withheld) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{45}
+	return file_overlay_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Withheld) GetSnapshot() []byte {
@@ -4008,7 +3882,7 @@ type WithheldVerdict struct {
 
 func (x *WithheldVerdict) Reset() {
 	*x = WithheldVerdict{}
-	mi := &file_overlay_proto_msgTypes[46]
+	mi := &file_overlay_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4020,7 +3894,7 @@ func (x *WithheldVerdict) String() string {
 func (*WithheldVerdict) ProtoMessage() {}
 
 func (x *WithheldVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[46]
+	mi := &file_overlay_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4033,7 +3907,7 @@ func (x *WithheldVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithheldVerdict.ProtoReflect.Descriptor instead.
 func (*WithheldVerdict) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{46}
+	return file_overlay_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WithheldVerdict) GetResult() WithheldVerdict_Result {
@@ -4096,7 +3970,7 @@ type WithheldEntry struct {
 
 func (x *WithheldEntry) Reset() {
 	*x = WithheldEntry{}
-	mi := &file_overlay_proto_msgTypes[47]
+	mi := &file_overlay_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4108,7 +3982,7 @@ func (x *WithheldEntry) String() string {
 func (*WithheldEntry) ProtoMessage() {}
 
 func (x *WithheldEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[47]
+	mi := &file_overlay_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4121,7 +3995,7 @@ func (x *WithheldEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithheldEntry.ProtoReflect.Descriptor instead.
 func (*WithheldEntry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{47}
+	return file_overlay_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WithheldEntry) GetSubnet() *Range {
@@ -4169,7 +4043,7 @@ type ReleaseQuery struct {
 
 func (x *ReleaseQuery) Reset() {
 	*x = ReleaseQuery{}
-	mi := &file_overlay_proto_msgTypes[48]
+	mi := &file_overlay_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4181,7 +4055,7 @@ func (x *ReleaseQuery) String() string {
 func (*ReleaseQuery) ProtoMessage() {}
 
 func (x *ReleaseQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[48]
+	mi := &file_overlay_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4194,7 +4068,7 @@ func (x *ReleaseQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseQuery.ProtoReflect.Descriptor instead.
 func (*ReleaseQuery) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{48}
+	return file_overlay_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReleaseQuery) GetParent() []byte {
@@ -4214,7 +4088,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_overlay_proto_msgTypes[49]
+	mi := &file_overlay_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4226,7 +4100,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[49]
+	mi := &file_overlay_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4239,7 +4113,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{49}
+	return file_overlay_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Release) GetRelease() []byte {
@@ -4261,7 +4135,7 @@ type ChunkQuery struct {
 
 func (x *ChunkQuery) Reset() {
 	*x = ChunkQuery{}
-	mi := &file_overlay_proto_msgTypes[50]
+	mi := &file_overlay_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4273,7 +4147,7 @@ func (x *ChunkQuery) String() string {
 func (*ChunkQuery) ProtoMessage() {}
 
 func (x *ChunkQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[50]
+	mi := &file_overlay_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4286,7 +4160,7 @@ func (x *ChunkQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkQuery.ProtoReflect.Descriptor instead.
 func (*ChunkQuery) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{50}
+	return file_overlay_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ChunkQuery) GetSnapshot() []byte {
@@ -4321,7 +4195,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_overlay_proto_msgTypes[51]
+	mi := &file_overlay_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4333,7 +4207,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[51]
+	mi := &file_overlay_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4346,7 +4220,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{51}
+	return file_overlay_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Chunk) GetData() []byte {
@@ -4378,7 +4252,7 @@ type CarryProbes struct {
 
 func (x *CarryProbes) Reset() {
 	*x = CarryProbes{}
-	mi := &file_overlay_proto_msgTypes[52]
+	mi := &file_overlay_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4390,7 +4264,7 @@ func (x *CarryProbes) String() string {
 func (*CarryProbes) ProtoMessage() {}
 
 func (x *CarryProbes) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[52]
+	mi := &file_overlay_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4403,7 +4277,7 @@ func (x *CarryProbes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CarryProbes.ProtoReflect.Descriptor instead.
 func (*CarryProbes) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{52}
+	return file_overlay_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CarryProbes) GetSnapshot() []byte {
@@ -4430,7 +4304,7 @@ type CarriedProbe struct {
 
 func (x *CarriedProbe) Reset() {
 	*x = CarriedProbe{}
-	mi := &file_overlay_proto_msgTypes[53]
+	mi := &file_overlay_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4442,7 +4316,7 @@ func (x *CarriedProbe) String() string {
 func (*CarriedProbe) ProtoMessage() {}
 
 func (x *CarriedProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[53]
+	mi := &file_overlay_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4455,7 +4329,7 @@ func (x *CarriedProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CarriedProbe.ProtoReflect.Descriptor instead.
 func (*CarriedProbe) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{53}
+	return file_overlay_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CarriedProbe) GetFrom() *Range {
@@ -4483,7 +4357,7 @@ type Carry struct {
 
 func (x *Carry) Reset() {
 	*x = Carry{}
-	mi := &file_overlay_proto_msgTypes[54]
+	mi := &file_overlay_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4495,7 +4369,7 @@ func (x *Carry) String() string {
 func (*Carry) ProtoMessage() {}
 
 func (x *Carry) ProtoReflect() protoreflect.Message {
-	mi := &file_overlay_proto_msgTypes[54]
+	mi := &file_overlay_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4508,7 +4382,7 @@ func (x *Carry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Carry.ProtoReflect.Descriptor instead.
 func (*Carry) Descriptor() ([]byte, []int) {
-	return file_overlay_proto_rawDescGZIP(), []int{54}
+	return file_overlay_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Carry) GetSnapshot() []byte {
@@ -4536,7 +4410,7 @@ var File_overlay_proto protoreflect.FileDescriptor
 
 const file_overlay_proto_rawDesc = "" +
 	"\n" +
-	"\roverlay.proto\x12\rmicra.overlay\"\xeb\x14\n" +
+	"\roverlay.proto\x12\rmicra.overlay\"\xa3\x14\n" +
 	"\aMessage\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12/\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1b.micra.overlay.Message.TypeR\x04type\x12*\n" +
@@ -4554,10 +4428,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\n" +
 	"redelegate\x18\v \x01(\v2\x19.micra.overlay.RedelegateR\n" +
 	"redelegate\x12-\n" +
-	"\x06assign\x18\f \x01(\v2\x15.micra.overlay.AssignR\x06assign\x120\n" +
-	"\aforward\x18\r \x01(\v2\x16.micra.overlay.ForwardR\aforward\x12:\n" +
-	"\vforward_ack\x18\x0e \x01(\v2\x19.micra.overlay.ForwardAckR\n" +
-	"forwardAck\x12$\n" +
+	"\x06assign\x18\f \x01(\v2\x15.micra.overlay.AssignR\x06assign\x12$\n" +
 	"\x03ack\x18\x0f \x01(\v2\x12.micra.overlay.AckR\x03ack\x126\n" +
 	"\treplicate\x18\x10 \x01(\v2\x18.micra.overlay.ReplicateR\treplicate\x12'\n" +
 	"\x04sync\x18\x11 \x01(\v2\x13.micra.overlay.SyncR\x04sync\x127\n" +
@@ -4587,7 +4458,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\fcarry_probes\x18$ \x01(\v2\x1a.micra.overlay.CarryProbesR\vcarryProbes\x123\n" +
 	"\bannounce\x18% \x01(\v2\x17.micra.overlay.AnnounceR\bannounce\x123\n" +
 	"\bwithheld\x18& \x01(\v2\x17.micra.overlay.WithheldR\bwithheld\x12I\n" +
-	"\x10withheld_verdict\x18' \x01(\v2\x1e.micra.overlay.WithheldVerdictR\x0fwithheldVerdict\"\xbb\x04\n" +
+	"\x10withheld_verdict\x18' \x01(\v2\x1e.micra.overlay.WithheldVerdictR\x0fwithheldVerdict\"\xbf\x04\n" +
 	"\x04Type\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\t\n" +
 	"\x05ERROR\x10\x01\x12\x06\n" +
@@ -4604,9 +4475,7 @@ const file_overlay_proto_rawDesc = "" +
 	"REDELEGATE\x10\n" +
 	"\x12\n" +
 	"\n" +
-	"\x06ASSIGN\x10\v\x12\v\n" +
-	"\aFORWARD\x10\f\x12\x0f\n" +
-	"\vFORWARD_ACK\x10\r\x12\a\n" +
+	"\x06ASSIGN\x10\v\x12\a\n" +
 	"\x03ACK\x10\x0e\x12\r\n" +
 	"\tREPLICATE\x10\x0f\x12\b\n" +
 	"\x04SYNC\x10\x10\x12\x0e\n" +
@@ -4633,7 +4502,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\fCARRY_PROBES\x10#\x12\f\n" +
 	"\bANNOUNCE\x10$\x12\f\n" +
 	"\bWITHHELD\x10%\x12\x14\n" +
-	"\x10WITHHELD_VERDICT\x10&\"\xc4\x03\n" +
+	"\x10WITHHELD_VERDICT\x10&\"\x04\b\f\x10\f\"\x04\b\r\x10\r*\aFORWARD*\vFORWARD_ACKJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fR\aforwardR\vforward_ack\"\xc4\x03\n" +
 	"\x05Error\x12-\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x19.micra.overlay.Error.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12+\n" +
@@ -4715,13 +4584,6 @@ const file_overlay_proto_rawDesc = "" +
 	"\x06record\x18\x01 \x01(\v2\x1b.micra.overlay.SignedRecordR\x06record\x12\x1d\n" +
 	"\n" +
 	"rtt_micros\x18\x02 \x01(\x03R\trttMicros\"8\n" +
-	"\aForward\x12\x19\n" +
-	"\bbatch_id\x18\x01 \x01(\fR\abatchId\x12\x12\n" +
-	"\x04urls\x18\x02 \x03(\tR\x04urls\"F\n" +
-	"\n" +
-	"ForwardAck\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\rR\baccepted\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"8\n" +
 	"\x03Ack\x121\n" +
 	"\abatches\x18\x01 \x03(\v2\x17.micra.overlay.BatchRefR\abatches\"H\n" +
 	"\bBatchRef\x12\x12\n" +
@@ -4978,7 +4840,7 @@ func file_overlay_proto_rawDescGZIP() []byte {
 }
 
 var file_overlay_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_overlay_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_overlay_proto_goTypes = []any{
 	(Message_Type)(0),           // 0: micra.overlay.Message.Type
 	(Error_Code)(0),             // 1: micra.overlay.Error.Code
@@ -5002,46 +4864,44 @@ var file_overlay_proto_goTypes = []any{
 	(*Redelegate)(nil),          // 19: micra.overlay.Redelegate
 	(*Split)(nil),               // 20: micra.overlay.Split
 	(*Assign)(nil),              // 21: micra.overlay.Assign
-	(*Forward)(nil),             // 22: micra.overlay.Forward
-	(*ForwardAck)(nil),          // 23: micra.overlay.ForwardAck
-	(*Ack)(nil),                 // 24: micra.overlay.Ack
-	(*BatchRef)(nil),            // 25: micra.overlay.BatchRef
-	(*Replicate)(nil),           // 26: micra.overlay.Replicate
-	(*Sync)(nil),                // 27: micra.overlay.Sync
-	(*SyncState)(nil),           // 28: micra.overlay.SyncState
-	(*OrgUpdate)(nil),           // 29: micra.overlay.OrgUpdate
-	(*OrgQuery)(nil),            // 30: micra.overlay.OrgQuery
-	(*OrgEntries)(nil),          // 31: micra.overlay.OrgEntries
-	(*ShardMeta)(nil),           // 32: micra.overlay.ShardMeta
-	(*Entry)(nil),               // 33: micra.overlay.Entry
-	(*ProbeEntry)(nil),          // 34: micra.overlay.ProbeEntry
-	(*LoadEntry)(nil),           // 35: micra.overlay.LoadEntry
-	(*Record)(nil),              // 36: micra.overlay.Record
-	(*OrgEntry)(nil),            // 37: micra.overlay.OrgEntry
-	(*Announce)(nil),            // 38: micra.overlay.Announce
-	(*SignedRecord)(nil),        // 39: micra.overlay.SignedRecord
-	(*PeerRTT)(nil),             // 40: micra.overlay.PeerRTT
-	(*Reassign)(nil),            // 41: micra.overlay.Reassign
-	(*BlockUpdate)(nil),         // 42: micra.overlay.BlockUpdate
-	(*BlockQuery)(nil),          // 43: micra.overlay.BlockQuery
-	(*BlockEntries)(nil),        // 44: micra.overlay.BlockEntries
-	(*BlockEntry)(nil),          // 45: micra.overlay.BlockEntry
-	(*Audit)(nil),               // 46: micra.overlay.Audit
-	(*AuditPrior)(nil),          // 47: micra.overlay.AuditPrior
-	(*AuditVerdict)(nil),        // 48: micra.overlay.AuditVerdict
-	(*Refetch)(nil),             // 49: micra.overlay.Refetch
-	(*Page)(nil),                // 50: micra.overlay.Page
-	(*AuditEntry)(nil),          // 51: micra.overlay.AuditEntry
-	(*Withheld)(nil),            // 52: micra.overlay.Withheld
-	(*WithheldVerdict)(nil),     // 53: micra.overlay.WithheldVerdict
-	(*WithheldEntry)(nil),       // 54: micra.overlay.WithheldEntry
-	(*ReleaseQuery)(nil),        // 55: micra.overlay.ReleaseQuery
-	(*Release)(nil),             // 56: micra.overlay.Release
-	(*ChunkQuery)(nil),          // 57: micra.overlay.ChunkQuery
-	(*Chunk)(nil),               // 58: micra.overlay.Chunk
-	(*CarryProbes)(nil),         // 59: micra.overlay.CarryProbes
-	(*CarriedProbe)(nil),        // 60: micra.overlay.CarriedProbe
-	(*Carry)(nil),               // 61: micra.overlay.Carry
+	(*Ack)(nil),                 // 22: micra.overlay.Ack
+	(*BatchRef)(nil),            // 23: micra.overlay.BatchRef
+	(*Replicate)(nil),           // 24: micra.overlay.Replicate
+	(*Sync)(nil),                // 25: micra.overlay.Sync
+	(*SyncState)(nil),           // 26: micra.overlay.SyncState
+	(*OrgUpdate)(nil),           // 27: micra.overlay.OrgUpdate
+	(*OrgQuery)(nil),            // 28: micra.overlay.OrgQuery
+	(*OrgEntries)(nil),          // 29: micra.overlay.OrgEntries
+	(*ShardMeta)(nil),           // 30: micra.overlay.ShardMeta
+	(*Entry)(nil),               // 31: micra.overlay.Entry
+	(*ProbeEntry)(nil),          // 32: micra.overlay.ProbeEntry
+	(*LoadEntry)(nil),           // 33: micra.overlay.LoadEntry
+	(*Record)(nil),              // 34: micra.overlay.Record
+	(*OrgEntry)(nil),            // 35: micra.overlay.OrgEntry
+	(*Announce)(nil),            // 36: micra.overlay.Announce
+	(*SignedRecord)(nil),        // 37: micra.overlay.SignedRecord
+	(*PeerRTT)(nil),             // 38: micra.overlay.PeerRTT
+	(*Reassign)(nil),            // 39: micra.overlay.Reassign
+	(*BlockUpdate)(nil),         // 40: micra.overlay.BlockUpdate
+	(*BlockQuery)(nil),          // 41: micra.overlay.BlockQuery
+	(*BlockEntries)(nil),        // 42: micra.overlay.BlockEntries
+	(*BlockEntry)(nil),          // 43: micra.overlay.BlockEntry
+	(*Audit)(nil),               // 44: micra.overlay.Audit
+	(*AuditPrior)(nil),          // 45: micra.overlay.AuditPrior
+	(*AuditVerdict)(nil),        // 46: micra.overlay.AuditVerdict
+	(*Refetch)(nil),             // 47: micra.overlay.Refetch
+	(*Page)(nil),                // 48: micra.overlay.Page
+	(*AuditEntry)(nil),          // 49: micra.overlay.AuditEntry
+	(*Withheld)(nil),            // 50: micra.overlay.Withheld
+	(*WithheldVerdict)(nil),     // 51: micra.overlay.WithheldVerdict
+	(*WithheldEntry)(nil),       // 52: micra.overlay.WithheldEntry
+	(*ReleaseQuery)(nil),        // 53: micra.overlay.ReleaseQuery
+	(*Release)(nil),             // 54: micra.overlay.Release
+	(*ChunkQuery)(nil),          // 55: micra.overlay.ChunkQuery
+	(*Chunk)(nil),               // 56: micra.overlay.Chunk
+	(*CarryProbes)(nil),         // 57: micra.overlay.CarryProbes
+	(*CarriedProbe)(nil),        // 58: micra.overlay.CarriedProbe
+	(*Carry)(nil),               // 59: micra.overlay.Carry
 }
 var file_overlay_proto_depIdxs = []int32{
 	0,  // 0: micra.overlay.Message.type:type_name -> micra.overlay.Message.Type
@@ -5055,85 +4915,83 @@ var file_overlay_proto_depIdxs = []int32{
 	18, // 8: micra.overlay.Message.heartbeat_ack:type_name -> micra.overlay.HeartbeatAck
 	19, // 9: micra.overlay.Message.redelegate:type_name -> micra.overlay.Redelegate
 	21, // 10: micra.overlay.Message.assign:type_name -> micra.overlay.Assign
-	22, // 11: micra.overlay.Message.forward:type_name -> micra.overlay.Forward
-	23, // 12: micra.overlay.Message.forward_ack:type_name -> micra.overlay.ForwardAck
-	24, // 13: micra.overlay.Message.ack:type_name -> micra.overlay.Ack
-	26, // 14: micra.overlay.Message.replicate:type_name -> micra.overlay.Replicate
-	27, // 15: micra.overlay.Message.sync:type_name -> micra.overlay.Sync
-	28, // 16: micra.overlay.Message.sync_state:type_name -> micra.overlay.SyncState
-	29, // 17: micra.overlay.Message.org_update:type_name -> micra.overlay.OrgUpdate
-	30, // 18: micra.overlay.Message.org_query:type_name -> micra.overlay.OrgQuery
-	31, // 19: micra.overlay.Message.org_entries:type_name -> micra.overlay.OrgEntries
-	41, // 20: micra.overlay.Message.reassign:type_name -> micra.overlay.Reassign
-	42, // 21: micra.overlay.Message.block_update:type_name -> micra.overlay.BlockUpdate
-	43, // 22: micra.overlay.Message.block_query:type_name -> micra.overlay.BlockQuery
-	44, // 23: micra.overlay.Message.block_entries:type_name -> micra.overlay.BlockEntries
-	46, // 24: micra.overlay.Message.audit:type_name -> micra.overlay.Audit
-	48, // 25: micra.overlay.Message.audit_verdict:type_name -> micra.overlay.AuditVerdict
-	49, // 26: micra.overlay.Message.refetch:type_name -> micra.overlay.Refetch
-	50, // 27: micra.overlay.Message.page:type_name -> micra.overlay.Page
-	20, // 28: micra.overlay.Message.split:type_name -> micra.overlay.Split
-	55, // 29: micra.overlay.Message.release_query:type_name -> micra.overlay.ReleaseQuery
-	56, // 30: micra.overlay.Message.release:type_name -> micra.overlay.Release
-	57, // 31: micra.overlay.Message.chunk_query:type_name -> micra.overlay.ChunkQuery
-	58, // 32: micra.overlay.Message.chunk:type_name -> micra.overlay.Chunk
-	61, // 33: micra.overlay.Message.carry:type_name -> micra.overlay.Carry
-	59, // 34: micra.overlay.Message.carry_probes:type_name -> micra.overlay.CarryProbes
-	38, // 35: micra.overlay.Message.announce:type_name -> micra.overlay.Announce
-	52, // 36: micra.overlay.Message.withheld:type_name -> micra.overlay.Withheld
-	53, // 37: micra.overlay.Message.withheld_verdict:type_name -> micra.overlay.WithheldVerdict
-	1,  // 38: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
-	9,  // 39: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
-	2,  // 40: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
-	10, // 41: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
-	10, // 42: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
-	39, // 43: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
-	39, // 44: micra.overlay.Delegation.parts:type_name -> micra.overlay.SignedRecord
-	11, // 45: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
-	10, // 46: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
-	10, // 47: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
-	39, // 48: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
-	25, // 49: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
-	11, // 50: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
-	33, // 51: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
-	11, // 52: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
-	33, // 53: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
-	39, // 54: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
-	39, // 55: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
-	11, // 56: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
-	3,  // 57: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
-	10, // 58: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
-	4,  // 59: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
-	10, // 60: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
-	37, // 61: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
-	10, // 62: micra.overlay.Record.carried_from:type_name -> micra.overlay.Range
-	10, // 63: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
-	40, // 64: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
-	10, // 65: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
-	10, // 66: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
-	10, // 67: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
-	39, // 68: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
-	40, // 69: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
-	10, // 70: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
-	10, // 71: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
-	45, // 72: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
-	39, // 73: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
-	40, // 74: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
-	47, // 75: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
-	5,  // 76: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
-	50, // 77: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
-	6,  // 78: micra.overlay.WithheldVerdict.result:type_name -> micra.overlay.WithheldVerdict.Result
-	10, // 79: micra.overlay.WithheldEntry.subnet:type_name -> micra.overlay.Range
-	60, // 80: micra.overlay.CarryProbes.probes:type_name -> micra.overlay.CarriedProbe
-	10, // 81: micra.overlay.CarriedProbe.from:type_name -> micra.overlay.Range
-	34, // 82: micra.overlay.CarriedProbe.probe:type_name -> micra.overlay.ProbeEntry
-	39, // 83: micra.overlay.Carry.record:type_name -> micra.overlay.SignedRecord
-	10, // 84: micra.overlay.Carry.subnet:type_name -> micra.overlay.Range
-	85, // [85:85] is the sub-list for method output_type
-	85, // [85:85] is the sub-list for method input_type
-	85, // [85:85] is the sub-list for extension type_name
-	85, // [85:85] is the sub-list for extension extendee
-	0,  // [0:85] is the sub-list for field type_name
+	22, // 11: micra.overlay.Message.ack:type_name -> micra.overlay.Ack
+	24, // 12: micra.overlay.Message.replicate:type_name -> micra.overlay.Replicate
+	25, // 13: micra.overlay.Message.sync:type_name -> micra.overlay.Sync
+	26, // 14: micra.overlay.Message.sync_state:type_name -> micra.overlay.SyncState
+	27, // 15: micra.overlay.Message.org_update:type_name -> micra.overlay.OrgUpdate
+	28, // 16: micra.overlay.Message.org_query:type_name -> micra.overlay.OrgQuery
+	29, // 17: micra.overlay.Message.org_entries:type_name -> micra.overlay.OrgEntries
+	39, // 18: micra.overlay.Message.reassign:type_name -> micra.overlay.Reassign
+	40, // 19: micra.overlay.Message.block_update:type_name -> micra.overlay.BlockUpdate
+	41, // 20: micra.overlay.Message.block_query:type_name -> micra.overlay.BlockQuery
+	42, // 21: micra.overlay.Message.block_entries:type_name -> micra.overlay.BlockEntries
+	44, // 22: micra.overlay.Message.audit:type_name -> micra.overlay.Audit
+	46, // 23: micra.overlay.Message.audit_verdict:type_name -> micra.overlay.AuditVerdict
+	47, // 24: micra.overlay.Message.refetch:type_name -> micra.overlay.Refetch
+	48, // 25: micra.overlay.Message.page:type_name -> micra.overlay.Page
+	20, // 26: micra.overlay.Message.split:type_name -> micra.overlay.Split
+	53, // 27: micra.overlay.Message.release_query:type_name -> micra.overlay.ReleaseQuery
+	54, // 28: micra.overlay.Message.release:type_name -> micra.overlay.Release
+	55, // 29: micra.overlay.Message.chunk_query:type_name -> micra.overlay.ChunkQuery
+	56, // 30: micra.overlay.Message.chunk:type_name -> micra.overlay.Chunk
+	59, // 31: micra.overlay.Message.carry:type_name -> micra.overlay.Carry
+	57, // 32: micra.overlay.Message.carry_probes:type_name -> micra.overlay.CarryProbes
+	36, // 33: micra.overlay.Message.announce:type_name -> micra.overlay.Announce
+	50, // 34: micra.overlay.Message.withheld:type_name -> micra.overlay.Withheld
+	51, // 35: micra.overlay.Message.withheld_verdict:type_name -> micra.overlay.WithheldVerdict
+	1,  // 36: micra.overlay.Error.code:type_name -> micra.overlay.Error.Code
+	9,  // 37: micra.overlay.Error.hint:type_name -> micra.overlay.PeerHint
+	2,  // 38: micra.overlay.ShardRef.kind:type_name -> micra.overlay.ShardRef.Kind
+	10, // 39: micra.overlay.ShardRef.anchor:type_name -> micra.overlay.Range
+	10, // 40: micra.overlay.Resolve.subnet:type_name -> micra.overlay.Range
+	37, // 41: micra.overlay.Delegation.record:type_name -> micra.overlay.SignedRecord
+	37, // 42: micra.overlay.Delegation.parts:type_name -> micra.overlay.SignedRecord
+	11, // 43: micra.overlay.Heartbeat.shard:type_name -> micra.overlay.ShardRef
+	10, // 44: micra.overlay.HeartbeatAck.subnets:type_name -> micra.overlay.Range
+	10, // 45: micra.overlay.Redelegate.subnet:type_name -> micra.overlay.Range
+	37, // 46: micra.overlay.Assign.record:type_name -> micra.overlay.SignedRecord
+	23, // 47: micra.overlay.Ack.batches:type_name -> micra.overlay.BatchRef
+	11, // 48: micra.overlay.Replicate.shard:type_name -> micra.overlay.ShardRef
+	31, // 49: micra.overlay.Replicate.entries:type_name -> micra.overlay.Entry
+	11, // 50: micra.overlay.Sync.shard:type_name -> micra.overlay.ShardRef
+	31, // 51: micra.overlay.SyncState.entries:type_name -> micra.overlay.Entry
+	37, // 52: micra.overlay.OrgUpdate.record:type_name -> micra.overlay.SignedRecord
+	37, // 53: micra.overlay.OrgEntries.records:type_name -> micra.overlay.SignedRecord
+	11, // 54: micra.overlay.ShardMeta.shard:type_name -> micra.overlay.ShardRef
+	3,  // 55: micra.overlay.Entry.kind:type_name -> micra.overlay.Entry.Kind
+	10, // 56: micra.overlay.ProbeEntry.subnet:type_name -> micra.overlay.Range
+	4,  // 57: micra.overlay.Record.kind:type_name -> micra.overlay.Record.Kind
+	10, // 58: micra.overlay.Record.subnet:type_name -> micra.overlay.Range
+	35, // 59: micra.overlay.Record.org_entries:type_name -> micra.overlay.OrgEntry
+	10, // 60: micra.overlay.Record.carried_from:type_name -> micra.overlay.Range
+	10, // 61: micra.overlay.OrgEntry.subnet:type_name -> micra.overlay.Range
+	38, // 62: micra.overlay.Announce.rtts:type_name -> micra.overlay.PeerRTT
+	10, // 63: micra.overlay.Reassign.subnet:type_name -> micra.overlay.Range
+	10, // 64: micra.overlay.Reassign.cause:type_name -> micra.overlay.Range
+	10, // 65: micra.overlay.BlockUpdate.block:type_name -> micra.overlay.Range
+	37, // 66: micra.overlay.BlockUpdate.record:type_name -> micra.overlay.SignedRecord
+	38, // 67: micra.overlay.BlockUpdate.probes:type_name -> micra.overlay.PeerRTT
+	10, // 68: micra.overlay.BlockQuery.block:type_name -> micra.overlay.Range
+	10, // 69: micra.overlay.BlockQuery.near:type_name -> micra.overlay.Range
+	43, // 70: micra.overlay.BlockEntries.entries:type_name -> micra.overlay.BlockEntry
+	37, // 71: micra.overlay.BlockEntry.record:type_name -> micra.overlay.SignedRecord
+	38, // 72: micra.overlay.BlockEntry.probes:type_name -> micra.overlay.PeerRTT
+	45, // 73: micra.overlay.Audit.priors:type_name -> micra.overlay.AuditPrior
+	5,  // 74: micra.overlay.AuditVerdict.result:type_name -> micra.overlay.AuditVerdict.Result
+	48, // 75: micra.overlay.AuditVerdict.pages:type_name -> micra.overlay.Page
+	6,  // 76: micra.overlay.WithheldVerdict.result:type_name -> micra.overlay.WithheldVerdict.Result
+	10, // 77: micra.overlay.WithheldEntry.subnet:type_name -> micra.overlay.Range
+	58, // 78: micra.overlay.CarryProbes.probes:type_name -> micra.overlay.CarriedProbe
+	10, // 79: micra.overlay.CarriedProbe.from:type_name -> micra.overlay.Range
+	32, // 80: micra.overlay.CarriedProbe.probe:type_name -> micra.overlay.ProbeEntry
+	37, // 81: micra.overlay.Carry.record:type_name -> micra.overlay.SignedRecord
+	10, // 82: micra.overlay.Carry.subnet:type_name -> micra.overlay.Range
+	83, // [83:83] is the sub-list for method output_type
+	83, // [83:83] is the sub-list for method input_type
+	83, // [83:83] is the sub-list for extension type_name
+	83, // [83:83] is the sub-list for extension extendee
+	0,  // [0:83] is the sub-list for field type_name
 }
 
 func init() { file_overlay_proto_init() }
@@ -5147,7 +5005,7 @@ func file_overlay_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_overlay_proto_rawDesc), len(file_overlay_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   55,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
