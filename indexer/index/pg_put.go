@@ -313,8 +313,9 @@ func pgLoadAnchors(ctx context.Context, tx pgx.Tx, ids []int64, states map[int64
 	return rows.Err()
 }
 
-// pgMigrateBatch is how many pages pgAddVerbatims reads at once.
-const pgMigrateBatch = 512
+// pgMigrateBatch is how many pages pgAddVerbatims reads at once (a
+// variable for tests).
+var pgMigrateBatch = 512
 
 // pgAddVerbatims adds the verbatim terms (verbatim.go) of every stored
 // record, as Index.migrate4to5 does: those of its title to its own
@@ -331,8 +332,8 @@ func pgAddVerbatims(ctx context.Context, tx pgx.Tx, p *Postgres) error {
 		return err
 	}
 	var after int64 = math.MinInt64
-	for {
-		rows, err := tx.Query(ctx, `SELECT id FROM micra.pages WHERE NOT gone AND id > $1 ORDER BY id LIMIT $2`, after, pgMigrateBatch)
+	for first := true; ; first = false {
+		rows, err := tx.Query(ctx, `SELECT id FROM micra.pages WHERE NOT gone AND (id > $1 OR $3) ORDER BY id LIMIT $2`, after, pgMigrateBatch, first)
 		if err != nil {
 			return err
 		}

@@ -158,6 +158,8 @@ func TestPostgresMigratesVerbatims(t *testing.T) {
 	if _, err := OpenPostgres(ctx, dsn, PostgresOptions{ReadOnly: true}, Logger(quietLogger())); !errors.Is(err, ErrSchema) {
 		t.Fatalf("a read-only store on schema 1: %v", err)
 	}
+	defer func(n int) { pgMigrateBatch = n }(pgMigrateBatch)
+	pgMigrateBatch = 3 // pages linking to pages of other batches
 	p := openTestPostgres(t, dsn, PostgresOptions{})
 	if err := p.Verify(ctx); err != nil {
 		t.Fatal(err)
