@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -380,4 +381,76 @@ func (o *Overlay) pingUnmeasured(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+}
+
+// Peers returns the peers that announced themselves to this node (its
+// routing table's, the crawlers that heartbeat it as a coordinator, and
+// the peers that have it in their routing tables; see announce.go), with
+// their declared capacity, load and subnet count.
+func (o *Overlay) Peers() []PeerInfo {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]PeerInfo, 0, len(o.peers))
+	for _, pi := range o.peers {
+		out = append(out, pi)
+	}
+	slices.SortFunc(out, func(a, b PeerInfo) int { return strings.Compare(string(a.ID), string(b.ID)) })
+	return out
+}
+
+// Between returns the round-trip time between peers a and b as the overlay
+// measured it: this node's own latency to a peer is libp2p's peerstore
+// EWMA (fed by the DHT's requests and by pings, see announcements); other
+// pairs come from the RTTs peers announced to this node (its neighbours,
+// see announce.go), which are their peerstore EWMAs (either direction). ok is false when nobody measured the pair. The
+// guided search bounds candidates with it (triangle inequality); on the
+// emulated Internet, where libp2p's own traffic does not see the world's
+// latencies, tests substitute the world's model.
+func (o *Overlay) Between(a, b peer.ID) (time.Duration, bool) {
+	if a == b {
+		return 0, true
+	}
+	self := o.h.ID()
+	if a == self || b == self {
+		other := a
+		if a == self {
+			other = b
+		}
+		if d := o.h.Peerstore().LatencyEWMA(other); d > 0 {
+			return d, true
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if us, ok := o.rtts[a][b]; ok {
+		return time.Duration(us) * time.Microsecond, true
+	}
+	if us, ok := o.rtts[b][a]; ok {
+		return time.Duration(us) * time.Microsecond, true
+	}
+	return 0, false
+}
+
+// MeasuredBy returns the round-trip time from peer by to peer of as by
+// measured it: this node's peerstore EWMA when by is this node, else the
+// RTT by announced to this node (announce.go). Unlike Between it never
+// takes of's word: a node can lengthen the RTTs others measure to it, by
+// delaying its answers, but not shorten them, while what it announces is
+// anything it likes.
+func (o *Overlay) MeasuredBy(by, of peer.ID) (time.Duration, bool) {
+	if by == of {
+		return 0, true
+	}
+	if by == o.h.ID() {
+		if d := o.h.Peerstore().LatencyEWMA(of); d > 0 {
+			return d, true
+		}
+		return 0, false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if us, ok := o.rtts[by][of]; ok {
+		return time.Duration(us) * time.Microsecond, true
+	}
+	return 0, false
 }

@@ -491,3 +491,55 @@ func (o *Overlay) serveReplicate() network.StreamHandler {
 
 // writerKey carries the stream's frame writer to streaming handlers.
 type writerKey struct{}
+
+// dispatchTable is the one table of the request/response protocols'
+// handlers, by protocol and message type: the streams serve it, and so
+// does handleLocal for requests a node addresses to itself. (Replication
+// has its own stream handler: its frames are a sequence, not one request.)
+func (o *Overlay) dispatchTable() map[protocol.ID]map[pb.Message_Type]handler {
+	return map[protocol.ID]map[pb.Message_Type]handler{
+		ProbeID: {pb.Message_PROBE: o.handleProbe},
+		CoordinateID: {
+			pb.Message_RESOLVE:      o.handleResolve,
+			pb.Message_DELEGATE:     o.handleDelegate,
+			pb.Message_HEARTBEAT:    o.handleHeartbeat,
+			pb.Message_REDELEGATE:   o.handleRedelegate,
+			pb.Message_ASSIGN:       o.handleAssign,
+			pb.Message_ORG_UPDATE:   o.handleOrgUpdate,
+			pb.Message_ORG_QUERY:    o.handleOrgQuery,
+			pb.Message_REASSIGN:     o.handleReassign,
+			pb.Message_BLOCK_UPDATE: o.handleBlockUpdate,
+			pb.Message_BLOCK_QUERY:  o.handleBlockQuery,
+			pb.Message_SPLIT:        o.handleSplit,
+			pb.Message_CARRY:        o.handleCarry,
+			pb.Message_CARRY_PROBES: o.handleCarryProbes,
+		},
+		AuditID: {
+			pb.Message_AUDIT:    o.handleAudit,
+			pb.Message_REFETCH:  o.handleRefetch,
+			pb.Message_WITHHELD: o.handleWithheld,
+		},
+		ReleaseID: {
+			pb.Message_RELEASE_QUERY: o.handleReleaseQuery,
+			pb.Message_CHUNK_QUERY:   o.handleChunkQuery,
+		},
+		AnnounceID: {pb.Message_ANNOUNCE: o.handleAnnounce},
+	}
+}
+
+// handleLocal serves a coordinate or audit request addressed to this node
+// without a stream, from the dispatch table.
+func (o *Overlay) handleLocal(ctx context.Context, req *pb.Message) (*pb.Message, error) {
+	h, ok := o.handlers[CoordinateID][req.GetType()]
+	if !ok {
+		h, ok = o.handlers[AuditID][req.GetType()]
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %v", ErrUnexpectedType, req.GetType())
+	}
+	resp, err := h(ctx, o.h.ID(), req)
+	if err != nil {
+		return errorMsg(err), err
+	}
+	return resp, nil
+}
