@@ -64,7 +64,7 @@
 // batch (EvidenceOpener), has the nodes nearest to the subnet after the
 // author refetch the page (REFETCH, served by a Refetcher) and compares
 // fingerprints; confirmed disagreements convict the author, whose subnets
-// are then re-delegated and whom later verdicts name convicted (audit.go).
+// are then re-delegated and whom later verdicts name convicted (audit.go; tallies.go).
 //
 // # Withholding
 //

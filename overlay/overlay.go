@@ -51,7 +51,7 @@ type Overlay struct {
 	// orgValidator checks organisation records read back from the DHT.
 	orgValidator RecordValidator
 	stats        counters
-	// Per-peer budgets of audit and refetch requests (audit.go), and of
+	// Per-peer budgets of audit and refetch requests (auditserve.go), and of
 	// announcements (announce.go).
 	auditLimit, refetchLimit, announceLimit, withheldLimit *peerLimiter
 	announceNow                                            chan struct{} // announceSoon's signal to announceLoop
