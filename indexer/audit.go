@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
@@ -380,7 +381,7 @@ func (a *auditor) dispute(j auditJob) map[peer.ID][]overlay.AuditPrior {
 	ds = append(ds, overlay.AuditPrior{URL: j.url, Evidence: j.evidence})
 	a.dbytes += int64(len(j.evidence))
 	if len(ds) > maxDisputes {
-		drop := slices.IndexFunc(ds[:len(ds)-1], func(p overlay.AuditPrior) bool { return hostOf(p.URL) == j.host })
+		drop := slices.IndexFunc(ds[:len(ds)-1], func(p overlay.AuditPrior) bool { return egress.HostOf(p.URL) == j.host })
 		drop = max(drop, 0)
 		a.dbytes -= int64(len(ds[drop].Evidence))
 		ds = slices.Delete(ds, drop, drop+1)
@@ -707,18 +708,11 @@ func (ix *Indexer) Audited() []NodeAudits {
 	ix.aud.mu.Lock()
 	for i := range out {
 		for _, d := range ix.aud.disputes[out[i].Node] {
-			if h := hostOf(d.URL); h != "" && !slices.Contains(out[i].DisputedHosts, h) {
+			if h := egress.HostOf(d.URL); h != "" && !slices.Contains(out[i].DisputedHosts, h) {
 				out[i].DisputedHosts = append(out[i].DisputedHosts, h)
 			}
 		}
 	}
 	ix.aud.mu.Unlock()
 	return out
-}
-
-func hostOf(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Hostname()
-	}
-	return ""
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/egress"
 )
 
 // Busy nodes. A node that will not take a crawl request now
@@ -49,7 +50,7 @@ func (h *hostRecords) note(node peer.ID, recs []crawl.Record, at time.Time) {
 		h.m = map[string]time.Time{}
 	}
 	for i := range recs {
-		host := hostOf(recs[i].URL)
+		host := egress.HostOf(recs[i].URL)
 		if host == "" {
 			continue
 		}
@@ -85,7 +86,7 @@ func (h *hostRecords) evict() {
 func (h *hostRecords) since(node peer.ID, link string, t time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	at, ok := h.m[hostRecordKey(node, hostOf(link))]
+	at, ok := h.m[hostRecordKey(node, egress.HostOf(link))]
 	return ok && at.After(t)
 }
 

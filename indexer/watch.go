@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
@@ -51,7 +52,7 @@ func (ix *Indexer) takeWatches(ctx context.Context, from peer.ID, ws []results.W
 		link, err := crawl.NormalizeURL(w.Request.Link)
 		switch {
 		case err != nil || link != w.Request.Link, w.Holder == self, w.Holder == from,
-			ix.take != nil && !ix.take[results.ShardOf(hostOf(link), ix.cfg.shards)],
+			ix.take != nil && !ix.take[results.ShardOf(egress.HostOf(link), ix.cfg.shards)],
 			ix.o != nil && len(ix.allowedHosts([]crawl.Request{w.Request})) == 0:
 			// Not a request this indexer could hold the owner to: the
 			// receipt signs another form of the link, the owner is the

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results"
@@ -74,7 +75,7 @@ func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 	// goes to another indexer, and this one never sees it.
 	for i, pc := range due {
 		link := pc.GetRequest().GetLink()
-		if ix.take != nil && !ix.take[results.ShardOf(hostOf(link), ix.cfg.shards)] {
+		if ix.take != nil && !ix.take[results.ShardOf(egress.HostOf(link), ix.cfg.shards)] {
 			continue
 		}
 		_, err := ix.x.Get(ix.ctx, link)
@@ -295,7 +296,7 @@ func (ix *Indexer) tookFromCoordinator(id [16]byte, node peer.ID, link string, r
 func (ix *Indexer) notice(ctx context.Context, wo *pb.WithheldOwed, holder peer.ID) (overlay.WithheldVerdict, error) {
 	ctx, cancel := context.WithTimeout(ctx, withheldTimeout)
 	defer cancel()
-	addr, err := ix.cfg.resolve(ctx, hostOf(wo.GetUrl()))
+	addr, err := ix.cfg.resolve(ctx, egress.HostOf(wo.GetUrl()))
 	if err != nil {
 		return overlay.WithheldVerdict{}, err
 	}

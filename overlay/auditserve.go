@@ -10,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/overlay/pb"
 )
 
@@ -49,7 +50,7 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 	if u == "" || len(u) > maxURLLen {
 		return nil, fmt.Errorf("%w: URL of %d bytes", ErrMalformed, len(u))
 	}
-	host := hostOf(u)
+	host := egress.HostOf(u)
 	if host == "" {
 		return nil, fmt.Errorf("%w: URL %q has no host", ErrMalformed, u)
 	}
@@ -143,7 +144,7 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 			break
 		}
 		pc, err := o.cfg.evidence.OpenEvidence(pr.GetEvidence(), pr.GetUrl())
-		ph := hostOf(pr.GetUrl())
+		ph := egress.HostOf(pr.GetUrl())
 		if err != nil || pc.Node != claim.Node || pc.URL != pr.GetUrl() || ph == "" || pc.Fingerprint == 0 ||
 			pc.Status < 200 || pc.Status > 299 {
 			o.log.Debug("audit prior refused", "peer", from, "url", pr.GetUrl(), "error", err)

@@ -3,9 +3,7 @@ package overlay
 import (
 	"context"
 	"hash/fnv"
-	"net/url"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -95,14 +93,6 @@ func distance(a, b uint64) int {
 }
 
 // hostOf returns the lower-case host of a URL, "" when it has none.
-func hostOf(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return ""
-	}
-	return strings.ToLower(u.Hostname())
-}
-
 // auditors lists the nodes to ask to refetch a page of subnet id, best
 // first: the peers that may crawl and refetch, the claim's author left out,
 // in the order of their stored probes of the subnet (the author's runners-

@@ -16,6 +16,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/overlay/pb"
 	"github.com/micra-net/micra/subnet"
 )
@@ -221,10 +222,10 @@ func FuzzDecodeMessage(f *testing.F) {
 			_, _ = withheldVerdictFromPB(m.GetWithheldVerdict())
 		}
 		_, _ = addrFromWire(m.GetWithheld().GetAddr())
-		_ = hostOf(m.GetWithheld().GetUrl())
+		_ = egress.HostOf(m.GetWithheld().GetUrl())
 		_, _ = peer.IDFromBytes(m.GetWithheld().GetHolder())
 		_, _ = addrFromWire(m.GetAudit().GetAddr())
-		_ = hostOf(m.GetAudit().GetUrl())
+		_ = egress.HostOf(m.GetAudit().GetUrl())
 		for _, be := range m.GetBlockEntries().GetEntries() {
 			if v, err := proto.Marshal(be); err == nil {
 				_, _ = c.openBlockEntry(v, true)

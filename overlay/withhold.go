@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/overlay/pb"
 	"github.com/micra-net/micra/subnet"
 )
@@ -199,7 +200,7 @@ type WithheldVerdict struct {
 // a crawl request unanswered (see the comment at the top of this file).
 // When n.Holder answers as the coordinator, its deputy is asked instead.
 func (o *Overlay) Withheld(ctx context.Context, n WithheldNotice) (WithheldVerdict, error) {
-	if !n.Addr.IsValid() || n.URL == "" || len(n.URL) > maxURLLen || hostOf(n.URL) == "" || n.Holder == "" {
+	if !n.Addr.IsValid() || n.URL == "" || len(n.URL) > maxURLLen || egress.HostOf(n.URL) == "" || n.Holder == "" {
 		return WithheldVerdict{}, fmt.Errorf("withheld: %w: address, URL or holder", ErrMalformed)
 	}
 	if n.Holder == o.h.ID() {
@@ -384,7 +385,7 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 		return nil, err
 	}
 	u := rq.GetUrl()
-	if u == "" || len(u) > maxURLLen || hostOf(u) == "" {
+	if u == "" || len(u) > maxURLLen || egress.HostOf(u) == "" {
 		return nil, fmt.Errorf("%w: URL of %d bytes or without a host", ErrMalformed, len(u))
 	}
 	holder, err := peer.IDFromBytes(rq.GetHolder())
@@ -466,7 +467,7 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 		// would have the coordinator ask until the node's room for
 		// judges was full too, and the honest node would lose the subnet
 		// as a refuser.
-		hk := string(holder) + "\x00" + hostOf(u)
+		hk := string(holder) + "\x00" + egress.HostOf(u)
 		if left, busy := c.hostAsks.reserve(hk, now, grace); busy {
 			v.RetryMs = left.Milliseconds() + 1
 			return answer(pb.WithheldVerdict_NOTED)
