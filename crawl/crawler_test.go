@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/micra-net/micra/internal/poll"
 )
 
 // testSink collects what the crawler hands out.
@@ -61,13 +63,7 @@ func (r hostRouter) Route(u *url.URL, _ netip.Addr) bool { return u.Hostname() =
 // waitFor polls cond for at most 20 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for range 1000 {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	poll.Until(t, 20*time.Second, what, poll.True(cond))
 }
 
 // waitIdle waits until the frontier is empty and the pipeline drained.

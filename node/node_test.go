@@ -18,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/poll"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/internal/world/worldtest"
 	"github.com/micra-net/micra/node"
@@ -80,14 +81,7 @@ func testNodeWith(t *testing.T, run *world.Running, i int, dir string, boot []st
 
 func waitUntil(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	var err error
-	for range 1200 { // 60 s: a bound for loaded machines, not a timing assertion
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: %v", what, err)
+	poll.Until(t, time.Minute, what, cond)
 }
 
 // TestNodeJoinCrawlRestart wires two nodes on the emulated Internet: the

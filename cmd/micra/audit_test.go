@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -20,6 +19,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/indexer"
 	"github.com/micra-net/micra/indexer/index"
+	"github.com/micra-net/micra/internal/poll"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/internal/world/worldtest"
 	"github.com/micra-net/micra/node"
@@ -322,13 +322,5 @@ func (d *distrustCounter) Write(p []byte) (int, error) {
 
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(limit) // a bound for loaded machines, not a timing assertion
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("%s: %v", what, errors.Join(err, errors.New("not reached")))
+	poll.Until(t, limit, what, cond)
 }

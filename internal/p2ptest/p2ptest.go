@@ -23,6 +23,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 
+	"github.com/micra-net/micra/internal/poll"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -140,20 +141,10 @@ func SimDB(t testing.TB) *badger.DB {
 	return db
 }
 
-// WaitFor calls f every 50 ms until it returns nil, and fails the test
-// with f's last error when d has passed. Inside a synctest bubble d is
-// virtual time: a bound on the protocol, not on the machine.
+// WaitFor is poll.Until: it calls f every 50 ms until it returns nil, and
+// fails the test with f's last error when d has passed. Inside a synctest
+// bubble d is virtual time: a bound on the protocol, not on the machine.
 func WaitFor(t testing.TB, d time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not reached within %v: %v", d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Until(t, d, "condition", f)
 }

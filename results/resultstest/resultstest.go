@@ -13,7 +13,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/internal/p2ptest"
+	"github.com/micra-net/micra/internal/poll"
 	"github.com/micra-net/micra/results/pb"
 	"google.golang.org/protobuf/proto"
 )
@@ -126,10 +126,5 @@ func Reenvelope(t testing.TB, data []byte, f func(e *pb.Envelope, h *pb.Header))
 // inside a synctest bubble), not a timing assertion.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	p2ptest.WaitFor(t, 90*time.Second, func() error {
-		if cond() {
-			return nil
-		}
-		return fmt.Errorf("waiting for %s", what)
-	})
+	poll.Until(t, 90*time.Second, what, poll.True(cond))
 }
