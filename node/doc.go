@@ -16,8 +16,8 @@
 //     and whose calibration re-delegates a subnet whose pages got slow;
 //   - the overlay, with the delegator, a prober that times HTTP HEADs from
 //     this node's address through the crawler's fetcher, a refetcher for
-//     audits through the crawler, the handler of older nodes' forwarded
-//     URLs, the declared capacity and load, and the probing windows;
+//     audits through the crawler, the declared capacity and load, and the
+//     probing windows;
 //   - the crawl-request protocol, the hand-on loop (the crawler's links for
 //     other nodes to their owners, delegating unknown subnets in the
 //     background) and the dashboard with /metrics.
