@@ -29,8 +29,8 @@ import (
 // node, whose routing tables are complete near the key, and each refuses,
 // naming the peer, when it knows a live one nearer than this node (a peer
 // that joined a moment ago, which this node has not met yet; handleSync).
-// That used to be a lookup before every claim, some twenty DHT queries, and
-// two thirds of a delegation's messages where shards are new.
+// A lookup before every claim would cost some twenty DHT queries, two
+// thirds of a delegation's messages where shards are new.
 //
 // A lookup stays the fallback where views genuinely disagree, at most once
 // per maintenance interval and key: when the claim finds no majority of its

@@ -93,10 +93,10 @@
 // A node's state that a coordinator weighs when it decides — declared
 // capacity and load, subnet count, whether the node crawls at all
 // (NoCrawl), the release file it serves, its measured RTTs to other
-// peers — travels in announcements (announce.go). They used to be
-// flooded on a global GossipSub topic: every node received every node's
-// announcement, about once per mesh peer, so a node's idle upkeep grew
-// linearly with the network (nine tenths of it at 100 nodes). Now a node
+// peers — travels in announcements (announce.go). Flooded on a global
+// GossipSub topic, every node would receive every node's announcement,
+// about once per mesh peer, and a node's idle upkeep would grow linearly
+// with the network (nine tenths of it at 100 nodes, measured so). A node
 // exchanges its announcement over AnnounceID with its neighbours only:
 // the peers of its DHT routing table, about 20 × log2(N/20) of them, and
 // the coordinators of the shards it heartbeats; the receiver keeps it and
@@ -128,8 +128,7 @@
 // An announcement's author is the stream's remote peer, authenticated by
 // the connection's handshake: nothing is relayed, so nothing needs
 // GossipSub's per-message signature. Requests are bounded in size and
-// budgeted per peer, and the tables they feed are bounded. The old topic
-// is still read, not written, for one release.
+// budgeted per peer, and the tables they feed are bounded.
 //
 // Everything received from peers is untrusted: frames are size-limited and
 // checked, records are verified against their writer's key, streams have
