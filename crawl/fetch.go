@@ -200,11 +200,7 @@ func (f *Fetcher) Resolve(ctx context.Context, host string) ([]netip.Addr, error
 }
 
 func (f *Fetcher) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if ip, err := netip.ParseAddr(host); err == nil {
-		return []netip.Addr{ip}, nil
-	}
-	return f.dns.lookup(ctx, host)
+	return LookupAddrs(ctx, f.dns, host)
 }
 
 type ctxKey int
@@ -646,7 +642,9 @@ func newDNSCache(r Resolver) *dnsCache {
 	return &dnsCache{r: r, m: make(map[string]dnsEntry)}
 }
 
-func (c *dnsCache) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
+// LookupNetIP resolves host (network is always "ip"), from the cache while
+// its answer is fresh. The slice returned is shared: read it only.
+func (c *dnsCache) LookupNetIP(ctx context.Context, _, host string) ([]netip.Addr, error) {
 	host = strings.ToLower(host)
 	now := time.Now()
 	c.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/subnet"
 )
@@ -63,7 +64,7 @@ func defaultConfig() config {
 		ackDelay:     100 * time.Millisecond, // acks to one node are sent together
 		reassembly:   64 << 20,               // bytes of incomplete multi-part batches held
 		resolve:      results.NetResolver(net.DefaultResolver),
-		lookupAll:    netLookup(net.DefaultResolver),
+		lookupAll:    lookupAll(net.DefaultResolver),
 		patience:     30 * time.Minute,   // a crawl request without a record is sent again after this, then after twice as long...
 		attempts:     6,                  // ...up to six submissions (about 32 h in all)
 		auditShare:   0.02,               // one record in fifty: a node fabricating most of its records is caught within a few batches
@@ -131,12 +132,12 @@ func MessageLimit(n int) Option {
 // DNS makes the indexer resolve hosts with r: for the crawl requests it
 // submits (results.NetResolver(r)) and every address of a host, which its
 // audits need (a host may have addresses in several subnets).
-func DNS(r *net.Resolver) Option {
+func DNS(r crawl.Resolver) Option {
 	return func(c *config) error {
 		if r == nil {
 			return errors.New("nil resolver")
 		}
-		c.resolve, c.lookupAll = results.NetResolver(r), netLookup(r)
+		c.resolve, c.lookupAll = results.NetResolver(r), lookupAll(r)
 		return nil
 	}
 }
@@ -149,26 +150,8 @@ func DNSServer(server netip.AddrPort) Option {
 		if !server.IsValid() {
 			return errors.New("invalid DNS server address")
 		}
-		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			d := net.Dialer{Timeout: 5 * time.Second}
-			return d.DialContext(ctx, network, server.String())
-		}}
-		resolve, lookup := results.NetResolver(r), netLookup(r)
-		name := func(err error) error {
-			var de *net.DNSError
-			if errors.As(err, &de) {
-				de.Server = server.String()
-			}
-			return err
-		}
-		c.resolve = func(ctx context.Context, host string) (netip.Addr, error) {
-			a, err := resolve(ctx, host)
-			return a, name(err)
-		}
-		c.lookupAll = func(ctx context.Context, host string) ([]netip.Addr, error) {
-			as, err := lookup(ctx, host)
-			return as, name(err)
-		}
+		r := crawl.DNSResolver(server, netip.Addr{})
+		c.resolve, c.lookupAll = results.NetResolver(r), lookupAll(r)
 		return nil
 	}
 }
@@ -270,17 +253,9 @@ func AckDelay(d time.Duration) Option {
 	}
 }
 
-// netLookup returns every address r finds for host (IP literals as they
-// are).
-func netLookup(r *net.Resolver) func(ctx context.Context, host string) ([]netip.Addr, error) {
+// lookupAll returns every address r finds for a host (crawl.LookupAddrs).
+func lookupAll(r crawl.Resolver) func(ctx context.Context, host string) ([]netip.Addr, error) {
 	return func(ctx context.Context, host string) ([]netip.Addr, error) {
-		if a, err := netip.ParseAddr(host); err == nil {
-			return []netip.Addr{a.Unmap()}, nil
-		}
-		as, err := r.LookupNetIP(ctx, "ip", host)
-		for i := range as {
-			as[i] = as[i].Unmap()
-		}
-		return as, err
+		return crawl.LookupAddrs(ctx, r, host)
 	}
 }

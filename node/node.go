@@ -254,7 +254,7 @@ func (n *Node) settle() error {
 	}
 	n.peers = bootstrap.Merge(peers, filePeers, env, bootstrap.Defaults())
 	if n.opt.resolver == nil && cfg.DNS != "" {
-		n.opt.resolver = dnsResolver(netip.MustParseAddrPort(cfg.DNS), n.own)
+		n.opt.resolver = crawl.DNSResolver(netip.MustParseAddrPort(cfg.DNS), n.own)
 	}
 	return nil
 }
@@ -781,21 +781,11 @@ const (
 
 // resolveHost resolves a host name (or IP literal) to one address.
 func (n *Node) resolveHost(ctx context.Context, host string) (netip.Addr, error) {
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Unmap(), nil
-	}
 	var r crawl.Resolver = net.DefaultResolver
 	if n.opt.resolver != nil {
 		r = n.opt.resolver
 	}
-	addrs, err := r.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	if len(addrs) == 0 {
-		return netip.Addr{}, fmt.Errorf("%s has no address", host)
-	}
-	return addrs[0].Unmap(), nil
+	return crawl.LookupAddr(ctx, r, host)
 }
 
 // load is what the node declares to coordinators: its capacity and its
@@ -820,21 +810,6 @@ func loadTree(file string) (*subnet.Tree, error) {
 		return nil, fmt.Errorf("snapshot %s: %w", file, err)
 	}
 	return t, nil
-}
-
-// dnsResolver returns a resolver that asks server, from src when valid.
-func dnsResolver(server netip.AddrPort, src netip.Addr) *net.Resolver {
-	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		d := net.Dialer{Timeout: 5 * time.Second}
-		if src.IsValid() {
-			if network == "udp" || network == "udp4" || network == "udp6" {
-				d.LocalAddr = &net.UDPAddr{IP: src.AsSlice()}
-			} else {
-				d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
-			}
-		}
-		return d.DialContext(ctx, network, server.String())
-	}}
 }
 
 // manetIP returns the IP address of a multiaddr's first component.

@@ -84,8 +84,7 @@ func defaultConfig() config {
 var defaultResolve = NetResolver(net.DefaultResolver)
 
 // DNS makes Submit resolve hosts with r: Resolve with NetResolver(r).
-// Submit.
-func DNS(r *net.Resolver) Option {
+func DNS(r crawl.Resolver) Option {
 	return func(c *config) error {
 		if r == nil {
 			return errors.New("nil resolver")
@@ -96,20 +95,10 @@ func DNS(r *net.Resolver) Option {
 }
 
 // NetResolver adapts r to a Resolver: IP literals as they are, names to
-// the first address r finds (as the crawler picks it).
-func NetResolver(r *net.Resolver) Resolver {
+// the first address r finds, as the crawler picks it (crawl.LookupAddr).
+func NetResolver(r crawl.Resolver) Resolver {
 	return func(ctx context.Context, host string) (netip.Addr, error) {
-		if a, err := netip.ParseAddr(host); err == nil {
-			return a.Unmap(), nil
-		}
-		as, err := r.LookupNetIP(ctx, "ip", host)
-		if err != nil {
-			return netip.Addr{}, err
-		}
-		if len(as) == 0 {
-			return netip.Addr{}, fmt.Errorf("%s: no address", host)
-		}
-		return as[0].Unmap(), nil
+		return crawl.LookupAddr(ctx, r, host)
 	}
 }
 
