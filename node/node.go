@@ -28,6 +28,7 @@ import (
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/egress"
+	"github.com/micra-net/micra/internal/cooldown"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/delegate"
 	"github.com/micra-net/micra/results"
@@ -158,12 +159,11 @@ type Node struct {
 	probesRun  atomic.Int64
 	probeRTT   rttBook
 	rate       rateSeries
-	recalMu    sync.Mutex
-	recalAt    map[subnet.Range]time.Time
-	splitQ     chan crawl.Slow   // far servers waiting for their split
-	cal        *crawl.Calibrator // the crawler's: its far test confirms a far server's probe
-	judgeRoom  judgeRooms        // judges' requests given more room (promise.go)
-	judgeEvery time.Duration     // how often a judge has that room per host: half the withholding grace
+	recalAt    *cooldown.Table[subnet.Range] // subnets re-delegated after calibration
+	splitQ     chan crawl.Slow               // far servers waiting for their split
+	cal        *crawl.Calibrator             // the crawler's: its far test confirms a far server's probe
+	judgeRoom  judgeRooms                    // judges' requests given more room (promise.go)
+	judgeEvery time.Duration                 // how often a judge has that room per host: half the withholding grace
 	closeOnce  sync.Once
 	closeErr   error
 }
@@ -177,7 +177,7 @@ func New(cfg Config, opts ...Option) (n *Node, err error) {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
 	n = &Node{cfg: cfg, started: time.Now(), joined: make(chan struct{}),
-		recalAt: map[subnet.Range]time.Time{}, splitQ: make(chan crawl.Slow, splitQueue)}
+		recalAt: cooldown.New[subnet.Range](maxRecalibrations), splitQ: make(chan crawl.Slow, splitQueue)}
 	for _, o := range opts {
 		o(&n.opt)
 	}
@@ -739,20 +739,9 @@ func (n *Node) onSlow(s crawl.Slow) {
 	}
 	t := n.snapshot()
 	r := t.Range(t.SmallestNonUnary(s.Addr))
-	n.recalMu.Lock()
-	if at, ok := n.recalAt[r]; ok && time.Since(at) < recalibrateGap {
-		n.recalMu.Unlock()
+	if _, ok := n.recalAt.Use(r, time.Now(), recalibrateGap); !ok {
 		return
 	}
-	n.recalAt[r] = time.Now()
-	if len(n.recalAt) > maxRecalibrations {
-		for k, at := range n.recalAt {
-			if time.Since(at) >= recalibrateGap {
-				delete(n.recalAt, k)
-			}
-		}
-	}
-	n.recalMu.Unlock()
 	reason := fmt.Sprintf("calibration: %s took %v, usually %v (%d slow fetches)", s.Page, s.RTT, s.Baseline, s.Count)
 	n.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(n.ctx, 2*time.Minute)

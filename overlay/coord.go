@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/micra-net/micra/internal/cooldown"
 	"github.com/micra-net/micra/overlay/pb"
 	"github.com/micra-net/micra/subnet"
 )
@@ -59,7 +60,9 @@ type coordinator struct {
 	convictions convictionSet
 	convictQ    chan struct{} // a node was convicted: re-delegate its subnets now
 	withheld    withheldNotes // withholding notices noted (withhold.go)
-	hostAsks    hostAsks      // refused notices' requests nodes took, by node and host (withhold.go)
+	// hostAsks are the hosts whose refused notices had this coordinator
+	// send a node a crawl request, by node and host (withhold.go).
+	hostAsks *cooldown.Table[string]
 	// selfWithheld: subnets this node gave up on its deputies' verdicts.
 	selfWithheld selfExclusions
 
@@ -135,6 +138,7 @@ func newCoordinator(o *Overlay) (*coordinator, error) {
 		orgQ:       make(chan *pb.SignedRecord, 1024),
 		blockQ:     make(chan *pb.SignedRecord, 1024),
 		pubQ:       make(chan *pb.SignedRecord, 1024),
+		hostAsks:   cooldown.New[string](maxHostAsks),
 	}
 	if err := c.st.checkSchema(); err != nil {
 		return nil, err

@@ -257,56 +257,14 @@ func withheldVerdictFromPB(m *pb.WithheldVerdict) (WithheldVerdict, error) {
 		Receipt: m.GetReceipt(), ReceiptAt: time.UnixMilli(m.GetReceiptMs())}, nil
 }
 
-// hostAsks are the hosts whose refused notices had a coordinator send a
-// node a crawl request, by node and host: when it sent the last one, or
-// is sending one now. A node that took such a request is held to it by
-// its receipt; another of the same host is not asked of it within the
-// grace (handleWithheld).
-type hostAsks struct {
-	mu sync.Mutex
-	m  map[string]time.Time
-}
-
-// maxHostAsks bounds the table. When it is full of asks younger than the
-// grace, no node is asked until one is older: a peer that fills it with
-// notices delays the judging of refusals, never makes a node refuse a
-// judge.
+// A coordinator asks a node for one page of a host per grace on refused
+// notices (handleWithheld): a node that took such a request is held to it
+// by its receipt; another of the same host is not asked of it within the
+// grace. maxHostAsks bounds the table of those asks: when it is full of
+// asks younger than the grace, no node is asked until one is older, so a
+// peer that fills it with notices delays the judging of refusals, never
+// makes a node refuse a judge.
 const maxHostAsks = 16384
-
-// reserve records an ask of key now, unless one was sent within window
-// before now, or the table is full: then it returns how long to wait and
-// true.
-func (h *hostAsks) reserve(key string, now time.Time, window time.Duration) (time.Duration, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = map[string]time.Time{}
-	}
-	if at, ok := h.m[key]; ok {
-		if left := window - now.Sub(at); left > 0 {
-			return left, true
-		}
-	}
-	if len(h.m) >= maxHostAsks {
-		for k, at := range h.m {
-			if now.Sub(at) >= window {
-				delete(h.m, k)
-			}
-		}
-		if len(h.m) >= maxHostAsks {
-			return window, true
-		}
-	}
-	h.m[key] = now
-	return 0, false
-}
-
-// release forgets the ask of key: the node did not take it.
-func (h *hostAsks) release(key string) {
-	h.mu.Lock()
-	delete(h.m, key)
-	h.mu.Unlock()
-}
 
 // withheldNotes are the notices a coordinator noted and has not judged.
 type withheldNotes struct {
@@ -468,13 +426,13 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 		// judges was full too, and the honest node would lose the subnet
 		// as a refuser.
 		hk := string(holder) + "\x00" + egress.HostOf(u)
-		if left, busy := c.hostAsks.reserve(hk, now, grace); busy {
+		if left, ok := c.hostAsks.Use(hk, now, grace); !ok {
 			v.RetryMs = left.Milliseconds() + 1
 			return answer(pb.WithheldVerdict_NOTED)
 		}
 		rc, at := o.cfg.askCrawl(ctx, holder, u)
 		if len(rc) == 0 || VerifyReceipt(holder, u, at, rc) != nil {
-			c.hostAsks.release(hk)
+			c.hostAsks.Forget(hk)
 		} else {
 			// A refusal noted before is over: a notice of the request
 			// taken now waits its two graces afresh (the stored note is

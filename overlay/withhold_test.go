@@ -16,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/micra-net/micra/internal/cooldown"
 	"github.com/micra-net/micra/overlay/pb"
 	"github.com/micra-net/micra/subnet"
 )
@@ -613,30 +614,31 @@ func TestRefusedJudged(t *testing.T) {
 
 // TestHostAsksBounded: a coordinator asks a node for one page of a host
 // per grace; a full table asks nobody (a refusal's judging waits) until
-// its entries are older than the grace, and a release frees its entry.
+// its entries are older than the grace, and a forgotten ask frees its
+// entry.
 func TestHostAsksBounded(t *testing.T) {
-	var h hostAsks
+	h := cooldown.New[string](maxHostAsks)
 	t0 := time.Unix(1_000_000, 0)
 	const grace = time.Minute
-	if _, busy := h.reserve("n\x00h", t0, grace); busy {
+	if _, ok := h.Use("n\x00h", t0, grace); !ok {
 		t.Fatal("the first ask refused")
 	}
-	if left, busy := h.reserve("n\x00h", t0.Add(time.Second), grace); !busy || left != grace-time.Second {
-		t.Errorf("a second ask within the grace: %v, %v; want busy for the rest", left, busy)
+	if left, ok := h.Use("n\x00h", t0.Add(time.Second), grace); ok || left != grace-time.Second {
+		t.Errorf("a second ask within the grace: %v, %v; want none for the rest", left, ok)
 	}
 	for i := 1; i < maxHostAsks; i++ {
-		if _, busy := h.reserve(fmt.Sprint("n\x00h", i), t0, grace); busy {
+		if _, ok := h.Use(fmt.Sprint("n\x00h", i), t0, grace); !ok {
 			t.Fatalf("ask %d refused", i)
 		}
 	}
-	if left, busy := h.reserve("n\x00full", t0.Add(time.Second), grace); !busy || left != grace {
-		t.Errorf("an ask with the table full: %v, %v; want none for a grace", left, busy)
+	if left, ok := h.Use("n\x00full", t0.Add(time.Second), grace); ok || left != grace {
+		t.Errorf("an ask with the table full: %v, %v; want none for a grace", left, ok)
 	}
-	h.release("n\x00h1")
-	if _, busy := h.reserve("n\x00full", t0.Add(time.Second), grace); busy {
+	h.Forget("n\x00h1")
+	if _, ok := h.Use("n\x00full", t0.Add(time.Second), grace); !ok {
 		t.Error("an ask after a release refused")
 	}
-	if _, busy := h.reserve("n\x00later", t0.Add(grace), grace); busy {
+	if _, ok := h.Use("n\x00later", t0.Add(grace), grace); !ok {
 		t.Error("an ask once the others are a grace old refused")
 	}
 }
