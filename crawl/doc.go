@@ -15,10 +15,10 @@
 // # Pipeline
 //
 // New starts a Crawler over a *badger.DB owned by the node. Requests enter
-// through Submit (seeds, and URLs other nodes forwarded: WebRACE's runtime
-// crawl requests {Link, ParentLink, Depth, Owners}), through Promise
-// (requests another node wants a receipt of: only those the crawler can
-// fetch within a horizon) and through link extraction. They pass, with bounded queues between the stages so that a
+// through Submit (seeds: WebRACE's runtime crawl requests {Link,
+// ParentLink, Depth, Owners}), through Promise (requests of other nodes,
+// each answered with a receipt: only those the crawler can fetch within a
+// horizon) and through link extraction. They pass, with bounded queues between the stages so that a
 // slow stage holds back the ones before it:
 //
 //   - frontier: per-host queues persisted under KeyPrefix, ordered by hops

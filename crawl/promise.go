@@ -11,8 +11,8 @@ import (
 	"github.com/micra-net/micra/crawl/internal/urlnorm"
 )
 
-// Promises. A node signs a receipt of each crawl request whose sender asks
-// for one, and a receipt is evidence against it: a page with no record
+// Promises. A node signs a receipt of each crawl request it takes from
+// another node, and a receipt is evidence against it: a page with no record
 // some time after the receipt (two of a coordinator's graces, 20 minutes
 // at micra's defaults) may cost the node its subnet. A politeness delay
 // per host means a queue of a thousand requests for one host takes a

@@ -28,7 +28,7 @@ import (
 // be local goes to the crawler's outgoing store, in the transaction that
 // completes its page. The hand-on loop below pages through that store:
 // a link whose owner is known goes to it with the crawl-request protocol
-// (results.SendCrawl) and is deleted once the owner acknowledged it; a link
+// (results.SendCrawlReceipts) and is deleted once the owner acknowledged it; a link
 // whose subnet turns out to be this node's is kept (crawl.Keep); a link
 // whose owner is not known waits in the store while its subnet is
 // delegated by a few workers in the background, fed by a bounded queue of

@@ -95,7 +95,7 @@ func TestNodeRefusesSpecial(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range cases {
-		err := results.SendCrawl(ctx, h, n.ID(), []crawl.Request{{Link: c.URL(), Depth: 1}})
+		_, err := results.SendCrawlReceipts(ctx, h, n.ID(), []crawl.Request{{Link: c.URL(), Depth: 1}})
 		if err == nil || !strings.Contains(err.Error(), c.Class) {
 			t.Errorf("%s: crawl request = %v, want a refusal naming %q", c.Name, err, c.Class)
 		}

@@ -187,16 +187,6 @@ func CheckRequest(r crawl.Request) error {
 	return nil
 }
 
-// SendCrawl sends crawl requests to p, the node owning their subnets, in
-// CRAWL frames of at most 256 requests, and returns once p acknowledged
-// every frame: p has queued them durably. It fails with the first frame p
-// did not acknowledge (those before it were delivered); requests are
-// checked against the protocol's bounds first.
-func SendCrawl(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request) error {
-	_, err := sendCrawl(ctx, h, p, reqs, noReceipts)
-	return err
-}
-
 // sendCrawl checks reqs against the protocol's bounds and sends them to p
 // in frames of at most MaxCrawlRequests, asking for receipts and checking
 // them as check says; it returns the receipts of every request, or fails
@@ -225,24 +215,22 @@ func sendCrawl(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request
 type receiptCheck int
 
 const (
-	noReceipts   receiptCheck = iota // none asked for
-	spotReceipts                     // every one dated, one at random verified
+	spotReceipts receiptCheck = iota // every one dated, one at random verified
 	allReceipts                      // every one dated and verified
 )
 
 // sendCrawlFrame sends one CRAWL frame (at most MaxCrawlRequests checked
-// requests) to p and waits for its answer. Asking for receipts, it fails
-// unless there is one per request, dated within clockSkew of this peer's
-// clock, and the ones check verifies are p's signatures of their links:
-// p took the requests, but nothing proves it did.
+// requests) to p and waits for its answer. It fails unless there is a
+// receipt per request, dated within clockSkew of this peer's clock, and
+// the ones check verifies are p's signatures of their links: else p took
+// the requests, but nothing proves it did.
 func sendCrawlFrame(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request, check receiptCheck) ([]Receipt, error) {
-	receipts := check != noReceipts
-	m := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL, WantReceipts: receipts}
+	m := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL}
 	for _, r := range reqs {
 		m.Requests = append(m.Requests, &pb.CrawlRequest{Link: r.Link, Depth: int32(r.Depth), Owners: r.Owners})
 	}
 	resp, err := exchange(ctx, h, p, CrawlID, svcCrawl, crawlDeadline, m, maxCrawlAck)
-	if err != nil || !receipts {
+	if err != nil {
 		return nil, err
 	}
 	verify := -1 // all
@@ -342,9 +330,10 @@ func checkReceipts(p peer.ID, reqs []crawl.Request, resp *pb.CrawlMessage, now t
 
 // ServeCrawlRequests registers the handler of CrawlID on h: each request
 // frame (at most 256 requests, checked against the protocol's bounds and
-// the Egress policy) is handed to f, and acknowledged once f returns nil,
-// with this host's signed receipt of each request when the sender asks;
-// a frame with a request the policy refuses is answered with an ERROR
+// the Egress policy) is handed to the promise handler (Promises), or
+// whole to f without one, and acknowledged with this host's signed receipt
+// of each request taken (an empty one for each not taken now); a frame
+// with a request the policy refuses is answered with an ERROR
 // naming it, and nothing of it is handed to f. Delivery is at least
 // once: a sender whose answer was lost sends again, and the crawler
 // queues a link it knows again (its fetch is conditional). Call the
@@ -365,7 +354,7 @@ func ServeCrawlRequests(h host.Host, f CrawlHandler, opts ...Option) (remove fun
 				return
 			}
 			var taken []bool // nil: all
-			if m.GetWantReceipts() && cfg.promise != nil {
+			if cfg.promise != nil {
 				taken, err = cfg.promise(ctx, from, reqs)
 				if err == nil && len(taken) != len(reqs) {
 					err = fmt.Errorf("promise handler answered %d of %d requests", len(taken), len(reqs))
@@ -377,7 +366,7 @@ func ServeCrawlRequests(h host.Host, f CrawlHandler, opts ...Option) (remove fun
 				cfg.log.Debug("crawl request failed", "peer", from, "error", err)
 			}
 			resp := &pb.CrawlMessage{Version: wireVersion, Type: pb.CrawlMessage_CRAWL_ACK, Accepted: uint32(len(reqs))}
-			if err == nil && m.GetWantReceipts() {
+			if err == nil {
 				err = signReceipts(h, reqs, taken, resp, time.Now())
 			}
 			answer(s, len(reqs), resp, err)

@@ -48,8 +48,9 @@
 //
 // Submit sends seed URLs with a depth to the nodes owning their subnets
 // (overlay Resolve, or Delegate for a subnet not delegated yet) over
-// CrawlID; SendCrawl sends requests to one known owner (a node hands its
-// crawler's links on with it); ServeCrawlRequests is the node's handler,
+// CrawlID; SendCrawlReceipts sends requests to one known owner (a node
+// hands its crawler's links on with it) and returns its receipts;
+// ServeCrawlRequests is the node's handler,
 // which hands them to the crawler. CrawlID is the one URL-delivery
 // protocol between nodes.
 //

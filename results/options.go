@@ -24,8 +24,8 @@ type Option func(*config) error
 // safe for concurrent use.
 type CrawlHandler func(ctx context.Context, from peer.ID, reqs []crawl.Request) error
 
-// PromiseHandler receives the crawl requests of a frame whose sender asks
-// for receipts: it queues durably those this node will crawl in time
+// PromiseHandler receives the crawl requests of a frame, each of which is
+// answered with a receipt: it queues durably those this node will crawl in time
 // (crawl.Crawler.Promise) and reports, for each, whether it took it. It
 // must be safe for concurrent use.
 type PromiseHandler func(ctx context.Context, from peer.ID, reqs []crawl.Request) (taken []bool, err error)

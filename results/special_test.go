@@ -51,16 +51,16 @@ func TestCrawlRequestsRefuseSpecial(t *testing.T) {
 		serveCrawl(t, open, taken.take, Egress(egress.Policy{AllowPrivate: true}))
 		for _, c := range egresstest.Special() {
 			reqs := []crawl.Request{{Link: "http://93.184.216.34/", Depth: 1}, {Link: c.URL() + "page", Depth: 1}}
-			err := SendCrawl(t.Context(), sender, strict.ID(), reqs)
+			_, err := SendCrawlReceipts(t.Context(), sender, strict.ID(), reqs)
 			if err == nil || !strings.Contains(err.Error(), c.Class) || !strings.Contains(err.Error(), c.URL()) {
-				t.Errorf("%s: SendCrawl = %v, want a refusal naming %s and %q", c.Name, err, c.URL(), c.Class)
+				t.Errorf("%s: SendCrawlReceipts = %v, want a refusal naming %s and %q", c.Name, err, c.URL(), c.Class)
 			}
 		}
 		if n := refused.taken(); n != 0 {
 			t.Errorf("the refusing node's crawler took %d requests", n)
 		}
-		if err := SendCrawl(t.Context(), sender, open.ID(), []crawl.Request{{Link: "http://127.0.0.1:8089/", Depth: 1}}); err != nil || taken.taken() != 1 {
-			t.Errorf("allowing private networks: SendCrawl(127.0.0.1) = %v, %d taken", err, taken.taken())
+		if _, err := SendCrawlReceipts(t.Context(), sender, open.ID(), []crawl.Request{{Link: "http://127.0.0.1:8089/", Depth: 1}}); err != nil || taken.taken() != 1 {
+			t.Errorf("allowing private networks: SendCrawlReceipts(127.0.0.1) = %v, %d taken", err, taken.taken())
 		}
 	})
 }

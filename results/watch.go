@@ -17,10 +17,10 @@ import (
 )
 
 // Watches. A node hands the links it finds in other nodes'
-// subnets on to their owners (SendCrawl); an owner that takes them and
-// never crawls them withholds as surely as one that leaves an indexer's
-// crawl request unanswered, but no indexer sent them. So the node asks the
-// owner for receipts (SendCrawlReceipts) and reports a sample of the links,
+// subnets on to their owners (SendCrawlReceipts); an owner that takes
+// them and never crawls them withholds as surely as one that leaves an
+// indexer's crawl request unanswered, but no indexer sent them. So the
+// node keeps the owner's receipts and reports a sample of the links,
 // each with its owner's receipt, to the indexers that take the links'
 // result shards (SendWatches, on WatchID). An indexer keeps a watched link
 // as it keeps a request it submitted itself: when no record of it comes

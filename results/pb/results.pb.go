@@ -519,10 +519,9 @@ type CrawlMessage struct {
 	Requests []*CrawlRequest        `protobuf:"bytes,3,rep,name=requests,proto3" json:"requests,omitempty"`  // CRAWL
 	Accepted uint32                 `protobuf:"varint,4,opt,name=accepted,proto3" json:"accepted,omitempty"` // CRAWL_ACK
 	Error    string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`        // ERROR
-	// CRAWL: the sender wants a receipt of each request. CRAWL_ACK: the
-	// receipts, one per request in order, each the taker's signature of the
-	// request's link at at_ms (overlay.SignReceipt).
-	WantReceipts  bool          `protobuf:"varint,6,opt,name=want_receipts,json=wantReceipts,proto3" json:"want_receipts,omitempty"`
+	// CRAWL_ACK: the receipts, one per request in order, each the taker's
+	// signature of the request's link at at_ms (overlay.SignReceipt), empty
+	// for a request not taken now.
 	AtMs          int64         `protobuf:"varint,7,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
 	Receipts      [][]byte      `protobuf:"bytes,8,rep,name=receipts,proto3" json:"receipts,omitempty"`
 	Watches       []*WatchEntry `protobuf:"bytes,9,rep,name=watches,proto3" json:"watches,omitempty"` // WATCH
@@ -593,13 +592,6 @@ func (x *CrawlMessage) GetError() string {
 		return x.Error
 	}
 	return ""
-}
-
-func (x *CrawlMessage) GetWantReceipts() bool {
-	if x != nil {
-		return x.WantReceipts
-	}
-	return false
 }
 
 func (x *CrawlMessage) GetAtMs() int64 {
@@ -1309,14 +1301,13 @@ const file_results_proto_rawDesc = "" +
 	"\x05ttl_s\x18\a \x01(\rR\x04ttlS\"\\\n" +
 	"\fKnownIndexer\x123\n" +
 	"\bannounce\x18\x01 \x01(\v2\x17.micra.results.AnnounceR\bannounce\x12\x17\n" +
-	"\aseen_ms\x18\x02 \x01(\x03R\x06seenMs\"\x99\x03\n" +
+	"\aseen_ms\x18\x02 \x01(\x03R\x06seenMs\"\x89\x03\n" +
 	"\fCrawlMessage\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x124\n" +
 	"\x04type\x18\x02 \x01(\x0e2 .micra.results.CrawlMessage.TypeR\x04type\x127\n" +
 	"\brequests\x18\x03 \x03(\v2\x1b.micra.results.CrawlRequestR\brequests\x12\x1a\n" +
 	"\baccepted\x18\x04 \x01(\rR\baccepted\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\x12#\n" +
-	"\rwant_receipts\x18\x06 \x01(\bR\fwantReceipts\x12\x13\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x13\n" +
 	"\x05at_ms\x18\a \x01(\x03R\x04atMs\x12\x1a\n" +
 	"\breceipts\x18\b \x03(\fR\breceipts\x123\n" +
 	"\awatches\x18\t \x03(\v2\x19.micra.results.WatchEntryR\awatches\"C\n" +
@@ -1325,7 +1316,7 @@ const file_results_proto_rawDesc = "" +
 	"\x05ERROR\x10\x01\x12\t\n" +
 	"\x05CRAWL\x10\x02\x12\r\n" +
 	"\tCRAWL_ACK\x10\x03\x12\t\n" +
-	"\x05WATCH\x10\x04\"\x8a\x01\n" +
+	"\x05WATCH\x10\x04J\x04\b\x06\x10\aR\rwant_receipts\"\x8a\x01\n" +
 	"\n" +
 	"WatchEntry\x125\n" +
 	"\arequest\x18\x01 \x01(\v2\x1b.micra.results.CrawlRequestR\arequest\x12\x16\n" +
