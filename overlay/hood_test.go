@@ -37,9 +37,9 @@ func TestHoodCovers(t *testing.T) {
 // the live peer nearest its key. The hierarchy is a generated world's, so
 // that the subnets fall in many shards.
 func TestHoodSettlesHeldShards(t *testing.T) {
-	size, subnets := 20, 80
+	size, subnets, idle := 20, 80, 30*time.Minute
 	if raceEnabled || testing.Short() {
-		size, subnets = 10, 40
+		size, subnets, idle = 10, 40, 15*time.Minute
 	}
 	const ttl = 5 * time.Minute
 	p := world.DefaultParams()
@@ -84,7 +84,6 @@ func TestHoodSettlesHeldShards(t *testing.T) {
 			return n
 		}
 		before := lookups()
-		const idle = 30 * time.Minute
 		time.Sleep(idle)
 		spent := lookups() - before
 

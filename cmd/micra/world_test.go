@@ -234,6 +234,9 @@ func TestBenchDelegationGeo(t *testing.T) {
 }
 
 func TestBenchStructure(t *testing.T) {
+	if raceEnabled {
+		t.Skip("reads the real DB-IP file: real-data tests run without -race")
+	}
 	realdata.Need(t, world.DBIPFile)
 	code, out, errs := runCmd(t, "bench", "structure", "--rows", "3000", "--sites", "300", "--json")
 	if code != 0 {
@@ -259,6 +262,9 @@ func TestBenchStructure(t *testing.T) {
 }
 
 func TestBenchCrawl(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a measurement over emulated crawls: the plain run has it (the crawler's races are crawl's tests')")
+	}
 	dir := t.TempDir()
 	code, out, errs := runCmd(t, "bench", "crawl", "--sites", "80", "--nodes", "6", "--crawl-sites", "30", "--max-pages", "20", "--agreement", "5", "--scale", "0.02",
 		"--json", "--csv", filepath.Join(dir, "c.csv"), "--plot", filepath.Join(dir, "c.png"))

@@ -62,8 +62,8 @@ func (s *indexSink) Results(ctx context.Context, b crawl.Batch) error {
 // N-Triples export of it all parses. It logs the index's size with and
 // without the statements.
 func TestStructuredWorld(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crawls an emulated Internet")
+	if testing.Short() || raceEnabled {
+		t.Skip("crawls an emulated Internet: -short and -race skip it (the plain run has it; the index's races are concurrency_test.go's)")
 	}
 	run := worldtest.Start(t, worldtest.Params(29, 40, 2), world.TimeScale(0))
 	w := run.World()
