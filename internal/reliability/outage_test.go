@@ -107,13 +107,22 @@ func TestIndexerOutage(t *testing.T) {
 	if full := c.awaitDrained(2 * time.Minute); len(full) > 0 {
 		t.Errorf("outboxes not drained two minutes after the indexer came back: %v", full)
 	}
-	seen := c.ix.seen()
+	// A node that goes on crawling seals new batches meanwhile: each node's
+	// batches are all at the indexer at some moment between two of them.
+	var seen map[string]map[uint64]bool
 	var stored int64
 	for _, p := range nodes {
-		st := p.mustStatus()
-		made := st.Outbox.Acked + int64(st.Outbox.Batches)
+		var st node.Status
+		var made int64
+		var got int
+		waitFor(t.Context(), time.Minute, func() bool {
+			seen, st = c.ix.seen(), p.mustStatus()
+			made = st.Outbox.Acked + int64(st.Outbox.Batches)
+			got = len(seen[p.peerID()])
+			return int64(got) == made
+		})
 		stored += made
-		if got := len(seen[p.peerID()]); int64(got) != made {
+		if int64(got) != made {
 			t.Errorf("node %d stored %d batches (%d acknowledged, %d waiting); the indexer holds %d of them", p.i, made, st.Outbox.Acked, st.Outbox.Batches, got)
 		}
 		if p == capped && hasWarning(st, "outbox full") {
