@@ -56,15 +56,17 @@ type Watch struct {
 // when it takes none of them.
 type WatchHandler func(ctx context.Context, from peer.ID, ws []Watch) error
 
-// SendCrawlReceipts sends crawl requests to p like SendCrawl and returns
-// p's receipt of each, dated within ten minutes of this peer's clock; a
-// request p did not take (results.Promises) has a receipt with a nil Sig,
-// and may be sent again later. One receipt p signed in each frame, at
-// random, is verified (p's signature of its link), so an owner that does
-// not sign fails every frame and one that signs some wrongly fails as
-// often; a receipt kept for evidence is
-// verified again where it is used (SendWatches, the indexer, the
-// coordinator). It fails with the first frame p did not acknowledge or
+// SendCrawlReceipts sends crawl requests to p, the node owning their
+// subnets, in CRAWL frames of at most MaxCrawlRequests (each request
+// checked against the protocol's bounds first), and returns once p
+// answered every frame with its receipt of each request, dated within ten
+// minutes of this peer's clock; a request p did not take
+// (results.Promises) has a receipt with a nil Sig, and may be sent again
+// later. One receipt p signed in each frame, at random, is verified (p's
+// signature of its link), so an owner that does not sign fails every frame
+// and one that signs some wrongly fails as often; a receipt kept for
+// evidence is verified again where it is used (SendWatches, the indexer,
+// the coordinator). It fails with the first frame p did not acknowledge or
 // whose receipts do not hold (those before it were delivered; their
 // receipts are not returned).
 func SendCrawlReceipts(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request) ([]Receipt, error) {
