@@ -18,21 +18,6 @@ import (
 // and the delegation, has the page re-fetched, records the outcome in the
 // author's tally, and tells the author's other judges of a conviction.
 
-// limitAudit and limitRefetch refuse requests beyond p's budget.
-func (o *Overlay) limitAudit(p peer.ID) error {
-	if p == o.h.ID() || o.auditLimit.allow(p, 1) {
-		return nil
-	}
-	return fmt.Errorf("%w: audit rate limit of %g a second reached", ErrOverloaded, o.auditLimit.rate)
-}
-
-func (o *Overlay) limitRefetch(p peer.ID) error {
-	if p == o.h.ID() || o.refetchLimit.allow(p, 1) {
-		return nil
-	}
-	return fmt.Errorf("%w: refetch rate limit of %g a second reached", ErrOverloaded, o.refetchLimit.rate)
-}
-
 // handleAudit judges one record of a subnet of a shard this node
 // coordinates, or of the shard whose coordinator, the record's author, it
 // stands in for as deputy (see the comment at the top of audit.go).
@@ -54,7 +39,7 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 	if host == "" {
 		return nil, fmt.Errorf("%w: URL %q has no host", ErrMalformed, u)
 	}
-	if err := o.limitAudit(from); err != nil {
+	if err := o.limit(o.auditLimit, from, "audit"); err != nil {
 		return nil, err
 	}
 	id := o.tree.SmallestNonUnary(a)

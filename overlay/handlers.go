@@ -80,7 +80,7 @@ func (o *Overlay) handleProbe(ctx context.Context, from peer.ID, req *pb.Message
 	if err := o.refuseURL(url); err != nil {
 		return nil, err
 	}
-	if err := o.limitProbe(from); err != nil {
+	if err := o.limit(o.cfg.rateLimits.probe, from, "probe"); err != nil {
 		return nil, err
 	}
 	rtt, err := o.localProbe(ctx, url)

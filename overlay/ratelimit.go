@@ -112,10 +112,11 @@ func (l *peerLimiter) evict(now time.Time) {
 	}
 }
 
-// limitProbe refuses a probe request from p beyond its budget.
-func (o *Overlay) limitProbe(p peer.ID) error {
-	if p == o.h.ID() || o.cfg.rateLimits.probe.allow(p, 1) {
+// limit refuses a request of kind what from p beyond its budget in l
+// (ErrOverloaded); this node's own requests are never refused.
+func (o *Overlay) limit(l *peerLimiter, p peer.ID, what string) error {
+	if p == o.h.ID() || l.allow(p, 1) {
 		return nil
 	}
-	return fmt.Errorf("%w: probe rate limit of %g a second reached", ErrOverloaded, o.cfg.rateLimits.probe.rate)
+	return fmt.Errorf("%w: %s rate limit of %g a second reached", ErrOverloaded, what, l.rate)
 }

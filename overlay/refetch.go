@@ -22,7 +22,7 @@ func (o *Overlay) handleRefetch(ctx context.Context, from peer.ID, req *pb.Messa
 	if u == "" || len(u) > maxURLLen {
 		return nil, fmt.Errorf("%w: URL of %d bytes", ErrMalformed, len(u))
 	}
-	if err := o.limitRefetch(from); err != nil {
+	if err := o.limit(o.refetchLimit, from, "refetch"); err != nil {
 		return nil, err
 	}
 	pg, err := o.localRefetch(ctx, u)

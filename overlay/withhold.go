@@ -322,13 +322,6 @@ func (w *withheldNotes) drop(key string) {
 	w.mu.Unlock()
 }
 
-func (o *Overlay) limitWithheld(p peer.ID) error {
-	if p == o.h.ID() || o.withheldLimit.allow(p, 1) {
-		return nil
-	}
-	return fmt.Errorf("%w: withholding notice rate limit of %g a second reached", ErrOverloaded, o.withheldLimit.rate)
-}
-
 // handleWithheld notes or judges a withholding notice about a subnet of a
 // shard this node coordinates, or, as deputy, of the shard its holder
 // coordinates.
@@ -353,7 +346,7 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 	if holder == from {
 		return nil, fmt.Errorf("%w: a notice about the sender itself", ErrForbidden)
 	}
-	if err := o.limitWithheld(from); err != nil {
+	if err := o.limit(o.withheldLimit, from, "withholding notice"); err != nil {
 		return nil, err
 	}
 	// Evidence: the holder's receipt of the request. Without it a notice

@@ -39,12 +39,15 @@ func (p *Postgres) Search(ctx context.Context, q Query) (*Results, error) {
 	defer cancel()
 	k := q.Offset + q.Limit
 	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		pq, splits, err := splitUnknown(pq, func(ts []string) (map[string]int64, error) { return pgTermDFs(ctx, tx, ts) })
+		// One lookup of the query's terms serves the split and the
+		// evaluation; a split's parts cost one more.
+		df := memoDFs(func(ts []string) (map[string]int64, error) { return pgTermDFs(ctx, tx, ts) })
+		pq, splits, err := splitUnknown(pq, df)
 		if err != nil {
 			return err
 		}
 		res.searchedAs(pq, splits)
-		e, err := p.newEval(ctx, tx, pq)
+		e, err := p.newEval(ctx, tx, pq, df)
 		if err != nil {
 			return err
 		}
@@ -94,12 +97,14 @@ type pgEval struct {
 	boost    float64
 }
 
-func (p *Postgres) newEval(ctx context.Context, tx pgx.Tx, pq parsedQuery) (*pgEval, error) {
+// newEval reads the counts and, through lookup, the document frequencies
+// of pq's terms.
+func (p *Postgres) newEval(ctx context.Context, tx pgx.Tx, pq parsedQuery, lookup func([]string) (map[string]int64, error)) (*pgEval, error) {
 	c, err := pgReadCounts(ctx, tx)
 	if err != nil {
 		return nil, err
 	}
-	df, err := pgTermDFs(ctx, tx, slices.Concat(pq.Terms, pq.Excluded))
+	df, err := lookup(slices.Concat(pq.Terms, pq.Excluded))
 	if err != nil {
 		return nil, err
 	}

@@ -62,10 +62,12 @@ func splitCandidates(word string) []splitCandidate {
 
 // splitUnknown splits the words of pq whose terms no page has, where a
 // split into words some page has exists. df returns the document
-// frequencies of the terms it is given (absent: none). It returns pq
-// unchanged when nothing was split.
+// frequencies of the terms it is given (absent: none); it is asked for
+// pq's terms and exclusions at once, so that a memo (memoDFs) has them
+// all for the evaluation that follows. It returns pq unchanged when
+// nothing was split.
 func splitUnknown(pq parsedQuery, df func([]string) (map[string]int64, error)) (parsedQuery, []Split, error) {
-	have, err := df(pq.Terms)
+	have, err := df(slices.Concat(pq.Terms, pq.Excluded))
 	if err != nil {
 		return pq, nil, err
 	}
@@ -178,4 +180,34 @@ func (res *Results) searchedAs(pq parsedQuery, splits []Split) {
 		return
 	}
 	res.Terms, res.Words, res.Split = pq.Terms, pq.words(pq.Terms), splits
+}
+
+// memoDFs wraps a lookup of document frequencies so that each term is
+// asked for once: the terms it was given before are answered from memory.
+func memoDFs(lookup func([]string) (map[string]int64, error)) func([]string) (map[string]int64, error) {
+	seen := map[string]int64{} // 0: looked up, on no page
+	return func(ts []string) (map[string]int64, error) {
+		var ask []string
+		for _, t := range ts {
+			if _, ok := seen[t]; !ok && !slices.Contains(ask, t) {
+				ask = append(ask, t)
+			}
+		}
+		if len(ask) > 0 {
+			got, err := lookup(ask)
+			if err != nil {
+				return nil, err
+			}
+			for _, t := range ask {
+				seen[t] = got[t]
+			}
+		}
+		out := make(map[string]int64, len(ts))
+		for _, t := range ts {
+			if n := seen[t]; n > 0 {
+				out[t] = n
+			}
+		}
+		return out, nil
+	}
 }

@@ -102,3 +102,22 @@ func TestSearchSplitsUnknownWords(t *testing.T) {
 		})
 	}
 }
+
+// TestMemoDFs: each term is looked up once, whatever the calls that ask
+// for it; terms on no page are remembered as such.
+func TestMemoDFs(t *testing.T) {
+	var asked [][]string
+	df := memoDFs(func(ts []string) (map[string]int64, error) {
+		asked = append(asked, slices.Clone(ts))
+		return map[string]int64{"lava": 3, "lamp": 0}, nil
+	})
+	for _, ts := range [][]string{{"lava", "lamp", "lava"}, {"lamp", "lava"}, {"lava", "new"}} {
+		got, err := df(ts)
+		if err != nil || got["lava"] != 3 || len(got) != 1 {
+			t.Fatalf("%v: %v, %v", ts, got, err)
+		}
+	}
+	if want := [][]string{{"lava", "lamp"}, {"new"}}; !slices.EqualFunc(asked, want, slices.Equal) {
+		t.Fatalf("looked up %v, want %v", asked, want)
+	}
+}

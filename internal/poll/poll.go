@@ -5,6 +5,7 @@
 package poll
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -39,8 +40,4 @@ func True(cond func() bool) func() error {
 	}
 }
 
-type notYet struct{}
-
-func (notYet) Error() string { return "not yet" }
-
-var errNotYet error = notYet{}
+var errNotYet = errors.New("not yet")

@@ -93,14 +93,7 @@ func (b *Builder) Add(text string, f Field) {
 		stem, ok := b.stems[string(word)]
 		if !ok {
 			w := string(word)
-			if IsStopWord(w) {
-				stem = ""
-			} else {
-				stem = english.Stem(w, false)
-				if len(stem) < minWordLen {
-					stem = ""
-				}
-			}
+			stem = stemOf(w)
 			if len(b.stems) < maxTerms {
 				b.stems[w] = stem
 			}
@@ -122,19 +115,26 @@ func (b *Builder) Add(text string, f Field) {
 	})
 }
 
+// stemOf is the term a word gives: its stem, or "" for a stop word or a
+// stem shorter than minWordLen.
+func stemOf(w string) string {
+	if IsStopWord(w) {
+		return ""
+	}
+	if stem := english.Stem(w, false); len(stem) >= minWordLen {
+		return stem
+	}
+	return ""
+}
+
 // HasTerms reports whether text gives a Builder any term (Add), without
-// building: whether a word of it that is not a stop word has a stem of at
-// least minWordLen bytes.
+// building: whether a word of it has a term (stemOf).
 func HasTerms(text string) bool {
 	var scratch [64]byte
 	buf, found := scratch[:0], false
 	Tokens(text, &buf, func(word []byte) bool {
-		w := string(word)
-		if !IsStopWord(w) && len(english.Stem(w, false)) >= minWordLen {
-			found = true
-			return false
-		}
-		return true
+		found = stemOf(string(word)) != ""
+		return !found
 	})
 	return found
 }
