@@ -44,20 +44,41 @@ func (p *Postgres) Verify(ctx context.Context) error {
 			return err
 		}
 	}
-	want, err := pgReadCounts(ctx, txs[0])
+	v := pgVerifier{ctx: ctx, txs: txs, cfg: p.cfg}
+	if err := v.tables(); err != nil {
+		return err
+	}
+	if err := v.pages(); err != nil {
+		return err
+	}
+	return errors.Join(v.errs...)
+}
+
+// pgVerifier is one run of Postgres.Verify on its three transactions.
+type pgVerifier struct {
+	ctx  context.Context
+	txs  [3]pgx.Tx
+	cfg  *config
+	errs []error // the first twenty problems found
+}
+
+func (v *pgVerifier) fail(format string, a ...any) {
+	if len(v.errs) < 20 {
+		v.errs = append(v.errs, fmt.Errorf(format, a...))
+	}
+}
+
+// tables checks the counters, the document frequencies and the profiles'
+// numbers of matches, in SQL.
+func (v *pgVerifier) tables() error {
+	ctx, tx := v.ctx, v.txs[0]
+	want, err := pgReadCounts(ctx, tx)
 	if err != nil {
 		return err
 	}
-	var errs []error
-	fail := func(format string, a ...any) {
-		if len(errs) < 20 {
-			errs = append(errs, fmt.Errorf(format, a...))
-		}
-	}
-	// Counters and document frequencies, in SQL.
 	var got counts
 	var badDF int64
-	err = txs[0].QueryRow(ctx, `SELECT
+	err = tx.QueryRow(ctx, `SELECT
 	(SELECT count(*) FROM micra.pages WHERE NOT gone), (SELECT count(*) FROM micra.pages WHERE gone),
 	(SELECT count(*) FROM micra.terms), (SELECT count(*) FROM micra.postings), (SELECT count(*) FROM micra.matches),
 	(SELECT count(*) FROM (SELECT term, count(*) AS n FROM micra.postings GROUP BY term) a FULL JOIN micra.terms t USING (term) WHERE a.n IS DISTINCT FROM t.df)`).
@@ -66,25 +87,32 @@ func (p *Postgres) Verify(ctx context.Context) error {
 		return err
 	}
 	if got.Docs != want.Docs || got.Tombstones != want.Tombstones || got.Terms != want.Terms || got.Postings != want.Postings || got.Matches != want.Matches {
-		fail("counters %+v, tables hold docs %d tombstones %d terms %d postings %d matches %d",
+		v.fail("counters %+v, tables hold docs %d tombstones %d terms %d postings %d matches %d",
 			want, got.Docs, got.Tombstones, got.Terms, got.Postings, got.Matches)
 	}
 	if badDF > 0 {
-		fail("%d terms whose document frequency is not their number of postings", badDF)
+		v.fail("%d terms whose document frequency is not their number of postings", badDF)
 	}
 	var badProfiles int64
-	if err := txs[0].QueryRow(ctx, `SELECT count(*) FROM micra.profiles p
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM micra.profiles p
 WHERE p.matches <> (SELECT count(*) FROM micra.matches m WHERE m.profile = p.name)`).Scan(&badProfiles); err != nil {
 		return err
 	}
 	if badProfiles > 0 {
-		fail("%d profiles whose number of matches is not their matches'", badProfiles)
+		v.fail("%d profiles whose number of matches is not their matches'", badProfiles)
 	}
-	profiles, err := pgLoadProfiles(ctx, txs[0], p.cfg)
+	return nil
+}
+
+// pages walks the pages in id order beside the postings' and the matches'
+// streams, checking each page's rows against what its record gives.
+func (v *pgVerifier) pages() error {
+	ctx := v.ctx
+	profiles, err := pgLoadProfiles(ctx, v.txs[0], v.cfg)
 	if err != nil {
 		return err
 	}
-	pages, err := txs[0].Query(ctx, `SELECT g.id, g.url, g.gone, g.postings,
+	pages, err := v.txs[0].Query(ctx, `SELECT g.id, g.url, g.gone, g.postings,
 	coalesce((SELECT array_agg(a.term) FROM micra.anchors a WHERE a.page = g.id), '{}'),
 	coalesce((SELECT array_agg(a.n) FROM micra.anchors a WHERE a.page = g.id), '{}')
 FROM micra.pages g ORDER BY g.id`)
@@ -92,12 +120,12 @@ FROM micra.pages g ORDER BY g.id`)
 		return err
 	}
 	defer pages.Close()
-	post, err := newPgStream(ctx, txs[1], `SELECT page, term, weight, flags, anchor, impact FROM micra.postings ORDER BY page, term`)
+	post, err := newPgStream(ctx, v.txs[1], `SELECT page, term, weight, flags, anchor, impact FROM micra.postings ORDER BY page, term`)
 	if err != nil {
 		return err
 	}
 	defer post.rows.Close()
-	match, err := newPgStream(ctx, txs[2], `SELECT page, profile, relevance FROM micra.matches ORDER BY page, profile`)
+	match, err := newPgStream(ctx, v.txs[2], `SELECT page, profile, relevance FROM micra.matches ORDER BY page, profile`)
 	if err != nil {
 		return err
 	}
@@ -112,50 +140,59 @@ FROM micra.pages g ORDER BY g.id`)
 		if err := pages.Scan(&id, &u, &gone, &own, &aterms, &an); err != nil {
 			return err
 		}
-		var wantPost []posting
-		var wantMatch []pgMatchRow
-		if !gone {
-			ps, err := decodePostings(own)
-			if err != nil {
-				fail("page %s: %v", u, err)
-				continue
-			}
-			a := anchorCounts{}
-			for i, t := range aterms {
-				a[t] = uint32(an[i])
-			}
-			wantPost = withAnchors(ps, a.top())
-			for _, pr := range profiles {
-				if rel, _ := pr.relevance(ps); pr.matchesRelevance(rel) {
-					wantMatch = append(wantMatch, pgMatchRow{pr.Name, rel})
-				}
-			}
+		wantPost, wantMatch, err := pgExpected(gone, own, aterms, an, profiles)
+		if err != nil {
+			v.fail("page %s: %v", u, err)
+			continue
 		}
 		gotPost, err := post.postingsOf(id)
 		if err != nil {
 			return err
 		}
 		if !slices.Equal(gotPost, wantPost) {
-			fail("page %s: postings %v, want %v", u, gotPost, wantPost)
+			v.fail("page %s: postings %v, want %v", u, gotPost, wantPost)
 		}
 		gotMatch, err := match.matchesOf(id)
 		if err != nil {
 			return err
 		}
 		if !slices.Equal(gotMatch, wantMatch) {
-			fail("page %s: matches %v, want %v", u, gotMatch, wantMatch)
+			v.fail("page %s: matches %v, want %v", u, gotMatch, wantMatch)
 		}
 	}
 	if err := pages.Err(); err != nil {
 		return err
 	}
 	if post.ok || match.ok || post.orphans > 0 || match.orphans > 0 {
-		fail("postings or matches of pages that do not exist")
+		v.fail("postings or matches of pages that do not exist")
 	}
 	if post.badImpacts > 0 {
-		fail("%d postings with a wrong impact", post.badImpacts)
+		v.fail("%d postings with a wrong impact", post.badImpacts)
 	}
-	return errors.Join(errs...)
+	return nil
+}
+
+// pgExpected is what a page row's own postings and anchor counts give:
+// its postings with the anchors merged in, and its matches.
+func pgExpected(gone bool, own []byte, aterms []string, an []int32, profiles []*profileState) ([]posting, []pgMatchRow, error) {
+	if gone {
+		return nil, nil, nil
+	}
+	ps, err := decodePostings(own)
+	if err != nil {
+		return nil, nil, err
+	}
+	a := anchorCounts{}
+	for i, t := range aterms {
+		a[t] = uint32(an[i])
+	}
+	var matches []pgMatchRow
+	for _, pr := range profiles {
+		if rel, _ := pr.relevance(ps); pr.matchesRelevance(rel) {
+			matches = append(matches, pgMatchRow{pr.Name, rel})
+		}
+	}
+	return withAnchors(ps, a.top()), matches, nil
 }
 
 type pgMatchRow struct {
