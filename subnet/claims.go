@@ -211,47 +211,10 @@ func (c ClaimCheck) informative(w witness) bool {
 // that answer.
 func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 	d := r.d
-	claimant, x := d.Node, d.RTT
-	rej = Rejection{Node: claimant, Claim: x}
-	// confirmed: a trusted witness refutes, or any by the first bound.
-	informed, confirmed, byLower := false, false, false
-	seen := map[string]bool{claimant: true}
-	var all, upperOnes []witness // every witness taken; those refuting by the second bound
-	take := func(n string, rtt time.Duration) {
-		if seen[n] || r.banned[n] || r.floored[n] || rtt <= 0 || rtt >= Unreachable || c.suspect(n) {
-			return
-		}
-		seen[n] = true
-		m, ok := c.Measured(n, claimant)
-		if !ok || m <= 0 {
-			return
-		}
-		w := witness{node: n, toAddr: rtt, toClaim: m}
-		all = append(all, w)
-		informed = informed || c.informative(w)
-		lower, upper := c.bounds(w, x)
-		if upper > 0 {
-			upperOnes = append(upperOnes, w)
-		}
-		if e := max(lower, upper); e > 0 {
-			rej.Witnesses = append(rej.Witnesses, n)
-			rej.Bound = max(rej.Bound, e)
-			confirmed = confirmed || lower > 0 || c.trusted(n)
-			byLower = byLower || lower > 0
-		}
-	}
-	// ask has n probe as one more witness; better: it answered better
-	// than the claim, and the search decides again with its answer.
-	ask := func(n string) (better bool, err error) {
-		rtt, err := r.probe(n)
-		if err != nil || rtt < x {
-			return err == nil, err
-		}
-		take(n, rtt)
-		return false, nil
-	}
+	k := &claimCheck{r: r, c: &c, claimant: d.Node, x: d.RTT, seen: map[string]bool{d.Node: true}}
+	k.rej = Rejection{Node: k.claimant, Claim: k.x}
 	for _, p := range d.Probes {
-		take(p.Node, p.RTT)
+		k.take(p.Node, p.RTT)
 	}
 	if idx, ok := r.m.Cache.(ProbeIndex); ok {
 		for sr, ps := range idx.Within(r.subnet) {
@@ -259,40 +222,110 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 				continue
 			}
 			for _, p := range ps {
-				take(p.Node, p.RTT)
+				k.take(p.Node, p.RTT)
 			}
 		}
 	}
-	// More witnesses, up to Extra: one while none at hand can refute the
-	// claim; while some refute it, until Agree do and one refutation is
-	// confirmed. Asked in turn: the trusted nodes, the nodes nearest the
-	// claimant (for the first bound) and those whose stored probes put
-	// them nearest the subnet's neighbourhood (for the second).
+	if better, err := k.askMore(); err != nil || better {
+		return Rejection{}, false, better, err
+	}
+	k.rej.Upper = !k.byLower
+	if !k.done() || k.byLower {
+		if !k.done() {
+			r.floor = c.floor(k.all)
+		}
+		return k.rej, k.done(), false, nil
+	}
+	return k.upperOnly()
+}
+
+// claimCheck is one check of a claim: the witnesses taken so far and what
+// they say.
+type claimCheck struct {
+	r        *run
+	c        *ClaimCheck
+	claimant string
+	x        time.Duration // the claim
+	rej      Rejection
+	// informed: some witness can refute some claim; confirmed: a trusted
+	// witness refutes, or any by the first bound; byLower: one refutes by
+	// the first bound.
+	informed, confirmed, byLower bool
+	seen                         map[string]bool
+	all, upperOnes               []witness // every witness taken; those refuting by the second bound
+}
+
+func (k *claimCheck) done() bool { return len(k.rej.Witnesses) >= k.c.Agree && k.confirmed }
+
+// take has node n, at rtt from the subnet, witness the claim, if it may
+// and has measured the claimant.
+func (k *claimCheck) take(n string, rtt time.Duration) {
+	r, c := k.r, k.c
+	if k.seen[n] || r.banned[n] || r.floored[n] || rtt <= 0 || rtt >= Unreachable || c.suspect(n) {
+		return
+	}
+	k.seen[n] = true
+	m, ok := c.Measured(n, k.claimant)
+	if !ok || m <= 0 {
+		return
+	}
+	w := witness{node: n, toAddr: rtt, toClaim: m}
+	k.all = append(k.all, w)
+	k.informed = k.informed || c.informative(w)
+	lower, upper := c.bounds(w, k.x)
+	if upper > 0 {
+		k.upperOnes = append(k.upperOnes, w)
+	}
+	if e := max(lower, upper); e > 0 {
+		k.rej.Witnesses = append(k.rej.Witnesses, n)
+		k.rej.Bound = max(k.rej.Bound, e)
+		k.confirmed = k.confirmed || lower > 0 || c.trusted(n)
+		k.byLower = k.byLower || lower > 0
+	}
+}
+
+// ask has n probe as one more witness; better: it answered better than
+// the claim, and the search decides again with its answer.
+func (k *claimCheck) ask(n string) (better bool, err error) {
+	rtt, err := k.r.probe(n)
+	if err != nil || rtt < k.x {
+		return err == nil, err
+	}
+	k.take(n, rtt)
+	return false, nil
+}
+
+// askMore asks more witnesses, up to Extra: one while none at hand can
+// refute the claim; while some refute it, until Agree do and one
+// refutation is confirmed. Asked in turn: the trusted nodes, the nodes
+// nearest the claimant (for the first bound) and those whose stored probes
+// put them nearest the subnet's neighbourhood (for the second).
+func (k *claimCheck) askMore() (better bool, err error) {
+	r, c := k.r, k.c
 	var trusted, cands []string
 	listed := false
-	done := func() bool { return len(rej.Witnesses) >= c.Agree && confirmed }
 	next := func(l *[]string) string {
 		for len(*l) > 0 {
 			n := (*l)[0]
 			*l = (*l)[1:]
-			if !r.asked[n] && !seen[n] {
+			if !r.asked[n] && !k.seen[n] {
 				return n
 			}
 		}
 		return ""
 	}
-	for asked := 0; asked < c.Extra && !done() && !r.capped(); asked++ {
-		if len(rej.Witnesses) == 0 && (informed || asked > 0) {
+	for asked := 0; asked < c.Extra && !k.done() && !r.capped(); asked++ {
+		if len(k.rej.Witnesses) == 0 && (k.informed || asked > 0) {
 			break
 		}
 		if !listed {
 			// Only now: the list scans every node, and most checks end
 			// with the witnesses at hand.
-			trusted, cands = r.witnessCandidates(c, claimant, seen)
+			trusted, cands = r.witnessCandidates(*c, k.claimant, k.seen)
 			listed = true
 		}
 		n := ""
-		if len(rej.Witnesses) > 0 && !confirmed {
+		if len(k.rej.Witnesses) > 0 && !k.confirmed {
 			n = next(&trusted)
 		}
 		if n == "" {
@@ -301,48 +334,46 @@ func (r *run) check(c ClaimCheck) (rej Rejection, bad, better bool, err error) {
 		if n == "" {
 			break
 		}
-		if better, err := ask(n); err != nil || better {
-			return Rejection{}, false, better, err
+		if better, err := k.ask(n); err != nil || better {
+			return better, err
 		}
 	}
-	rej.Upper = !byLower
-	if !done() || byLower {
-		if !done() {
-			r.floor = c.floor(all)
-		}
-		return rej, done(), false, nil
-	}
-	// Refuted by the second bound alone: the claimant is farther from
-	// the refuting witnesses than the site and its claim allow — or the
-	// site is in several places (anycast, a CDN) and they are near
-	// another of them. A witness near the claimant that sees the site
-	// near tells the two apart: through it the claimant is within its
-	// two RTTs of the site, nearer than a refuting witness's bound
-	// allows, which a site in one place cannot be (a liar can lengthen
-	// the RTTs it is measured by, never shorten them). Up to Agree more
-	// are asked, the nearest the claimant first, within the probe budget.
+	return false, nil
+}
+
+// upperOnly ends a check whose claim is refuted by the second bound alone:
+// the claimant is farther from the refuting witnesses than the site and
+// its claim allow — or the site is in several places (anycast, a CDN) and
+// they are near another of them. A witness near the claimant that sees the
+// site near tells the two apart: through it the claimant is within its two
+// RTTs of the site, nearer than a refuting witness's bound allows, which a
+// site in one place cannot be (a liar can lengthen the RTTs it is measured
+// by, never shorten them). Up to Agree more are asked, the nearest the
+// claimant first, within the probe budget.
+func (k *claimCheck) upperOnly() (rej Rejection, bad, better bool, err error) {
+	r, c := k.r, k.c
 	for range c.Agree {
-		if c.severalPlaces(all, upperOnes) || r.capped() {
+		if c.severalPlaces(k.all, k.upperOnes) || r.capped() {
 			break
 		}
-		near := r.nearClaimant(c, claimant, seen)
+		near := r.nearClaimant(*c, k.claimant, k.seen)
 		if len(near) == 0 {
 			break
 		}
-		if better, err := ask(near[0]); err != nil || better {
+		if better, err := k.ask(near[0]); err != nil || better {
 			return Rejection{}, false, better, err
 		}
 	}
-	if byLower { // a witness asked found the claimant too near the site
-		rej.Upper = false
-		return rej, true, false, nil
+	if k.byLower { // a witness asked found the claimant too near the site
+		k.rej.Upper = false
+		return k.rej, true, false, nil
 	}
-	if c.severalPlaces(all, upperOnes) {
+	if c.severalPlaces(k.all, k.upperOnes) {
 		c.lowerOnly = true // in several places: the second bound says nothing
-		r.floor = c.floor(all)
-		return Rejection{Node: claimant, Claim: x}, false, false, nil
+		r.floor = c.floor(k.all)
+		return Rejection{Node: k.claimant, Claim: k.x}, false, false, nil
 	}
-	return rej, true, false, nil
+	return k.rej, true, false, nil
 }
 
 // floor returns the least RTT the witnesses show the claimant to have

@@ -41,6 +41,46 @@ func (p *parser) checkCtx() error {
 	return nil
 }
 
+// line reads the next line and its number: io.EOF at the end, an error
+// naming the input and line, or the context's. long says the line was over
+// maxLine bytes (and is cut).
+func (p *parser) line() (line []byte, n int, long bool, err error) {
+	line, err = p.lr.next()
+	if errors.Is(err, io.EOF) {
+		return nil, p.lr.n, false, err
+	}
+	if err != nil {
+		return nil, p.lr.n, false, fmt.Errorf("%s:%d: %w", p.st.report.Name, p.lr.n+1, err)
+	}
+	if err := p.checkCtx(); err != nil {
+		return nil, p.lr.n, false, err
+	}
+	return line, p.lr.n, p.lr.tooLong, nil
+}
+
+// contentLine reads the next line that is neither blank nor a '#' comment,
+// trimmed, skipping (and reporting) lines over maxLine bytes; io.EOF at the
+// end.
+func (p *parser) contentLine() ([]byte, int, error) {
+	for {
+		line, n, long, err := p.line()
+		if err != nil {
+			return nil, n, err
+		}
+		if long {
+			if err := p.skip(n, "line longer than %d bytes", maxLine); err != nil {
+				return nil, n, err
+			}
+			continue
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		return line, n, nil
+	}
+}
+
 // add appends a parsed range of the given family to the stage.
 func (p *parser) add(r rec, is4 bool) {
 	if is4 {
@@ -59,26 +99,12 @@ func (p *parser) delegated() error {
 	rep := p.st.report
 	sawVersion := false
 	for {
-		line, err := p.lr.next()
+		line, n, err := p.contentLine()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%s:%d: %w", rep.Name, p.lr.n+1, err)
-		}
-		if err := p.checkCtx(); err != nil {
 			return err
-		}
-		n := p.lr.n
-		if p.lr.tooLong {
-			if err := p.skip(n, "line longer than %d bytes", maxLine); err != nil {
-				return err
-			}
-			continue
-		}
-		line = bytes.TrimSpace(line)
-		if len(line) == 0 || line[0] == '#' {
-			continue
 		}
 		var fields [16][]byte
 		nf := splitFields(line, '|', fields[:])

@@ -17,26 +17,12 @@ func (p *parser) ip2asn() error {
 	rep := p.st.report
 	var asnKeys map[uint32]int32 // organisation index per ASN for rows without a name
 	for {
-		line, err := p.lr.next()
+		line, n, err := p.contentLine()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%s:%d: %w", rep.Name, p.lr.n+1, err)
-		}
-		if err := p.checkCtx(); err != nil {
 			return err
-		}
-		n := p.lr.n
-		if p.lr.tooLong {
-			if err := p.skip(n, "line longer than %d bytes", maxLine); err != nil {
-				return err
-			}
-			continue
-		}
-		line = bytes.TrimSpace(line)
-		if len(line) == 0 || line[0] == '#' {
-			continue
 		}
 		row, err := parseASNRow(line)
 		if err != nil {

@@ -40,7 +40,6 @@ var rpslUsed = map[string]bool{
 // takes inetnum and inet6num objects as ranges and organisation objects as
 // names for the organisation keys; other classes are counted and ignored.
 func (p *parser) rpsl() error {
-	rep := p.st.report
 	var obj *rpslObject
 	flush := func() error {
 		if obj == nil {
@@ -51,18 +50,14 @@ func (p *parser) rpsl() error {
 		return p.rpslObject(o)
 	}
 	for {
-		line, err := p.lr.next()
+		line, n, long, err := p.line()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%s:%d: %w", rep.Name, p.lr.n+1, err)
-		}
-		if err := p.checkCtx(); err != nil {
 			return err
 		}
-		n := p.lr.n
-		if p.lr.tooLong {
+		if long {
 			if obj != nil {
 				obj.bad = fmt.Sprintf("line %d longer than %d bytes", n, maxLine)
 			} else if err := p.skip(n, "line longer than %d bytes", maxLine); err != nil {
