@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/micra-net/micra/crawl/internal/parse"
+	"github.com/micra-net/micra/crawl/internal/robots"
 	"github.com/micra-net/micra/crawl/internal/urlnorm"
 )
 
@@ -41,18 +42,7 @@ func (c *Crawler) fetchOne(j *job) bool {
 		return false
 	}
 	if fresh && len(rules.Sitemaps) > 0 {
-		// The site's own lists of URLs: link sources like any page's.
-		links := make([]parse.Link, len(rules.Sitemaps))
-		for i, s := range rules.Sitemaps {
-			links[i] = parse.Link{URL: s, Source: parse.FromRobots}
-		}
-		local, urls, out := c.route(j, links)
-		stored, err := c.front.addOut(out)
-		if err != nil {
-			c.log.Error("frontier failed", "error", err)
-		}
-		c.storedOut(len(out), stored)
-		c.queueLocal(local, urls)
+		c.addSitemaps(j, rules.Sitemaps)
 	}
 	if fetched && c.cfg.minDelay > 0 {
 		// robots.txt was just fetched from the server: the page waits for
@@ -71,31 +61,7 @@ func (c *Crawler) fetchOne(j *job) bool {
 		c.finish(l, false, now.Add(c.cfg.minDelay))
 		return false
 	}
-	st, seen, err := c.front.state(l.entry.URL)
-	if err != nil {
-		c.log.Error("frontier failed", "error", err)
-	}
-	j.st, j.seen = st, seen
-	req := FetchRequest{URL: j.u, Addr: j.addr, SkipBody: skipBody, RedirectDelay: c.cfg.minDelay}
-	if seen && st.Visits > 0 && !l.entry.Record {
-		req.ETag, req.LastModified = st.ETag, st.LastModified
-	}
-	// Same-host redirects to URLs not seen before are followed
-	// (robots-checked); others become links, which the seen test then
-	// drops or queues.
-	req.CheckRedirect = func(_ context.Context, next *url.URL) error {
-		if !strings.EqualFold(next.Host, j.u.Host) || next.Scheme != j.u.Scheme {
-			return errOffHost
-		}
-		if !rules.Allowed(next.RequestURI()) {
-			return ErrRobotsDisallowed
-		}
-		if c.front.known(redirectKey(next)) {
-			return errSeenTarget
-		}
-		return nil
-	}
-	res, err := c.fetch.Fetch(c.ctx, req)
+	res, err := c.fetch.Fetch(c.ctx, c.request(j, rules))
 	if res != nil && len(res.Redirects) > 0 {
 		c.markRedirects(res)
 	}
@@ -116,25 +82,8 @@ func (c *Crawler) fetchOne(j *job) bool {
 		c.finish(l, true, now)
 		return false
 	}
-	switch {
-	case err == nil, errors.Is(err, ErrBodyTooLarge):
-	case errors.Is(err, context.DeadlineExceeded) && res != nil && res.Truncated && len(res.Body) > 0:
-		// The total timeout cut a slow body: keep what arrived.
-	case errors.Is(err, ErrRedirectRefused) && res != nil && len(res.Header.Get("Location")) > 0:
-		// An off-host redirect: hand the target to extraction as a link.
-	default:
-		c.stats.fetchErrors.Add(1)
-		c.log.Debug("fetch failed", "url", l.entry.URL, "error", err)
-		// Verdicts on the address or on the response's form: the same
-		// request would get the same answer, so it is dropped at once
-		// (counted in FetchErrors and Dropped) rather than retried.
-		if errors.Is(err, ErrForbiddenDestination) || errors.Is(err, ErrTooManyRedirects) || errors.Is(err, ErrContentEncoding) ||
-			errors.Is(err, ErrHeaderTooLarge) || errors.Is(err, ErrScheme) {
-			c.stats.dropped.Add(1)
-			c.finish(l, false, now.Add(delay))
-			return false
-		}
-		c.retryOrDrop(l, now, max(delay, c.backoff(l.entry.Attempts)))
+	if !usable(res, err) {
+		c.fetchFailed(l, err, now, delay)
 		return false
 	}
 	if c.cfg.calib != nil && res != nil && res.Timing != nil {
@@ -165,6 +114,83 @@ func (c *Crawler) fetchOne(j *job) bool {
 	// fetched page is always processed.
 	c.fetched <- j
 	return true
+}
+
+// addSitemaps routes the sitemaps a fresh robots.txt lists: the site's own
+// lists of URLs, link sources like any page's.
+func (c *Crawler) addSitemaps(j *job, sitemaps []string) {
+	links := make([]parse.Link, len(sitemaps))
+	for i, s := range sitemaps {
+		links[i] = parse.Link{URL: s, Source: parse.FromRobots}
+	}
+	local, urls, out := c.route(j, links)
+	stored, err := c.front.addOut(out)
+	if err != nil {
+		c.log.Error("frontier failed", "error", err)
+	}
+	c.storedOut(len(out), stored)
+	c.queueLocal(local, urls)
+}
+
+// request is the fetch of j, conditional when the page was fetched
+// before, and notes the URL's frontier state in j. Same-host redirects to
+// URLs not seen before are followed (robots-checked); others become links,
+// which the seen test then drops or queues.
+func (c *Crawler) request(j *job, rules *robots.Rules) FetchRequest {
+	l := j.l
+	st, seen, err := c.front.state(l.entry.URL)
+	if err != nil {
+		c.log.Error("frontier failed", "error", err)
+	}
+	j.st, j.seen = st, seen
+	req := FetchRequest{URL: j.u, Addr: j.addr, SkipBody: skipBody, RedirectDelay: c.cfg.minDelay}
+	if seen && st.Visits > 0 && !l.entry.Record {
+		req.ETag, req.LastModified = st.ETag, st.LastModified
+	}
+	req.CheckRedirect = func(_ context.Context, next *url.URL) error {
+		if !strings.EqualFold(next.Host, j.u.Host) || next.Scheme != j.u.Scheme {
+			return errOffHost
+		}
+		if !rules.Allowed(next.RequestURI()) {
+			return ErrRobotsDisallowed
+		}
+		if c.front.known(redirectKey(next)) {
+			return errSeenTarget
+		}
+		return nil
+	}
+	return req
+}
+
+// usable reports whether a fetch's outcome is processed: a whole response,
+// one cut at the body size limit or by the total timeout (what arrived is
+// kept), or an off-host redirect (its target goes to extraction as a link).
+func usable(res *Response, err error) bool {
+	switch {
+	case err == nil, errors.Is(err, ErrBodyTooLarge):
+		return true
+	case errors.Is(err, context.DeadlineExceeded) && res != nil && res.Truncated && len(res.Body) > 0:
+		return true
+	case errors.Is(err, ErrRedirectRefused) && res != nil && len(res.Header.Get("Location")) > 0:
+		return true
+	}
+	return false
+}
+
+// fetchFailed counts a failed fetch and retries it later or drops it.
+// Verdicts on the address or on the response's form are dropped at once
+// (counted in FetchErrors and Dropped): the same request would get the
+// same answer.
+func (c *Crawler) fetchFailed(l *lease, err error, now time.Time, delay time.Duration) {
+	c.stats.fetchErrors.Add(1)
+	c.log.Debug("fetch failed", "url", l.entry.URL, "error", err)
+	if errors.Is(err, ErrForbiddenDestination) || errors.Is(err, ErrTooManyRedirects) || errors.Is(err, ErrContentEncoding) ||
+		errors.Is(err, ErrHeaderTooLarge) || errors.Is(err, ErrScheme) {
+		c.stats.dropped.Add(1)
+		c.finish(l, false, now.Add(delay))
+		return
+	}
+	c.retryOrDrop(l, now, max(delay, c.backoff(l.entry.Attempts)))
 }
 
 var (
