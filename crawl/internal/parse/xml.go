@@ -32,7 +32,6 @@ func (p *parser) xml(body []byte) {
 	var stack []string
 	var cur *item
 	var text strings.Builder
-	inItem := func() bool { return cur != nil }
 	itemName := map[Type]string{RSS: "item", RDF: "item", Atom: "entry", Sitemap: "url", SitemapIndex: "sitemap"}[p.doc.Type]
 	var sx *structured.Extractor
 	var rx *structured.RDFXMLReader
@@ -83,44 +82,13 @@ func (p *parser) xml(body []byte) {
 			name := strings.ToLower(t.Name.Local)
 			stack = append(stack, name)
 			text.Reset()
-			switch {
-			case name == itemName && cur == nil:
+			if name == itemName && cur == nil {
 				cur = &item{}
-			case name == "link":
-				// Atom: <link rel="alternate" href="..."/>.
-				href, rel := "", "alternate"
-				for _, a := range t.Attr {
-					switch strings.ToLower(a.Name.Local) {
-					case "href":
-						href = a.Value
-					case "rel":
-						rel = strings.ToLower(a.Value)
-					}
-				}
-				if href != "" && rel == "alternate" {
-					if inItem() {
-						if cur.link == "" {
-							cur.link = href
-						}
-					} else if p.doc.Type == Atom {
-						p.link(href, "", FromFeed, zeroTime)
-						if p.feedLink == "" {
-							p.feedLink = href
-						}
-					}
-				}
+			} else if name == "link" {
+				p.atomLink(t, cur)
 			}
 			if p.doc.Type == RDF || p.doc.Type == RSS {
-				for _, a := range t.Attr {
-					if a.Name.Space != nsRDF || (a.Name.Local != "about" && a.Name.Local != "resource") {
-						continue
-					}
-					if inItem() && a.Name.Local == "about" && cur.link == "" {
-						cur.link = a.Value
-					} else if p.doc.Type == RDF {
-						p.link(a.Value, "", FromRDF, zeroTime)
-					}
-				}
+				p.rdfLinks(t, cur)
 			}
 		case xml.CharData:
 			if text.Len() < 64<<10 {
@@ -143,6 +111,48 @@ func (p *parser) xml(body []byte) {
 	}
 	if cur != nil {
 		p.flushItem(cur)
+	}
+}
+
+// atomLink takes Atom's <link rel="alternate" href="..."/>: an item's
+// first is its link; outside items, the feed's.
+func (p *parser) atomLink(t xml.StartElement, cur *item) {
+	href, rel := "", "alternate"
+	for _, a := range t.Attr {
+		switch strings.ToLower(a.Name.Local) {
+		case "href":
+			href = a.Value
+		case "rel":
+			rel = strings.ToLower(a.Value)
+		}
+	}
+	if href == "" || rel != "alternate" {
+		return
+	}
+	if cur != nil {
+		if cur.link == "" {
+			cur.link = href
+		}
+	} else if p.doc.Type == Atom {
+		p.link(href, "", FromFeed, zeroTime)
+		if p.feedLink == "" {
+			p.feedLink = href
+		}
+	}
+}
+
+// rdfLinks takes the rdf:about and rdf:resource attributes of an RSS 1.0
+// or RDF element: an item's about is its link; in RDF, the others are links.
+func (p *parser) rdfLinks(t xml.StartElement, cur *item) {
+	for _, a := range t.Attr {
+		if a.Name.Space != nsRDF || (a.Name.Local != "about" && a.Name.Local != "resource") {
+			continue
+		}
+		if cur != nil && a.Name.Local == "about" && cur.link == "" {
+			cur.link = a.Value
+		} else if p.doc.Type == RDF {
+			p.link(a.Value, "", FromRDF, zeroTime)
+		}
 	}
 }
 

@@ -71,48 +71,7 @@ func (r *rdfa) walk(n *html.Node, ctx rdfaCtx, depth int) {
 // element processes one element and returns its children's context.
 func (r *rdfa) element(n *html.Node, ctx rdfaCtx) rdfaCtx {
 	x := r.x
-	if v, ok := attrOK(n, "vocab"); ok {
-		ctx.vocab = ""
-		if t, ok := x.iri(v); ok {
-			ctx.vocab = t.Value
-		}
-	}
-	// Prefixes declared the RDFa 1.0 way, xmlns:og="…", which RDFa 1.1
-	// still reads (Core §7.5, step 3), before those of prefix.
-	cloned := false
-	for _, a := range n.Attr {
-		name, ok := strings.CutPrefix(a.Key, "xmlns:")
-		if !ok || a.Namespace != "" || name == "" || name == "_" || strings.Contains(name, ":") {
-			continue
-		}
-		if t, ok := x.iri(a.Val); ok {
-			if !cloned {
-				ctx.prefixes, cloned = maps.Clone(ctx.prefixes), true
-			}
-			ctx.prefixes[strings.ToLower(name)] = t.Value
-		}
-	}
-	if p, ok := attrOK(n, "prefix"); ok {
-		if !cloned {
-			ctx.prefixes = maps.Clone(ctx.prefixes)
-		}
-		f := strings.Fields(p)
-		for i := 0; i+1 < len(f); i += 2 {
-			name, ok := strings.CutSuffix(f[i], ":")
-			if !ok || name == "_" || strings.Contains(name, ":") {
-				continue
-			}
-			if t, ok := x.iri(f[i+1]); ok {
-				ctx.prefixes[strings.ToLower(name)] = t.Value
-			}
-		}
-	}
-	if l, ok := attrOK(n, "lang"); ok {
-		ctx.lang = l
-	}
-	if l, ok := attrOK(n, "xml:lang"); ok {
-		ctx.lang = l // XHTML+RDFa pages write xml:lang; it wins over lang, as in XHTML
-	}
+	ctx = r.declarations(n, ctx)
 	property, hasProp := attrOK(n, "property")
 	typeof, hasType := attrOK(n, "typeof")
 	_, hasAbout := attrOK(n, "about")
@@ -167,38 +126,7 @@ func (r *rdfa) element(n *html.Node, ctx rdfaCtx) rdfaCtx {
 		}
 	}
 	if hasProp {
-		var obj Term
-		dt := ""
-		if hasDatatype {
-			if t, ok := r.term(datatype, ctx); ok {
-				dt = t.Value
-			}
-		}
-		datetime, hasDatetime := attrOK(n, "datetime")
-		switch {
-		case hasType && about.Kind == 0 && cur.Kind != 0:
-			obj = typed
-		case hasDatetime:
-			// HTML+RDFa 1.1: datetime wins over content, and its lexical
-			// form gives the XSD type unless datatype does.
-			v := strings.TrimSpace(datetime)
-			if !hasDatatype {
-				dt = dateType(v)
-			}
-			obj = x.literal(v, dt, langIf(ctx.lang, dt))
-		case hasContent:
-			obj = x.literal(content, dt, langIf(ctx.lang, dt))
-		case hasDatatype && dt != RDF+"XMLLiteral":
-			obj = x.literal(textContent(n, x.lim.Literal), dt, langIf(ctx.lang, dt))
-		case ref.Kind != 0:
-			obj = ref
-		case n.DataAtom == atom.Time:
-			v := textContent(n, x.lim.Literal)
-			dt = dateType(v)
-			obj = x.literal(v, dt, langIf(ctx.lang, dt))
-		default:
-			obj = x.literal(textContent(n, x.lim.Literal), "", ctx.lang)
-		}
+		obj := r.object(n, ctx, datatype, hasDatatype, content, hasContent, ref, hasType && about.Kind == 0 && cur.Kind != 0, typed)
 		for _, p := range strings.Fields(property) {
 			if pi, ok := r.term(p, ctx); ok {
 				x.emit(subj, pi, obj)
@@ -212,6 +140,93 @@ func (r *rdfa) element(n *html.Node, ctx rdfaCtx) rdfaCtx {
 		ctx.obj = cur
 	}
 	return ctx
+}
+
+// declarations applies the vocabulary, prefixes and language n declares
+// to ctx.
+func (r *rdfa) declarations(n *html.Node, ctx rdfaCtx) rdfaCtx {
+	x := r.x
+	if v, ok := attrOK(n, "vocab"); ok {
+		ctx.vocab = ""
+		if t, ok := x.iri(v); ok {
+			ctx.vocab = t.Value
+		}
+	}
+	// Prefixes declared the RDFa 1.0 way, xmlns:og="…", which RDFa 1.1
+	// still reads (Core §7.5, step 3), before those of prefix.
+	cloned := false
+	for _, a := range n.Attr {
+		name, ok := strings.CutPrefix(a.Key, "xmlns:")
+		if !ok || a.Namespace != "" || name == "" || name == "_" || strings.Contains(name, ":") {
+			continue
+		}
+		if t, ok := x.iri(a.Val); ok {
+			if !cloned {
+				ctx.prefixes, cloned = maps.Clone(ctx.prefixes), true
+			}
+			ctx.prefixes[strings.ToLower(name)] = t.Value
+		}
+	}
+	if p, ok := attrOK(n, "prefix"); ok {
+		if !cloned {
+			ctx.prefixes = maps.Clone(ctx.prefixes)
+		}
+		f := strings.Fields(p)
+		for i := 0; i+1 < len(f); i += 2 {
+			name, ok := strings.CutSuffix(f[i], ":")
+			if !ok || name == "_" || strings.Contains(name, ":") {
+				continue
+			}
+			if t, ok := x.iri(f[i+1]); ok {
+				ctx.prefixes[strings.ToLower(name)] = t.Value
+			}
+		}
+	}
+	if l, ok := attrOK(n, "lang"); ok {
+		ctx.lang = l
+	}
+	if l, ok := attrOK(n, "xml:lang"); ok {
+		ctx.lang = l // XHTML+RDFa pages write xml:lang; it wins over lang, as in XHTML
+	}
+	return ctx
+}
+
+// object is the object of the properties of n: the typed resource n
+// creates (asTyped), else by HTML+RDFa 1.1's order its datetime, content,
+// typed text, resource, a time element's text or its plain text.
+func (r *rdfa) object(n *html.Node, ctx rdfaCtx, datatype string, hasDatatype bool, content string, hasContent bool, ref Term, asTyped bool, typed Term) Term {
+	x := r.x
+	dt := ""
+	if hasDatatype {
+		if t, ok := r.term(datatype, ctx); ok {
+			dt = t.Value
+		}
+	}
+	datetime, hasDatetime := attrOK(n, "datetime")
+	switch {
+	case asTyped:
+		return typed
+	case hasDatetime:
+		// HTML+RDFa 1.1: datetime wins over content, and its lexical
+		// form gives the XSD type unless datatype does.
+		v := strings.TrimSpace(datetime)
+		if !hasDatatype {
+			dt = dateType(v)
+		}
+		return x.literal(v, dt, langIf(ctx.lang, dt))
+	case hasContent:
+		return x.literal(content, dt, langIf(ctx.lang, dt))
+	case hasDatatype && dt != RDF+"XMLLiteral":
+		return x.literal(textContent(n, x.lim.Literal), dt, langIf(ctx.lang, dt))
+	case ref.Kind != 0:
+		return ref
+	case n.DataAtom == atom.Time:
+		v := textContent(n, x.lim.Literal)
+		dt = dateType(v)
+		return x.literal(v, dt, langIf(ctx.lang, dt))
+	default:
+		return x.literal(textContent(n, x.lim.Literal), "", ctx.lang)
+	}
 }
 
 // isDocumentElement reports whether n is the root element, head or body.
