@@ -67,17 +67,11 @@ func (f *frontier) next(now time.Time) (*lease, time.Time, error) {
 	var d delta
 	err := f.db.Update(func(txn *badger.Txn) error {
 		for range maxNextScan {
-			opts := badger.DefaultIteratorOptions
-			opts.PrefetchValues = false
-			opts.Prefix = prefixReady
-			it := txn.NewIterator(opts)
-			it.Seek(f.readySeek())
-			if !it.ValidForPrefix(prefixReady) {
-				it.Close()
+			var rk []byte
+			eachKey(txn, prefixReady, f.readySeek(), func(k []byte) bool { rk = bytes.Clone(k); return false })
+			if rk == nil {
 				return nil
 			}
-			rk := it.Item().KeyCopy(nil)
-			it.Close()
 			t, host, err := parseReadyKey(rk)
 			if err != nil {
 				return txn.Delete(rk)
@@ -265,13 +259,7 @@ func (f *frontier) undoLease(l *lease) {
 func (f *frontier) hasReady() bool {
 	found := false
 	_ = f.db.View(func(txn *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.PrefetchValues = false
-		opts.Prefix = prefixReady
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		it.Seek(f.readySeek())
-		found = it.ValidForPrefix(prefixReady)
+		eachKey(txn, prefixReady, f.readySeek(), func([]byte) bool { found = true; return false })
 		return nil
 	})
 	return found
@@ -380,18 +368,13 @@ func (f *frontier) readyHosts(now time.Time) (int64, error) {
 	from := f.readySeek()
 	f.mu.Unlock()
 	err := f.db.View(func(txn *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.PrefetchValues = false
-		opts.Prefix = prefixReady
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		for it.Seek(from); it.ValidForPrefix(prefixReady); it.Next() {
-			k := it.Item().Key()
+		eachKey(txn, prefixReady, from, func(k []byte) bool {
 			if len(k) < len(prefixReady)+8 || bytes.Compare(k[len(prefixReady):len(prefixReady)+8], limit) > 0 {
-				break
+				return false
 			}
 			n++
-		}
+			return true
+		})
 		return nil
 	})
 	return n, err

@@ -84,14 +84,7 @@ func (f *frontier) loadSnapshot(expected uint) ([]leasedHost, error) {
 	}
 	f.bloom = bloom.NewWithEstimates(expected, 0.01)
 	return leased, f.db.View(func(txn *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.PrefetchValues = false
-		opts.Prefix = prefixURL
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		for it.Seek(prefixURL); it.ValidForPrefix(prefixURL); it.Next() {
-			f.bloom.Add(it.Item().Key()[len(prefixURL):])
-		}
+		eachKey(txn, prefixURL, prefixURL, func(k []byte) bool { f.bloom.Add(k[len(prefixURL):]); return true })
 		return nil
 	})
 }
@@ -117,14 +110,7 @@ func (f *frontier) restoreCounts(b []byte) bool {
 func countKeys(db *badger.DB, prefix []byte) (int64, error) {
 	var n int64
 	err := db.View(func(txn *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.PrefetchValues = false
-		opts.Prefix = prefix
-		it := txn.NewIterator(opts)
-		defer it.Close()
-		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			n++
-		}
+		eachKey(txn, prefix, prefix, func([]byte) bool { n++; return true })
 		return nil
 	})
 	return n, err
@@ -244,4 +230,19 @@ func (f *frontier) close() error {
 		return err
 	}
 	return wb.Flush()
+}
+
+// eachKey calls f with each key under prefix from from on, in order, until
+// f returns false, with a key-only scan. The key is valid only during f.
+func eachKey(txn *badger.Txn, prefix, from []byte, f func(k []byte) bool) {
+	opts := badger.DefaultIteratorOptions
+	opts.PrefetchValues = false
+	opts.Prefix = prefix
+	it := txn.NewIterator(opts)
+	defer it.Close()
+	for it.Seek(from); it.ValidForPrefix(prefix); it.Next() {
+		if !f(it.Item().Key()) {
+			return
+		}
+	}
 }

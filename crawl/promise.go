@@ -167,17 +167,13 @@ func (f *frontier) ahead(host string, limit int) (n int, ready time.Time, err er
 		}
 		qp := queuePrefix(host)
 		bound := queueKey(host, promiseAhead, 0)
-		o := badger.DefaultIteratorOptions
-		o.PrefetchValues = false
-		o.Prefix = qp
-		it := txn.NewIterator(o)
-		defer it.Close()
-		for it.Seek(f.queueStart(host)); it.ValidForPrefix(qp) && n < limit; it.Next() {
-			if string(it.Item().Key()) >= string(bound) {
-				break
+		eachKey(txn, qp, f.queueStart(host), func(k []byte) bool {
+			if n >= limit || string(k) >= string(bound) {
+				return false
 			}
 			n++
-		}
+			return true
+		})
 		return nil
 	})
 	return n, ready, err
