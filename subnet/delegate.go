@@ -226,8 +226,17 @@ type SearchConfig struct {
 	// nearest-neighbour search that never delegates more than Tolerance
 	// from the best node it could have found (modulo prediction error and
 	// triangle-inequality violations). Zero means a fifth of the
-	// threshold; a negative value means none.
+	// threshold, or with Nearest set the density tolerance (see Nearest);
+	// a negative value means none.
 	Tolerance time.Duration
+	// Nearest, when set, is how densely the nodes cover their places: the
+	// median RTT from a node to its nearest other node, as the network
+	// measures it (NearestRTT). A zero Tolerance is then an eighth of it,
+	// within MinTolerance and a fifth of the threshold: the more nodes
+	// sit near each other, the more of them are near ties for a server,
+	// and the less a search that stops at the first near tie gives away;
+	// never below what timed probes can tell apart.
+	Nearest time.Duration
 	// Claims, when set, checks the winner's probe before it wins (see
 	// ClaimCheck): a node whose claim the triangle inequality refutes is
 	// left out and the search runs again.
@@ -245,6 +254,8 @@ func (c SearchConfig) withDefaults() SearchConfig {
 		c.Margin = 0.1
 	}
 	switch {
+	case c.Tolerance == 0 && c.Nearest > 0:
+		c.Tolerance = min(max(c.Nearest/8, MinTolerance), c.Threshold/5)
 	case c.Tolerance == 0:
 		c.Tolerance = c.Threshold / 5
 	case c.Tolerance < 0:
@@ -252,6 +263,12 @@ func (c SearchConfig) withDefaults() SearchConfig {
 	}
 	return c
 }
+
+// MinTolerance is the least tolerance the density rule gives
+// (SearchConfig.Nearest): timed probes of nodes within about 2 ms of each
+// other order them by chance (three samples of a request's jitter each,
+// docs/delegation.md).
+const MinTolerance = 2 * time.Millisecond
 
 // MapPlace is a place of a latency map (SearchConfig.Places).
 type MapPlace struct {

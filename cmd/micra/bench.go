@@ -100,7 +100,11 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	latencyFlag(fs, &latency)
 	train := fs.Float64("train", 0.65, "share of the sites delegated optimally before the others are delegated by each strategy (thesis 8.6); 0: a cold start, as a new network")
 	progressive := fs.Int("progressive", 1000, "sites in the progressive-learning run (0 skips it)")
-	useMap := fs.Bool("map", false, "give the guided search the latency map: nodes know their own locations and the public RTT matrix, and estimate their access delays from the RTTs between them")
+	var useMap mapFlag
+	fs.Var(&useMap, "map", "give the guided search a latency map: --map (or --map=matrix) nodes know their own locations and the public RTT matrix, and estimate their access delays from the RTTs between them; --map=measured only the RTTs the nodes measure between themselves, every node a place")
+	rttNoise := fs.Float64("rtt-noise", 0, "the inter-node RTTs the guided search sees are multiplied by e^x, x normal with standard deviation `SD`, once per pair (0.05: about ±5 %)")
+	rttJitter := fs.Float64("rtt-jitter", 0, "and have |x| added, x normal with standard deviation `MS` milliseconds")
+	tolerance := fs.String("tolerance", "", "the guided search asks a node only if it may beat the best answer by more than `MS` milliseconds; density: an eighth of the median RTT between neighbouring nodes, within 2 ms and a fifth of the threshold (default: a fifth of the threshold)")
 	mapError := fs.Float64("map-error", 0, "with --map, the map's error: every RTT of the map is multiplied by e^x, x normal with standard deviation `SD` (0.1: about ±10 %)")
 	split := fs.Int("split", 10, "delegate parts of registry ranges apart: a site its range's holder measures more than `MS` slower than its probe of the range has the part holding it searched apart (0: whole ranges, as the paper)")
 	probes := fs.String("probes", "model", "what a probe answers: model (the true mean RTT) or jitter (the least of 3 samples of the world's per-request jitter, as a timed probe measures)")
@@ -150,7 +154,22 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	if *mapError < 0 || *mapError > 2 {
 		return fmt.Errorf("%w: --map-error %v must lie in [0, 2]", errUsage, *mapError)
 	}
-	cfg.Map, cfg.MapError = *useMap, *mapError
+	if *rttNoise < 0 || *rttNoise > 2 || *rttJitter < 0 || *rttJitter > 1000 {
+		return fmt.Errorf("%w: --rtt-noise %v must lie in [0, 2] and --rtt-jitter %v in [0, 1000]", errUsage, *rttNoise, *rttJitter)
+	}
+	cfg.Map, cfg.MeasuredMap, cfg.MapError = useMap != "", useMap == "measured", *mapError
+	cfg.RTTNoise, cfg.RTTJitter = *rttNoise, time.Duration(*rttJitter*float64(time.Millisecond))
+	switch *tolerance {
+	case "":
+	case "density":
+		cfg.Density = true
+	default:
+		ms, err := strconv.ParseFloat(*tolerance, 64)
+		if err != nil || !(ms > 0 && ms <= 1000) {
+			return fmt.Errorf("%w: --tolerance %q is neither density nor milliseconds in (0, 1000]", errUsage, *tolerance)
+		}
+		cfg.Tolerance = time.Duration(ms * float64(time.Millisecond))
+	}
 	if *train < 0 || *train > 0.95 {
 		return fmt.Errorf("%w: --train %v must lie in [0, 0.95]", errUsage, *train)
 	}
@@ -271,4 +290,25 @@ func writeFile(path string, f func(io.Writer) error) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// mapFlag is --map: a boolean flag (--map: the matrix's map) that also
+// takes --map=matrix or --map=measured.
+type mapFlag string
+
+func (m *mapFlag) String() string   { return string(*m) }
+func (m *mapFlag) IsBoolFlag() bool { return true }
+
+func (m *mapFlag) Set(v string) error {
+	switch v {
+	case "true", "matrix":
+		*m = "matrix"
+	case "false", "":
+		*m = ""
+	case "measured":
+		*m = "measured"
+	default:
+		return fmt.Errorf("%q is not matrix or measured", v)
+	}
+	return nil
 }

@@ -153,6 +153,23 @@ func TestBenchDelegation(t *testing.T) {
 	if code, _, _ := runCmd(t, "bench", "delegation", "--probes", "exact"); code != 2 {
 		t.Errorf("unknown probes: exit %d", code)
 	}
+	for _, bad := range [][]string{{"--tolerance", "nope"}, {"--tolerance", "0"}, {"--map=elsewhere"}, {"--rtt-noise", "-1"}, {"--rtt-jitter", "1e9"}} {
+		if code, _, _ := runCmd(t, append([]string{"bench", "delegation"}, bad...)...); code != 2 {
+			t.Errorf("%q: exit %d", bad, code)
+		}
+	}
+	// What a running network can measure: the map of inter-node RTTs, the
+	// density tolerance, noisy RTTs.
+	code, out, errs = runCmd(t, "bench", "delegation", "--sites", "200", "--from-real=false", "--nodes", "6", "--threshold", "50",
+		"--repeats", "1", "--progressive", "0", "--strategies", "ipmicra+", "--map=measured", "--tolerance", "density",
+		"--rtt-noise", "0.05", "--rtt-jitter", "1", "--json")
+	if code != 0 {
+		t.Fatalf("measured: exit %d: %s", code, errs)
+	}
+	v.Results = nil
+	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Results) != 1 || v.Results[0].OptimalPct < 50 {
+		t.Errorf("measured: %v %+v", err, v.Results)
+	}
 	// Probes with the world's jitter: a noisy measurement can only cost
 	// brute force optimal delegations.
 	code, out, errs = runCmd(t, "bench", "delegation", "--sites", "200", "--from-real=false", "--nodes", "6", "--threshold", "50",

@@ -79,6 +79,26 @@ type Config struct {
 	// miles; the real Internet is not the matrix, and this measures how
 	// much the search relies on the map being right.
 	MapError float64
+	// MeasuredMap, with Map, makes the map of nothing but the RTTs the
+	// nodes measure between themselves (subnet.NodeMap: every node a
+	// place), as a running network can: no locations, no public matrix.
+	MeasuredMap bool
+	// RTTNoise and RTTJitter are the noise of the inter-node RTTs the
+	// guided search sees (its triangle bounds, the homes' profiles, the
+	// measured map): each pair's RTT is multiplied by e^x, x drawn from
+	// N(0, RTTNoise²), and |N(0, RTTJitter²)| is added, once per pair and
+	// run. Zero: the world's exact RTTs.
+	RTTNoise  float64
+	RTTJitter time.Duration
+	// Tolerance is the guided search's (subnet.SearchConfig.Tolerance):
+	// how much better than the best answer a node must be able to be to
+	// be asked. Zero: a fifth of the threshold, or with Density the
+	// density rule's.
+	Tolerance time.Duration
+	// Density has the guided search's tolerance follow how densely the
+	// nodes cover their places (subnet.SearchConfig.Nearest), as the
+	// nodes measure it (with RTTNoise and RTTJitter).
+	Density bool
 }
 
 // DefaultConfig returns the paper's setup: 6 and 12 nodes (and 25, 50 for
@@ -192,10 +212,16 @@ type env struct {
 	cache   *subnet.MemProbeCache
 	prober  Prober
 	byAddr  map[netip.Addr]world.Site
-	issued  int           // probes issued through probeAdapter
-	split   time.Duration // Config.Split; 0: no parts delegated apart
-	useMap  bool          // Config.Map
-	mapErr  float64       // Config.MapError
+	issued  int                         // probes issued through probeAdapter
+	split   time.Duration               // Config.Split; 0: no parts delegated apart
+	useMap  bool                        // Config.Map
+	mapErr  float64                     // Config.MapError
+	nodeMap bool                        // Config.MeasuredMap
+	noise   float64                     // Config.RTTNoise
+	jitter  time.Duration               // Config.RTTJitter
+	tol     time.Duration               // Config.Tolerance
+	density bool                        // Config.Density
+	seen    map[[2]string]time.Duration // the noisy inter-node RTTs drawn so far
 	places  []subnet.MapPlace
 	optimal map[int]time.Duration
 }
@@ -223,6 +249,12 @@ func newEnv(w World, tree *subnet.Tree, nodes []netip.Addr, p Prober) (*env, err
 		}
 	}
 	return e, nil
+}
+
+// configure takes the searches' settings from cfg.
+func (e *env) configure(cfg Config) {
+	e.split, e.useMap, e.mapErr = cfg.Split, cfg.Map, cfg.MapError
+	e.nodeMap, e.noise, e.jitter, e.tol, e.density = cfg.MeasuredMap, cfg.RTTNoise, cfg.RTTJitter, cfg.Tolerance, cfg.Density
 }
 
 func first(seq func(func(subnet.ID, string) bool)) (string, bool) {
@@ -258,7 +290,11 @@ func (e *env) latencyMap() []subnet.MapPlace {
 		for i, n := range e.nodes {
 			locs[i] = at[n]
 		}
-		e.places = world.LatencyMap(e.w, e.names, locs, e.between)
+		if e.nodeMap {
+			e.places = subnet.NodeMap(e.names, e.measured, e.country)
+		} else {
+			e.places = world.LatencyMap(e.w, e.names, locs, e.measured)
+		}
 		if e.mapErr > 0 {
 			rng := rand.New(rand.NewPCG(uint64(len(e.names)), uint64(len(e.places))))
 			for _, p := range e.places {
@@ -284,6 +320,29 @@ func (e *env) between(a, b string) (time.Duration, bool) {
 	return e.w.RTTAddr(x, y), true
 }
 
+// measured returns the RTT between nodes a and b as the nodes measured it:
+// the world's, with the noise of Config.RTTNoise and RTTJitter drawn once
+// per pair.
+func (e *env) measured(a, b string) (time.Duration, bool) {
+	d, ok := e.between(a, b)
+	if !ok || (e.noise == 0 && e.jitter == 0) {
+		return d, ok
+	}
+	k := [2]string{min(a, b), max(a, b)}
+	if m, ok := e.seen[k]; ok {
+		return m, true
+	}
+	h := fnv.New64a()
+	h.Write([]byte(k[0] + " " + k[1]))
+	rng := rand.New(rand.NewPCG(h.Sum64(), uint64(len(e.names))))
+	m := time.Duration(float64(d)*math.Exp(e.noise*rng.NormFloat64())) + time.Duration(math.Abs(rng.NormFloat64())*float64(e.jitter))
+	if e.seen == nil {
+		e.seen = map[[2]string]time.Duration{}
+	}
+	e.seen[k] = m
+	return m, true
+}
+
 // home returns the range of a node's own subnet, delegated to it when it
 // joined.
 func (e *env) home(node string) (subnet.Range, bool) {
@@ -296,6 +355,15 @@ func (e *env) home(node string) (subnet.Range, bool) {
 		return subnet.Range{}, false
 	}
 	return e.tree.Range(id), true
+}
+
+// country returns the registry country of a node's own subnet.
+func (e *env) country(node string) string {
+	n, err := netip.ParseAddr(node)
+	if err != nil {
+		return ""
+	}
+	return e.tree.Country(e.tree.SmallestNonUnary(n))
 }
 
 // rttTo returns the model's RTT from node to address a: a site's, or
@@ -333,7 +401,10 @@ func (e *env) strategy(ctx context.Context, name string, th time.Duration, rng *
 	case IPMicra:
 		return &subnet.IPMicra{Tree: e.tree, Table: e.table, Prober: e, Cache: e.cache, Config: subnet.SearchConfig{Threshold: th}}, 0, nil
 	case Guided:
-		cfg := subnet.SearchConfig{Threshold: th, Guided: true, Between: e.between, Home: e.home}
+		cfg := subnet.SearchConfig{Threshold: th, Guided: true, Between: e.measured, Home: e.home, Tolerance: e.tol}
+		if e.density {
+			cfg.Nearest = subnet.NearestRTT(e.names, e.measured)
+		}
 		if e.useMap {
 			cfg.Places = e.latencyMap()
 		}

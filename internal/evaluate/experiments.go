@@ -74,7 +74,7 @@ func Split(ctx context.Context, w World, tree *subnet.Tree, p Prober, cfg Config
 					if err != nil {
 						return nil, err
 					}
-					e.split, e.useMap, e.mapErr = cfg.Split, cfg.Map, cfg.MapError
+					e.configure(cfg)
 					for _, s := range train {
 						if err := e.train(ctx, s); err != nil {
 							return nil, err
@@ -191,7 +191,7 @@ func Progressive(ctx context.Context, w World, tree *subnet.Tree, p Prober, node
 		if err != nil {
 			return nil, err
 		}
-		e.split, e.useMap, e.mapErr = cfg.Split, cfg.Map, cfg.MapError
+		e.configure(cfg)
 		st, _, err := e.strategy(ctx, IPMicra, th, rng, nil, cfg.Branching)
 		if err != nil {
 			return nil, err
