@@ -1,10 +1,10 @@
 package indexer
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"net/url"
 	"slices"
 	"sync"
@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/check"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
 )
@@ -41,8 +42,8 @@ const (
 // it submits it in all (default 6; 1 keeps nothing).
 func CrawlPatience(first time.Duration, attempts int) Option {
 	return func(c *config) error {
-		if first < time.Second || attempts < 1 || attempts > 64 {
-			return fmt.Errorf("crawl patience %v, %d attempts: want at least a second and 1..64 attempts", first, attempts)
+		if err := cmp.Or(check.AtLeast("crawl patience", first, time.Second), check.Range("crawl attempts", attempts, 1, 64)); err != nil {
+			return err
 		}
 		c.patience, c.attempts = first, attempts
 		return nil

@@ -3,7 +3,6 @@ package indexer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -13,6 +12,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/indexer/index"
+	"github.com/micra-net/micra/internal/check"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
@@ -45,11 +45,7 @@ const (
 // indexer sends in an hour (default 60; 0 sends none).
 func WithheldNotices(perHour int) Option {
 	return func(c *config) error {
-		if perHour < 0 {
-			return fmt.Errorf("withholding notices: %d an hour", perHour)
-		}
-		c.withheldPerHour = perHour
-		return nil
+		return check.Set(&c.withheldPerHour, perHour, check.AtLeast("withholding notices an hour", perHour, 0))
 	}
 }
 
