@@ -48,6 +48,8 @@ func CrawlPatience(first time.Duration, attempts int) Option {
 	}
 }
 
+// pendingID is the id of the pending request of link (normalized): the
+// first 16 bytes of its SHA-256.
 func pendingID(link string) [16]byte {
 	s := sha256.Sum256([]byte(link))
 	return [16]byte(s[:16])

@@ -3,6 +3,8 @@ package indexer
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -273,30 +275,31 @@ func (ix *Indexer) noteHolders(res results.SubmitResult) {
 		return
 	}
 	now := ix.cfg.now()
-	ix.pend.mu.Lock()
-	defer ix.pend.mu.Unlock()
-	var ids [][16]byte
-	var sent []sentTo
-	for link, node := range res.To {
-		if l, err := crawl.NormalizeURL(link); err == nil {
-			if id := pendingID(l); ix.pend.has(id) {
-				ids, sent = append(ids, id), append(sent, sentTo{node, link, res.Receipts[link]})
-			}
-		}
-	}
-	err := ix.pend.updateAll(ids, pendingPerRound, func(i int, pc *pb.PendingCrawl) {
-		setHolder(pc, sent[i].node, sent[i].link, sent[i].receipt, now)
+	links := slices.Collect(maps.Keys(res.To))
+	err := ix.updateLinks(links, func(i int, pc *pb.PendingCrawl) {
+		setHolder(pc, res.To[links[i]], links[i], res.Receipts[links[i]], now)
 	})
 	if err != nil && !closedDB(err) {
 		ix.log.Warn("noting where crawl requests went failed", "error", err)
 	}
 }
 
-// sentTo is the node a pending request was sent to and its receipt.
-type sentTo struct {
-	node    peer.ID
-	link    string // as sent, which the receipt signs
-	receipt results.Receipt
+// updateLinks applies f(i, pc) to the pending request pc of each links[i]
+// (as submitted, normalized first) that is kept, and stores it, in
+// transactions of pendingPerRound requests.
+func (ix *Indexer) updateLinks(links []string, f func(i int, pc *pb.PendingCrawl)) error {
+	ix.pend.mu.Lock()
+	defer ix.pend.mu.Unlock()
+	var ids [][16]byte
+	var at []int // links[at[j]] is the link of ids[j]
+	for i, link := range links {
+		if l, err := crawl.NormalizeURL(link); err == nil {
+			if id := pendingID(l); ix.pend.has(id) {
+				ids, at = append(ids, id), append(at, i)
+			}
+		}
+	}
+	return ix.pend.updateAll(ids, pendingPerRound, func(j int, pc *pb.PendingCrawl) { f(at[j], pc) })
 }
 
 // setHolder records in pc that it went to node at now as link, with its
@@ -327,26 +330,18 @@ func (ix *Indexer) noteRefusals(res results.SubmitResult) {
 	if len(res.Failed) == 0 || ix.cfg.attempts <= 1 {
 		return
 	}
-	now := ix.cfg.now()
-	ix.pend.mu.Lock()
-	defer ix.pend.mu.Unlock()
-	var ids [][16]byte
-	var nodes []peer.ID
-	var notTaken []bool
+	var failed []results.SubmitFailure // those with the node that would not take them
+	var links []string
 	for _, f := range res.Failed {
-		if f.Node == "" {
-			continue
-		}
-		if l, err := crawl.NormalizeURL(f.Link); err == nil {
-			if id := pendingID(l); ix.pend.has(id) {
-				ids, nodes, notTaken = append(ids, id), append(nodes, f.Node), append(notTaken, errors.Is(f.Err, results.ErrNotTaken))
-			}
+		if f.Node != "" {
+			failed, links = append(failed, f), append(links, f.Link)
 		}
 	}
+	now := ix.cfg.now()
 	next := now.Add(ix.notTakenWait()).UnixMilli()
-	err := ix.pend.updateAll(ids, pendingPerRound, func(i int, pc *pb.PendingCrawl) {
-		noteRefusal(pc, nodes[i], now)
-		if notTaken[i] {
+	err := ix.updateLinks(links, func(i int, pc *pb.PendingCrawl) {
+		noteRefusal(pc, failed[i].Node, now)
+		if errors.Is(failed[i].Err, results.ErrNotTaken) {
 			pc.NextMs = min(pc.GetNextMs(), next) // sent again sooner (notTakenRetry)
 		}
 	})
