@@ -52,10 +52,9 @@ func parseNodeKey(p, k []byte) (peer.ID, bool) {
 	return id, err == nil
 }
 
+// pendingPrefix is the prefix of the pending crawl requests, each under
+// its pendingID (idKey).
 func pendingPrefix() []byte { return []byte(results.Prefix + "req/") }
-
-// pendingKey is the key of pending request id (its pendingID).
-func pendingKey(id [16]byte) []byte { return idKey(pendingPrefix(), id) }
 
 func withheldPrefix() []byte { return []byte(results.Prefix + "withheld/") }
 
