@@ -10,5 +10,5 @@
 // for others; [Addrs] formats a host's own addresses in the form the parsers
 // accept.
 //
-// bootstrap imports nothing of micra's.
+// bootstrap imports nothing of micra's but the leaf internal/check.
 package bootstrap

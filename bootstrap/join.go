@@ -11,6 +11,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/internal/check"
 )
 
 // Dialer connects to a peer. host.Host implements it.
@@ -46,13 +48,7 @@ func defaultConfig() config {
 // Attempts sets how many times each peer is dialled before it is given up
 // (default 5).
 func Attempts(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("attempts must be at least 1, got %d", n)
-		}
-		c.attempts = n
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.attempts, n, check.AtLeast("attempts", n, 1)) }
 }
 
 // Backoff sets the wait after a peer's first failed dial and its cap; the
@@ -60,8 +56,8 @@ func Attempts(n int) Option {
 // 500 ms and 8 s).
 func Backoff(min, max time.Duration) Option {
 	return func(c *config) error {
-		if min <= 0 || max < min {
-			return fmt.Errorf("backoff must satisfy 0 < min ≤ max, got %v and %v", min, max)
+		if err := check.Backoff("backoff", min, max); err != nil {
+			return err
 		}
 		c.minBackoff, c.maxBackoff = min, max
 		return nil
@@ -70,36 +66,18 @@ func Backoff(min, max time.Duration) Option {
 
 // DialTimeout bounds one dial attempt (default 15 s).
 func DialTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("dial timeout must be positive, got %v", d)
-		}
-		c.dialTimeout = d
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.dialTimeout, d, check.Positive("dial timeout", d)) }
 }
 
 // Enough sets how many connected bootstrap peers end Join early; the other
 // dials are then abandoned (default 3).
 func Enough(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("enough must be at least 1, got %d", n)
-		}
-		c.enough = n
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.enough, n, check.AtLeast("enough", n, 1)) }
 }
 
 // Logger sets the logger (default slog.Default with subsystem=bootstrap).
 func Logger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return errors.New("nil logger")
-		}
-		c.log = l
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.log, l, check.NotNil("logger", l)) }
 }
 
 // Join dials the bootstrap peers, several at once, retrying each with

@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -8,7 +9,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/egress"
+	"github.com/micra-net/micra/internal/check"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
@@ -67,8 +68,8 @@ const (
 // one node's records may take in an hour (default 120), suspects included.
 func Audits(share float64, perHour int) Option {
 	return func(c *config) error {
-		if share < 0 || share > 1 || math.IsNaN(share) || perHour < 1 {
-			return fmt.Errorf("audits: share %g not in [0, 1] or %d an hour", share, perHour)
+		if err := cmp.Or(check.Range("audit share", share, 0, 1), check.AtLeast("audits an hour", perHour, 1)); err != nil {
+			return err
 		}
 		c.auditShare, c.auditPerHour = share, perHour
 		return nil
@@ -78,13 +79,7 @@ func Audits(share float64, perHour int) Option {
 // FlagFor sets how long a node stays flagged after a coordinator's verdict
 // convicted it (default 7 days, the coordinators' default conviction).
 func FlagFor(d time.Duration) Option {
-	return func(c *config) error {
-		if d < time.Minute {
-			return fmt.Errorf("flag duration %v is shorter than a minute", d)
-		}
-		c.flagFor = d
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.flagFor, d, check.AtLeast("flag duration", d, time.Minute)) }
 }
 
 // auditor is the indexer's audit state.

@@ -52,8 +52,11 @@
 //
 // The indexer's keys (the replay table, audit tallies, pending crawl
 // requests, withholding notices owed) live in the results package's badger namespace, laid out in
-// results.Prefix's doc comment, and share its schema.
+// results.Prefix's doc comment, and share its schema. Pending requests and
+// notices owed are each a durable retry queue (queue.go): items under one
+// prefix, due at a time they carry, taken in rounds by one loop each.
 //
-// indexer imports results, overlay, crawl, indexer/index, subnet and
-// libp2p; only node and the rigs under internal/ import it.
+// indexer imports results, overlay, crawl, indexer/index, subnet,
+// internal/check and libp2p; only node and the rigs under internal/ import
+// it.
 package indexer

@@ -55,17 +55,14 @@ type Indexer struct {
 	amu     sync.Mutex
 	pending map[peer.ID]*ackQueue
 
-	aud   *auditor    // audits of stored records (audit.go)
-	pend  pendingSet  // crawl requests waiting for a record (pending.go)
-	hosts hostRecords // when each node last delivered each host's records (busy.go)
+	aud   *auditor      // audits of stored records (audit.go)
+	pend  *pendingQueue // crawl requests waiting for a record (pending.go)
+	hosts hostRecords   // when each node last delivered each host's records (busy.go)
 
-	// withholding notices owed (withheld.go)
-	owedMu   sync.Mutex
-	owed     int
-	wbud     *auditor // per-node hourly budgets of notices
-	watchBud *auditor // per-reporter hourly budgets of watches (watch.go)
-	owedKick chan struct{}
-	pendKick chan struct{} // a pending request was made due now
+	// withholding notices (withheld.go)
+	owed     *owedQueue // notices owed
+	wbud     *auditor   // per-node hourly budgets of notices
+	watchBud *auditor   // per-reporter hourly budgets of watches (watch.go)
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -222,8 +219,8 @@ func newIndexer(x index.Store, db *badger.DB, sid subnet.SnapshotID, opts ...Opt
 		pending:    map[peer.ID]*ackQueue{},
 		wbud:       &auditor{budgets: map[peer.ID]*auditBudget{}},
 		watchBud:   &auditor{budgets: map[peer.ID]*auditBudget{}},
-		owedKick:   make(chan struct{}, 1),
-		pendKick:   make(chan struct{}, 1),
+		pend:       newRetryQueue[pb.PendingCrawl](db, pendingPrefix(), maxPending),
+		owed:       newRetryQueue[pb.WithheldOwed](db, withheldPrefix(), maxOwed),
 	}
 	for _, s := range cfg.snapshots {
 		ix.accept[s] = true
@@ -247,10 +244,10 @@ func newIndexer(x index.Store, db *badger.DB, sid subnet.SnapshotID, opts ...Opt
 	if err := ix.loadAudits(); err != nil {
 		return nil, fmt.Errorf("indexer: loading audit tallies: %w", err)
 	}
-	if err := ix.loadPending(); err != nil {
+	if err := ix.pend.load(); err != nil {
 		return nil, fmt.Errorf("indexer: loading pending crawl requests: %w", err)
 	}
-	if err := ix.loadOwed(); err != nil {
+	if err := ix.owed.load(); err != nil {
 		return nil, fmt.Errorf("indexer: loading withholding notices: %w", err)
 	}
 	ix.ctx, ix.cancel = context.WithCancel(context.Background())

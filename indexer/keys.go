@@ -52,25 +52,23 @@ func parseNodeKey(p, k []byte) (peer.ID, bool) {
 	return id, err == nil
 }
 
+// pendingPrefix is the prefix of the pending crawl requests, each under
+// its pendingID (idKey).
 func pendingPrefix() []byte { return []byte(results.Prefix + "req/") }
-
-func pendingKey(id [16]byte) []byte {
-	return append(pendingPrefix(), b32.EncodeToString(id[:])...)
-}
-
-// parsePendingKey returns the id of a pending request's key.
-func parsePendingKey(k []byte) ([16]byte, bool) { return parseIDKey(pendingPrefix(), k) }
 
 func withheldPrefix() []byte { return []byte(results.Prefix + "withheld/") }
 
 // withheldKey is the key of the withholding notice owed about pending
 // request id's node.
-func withheldKey(id [16]byte) []byte {
-	return append(withheldPrefix(), b32.EncodeToString(id[:])...)
-}
+func withheldKey(id [16]byte) []byte { return idKey(withheldPrefix(), id) }
 
 // parseWithheldKey returns the id of a withholding notice's key.
 func parseWithheldKey(k []byte) ([16]byte, bool) { return parseIDKey(withheldPrefix(), k) }
+
+// idKey is the key of the item of 16-byte id under prefix p (a retryQueue's).
+func idKey(p []byte, id [16]byte) []byte {
+	return append(p[:len(p):len(p)], b32.EncodeToString(id[:])...)
+}
 
 // parseIDKey returns the 16-byte id named after prefix p in k.
 func parseIDKey(p, k []byte) ([16]byte, bool) {

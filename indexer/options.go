@@ -12,6 +12,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/check"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/subnet"
 )
@@ -84,24 +85,12 @@ func (c *config) results() []results.Option {
 
 // Logger sets the logger (default slog.Default with subsystem=indexer).
 func Logger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return errors.New("nil logger")
-		}
-		c.log = l
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.log, l, check.NotNil("logger", l)) }
 }
 
 // Clock sets the time source (default time.Now), for tests.
 func Clock(now func() time.Time) Option {
-	return func(c *config) error {
-		if now == nil {
-			return errors.New("nil clock")
-		}
-		c.now = now
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.now, now, check.NotNil("clock", now)) }
 }
 
 // Shards sets the number of result shards, network-wide (default 1); it
@@ -109,11 +98,7 @@ func Clock(now func() time.Time) Option {
 // and refuses batches of another count.
 func Shards(n int) Option {
 	return func(c *config) error {
-		if n < 1 || n > results.MaxShards {
-			return fmt.Errorf("shards must be 1 to %d, got %d", results.MaxShards, n)
-		}
-		c.shards = uint32(n)
-		return nil
+		return check.Set(&c.shards, uint32(n), check.Range("shards", n, 1, results.MaxShards))
 	}
 }
 
@@ -134,8 +119,8 @@ func MessageLimit(n int) Option {
 // audits need (a host may have addresses in several subnets).
 func DNS(r crawl.Resolver) Option {
 	return func(c *config) error {
-		if r == nil {
-			return errors.New("nil resolver")
+		if err := check.NotNil("resolver", r); err != nil {
+			return err
 		}
 		c.resolve, c.lookupAll = results.NetResolver(r), lookupAll(r)
 		return nil
@@ -160,13 +145,7 @@ func DNSServer(server netip.AddrPort) Option {
 // crawl requests it submits and its audits (default: IP literals as they
 // are, names through the system resolver).
 func Resolve(r results.Resolver) Option {
-	return func(c *config) error {
-		if r == nil {
-			return errors.New("nil resolver")
-		}
-		c.resolve = r
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.resolve, r, check.NotNil("resolver", r)) }
 }
 
 // LocalCrawl sets the handler of crawl requests the indexer submits for
@@ -180,8 +159,8 @@ func Take(shards ...int) Option {
 	return func(c *config) error {
 		c.take = c.take[:0]
 		for _, s := range shards {
-			if s < 0 || s >= results.MaxShards {
-				return fmt.Errorf("shard %d out of range", s)
+			if err := check.Range("shard", s, 0, results.MaxShards-1); err != nil {
+				return err
 			}
 			c.take = append(c.take, uint32(s))
 		}
@@ -193,11 +172,7 @@ func Take(shards ...int) Option {
 // 1 min); an announcement holds for three intervals.
 func AnnounceEvery(d time.Duration) Option {
 	return func(c *config) error {
-		if d < 100*time.Millisecond || 3*d > results.MaxAnnounceLifetime {
-			return fmt.Errorf("announce interval must be 100 ms to 8 h, got %v", d)
-		}
-		c.announce = d
-		return nil
+		return check.Set(&c.announce, d, check.Range("announce interval", d, 100*time.Millisecond, results.MaxAnnounceLifetime/3))
 	}
 }
 
@@ -212,25 +187,13 @@ func AcceptSnapshots(ids ...subnet.SnapshotID) Option {
 // days). A replay older than that is stored again, which the index makes
 // harmless.
 func ReplayWindow(d time.Duration) Option {
-	return func(c *config) error {
-		if d < time.Minute {
-			return fmt.Errorf("replay window must be at least 1 min, got %v", d)
-		}
-		c.replay = d
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.replay, d, check.AtLeast("replay window", d, time.Minute)) }
 }
 
 // Workers sets how many batches an indexer verifies and decodes in
 // parallel (default GOMAXPROCS, at most 4); the index serialises writes.
 func Workers(n int) Option {
-	return func(c *config) error {
-		if n < 1 || n > 64 {
-			return fmt.Errorf("workers must be 1 to 64, got %d", n)
-		}
-		c.workers = n
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.workers, n, check.Range("workers", n, 1, 64)) }
 }
 
 // SearchOnly makes an indexer that only serves its store's search (a
@@ -244,13 +207,7 @@ func SearchOnly() Option {
 // AckDelay sets how long an indexer gathers acknowledgements to one node
 // before sending them (default 100 ms).
 func AckDelay(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 || d > time.Minute {
-			return fmt.Errorf("ack delay must be 0 to 1 min, got %v", d)
-		}
-		c.ackDelay = d
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.ackDelay, d, check.Range("ack delay", d, 0, time.Minute)) }
 }
 
 // lookupAll returns every address r finds for a host (crawl.LookupAddrs).

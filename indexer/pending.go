@@ -1,20 +1,19 @@
 package indexer
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"net/url"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/check"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
 )
@@ -41,39 +40,19 @@ const (
 // it submits it in all (default 6; 1 keeps nothing).
 func CrawlPatience(first time.Duration, attempts int) Option {
 	return func(c *config) error {
-		if first < time.Second || attempts < 1 || attempts > 64 {
-			return fmt.Errorf("crawl patience %v, %d attempts: want at least a second and 1..64 attempts", first, attempts)
+		if err := cmp.Or(check.AtLeast("crawl patience", first, time.Second), check.Range("crawl attempts", attempts, 1, 64)); err != nil {
+			return err
 		}
 		c.patience, c.attempts = first, attempts
 		return nil
 	}
 }
 
-// pendingSet mirrors the keys of the pending table in memory, so that
-// storing a record costs no read when no request waits for it.
-type pendingSet struct {
-	mu sync.Mutex
-	m  map[[16]byte]struct{}
-}
-
+// pendingID is the id of the pending request of link (normalized): the
+// first 16 bytes of its SHA-256.
 func pendingID(link string) [16]byte {
 	s := sha256.Sum256([]byte(link))
 	return [16]byte(s[:16])
-}
-
-// loadPending reads the pending table's keys.
-func (ix *Indexer) loadPending() error {
-	ix.pend.m = map[[16]byte]struct{}{}
-	return ix.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: pendingPrefix()})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			if id, ok := parsePendingKey(it.Item().Key()); ok {
-				ix.pend.m[id] = struct{}{}
-			}
-		}
-		return nil
-	})
 }
 
 // keepPending stores the requests not kept yet, as submitted now.
@@ -82,45 +61,28 @@ func (ix *Indexer) keepPending(reqs []crawl.Request) {
 		return
 	}
 	now := ix.cfg.now()
-	ix.pend.mu.Lock()
-	defer ix.pend.mu.Unlock()
-	wb := ix.db.NewWriteBatch()
-	defer wb.Cancel()
-	var added [][16]byte
+	var ids [][16]byte
+	var pcs []*pb.PendingCrawl
 	for _, r := range reqs {
 		link, err := crawl.NormalizeURL(r.Link)
 		if err != nil {
 			continue // results.Submit reports it
 		}
-		id := pendingID(link)
-		if _, ok := ix.pend.m[id]; ok {
-			continue
-		}
-		if len(ix.pend.m)+len(added) >= maxPending {
-			ix.stats.pendingLost.Add(1)
-			continue
-		}
-		v, err := proto.Marshal(&pb.PendingCrawl{
+		ids = append(ids, pendingID(link))
+		pcs = append(pcs, &pb.PendingCrawl{
 			Request: &pb.CrawlRequest{Link: link, Depth: int32(r.Depth), Owners: r.Owners},
 			FirstMs: now.UnixMilli(), NextMs: now.Add(ix.cfg.patience).UnixMilli(), Attempts: 1,
 		})
-		if err == nil {
-			err = wb.Set(pendingKey(id), v)
-		}
-		if err != nil {
-			ix.log.Warn("keeping a crawl request failed; it is sent once", "url", link, "error", err)
-			continue
-		}
-		added = append(added, id)
 	}
-	if err := wb.Flush(); err != nil {
+	ix.pend.mu.Lock()
+	defer ix.pend.mu.Unlock()
+	added, lost, err := ix.pend.keep(ids, pcs)
+	ix.stats.pendingLost.Add(uint64(lost))
+	if err != nil {
 		ix.log.Warn("keeping crawl requests failed; they are sent once", "error", err)
 		return
 	}
-	for _, id := range added {
-		ix.pend.m[id] = struct{}{}
-	}
-	if n := ix.stats.pendingLost.Load(); n > 0 && len(added) == 0 && len(reqs) > 0 {
+	if n := ix.stats.pendingLost.Load(); n > 0 && added == 0 && len(reqs) > 0 {
 		ix.log.Warn("pending crawl requests at their bound; new ones are sent once", "bound", maxPending)
 	}
 }
@@ -141,7 +103,6 @@ func (ix *Indexer) allowedHosts(reqs []crawl.Request) []crawl.Request {
 	return out
 }
 
-// forgetPending removes the pending requests of links (as submitted).
 // isPending reports whether a request for link is kept, waiting for a
 // record.
 func (ix *Indexer) isPending(link string) bool {
@@ -151,10 +112,10 @@ func (ix *Indexer) isPending(link string) bool {
 	}
 	ix.pend.mu.Lock()
 	defer ix.pend.mu.Unlock()
-	_, ok := ix.pend.m[pendingID(l)]
-	return ok
+	return ix.pend.has(pendingID(l))
 }
 
+// forgetPending removes the pending requests of links (as submitted).
 func (ix *Indexer) forgetPending(links []string) {
 	if len(links) == 0 {
 		return
@@ -164,39 +125,14 @@ func (ix *Indexer) forgetPending(links []string) {
 	var gone [][16]byte
 	for _, l := range links {
 		if link, err := crawl.NormalizeURL(l); err == nil {
-			if id := pendingID(link); !slices.Contains(gone, id) {
-				if _, ok := ix.pend.m[id]; ok {
-					gone = append(gone, id)
-				}
+			if id := pendingID(link); !slices.Contains(gone, id) && ix.pend.has(id) {
+				gone = append(gone, id)
 			}
 		}
 	}
-	if err := ix.dropPending(gone); err != nil {
+	if err := ix.pend.remove(gone); err != nil {
 		ix.log.Warn("forgetting refused crawl requests failed; they are refused again when resubmitted", "error", err)
 	}
-}
-
-// dropPending deletes the pending requests ids, from the table and its
-// mirror. The caller holds ix.pend.mu.
-func (ix *Indexer) dropPending(ids [][16]byte) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	err := ix.db.Update(func(txn *badger.Txn) error {
-		for _, id := range ids {
-			if err := txn.Delete(pendingKey(id)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		delete(ix.pend.m, id)
-	}
-	return nil
 }
 
 // satisfied removes the pending requests that stored records answer (by
@@ -204,20 +140,18 @@ func (ix *Indexer) dropPending(ids [][16]byte) error {
 func (ix *Indexer) satisfied(recs []crawl.Record) {
 	ix.pend.mu.Lock()
 	defer ix.pend.mu.Unlock()
-	if len(ix.pend.m) == 0 {
+	if len(ix.pend.ids) == 0 {
 		return
 	}
 	var done [][16]byte
 	for i := range recs {
 		for _, u := range []string{recs[i].URL, recs[i].FinalURL} {
-			if id := pendingID(u); u != "" && !slices.Contains(done, id) {
-				if _, ok := ix.pend.m[id]; ok {
-					done = append(done, id)
-				}
+			if id := pendingID(u); u != "" && !slices.Contains(done, id) && ix.pend.has(id) {
+				done = append(done, id)
 			}
 		}
 	}
-	if err := ix.dropPending(done); err != nil {
+	if err := ix.pend.remove(done); err != nil {
 		ix.log.Warn("clearing answered crawl requests failed; they may be sent again", "error", err)
 		return
 	}
@@ -226,18 +160,7 @@ func (ix *Indexer) satisfied(recs []crawl.Record) {
 
 // pendingLoop submits overdue requests again until Close.
 func (ix *Indexer) pendingLoop() {
-	every := min(max(ix.cfg.patience/4, time.Second), time.Minute)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ix.ctx.Done():
-			return
-		case <-t.C:
-		case <-ix.pendKick: // a subnet moved (withheld.go)
-		}
-		ix.resubmit(ix.ctx)
-	}
+	ix.pend.run(ix.ctx, min(max(ix.cfg.patience/4, time.Second), time.Minute), ix.resubmit)
 }
 
 // notTakenRetry is how soon a request its node did not take now
@@ -279,131 +202,114 @@ const maxPendingAge = 7 * 24 * time.Hour
 // after the patience.
 func (ix *Indexer) resubmit(ctx context.Context) {
 	now := ix.cfg.now()
-	type due struct {
-		id [16]byte
-		pc *pb.PendingCrawl
-	}
-	var list []due
-	err := ix.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: pendingPrefix(), PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid() && len(list) < pendingPerRound; it.Next() {
-			id, ok := parsePendingKey(it.Item().Key())
-			if !ok {
-				continue
-			}
-			var pc pb.PendingCrawl
-			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &pc) }); err != nil {
-				continue
-			}
-			if pc.GetNextMs() <= now.UnixMilli() {
-				list = append(list, due{id, &pc})
-			}
-		}
-		return nil
-	})
+	ids, list, err := ix.pend.dueAt(now, pendingPerRound)
 	if err != nil || len(list) == 0 {
 		return
 	}
 	var reqs []crawl.Request
-	var keep []due
-	var gaveUp [][16]byte
-	var overdue []*pb.PendingCrawl
-	var overdueIDs [][16]byte
-	for _, d := range list {
-		if int(d.pc.GetAttempts()) >= ix.cfg.attempts || now.Sub(time.UnixMilli(d.pc.GetFirstMs())) > maxPendingAge {
-			gaveUp = append(gaveUp, d.id)
-			ix.log.Warn("crawl request given up: no record of the page after every attempt", "url", d.pc.GetRequest().GetLink(),
-				"attempts", d.pc.GetAttempts(), "since", time.UnixMilli(d.pc.GetFirstMs()).UTC())
+	var keep, gaveUp, overdueIDs [][16]byte
+	var kept, overdue []*pb.PendingCrawl
+	for i, pc := range list {
+		if int(pc.GetAttempts()) >= ix.cfg.attempts || now.Sub(time.UnixMilli(pc.GetFirstMs())) > maxPendingAge {
+			gaveUp = append(gaveUp, ids[i])
+			ix.log.Warn("crawl request given up: no record of the page after every attempt", "url", pc.GetRequest().GetLink(),
+				"attempts", pc.GetAttempts(), "since", time.UnixMilli(pc.GetFirstMs()).UTC())
 			continue
 		}
-		r := d.pc.GetRequest()
+		r := pc.GetRequest()
 		reqs = append(reqs, crawl.Request{Link: r.GetLink(), Depth: int(r.GetDepth()), Owners: r.GetOwners()})
-		keep = append(keep, d)
-		if len(d.pc.GetHolder()) > 0 || len(d.pc.GetRefusedBy()) > 0 {
-			overdue, overdueIDs = append(overdue, d.pc), append(overdueIDs, d.id)
+		keep, kept = append(keep, ids[i]), append(kept, pc)
+		if len(pc.GetHolder()) > 0 || len(pc.GetRefusedBy()) > 0 {
+			overdue, overdueIDs = append(overdue, pc), append(overdueIDs, ids[i])
 		}
 	}
 	// The node the request went to had the patience to answer it and did
 	// not: the coordinator of its subnet is told (withheld.go).
 	ix.oweWithheld(overdue, overdueIDs)
-	failed := map[string]bool{}
-	notTaken := map[string]bool{}
-	refusedBy := map[string]peer.ID{}
-	var to map[string]peer.ID
-	var receipts map[string]results.Receipt
-	if len(reqs) > 0 {
-		// The cached owner may be the node that died with the requests.
-		res, err := results.Submit(ctx, ix.o, reqs, append(ix.cfg.results(), results.Fresh())...)
-		if err != nil && ctx.Err() != nil {
-			return
-		}
-		for _, f := range res.Failed {
-			failed[f.Link] = true
-			notTaken[f.Link] = errors.Is(f.Err, results.ErrNotTaken)
-			if f.Node != "" {
-				refusedBy[f.Link] = f.Node
-			}
-		}
-		to, receipts = res.To, res.Receipts
-		ix.stats.resubmitted.Add(uint64(len(reqs) - len(res.Failed)))
-		ix.log.Info("crawl requests without records submitted again", "sent", len(reqs)-len(res.Failed), "failed", len(res.Failed))
+	sent, ok := ix.submitAgain(ctx, reqs)
+	if !ok {
+		return
 	}
 	now = ix.cfg.now() // results.Submit may have taken a while
 	ix.pend.mu.Lock()
 	defer ix.pend.mu.Unlock()
 	err = ix.db.Update(func(txn *badger.Txn) error {
-		for _, d := range keep {
-			if _, ok := ix.pend.m[d.id]; !ok {
+		for i, id := range keep {
+			if !ix.pend.has(id) {
 				continue // a record arrived meanwhile
 			}
 			// The stored request as it is now: it may have been made
 			// due meanwhile (its subnet moved, withheld.go).
-			it, err := txn.Get(pendingKey(d.id))
+			cur, err := ix.pend.get(txn, id)
 			if err != nil {
 				continue
 			}
-			var cur pb.PendingCrawl
-			if it.Value(func(v []byte) error { return proto.Unmarshal(v, &cur) }) != nil {
-				continue
-			}
-			link := d.pc.GetRequest().GetLink()
-			if node, ok := to[link]; ok {
-				setHolder(&cur, node, link, receipts[link], now)
-			} else if node, ok := refusedBy[link]; ok {
-				noteRefusal(&cur, node, now)
-			}
-			if cur.GetNextMs() == d.pc.GetNextMs() {
-				ix.scheduleNext(&cur, now, failed[link], notTaken[link])
-			}
-			v, err := proto.Marshal(&cur)
-			if err != nil {
-				return err
-			}
-			if err := txn.Set(pendingKey(d.id), v); err != nil {
-				return err
-			}
-		}
-		for _, id := range gaveUp {
-			if err := txn.Delete(pendingKey(id)); err != nil {
+			ix.noteResubmitted(cur, kept[i], sent, now)
+			if err := ix.pend.set(txn, id, cur); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, badger.ErrDBClosed) {
-		ix.log.Warn("updating pending crawl requests failed", "error", err)
-		return
+	if err == nil {
+		err = ix.pend.remove(gaveUp)
 	}
-	for _, id := range gaveUp {
-		delete(ix.pend.m, id)
+	if err != nil {
+		if !closedDB(err) {
+			ix.log.Warn("updating pending crawl requests failed", "error", err)
+		}
+		return
 	}
 	ix.stats.gaveUp.Add(uint64(len(gaveUp)))
 }
 
-// Pending returns the number of crawl requests waiting for a record.
-func (ix *Indexer) Pending() int {
-	ix.pend.mu.Lock()
-	defer ix.pend.mu.Unlock()
-	return len(ix.pend.m)
+// resubmission is what results.Submit said of the requests resubmit sent
+// again, by link.
+type resubmission struct {
+	failed, notTaken map[string]bool
+	refusedBy, to    map[string]peer.ID
+	receipts         map[string]results.Receipt
 }
+
+// submitAgain submits reqs again, asking each subnet's coordinator for its
+// owner: the cached owner may be the node that died with the requests. It
+// reports false when ctx ended meanwhile.
+func (ix *Indexer) submitAgain(ctx context.Context, reqs []crawl.Request) (resubmission, bool) {
+	s := resubmission{failed: map[string]bool{}, notTaken: map[string]bool{}, refusedBy: map[string]peer.ID{}}
+	if len(reqs) == 0 {
+		return s, true
+	}
+	res, err := results.Submit(ctx, ix.o, reqs, append(ix.cfg.results(), results.Fresh())...)
+	if err != nil && ctx.Err() != nil {
+		return s, false
+	}
+	for _, f := range res.Failed {
+		s.failed[f.Link] = true
+		s.notTaken[f.Link] = errors.Is(f.Err, results.ErrNotTaken)
+		if f.Node != "" {
+			s.refusedBy[f.Link] = f.Node
+		}
+	}
+	s.to, s.receipts = res.To, res.Receipts
+	ix.stats.resubmitted.Add(uint64(len(reqs) - len(res.Failed)))
+	ix.log.Info("crawl requests without records submitted again", "sent", len(reqs)-len(res.Failed), "failed", len(res.Failed))
+	return s, true
+}
+
+// noteResubmitted records in cur, the stored request that was due as
+// before, where s says it went (or who refused it) at now, and when it is
+// due next, unless it was made due again meanwhile.
+func (ix *Indexer) noteResubmitted(cur, before *pb.PendingCrawl, s resubmission, now time.Time) {
+	link := before.GetRequest().GetLink()
+	if node, ok := s.to[link]; ok {
+		setHolder(cur, node, link, s.receipts[link], now)
+	} else if node, ok := s.refusedBy[link]; ok {
+		noteRefusal(cur, node, now)
+	}
+	if cur.GetNextMs() == before.GetNextMs() {
+		ix.scheduleNext(cur, now, s.failed[link], s.notTaken[link])
+	}
+}
+
+// Pending returns the number of crawl requests waiting for a record.
+func (ix *Indexer) Pending() int { return ix.pend.Len() }

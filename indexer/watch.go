@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/egress"
@@ -81,40 +79,22 @@ func (ix *Indexer) keepWatched(ws []results.Watch, now time.Time) {
 	if len(ws) == 0 || ix.cfg.attempts <= 1 {
 		return
 	}
+	var ids [][16]byte
+	var pcs []*pb.PendingCrawl
+	for _, w := range ws {
+		r := w.Request
+		pc := &pb.PendingCrawl{Request: &pb.CrawlRequest{Link: r.Link, Depth: int32(r.Depth), Owners: r.Owners},
+			FirstMs: now.UnixMilli(), NextMs: max(now.UnixMilli(), w.Receipt.At.Add(ix.cfg.patience).UnixMilli()), Attempts: 1}
+		setHolder(pc, w.Holder, r.Link, w.Receipt, w.Receipt.At)
+		ids, pcs = append(ids, pendingID(r.Link)), append(pcs, pc)
+	}
 	ix.pend.mu.Lock()
 	defer ix.pend.mu.Unlock()
-	var added [][16]byte
-	err := ix.db.Update(func(txn *badger.Txn) error {
-		for _, w := range ws {
-			id := pendingID(w.Request.Link)
-			if _, ok := ix.pend.m[id]; ok {
-				continue
-			}
-			if len(ix.pend.m)+len(added) >= maxPending {
-				ix.stats.pendingLost.Add(1)
-				continue
-			}
-			r := w.Request
-			pc := &pb.PendingCrawl{Request: &pb.CrawlRequest{Link: r.Link, Depth: int32(r.Depth), Owners: r.Owners},
-				FirstMs: now.UnixMilli(), NextMs: max(now.UnixMilli(), w.Receipt.At.Add(ix.cfg.patience).UnixMilli()), Attempts: 1}
-			setHolder(pc, w.Holder, r.Link, w.Receipt, w.Receipt.At)
-			v, err := proto.Marshal(pc)
-			if err != nil {
-				return err
-			}
-			if err := txn.Set(pendingKey(id), v); err != nil {
-				return err
-			}
-			added = append(added, id)
-		}
-		return nil
-	})
+	added, lost, err := ix.pend.keep(ids, pcs)
+	ix.stats.pendingLost.Add(uint64(lost))
 	if err != nil {
 		ix.log.Warn("keeping watched links failed", "error", err)
 		return
 	}
-	for _, id := range added {
-		ix.pend.m[id] = struct{}{}
-	}
-	ix.stats.watched.Add(uint64(len(added)))
+	ix.stats.watched.Add(uint64(added))
 }

@@ -3,16 +3,17 @@ package indexer
 import (
 	"context"
 	"errors"
-	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/indexer/index"
+	"github.com/micra-net/micra/internal/check"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
@@ -45,11 +46,7 @@ const (
 // indexer sends in an hour (default 60; 0 sends none).
 func WithheldNotices(perHour int) Option {
 	return func(c *config) error {
-		if perHour < 0 {
-			return fmt.Errorf("withholding notices: %d an hour", perHour)
-		}
-		c.withheldPerHour = perHour
-		return nil
+		return check.Set(&c.withheldPerHour, perHour, check.AtLeast("withholding notices an hour", perHour, 0))
 	}
 }
 
@@ -88,41 +85,22 @@ func (ix *Indexer) oweWithheld(due []*pb.PendingCrawl, ids [][16]byte) {
 		return
 	}
 	now := ix.cfg.now()
-	ix.owedMu.Lock()
-	defer ix.owedMu.Unlock()
-	err := ix.db.Update(func(txn *badger.Txn) error {
-		for i, pc := range due {
-			wo := ix.owedOf(pc, self, now)
-			if wo == nil {
-				continue
-			}
-			k := withheldKey(ids[i])
-			if _, err := txn.Get(k); err == nil {
-				continue
-			}
-			if ix.owed >= maxOwed {
-				ix.stats.withheldLost.Add(1)
-				continue
-			}
-			v, err := proto.Marshal(wo)
-			if err != nil {
-				return err
-			}
-			if err := txn.Set(k, v); err != nil {
-				return err
-			}
-			ix.owed++
+	var owedIDs [][16]byte
+	var owed []*pb.WithheldOwed
+	for i, pc := range due {
+		if wo := ix.owedOf(pc, self, now); wo != nil {
+			owedIDs, owed = append(owedIDs, ids[i]), append(owed, wo)
 		}
-		return nil
-	})
+	}
+	ix.owed.mu.Lock()
+	_, lost, err := ix.owed.keep(owedIDs, owed)
+	ix.owed.mu.Unlock()
+	ix.stats.withheldLost.Add(uint64(lost))
 	if err != nil {
 		ix.log.Warn("keeping withholding notices failed", "error", err)
 		return
 	}
-	select {
-	case ix.owedKick <- struct{}{}:
-	default:
-	}
+	ix.owed.kick()
 }
 
 // owedOf returns the notice owed about the overdue pending request pc at
@@ -146,66 +124,19 @@ func (ix *Indexer) owedOf(pc *pb.PendingCrawl, self peer.ID, now time.Time) *pb.
 	return nil
 }
 
-// loadOwed counts the notices owed.
-func (ix *Indexer) loadOwed() error {
-	return ix.db.View(func(txn *badger.Txn) error {
-		p := withheldPrefix()
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: p})
-		defer it.Close()
-		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
-			ix.owed++
-		}
-		return nil
-	})
-}
-
 // withheldLoop sends the notices owed when they are due, until Close.
 func (ix *Indexer) withheldLoop() {
-	t := time.NewTicker(min(max(ix.cfg.patience/16, time.Second), time.Minute))
-	defer t.Stop()
-	for {
-		select {
-		case <-ix.ctx.Done():
-			return
-		case <-t.C:
-		case <-ix.owedKick:
-		}
-		ix.sendOwed(ix.ctx)
-	}
+	ix.owed.run(ix.ctx, min(max(ix.cfg.patience/16, time.Second), time.Minute), ix.sendOwed)
 }
 
 // sendOwed sends the notices due (at most owedPerRound).
 func (ix *Indexer) sendOwed(ctx context.Context) {
-	now := ix.cfg.now()
-	type due struct {
-		id [16]byte
-		wo *pb.WithheldOwed
-	}
-	var list []due
-	_ = ix.db.View(func(txn *badger.Txn) error {
-		p := withheldPrefix()
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: p, PrefetchValues: true})
-		defer it.Close()
-		for it.Seek(p); it.ValidForPrefix(p) && len(list) < owedPerRound; it.Next() {
-			id, ok := parseWithheldKey(it.Item().Key())
-			if !ok {
-				continue
-			}
-			var wo pb.WithheldOwed
-			if it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &wo) }) != nil {
-				continue
-			}
-			if wo.GetNextMs() <= now.UnixMilli() {
-				list = append(list, due{id, &wo})
-			}
-		}
-		return nil
-	})
-	for _, d := range list {
+	ids, list, _ := ix.owed.dueAt(ix.cfg.now(), owedPerRound)
+	for i, wo := range list {
 		if ctx.Err() != nil {
 			return
 		}
-		ix.sendNotice(ctx, d.id, d.wo)
+		ix.sendNotice(ctx, ids[i], wo)
 	}
 }
 
@@ -213,7 +144,7 @@ func (ix *Indexer) sendOwed(ctx context.Context) {
 // about was answered (or given up), and updates or drops it by the answer.
 func (ix *Indexer) sendNotice(ctx context.Context, id [16]byte, wo *pb.WithheldOwed) {
 	ix.pend.mu.Lock()
-	_, pending := ix.pend.m[id]
+	pending := ix.pend.has(id)
 	ix.pend.mu.Unlock()
 	holder, err := peer.IDFromBytes(wo.GetHolder())
 	now := ix.cfg.now()
@@ -267,7 +198,7 @@ func (ix *Indexer) sendNotice(ctx context.Context, id [16]byte, wo *pb.WithheldO
 func (ix *Indexer) refusedBy(id [16]byte) peer.ID {
 	var pc *pb.PendingCrawl
 	err := ix.db.View(func(txn *badger.Txn) (err error) {
-		pc, err = getPending(txn, id)
+		pc, err = ix.pend.get(txn, id)
 		return err
 	})
 	if err != nil {
@@ -279,15 +210,9 @@ func (ix *Indexer) refusedBy(id [16]byte) peer.ID {
 // tookFromCoordinator records in pending request id that node took it,
 // with receipt r, when the coordinator of a refused notice sent it.
 func (ix *Indexer) tookFromCoordinator(id [16]byte, node peer.ID, link string, r results.Receipt) {
-	ix.pend.mu.Lock()
-	defer ix.pend.mu.Unlock()
-	if _, ok := ix.pend.m[id]; !ok {
-		return
-	}
-	err := ix.db.Update(func(txn *badger.Txn) error {
-		return setHolders(txn, []sentTo{{id, node, link, r}}, ix.cfg.now())
-	})
-	if err != nil && !errors.Is(err, badger.ErrDBClosed) {
+	now := ix.cfg.now()
+	_, err := ix.pend.change(id, func(pc *pb.PendingCrawl) { setHolder(pc, node, link, r, now) })
+	if err != nil && !closedDB(err) {
 		ix.log.Warn("noting a crawl request taken from a coordinator failed", "error", err)
 	}
 }
@@ -309,29 +234,14 @@ func (ix *Indexer) delayOwed(id [16]byte, wo *pb.WithheldOwed, next time.Time, t
 	if tried {
 		wo.Tries++
 	}
-	v, err := proto.Marshal(wo)
-	if err == nil {
-		err = ix.db.Update(func(txn *badger.Txn) error { return txn.Set(withheldKey(id), v) })
-	}
-	if err != nil && !errors.Is(err, badger.ErrDBClosed) {
+	if err := ix.owed.save(id, wo); err != nil && !closedDB(err) {
 		ix.log.Warn("updating a withholding notice failed", "error", err)
 	}
 }
 
+// dropOwed drops notice id, owed no more.
 func (ix *Indexer) dropOwed(id [16]byte) {
-	ix.owedMu.Lock()
-	defer ix.owedMu.Unlock()
-	err := ix.db.Update(func(txn *badger.Txn) error {
-		if _, err := txn.Get(withheldKey(id)); err != nil {
-			return err
-		}
-		return txn.Delete(withheldKey(id))
-	})
-	switch {
-	case err == nil:
-		ix.owed--
-	case errors.Is(err, badger.ErrKeyNotFound), errors.Is(err, badger.ErrDBClosed):
-	default:
+	if err := ix.owed.drop(id); err != nil && !closedDB(err) {
 		ix.log.Warn("dropping a withholding notice failed", "error", err)
 	}
 }
@@ -339,29 +249,22 @@ func (ix *Indexer) dropOwed(id [16]byte) {
 // dueNow makes pending request id due at once, without using an attempt
 // and forgetting the node it went to, and wakes the loop that submits it.
 func (ix *Indexer) dueNow(id [16]byte) {
-	ix.pend.mu.Lock()
-	defer ix.pend.mu.Unlock()
-	if _, ok := ix.pend.m[id]; !ok {
-		return
-	}
-	err := ix.db.Update(func(txn *badger.Txn) error {
-		return updatePending(txn, id, func(pc *pb.PendingCrawl) {
-			// Not overdue: the node it went to no longer holds the subnet
-			// (no notice is owed about it when it is submitted again).
-			pc.NextMs, pc.Holder, pc.Receipt, pc.ReceiptMs = ix.cfg.now().UnixMilli(), nil, nil, 0
-			pc.RefusedBy, pc.RefusedMs = nil, 0
-			if pc.Attempts > 0 {
-				pc.Attempts-- // the submission to the node that withheld it does not count
-			}
-		})
+	now := ix.cfg.now()
+	kept, err := ix.pend.change(id, func(pc *pb.PendingCrawl) {
+		// Not overdue: the node it went to no longer holds the subnet
+		// (no notice is owed about it when it is submitted again).
+		pc.NextMs, pc.Holder, pc.Receipt, pc.ReceiptMs = now.UnixMilli(), nil, nil, 0
+		pc.RefusedBy, pc.RefusedMs = nil, 0
+		if pc.Attempts > 0 {
+			pc.Attempts-- // the submission to the node that withheld it does not count
+		}
 	})
 	if err != nil {
 		ix.log.Debug("making a crawl request due failed", "error", err)
 		return
 	}
-	select {
-	case ix.pendKick <- struct{}{}:
-	default:
+	if kept {
+		ix.pend.kick()
 	}
 }
 
@@ -372,74 +275,31 @@ func (ix *Indexer) noteHolders(res results.SubmitResult) {
 		return
 	}
 	now := ix.cfg.now()
+	links := slices.Collect(maps.Keys(res.To))
+	err := ix.updateLinks(links, func(i int, pc *pb.PendingCrawl) {
+		setHolder(pc, res.To[links[i]], links[i], res.Receipts[links[i]], now)
+	})
+	if err != nil && !closedDB(err) {
+		ix.log.Warn("noting where crawl requests went failed", "error", err)
+	}
+}
+
+// updateLinks applies f(i, pc) to the pending request pc of each links[i]
+// (as submitted, normalized first) that is kept, and stores it, in
+// transactions of pendingPerRound requests.
+func (ix *Indexer) updateLinks(links []string, f func(i int, pc *pb.PendingCrawl)) error {
 	ix.pend.mu.Lock()
 	defer ix.pend.mu.Unlock()
-	var list []sentTo
-	for link, node := range res.To {
+	var ids [][16]byte
+	var at []int // links[at[j]] is the link of ids[j]
+	for i, link := range links {
 		if l, err := crawl.NormalizeURL(link); err == nil {
-			id := pendingID(l)
-			if _, ok := ix.pend.m[id]; ok {
-				list = append(list, sentTo{id, node, link, res.Receipts[link]})
+			if id := pendingID(l); ix.pend.has(id) {
+				ids, at = append(ids, id), append(at, i)
 			}
 		}
 	}
-	for len(list) > 0 {
-		chunk := list[:min(len(list), pendingPerRound)]
-		list = list[len(chunk):]
-		if err := ix.db.Update(func(txn *badger.Txn) error { return setHolders(txn, chunk, now) }); err != nil {
-			if !errors.Is(err, badger.ErrDBClosed) {
-				ix.log.Warn("noting where crawl requests went failed", "error", err)
-			}
-			return
-		}
-	}
-}
-
-// sentTo is a pending request, the node it was sent to and its receipt.
-type sentTo struct {
-	id      [16]byte
-	node    peer.ID
-	link    string // as sent, which the receipt signs
-	receipt results.Receipt
-}
-
-// setHolders records in the pending requests of sent the node each went
-// to, at now, and its receipt.
-func setHolders(txn *badger.Txn, sent []sentTo, now time.Time) error {
-	for _, s := range sent {
-		if err := updatePending(txn, s.id, func(pc *pb.PendingCrawl) { setHolder(pc, s.node, s.link, s.receipt, now) }); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// getPending reads pending request id in txn.
-func getPending(txn *badger.Txn, id [16]byte) (*pb.PendingCrawl, error) {
-	it, err := txn.Get(pendingKey(id))
-	if err != nil {
-		return nil, err
-	}
-	var pc pb.PendingCrawl
-	if err := it.Value(func(v []byte) error { return proto.Unmarshal(v, &pc) }); err != nil {
-		return nil, err
-	}
-	return &pc, nil
-}
-
-// updatePending applies f to pending request id in txn and stores it;
-// one that is not there (or does not decode) is left alone.
-func updatePending(txn *badger.Txn, id [16]byte, f func(*pb.PendingCrawl)) error {
-	pc, err := getPending(txn, id)
-	if err != nil {
-		return nil
-	}
-	f(pc)
-	v, err := proto.Marshal(pc)
-	if err != nil {
-		return err
-	}
-	return txn.Set(pendingKey(id), v)
+	return ix.pend.updateAll(ids, pendingPerRound, func(j int, pc *pb.PendingCrawl) { f(at[j], pc) })
 }
 
 // setHolder records in pc that it went to node at now as link, with its
@@ -470,52 +330,25 @@ func (ix *Indexer) noteRefusals(res results.SubmitResult) {
 	if len(res.Failed) == 0 || ix.cfg.attempts <= 1 {
 		return
 	}
-	now := ix.cfg.now()
-	ix.pend.mu.Lock()
-	defer ix.pend.mu.Unlock()
-	var ids [][16]byte
-	var nodes []peer.ID
-	var notTaken []bool
+	var failed []results.SubmitFailure // those with the node that would not take them
+	var links []string
 	for _, f := range res.Failed {
-		if f.Node == "" {
-			continue
-		}
-		if l, err := crawl.NormalizeURL(f.Link); err == nil {
-			id := pendingID(l)
-			if _, ok := ix.pend.m[id]; ok {
-				ids, nodes, notTaken = append(ids, id), append(nodes, f.Node), append(notTaken, errors.Is(f.Err, results.ErrNotTaken))
-			}
+		if f.Node != "" {
+			failed, links = append(failed, f), append(links, f.Link)
 		}
 	}
+	now := ix.cfg.now()
 	next := now.Add(ix.notTakenWait()).UnixMilli()
-	for len(ids) > 0 {
-		n := min(len(ids), pendingPerRound)
-		err := ix.db.Update(func(txn *badger.Txn) error {
-			for i := range n {
-				if err := updatePending(txn, ids[i], func(pc *pb.PendingCrawl) {
-					noteRefusal(pc, nodes[i], now)
-					if notTaken[i] {
-						pc.NextMs = min(pc.GetNextMs(), next) // sent again sooner (notTakenRetry)
-					}
-				}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			if !errors.Is(err, badger.ErrDBClosed) {
-				ix.log.Warn("noting crawl requests not taken failed", "error", err)
-			}
-			return
+	err := ix.updateLinks(links, func(i int, pc *pb.PendingCrawl) {
+		noteRefusal(pc, failed[i].Node, now)
+		if errors.Is(failed[i].Err, results.ErrNotTaken) {
+			pc.NextMs = min(pc.GetNextMs(), next) // sent again sooner (notTakenRetry)
 		}
-		ids, nodes, notTaken = ids[n:], nodes[n:], notTaken[n:]
+	})
+	if err != nil && !closedDB(err) {
+		ix.log.Warn("noting crawl requests not taken failed", "error", err)
 	}
 }
 
 // Owed returns the number of withholding notices owed.
-func (ix *Indexer) Owed() int {
-	ix.owedMu.Lock()
-	defer ix.owedMu.Unlock()
-	return ix.owed
-}
+func (ix *Indexer) Owed() int { return ix.owed.Len() }

@@ -28,7 +28,7 @@ func storedPending(t *testing.T, ix *Indexer, link string) ([16]byte, *pb.Pendin
 	id := pendingID(link)
 	var pc *pb.PendingCrawl
 	err := ix.db.View(func(txn *badger.Txn) (err error) {
-		pc, err = getPending(txn, id)
+		pc, err = ix.pend.get(txn, id)
 		return err
 	})
 	if err != nil {
@@ -194,7 +194,7 @@ func TestWithheldOwed(t *testing.T) {
 		t.Fatalf("%d notices owed after a request for another indexer's shard, want 1", n)
 	}
 	// The bound.
-	ix2.owed = maxOwed
+	ix2.owed.limit = ix2.owed.Len()
 	ix2.keepPending([]crawl.Request{{Link: "http://c.example/"}})
 	ix2.noteHolders(sentWithReceipts(t, key, took, "http://c.example/"))
 	id, pc = storedPending(t, ix2, "http://c.example/")

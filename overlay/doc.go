@@ -147,6 +147,6 @@
 // failed probe, so nothing is stored. The policy is the node's (Egress);
 // allow_private_networks lifts it for the emulated Internet on 127/8.
 //
-// overlay may import subnet, bootstrap and egress; it must not import crawl
-// or node.
+// overlay may import subnet, bootstrap, egress and internal/check; it must
+// not import crawl or node.
 package overlay

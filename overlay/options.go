@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/egress"
+	"github.com/micra-net/micra/internal/check"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -90,13 +92,7 @@ func defaultConfig() config {
 
 // Logger sets the logger (default slog.Default with subsystem=overlay).
 func Logger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return errors.New("nil logger")
-		}
-		c.log = l
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.log, l, check.NotNil("logger", l)) }
 }
 
 // WithProber sets the prober that answers probe requests. Without one, probe
@@ -113,38 +109,20 @@ func WithDelegator(d Delegator) Option {
 
 // WithLoad sets the function reporting declared capacity and load.
 func WithLoad(f LoadFunc) Option {
-	return func(c *config) error {
-		if f == nil {
-			return errors.New("nil load function")
-		}
-		c.load = f
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.load, f, check.NotNil("load function", f)) }
 }
 
 // AnchorDepth fixes the depth of shard anchors. By default anchors sit at
 // the allocation level (see AllocationDepth and the coordinator's anchor
 // rule). Every peer of an overlay must use the same setting.
 func AnchorDepth(d int) Option {
-	return func(c *config) error {
-		if d < 1 {
-			return fmt.Errorf("anchor depth must be at least 1, got %d", d)
-		}
-		c.anchorDepth = d
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.anchorDepth, d, check.AtLeast("anchor depth", d, 1)) }
 }
 
 // Replication sets how many peers hold each shard's state, the coordinator
 // included (default 3).
 func Replication(n int) Option {
-	return func(c *config) error {
-		if n < 1 || n > 20 {
-			return fmt.Errorf("replication must be 1 to 20, got %d", n)
-		}
-		c.replication = n
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.replication, n, check.Range("replication", n, 1, 20)) }
 }
 
 // Liveness sets the heartbeat interval and the silence after which a
@@ -170,8 +148,8 @@ const DefaultClosestTTL = 5 * time.Minute
 // refreshes them (defaults 15 s and DefaultClosestTTL).
 func Maintenance(every, closestTTL time.Duration) Option {
 	return func(c *config) error {
-		if every <= 0 || closestTTL <= 0 {
-			return fmt.Errorf("maintenance intervals must be positive, got %v and %v", every, closestTTL)
+		if err := cmp.Or(check.Positive("maintenance interval", every), check.Positive("closest-peer TTL", closestTTL)); err != nil {
+			return err
 		}
 		c.maintain, c.closestTTL = every, closestTTL
 		return nil
@@ -182,8 +160,8 @@ func Maintenance(every, closestTTL time.Duration) Option {
 // (defaults 65536 entries and 10 min).
 func Cache(size int, ttl time.Duration) Option {
 	return func(c *config) error {
-		if size < 1 || ttl <= 0 {
-			return fmt.Errorf("cache needs a positive size and lifetime, got %d and %v", size, ttl)
+		if err := cmp.Or(check.Positive("cache size", size), check.Positive("cache lifetime", ttl)); err != nil {
+			return err
 		}
 		c.cacheSize, c.cacheTTL = size, ttl
 		return nil
@@ -243,11 +221,7 @@ func OrgRecords(every, refresh time.Duration) Option {
 // see announce.go).
 func Announce(every time.Duration) Option {
 	return func(c *config) error {
-		if every < time.Second {
-			return fmt.Errorf("announce interval must be at least 1 s, got %v", every)
-		}
-		c.announce = every
-		return nil
+		return check.Set(&c.announce, every, check.AtLeast("announce interval", every, time.Second))
 	}
 }
 
@@ -321,11 +295,7 @@ func ProbeWindows(s ProbeSchedule, maxWait time.Duration) Option {
 // the current delegation back. Default 10 min.
 func RedelegateInterval(d time.Duration) Option {
 	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("re-delegation interval %v is negative", d)
-		}
-		c.redelegate = d
-		return nil
+		return check.Set(&c.redelegate, d, check.AtLeast("re-delegation interval", d, 0))
 	}
 }
 
@@ -379,13 +349,7 @@ func OnDHTRequest(f func(from peer.ID, key []byte)) Option {
 // its peers' streams to a router made anew would reach the closed one
 // until each failed, and messages sent meanwhile would be lost.
 func WithPubSub(ps *pubsub.PubSub) Option {
-	return func(c *config) error {
-		if ps == nil {
-			return errors.New("nil pubsub")
-		}
-		c.ps = ps
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.ps, ps, check.NotNil("pubsub", ps)) }
 }
 
 // Previous names the snapshot this node ran before the one New is given,
@@ -396,8 +360,8 @@ func WithPubSub(ps *pubsub.PubSub) Option {
 // timeout after the activation, so that no subnet is decided twice.
 func Previous(prev *subnet.Tree, activation time.Time) Option {
 	return func(c *config) error {
-		if prev == nil {
-			return errors.New("nil previous snapshot")
+		if err := check.NotNil("previous snapshot", prev); err != nil {
+			return err
 		}
 		c.prev, c.prevAt = prev, activation
 		return nil

@@ -2,7 +2,6 @@ package delegate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/micra-net/micra/internal/check"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/subnet"
 )
@@ -57,13 +57,7 @@ func defaultConfig() config {
 
 // Threshold sets the probing threshold (default 50 ms, the paper's).
 func Threshold(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("threshold %v must be positive", d)
-		}
-		c.threshold = d
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.threshold, d, check.Positive("threshold", d)) }
 }
 
 // Pure runs the paper's IPMicra search instead of micra's guided one
@@ -76,13 +70,7 @@ func Pure() Option {
 // bounds. On the emulated Internet libp2p's own traffic does not see the
 // world's latencies, so tests pass the world's model here.
 func Between(f func(a, b peer.ID) (time.Duration, bool)) Option {
-	return func(c *config) error {
-		if f == nil {
-			return errors.New("nil Between")
-		}
-		c.between = f
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.between, f, check.NotNil("Between", f)) }
 }
 
 // ClaimCheck sets how the winner's probe is checked against witnesses'
@@ -112,62 +100,32 @@ func ClaimCheck(c *subnet.ClaimCheck) Option {
 // measure there. It needs the peers' locations, which the overlay does
 // not exchange; the demo passes the emulated Internet's.
 func LatencyMap(f func(nodes []peer.ID) []subnet.MapPlace) Option {
-	return func(c *config) error {
-		if f == nil {
-			return errors.New("nil LatencyMap")
-		}
-		c.latencyMap = f
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.latencyMap, f, check.NotNil("LatencyMap", f)) }
 }
 
 // MaxProbes bounds the probes asked per decision (default 16; at the
 // bound the best answer so far wins).
 func MaxProbes(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("max probes %d must be at least 1", n)
-		}
-		c.maxProbes = n
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.maxProbes, n, check.AtLeast("max probes", n, 1)) }
 }
 
 // ProbeTimeout bounds one probe request (default 25 s: a node may wait up
 // to 20 s for its probing window).
 func ProbeTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("probe timeout %v must be positive", d)
-		}
-		c.probeTO = d
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.probeTO, d, check.Positive("probe timeout", d)) }
 }
 
 // CacheTTL sets how long answers from other shards (organisation
 // delegations, block indexes) are reused (default 10 s).
 func CacheTTL(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("cache TTL %v is negative", d)
-		}
-		c.cacheTTL = d
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.cacheTTL, d, check.AtLeast("cache TTL", d, 0)) }
 }
 
 // MaxProbeAge sets how long a stored probe result is reused (default 7
 // days; the thesis saw probe results stable over three months, and
 // calibration catches changes sooner).
 func MaxProbeAge(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("probe age %v must be positive", d)
-		}
-		c.maxAge = d
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.maxAge, d, check.Positive("probe age", d)) }
 }
 
 // LoadBalancing turns load balancing on or off (default on) and sets the
@@ -186,13 +144,7 @@ func LoadBalancing(on bool, newSubnetLoad uint64, pending time.Duration) Option 
 
 // Logger sets the logger (default slog.Default with subsystem=delegate).
 func Logger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return errors.New("nil logger")
-		}
-		c.log = l
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.log, l, check.NotNil("logger", l)) }
 }
 
 // Delegator is the production delegation procedure: subnet.IPMicra over

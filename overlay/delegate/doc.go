@@ -36,5 +36,6 @@
 //
 // Node names in the search are peer IDs (string(peer.ID)).
 //
-// delegate imports overlay and subnet; it must not import crawl or node.
+// delegate imports overlay, subnet and internal/check; it must not import
+// crawl or node.
 package delegate
