@@ -94,17 +94,17 @@ type WithheldResult int
 
 // Audit and withholding outcomes; the values are those of the wire.
 const (
-	AuditAgree        = AuditResult(pb.AuditVerdict_AGREE)
-	AuditDisagree     = AuditResult(pb.AuditVerdict_DISAGREE)
-	AuditInconclusive = AuditResult(pb.AuditVerdict_INCONCLUSIVE)
-	AuditNotDelegated = AuditResult(pb.AuditVerdict_NOT_DELEGATED)
+	AuditAgree        = AuditResult(pb.AuditVerdict_AGREE)         // an auditor's fetch matches the record
+	AuditDisagree     = AuditResult(pb.AuditVerdict_DISAGREE)      // two auditors' fetches both differ from it
+	AuditInconclusive = AuditResult(pb.AuditVerdict_INCONCLUSIVE)  // no auditor could fetch the page, or they differ
+	AuditNotDelegated = AuditResult(pb.AuditVerdict_NOT_DELEGATED) // the subnet is not delegated to the record's author
 
-	WithheldNoted       = WithheldResult(pb.WithheldVerdict_NOTED)
-	WithheldTakenBack   = WithheldResult(pb.WithheldVerdict_TAKEN_BACK)
-	WithheldNotHolder   = WithheldResult(pb.WithheldVerdict_NOT_HOLDER)
-	WithheldUnconfirmed = WithheldResult(pb.WithheldVerdict_UNCONFIRMED)
-	WithheldConfirmed   = WithheldResult(pb.WithheldVerdict_CONFIRMED)
-	WithheldTaken       = WithheldResult(pb.WithheldVerdict_TAKEN)
+	WithheldNoted       = WithheldResult(pb.WithheldVerdict_NOTED)       // ask again after Retry if still no record came
+	WithheldTakenBack   = WithheldResult(pb.WithheldVerdict_TAKEN_BACK)  // the subnet was taken from the holder
+	WithheldNotHolder   = WithheldResult(pb.WithheldVerdict_NOT_HOLDER)  // the subnet is not delegated to the holder
+	WithheldUnconfirmed = WithheldResult(pb.WithheldVerdict_UNCONFIRMED) // no auditor could fetch the page
+	WithheldConfirmed   = WithheldResult(pb.WithheldVerdict_CONFIRMED)   // the holder's deputy confirmed it
+	WithheldTaken       = WithheldResult(pb.WithheldVerdict_TAKEN)       // the holder took the request of a refused notice
 )
 
 func (r AuditResult) String() string {
