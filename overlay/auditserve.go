@@ -95,11 +95,11 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 		return nil, fmt.Errorf("%w: this node does not verify audit evidence", ErrUnavailable)
 	}
 	c := o.coord
-	var room tallies
+	var book tallies
 	if !rq.GetDeputy() {
 		// A node that does not coordinate the shard redirects the audit
 		// before it opens the evidence.
-		if room, err = c.room(ctx, jc.ref, "", false); err != nil {
+		if book, err = c.judgeIn(ctx, jc.ref, "", false); err != nil {
 			return nil, err
 		}
 	}
@@ -111,21 +111,21 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 		return nil, recused(claim.Node)
 	}
 	if rq.GetDeputy() {
-		if room, err = c.room(ctx, jc.ref, claim.Node, true); err != nil {
+		if book, err = c.judgeIn(ctx, jc.ref, claim.Node, true); err != nil {
 			return nil, err
 		}
 	}
 	o.stats.audits.Add(1)
-	j := &auditJudging{o: o, room: room, jc: jc, claim: claim, rq: rq,
-		v: &pb.AuditVerdict{Node: []byte(claim.Node), Deputy: room.deputy}}
-	tally, err := room.get(claim.Node)
+	j := &auditJudging{o: o, book: book, jc: jc, claim: claim, rq: rq,
+		v: &pb.AuditVerdict{Node: []byte(claim.Node), Deputy: book.deputy}}
+	tally, err := book.get(claim.Node)
 	if err != nil {
 		return nil, err
 	}
 	f := auditFacts{convicted: j.convicted(tally), judged: slices.Contains(tally.GetJudged(), urlHash(jc.url)),
 		priors: len(rq.GetPriors())}
 	if !f.convicted {
-		_, d, ok, err := c.lookup(room.sh, o.tree.Range(jc.id))
+		_, d, ok, err := c.lookup(book.sh, o.tree.Range(jc.id))
 		if err != nil {
 			return nil, err
 		}
@@ -137,10 +137,10 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 	}
 	j.v.Result = dec.result
 	if dec.refetch {
-		j.v.Result, j.v.Pages = o.judge(ctx, room.sh, jc.id, claim)
+		j.v.Result, j.v.Pages = o.judge(ctx, book.sh, jc.id, claim)
 	}
 	if conclusive(j.v.Result) {
-		if tally, err = c.recordAudit(ctx, room, claim.Node, jc.host, j.v.Result == pb.AuditVerdict_AGREE, urlHash(jc.url)); err != nil {
+		if tally, err = c.recordAudit(ctx, book, claim.Node, jc.host, j.v.Result == pb.AuditVerdict_AGREE, urlHash(jc.url)); err != nil {
 			return nil, err
 		}
 	}
@@ -149,7 +149,7 @@ func (o *Overlay) handleAudit(ctx context.Context, from peer.ID, req *pb.Message
 			return nil, err
 		}
 	}
-	o.tellConvicted(ctx, room, claim.Node, rq, tally)
+	o.tellConvicted(ctx, book, claim.Node, rq, tally)
 	return j.answer(tally), nil
 }
 
@@ -174,10 +174,10 @@ func (o *Overlay) openClaim(from peer.ID, evidence []byte, u string) (Claim, err
 }
 
 // auditJudging applies the decisions about the audit rq of claim, of case
-// jc, in its room; v is the verdict it answers.
+// jc, in its books; v is the verdict it answers.
 type auditJudging struct {
 	o     *Overlay
-	room  tallies
+	book  tallies
 	jc    judgeCase
 	claim Claim
 	rq    *pb.Audit
@@ -220,11 +220,11 @@ func (j *auditJudging) judgePriors(ctx context.Context, from peer.ID, t *pb.Audi
 		if slices.Contains(t.GetJudged(), uh) {
 			continue
 		}
-		res, _ := o.judge(ctx, j.room.sh, j.jc.id, pc)
+		res, _ := o.judge(ctx, j.book.sh, j.jc.id, pc)
 		if !conclusive(res) {
 			continue
 		}
-		if t, err = o.coord.recordAudit(ctx, j.room, author, host, res == pb.AuditVerdict_AGREE, uh); err != nil {
+		if t, err = o.coord.recordAudit(ctx, j.book, author, host, res == pb.AuditVerdict_AGREE, uh); err != nil {
 			return nil, err
 		}
 	}
@@ -238,8 +238,8 @@ func (j *auditJudging) judgePriors(ctx context.Context, from peer.ID, t *pb.Audi
 // (takeConviction). It runs at the conviction and at each later audit of
 // the node (answered "convicted" without a fetch), so a lost message is
 // sent again; a failure is logged.
-func (o *Overlay) tellConvicted(ctx context.Context, room tallies, author peer.ID, rq *pb.Audit, t *pb.AuditEntry) {
-	if !room.deputy || !o.coord.convictedAt(t, time.Now()) {
+func (o *Overlay) tellConvicted(ctx context.Context, book tallies, author peer.ID, rq *pb.Audit, t *pb.AuditEntry) {
+	if !book.deputy || !o.coord.convictedAt(t, time.Now()) {
 		return
 	}
 	raw, err := proto.Marshal(t)

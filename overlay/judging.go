@@ -19,10 +19,10 @@ import (
 // (WITHHELD, withheldserve.go). Each request names a page by a URL and an
 // address of its host, in the snapshot this node serves (openCase). No
 // node judges itself: a coordinator asked about itself recuses itself
-// (recused), and the request goes to its deputy. The judge works in a
-// room (room): the shard's replicated state when it coordinates the
-// shard, its own store as the deputy of the node judged, which coordinates
-// it. A coordinator takes its deputy's verdict about itself (a
+// (recused), and the request goes to its deputy. The judge keeps its
+// books (judgeIn) in the shard's replicated state when it coordinates the
+// shard, in its own store as the deputy of the node judged, which
+// coordinates it. A coordinator takes its deputy's verdict about itself (a
 // conviction, a withholding confirmed) only from a replica of the shard
 // (fromDeputy). The results both verdicts answer are named here too.
 
@@ -61,10 +61,10 @@ func (o *Overlay) openCase(snapshot, addr []byte, u string) (judgeCase, error) {
 // recused is the answer of a coordinator asked to judge p, itself.
 func recused(p peer.ID) error { return fmt.Errorf("%w: %s", ErrRecused, p) }
 
-// room returns where this node judges a request of shard ref: as the
-// shard's coordinator, or, when the request came to it as a deputy, as
-// the deputy of subject, the node judged (deputyFor).
-func (c *coordinator) room(ctx context.Context, ref shardRef, subject peer.ID, deputy bool) (tallies, error) {
+// judgeIn returns the books in which this node judges a request of shard
+// ref: as the shard's coordinator, or, when the request came to it as a
+// deputy, as the deputy of subject, the node judged (deputyFor).
+func (c *coordinator) judgeIn(ctx context.Context, ref shardRef, subject peer.ID, deputy bool) (tallies, error) {
 	if deputy {
 		return c.deputyFor(ctx, ref, subject)
 	}

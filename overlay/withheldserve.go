@@ -70,10 +70,10 @@ func (o *Overlay) decodeWithheld(from peer.ID, rq *pb.Withheld) (withheldNotice,
 	return n, nil
 }
 
-// routeNotice decides, before its room is known, whether this node (self)
-// judges notice n: a notice about self is its deputy's confirmed verdict,
-// which it takes (toSelf: takeBackFromSelf), or else it recuses itself;
-// a deputy's confirmation goes to the holder only.
+// routeNotice decides, before its books are known, whether this node
+// (self) judges notice n: a notice about self is its deputy's confirmed
+// verdict, which it takes (toSelf: takeBackFromSelf), or else it recuses
+// itself; a deputy's confirmation goes to the holder only.
 func routeNotice(n withheldNotice, self peer.ID) (toSelf bool, err error) {
 	switch {
 	case n.holder == self && n.confirmed:
@@ -160,13 +160,13 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 	} else if toSelf {
 		return o.takeBackFromSelf(ctx, from, n)
 	}
-	room, err := c.room(ctx, n.ref, n.holder, n.deputy)
+	book, err := c.judgeIn(ctx, n.ref, n.holder, n.deputy)
 	if err != nil {
 		return nil, err
 	}
 	// The delegation holding the page's address: a part delegated apart
 	// (Split) is judged against its own node, not the range's.
-	_, d, ok, err := c.holding(room.sh, n.id, n.addr)
+	_, d, ok, err := c.holding(book.sh, n.id, n.addr)
 	if err != nil {
 		return nil, err
 	}
@@ -175,8 +175,8 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 		o.stats.withheldNotices.Add(1)
 	}
 	f.now, f.grace = time.Now(), o.cfg.withhold.Grace
-	j := &noticeJudging{o: o, n: n, sh: room.sh, d: d, deputy: room.deputy,
-		v: &pb.WithheldVerdict{Holder: []byte(n.holder), Deputy: room.deputy}}
+	j := &noticeJudging{o: o, n: n, sh: book.sh, d: d, deputy: book.deputy,
+		v: &pb.WithheldVerdict{Holder: []byte(n.holder), Deputy: book.deputy}}
 	dec := judgeNotice(n, f)
 	if dec.step == noticeAskHolder {
 		if m := j.askHolder(ctx, f.now, f.grace); m != nil {
@@ -197,7 +197,7 @@ func (o *Overlay) handleWithheld(ctx context.Context, from peer.ID, req *pb.Mess
 	return j.answer(dec.result, dec.retryMs), nil
 }
 
-// noticeJudging applies the decisions about notice n in its room: shard
+// noticeJudging applies the decisions about notice n in its books: shard
 // sh, whose delegation d holds the notice's address, judged by this node
 // as its coordinator or as the holder's deputy (deputy); v is the verdict
 // it answers.
