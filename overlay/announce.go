@@ -3,6 +3,7 @@ package overlay
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -390,10 +391,7 @@ func (o *Overlay) pingUnmeasured(ctx context.Context) {
 func (o *Overlay) Peers() []PeerInfo {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make([]PeerInfo, 0, len(o.peers))
-	for _, pi := range o.peers {
-		out = append(out, pi)
-	}
+	out := slices.AppendSeq(make([]PeerInfo, 0, len(o.peers)), maps.Values(o.peers))
 	slices.SortFunc(out, func(a, b PeerInfo) int { return strings.Compare(string(a.ID), string(b.ID)) })
 	return out
 }

@@ -90,29 +90,16 @@ type AuditConfig struct {
 }
 
 func (a AuditConfig) withDefaults() AuditConfig {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&a.Tolerance, 6)
-	def(&a.MinDisagreements, 3)
-	def(&a.MinHosts, 2)
-	def(&a.Window, 32)
-	def(&a.AuditBurst, 32)
-	def(&a.RefetchBurst, 16)
-	if a.Ratio == 0 {
-		a.Ratio = 0.09
-	}
-	if a.Conviction == 0 {
-		a.Conviction = 7 * 24 * time.Hour
-	}
-	if a.AuditRate == 0 {
-		a.AuditRate = 2
-	}
-	if a.RefetchRate == 0 {
-		a.RefetchRate = 1
-	}
+	orDefault(&a.Tolerance, 6)
+	orDefault(&a.MinDisagreements, 3)
+	orDefault(&a.MinHosts, 2)
+	orDefault(&a.Window, 32)
+	orDefault(&a.AuditBurst, 32)
+	orDefault(&a.RefetchBurst, 16)
+	orDefault(&a.Ratio, 0.09)
+	orDefault(&a.Conviction, 7*24*time.Hour)
+	orDefault(&a.AuditRate, 2)
+	orDefault(&a.RefetchRate, 1)
 	return a
 }
 
@@ -164,31 +151,6 @@ const (
 	maxAuditPriors   = 4  // priors one audit carries, at most
 	convictionsCache = 2 * time.Second
 )
-
-// AuditResult is the outcome of one audit.
-type AuditResult int
-
-// Audit outcomes; the values are those of the wire.
-const (
-	AuditAgree        = AuditResult(pb.AuditVerdict_AGREE)
-	AuditDisagree     = AuditResult(pb.AuditVerdict_DISAGREE)
-	AuditInconclusive = AuditResult(pb.AuditVerdict_INCONCLUSIVE)
-	AuditNotDelegated = AuditResult(pb.AuditVerdict_NOT_DELEGATED)
-)
-
-func (r AuditResult) String() string {
-	switch r {
-	case AuditAgree:
-		return "agree"
-	case AuditDisagree:
-		return "disagree"
-	case AuditInconclusive:
-		return "inconclusive"
-	case AuditNotDelegated:
-		return "not-delegated"
-	}
-	return fmt.Sprintf("audit-result(%d)", int(r))
-}
 
 // AuditRequest asks for one record to be audited.
 type AuditRequest struct {

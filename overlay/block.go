@@ -174,13 +174,19 @@ func recordOf(sr *pb.SignedRecord) (*pb.Record, error) {
 	return &r, nil
 }
 
+// blockRef decodes the block shard a BLOCK_UPDATE or BLOCK_QUERY names,
+// by its anchor block, in snapshot, which must be this node's.
+func (c *coordinator) blockRef(snapshot []byte, block *pb.Range) (shardRef, error) {
+	if err := c.checkSnapshot(snapshot); err != nil {
+		return shardRef{}, err
+	}
+	return c.shardRefFromPB(&pb.ShardRef{Kind: pb.ShardRef_BLOCK, Anchor: block})
+}
+
 func (o *Overlay) handleBlockUpdate(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
 	rq := req.GetBlockUpdate()
 	c := o.coord
-	if err := c.checkSnapshot(rq.GetSnapshot()); err != nil {
-		return nil, err
-	}
-	ref, err := c.shardRefFromPB(&pb.ShardRef{Kind: pb.ShardRef_BLOCK, Anchor: rq.GetBlock()})
+	ref, err := c.blockRef(rq.GetSnapshot(), rq.GetBlock())
 	if err != nil {
 		return nil, err
 	}
@@ -232,10 +238,7 @@ func (o *Overlay) handleBlockUpdate(ctx context.Context, from peer.ID, req *pb.M
 func (o *Overlay) handleBlockQuery(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
 	rq := req.GetBlockQuery()
 	c := o.coord
-	if err := c.checkSnapshot(rq.GetSnapshot()); err != nil {
-		return nil, err
-	}
-	ref, err := c.shardRefFromPB(&pb.ShardRef{Kind: pb.ShardRef_BLOCK, Anchor: rq.GetBlock()})
+	ref, err := c.blockRef(rq.GetSnapshot(), rq.GetBlock())
 	if err != nil {
 		return nil, err
 	}

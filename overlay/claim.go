@@ -129,6 +129,75 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 	if prevOwner != "" && prevOwner != c.self && !slices.Contains(ask, prevOwner) {
 		ask = append(ask, prevOwner) // the state's last writer, if still reachable
 	}
+	v := c.syncReplicas(ctx, sh, set, ask, epoch)
+	if nearer := v.nearer; nearer != nil {
+		// This node's view missed a peer nearer the key: it is not the
+		// coordinator. The requester goes to that peer, and this node
+		// meets it, so that its routing table learns it (learn).
+		c.learn(sh.key, *nearer)
+		return fmt.Errorf("claiming %s: %w", sh.ref, &notCoordinatorError{closer: *nearer})
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if v.higher >= epoch {
+		sh.meta.Promised = max(sh.meta.GetPromised(), v.higher)
+		_ = c.st.saveMeta(sh.key, sh.meta)
+		return fmt.Errorf("claiming %s: %w", sh.ref, &staleEpochError{got: epoch, current: v.higher})
+	}
+	if v.ok < majority(len(set)) {
+		return fmt.Errorf("claiming %s: %w: %d of %d replicas answered (%s)", sh.ref, ErrUnavailable, v.ok, len(set),
+			strings.Join(v.silent, "; "))
+	}
+	if sh.meta.GetPromised() > epoch {
+		return fmt.Errorf("claiming %s: %w", sh.ref, &staleEpochError{got: epoch, current: sh.meta.GetPromised()})
+	}
+	sh.meta.Epoch = epoch
+	sh.meta.Owner = []byte(c.self)
+	sh.meta.Seq = max(sh.meta.GetSeq(), v.maxSeq)
+	if err := c.st.saveMeta(sh.key, sh.meta); err != nil {
+		return err
+	}
+	sh.owned = true
+	sh.handover = 0
+	sh.pending = nil // written under an older epoch: the push of the whole state carries them
+	if sh.meta.GetSeq() == 0 {
+		// A shard new to the network: neither this node nor any replica
+		// that answered holds an entry, so those replicas hold the whole
+		// state already and the next maintenance round pushes nothing to
+		// them (a push per replica and new shard, most of them
+		// organisation shards of one entry).
+		sh.dirty = false
+		sh.replicas = v.answered
+	} else {
+		sh.dirty = true // the merged state goes to the replicas on the next push
+		sh.replicas = nil
+	}
+	if sh.ref.kind == pb.ShardRef_ORG {
+		sh.orgDirty = true // the new epoch's record supersedes the old coordinator's
+	}
+	c.restartLiveness(sh)
+	// The replica set confirmed this node's view of the key's nearest
+	// peers: maintenance takes it as a lookup's (maintainView).
+	c.confirmed(sh.key, peers)
+	c.log.Info("shard claimed", "shard", sh.ref.String(), "epoch", epoch, "replicas", len(set)-1)
+	return nil
+}
+
+// claimVotes are the answers of the peers a claim of a shard asked for its
+// state (syncReplicas).
+type claimVotes struct {
+	ok       int            // this node and the replicas of the set that promised and sent their state
+	maxSeq   uint64         // the highest entry sequence number received
+	higher   uint64         // the highest epoch a peer had promised instead
+	nearer   *peer.AddrInfo // the nearest live peer a replica knows nearer the key than this node
+	answered []peer.ID      // replicas of the set that promised and sent their state
+	silent   []string       // why the other replicas of the set did not, for the error
+}
+
+// syncReplicas asks the peers ask, at once, for sh's state under a
+// promise for epoch (syncFrom), and counts their answers; set is the
+// replica set whose majority the claim needs.
+func (c *coordinator) syncReplicas(ctx context.Context, sh *shard, set, ask []peer.ID, epoch uint64) claimVotes {
 	type res struct {
 		p     peer.ID
 		seq   uint64
@@ -145,85 +214,41 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 	}
 	wg.Wait()
 	close(results)
-	ok := 1 // self
-	var maxSeq uint64
-	var higher uint64
-	var nearer *peer.AddrInfo // the nearest live peer a replica knows nearer the key than this node
-	var answered []peer.ID    // replicas of the set that promised and sent their state
-	var silent []string       // why the others did not, for the error
+	v := claimVotes{ok: 1} // self
 	for r := range results {
 		var nc *notCoordinatorError
 		switch {
 		case r.err == nil:
 			if slices.Contains(set, r.p) {
-				ok++
-				answered = append(answered, r.p)
+				v.ok++
+				v.answered = append(v.answered, r.p)
 			}
-			maxSeq = max(maxSeq, r.seq)
+			v.maxSeq = max(v.maxSeq, r.seq)
 		case errors.As(r.err, &nc) && nc.closer.ID != c.self && closer(nc.closer.ID, c.self, sh.key):
-			if nearer == nil || closer(nc.closer.ID, nearer.ID, sh.key) {
-				nearer = &nc.closer
+			if v.nearer == nil || closer(nc.closer.ID, v.nearer.ID, sh.key) {
+				v.nearer = &nc.closer
 			}
 		case r.stale > 0:
-			higher = max(higher, r.stale)
+			v.higher = max(v.higher, r.stale)
 		default:
 			c.log.Debug("shard sync failed", "peer", r.p, "shard", sh.ref.String(), "error", r.err)
 			if slices.Contains(set, r.p) {
-				silent = append(silent, fmt.Sprintf("%s: %v", r.p.ShortString(), r.err))
+				v.silent = append(v.silent, fmt.Sprintf("%s: %v", r.p.ShortString(), r.err))
 			}
 		}
 	}
-	if nearer != nil {
-		// This node's view missed a peer nearer the key: it is not the
-		// coordinator. The requester goes to that peer, and this node
-		// meets it, so that its routing table learns it (learn).
-		c.learn(sh.key, *nearer)
-		return fmt.Errorf("claiming %s: %w", sh.ref, &notCoordinatorError{closer: *nearer})
-	}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if higher >= epoch {
-		sh.meta.Promised = max(sh.meta.GetPromised(), higher)
-		_ = c.st.saveMeta(sh.key, sh.meta)
-		return fmt.Errorf("claiming %s: %w", sh.ref, &staleEpochError{got: epoch, current: higher})
-	}
-	if ok < majority(len(set)) {
-		return fmt.Errorf("claiming %s: %w: %d of %d replicas answered (%s)", sh.ref, ErrUnavailable, ok, len(set), strings.Join(silent, "; "))
-	}
-	if sh.meta.GetPromised() > epoch {
-		return fmt.Errorf("claiming %s: %w", sh.ref, &staleEpochError{got: epoch, current: sh.meta.GetPromised()})
-	}
-	sh.meta.Epoch = epoch
-	sh.meta.Owner = []byte(c.self)
-	sh.meta.Seq = max(sh.meta.GetSeq(), maxSeq)
-	if err := c.st.saveMeta(sh.key, sh.meta); err != nil {
-		return err
-	}
-	sh.owned = true
-	sh.handover = 0
-	sh.pending = nil // written under an older epoch: the push of the whole state carries them
-	if sh.meta.GetSeq() == 0 {
-		// A shard new to the network: neither this node nor any replica
-		// that answered holds an entry, so those replicas hold the whole
-		// state already and the next maintenance round pushes nothing to
-		// them (a push per replica and new shard, most of them
-		// organisation shards of one entry).
-		sh.dirty = false
-		sh.replicas = answered
-	} else {
-		sh.dirty = true // the merged state goes to the replicas on the next push
-		sh.replicas = nil
-	}
-	if sh.ref.kind == pb.ShardRef_ORG {
-		sh.orgDirty = true // the new epoch's record supersedes the old coordinator's
-	}
-	// Crawlers' heartbeats went to the previous coordinator: each gets
-	// half a liveness timeout from the takeover to find this node. A live
-	// crawler beats within a heartbeat and a request's deadline (its
-	// request here is what often causes the takeover); a crawler that left
-	// with the previous coordinator has been silent since before the
-	// takeover, and a full timeout from it would keep its subnets
-	// uncrawled for the time the takeover took on top of the timeout.
+	return v
+}
+
+// restartLiveness gives each node a delegation of sh names, at the
+// takeover, half a liveness timeout to find this node; sh.mu is held.
+// Crawlers' heartbeats went to the previous coordinator. A live crawler
+// beats within a heartbeat and a request's deadline (its request here is
+// what often causes the takeover); a crawler that left with the previous
+// coordinator has been silent since before the takeover, and a full
+// timeout from it would keep its subnets uncrawled for the time the
+// takeover took on top of the timeout.
+func (c *coordinator) restartLiveness(sh *shard) {
 	seen := time.Now().Add(-c.cfg.liveness / 2)
 	_ = c.st.scan(sh.key, pb.Entry_DELEGATION, func(e *pb.Entry) bool {
 		if d, err := c.entryDelegation(e); err == nil && sh.lastSeen[d.Node].Before(seen) {
@@ -231,11 +256,6 @@ func (c *coordinator) claim(ctx context.Context, sh *shard, peers []peer.ID) err
 		}
 		return true
 	})
-	// The replica set confirmed this node's view of the key's nearest
-	// peers: maintenance takes it as a lookup's (maintainView).
-	c.confirmed(sh.key, peers)
-	c.log.Info("shard claimed", "shard", sh.ref.String(), "epoch", epoch, "replicas", len(set)-1)
-	return nil
 }
 
 // syncFrom asks p for sh's state under a promise for epoch and merges what

@@ -59,9 +59,9 @@ type coordinator struct {
 	auditMu     sync.Mutex
 	convictions convictionSet
 	convictQ    chan struct{} // a node was convicted: re-delegate its subnets now
-	withheld    withheldNotes // withholding notices noted (withhold.go)
+	withheld    withheldNotes // withholding notices noted (withheldserve.go)
 	// hostAsks are the hosts whose refused notices had this coordinator
-	// send a node a crawl request, by node and host (withhold.go).
+	// send a node a crawl request, by node and host (withheldserve.go).
 	hostAsks *cooldown.Table[string]
 	// selfWithheld: subnets this node gave up on its deputies' verdicts.
 	selfWithheld selfExclusions

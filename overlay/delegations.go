@@ -3,6 +3,7 @@ package overlay
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -245,10 +246,7 @@ func (o *Overlay) Invalidate(r subnet.Range) { o.cache.invalidate(r) }
 func (o *Overlay) Owned() []Delegation {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make([]Delegation, 0, len(o.owned))
-	for _, d := range o.owned {
-		out = append(out, d)
-	}
+	out := slices.AppendSeq(make([]Delegation, 0, len(o.owned)), maps.Values(o.owned))
 	slices.SortFunc(out, func(a, b Delegation) int { return a.Subnet.Start.Compare(b.Subnet.Start) })
 	return out
 }

@@ -122,7 +122,47 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	if sk == nil {
 		return nil, errors.New("host has no private key in its peerstore")
 	}
-	o = &Overlay{
+	o = newOverlay(h, sk, tree, db, cfg)
+	netCtx, netCancel := context.WithCancel(context.Background())
+	o.netCancel = netCancel
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, o.Close())
+		}
+	}()
+	writerChk := new(atomic.Pointer[writerCheck])
+	if o.dht, err = dht.New(netCtx, h, o.dhtOptions(writerChk)...); err != nil {
+		return nil, fmt.Errorf("dht: %w", err)
+	}
+	if err := o.joinPubSub(netCtx); err != nil {
+		return nil, err
+	}
+	o.beats = newBeatKeeper(h, cfg.heartbeat)
+	if o.coord, err = newCoordinator(o); err != nil {
+		return nil, err
+	}
+	chk := writerCheck(o.coord.plausibleWriter)
+	writerChk.Store(&chk)
+	if err := o.loadMine(); err != nil {
+		return nil, err
+	}
+	o.handlers = o.dispatchTable()
+	h.SetStreamHandler(ProbeID, o.serve(probeSpec, o.handlers[ProbeID]))
+	h.SetStreamHandler(CoordinateID, o.serve(coordSpec, o.handlers[CoordinateID]))
+	h.SetStreamHandler(ReplicateID, o.serveReplicate())
+	h.SetStreamHandler(AuditID, o.serve(auditSpec, o.handlers[AuditID]))
+	h.SetStreamHandler(ReleaseID, o.serve(releaseSpec, o.handlers[ReleaseID]))
+	h.SetStreamHandler(AnnounceID, o.serve(announceSpec, o.handlers[AnnounceID]))
+	if err := o.startLoops(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// newOverlay makes the overlay's state, with its lifetime context: no
+// network, no goroutine.
+func newOverlay(h host.Host, sk crypto.PrivKey, tree *subnet.Tree, db *badger.DB, cfg config) *Overlay {
+	o := &Overlay{
 		h: h, sk: sk, tree: tree, sid: tree.ID(), db: db, cfg: cfg, log: cfg.log,
 		cache:         newCache(cfg.cacheSize, cfg.cacheTTL),
 		streams:       map[network.Stream]struct{}{},
@@ -148,17 +188,17 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	// source_addr) has no subnet to claim.
 	o.ownDone.Store(!cfg.ownAddr.IsValid() || cfg.policy.CheckAddr(cfg.ownAddr) != nil)
 	o.ctx, o.cancel = context.WithCancel(context.Background())
-	netCtx, netCancel := context.WithCancel(context.Background())
-	o.netCancel = netCancel
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, o.Close())
-		}
-	}()
+	return o
+}
 
+// dhtOptions are the options of the overlay's DHT: micra's record
+// validators (the writer check, set once the coordinator exists, in
+// writerChk), the routing table's diversity filter, and its refresh and
+// concurrency.
+func (o *Overlay) dhtOptions(writerChk *atomic.Pointer[writerCheck]) []dht.Option {
+	h, cfg := o.h, o.cfg
 	validators := record.NamespacedValidator{"pk": record.PublicKeyValidator{}}
-	writerChk := new(atomic.Pointer[writerCheck])
-	for ns, v := range newRecordValidators(tree, writerChk) {
+	for ns, v := range newRecordValidators(o.tree, writerChk) {
 		validators[ns] = v
 	}
 	o.orgValidator = validators[OrgNamespace].(RecordValidator)
@@ -189,66 +229,58 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 			}
 		}),
 	}
-
 	if len(cfg.bootstrap) > 0 {
 		dopts = append(dopts, dht.BootstrapPeers(cfg.bootstrap...))
 	}
-	o.dht, err = dht.New(netCtx, h, dopts...)
-	if err != nil {
-		return nil, fmt.Errorf("dht: %w", err)
-	}
-	if o.ps = cfg.ps; o.ps == nil {
-		if o.ps, err = NewPubSub(netCtx, h, cfg.log); err != nil {
-			return nil, err
-		}
-	}
-	if len(cfg.releaseKeys) > 0 {
-		// Without release keys every release would be refused: the node
-		// neither joins the release topic nor looks for releases.
-		if err := o.ps.RegisterTopicValidator(TopicRelease, o.validateRelease); err != nil {
-			return nil, err
-		}
-		if o.releases, err = o.ps.Join(TopicRelease); err != nil {
-			return nil, err
-		}
-		if err := o.loadReleases(); err != nil {
-			return nil, err
-		}
-	}
-	o.beats = newBeatKeeper(h, cfg.heartbeat)
-	if o.coord, err = newCoordinator(o); err != nil {
-		return nil, err
-	}
-	chk := writerCheck(o.coord.plausibleWriter)
-	writerChk.Store(&chk)
-	if err := o.loadMine(); err != nil {
-		return nil, err
-	}
+	return dopts
+}
 
-	o.handlers = o.dispatchTable()
-	h.SetStreamHandler(ProbeID, o.serve(probeSpec, o.handlers[ProbeID]))
-	h.SetStreamHandler(CoordinateID, o.serve(coordSpec, o.handlers[CoordinateID]))
-	h.SetStreamHandler(ReplicateID, o.serveReplicate())
-	h.SetStreamHandler(AuditID, o.serve(auditSpec, o.handlers[AuditID]))
-	h.SetStreamHandler(ReleaseID, o.serve(releaseSpec, o.handlers[ReleaseID]))
-	h.SetStreamHandler(AnnounceID, o.serve(announceSpec, o.handlers[AnnounceID]))
+// joinPubSub takes the pubsub router it was given, or starts its own
+// until netCtx ends, and joins the release topic when the node has
+// release keys (without them every release would be refused: the node
+// neither joins the topic nor looks for releases), loading the releases
+// it stored.
+func (o *Overlay) joinPubSub(netCtx context.Context) (err error) {
+	if o.ps = o.cfg.ps; o.ps == nil {
+		if o.ps, err = NewPubSub(netCtx, o.h, o.cfg.log); err != nil {
+			return err
+		}
+	}
+	if len(o.cfg.releaseKeys) == 0 {
+		return nil
+	}
+	if err := o.ps.RegisterTopicValidator(TopicRelease, o.validateRelease); err != nil {
+		return err
+	}
+	if o.releases, err = o.ps.Join(TopicRelease); err != nil {
+		return err
+	}
+	return o.loadReleases()
+}
 
+// startLoops starts the overlay's goroutines, each until Close: reading
+// and looking for releases (with release keys), watching reachability and
+// the host's addresses, the coordinator's notifier, refresher and
+// convictions, asking again for delegations, and the periodic maintenance,
+// heartbeats, announcements and organisation records.
+func (o *Overlay) startLoops() error {
 	if o.releases != nil {
 		rsub, err := o.releases.Subscribe(pubsub.WithBufferSize(8))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		o.wg.Go(func() { o.readReleases(rsub) })
 		o.wg.Go(o.releaseLoop)
 	}
-	rsubReach, err := h.EventBus().Subscribe(new(event.EvtLocalReachabilityChanged))
+	bus := o.h.EventBus()
+	rsubReach, err := bus.Subscribe(new(event.EvtLocalReachabilityChanged))
 	if err != nil {
-		return nil, fmt.Errorf("reachability events: %w", err)
+		return fmt.Errorf("reachability events: %w", err)
 	}
 	o.wg.Go(func() { o.watchReachability(rsubReach) })
-	rsubAddrs, err := h.EventBus().Subscribe(new(event.EvtLocalAddressesUpdated))
+	rsubAddrs, err := bus.Subscribe(new(event.EvtLocalAddressesUpdated))
 	if err != nil {
-		return nil, fmt.Errorf("address events: %w", err)
+		return fmt.Errorf("address events: %w", err)
 	}
 	o.wg.Go(func() { o.refreshLoop(rsubAddrs) })
 	o.wg.Go(func() { o.coord.notifier(o.ctx) })
@@ -259,7 +291,7 @@ func New(h host.Host, tree *subnet.Tree, db *badger.DB, opts ...Option) (o *Over
 	o.wg.Go(func() { o.every(o.cfg.heartbeat, o.heartbeatAll) })
 	o.wg.Go(o.announceLoop)
 	o.wg.Go(func() { o.every(o.cfg.orgPublish, o.coord.publishOrgs) })
-	return o, nil
+	return nil
 }
 
 // Reachability is what AutoNAT last reported about the host (the event is
