@@ -11,7 +11,7 @@ import (
 )
 
 // Busy nodes. A node that will not take a crawl request now
-// (results.ErrNotTaken) may be refusing, or busy: its queue for the host
+// (requests.ErrNotTaken) may be refusing, or busy: its queue for the host
 // is full (crawl.Crawler.Promise), which an indexer that seeds many pages
 // of one host, or of one slow host, makes honestly. A busy node keeps
 // delivering the host's pages; one that refuses delivers none. So a

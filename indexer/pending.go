@@ -15,7 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
-	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/requests"
+	rpb "github.com/micra-net/micra/requests/pb"
 	"github.com/micra-net/micra/results/pb"
 )
 
@@ -90,7 +91,7 @@ func (ix *Indexer) keepPending(reqs []crawl.Request) {
 	for _, r := range reqs {
 		link, err := crawl.NormalizeURL(r.Link)
 		if err != nil {
-			continue // results.Submit reports it
+			continue // requests.Submit reports it
 		}
 		id := pendingID(link)
 		if _, ok := ix.pend.m[id]; ok {
@@ -101,7 +102,7 @@ func (ix *Indexer) keepPending(reqs []crawl.Request) {
 			continue
 		}
 		v, err := proto.Marshal(&pb.PendingCrawl{
-			Request: &pb.CrawlRequest{Link: link, Depth: int32(r.Depth), Owners: r.Owners},
+			Request: &rpb.CrawlRequest{Link: link, Depth: int32(r.Depth), Owners: r.Owners},
 			FirstMs: now.UnixMilli(), NextMs: now.Add(ix.cfg.patience).UnixMilli(), Attempts: 1,
 		})
 		if err == nil {
@@ -241,7 +242,7 @@ func (ix *Indexer) pendingLoop() {
 }
 
 // notTakenRetry is how soon a request its node did not take now
-// (results.ErrNotTaken: its queue for the host is full) is sent again,
+// (requests.ErrNotTaken: its queue for the host is full) is sent again,
 // at most: a node promises a quarter hour of a host's pages at a time
 // (crawl.Crawler.Promise), so an indexer seeding many pages of one host
 // has them taken at about the pace the node crawls them, not one queue's
@@ -331,16 +332,16 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 	notTaken := map[string]bool{}
 	refusedBy := map[string]peer.ID{}
 	var to map[string]peer.ID
-	var receipts map[string]results.Receipt
+	var receipts map[string]requests.Receipt
 	if len(reqs) > 0 {
 		// The cached owner may be the node that died with the requests.
-		res, err := results.Submit(ctx, ix.o, reqs, append(ix.cfg.results(), results.Fresh())...)
+		res, err := requests.Submit(ctx, ix.o, reqs, append(ix.cfg.requests(), requests.Fresh())...)
 		if err != nil && ctx.Err() != nil {
 			return
 		}
 		for _, f := range res.Failed {
 			failed[f.Link] = true
-			notTaken[f.Link] = errors.Is(f.Err, results.ErrNotTaken)
+			notTaken[f.Link] = errors.Is(f.Err, requests.ErrNotTaken)
 			if f.Node != "" {
 				refusedBy[f.Link] = f.Node
 			}
@@ -349,7 +350,7 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 		ix.stats.resubmitted.Add(uint64(len(reqs) - len(res.Failed)))
 		ix.log.Info("crawl requests without records submitted again", "sent", len(reqs)-len(res.Failed), "failed", len(res.Failed))
 	}
-	now = ix.cfg.now() // results.Submit may have taken a while
+	now = ix.cfg.now() // requests.Submit may have taken a while
 	ix.pend.mu.Lock()
 	defer ix.pend.mu.Unlock()
 	err = ix.db.Update(func(txn *badger.Txn) error {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -28,7 +28,7 @@ import (
 // be local goes to the crawler's outgoing store, in the transaction that
 // completes its page. The hand-on loop below pages through that store:
 // a link whose owner is known goes to it with the crawl-request protocol
-// (results.SendCrawlReceipts) and is deleted once the owner acknowledged it; a link
+// (requests.SendCrawlReceipts) and is deleted once the owner acknowledged it; a link
 // whose subnet turns out to be this node's is kept (crawl.Keep); a link
 // whose owner is not known waits in the store while its subnet is
 // delegated by a few workers in the background, fed by a bounded queue of
@@ -42,7 +42,7 @@ import (
 // Watches: the owner signs a receipt of every link it takes,
 // and about one frame in watchEvery has one of its links, with its
 // receipt, reported to the indexers taking the link's result shard
-// (results.SendWatches), which hold the owner to it as to their own
+// (requests.SendWatches), which hold the owner to it as to their own
 // crawl requests. The owner cannot tell which links are watched.
 
 // router is the crawler's Router.
@@ -134,11 +134,11 @@ func (l liveOwners) Invalidate(r subnet.Range) { l.n.ov().Invalidate(r) }
 type handOn struct {
 	store  outStore
 	owners owners
-	send   func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]results.Receipt, error) // to the owner p, acknowledged, with its receipts
+	send   func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]requests.Receipt, error) // to the owner p, acknowledged, with its receipts
 	// watch reports w to the indexers of its link's shard; nil: no
 	// watches. Called by one goroutine, off the hand-on loop.
-	watch   func(ctx context.Context, w results.Watch) error
-	watches chan results.Watch
+	watch   func(ctx context.Context, w requests.Watch) error
+	watches chan requests.Watch
 	rng     func(n int) int // rand.IntN
 	self    peer.ID
 	tree    func() *subnet.Tree    // the running snapshot
@@ -175,11 +175,11 @@ func newHandOn(n *Node) *handOn {
 			p := n.ov().EgressPolicy()
 			return p.CheckAddr(a)
 		},
-		send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]results.Receipt, error) {
+		send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]requests.Receipt, error) {
 			n.findAddrs(ctx, p)
-			return results.SendCrawlReceipts(ctx, n.h, p, reqs)
+			return requests.SendCrawlReceipts(ctx, n.h, p, reqs)
 		},
-		watch: n.sendWatch, watches: make(chan results.Watch, watchQueue), rng: rand.IntN,
+		watch: n.sendWatch, watches: make(chan requests.Watch, watchQueue), rng: rand.IntN,
 		queue: make(chan delegation, delegateQueue), wake: make(chan struct{}, 1),
 		asked: map[subnet.Range]time.Time{}, failed: map[peer.ID]backoff{}}
 }
@@ -366,7 +366,7 @@ func (h *handOn) pass(ctx context.Context) (wrapped bool) {
 		// again in a later pass.
 		var handed []crawl.Outlink
 		var took []crawl.Request
-		var tookReceipts []results.Receipt
+		var tookReceipts []requests.Receipt
 		for i, l := range links {
 			if receipts != nil && receipts[i].Sig == nil {
 				continue
@@ -389,13 +389,13 @@ func (h *handOn) pass(ctx context.Context) (wrapped bool) {
 
 // sample queues a watch of one of reqs, which p took with receipts, about
 // one time in watchEvery.
-func (h *handOn) sample(p peer.ID, reqs []crawl.Request, receipts []results.Receipt) {
+func (h *handOn) sample(p peer.ID, reqs []crawl.Request, receipts []requests.Receipt) {
 	if h.watch == nil || len(receipts) != len(reqs) || len(reqs) == 0 || h.rng(watchEvery) != 0 {
 		return
 	}
 	i := h.rng(len(reqs))
 	select {
-	case h.watches <- results.Watch{Request: reqs[i], Holder: p, Receipt: receipts[i]}:
+	case h.watches <- requests.Watch{Request: reqs[i], Holder: p, Receipt: receipts[i]}:
 	default:
 	}
 }
@@ -426,7 +426,7 @@ func (h *handOn) sendWatches(ctx context.Context) {
 // check returns why l can never be handed on: it breaks the crawl-request
 // protocol's bounds, or the egress policy refuses its address.
 func (h *handOn) check(l crawl.Outlink) error {
-	if err := results.CheckRequest(l.Request); err != nil {
+	if err := requests.CheckRequest(l.Request); err != nil {
 		return err
 	}
 	if h.refuse == nil {
@@ -501,7 +501,7 @@ func (h *handOn) delegate(ctx context.Context) {
 
 // sendWatch reports w to every live indexer that takes its link's result
 // shard; it fails when none took it.
-func (n *Node) sendWatch(ctx context.Context, w results.Watch) error {
+func (n *Node) sendWatch(ctx context.Context, w requests.Watch) error {
 	u, err := url.Parse(w.Request.Link)
 	if err != nil {
 		return err
@@ -509,7 +509,7 @@ func (n *Node) sendWatch(ctx context.Context, w results.Watch) error {
 	var errs []error
 	sent := 0
 	for _, p := range n.ob.IndexersFor(u.Hostname()) {
-		if err := results.SendWatches(ctx, n.h, p, []results.Watch{w}); err != nil {
+		if err := requests.SendWatches(ctx, n.h, p, []requests.Watch{w}); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))
 			continue
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -166,7 +166,7 @@ func TestHandOn(t *testing.T) {
 		policy := egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/15")}}
 		h := &handOn{store: st, owners: fo, self: self, tree: func() *subnet.Tree { return tree }, log: slog.New(slog.DiscardHandler), joined: joined,
 			refuse: policy.CheckAddr,
-			send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]results.Receipt, error) {
+			send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]requests.Receipt, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				attempts[p]++
@@ -271,10 +271,10 @@ type ownerRig struct {
 	st      *memStore
 	owner   peer.ID
 	a       netip.Addr
-	watched []results.Watch
+	watched []requests.Watch
 }
 
-func newOwnerRig(tree *subnet.Tree, receipts func(reqs []crawl.Request) []results.Receipt, pick func(n int) int) *ownerRig {
+func newOwnerRig(tree *subnet.Tree, receipts func(reqs []crawl.Request) []requests.Receipt, pick func(n int) int) *ownerRig {
 	r := &ownerRig{st: &memStore{stored: make(chan struct{}, 1)}, owner: peer.ID("owner"), a: netip.AddrFrom4([4]byte{127, 0, 1, 9})}
 	fo := &fakeOwners{tree: tree, cache: map[subnet.Range]overlay.Delegation{}, held: map[subnet.Range]peer.ID{},
 		delegated: map[subnet.Range]int{}}
@@ -283,18 +283,18 @@ func newOwnerRig(tree *subnet.Tree, receipts func(reqs []crawl.Request) []result
 	joined := make(chan struct{})
 	close(joined)
 	r.h = &handOn{store: r.st, owners: fo, self: peer.ID("self"), tree: func() *subnet.Tree { return tree }, log: slog.New(slog.DiscardHandler), joined: joined,
-		send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]results.Receipt, error) {
+		send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]requests.Receipt, error) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			return receipts(reqs), nil
 		},
-		watch: func(ctx context.Context, w results.Watch) error {
+		watch: func(ctx context.Context, w requests.Watch) error {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.watched = append(r.watched, w)
 			return nil
 		},
-		watches: make(chan results.Watch, watchQueue),
+		watches: make(chan requests.Watch, watchQueue),
 		rng: func(n int) int {
 			if n == watchEvery {
 				return 0
@@ -328,10 +328,10 @@ func (r *ownerRig) frame(names ...string) {
 }
 
 // signAll answers a receipt of each request.
-func signAll(reqs []crawl.Request) []results.Receipt {
-	rs := make([]results.Receipt, len(reqs))
+func signAll(reqs []crawl.Request) []requests.Receipt {
+	rs := make([]requests.Receipt, len(reqs))
 	for i, r := range reqs {
-		rs[i] = results.Receipt{At: time.Now(), Sig: []byte("sig of " + r.Link)}
+		rs[i] = requests.Receipt{At: time.Now(), Sig: []byte("sig of " + r.Link)}
 	}
 	return rs
 }
@@ -345,7 +345,7 @@ func TestHandOnWatches(t *testing.T) {
 	tree := p2ptest.Tree(t)
 	p2ptest.Bubble(t, func(t *testing.T) {
 		withReceipts := true
-		r := newOwnerRig(tree, func(reqs []crawl.Request) []results.Receipt {
+		r := newOwnerRig(tree, func(reqs []crawl.Request) []requests.Receipt {
 			if !withReceipts {
 				return nil
 			}
@@ -390,11 +390,11 @@ func TestHandOnNotTaken(t *testing.T) {
 	tree := p2ptest.Tree(t)
 	p2ptest.Bubble(t, func(t *testing.T) {
 		full := true // the owner's queue for host "full" is full
-		r := newOwnerRig(tree, func(reqs []crawl.Request) []results.Receipt {
+		r := newOwnerRig(tree, func(reqs []crawl.Request) []requests.Receipt {
 			rs := signAll(reqs)
 			for i, q := range reqs {
 				if full && strings.Contains(q.Link, "full") {
-					rs[i] = results.Receipt{}
+					rs[i] = requests.Receipt{}
 				}
 			}
 			return rs

@@ -31,6 +31,7 @@ import (
 	"github.com/micra-net/micra/internal/cooldown"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/delegate"
+	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/subnet"
 	"github.com/micra-net/micra/subnet/embedded"
@@ -368,7 +369,7 @@ func (n *Node) build() error {
 	if err := n.ob.Start(o); err != nil {
 		return err
 	}
-	if n.removeReq, err = results.ServeCrawlRequests(n.h, n.crawlLocal, results.Egress(n.egressPolicy()), results.Promises(n.promise)); err != nil {
+	if n.removeReq, err = requests.ServeCrawlRequests(n.h, n.crawlLocal, requests.Egress(n.egressPolicy()), requests.Promises(n.promise)); err != nil {
 		return err
 	}
 	hand := newHandOn(n)
@@ -574,8 +575,8 @@ func (n *Node) DashboardAddr() string { return n.dashAddr }
 // Submit sends seed URLs into the overlay: each goes to the node that owns
 // its subnet (delegating the subnet first when nobody does), this one
 // included.
-func (n *Node) Submit(ctx context.Context, reqs ...crawl.Request) (results.SubmitResult, error) {
-	return results.Submit(ctx, n.ov(), reqs, results.LocalCrawl(n.crawlLocal), results.Resolve(n.resolveHost))
+func (n *Node) Submit(ctx context.Context, reqs ...crawl.Request) (requests.SubmitResult, error) {
+	return requests.Submit(ctx, n.ov(), reqs, requests.LocalCrawl(n.crawlLocal), requests.Resolve(n.resolveHost))
 }
 
 // Close stops the node in order — dashboard, background work, crawler
@@ -687,7 +688,7 @@ func (n *Node) askCrawl(ctx context.Context, p peer.ID, link string) ([]byte, ti
 	ctx, cancel := context.WithTimeout(ctx, askCrawlTimeout)
 	defer cancel()
 	n.findAddrs(ctx, p)
-	rs, err := results.SendCrawlReceipts(ctx, n.h, p, []crawl.Request{{Link: link}})
+	rs, err := requests.SendCrawlReceipts(ctx, n.h, p, []crawl.Request{{Link: link}})
 	if err != nil || len(rs) != 1 || rs[0].Sig == nil {
 		n.log.Debug("a node did not take a coordinator's crawl request", "peer", p, "url", link, "error", err)
 		return nil, time.Time{}
