@@ -1,8 +1,23 @@
 // Package requests carries URLs to the nodes that crawl them: seed URLs
 // submitted into the overlay, and the links a crawler finds in other
 // nodes' subnets, sent to each subnet's owner with the crawl-request
-// protocol, answered with receipts; the receiving side's handler; and
-// watches, which report a sample of the links handed on to indexers.
+// protocol, answered with receipts; the receiving side's handler and its
+// promise policy; and watches, which report a sample of the links handed
+// on to indexers.
+//
+// # A link's path
+//
+// The crawler asks the Router whether a link's address is this node's
+// (crawl.Router); links it does not keep wait in its outgoing store
+// (crawl.Crawler.Outgoing). The hand-on loop (HandOn) pages through the
+// store: each link passes one egress check (check), its owner is taken
+// from what the overlay knows (known: Overlay.Cached), and a subnet whose
+// owner is not known is resolved or delegated in the background (owner:
+// Overlay.Resolve, then Overlay.Delegate; Submit finds a seed's owner the
+// same way). Links go to their owner over CrawlID (Sender) and leave the
+// store once its receipts came. Overlay is the one interface to the
+// overlay: *overlay.Overlay satisfies it, and node passes one that follows
+// its snapshot switches.
 //
 // # Crawl requests
 //
@@ -19,9 +34,9 @@
 // more than ten minutes off the sender's clock counts as not delivered
 // (SubmitResult.Receipts). An indexer keeps each receipt with its pending
 // request: a withholding notice is judged only on one (overlay.Withheld).
-// So a node signs only for the requests it can crawl in time (Promises;
-// crawl.Crawler.Promise): the others get an empty receipt, and Submit
-// fails them with ErrNotTaken, to be sent again.
+// So a node signs only for the requests it can crawl in time (Promises,
+// NewPromiser; crawl.Crawler.Promise): the others get an empty receipt,
+// and Submit fails them with ErrNotTaken, to be sent again.
 //
 // Watches (watch.go): a node reports a sample of the links it handed on,
 // each with its owner's receipt (SendCrawlReceipts), to the indexers of
@@ -36,5 +51,6 @@
 // registry entry, and wraps egress.ErrSpecialPurpose.
 //
 // requests imports overlay, crawl, egress, subnet and libp2p; it must not
-// import results, indexer, node or cmd.
+// import results, indexer, node or cmd: node passes in what it needs of
+// them (the indexers of a host's result shard, the crawler's promises).
 package requests

@@ -3,6 +3,7 @@ package requests
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"time"
 
@@ -67,7 +68,7 @@ func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts 
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		node, err := owner(ctx, o, &cfg, r)
+		node, err := seedOwner(ctx, o, &cfg, r)
 		if err != nil {
 			res.Failed = append(res.Failed, SubmitFailure{Link: r.Link, Err: err})
 			continue
@@ -121,35 +122,24 @@ func (res *SubmitResult) note(node peer.ID, reqs []crawl.Request, receipts []Rec
 	}
 }
 
-// owner returns the node owning the subnet of r's host.
-func owner(ctx context.Context, o *overlay.Overlay, cfg *config, r crawl.Request) (peer.ID, error) {
-	if err := CheckRequest(r); err != nil {
+// seedOwner returns the node owning the subnet of r's host: the egress
+// policy checks the host (check), then the address cfg's resolver finds
+// for it (checkAddr), before anyone is asked.
+func seedOwner(ctx context.Context, o *overlay.Overlay, cfg *config, r crawl.Request) (peer.ID, error) {
+	policy := o.EgressPolicy()
+	if err := check(&policy, r, netip.Addr{}); err != nil {
 		return "", err
 	}
 	u, _ := url.Parse(r.Link)
-	policy := o.EgressPolicy()
-	if err := policy.CheckHost(u.Hostname()); err != nil {
-		return "", err
-	}
 	addr, err := cfg.resolve(ctx, u.Hostname())
 	if err != nil {
 		return "", fmt.Errorf("resolving %s: %w", u.Hostname(), err)
 	}
-	if err := policy.CheckAddr(addr); err != nil {
-		return "", fmt.Errorf("host %s resolves to %s: %w", u.Hostname(), addr, err)
+	if err := checkAddr(&policy, u.Hostname(), addr); err != nil {
+		return "", err
 	}
 	if cfg.fresh {
-		t := o.Tree()
-		o.Invalidate(t.Range(t.SmallestNonUnary(addr)))
+		forget(o, addr)
 	}
-	d, ok, err := o.Resolve(ctx, addr)
-	if err != nil {
-		return "", fmt.Errorf("resolving the delegation of %v: %w", addr, err)
-	}
-	if !ok {
-		if d, err = o.Delegate(ctx, r.Link, addr); err != nil {
-			return "", fmt.Errorf("delegating the subnet of %v: %w", addr, err)
-		}
-	}
-	return d.Node, nil
+	return owner(ctx, o, r.Link, addr)
 }
