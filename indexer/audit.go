@@ -305,7 +305,7 @@ func (ix *Indexer) spreadConviction(ctx context.Context, node peer.ID) {
 			return
 		}
 		// Every address: a host may sit in several subnets, and the node
-		// holds the one its results.Submit or crawler happened to resolve.
+		// holds the one its requests.Submit or crawler happened to resolve.
 		addrs, err := ix.cfg.lookupAll(ctx, h)
 		if err != nil {
 			continue

@@ -11,7 +11,7 @@ import (
 )
 
 // Busy nodes. A node that will not take a crawl request now
-// (results.ErrNotTaken) may be refusing, or busy: its queue for the host
+// (requests.ErrNotTaken) may be refusing, or busy: its queue for the host
 // is full (crawl.Crawler.Promise), which an indexer that seeds many pages
 // of one host, or of one slow host, makes honestly. A busy node keeps
 // delivering the host's pages; one that refuses delivers none. So a
@@ -25,7 +25,7 @@ import (
 
 // A node busy with a host is spared refused notices for twice the
 // patience at most (busy): a coordinator asks a node for one page of a
-// host per grace (overlay/withhold.go), which a node busy with the host
+// host per grace (overlay/withheldserve.go), which a node busy with the host
 // takes (a judge's request has more room), so a notice costs it little;
 // without the bound a node that delivered a page of a host now and then
 // could refuse the rest of its requests and never be asked.

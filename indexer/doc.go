@@ -38,7 +38,7 @@
 // # Crawl requests
 //
 // An indexer keeps the crawl requests it submits (Indexer.Submit, over
-// results.Submit) until a record of the page arrives, and submits them
+// requests.Submit) until a record of the page arrives, and submits them
 // again, to the subnet's owner of the moment, when none came within
 // CrawlPatience (doubling, up to its attempts; a failed delivery does not
 // count): a node that dies for good takes the URLs queued in its frontier

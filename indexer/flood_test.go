@@ -16,7 +16,7 @@ import (
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/overlaytest"
-	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/results/resultstest"
 )
 
@@ -29,7 +29,7 @@ import (
 // keeps a room per host as crawl.Crawler.Promise does (a request from a
 // judge of its subnet, alone in its frame, half as much again). The
 // coordinator asks the node for one page of a host per grace
-// (overlay/withhold.go): asserted, the node keeps its subnet through the
+// (overlay/withheldserve.go): asserted, the node keeps its subnet through the
 // flood, nothing is taken back, and once the flood ends every page the
 // indexer submitted is indexed (during it they may not be: the flooder
 // takes the host's pace, RELIABILITY.md §11).
@@ -100,8 +100,8 @@ func TestFloodedNodeKeepsItsSubnet(t *testing.T) {
 			}
 			return taken, nil
 		}
-		remove, err := results.ServeCrawlRequests(victim.h, func(context.Context, peer.ID, []crawl.Request) error { return nil },
-			results.Promises(promise), results.Logger(quiet()), results.Egress(egress.Policy{AllowPrivate: true}))
+		remove, err := requests.ServeCrawlRequests(victim.h, func(context.Context, peer.ID, []crawl.Request) error { return nil },
+			requests.Promises(promise), requests.Logger(quiet()), requests.Egress(egress.Policy{AllowPrivate: true}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +163,7 @@ func TestFloodedNodeKeepsItsSubnet(t *testing.T) {
 		submitted := false
 		for i := 0; time.Since(start) < length && i < 1000; i++ {
 			u := fmt.Sprintf("http://%s/flood%d", a, i)
-			rs, err := results.SendCrawlReceipts(ctx, flooder.h, victim.h.ID(), []crawl.Request{{Link: u}})
+			rs, err := requests.SendCrawlReceipts(ctx, flooder.h, victim.h.ID(), []crawl.Request{{Link: u}})
 			if err != nil {
 				t.Fatalf("flooding: %v", err)
 			}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/indexer/index"
-	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/requests"
 )
 
 // maxCrawlBody bounds the JSON body of a crawl request.
@@ -73,8 +73,8 @@ func (ix *Indexer) serveCrawl(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, status, map[string]string{"error": "crawl request: " + err.Error()})
 		return
 	}
-	if len(b.URLs) == 0 || len(b.URLs) > 4*results.MaxCrawlRequests {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("crawl request: 1 to %d urls", 4*results.MaxCrawlRequests)})
+	if len(b.URLs) == 0 || len(b.URLs) > 4*requests.MaxCrawlRequests {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("crawl request: 1 to %d urls", 4*requests.MaxCrawlRequests)})
 		return
 	}
 	depth := crawl.DefaultDepth
@@ -83,7 +83,7 @@ func (ix *Indexer) serveCrawl(w http.ResponseWriter, r *http.Request) {
 	}
 	// Depth and owners apply to every URL: wrong, the request is; a URL
 	// that is not crawlable fails alone and the others go.
-	if err := results.CheckRequest(crawl.Request{Link: "http://example.com/", Depth: depth, Owners: b.Owners}); err != nil {
+	if err := requests.CheckRequest(crawl.Request{Link: "http://example.com/", Depth: depth, Owners: b.Owners}); err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "crawl request: " + requestProblem(err)})
 		return
 	}
@@ -95,7 +95,7 @@ func (ix *Indexer) serveCrawl(w http.ResponseWriter, r *http.Request) {
 	var reqs []crawl.Request
 	for _, u := range b.URLs {
 		req := crawl.Request{Link: u, Depth: depth, Owners: b.Owners}
-		if err := results.CheckRequest(req); err != nil {
+		if err := requests.CheckRequest(req); err != nil {
 			out.Failed = append(out.Failed, crawlFailure{u, requestProblem(err)})
 			continue
 		}
@@ -126,7 +126,7 @@ func (ix *Indexer) serveCrawl(w http.ResponseWriter, r *http.Request) {
 // requestProblem is what is wrong with a crawl request, without the
 // protocol's "malformed" prefix (the person asking sent no message).
 func requestProblem(err error) string {
-	return strings.TrimPrefix(err.Error(), results.ErrMalformed.Error()+": ")
+	return strings.TrimPrefix(err.Error(), requests.ErrMalformed.Error()+": ")
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

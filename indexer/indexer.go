@@ -18,6 +18,7 @@ import (
 	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
 	"github.com/micra-net/micra/subnet"
@@ -187,7 +188,7 @@ func New(o *overlay.Overlay, x index.Store, db *badger.DB, opts ...Option) (ix *
 		ix.wg.Go(ix.pendingLoop)
 		if ix.cfg.withheldPerHour > 0 {
 			ix.wg.Go(ix.withheldLoop)
-			remove, err := results.ServeWatches(o.Host(), ix.takeWatches, ix.cfg.results()...)
+			remove, err := requests.ServeWatches(o.Host(), ix.takeWatches, ix.cfg.requests()...)
 			if err != nil {
 				return nil, fmt.Errorf("indexer: serving watches: %w", err)
 			}
@@ -729,18 +730,18 @@ func (ix *Indexer) Stats() Stats {
 // Index returns the index the indexer stores into.
 func (ix *Indexer) Index() index.Store { return ix.x }
 
-// results.Submit sends crawl requests into the overlay with this indexer's
-// Resolve and LocalCrawl options (see the package function results.Submit).
+// requests.Submit sends crawl requests into the overlay with this indexer's
+// Resolve and LocalCrawl options (see the package function requests.Submit).
 //
 // The indexer keeps each request until a record of its page arrives and
 // submits it again when none has come (CrawlPatience), so that a page
 // queued at a node that then dies for good is crawled by the subnet's next
 // owner. A request refused for a special-purpose address (see
-// results.Submit; the overlay's egress policy, or a coordinator's) is not
+// requests.Submit; the overlay's egress policy, or a coordinator's) is not
 // kept: it would be refused again.
-func (ix *Indexer) Submit(ctx context.Context, reqs []crawl.Request) (results.SubmitResult, error) {
+func (ix *Indexer) Submit(ctx context.Context, reqs []crawl.Request) (requests.SubmitResult, error) {
 	ix.keepPending(ix.allowedHosts(reqs))
-	res, err := results.Submit(ctx, ix.o, reqs, ix.cfg.results()...)
+	res, err := requests.Submit(ctx, ix.o, reqs, ix.cfg.requests()...)
 	ix.noteHolders(res)
 	ix.noteRefusals(res)
 	var refused []string

@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/internal/check"
+	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/subnet"
 )
@@ -33,8 +34,8 @@ type config struct {
 	workers    int
 	ackDelay   time.Duration
 	reassembly int64
-	crawlLocal results.CrawlHandler
-	resolve    results.Resolver
+	crawlLocal requests.CrawlHandler
+	resolve    requests.Resolver
 	lookupAll  func(ctx context.Context, host string) ([]netip.Addr, error) // every address of a host (audits)
 	onStored   func(node peer.ID, seq uint64, records int)                  // tests and benchmarks
 
@@ -64,7 +65,7 @@ func defaultConfig() config {
 		workers:      max(1, min(runtime.GOMAXPROCS(0), 4)),
 		ackDelay:     100 * time.Millisecond, // acks to one node are sent together
 		reassembly:   64 << 20,               // bytes of incomplete multi-part batches held
-		resolve:      results.NetResolver(net.DefaultResolver),
+		resolve:      requests.NetResolver(net.DefaultResolver),
 		lookupAll:    lookupAll(net.DefaultResolver),
 		patience:     30 * time.Minute,   // a crawl request without a record is sent again after this, then after twice as long...
 		attempts:     6,                  // ...up to six submissions (about 32 h in all)
@@ -77,10 +78,16 @@ func defaultConfig() config {
 }
 
 // results are the results package's options the indexer's settings imply,
-// for the topics it joins and the crawl requests it submits.
+// for the topics it joins.
 func (c *config) results() []results.Option {
 	return []results.Option{results.Logger(c.log), results.Clock(c.now), results.MessageLimit(c.limit),
-		results.Shards(int(c.shards)), results.Resolve(c.resolve), results.LocalCrawl(c.crawlLocal)}
+		results.Shards(int(c.shards))}
+}
+
+// requests are the requests package's options the indexer's settings
+// imply, for the crawl requests it submits and the watches it takes.
+func (c *config) requests() []requests.Option {
+	return []requests.Option{requests.Logger(c.log), requests.Resolve(c.resolve), requests.LocalCrawl(c.crawlLocal)}
 }
 
 // Logger sets the logger (default slog.Default with subsystem=indexer).
@@ -115,14 +122,14 @@ func MessageLimit(n int) Option {
 }
 
 // DNS makes the indexer resolve hosts with r: for the crawl requests it
-// submits (results.NetResolver(r)) and every address of a host, which its
+// submits (requests.NetResolver(r)) and every address of a host, which its
 // audits need (a host may have addresses in several subnets).
 func DNS(r crawl.Resolver) Option {
 	return func(c *config) error {
 		if err := check.NotNil("resolver", r); err != nil {
 			return err
 		}
-		c.resolve, c.lookupAll = results.NetResolver(r), lookupAll(r)
+		c.resolve, c.lookupAll = requests.NetResolver(r), lookupAll(r)
 		return nil
 	}
 }
@@ -136,7 +143,7 @@ func DNSServer(server netip.AddrPort) Option {
 			return errors.New("invalid DNS server address")
 		}
 		r := crawl.DNSResolver(server, netip.Addr{})
-		c.resolve, c.lookupAll = results.NetResolver(r), lookupAll(r)
+		c.resolve, c.lookupAll = requests.NetResolver(r), lookupAll(r)
 		return nil
 	}
 }
@@ -144,13 +151,13 @@ func DNSServer(server netip.AddrPort) Option {
 // Resolve sets how the indexer finds the address of a URL's host for the
 // crawl requests it submits and its audits (default: IP literals as they
 // are, names through the system resolver).
-func Resolve(r results.Resolver) Option {
+func Resolve(r requests.Resolver) Option {
 	return func(c *config) error { return check.Set(&c.resolve, r, check.NotNil("resolver", r)) }
 }
 
 // LocalCrawl sets the handler of crawl requests the indexer submits for
 // subnets delegated to its own peer (an indexer that also crawls).
-func LocalCrawl(h results.CrawlHandler) Option {
+func LocalCrawl(h requests.CrawlHandler) Option {
 	return func(c *config) error { c.crawlLocal = h; return nil }
 }
 

@@ -14,7 +14,8 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/internal/check"
-	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/requests"
+	rpb "github.com/micra-net/micra/requests/pb"
 	"github.com/micra-net/micra/results/pb"
 )
 
@@ -66,11 +67,11 @@ func (ix *Indexer) keepPending(reqs []crawl.Request) {
 	for _, r := range reqs {
 		link, err := crawl.NormalizeURL(r.Link)
 		if err != nil {
-			continue // results.Submit reports it
+			continue // requests.Submit reports it
 		}
 		ids = append(ids, pendingID(link))
 		pcs = append(pcs, &pb.PendingCrawl{
-			Request: &pb.CrawlRequest{Link: link, Depth: int32(r.Depth), Owners: r.Owners},
+			Request: &rpb.CrawlRequest{Link: link, Depth: int32(r.Depth), Owners: r.Owners},
 			FirstMs: now.UnixMilli(), NextMs: now.Add(ix.cfg.patience).UnixMilli(), Attempts: 1,
 		})
 	}
@@ -164,7 +165,7 @@ func (ix *Indexer) pendingLoop() {
 }
 
 // notTakenRetry is how soon a request its node did not take now
-// (results.ErrNotTaken: its queue for the host is full) is sent again,
+// (requests.ErrNotTaken: its queue for the host is full) is sent again,
 // at most: a node promises a quarter hour of a host's pages at a time
 // (crawl.Crawler.Promise), so an indexer seeding many pages of one host
 // has them taken at about the pace the node crawls them, not one queue's
@@ -230,7 +231,7 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 	if !ok {
 		return
 	}
-	now = ix.cfg.now() // results.Submit may have taken a while
+	now = ix.cfg.now() // requests.Submit may have taken a while
 	ix.pend.mu.Lock()
 	defer ix.pend.mu.Unlock()
 	err = ix.db.Update(func(txn *badger.Txn) error {
@@ -263,12 +264,12 @@ func (ix *Indexer) resubmit(ctx context.Context) {
 	ix.stats.gaveUp.Add(uint64(len(gaveUp)))
 }
 
-// resubmission is what results.Submit said of the requests resubmit sent
+// resubmission is what requests.Submit said of the requests resubmit sent
 // again, by link.
 type resubmission struct {
 	failed, notTaken map[string]bool
 	refusedBy, to    map[string]peer.ID
-	receipts         map[string]results.Receipt
+	receipts         map[string]requests.Receipt
 }
 
 // submitAgain submits reqs again, asking each subnet's coordinator for its
@@ -279,13 +280,13 @@ func (ix *Indexer) submitAgain(ctx context.Context, reqs []crawl.Request) (resub
 	if len(reqs) == 0 {
 		return s, true
 	}
-	res, err := results.Submit(ctx, ix.o, reqs, append(ix.cfg.results(), results.Fresh())...)
+	res, err := requests.Submit(ctx, ix.o, reqs, append(ix.cfg.requests(), requests.Fresh())...)
 	if err != nil && ctx.Err() != nil {
 		return s, false
 	}
 	for _, f := range res.Failed {
 		s.failed[f.Link] = true
-		s.notTaken[f.Link] = errors.Is(f.Err, results.ErrNotTaken)
+		s.notTaken[f.Link] = errors.Is(f.Err, requests.ErrNotTaken)
 		if f.Node != "" {
 			s.refusedBy[f.Link] = f.Node
 		}

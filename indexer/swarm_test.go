@@ -20,6 +20,7 @@ import (
 	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay/overlaytest"
+	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
 	"github.com/micra-net/micra/results/resultstest"
@@ -288,13 +289,13 @@ func TestCrawlRequests(t *testing.T) {
 	var mu sync.Mutex
 	var got []crawl.Request
 	var from []peer.ID
-	remove, err := results.ServeCrawlRequests(crawler.h, func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
+	remove, err := requests.ServeCrawlRequests(crawler.h, func(ctx context.Context, p peer.ID, reqs []crawl.Request) error {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, reqs...)
 		from = append(from, p)
 		return nil
-	}, results.Logger(quiet()), results.Egress(egress.Policy{AllowPrivate: true}))
+	}, requests.Logger(quiet()), requests.Egress(egress.Policy{AllowPrivate: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,9 +408,9 @@ func TestCrawlRequestsOutliveTheirNode(t *testing.T) {
 		}
 		for _, n := range nodes[:3] {
 			id := n.h.ID()
-			remove, err := results.ServeCrawlRequests(n.h, func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
+			remove, err := requests.ServeCrawlRequests(n.h, func(ctx context.Context, _ peer.ID, reqs []crawl.Request) error {
 				return handler(ctx, id, reqs)
-			}, results.Logger(quiet()), results.Egress(egress.Policy{AllowPrivate: true}))
+			}, requests.Logger(quiet()), requests.Egress(egress.Policy{AllowPrivate: true}))
 			if err != nil {
 				t.Fatal(err)
 			}

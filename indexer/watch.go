@@ -11,11 +11,13 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/indexer/index"
+	"github.com/micra-net/micra/requests"
+	rpb "github.com/micra-net/micra/requests/pb"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
 )
 
-// Watches (results.WatchID): nodes report a sample of the links
+// Watches (requests.WatchID): nodes report a sample of the links
 // they handed on to the nodes owning their subnets, each with its owner's
 // receipt. The indexer keeps a watched link as a pending request that went
 // to that owner when the receipt says (pending.go), unless it has one of
@@ -33,13 +35,13 @@ import (
 const watchesPerHour = 600
 
 // takeWatches is the WatchID handler.
-func (ix *Indexer) takeWatches(ctx context.Context, from peer.ID, ws []results.Watch) error {
+func (ix *Indexer) takeWatches(ctx context.Context, from peer.ID, ws []requests.Watch) error {
 	now := ix.cfg.now()
 	var self peer.ID
 	if ix.o != nil {
 		self = ix.o.Host().ID()
 	}
-	var keep []results.Watch
+	var keep []requests.Watch
 	over := 0
 	for i, w := range ws {
 		if !ix.watchBud.spend(from, watchesPerHour, now) {
@@ -75,7 +77,7 @@ func (ix *Indexer) takeWatches(ctx context.Context, from peer.ID, ws []results.W
 
 // keepWatched keeps each of ws as a pending request sent to its holder at
 // its receipt's time, unless one of its link is pending already.
-func (ix *Indexer) keepWatched(ws []results.Watch, now time.Time) {
+func (ix *Indexer) keepWatched(ws []requests.Watch, now time.Time) {
 	if len(ws) == 0 || ix.cfg.attempts <= 1 {
 		return
 	}
@@ -83,7 +85,7 @@ func (ix *Indexer) keepWatched(ws []results.Watch, now time.Time) {
 	var pcs []*pb.PendingCrawl
 	for _, w := range ws {
 		r := w.Request
-		pc := &pb.PendingCrawl{Request: &pb.CrawlRequest{Link: r.Link, Depth: int32(r.Depth), Owners: r.Owners},
+		pc := &pb.PendingCrawl{Request: &rpb.CrawlRequest{Link: r.Link, Depth: int32(r.Depth), Owners: r.Owners},
 			FirstMs: now.UnixMilli(), NextMs: max(now.UnixMilli(), w.Receipt.At.Add(ix.cfg.patience).UnixMilli()), Attempts: 1}
 		setHolder(pc, w.Holder, r.Link, w.Receipt, w.Receipt.At)
 		ids, pcs = append(ids, pendingID(r.Link)), append(pcs, pc)

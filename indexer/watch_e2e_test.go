@@ -8,7 +8,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay/overlaytest"
-	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/requests"
 )
 
 // TestWatchedLinkTakesSubnetBack: a node hands a link on to the
@@ -49,12 +49,12 @@ func TestWatchedLinkTakesSubnetBack(t *testing.T) {
 		// The finder hands two links on; it watches the first.
 		watched, unwatched := "http://"+site.String()+"/watched", "http://"+site.String()+"/other"
 		reqs := []crawl.Request{{Link: watched, Depth: 1}, {Link: unwatched, Depth: 1}}
-		rs, err := results.SendCrawlReceipts(ctx, finder.h, withholder.h.ID(), reqs)
+		rs, err := requests.SendCrawlReceipts(ctx, finder.h, withholder.h.ID(), reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		handed := time.Now()
-		if err := results.SendWatches(ctx, finder.h, ixn.h.ID(), []results.Watch{{Request: reqs[0], Holder: withholder.h.ID(), Receipt: rs[0]}}); err != nil {
+		if err := requests.SendWatches(ctx, finder.h, ixn.h.ID(), []requests.Watch{{Request: reqs[0], Holder: withholder.h.ID(), Receipt: rs[0]}}); err != nil {
 			t.Fatal(err)
 		}
 		var moved time.Duration

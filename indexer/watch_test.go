@@ -9,6 +9,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
 	"github.com/micra-net/micra/results/resultstest"
@@ -31,12 +32,12 @@ func TestWatchesKept(t *testing.T) {
 	holder, _ := peer.IDFromPrivateKey(key)
 	reporter := peer.ID("reporter")
 	took := ix.cfg.now().Add(-time.Minute).Truncate(time.Millisecond)
-	watch := func(link string) results.Watch {
+	watch := func(link string) requests.Watch {
 		sig, err := overlay.SignReceipt(key, link, took)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return results.Watch{Request: crawl.Request{Link: link, Depth: 1}, Holder: holder, Receipt: results.Receipt{At: took, Sig: sig}}
+		return requests.Watch{Request: crawl.Request{Link: link, Depth: 1}, Holder: holder, Receipt: requests.Receipt{At: took, Sig: sig}}
 	}
 	// Hosts in the taken shard 0 and in shard 1.
 	var in, out []string
@@ -60,7 +61,7 @@ func TestWatchesKept(t *testing.T) {
 		Time: testNow, Status: 200, Type: crawl.TypeHTML, Change: crawl.ChangeNew, Title: "indexed"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ix.takeWatches(t.Context(), reporter, []results.Watch{watch(in[0]), pending, self, odd, watch(out[0]), watch(in[3])}); err != nil {
+	if err := ix.takeWatches(t.Context(), reporter, []requests.Watch{watch(in[0]), pending, self, odd, watch(out[0]), watch(in[3])}); err != nil {
 		t.Fatal(err)
 	}
 	if st := ix.Stats(); st.Watched != 1 || st.WatchesRefused != 3 {
@@ -82,7 +83,7 @@ func TestWatchesKept(t *testing.T) {
 		t.Errorf("%d notices owed about the watched link, want 1", ix.Owed())
 	}
 	// The budget.
-	many := make([]results.Watch, 0, watchesPerHour)
+	many := make([]requests.Watch, 0, watchesPerHour)
 	for range watchesPerHour {
 		many = append(many, watch(in[0]))
 	}

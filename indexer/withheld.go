@@ -15,6 +15,7 @@ import (
 	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/internal/check"
 	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
 )
@@ -31,7 +32,7 @@ import (
 // Notices owed are kept in badger (/results/withheld/<id>, the pending
 // request's id), so a restart does not forget them, within bounds: per node
 // and hour (WithheldNotices), and in all (maxOwed). A notice carries the
-// node's receipt of the request (results.Receipt, kept in the pending
+// node's receipt of the request (requests.Receipt, kept in the pending
 // request): the coordinator judges none without it.
 
 // Bounds of the notices owed.
@@ -188,7 +189,7 @@ func (ix *Indexer) sendNotice(ctx context.Context, id [16]byte, wo *pb.WithheldO
 		// The node took the request from the coordinator: it is held to
 		// its receipt from now on, as if it had taken it from this
 		// indexer.
-		ix.tookFromCoordinator(id, holder, wo.GetUrl(), results.Receipt{At: v.ReceiptAt, Sig: v.Receipt})
+		ix.tookFromCoordinator(id, holder, wo.GetUrl(), requests.Receipt{At: v.ReceiptAt, Sig: v.Receipt})
 	}
 	ix.dropOwed(id)
 }
@@ -209,7 +210,7 @@ func (ix *Indexer) refusedBy(id [16]byte) peer.ID {
 
 // tookFromCoordinator records in pending request id that node took it,
 // with receipt r, when the coordinator of a refused notice sent it.
-func (ix *Indexer) tookFromCoordinator(id [16]byte, node peer.ID, link string, r results.Receipt) {
+func (ix *Indexer) tookFromCoordinator(id [16]byte, node peer.ID, link string, r requests.Receipt) {
 	now := ix.cfg.now()
 	_, err := ix.pend.change(id, func(pc *pb.PendingCrawl) { setHolder(pc, node, link, r, now) })
 	if err != nil && !closedDB(err) {
@@ -270,7 +271,7 @@ func (ix *Indexer) dueNow(id [16]byte) {
 
 // noteHolders records, in the pending requests of the links res sent, the
 // node each went to, when, and its receipt.
-func (ix *Indexer) noteHolders(res results.SubmitResult) {
+func (ix *Indexer) noteHolders(res requests.SubmitResult) {
 	if len(res.To) == 0 || ix.cfg.attempts <= 1 {
 		return
 	}
@@ -306,7 +307,7 @@ func (ix *Indexer) updateLinks(links []string, f func(i int, pc *pb.PendingCrawl
 // receipt r. The receipt is kept only when it signs pc's link, which a
 // notice names: a request first submitted with a link that is not
 // normalized has none until it is submitted again from pc.
-func setHolder(pc *pb.PendingCrawl, node peer.ID, link string, r results.Receipt, now time.Time) {
+func setHolder(pc *pb.PendingCrawl, node peer.ID, link string, r requests.Receipt, now time.Time) {
 	pc.Holder, pc.SentMs, pc.Receipt, pc.ReceiptMs = []byte(node), now.UnixMilli(), nil, 0
 	pc.RefusedBy, pc.RefusedMs = nil, 0
 	if len(r.Sig) > 0 && link == pc.GetRequest().GetLink() {
@@ -326,11 +327,11 @@ func noteRefusal(pc *pb.PendingCrawl, node peer.ID, now time.Time) {
 // not deliver to the nodes owning their subnets, the node that would not
 // take each and since when (noteRefusal); one not taken now is sent
 // again within notTakenRetry.
-func (ix *Indexer) noteRefusals(res results.SubmitResult) {
+func (ix *Indexer) noteRefusals(res requests.SubmitResult) {
 	if len(res.Failed) == 0 || ix.cfg.attempts <= 1 {
 		return
 	}
-	var failed []results.SubmitFailure // those with the node that would not take them
+	var failed []requests.SubmitFailure // those with the node that would not take them
 	var links []string
 	for _, f := range res.Failed {
 		if f.Node != "" {
@@ -341,7 +342,7 @@ func (ix *Indexer) noteRefusals(res results.SubmitResult) {
 	next := now.Add(ix.notTakenWait()).UnixMilli()
 	err := ix.updateLinks(links, func(i int, pc *pb.PendingCrawl) {
 		noteRefusal(pc, failed[i].Node, now)
-		if errors.Is(failed[i].Err, results.ErrNotTaken) {
+		if errors.Is(failed[i].Err, requests.ErrNotTaken) {
 			pc.NextMs = min(pc.GetNextMs(), next) // sent again sooner (notTakenRetry)
 		}
 	})

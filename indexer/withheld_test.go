@@ -17,6 +17,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/overlay"
+	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
 	"github.com/micra-net/micra/results/resultstest"
@@ -37,21 +38,21 @@ func storedPending(t *testing.T, ix *Indexer, link string) ([16]byte, *pb.Pendin
 	return id, pc
 }
 
-// sentWithReceipts is what results.Submit returns when holder, whose key
+// sentWithReceipts is what requests.Submit returns when holder, whose key
 // is key, took requests for links at at.
-func sentWithReceipts(t *testing.T, key crypto.PrivKey, at time.Time, links ...string) results.SubmitResult {
+func sentWithReceipts(t *testing.T, key crypto.PrivKey, at time.Time, links ...string) requests.SubmitResult {
 	t.Helper()
 	holder, err := peer.IDFromPrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := results.SubmitResult{To: map[string]peer.ID{}, Receipts: map[string]results.Receipt{}}
+	res := requests.SubmitResult{To: map[string]peer.ID{}, Receipts: map[string]requests.Receipt{}}
 	for _, l := range links {
 		sig, err := overlay.SignReceipt(key, l, at)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res.To[l], res.Receipts[l] = holder, results.Receipt{At: at, Sig: sig}
+		res.To[l], res.Receipts[l] = holder, requests.Receipt{At: at, Sig: sig}
 	}
 	return res
 }
@@ -95,7 +96,7 @@ func TestWithheldOwed(t *testing.T) {
 	// No receipt, no notice: the coordinator would judge none. A receipt
 	// of the link as first submitted, not normalized, is not the link a
 	// notice names.
-	for _, res := range []results.SubmitResult{
+	for _, res := range []requests.SubmitResult{
 		{To: map[string]peer.ID{"http://n.example/": holder}},
 		sentWithReceipts(t, key, took, "HTTP://M.example"),
 	} {
@@ -229,19 +230,19 @@ func TestRefusalsOwed(t *testing.T) {
 	}
 	links := []string{"http://a.example/", "http://b.example/", "http://c.example/", "http://d.example/"}
 	ix.keepPending([]crawl.Request{{Link: links[0]}, {Link: links[1]}, {Link: links[2]}, {Link: links[3]}})
-	refused := func(node peer.ID, ls ...string) results.SubmitResult {
-		var res results.SubmitResult
+	refused := func(node peer.ID, ls ...string) requests.SubmitResult {
+		var res requests.SubmitResult
 		for _, l := range ls {
-			res.Failed = append(res.Failed, results.SubmitFailure{Link: l, Err: results.ErrNotTaken, Node: node})
+			res.Failed = append(res.Failed, requests.SubmitFailure{Link: l, Err: requests.ErrNotTaken, Node: node})
 		}
 		return res
 	}
 	ix.noteRefusals(refused(refuser, links...))
-	ix.noteRefusals(results.SubmitResult{Failed: []results.SubmitFailure{{Link: links[2], Err: results.ErrNotTaken}}}) // no owner known: nothing
+	ix.noteRefusals(requests.SubmitResult{Failed: []requests.SubmitFailure{{Link: links[2], Err: requests.ErrNotTaken}}}) // no owner known: nothing
 	// Not taken now: sent again within notTakenRetry, not a patience on;
 	// a request whose node could not be reached waits the patience.
 	ix.keepPending([]crawl.Request{{Link: "http://e.example/"}})
-	ix.noteRefusals(results.SubmitResult{Failed: []results.SubmitFailure{{Link: "http://e.example/", Err: errors.New("dial failed"), Node: refuser}}})
+	ix.noteRefusals(requests.SubmitResult{Failed: []requests.SubmitFailure{{Link: "http://e.example/", Err: errors.New("dial failed"), Node: refuser}}})
 	if _, pc := storedPending(t, ix, links[0]); pc.GetNextMs() != testNow.Add(notTakenRetry).UnixMilli() {
 		t.Errorf("a request not taken is due %v, want %v", time.UnixMilli(pc.GetNextMs()).UTC(), testNow.Add(notTakenRetry))
 	}
@@ -297,7 +298,7 @@ func TestRefusalsOwed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ix.tookFromCoordinator(id, refuser, links[0], results.Receipt{At: now, Sig: sig})
+	ix.tookFromCoordinator(id, refuser, links[0], requests.Receipt{At: now, Sig: sig})
 	if _, pc := storedPending(t, ix, links[0]); peer.ID(pc.GetHolder()) != refuser || pc.GetReceiptMs() != now.UnixMilli() || len(pc.GetRefusedBy()) != 0 {
 		t.Errorf("after the node took it from the coordinator: %+v", pc)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/overlaytest"
-	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/results/resultstest"
 )
 
@@ -141,7 +141,7 @@ func withholding(t *testing.T, refuse bool) {
 			t.Fatalf("submit: %+v; want the refuser's %d failed", res, withheld)
 		}
 		for _, f := range res.Failed {
-			if !errors.Is(f.Err, results.ErrNotTaken) || f.Node != withholder.h.ID() {
+			if !errors.Is(f.Err, requests.ErrNotTaken) || f.Node != withholder.h.ID() {
 				t.Errorf("a request failed: %+v; want not taken by the refuser", f)
 			}
 		}
@@ -250,7 +250,7 @@ func withholdRig(t *testing.T, grace time.Duration) ([]*tnode, *tnode) {
 		// A coordinator sends a node that refused an indexer's request
 		// the request itself, on the crawl protocol, as node does.
 		o := append(slices.Clip(opts), overlay.AskCrawl(func(ctx context.Context, p peer.ID, link string) ([]byte, time.Time) {
-			rs, err := results.SendCrawlReceipts(ctx, all[i].h, p, []crawl.Request{{Link: link}})
+			rs, err := requests.SendCrawlReceipts(ctx, all[i].h, p, []crawl.Request{{Link: link}})
 			if err != nil || rs[0].Sig == nil {
 				return nil, time.Time{}
 			}
@@ -306,8 +306,8 @@ func serveCrawlers(t *testing.T, nodes []*tnode, withholder *tnode, refuse bool)
 			}
 			return taken, take(ctx, from, reqs)
 		}
-		remove, err := results.ServeCrawlRequests(n.h, take, results.Promises(promise),
-			results.Logger(quiet()), results.Egress(egress.Policy{AllowPrivate: true}))
+		remove, err := requests.ServeCrawlRequests(n.h, take, requests.Promises(promise),
+			requests.Logger(quiet()), requests.Egress(egress.Policy{AllowPrivate: true}))
 		if err != nil {
 			t.Fatal(err)
 		}

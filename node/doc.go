@@ -11,16 +11,18 @@
 //   - the libp2p host (overlay.NewHost) on Config.Listen;
 //   - the delegation procedure (overlay/delegate) with Config.Threshold;
 //   - the results outbox (results), the crawler's Sink;
-//   - the crawler, whose Router keeps a discovered URL when the overlay
-//     knows its subnet is delegated here (answered at once; see handon.go)
-//     and whose calibration re-delegates a subnet whose pages got slow;
+//   - the crawler, whose Router (requests.Router) keeps a discovered URL
+//     when the overlay knows its subnet is delegated here (answered at
+//     once) and whose calibration re-delegates a subnet whose pages got
+//     slow;
 //   - the overlay, with the delegator, a prober that times HTTP HEADs from
 //     this node's address through the crawler's fetcher, a refetcher for
 //     audits through the crawler, the declared capacity and load, and the
 //     probing windows;
-//   - the crawl-request protocol, the hand-on loop (the crawler's links for
-//     other nodes to their owners, delegating unknown subnets in the
-//     background) and the dashboard with /metrics.
+//   - the crawl-request handler with its promise policy and the hand-on
+//     loop (the crawler's links for other nodes to their owners,
+//     delegating unknown subnets in the background), all of the requests
+//     package (requests.go wires them), and the dashboard with /metrics.
 //
 // Everything a peer can ask of the node exists before the overlay answers
 // peers, so no handler waits for the node to be built.
@@ -36,6 +38,6 @@
 // crawler, outbox, overlay, host, database), so that the crawler's last
 // batches reach the outbox and nothing stored is lost.
 //
-// node may import overlay, results, indexer, crawl, bootstrap and subnet; nothing of
+// node may import overlay, requests, results, indexer, crawl, bootstrap and subnet; nothing of
 // micra's imports node except cmd/micra and the rigs under internal/.
 package node

@@ -31,6 +31,7 @@ import (
 	"github.com/micra-net/micra/internal/cooldown"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/delegate"
+	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/subnet"
 	"github.com/micra-net/micra/subnet/embedded"
@@ -143,11 +144,12 @@ type Node struct {
 	prev   *subnet.Tree         // the snapshot before the running one, after a restart
 	prevAt time.Time            // and its release's activation
 
-	route     *router
 	joined    chan struct{} // closed when Join succeeded
 	joinOnce  sync.Once
 	keepOnce  sync.Once // starts keepJoined
 	removeReq func()
+	send      *requests.Sender  // crawl requests and watches from this node
+	resolve   requests.Resolver // a host's address: literals as they are, names through the configured DNS
 	dash      *http.Server
 	dashAddr  string
 	dashDone  chan error
@@ -162,7 +164,6 @@ type Node struct {
 	recalAt    *cooldown.Table[subnet.Range] // subnets re-delegated after calibration
 	splitQ     chan crawl.Slow               // far servers waiting for their split
 	cal        *crawl.Calibrator             // the crawler's: its far test confirms a far server's probe
-	judgeRoom  judgeRooms                    // judges' requests given more room (promise.go)
 	judgeEvery time.Duration                 // how often a judge has that room per host: half the withholding grace
 	closeOnce  sync.Once
 	closeErr   error
@@ -256,6 +257,11 @@ func (n *Node) settle() error {
 	if n.opt.resolver == nil && cfg.DNS != "" {
 		n.opt.resolver = crawl.DNSResolver(netip.MustParseAddrPort(cfg.DNS), n.own)
 	}
+	var r crawl.Resolver = net.DefaultResolver
+	if n.opt.resolver != nil {
+		r = n.opt.resolver
+	}
+	n.resolve = requests.NetResolver(r)
 	return nil
 }
 
@@ -293,6 +299,7 @@ func (n *Node) build() error {
 	if n.h, err = overlay.NewHost(n.sk, append(hopts, n.opt.host...)...); err != nil {
 		return err
 	}
+	n.send = requests.NewSender(n.h, n.findPeer, n.log)
 	if n.del, err = delegate.New(append([]delegate.Option{delegate.Threshold(n.threshold),
 		delegate.Logger(n.log.With("subsystem", "delegate"))}, n.opt.delegate...)...); err != nil {
 		return err
@@ -326,7 +333,7 @@ func (n *Node) build() error {
 		// and refetches pages for other coordinators.
 		overlay.WithEvidenceOpener(overlay.EvidenceOpenerFunc(results.OpenEvidence)),
 		overlay.WithRefetcher(overlay.RefetcherFunc(n.refetch)),
-		overlay.AskCrawl(n.askCrawl),
+		overlay.AskCrawl(n.send.AskCrawl),
 		overlay.Logger(n.log.With("subsystem", "overlay")),
 	}
 	if n.own.IsValid() {
@@ -368,11 +375,9 @@ func (n *Node) build() error {
 	if err := n.ob.Start(o); err != nil {
 		return err
 	}
-	if n.removeReq, err = results.ServeCrawlRequests(n.h, n.crawlLocal, results.Egress(n.egressPolicy()), results.Promises(n.promise)); err != nil {
+	if err := n.serveRequests(); err != nil {
 		return err
 	}
-	hand := newHandOn(n)
-	n.wg.Go(func() { hand.run(n.ctx) })
 	n.wg.Go(func() { n.splitLoop(n.ctx) })
 	n.wg.Go(func() { switchLoop(n.ctx, n.log, n.ov, n.switchTo) })
 	return nil
@@ -411,11 +416,10 @@ func (n *Node) buildCrawler(loc *time.Location, windows []crawl.Window) error {
 	bw, _ := ParseSize(cfg.Bandwidth)
 	daily, _ := ParseSize(cfg.DailyTransfer)
 	batchWait, _ := time.ParseDuration(cfg.BatchWait)
-	n.route = &router{cur: &n.cur, self: n.h.ID()}
 	copts := []crawl.Option{
 		crawl.Workers(cfg.Workers, min(cfg.Workers, runtime.GOMAXPROCS(0)), defaultCrawlQueue),
 		crawl.Batching(defaultBatchBytes, batchWait),
-		crawl.Routing(n.route), crawl.Windows(loc, windows...), crawl.Bandwidth(bw, daily),
+		crawl.Routing(requests.NewRouter(liveOverlay{n}, n.h.ID(), n.gone)), crawl.Windows(loc, windows...), crawl.Bandwidth(bw, daily),
 		crawl.Calibration(cal, n.onSlow), crawl.Logger(n.log.With("subsystem", "crawl")),
 	}
 	if limit, _ := ParseSize(cfg.DiskCap); limit > 0 { // validated
@@ -574,8 +578,8 @@ func (n *Node) DashboardAddr() string { return n.dashAddr }
 // Submit sends seed URLs into the overlay: each goes to the node that owns
 // its subnet (delegating the subnet first when nobody does), this one
 // included.
-func (n *Node) Submit(ctx context.Context, reqs ...crawl.Request) (results.SubmitResult, error) {
-	return results.Submit(ctx, n.ov(), reqs, results.LocalCrawl(n.crawlLocal), results.Resolve(n.resolveHost))
+func (n *Node) Submit(ctx context.Context, reqs ...crawl.Request) (requests.SubmitResult, error) {
+	return requests.Submit(ctx, n.ov(), reqs, requests.LocalCrawl(n.crawlLocal), requests.Resolve(n.resolve))
 }
 
 // Close stops the node in order — dashboard, background work, crawler
@@ -676,25 +680,6 @@ func (n *Node) crawlLocal(ctx context.Context, from peer.ID, reqs []crawl.Reques
 	return n.cr.Submit(ctx, reqs...)
 }
 
-// askCrawlTimeout bounds a coordinator's crawl request to a node that
-// refused an indexer's (overlay.AskCrawl).
-const askCrawlTimeout = 30 * time.Second
-
-// askCrawl sends p, as the coordinator of a refused withholding notice, a
-// crawl request for link (the page only) and returns p's receipt, or nil
-// when p did not take it.
-func (n *Node) askCrawl(ctx context.Context, p peer.ID, link string) ([]byte, time.Time) {
-	ctx, cancel := context.WithTimeout(ctx, askCrawlTimeout)
-	defer cancel()
-	n.findAddrs(ctx, p)
-	rs, err := results.SendCrawlReceipts(ctx, n.h, p, []crawl.Request{{Link: link}})
-	if err != nil || len(rs) != 1 || rs[0].Sig == nil {
-		n.log.Debug("a node did not take a coordinator's crawl request", "peer", p, "url", link, "error", err)
-		return nil, time.Time{}
-	}
-	return rs[0].Sig, rs[0].At
-}
-
 // probe answers a coordinator's probe request: timed HTTP HEADs from this
 // node's address, the least of a few.
 func (n *Node) probe(ctx context.Context, u string) (time.Duration, error) {
@@ -707,7 +692,7 @@ func (n *Node) probe(ctx context.Context, u string) (time.Duration, error) {
 		rtt = time.Duration(float64(rtt) / f)
 	}
 	if pu, perr := url.Parse(u); perr == nil {
-		if a, aerr := n.resolveHost(ctx, pu.Hostname()); aerr == nil {
+		if a, aerr := n.resolve(ctx, pu.Hostname()); aerr == nil {
 			t := n.snapshot()
 			n.probeRTT.put(t.Range(t.SmallestNonUnary(a)), rtt)
 		}
@@ -767,15 +752,6 @@ const (
 	recalibrateGap    = 10 * time.Minute
 	maxRecalibrations = 4096
 )
-
-// resolveHost resolves a host name (or IP literal) to one address.
-func (n *Node) resolveHost(ctx context.Context, host string) (netip.Addr, error) {
-	var r crawl.Resolver = net.DefaultResolver
-	if n.opt.resolver != nil {
-		r = n.opt.resolver
-	}
-	return crawl.LookupAddr(ctx, r, host)
-}
 
 // load is what the node declares to coordinators: its capacity and its
 // current load, both in pages per day (the load measured over the last

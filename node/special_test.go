@@ -18,7 +18,7 @@ import (
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/node"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/results"
+	"github.com/micra-net/micra/requests"
 )
 
 // intranet is egresstest.Resolve as a crawl.Resolver.
@@ -95,7 +95,7 @@ func TestNodeRefusesSpecial(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range cases {
-		_, err := results.SendCrawlReceipts(ctx, h, n.ID(), []crawl.Request{{Link: c.URL(), Depth: 1}})
+		_, err := requests.SendCrawlReceipts(ctx, h, n.ID(), []crawl.Request{{Link: c.URL(), Depth: 1}})
 		if err == nil || !strings.Contains(err.Error(), c.Class) {
 			t.Errorf("%s: crawl request = %v, want a refusal naming %q", c.Name, err, c.Class)
 		}

@@ -40,7 +40,7 @@ import (
 // win it again once the exclusion ends, or win others by delivering.
 //
 // A node can also refuse the requests: answer that it would not crawl
-// them now (results.ErrNotTaken), or let its crawl protocol fail. There
+// them now (requests.ErrNotTaken), or let its crawl protocol fail. There
 // is no receipt then. An indexer whose request a node refused through its
 // patience sends a refused notice (WithheldNotice.Refused); the
 // coordinator, which hears nothing but the indexer's word, sends the node

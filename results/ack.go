@@ -5,15 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-msgio/pbio"
-	"github.com/multiformats/go-multistream"
 
+	"github.com/micra-net/micra/internal/p2pstream"
 	"github.com/micra-net/micra/overlay"
 	opb "github.com/micra-net/micra/overlay/pb"
 )
@@ -47,7 +45,7 @@ func ServeAcks(h host.Host, log *slog.Logger, handle func(ctx context.Context, f
 
 func serveAck(ctx context.Context, log *slog.Logger, s network.Stream, handle func(context.Context, peer.ID, []BatchRef) error) {
 	from := s.Conn().RemotePeer()
-	if !acceptStream(log, s, AckID, svcAck, 2*maxAckMsg, ackDeadline) {
+	if !p2pstream.Accept(log, s, AckID, svcAck, 2*maxAckMsg, ackDeadline) {
 		return
 	}
 	defer s.Scope().ReleaseMemory(2 * maxAckMsg)
@@ -104,61 +102,13 @@ func decodeAck(m *opb.Message) ([]BatchRef, error) {
 	return refs, nil
 }
 
-// acceptStream puts an incoming stream of protocol id in service svc,
-// reserves mem bytes for it (the caller releases them) and sets its
-// deadline d from now. It resets the stream and reports false when the
-// resource manager refuses.
-func acceptStream(log *slog.Logger, s network.Stream, id protocol.ID, svc string, mem int, d time.Duration) bool {
-	from := s.Conn().RemotePeer()
-	if err := s.Scope().SetService(svc); err != nil {
-		log.Debug("stream refused by resource manager", "peer", from, "protocol", id, "error", err)
-		s.Reset()
-		return false
-	}
-	if err := s.Scope().ReserveMemory(mem, network.ReservationPriorityAlways); err != nil {
-		log.Debug("stream memory refused", "peer", from, "protocol", id, "error", err)
-		s.Reset()
-		return false
-	}
-	_ = s.SetDeadline(time.Now().Add(d))
-	return true
-}
-
-// openStream opens a stream of protocol id to p (relayed connections
-// allowed) in service svc, with the stream's deadline at most d away; a peer
-// that does not speak id is overlay.ErrUnsupportedProtocol.
-func openStream(ctx context.Context, h host.Host, p peer.ID, id protocol.ID, svc string, d time.Duration) (network.Stream, error) {
-	ctx = network.WithAllowLimitedConn(ctx, "micra")
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	s, err := h.NewStream(ctx, p, id)
-	if err != nil {
-		var se *network.StreamError
-		if errors.Is(err, multistream.ErrNotSupported[protocol.ID]{}) ||
-			(errors.As(err, &se) && se.Remote && se.ErrorCode == network.StreamProtocolNegotiationFailed) {
-			return nil, fmt.Errorf("%s: %w %s", p, overlay.ErrUnsupportedProtocol, id)
-		}
-		return nil, err
-	}
-	if err := s.Scope().SetService(svc); err != nil {
-		s.Reset()
-		return nil, err
-	}
-	dl := time.Now().Add(d)
-	if t, ok := ctx.Deadline(); ok && t.Before(dl) {
-		dl = t
-	}
-	_ = s.SetDeadline(dl)
-	return s, nil
-}
-
 // SendAck acknowledges refs to their author p and waits for its answer; a
 // refusal because p does not know this indexer yet is overlay.ErrUnavailable.
 func SendAck(ctx context.Context, h host.Host, p peer.ID, refs []BatchRef) error {
 	if len(refs) == 0 || len(refs) > maxAckBatches {
 		return fmt.Errorf("ack: %w: %d batches (1 to %d)", ErrMalformed, len(refs), maxAckBatches)
 	}
-	s, err := openStream(ctx, h, p, AckID, svcAck, ackDeadline)
+	s, err := p2pstream.Open(ctx, h, p, AckID, svcAck, ackDeadline)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,8 @@
-// Package results carries crawl results from volunteers to indexers and
-// URLs to the nodes that crawl them: the node's persistent outbox, the
-// signed result batch envelope, the result and indexer topics, the
-// acknowledgement protocol, and crawl requests to the nodes owning the
-// requested subnets. The indexer package is the receiving end.
+// Package results carries crawl results from volunteers to indexers: the
+// node's persistent outbox, the signed result batch envelope, the result
+// and indexer topics, and the acknowledgement protocol. The indexer
+// package is the receiving end; URLs travel the other way in the requests
+// package.
 //
 // # Node side
 //
@@ -44,38 +44,7 @@
 // JoinTopic (the validator: OpenEnvelope), verifies what it takes against
 // the signed header and acknowledges it with SendAck.
 //
-// # Crawl requests
-//
-// Submit sends seed URLs with a depth to the nodes owning their subnets
-// (overlay Resolve, or Delegate for a subnet not delegated yet) over
-// CrawlID; SendCrawlReceipts sends requests to one known owner (a node
-// hands its crawler's links on with it) and returns its receipts;
-// ServeCrawlRequests is the node's handler,
-// which hands them to the crawler. CrawlID is the one URL-delivery
-// protocol between nodes.
-//
-// Receipts: Submit asks the owner for a receipt of each request
-// it takes, the owner's signature of the link and the time it took it
-// (overlay.SignReceipt), and a frame whose receipts are missing, not the
-// owner's, of other links or dated more than ten minutes off the sender's
-// clock counts as not delivered (SubmitResult.Receipts). An indexer keeps
-// each receipt with its pending request: a withholding notice is judged
-// only on one (overlay.Withheld). So a node signs only for the requests it
-// can crawl in time (Promises; crawl.Crawler.Promise): the others get an
-// empty receipt, and Submit fails them with ErrNotTaken, to be sent again.
-//
-// Watches (watch.go): a node reports a sample of the links it handed on,
-// each with its owner's receipt (SendCrawlReceipts), to the indexers of
-// their result shards (SendWatches, WatchID; ServeWatches is the
-// indexer's handler), which keep them as their own crawl requests.
-//
-// Special-purpose addresses are refused where they enter: Submit
-// refuses a seed whose host is one (an IP literal, or localhost) or
-// resolves to one, under the overlay's egress policy, before any
-// delegation; ServeCrawlRequests refuses a frame with a request whose host
-// is one, under its Egress policy. Each refusal names the URL, the address
-// and its registry entry, and wraps egress.ErrSpecialPurpose.
-//
-// results imports overlay, crawl, egress, subnet and libp2p; it must not import
-// indexer, node or cmd.
+// results imports overlay, crawl, subnet and libp2p; it must not import
+// requests, indexer, node or cmd (results/pb imports requests/pb: a
+// pending crawl stored by an indexer holds a crawl request).
 package results

@@ -29,8 +29,4 @@ var (
 	// ErrNotIndexer: an acknowledgement from a peer that has not announced
 	// itself as an indexer (or is not trusted).
 	ErrNotIndexer = errors.New("peer is not a known indexer")
-	// ErrNotTaken: the node owning a request's subnet did not take it
-	// now (it would not crawl it in time: its queue for the host is
-	// full, or it is not crawling); it may be sent again later.
-	ErrNotTaken = errors.New("crawl request not taken now")
 )

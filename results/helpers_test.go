@@ -5,10 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/peer"
-
-	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay/overlaytest"
 	"github.com/micra-net/micra/subnet"
 )
@@ -18,29 +14,3 @@ func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func sid(t testing.TB) subnet.SnapshotID { return overlaytest.Tree(t).ID() }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
-
-// hostsJoined returns n hosts on net, the first connected to the others.
-func hostsJoined(t *testing.T, net *p2ptest.Net, n int) []host.Host {
-	t.Helper()
-	hs := make([]host.Host, n)
-	for i := range hs {
-		hs[i] = net.Host(t, nil, p2ptest.Addr(i))
-	}
-	for _, h := range hs[1:] {
-		if err := hs[0].Connect(t.Context(), peer.AddrInfo{ID: h.ID(), Addrs: h.Addrs()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return hs
-}
-
-// serveCrawl has h take crawl requests with f and opts (quietly) until the
-// test ends.
-func serveCrawl(t *testing.T, h host.Host, f CrawlHandler, opts ...Option) {
-	t.Helper()
-	remove, err := ServeCrawlRequests(h, f, append([]Option{Logger(quiet())}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(remove)
-}

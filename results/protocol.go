@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/protocol"
-
-	"github.com/micra-net/micra/overlay"
 )
 
 // Pubsub topics and the stream protocol of result delivery. Topics carry a
@@ -19,10 +17,6 @@ const (
 	// TopicResults carries the signed result envelopes of an unsharded
 	// network; a sharded one has a topic per shard (Topic).
 	TopicResults = "/micra/results/1"
-
-	// CrawlID: crawl requests (seed URLs with a depth, WebRACE's full
-	// request) to the node that owns their subnet.
-	CrawlID protocol.ID = "/micra/crawl/1.0.0"
 
 	// AckID: an indexer acknowledges result batches to their author.
 	AckID protocol.ID = "/micra/ack/1.0.0"
@@ -39,11 +33,8 @@ func Topic(shard, shards uint32) string {
 	return fmt.Sprintf("/micra/results/%d-of-%d/1", shard, shards)
 }
 
-// Wire version of pb.Envelope, pb.Announce and pb.CrawlMessage.
+// Wire version of pb.Envelope and pb.Announce.
 const wireVersion = 1
-
-// MaxCrawlRequests is the most crawl requests one CRAWL frame carries.
-const MaxCrawlRequests = 256
 
 // signPrefix is what a batch signature covers before the header, so that a
 // signature over a header can never be taken for one over anything else.
@@ -74,16 +65,6 @@ const (
 	maxAnnounceMsg = 2 << 10  // a pb.Announce with 16 addresses
 	maxAnnAddrs    = 16
 	clockSkew      = 10 * time.Minute // how far in the future a timestamp may be
-
-	maxCrawlMsg    = 1 << 20                                            // a crawl request frame: up to MaxCrawlRequests of ≤ 2 KiB URLs
-	maxCrawlAck    = MaxCrawlRequests*(overlay.MaxReceiptSig+4) + 1<<10 // its answer: a receipt a request
-	maxURLLen      = 2048
-	maxOwners      = 16
-	maxOwnerLen    = 256
-	maxDepth       = 64
-	crawlDeadline  = 10 * time.Second // the handler only queues the requests
-	svcCrawl       = "micra.crawl"
-	crawlStreamMem = 2 * maxCrawlMsg
 
 	maxAckMsg     = 64 << 10 // up to maxAckBatches references of ~80 bytes
 	maxAckBatches = 512

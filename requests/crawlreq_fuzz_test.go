@@ -1,11 +1,11 @@
-package results
+package requests
 
 import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/micra-net/micra/results/pb"
+	"github.com/micra-net/micra/requests/pb"
 )
 
 // FuzzDecodeCrawl feeds arbitrary bytes to the decoder of /micra/crawl

@@ -1,4 +1,4 @@
-package results
+package requests
 
 import (
 	"context"
@@ -16,153 +16,10 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/egress"
+	"github.com/micra-net/micra/internal/p2pstream"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/results/pb"
+	"github.com/micra-net/micra/requests/pb"
 )
-
-// SubmitResult says where Submit's crawl requests went.
-type SubmitResult struct {
-	Sent map[peer.ID]int    // requests accepted by each owning node (this peer included when LocalCrawl took them)
-	To   map[string]peer.ID // the node each accepted request went to, by its link as submitted
-	// Receipts are the receipts of the requests another node took, by
-	// link as submitted: each verified, signed by the node in To.
-	Receipts map[string]Receipt
-	Failed   []SubmitFailure
-}
-
-// Receipt is a node's receipt of a crawl request: its signature of the
-// request's link at At (overlay.SignReceipt), by its own clock. A
-// withholding notice carries it (overlay.WithheldNotice). Sig is nil for
-// a request the node did not take (SendCrawlReceipts).
-type Receipt struct {
-	At  time.Time
-	Sig []byte
-}
-
-// SubmitFailure is one request Submit could not deliver. Err wraps
-// egress.ErrSpecialPurpose when the request was refused: its host is, or
-// resolves to, a special-purpose address the overlay's policy refuses;
-// ErrNotTaken when the owner did not take it now (it would not crawl it in
-// time; send it again later). Node is the node owning the request's
-// subnet when it was known (the request was sent to it, or it would not
-// take it), empty when not.
-type SubmitFailure struct {
-	Link string
-	Err  error
-	Node peer.ID
-}
-
-// Submit sends runtime crawl requests (seed URLs with a depth) into the
-// overlay: each goes to the node that owns the subnet of its host's
-// address, found with o.Resolve or, for a subnet not delegated yet,
-// o.Delegate (which runs the delegation procedure). Requests for subnets
-// delegated to this peer go to the LocalCrawl handler. Hosts are resolved
-// with Resolve (default: the system resolver). A request whose host is,
-// or resolves to, an address the overlay's egress policy refuses
-// (loopback, private, link-local...: overlay.Egress) is refused before
-// any delegation, with an error naming the address and its registry entry.
-// It returns an error only when ctx ends; per-request failures are in the
-// result.
-func Submit(ctx context.Context, o *overlay.Overlay, reqs []crawl.Request, opts ...Option) (SubmitResult, error) {
-	cfg := defaultConfig()
-	for _, opt := range opts {
-		if err := opt(&cfg); err != nil {
-			return SubmitResult{}, err
-		}
-	}
-	res := SubmitResult{Sent: map[peer.ID]int{}, To: map[string]peer.ID{}, Receipts: map[string]Receipt{}}
-	groups := map[peer.ID][]crawl.Request{}
-	var order []peer.ID
-	for _, r := range reqs {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
-		node, err := owner(ctx, o, &cfg, r)
-		if err != nil {
-			res.Failed = append(res.Failed, SubmitFailure{Link: r.Link, Err: err})
-			continue
-		}
-		if _, ok := groups[node]; !ok {
-			order = append(order, node)
-		}
-		groups[node] = append(groups[node], r)
-	}
-	self := o.Host().ID()
-	for _, node := range order {
-		g := groups[node]
-		for len(g) > 0 {
-			chunk := g[:min(len(g), MaxCrawlRequests)]
-			g = g[len(chunk):]
-			var err error
-			var receipts []Receipt
-			switch {
-			case node == self && cfg.crawlLocal == nil:
-				err = fmt.Errorf("%w: the subnet is delegated to this peer, which does not crawl", overlay.ErrUnavailable)
-			case node == self:
-				err = cfg.crawlLocal(ctx, self, chunk)
-			default:
-				receipts, err = sendCrawlFrame(ctx, o.Host(), node, chunk, allReceipts)
-			}
-			if err != nil {
-				for _, r := range chunk {
-					res.Failed = append(res.Failed, SubmitFailure{Link: r.Link, Err: fmt.Errorf("to %s: %w", node, err), Node: node})
-				}
-				continue
-			}
-			res.note(node, chunk, receipts)
-		}
-	}
-	return res, ctx.Err()
-}
-
-// note records that node acknowledged reqs, with receipts (nil when none
-// were asked for): each request it did not take fails with ErrNotTaken.
-func (res *SubmitResult) note(node peer.ID, reqs []crawl.Request, receipts []Receipt) {
-	for i, r := range reqs {
-		if receipts != nil && receipts[i].Sig == nil {
-			res.Failed = append(res.Failed, SubmitFailure{Link: r.Link, Err: fmt.Errorf("to %s: %w", node, ErrNotTaken), Node: node})
-			continue
-		}
-		res.Sent[node]++
-		res.To[r.Link] = node
-		if receipts != nil {
-			res.Receipts[r.Link] = receipts[i]
-		}
-	}
-}
-
-// owner returns the node owning the subnet of r's host.
-func owner(ctx context.Context, o *overlay.Overlay, cfg *config, r crawl.Request) (peer.ID, error) {
-	if err := CheckRequest(r); err != nil {
-		return "", err
-	}
-	u, _ := url.Parse(r.Link)
-	policy := o.EgressPolicy()
-	if err := policy.CheckHost(u.Hostname()); err != nil {
-		return "", err
-	}
-	addr, err := cfg.resolve(ctx, u.Hostname())
-	if err != nil {
-		return "", fmt.Errorf("resolving %s: %w", u.Hostname(), err)
-	}
-	if err := policy.CheckAddr(addr); err != nil {
-		return "", fmt.Errorf("host %s resolves to %s: %w", u.Hostname(), addr, err)
-	}
-	if cfg.fresh {
-		t := o.Tree()
-		o.Invalidate(t.Range(t.SmallestNonUnary(addr)))
-	}
-	d, ok, err := o.Resolve(ctx, addr)
-	if err != nil {
-		return "", fmt.Errorf("resolving the delegation of %v: %w", addr, err)
-	}
-	if !ok {
-		if d, err = o.Delegate(ctx, r.Link, addr); err != nil {
-			return "", fmt.Errorf("delegating the subnet of %v: %w", addr, err)
-		}
-	}
-	return d.Node, nil
-}
 
 // CheckRequest applies the protocol's bounds to one request.
 func CheckRequest(r crawl.Request) error {
@@ -243,7 +100,7 @@ func sendCrawlFrame(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Re
 // exchange sends m to p on protocol id and returns its CRAWL_ACK (of at
 // most limit bytes); an ERROR answer is an error naming the peer's words.
 func exchange(ctx context.Context, h host.Host, p peer.ID, id protocol.ID, svc string, d time.Duration, m *pb.CrawlMessage, limit int) (*pb.CrawlMessage, error) {
-	s, err := openStream(ctx, h, p, id, svc, d)
+	s, err := p2pstream.Open(ctx, h, p, id, svc, d)
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +197,7 @@ func checkReceipts(p peer.ID, reqs []crawl.Request, resp *pb.CrawlMessage, now t
 // returned function to remove the handler.
 func ServeCrawlRequests(h host.Host, f CrawlHandler, opts ...Option) (remove func(), err error) {
 	if h == nil || f == nil {
-		return nil, errors.New("results: crawl requests need a host and a handler")
+		return nil, errors.New("requests: crawl requests need a host and a handler")
 	}
 	return serveFrames(h, frameProto{CrawlID, svcCrawl, crawlStreamMem, maxCrawlMsg, crawlDeadline}, opts,
 		func(ctx context.Context, cfg *config, from peer.ID, m *pb.CrawlMessage, s network.Stream) {
@@ -389,16 +246,14 @@ type frameProto struct {
 // returned function to remove the handler.
 func serveFrames(h host.Host, fp frameProto, opts []Option,
 	handle func(ctx context.Context, cfg *config, from peer.ID, m *pb.CrawlMessage, s network.Stream)) (func(), error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.SetStreamHandler(fp.id, func(s network.Stream) {
 		from := s.Conn().RemotePeer()
-		if !acceptStream(cfg.log, s, fp.id, fp.svc, fp.mem, fp.d) {
+		if !p2pstream.Accept(cfg.log, s, fp.id, fp.svc, fp.mem, fp.d) {
 			return
 		}
 		defer s.Scope().ReleaseMemory(fp.mem)

@@ -1,4 +1,4 @@
-package results
+package requests
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/results/pb"
+	"github.com/micra-net/micra/requests/pb"
 	"github.com/micra-net/micra/results/resultstest"
 )
 

@@ -1,4 +1,4 @@
-package results
+package requests
 
 import (
 	"context"
@@ -9,11 +9,10 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/results/pb"
+	"github.com/micra-net/micra/requests/pb"
 )
 
 // Watches. A node hands the links it finds in other nodes'
@@ -27,23 +26,6 @@ import (
 // within its patience it tells the subnet's coordinator, with the receipt
 // as evidence, and submits the link again. The owner cannot tell the
 // watched links from the others: it signs a receipt of every link.
-
-// WatchID: links handed on, with their owners' receipts, to an indexer.
-const WatchID protocol.ID = "/micra/watch/1.0.0"
-
-// Bounds of watches.
-const (
-	// MaxWatches is the most watches one WATCH frame carries.
-	MaxWatches = 64
-	// MaxWatchAge is how old a watch's receipt may be when an indexer
-	// takes it.
-	MaxWatchAge = time.Hour
-
-	maxWatchMsg    = MaxWatches*(maxURLLen+overlay.MaxReceiptSig+128) + 1<<10
-	watchDeadline  = 10 * time.Second
-	svcWatch       = "micra.watch"
-	watchStreamMem = 2 * maxWatchMsg
-)
 
 // Watch is a link handed on to Holder, which took it with Receipt.
 type Watch struct {
@@ -61,7 +43,7 @@ type WatchHandler func(ctx context.Context, from peer.ID, ws []Watch) error
 // checked against the protocol's bounds first), and returns once p
 // answered every frame with its receipt of each request, dated within ten
 // minutes of this peer's clock; a request p did not take
-// (results.Promises) has a receipt with a nil Sig, and may be sent again
+// (Promises) has a receipt with a nil Sig, and may be sent again
 // later. One receipt p signed in each frame, at random, is verified (p's
 // signature of its link), so an owner that does not sign fails every frame
 // and one that signs some wrongly fails as often; a receipt kept for
@@ -98,7 +80,7 @@ func SendWatches(ctx context.Context, h host.Host, p peer.ID, ws []Watch) error 
 // the handler.
 func ServeWatches(h host.Host, f WatchHandler, opts ...Option) (remove func(), err error) {
 	if h == nil || f == nil {
-		return nil, errors.New("results: watches need a host and a handler")
+		return nil, errors.New("requests: watches need a host and a handler")
 	}
 	return serveFrames(h, frameProto{WatchID, svcWatch, watchStreamMem, maxWatchMsg, watchDeadline}, opts,
 		func(ctx context.Context, cfg *config, from peer.ID, m *pb.CrawlMessage, s network.Stream) {

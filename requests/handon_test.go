@@ -1,4 +1,4 @@
-package node
+package requests
 
 import (
 	"context"
@@ -18,7 +18,6 @@ import (
 	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/internal/p2ptest"
 	"github.com/micra-net/micra/overlay"
-	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -89,7 +88,11 @@ type fakeOwners struct {
 	held       map[subnet.Range]peer.ID // what the coordinators would answer
 	delegateTo peer.ID
 	delegated  map[subnet.Range]int
+	policy     egress.Policy
 }
+
+func (f *fakeOwners) EgressPolicy() egress.Policy { return f.policy }
+func (f *fakeOwners) Tree() *subnet.Tree          { return f.tree }
 
 func (f *fakeOwners) rng(a netip.Addr) subnet.Range { return f.tree.Range(f.tree.SmallestNonUnary(a)) }
 
@@ -147,8 +150,11 @@ func TestHandOn(t *testing.T) {
 		link := func(i int, a netip.Addr) crawl.Outlink {
 			return crawl.Outlink{Request: crawl.Request{Link: "http://h" + string(rune('a'+i)) + ".test/", Depth: 1}, Addr: a}
 		}
+		// The emulated Internet's sites, 127.0.0.0/15, are allowed; the
+		// rest of 127/8 is loopback.
+		policy := egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/15")}}
 		fo := &fakeOwners{tree: tree, cache: map[subnet.Range]overlay.Delegation{}, held: map[subnet.Range]peer.ID{},
-			delegateTo: late, delegated: map[subnet.Range]int{}}
+			delegateTo: late, delegated: map[subnet.Range]int{}, policy: policy}
 		fo.held[fo.rng(addr(0, 1))] = owner
 		fo.held[fo.rng(addr(0, 2))] = self
 		fo.held[fo.rng(addr(0, 3))] = down
@@ -161,12 +167,8 @@ func TestHandOn(t *testing.T) {
 		downUp := false
 		attempts := map[peer.ID]int{}
 		joined := make(chan struct{})
-		// The emulated Internet's sites, 127.0.0.0/15, are allowed; the
-		// rest of 127/8 is loopback.
-		policy := egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/15")}}
-		h := &handOn{store: st, owners: fo, self: self, tree: func() *subnet.Tree { return tree }, log: slog.New(slog.DiscardHandler), joined: joined,
-			refuse: policy.CheckAddr,
-			send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]results.Receipt, error) {
+		h := &HandOn{store: st, ov: fo, self: self, log: slog.New(slog.DiscardHandler), joined: joined,
+			send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]Receipt, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				attempts[p]++
@@ -182,7 +184,7 @@ func TestHandOn(t *testing.T) {
 			asked: map[subnet.Range]time.Time{}, failed: map[peer.ID]backoff{}}
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
-		go func() { h.run(ctx); close(done) }()
+		go func() { h.Run(ctx); close(done) }()
 
 		// Stored before the node joined: nothing moves until it has.
 		tooDeep := link(7, addr(0, 1))
@@ -267,34 +269,34 @@ func TestHandOn(t *testing.T) {
 // under mu.
 type ownerRig struct {
 	mu      sync.Mutex
-	h       *handOn
+	h       *HandOn
 	st      *memStore
 	owner   peer.ID
 	a       netip.Addr
-	watched []results.Watch
+	watched []Watch
 }
 
-func newOwnerRig(tree *subnet.Tree, receipts func(reqs []crawl.Request) []results.Receipt, pick func(n int) int) *ownerRig {
+func newOwnerRig(tree *subnet.Tree, receipts func(reqs []crawl.Request) []Receipt, pick func(n int) int) *ownerRig {
 	r := &ownerRig{st: &memStore{stored: make(chan struct{}, 1)}, owner: peer.ID("owner"), a: netip.AddrFrom4([4]byte{127, 0, 1, 9})}
 	fo := &fakeOwners{tree: tree, cache: map[subnet.Range]overlay.Delegation{}, held: map[subnet.Range]peer.ID{},
-		delegated: map[subnet.Range]int{}}
+		delegated: map[subnet.Range]int{}, policy: egress.Policy{AllowPrivate: true}}
 	fo.held[fo.rng(r.a)] = r.owner
 	_, _, _ = fo.Resolve(context.Background(), r.a)
 	joined := make(chan struct{})
 	close(joined)
-	r.h = &handOn{store: r.st, owners: fo, self: peer.ID("self"), tree: func() *subnet.Tree { return tree }, log: slog.New(slog.DiscardHandler), joined: joined,
-		send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]results.Receipt, error) {
+	r.h = &HandOn{store: r.st, ov: fo, self: peer.ID("self"), log: slog.New(slog.DiscardHandler), joined: joined,
+		send: func(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]Receipt, error) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			return receipts(reqs), nil
 		},
-		watch: func(ctx context.Context, w results.Watch) error {
+		watch: func(ctx context.Context, w Watch) error {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.watched = append(r.watched, w)
 			return nil
 		},
-		watches: make(chan results.Watch, watchQueue),
+		watches: make(chan Watch, watchQueue),
 		rng: func(n int) int {
 			if n == watchEvery {
 				return 0
@@ -312,7 +314,7 @@ func newOwnerRig(tree *subnet.Tree, receipts func(reqs []crawl.Request) []result
 func (r *ownerRig) run(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { r.h.run(ctx); close(done) }()
+	go func() { r.h.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
 
@@ -328,10 +330,10 @@ func (r *ownerRig) frame(names ...string) {
 }
 
 // signAll answers a receipt of each request.
-func signAll(reqs []crawl.Request) []results.Receipt {
-	rs := make([]results.Receipt, len(reqs))
+func signAll(reqs []crawl.Request) []Receipt {
+	rs := make([]Receipt, len(reqs))
 	for i, r := range reqs {
-		rs[i] = results.Receipt{At: time.Now(), Sig: []byte("sig of " + r.Link)}
+		rs[i] = Receipt{At: time.Now(), Sig: []byte("sig of " + r.Link)}
 	}
 	return rs
 }
@@ -345,7 +347,7 @@ func TestHandOnWatches(t *testing.T) {
 	tree := p2ptest.Tree(t)
 	p2ptest.Bubble(t, func(t *testing.T) {
 		withReceipts := true
-		r := newOwnerRig(tree, func(reqs []crawl.Request) []results.Receipt {
+		r := newOwnerRig(tree, func(reqs []crawl.Request) []Receipt {
 			if !withReceipts {
 				return nil
 			}
@@ -390,11 +392,11 @@ func TestHandOnNotTaken(t *testing.T) {
 	tree := p2ptest.Tree(t)
 	p2ptest.Bubble(t, func(t *testing.T) {
 		full := true // the owner's queue for host "full" is full
-		r := newOwnerRig(tree, func(reqs []crawl.Request) []results.Receipt {
+		r := newOwnerRig(tree, func(reqs []crawl.Request) []Receipt {
 			rs := signAll(reqs)
 			for i, q := range reqs {
 				if full && strings.Contains(q.Link, "full") {
-					rs[i] = results.Receipt{}
+					rs[i] = Receipt{}
 				}
 			}
 			return rs

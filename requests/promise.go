@@ -1,10 +1,9 @@
-package node
+package requests
 
 import (
 	"context"
 	"net/netip"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,10 +20,11 @@ import (
 // to the indexer.
 const promiseHorizon = 15 * time.Minute
 
-// promise takes the crawl requests whose senders want receipts: only
-// those the crawler can fetch within promiseHorizon (crawl.Crawler.Promise).
-// A link another node hands on whose page is fresh (crawl.Crawler.Fresh:
-// fetched within the revisit minimum, its record sent) is taken without
+// NewPromiser returns the promise policy (Promises) over c: it takes
+// only the crawl requests the crawler can fetch within promiseHorizon
+// (crawl.Crawler.Promise). A link another node hands on whose page is
+// fresh (crawl.Crawler.Fresh: fetched within the revisit minimum, its
+// record sent) is taken without
 // queueing it again: the indexers have its record, and a refetch would
 // take a new page's room; an indexer of the link's result shard asks for
 // a page because it lacks the record, so its requests are queued, with
@@ -36,38 +36,41 @@ const promiseHorizon = 15 * time.Minute
 // pace of a host's delay (Promise counts half of it) that is still within
 // the two graces before a judgment. A judge has that room once in half a
 // grace per host: a coordinator asks for one page of a host per grace
-// (overlay/withhold.go), and a judge that sent lone requests as fast as
+// (overlay/withheldserve.go), and a judge that sent lone requests as fast as
 // the node took them would otherwise fill the room for everyone's judges.
 // The crawler counts the requests by the place of their sender
 // (overlay.PlaceKey; every sender whose place is unknown, relayed, as
 // one), and one place holds at most three quarters of a host's room (a
 // place with none queued may take one beyond it, within a reserve), so
 // that a peer keeping the room full leaves the others a part of it.
-func (n *Node) promise(ctx context.Context, from peer.ID, reqs []crawl.Request) ([]bool, error) {
-	return promiser{
-		rooms:   &n.judgeRoom,
-		every:   n.judgeEvery,
-		promise: n.cr.Promise,
-		fresh:   n.cr.Fresh,
-		indexer: func(p peer.ID, link string) bool {
-			u, err := url.Parse(link)
-			return err == nil && slices.Contains(n.ob.IndexersFor(u.Hostname()), p)
-		},
-		resolve: n.resolveHost,
-		judges:  func(ctx context.Context, a netip.Addr, p peer.ID) bool { return n.ov().Judges(ctx, a, p) },
-		place: func(p peer.ID) string {
-			if k := n.ov().PlaceKey(p); k != "" {
+func NewPromiser(c PromiseConfig) PromiseHandler {
+	pr := promiser{rooms: &judgeRooms{}, every: c.JudgeEvery, promise: c.Promise, fresh: c.Fresh, indexer: c.Indexer,
+		resolve: c.Resolve, judges: c.Judges, place: func(p peer.ID) string {
+			if k := c.Place(p); k != "" {
 				return k
 			}
 			return "unknown"
-		},
-	}.take(ctx, from, reqs)
+		}}
+	return pr.take
 }
 
-// promiser is promise over its parts: the crawler's Promise and Fresh,
-// who is an indexer of a link's result shard, how the node resolves a
-// host, who judges a subnet, when each judge last had the room for
-// judges (at most once in every), and the place a sender is counted by.
+// PromiseConfig is what the promise policy asks of the node: its
+// crawler's Promise and Fresh, who is an indexer of a link's result shard,
+// how the node resolves a host, who judges a subnet, and the place a
+// sender is counted by ("" when unknown). Each must be safe for
+// concurrent use.
+type PromiseConfig struct {
+	JudgeEvery time.Duration // how often a judge has a host's room: half the withholding grace
+	Promise    func(ctx context.Context, horizon time.Duration, from string, reqs ...crawl.Request) ([]bool, error)
+	Fresh      func(link string) bool
+	Indexer    func(p peer.ID, link string) bool
+	Resolve    Resolver
+	Judges     func(ctx context.Context, a netip.Addr, p peer.ID) bool
+	Place      func(p peer.ID) string
+}
+
+// promiser is the promise policy over its parts (PromiseConfig), with
+// when each judge last had the room for judges (at most once in every).
 type promiser struct {
 	rooms   *judgeRooms
 	every   time.Duration
@@ -75,7 +78,7 @@ type promiser struct {
 	place   func(p peer.ID) string
 	fresh   func(link string) bool
 	indexer func(p peer.ID, link string) bool
-	resolve func(ctx context.Context, host string) (netip.Addr, error)
+	resolve Resolver
 	judges  func(ctx context.Context, a netip.Addr, p peer.ID) bool
 }
 
