@@ -78,7 +78,7 @@ func TestDecoderFailures(t *testing.T) {
 		{"length over limit", []byte{0, 5, 'a', 'b', 'c', 'd', 'e'}, func(d *Decoder) { d.Byte(); d.Str(4) }, "length 5 over limit 4 at offset 1"},
 		{"length over input", []byte{5, 'a', 'b'}, func(d *Decoder) { d.Raw(10) }, "length 5 over the 2 bytes left at offset 0"},
 		{"count over limit", []byte{3, 0, 0, 0}, func(d *Decoder) { d.Count(2, 1) }, "count 3 over limit 2 at offset 0"},
-		{"count over input", []byte{3, 0, 0, 0, 0, 0}, func(d *Decoder) { d.Count(10, 2) }, "count 3 over the 5 bytes left at offset 0"},
+		{"count over input", []byte{3, 0, 0, 0, 0, 0}, func(d *Decoder) { d.Count(10, 2) }, "count 3 (at least 2 bytes each) over the 5 bytes left at offset 0"},
 		{"duration", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, func(d *Decoder) { d.Dur() }, "duration overflow at offset 0"},
 		{"trailing", []byte{1, 2, 3}, func(d *Decoder) { d.Byte() }, "2 trailing bytes at offset 1"},
 		{"fail", []byte{0xe8, 0x07}, func(d *Decoder) {

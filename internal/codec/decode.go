@@ -221,7 +221,7 @@ func (d *Decoder) Count(limit, minSize int) int {
 		return 0
 	}
 	if n > uint64(len(d.b)/max(minSize, 1)) {
-		d.failAt(off, "count %d over the %d bytes left", n, len(d.b))
+		d.failAt(off, "count %d (at least %d bytes each) over the %d bytes left", n, max(minSize, 1), len(d.b))
 		return 0
 	}
 	return int(n)
