@@ -2,6 +2,7 @@ package codec
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
 	"reflect"
@@ -165,6 +166,13 @@ func FuzzDecoder(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops, in []byte) {
 		if len(ops) > 64 {
 			ops = ops[:64]
+		}
+		// Varint reads what encoding/binary reads.
+		if v, n := binary.Varint(in); n > 0 {
+			d := NewDecoder(in, errTest)
+			if got := d.Varint(); got != v || d.Offset() != n {
+				t.Fatalf("Varint %d at %d, encoding/binary %d at %d", got, d.Offset(), v, n)
+			}
 		}
 		d := NewDecoder(in, errTest)
 		vals := readAll(&d, ops)

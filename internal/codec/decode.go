@@ -105,27 +105,26 @@ func (d *Decoder) Version(what string, want byte) {
 }
 
 // Uvarint reads an unsigned varint.
-func (d *Decoder) Uvarint() uint64 {
+func (d *Decoder) Uvarint() uint64 { return d.uvarint("uvarint") }
+
+// Varint reads a zig-zag varint.
+func (d *Decoder) Varint() int64 {
+	ux := d.uvarint("varint")
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
+	}
+	return x
+}
+
+// uvarint reads an unsigned varint; what names it in the failure.
+func (d *Decoder) uvarint(what string) uint64 {
 	if d.err != nil {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 {
-		d.Fail("bad uvarint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// Varint reads a zig-zag varint.
-func (d *Decoder) Varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.Fail("bad varint")
+		d.Fail("bad %s", what)
 		return 0
 	}
 	d.b = d.b[n:]
