@@ -330,10 +330,7 @@ func decodeVocabulary(b []byte, limit int) ([]Keyword, error) {
 			break
 		}
 	}
-	if err := d.Done(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return codec.Finish(&d, out)
 }
 
 // Wire kinds of a statement's terms: a literal's kind says whether a
@@ -471,10 +468,7 @@ func decodeStatements(b []byte) ([]Statement, error) {
 			break
 		}
 	}
-	if err := d.Done(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return codec.Finish(&d, out)
 }
 
 func decodeRecord(b []byte) (Record, error) {

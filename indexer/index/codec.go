@@ -72,10 +72,7 @@ func decodeDocMeta(b []byte) (docMeta, error) {
 	m.Prov.Node = d.Str(maxNodeBytes)
 	m.Prov.Seq = d.Uvarint()
 	m.Prov.Received = d.Time()
-	if err := d.Done(); err != nil {
-		return docMeta{}, err
-	}
-	return m, nil
+	return codec.Finish(&d, m)
 }
 
 // Posting flags: where else than the keywords a term was found.
@@ -172,10 +169,7 @@ func decodePostings(b []byte) ([]posting, error) {
 	d := newDecoder(b)
 	d.Version("postings", 1)
 	ps := readPostings(&d)
-	if err := d.Done(); err != nil {
-		return nil, err
-	}
-	return ps, nil
+	return codec.Finish(&d, ps)
 }
 
 // decodeStored decodes a stored value; Record aliases b.
@@ -226,10 +220,7 @@ func decodeMatch(b []byte) (match, error) {
 			m.Terms[i] = d.Str(maxTermBytes)
 		}
 	}
-	if err := d.Done(); err != nil {
-		return match{}, err
-	}
-	return m, nil
+	return codec.Finish(&d, m)
 }
 
 // Profile states: a profile is written pending before its matches are
@@ -281,10 +272,7 @@ func decodeProfileValue(b []byte) (profileValue, error) {
 			p.Keywords[i] = ProfileKeyword{Word: d.Str(maxWordBytes), Weight: d.F64()}
 		}
 	}
-	if err := d.Done(); err != nil {
-		return profileValue{}, err
-	}
-	return p, nil
+	return codec.Finish(&d, p)
 }
 
 // counts are the index's counters, persisted with every write.
@@ -322,10 +310,7 @@ func decodeCounts(b []byte) (counts, error) {
 		*p = d.Uvarint()
 	}
 	c.LastIngest = d.Time()
-	if err := d.Done(); err != nil {
-		return counts{}, err
-	}
-	return c, nil
+	return codec.Finish(&d, c)
 }
 
 func encodeUvarint(v uint64) []byte { return binary.AppendUvarint(nil, v) }

@@ -281,3 +281,18 @@ type (
 		items fixedBytes
 	}
 )
+
+func TestFinish(t *testing.T) {
+	d := NewDecoder([]byte{3}, errTest)
+	if v, err := Finish(&d, d.Str(8)); !errors.Is(err, errTest) || v != "" {
+		t.Fatalf("v %q, err %v; want the failure", v, err)
+	}
+	d = NewDecoder([]byte{3}, errTest)
+	if v, err := Finish(&d, d.Byte()); err != nil || v != 3 {
+		t.Fatalf("v %d, err %v", v, err)
+	}
+	d = NewDecoder([]byte{3, 4}, errTest)
+	if v, err := Finish(&d, d.Byte()); !errors.Is(err, errTest) || v != 0 {
+		t.Fatalf("v %d, err %v; want the zero value and a trailing-bytes failure", v, err)
+	}
+}

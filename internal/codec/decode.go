@@ -68,6 +68,17 @@ func (d *Decoder) Done() error {
 	return d.err
 }
 
+// Finish returns v if d has read all its input without a failure, and
+// else T's zero value and the failure Done returns: the end of a function
+// that decodes one value.
+func Finish[T any](d *Decoder, v T) (T, error) {
+	if err := d.Done(); err != nil {
+		var zero T
+		return zero, err
+	}
+	return v, nil
+}
+
 // Byte reads one byte.
 func (d *Decoder) Byte() byte {
 	if d.err != nil {
