@@ -1,6 +1,7 @@
 package crawl
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -43,10 +44,9 @@ func BenchmarkDecodeFrontierValues(b *testing.B) {
 	p := (&pageState{URL: "http://a.org/section/1/page.html", Queued: []byte("queue-key-0123456789"), Inlinks: 4, ETag: `"abc"`, LastModified: "Mon, 02 Jan 2006 15:04:05 GMT", Visits: 2, FirstVisit: now, LastVisit: now, Interval: time.Hour, NextVisit: now}).encode()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := decodeEntry(e); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := decodePageState(p); err != nil {
+		_, errE := decodeEntry(e)
+		_, errP := decodePageState(p)
+		if err := errors.Join(errE, errP); err != nil {
 			b.Fatal(err)
 		}
 	}
