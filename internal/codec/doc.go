@@ -12,6 +12,7 @@
 // *Error saying what is wrong and at which offset, wrapping the caller's
 // sentinel.
 //
-// codec imports nothing of micra, so that any package may use it, the leaf
-// packages subnet and crawl included.
+// codec is a leaf: it imports nothing of micra's and nothing outside the
+// standard library, so that any package may use it, the leaf packages
+// subnet and crawl included.
 package codec
