@@ -3,9 +3,10 @@
 // them into compact keyword records and keeps every URL it discovers for
 // another node's subnet until the node has handed it to the subnet's owner.
 //
-// crawl imports nothing of micra's but the leaf package egress (the one
+// crawl imports nothing of micra's but the leaf packages egress (the one
 // classifier of special-purpose addresses, which the overlay and results
-// share) and never libp2p; node wires it to the overlay through the small
+// share) and internal/codec (the binary encoding of its stored values and
+// records) and never libp2p; node wires it to the overlay through the small
 // interfaces this package declares: Router (is a URL known to be this
 // node's? answered at once, never over the network), optionally a
 // Disowner (which addresses are no longer this node's?) and Sink (record

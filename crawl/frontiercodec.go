@@ -5,11 +5,11 @@ package crawl
 
 import (
 	"crypto/sha256"
-	"fmt"
 	"math"
 	"time"
 
 	"github.com/micra-net/micra/crawl/internal/urlnorm"
+	"github.com/micra-net/micra/internal/codec"
 )
 
 // entry is a queued crawl request: the value of queue and revisit keys.
@@ -29,72 +29,70 @@ type entry struct {
 }
 
 func (e *entry) encode() []byte {
-	var w encoder
-	w.byte(1)
-	w.str(e.URL)
-	w.str(e.Parent)
-	w.uvarint(uint64(max(e.Depth, 0)))
-	w.uvarint(uint64(max(e.Hops, 0)))
-	w.uvarint(uint64(len(e.Owners)))
+	var w codec.Encoder
+	w.Byte(1)
+	w.Str(e.URL)
+	w.Str(e.Parent)
+	w.Uvarint(uint64(max(e.Depth, 0)))
+	w.Uvarint(uint64(max(e.Hops, 0)))
+	w.Uvarint(uint64(len(e.Owners)))
 	for _, o := range e.Owners {
-		w.str(o)
+		w.Str(o)
 	}
-	w.uvarint(uint64(max(e.Attempts, 0)))
-	w.bool(e.Revisit)
-	w.time(e.Added)
+	w.Uvarint(uint64(max(e.Attempts, 0)))
+	w.Bool(e.Revisit)
+	w.Time(e.Added)
 	if e.Record {
-		w.bool(true)
+		w.Bool(true)
 	}
-	return w.b
+	return w
 }
 
 func (p *pageState) encode() []byte {
-	var w encoder
-	w.byte(1)
-	w.str(p.URL)
-	w.bytes(p.Queued)
-	w.uvarint(uint64(p.Inlinks))
-	w.uvarint(uint64(max(p.Depth, 0)))
-	w.uvarint(uint64(max(p.Hops, 0)))
-	w.str(p.ETag)
-	w.str(p.LastModified)
-	w.u64(p.BodyHash)
-	w.u64(p.Digest)
-	w.bool(p.Indexed)
-	w.uvarint(uint64(p.Visits))
-	w.uvarint(uint64(p.Changes))
-	w.time(p.FirstVisit)
-	w.time(p.LastVisit)
-	w.dur(p.Interval)
-	w.time(p.NextVisit)
-	return w.b
+	var w codec.Encoder
+	w.Byte(1)
+	w.Str(p.URL)
+	w.Bytes(p.Queued)
+	w.Uvarint(uint64(p.Inlinks))
+	w.Uvarint(uint64(max(p.Depth, 0)))
+	w.Uvarint(uint64(max(p.Hops, 0)))
+	w.Str(p.ETag)
+	w.Str(p.LastModified)
+	w.U64(p.BodyHash)
+	w.U64(p.Digest)
+	w.Bool(p.Indexed)
+	w.Uvarint(uint64(p.Visits))
+	w.Uvarint(uint64(p.Changes))
+	w.Time(p.FirstVisit)
+	w.Time(p.LastVisit)
+	w.Dur(p.Interval)
+	w.Time(p.NextVisit)
+	return w
 }
 
 func decodeEntry(b []byte) (entry, error) {
-	d := decoder{b: b}
+	d := newDecoder(b)
 	var e entry
-	if v := d.byte(); d.err == nil && v != 1 {
-		return e, fmt.Errorf("%w: entry version %d", ErrCorruptValue, v)
-	}
-	e.URL = d.str(urlnorm.MaxLength)
-	e.Parent = d.str(urlnorm.MaxLength)
-	e.Depth = int(min(d.uvarint(), 1<<16))
-	e.Hops = int(min(d.uvarint(), 1<<16))
-	if n := d.count(maxRecOwners, 1); n > 0 {
+	d.Version("entry", 1)
+	e.URL = d.Str(urlnorm.MaxLength)
+	e.Parent = d.Str(urlnorm.MaxLength)
+	e.Depth = int(min(d.Uvarint(), 1<<16))
+	e.Hops = int(min(d.Uvarint(), 1<<16))
+	if n := d.Count(maxRecOwners, 1); n > 0 {
 		e.Owners = make([]string, n)
 		for i := range e.Owners {
-			e.Owners[i] = d.str(256)
+			e.Owners[i] = d.Str(256)
 		}
 	}
-	e.Attempts = int(min(d.uvarint(), 1<<16))
-	e.Revisit = d.bool()
-	e.Added = d.time()
-	if len(d.b) > 0 && d.err == nil {
-		if e.Record = d.bool(); d.err == nil && !e.Record {
-			d.fail("a stored false record flag")
+	e.Attempts = int(min(d.Uvarint(), 1<<16))
+	e.Revisit = d.Bool()
+	e.Added = d.Time()
+	if len(d.Rest()) > 0 && d.Err() == nil {
+		if e.Record = d.Bool(); d.Err() == nil && !e.Record {
+			d.Fail("a stored false record flag")
 		}
 	}
-	return e, d.done()
+	return e, d.Done()
 }
 
 // pageState is what the crawler remembers about a URL: the value of
@@ -118,31 +116,29 @@ type pageState struct {
 }
 
 func decodePageState(b []byte) (pageState, error) {
-	d := decoder{b: b}
+	d := newDecoder(b)
 	var p pageState
-	if v := d.byte(); d.err == nil && v != 1 {
-		return p, fmt.Errorf("%w: page state version %d", ErrCorruptValue, v)
-	}
-	p.URL = d.str(urlnorm.MaxLength)
-	p.Queued = d.bytes(1024)
+	d.Version("page state", 1)
+	p.URL = d.Str(urlnorm.MaxLength)
+	p.Queued = d.Bytes(1024)
 	if len(p.Queued) == 0 {
 		p.Queued = nil
 	}
-	p.Inlinks = uint32(min(d.uvarint(), math.MaxUint32))
-	p.Depth = int(min(d.uvarint(), 1<<16))
-	p.Hops = int(min(d.uvarint(), 1<<16))
-	p.ETag = d.str(1024)
-	p.LastModified = d.str(256)
-	p.BodyHash = d.u64()
-	p.Digest = d.u64()
-	p.Indexed = d.bool()
-	p.Visits = uint32(min(d.uvarint(), math.MaxUint32))
-	p.Changes = uint32(min(d.uvarint(), math.MaxUint32))
-	p.FirstVisit = d.time()
-	p.LastVisit = d.time()
-	p.Interval = d.dur()
-	p.NextVisit = d.time()
-	return p, d.done()
+	p.Inlinks = uint32(min(d.Uvarint(), math.MaxUint32))
+	p.Depth = int(min(d.Uvarint(), 1<<16))
+	p.Hops = int(min(d.Uvarint(), 1<<16))
+	p.ETag = d.Str(1024)
+	p.LastModified = d.Str(256)
+	p.BodyHash = d.U64()
+	p.Digest = d.U64()
+	p.Indexed = d.Bool()
+	p.Visits = uint32(min(d.Uvarint(), math.MaxUint32))
+	p.Changes = uint32(min(d.Uvarint(), math.MaxUint32))
+	p.FirstVisit = d.Time()
+	p.LastVisit = d.Time()
+	p.Interval = d.Dur()
+	p.NextVisit = d.Time()
+	return p, d.Done()
 }
 
 func urlHash(u string) [16]byte {

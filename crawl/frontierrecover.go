@@ -11,6 +11,7 @@ import (
 
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/dgraph-io/badger/v4"
+	"github.com/micra-net/micra/internal/codec"
 )
 
 // loadSnapshot restores the Bloom filter and the queue counters saved by a
@@ -93,12 +94,12 @@ func (f *frontier) restoreCounts(b []byte) bool {
 	if b == nil {
 		return false
 	}
-	d := decoder{b: b}
-	if d.byte() != 1 {
+	d := newDecoder(b)
+	if d.Byte() != 1 {
 		return false
 	}
-	q, h := d.uvarint(), d.uvarint()
-	if d.done() != nil || q > math.MaxInt64 || h > math.MaxInt64 {
+	q, h := d.Uvarint(), d.Uvarint()
+	if d.Done() != nil || q > math.MaxInt64 || h > math.MaxInt64 {
 		return false
 	}
 	f.nQueued.Store(int64(q))
@@ -208,10 +209,10 @@ func (f *frontier) close() error {
 	if _, err := f.bloom.WriteTo(&buf); err != nil {
 		return err
 	}
-	var counts encoder
-	counts.byte(1)
-	counts.uvarint(uint64(max(f.nQueued.Load(), 0)))
-	counts.uvarint(uint64(max(f.nHosts.Load(), 0)))
+	var counts codec.Encoder
+	counts.Byte(1)
+	counts.Uvarint(uint64(max(f.nQueued.Load(), 0)))
+	counts.Uvarint(uint64(max(f.nHosts.Load(), 0)))
 	wb := f.db.NewWriteBatch()
 	defer wb.Cancel()
 	// In chunks: badger refuses large values in memory mode, and a filter
@@ -223,7 +224,7 @@ func (f *frontier) close() error {
 		}
 		b = b[n:]
 	}
-	if err := wb.Set(keyCounts, counts.b); err != nil {
+	if err := wb.Set(keyCounts, counts); err != nil {
 		return err
 	}
 	if err := wb.Set(keyClean, []byte{1}); err != nil {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/micra-net/micra/internal/codec"
 )
 
 // Window is a weekly time span during which crawling (and, at the node's
@@ -175,21 +177,21 @@ func (m *meter) wait(now time.Time) time.Time {
 func (m *meter) state() []byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var w encoder
-	w.byte(1)
-	w.str(m.day)
-	w.uvarint(uint64(m.dayBytes))
-	return w.b
+	var w codec.Encoder
+	w.Byte(1)
+	w.Str(m.day)
+	w.Uvarint(uint64(m.dayBytes))
+	return w
 }
 
 func (m *meter) restore(b []byte) error {
-	r := decoder{b: b}
-	if v := r.byte(); v != 1 {
-		return errors.Join(ErrCorruptValue, r.err)
+	r := newDecoder(b)
+	if v := r.Byte(); v != 1 {
+		return errors.Join(ErrCorruptValue, r.Err())
 	}
-	day, n := r.str(16), r.uvarint()
-	if r.err != nil {
-		return r.err
+	day, n := r.Str(16), r.Uvarint()
+	if r.Err() != nil {
+		return r.Err()
 	}
 	m.mu.Lock()
 	m.day, m.dayBytes = day, int64(min(n, 1<<62))

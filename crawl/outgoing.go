@@ -11,6 +11,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/micra-net/micra/crawl/internal/urlnorm"
+	"github.com/micra-net/micra/internal/codec"
 )
 
 // The outgoing store holds the links the Router did not keep: links of
@@ -50,57 +51,57 @@ const outlinkVersion = 2
 const outlinkAgain = 1
 
 func (o *Outlink) encode() []byte {
-	var w encoder
-	w.byte(outlinkVersion)
-	w.str(o.Link)
-	w.str(o.ParentLink)
-	w.varint(int64(o.Depth))
-	w.uvarint(uint64(len(o.Owners)))
+	var w codec.Encoder
+	w.Byte(outlinkVersion)
+	w.Str(o.Link)
+	w.Str(o.ParentLink)
+	w.Varint(int64(o.Depth))
+	w.Uvarint(uint64(len(o.Owners)))
 	for _, s := range o.Owners {
-		w.str(s)
+		w.Str(s)
 	}
 	a, _ := o.Addr.MarshalBinary()
-	w.bytes(a)
-	w.uvarint(uint64(max(o.hops, 0)))
+	w.Bytes(a)
+	w.Uvarint(uint64(max(o.hops, 0)))
 	var flags byte
 	if o.again {
 		flags |= outlinkAgain
 	}
-	w.byte(flags)
-	return w.b
+	w.Byte(flags)
+	return w
 }
 
 // decodeOutlink decodes a stored outlink's value; it never panics.
 func decodeOutlink(b []byte) (Outlink, error) {
-	d := decoder{b: b}
+	d := newDecoder(b)
 	var o Outlink
-	v := d.byte()
-	if d.err == nil && v != 1 && v != outlinkVersion {
+	v := d.Byte()
+	if d.Err() == nil && v != 1 && v != outlinkVersion {
 		return o, fmt.Errorf("%w: outlink version %d", ErrCorruptValue, v)
 	}
-	o.Link = d.str(urlnorm.MaxLength)
-	o.ParentLink = d.str(urlnorm.MaxLength)
-	o.Depth = int(max(min(d.varint(), 1<<16), -1))
-	if n := d.count(maxRecOwners, 1); n > 0 {
+	o.Link = d.Str(urlnorm.MaxLength)
+	o.ParentLink = d.Str(urlnorm.MaxLength)
+	o.Depth = int(max(min(d.Varint(), 1<<16), -1))
+	if n := d.Count(maxRecOwners, 1); n > 0 {
 		o.Owners = make([]string, n)
 		for i := range o.Owners {
-			o.Owners[i] = d.str(256)
+			o.Owners[i] = d.Str(256)
 		}
 	}
-	if a := d.bytes(16); d.err == nil {
+	if a := d.Bytes(16); d.Err() == nil {
 		if err := o.Addr.UnmarshalBinary(a); err != nil || !o.Addr.IsValid() {
-			d.fail("outlink address %x", a)
+			d.Fail("outlink address %x", a)
 		}
 	}
-	o.hops = int(min(d.uvarint(), 1<<16))
+	o.hops = int(min(d.Uvarint(), 1<<16))
 	if v >= 2 {
-		flags := d.byte()
+		flags := d.Byte()
 		if flags&^outlinkAgain != 0 {
-			d.fail("outlink flags %#x", flags)
+			d.Fail("outlink flags %#x", flags)
 		}
 		o.again = flags&outlinkAgain != 0
 	}
-	if err := d.done(); err != nil {
+	if err := d.Done(); err != nil {
 		return Outlink{}, err
 	}
 	if o.Link == "" {

@@ -3,7 +3,6 @@ package crawl
 import (
 	"bytes"
 	"cmp"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/micra-net/micra/crawl/internal/parse"
+	"github.com/micra-net/micra/internal/codec"
 )
 
 // DocType is the detected type of a document. Values are stable on the wire.
@@ -172,54 +172,54 @@ func init() { zenc.EncodeAll(nil, nil) }
 // appendRecord encodes r onto b: record version 1, or 2 with its
 // statements.
 func appendRecord(b []byte, r *Record) []byte {
-	e := encoder{b: b}
+	e := codec.Encoder(b)
 	if len(r.Statements) > 0 || len(r.Keywords) > 0 {
-		e.byte(recordV2)
+		e.Byte(recordV2)
 	} else {
-		e.byte(recordV1)
+		e.Byte(recordV1)
 	}
-	e.str(r.URL)
+	e.Str(r.URL)
 	if r.FinalURL == r.URL {
-		e.str("")
+		e.Str("")
 	} else {
-		e.str(r.FinalURL)
+		e.Str(r.FinalURL)
 	}
-	e.time(r.Time)
-	e.uvarint(uint64(r.Status))
-	e.byte(byte(r.Type))
-	e.str(r.Title)
-	e.str(r.Lang)
-	e.str(r.Canonical)
+	e.Time(r.Time)
+	e.Uvarint(uint64(r.Status))
+	e.Byte(byte(r.Type))
+	e.Str(r.Title)
+	e.Str(r.Lang)
+	e.Str(r.Canonical)
 	// Version 1's keyword list, exact weights: empty, the keywords are
 	// in the vocabulary section, where they take a third of the bytes
 	// (their exact weights barely compress). Read from older records.
-	e.uvarint(0)
-	e.uvarint(uint64(len(r.Links)))
+	e.Uvarint(0)
+	e.Uvarint(uint64(len(r.Links)))
 	for _, l := range r.Links {
-		e.str(l.URL)
-		e.str(l.Anchor)
+		e.Str(l.URL)
+		e.Str(l.Anchor)
 	}
-	e.u64(r.Fingerprint)
-	e.byte(byte(r.Change))
-	e.dur(r.Timing.DNS)
-	e.dur(r.Timing.Connect)
-	e.dur(r.Timing.TTFB)
-	e.dur(r.Timing.Total)
-	e.uvarint(uint64(max(r.Size, 0)))
-	e.bool(r.Truncated)
-	e.uvarint(uint64(len(r.Owners)))
+	e.U64(r.Fingerprint)
+	e.Byte(byte(r.Change))
+	e.Dur(r.Timing.DNS)
+	e.Dur(r.Timing.Connect)
+	e.Dur(r.Timing.TTFB)
+	e.Dur(r.Timing.Total)
+	e.Uvarint(uint64(max(r.Size, 0)))
+	e.Bool(r.Truncated)
+	e.Uvarint(uint64(len(r.Owners)))
 	for _, o := range r.Owners {
-		e.str(o)
+		e.Str(o)
 	}
 	if len(r.Statements) > 0 {
-		e.uvarint(sectionStatements)
-		e.bytes(appendStatements(nil, r.Statements))
+		e.Uvarint(sectionStatements)
+		e.Bytes(appendStatements(nil, r.Statements))
 	}
 	if len(r.Keywords) > 0 {
-		e.uvarint(sectionVocabulary)
-		e.bytes(appendVocabulary(nil, r.Keywords))
+		e.Uvarint(sectionVocabulary)
+		e.Bytes(appendVocabulary(nil, r.Keywords))
 	}
-	return e.b
+	return e
 }
 
 // QuantiseWeight returns the weight a keyword of weight w has after a
@@ -268,72 +268,69 @@ func appendVocabulary(b []byte, kws []Keyword) []byte {
 			runs++
 		}
 	}
-	e := encoder{b: b}
-	e.uvarint(uint64(runs))
+	e := codec.Encoder(b)
+	e.Uvarint(uint64(runs))
 	for i := 0; i < len(all); {
 		j := i
 		for j < len(all) && all[j].level == all[i].level {
 			j++
 		}
-		e.byte(all[i].level)
-		e.uvarint(uint64(j - i))
+		e.Byte(all[i].level)
+		e.Uvarint(uint64(j - i))
 		prev := ""
 		for _, x := range all[i:j] {
 			n := 0
 			for n < len(prev) && n < len(x.term) && prev[n] == x.term[n] {
 				n++
 			}
-			e.uvarint(uint64(n))
-			e.str(x.term[n:])
+			e.Uvarint(uint64(n))
+			e.Str(x.term[n:])
 			prev = x.term
 		}
 		i = j
 	}
-	return e.b
+	return e
 }
 
 // decodeVocabulary decodes what appendVocabulary wrote: at most limit
 // keywords, levels strictly decreasing, terms of 1..maxTermBytes bytes
 // strictly increasing within a run.
 func decodeVocabulary(b []byte, limit int) ([]Keyword, error) {
-	d := decoder{b: b}
-	runs := d.count(256, 3)
+	d := newDecoder(b)
+	runs := d.Count(256, 3)
 	var out []Keyword
 	last := 256
 	for range runs {
-		level := int(d.byte())
-		if d.err == nil && (level == 0 || level >= last) {
-			d.fail("weight level %d after %d", level, last)
+		level := int(d.Byte())
+		if d.Err() == nil && (level == 0 || level >= last) {
+			d.Fail("weight level %d after %d", level, last)
 		}
 		last = level
-		n := d.count(limit-len(out), 2)
+		n := d.Count(limit-len(out), 2)
 		prev := ""
 		for i := range n {
-			shared := d.uvarint()
-			if d.err == nil && shared > uint64(len(prev)) {
-				d.fail("term shares %d bytes of %d", shared, len(prev))
+			shared := d.Uvarint()
+			if d.Err() == nil && shared > uint64(len(prev)) {
+				d.Fail("term shares %d bytes of %d", shared, len(prev))
 			}
-			if d.err != nil {
+			if d.Err() != nil {
 				break
 			}
-			t := prev[:shared] + d.str(maxTermBytes)
-			if d.err == nil && (t == "" || len(t) > maxTermBytes || (i > 0 && t <= prev)) {
-				d.fail("term %q after %q", t, prev)
+			t := prev[:shared] + d.Str(maxTermBytes)
+			if d.Err() == nil && (t == "" || len(t) > maxTermBytes || (i > 0 && t <= prev)) {
+				d.Fail("term %q after %q", t, prev)
 			}
-			if d.err != nil {
+			if d.Err() != nil {
 				break
 			}
 			out = append(out, Keyword{Term: t, Weight: uint16(level * 257)})
 			prev = t
 		}
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
 	}
-	if err := d.done(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return codec.Finish(&d, out)
 }
 
 // Wire kinds of a statement's terms: a literal's kind says whether a
@@ -368,31 +365,31 @@ func appendStatements(b []byte, stmts []Statement) []byte {
 		}
 		return i
 	}
-	var body encoder
+	var body codec.Encoder
 	term := func(t Term, isPred bool) {
 		if isPred {
-			body.uvarint(ref(t.Value))
+			body.Uvarint(ref(t.Value))
 			return
 		}
 		switch {
 		case t.Kind == TermIRI:
-			body.byte(wireIRI)
+			body.Byte(wireIRI)
 		case t.Kind == TermBlank:
-			body.byte(wireBlank)
+			body.Byte(wireBlank)
 		case t.Lang != "":
-			body.byte(wireLangTagged)
+			body.Byte(wireLangTagged)
 		case t.Datatype != "":
-			body.byte(wireTyped)
+			body.Byte(wireTyped)
 		default:
-			body.byte(wireLiteral)
+			body.Byte(wireLiteral)
 		}
-		body.uvarint(ref(t.Value))
+		body.Uvarint(ref(t.Value))
 		if t.Kind == TermLiteral {
 			switch {
 			case t.Lang != "":
-				body.uvarint(ref(t.Lang))
+				body.Uvarint(ref(t.Lang))
 			case t.Datatype != "":
-				body.uvarint(ref(t.Datatype))
+				body.Uvarint(ref(t.Datatype))
 			}
 		}
 	}
@@ -401,39 +398,39 @@ func appendStatements(b []byte, stmts []Statement) []byte {
 		term(s.P, true)
 		term(s.O, false)
 	}
-	e := encoder{b: b}
-	e.uvarint(uint64(len(table)))
+	e := codec.Encoder(b)
+	e.Uvarint(uint64(len(table)))
 	for _, s := range table {
-		e.str(s)
+		e.Str(s)
 	}
-	e.uvarint(uint64(len(stmts)))
-	e.b = append(e.b, body.b...)
-	return e.b
+	e.Uvarint(uint64(len(stmts)))
+	e = append(e, body...)
+	return e
 }
 
 // decodeStatements decodes what appendStatements wrote. Every reference
 // must name a string of the table; subjects are IRIs or blank nodes,
 // predicates IRIs.
 func decodeStatements(b []byte) ([]Statement, error) {
-	d := decoder{b: b}
-	ns := d.count(3*maxRecStatements, 1)
+	d := newDecoder(b)
+	ns := d.Count(3*maxRecStatements, 1)
 	table := make([]string, ns)
 	for i := range table {
-		table[i] = d.str(maxStr)
+		table[i] = d.Str(maxStr)
 	}
-	n := d.count(maxRecStatements, 3)
+	n := d.Count(maxRecStatements, 3)
 	str := func() string {
-		i := d.uvarint()
-		if d.err == nil && i >= uint64(len(table)) {
-			d.fail("string %d of %d", i, len(table))
+		i := d.Uvarint()
+		if d.Err() == nil && i >= uint64(len(table)) {
+			d.Fail("string %d of %d", i, len(table))
 		}
-		if d.err != nil {
+		if d.Err() != nil {
 			return ""
 		}
 		return table[i]
 	}
 	term := func(subject bool) Term {
-		k := d.byte()
+		k := d.Byte()
 		var t Term
 		switch {
 		case k == wireIRI:
@@ -441,21 +438,21 @@ func decodeStatements(b []byte) ([]Statement, error) {
 		case k == wireBlank:
 			t = Term{Kind: TermBlank, Value: str()}
 		case subject:
-			d.fail("subject kind %d", k)
+			d.Fail("subject kind %d", k)
 		case k == wireLiteral:
 			t = Term{Kind: TermLiteral, Value: str()}
 		case k == wireTyped:
 			t = Term{Kind: TermLiteral, Value: str()}
 			if t.Datatype = str(); t.Datatype == "" {
-				d.fail("empty datatype")
+				d.Fail("empty datatype")
 			}
 		case k == wireLangTagged:
 			t = Term{Kind: TermLiteral, Value: str()}
 			if t.Lang = str(); t.Lang == "" || len(t.Lang) > 64 {
-				d.fail("language %q", t.Lang)
+				d.Fail("language %q", t.Lang)
 			}
 		default:
-			d.fail("term kind %d", k)
+			d.Fail("term kind %d", k)
 		}
 		return t
 	}
@@ -467,78 +464,75 @@ func decodeStatements(b []byte) ([]Statement, error) {
 		out[i].S = term(true)
 		out[i].P = Term{Kind: TermIRI, Value: str()}
 		out[i].O = term(false)
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
 	}
-	if err := d.done(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return codec.Finish(&d, out)
 }
 
 func decodeRecord(b []byte) (Record, error) {
-	d := decoder{b: b}
+	d := newDecoder(b)
 	var r Record
-	v := d.byte()
-	if d.err == nil && v != recordV1 && v != recordV2 {
+	v := d.Byte()
+	if d.Err() == nil && v != recordV1 && v != recordV2 {
 		return r, fmt.Errorf("%w: record version %d", ErrBatchVersion, v)
 	}
-	r.URL = d.str(maxStr)
-	r.FinalURL = d.str(maxStr)
+	r.URL = d.Str(maxStr)
+	r.FinalURL = d.Str(maxStr)
 	if r.FinalURL == "" {
 		r.FinalURL = r.URL
 	}
-	r.Time = d.time()
-	st := d.uvarint()
+	r.Time = d.Time()
+	st := d.Uvarint()
 	if st > 999 {
-		d.fail("status %d", st)
+		d.Fail("status %d", st)
 	}
 	r.Status = int(st)
-	r.Type = DocType(d.byte())
-	r.Title = d.str(maxStr)
-	r.Lang = d.str(64)
-	r.Canonical = d.str(maxStr)
-	if n := d.count(maxRecKeywords, 2); n > 0 {
+	r.Type = DocType(d.Byte())
+	r.Title = d.Str(maxStr)
+	r.Lang = d.Str(64)
+	r.Canonical = d.Str(maxStr)
+	if n := d.Count(maxRecKeywords, 2); n > 0 {
 		r.Keywords = make([]Keyword, n)
 		for i := range r.Keywords {
-			r.Keywords[i].Term = d.str(maxTermBytes)
-			w := d.uvarint()
+			r.Keywords[i].Term = d.Str(maxTermBytes)
+			w := d.Uvarint()
 			if w > 65535 {
-				d.fail("weight %d", w)
+				d.Fail("weight %d", w)
 			}
 			r.Keywords[i].Weight = uint16(w)
 		}
 	}
-	if n := d.count(maxRecLinks, 2); n > 0 {
+	if n := d.Count(maxRecLinks, 2); n > 0 {
 		r.Links = make([]Link, n)
 		for i := range r.Links {
-			r.Links[i] = Link{URL: d.str(maxStr), Anchor: d.str(maxStr)}
+			r.Links[i] = Link{URL: d.Str(maxStr), Anchor: d.Str(maxStr)}
 		}
 	}
-	r.Fingerprint = d.u64()
-	r.Change = ChangeKind(d.byte())
-	r.Timing = FetchTiming{DNS: d.dur(), Connect: d.dur(), TTFB: d.dur(), Total: d.dur()}
-	size := d.uvarint()
+	r.Fingerprint = d.U64()
+	r.Change = ChangeKind(d.Byte())
+	r.Timing = FetchTiming{DNS: d.Dur(), Connect: d.Dur(), TTFB: d.Dur(), Total: d.Dur()}
+	size := d.Uvarint()
 	if size > 1<<62 {
-		d.fail("size")
+		d.Fail("size")
 	}
 	r.Size = int64(size)
-	r.Truncated = d.bool()
-	if n := d.count(maxRecOwners, 1); n > 0 {
+	r.Truncated = d.Bool()
+	if n := d.Count(maxRecOwners, 1); n > 0 {
 		r.Owners = make([]string, n)
 		for i := range r.Owners {
-			r.Owners[i] = d.str(256)
+			r.Owners[i] = d.Str(256)
 		}
 	}
-	for last := uint64(0); v == recordV2 && d.err == nil && len(d.b) > 0; {
-		tag := d.uvarint()
-		body := d.raw(maxRecordBytes)
-		if d.err != nil {
+	for last := uint64(0); v == recordV2 && d.Err() == nil && len(d.Rest()) > 0; {
+		tag := d.Uvarint()
+		body := d.Raw(maxRecordBytes)
+		if d.Err() != nil {
 			break
 		}
 		if tag <= last {
-			d.fail("section %d after %d", tag, last)
+			d.Fail("section %d after %d", tag, last)
 			break
 		}
 		last = tag
@@ -546,20 +540,20 @@ func decodeRecord(b []byte) (Record, error) {
 		case sectionStatements:
 			stmts, err := decodeStatements(body)
 			if err != nil {
-				d.fail("statements: %v", err)
+				d.Fail("statements: %v", err)
 			}
 			r.Statements = stmts
 		case sectionVocabulary:
 			kws, err := decodeVocabulary(body, maxRecKeywords-len(r.Keywords))
 			if err != nil {
-				d.fail("vocabulary: %v", err)
+				d.Fail("vocabulary: %v", err)
 			}
 			r.Keywords = append(r.Keywords, kws...)
 		default:
 			// A section of a later version: skipped.
 		}
 	}
-	if err := d.done(); err != nil {
+	if err := d.Done(); err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrBatchCorrupt, err)
 	}
 	return r, nil
@@ -571,7 +565,7 @@ func EncodeBatch(recs []Record) (Batch, error) {
 	if len(recs) > maxBatchRecords {
 		return Batch{}, fmt.Errorf("%w: %d records", ErrBatchCorrupt, len(recs))
 	}
-	var raw []byte
+	var raw codec.Encoder
 	var oldest time.Time
 	var tmp []byte
 	for i := range recs {
@@ -579,8 +573,7 @@ func EncodeBatch(recs []Record) (Batch, error) {
 		if len(tmp) > maxRecordBytes {
 			return Batch{}, fmt.Errorf("%w: record of %d bytes", ErrBatchCorrupt, len(tmp))
 		}
-		raw = binary.AppendUvarint(raw, uint64(len(tmp)))
-		raw = append(raw, tmp...)
+		raw.Bytes(tmp)
 		if oldest.IsZero() || recs[i].Time.Before(oldest) {
 			oldest = recs[i].Time
 		}
@@ -592,12 +585,12 @@ func EncodeBatch(recs []Record) (Batch, error) {
 }
 
 func sealBatch(raw []byte, n int, oldest time.Time) Batch {
-	out := []byte(batchMagic)
-	out = append(out, batchVersion, flagZstd)
-	out = binary.AppendUvarint(out, uint64(n))
-	out = binary.AppendUvarint(out, uint64(len(raw)))
-	out = zenc.EncodeAll(raw, out)
-	return Batch{Data: out, Records: n, RawBytes: len(raw), Oldest: oldest}
+	out := codec.Encoder(batchMagic)
+	out.Byte(batchVersion)
+	out.Byte(flagZstd)
+	out.Uvarint(uint64(n))
+	out.Uvarint(uint64(len(raw)))
+	return Batch{Data: zenc.EncodeAll(raw, out), Records: n, RawBytes: len(raw), Oldest: oldest}
 }
 
 // DecodeBatch decodes a batch produced by EncodeBatch or the crawler. It
@@ -615,12 +608,12 @@ func DecodeBatch(data []byte) ([]Record, error) {
 	if flags&^flagZstd != 0 {
 		return nil, fmt.Errorf("%w: unknown flags %#x", ErrBatchCorrupt, flags)
 	}
-	d := decoder{b: data[6:]}
-	n, rawLen := d.uvarint(), d.uvarint()
-	if d.err != nil || n > maxBatchRecords || rawLen > maxBatchRaw {
+	d := newDecoder(data[6:])
+	n, rawLen := d.Uvarint(), d.Uvarint()
+	if d.Err() != nil || n > maxBatchRecords || rawLen > maxBatchRaw {
 		return nil, fmt.Errorf("%w: header", ErrBatchCorrupt)
 	}
-	payload := d.b
+	payload := d.Rest()
 	raw := payload
 	if flags&flagZstd != 0 {
 		zmu.Lock()
@@ -639,11 +632,11 @@ func DecodeBatch(data []byte) ([]Record, error) {
 		return nil, fmt.Errorf("%w: %d records in %d bytes", ErrBatchCorrupt, n, rawLen)
 	}
 	recs := make([]Record, 0, n)
-	pd := decoder{b: raw}
+	pd := newDecoder(raw)
 	for range n {
-		body := pd.raw(maxRecordBytes)
-		if pd.err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBatchCorrupt, pd.err)
+		body := pd.Raw(maxRecordBytes)
+		if pd.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBatchCorrupt, pd.Err())
 		}
 		r, err := decodeRecord(body)
 		if err != nil {
@@ -651,7 +644,7 @@ func DecodeBatch(data []byte) ([]Record, error) {
 		}
 		recs = append(recs, r)
 	}
-	if err := pd.done(); err != nil {
+	if err := pd.Done(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBatchCorrupt, err)
 	}
 	return recs, nil

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/micra-net/micra/internal/codec"
 )
 
 func TestRecordCodec(t *testing.T) {
@@ -167,13 +169,13 @@ func TestRecordExactKeywords(t *testing.T) {
 	if enc[at] != 0 {
 		t.Fatalf("no empty keyword list at %d", at)
 	}
-	e := encoder{b: slices.Clone(enc[:at])}
-	e.uvarint(2)
-	e.str("cyprus")
-	e.uvarint(65535)
-	e.str("volcano")
-	e.uvarint(1200)
-	old := append(e.b, enc[at+1:]...)
+	e := codec.Encoder(slices.Clone(enc[:at]))
+	e.Uvarint(2)
+	e.Str("cyprus")
+	e.Uvarint(65535)
+	e.Str("volcano")
+	e.Uvarint(1200)
+	old := append(e, enc[at+1:]...)
 	got, err := DecodeRecord(old)
 	if err != nil || !reflect.DeepEqual(got.Keywords, r.Keywords) {
 		t.Fatalf("keywords %v, err %v; want %v", got.Keywords, err, r.Keywords)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/micra-net/micra/crawl/internal/robots"
+	"github.com/micra-net/micra/internal/codec"
 )
 
 // robotsCache fetches, caches (in RAM, bounded, and in badger) and applies
@@ -59,23 +60,21 @@ func newRobotsCache(db *badger.DB, f *Fetcher, agent string, ttl, redirectDelay 
 }
 
 func encodeRobots(it *robotsItem) []byte {
-	var w encoder
-	w.byte(1)
-	w.byte(byte(it.kind))
-	w.time(it.fetched)
-	w.time(it.expires)
-	w.bytes(it.body)
-	return w.b
+	var w codec.Encoder
+	w.Byte(1)
+	w.Byte(byte(it.kind))
+	w.Time(it.fetched)
+	w.Time(it.expires)
+	w.Bytes(it.body)
+	return w
 }
 
 func decodeRobots(b []byte, agent string) (*robotsItem, error) {
-	d := decoder{b: b}
-	if v := d.byte(); d.err == nil && v != 1 {
-		return nil, fmt.Errorf("%w: robots version %d", ErrCorruptValue, v)
-	}
-	it := &robotsItem{kind: robotsKind(d.byte()), fetched: d.time(), expires: d.time()}
-	it.body = d.bytes(robots.MaxSize)
-	if err := d.done(); err != nil {
+	d := newDecoder(b)
+	d.Version("robots", 1)
+	it := &robotsItem{kind: robotsKind(d.Byte()), fetched: d.Time(), expires: d.Time()}
+	it.body = d.Bytes(robots.MaxSize)
+	if err := d.Done(); err != nil {
 		return nil, err
 	}
 	switch it.kind {

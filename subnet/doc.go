@@ -8,7 +8,8 @@
 // siblings, depth, ranges of one organisation) and the propagation of
 // delegations from an old snapshot to a new one (IPMicra thesis 7.5.3).
 //
-// subnet is a leaf: it imports nothing of micra's and never libp2p, so the
+// subnet is a leaf: it imports nothing of micra's but the leaf
+// internal/codec (its snapshot's binary encoding) and never libp2p, so the
 // overlay, the benchmark baselines and unit tests all run the same code.
 // Everything it reads is untrusted; parsers report malformed input with
 // file:line and never panic.

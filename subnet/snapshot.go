@@ -3,13 +3,14 @@ package subnet
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/micra-net/micra/internal/codec"
 )
 
 // Snapshot file layout (all integers unsigned varints unless noted):
@@ -53,14 +54,11 @@ type Meta struct {
 // WriteSnapshot writes t in the snapshot format to w.
 func (t *Tree) WriteSnapshot(w io.Writer) error {
 	body := t.encodeBody()
-	var hdr []byte
-	hdr = append(hdr, snapMagic...)
-	hdr = binary.AppendUvarint(hdr, snapVersion)
-	meta := t.meta.encode()
-	hdr = binary.AppendUvarint(hdr, uint64(len(meta)))
-	hdr = append(hdr, meta...)
+	hdr := codec.Encoder(snapMagic)
+	hdr.Uvarint(snapVersion)
+	hdr.Bytes(t.meta.encode())
 	hdr = append(hdr, t.id[:]...)
-	hdr = binary.AppendUvarint(hdr, uint64(len(body)))
+	hdr.Uvarint(uint64(len(body)))
 	if _, err := w.Write(hdr); err != nil {
 		return err
 	}
@@ -90,21 +88,21 @@ func ReadSnapshot(r io.Reader) (*Tree, error) {
 
 // DecodeSnapshot decodes a snapshot held in memory; see ReadSnapshot.
 func DecodeSnapshot(data []byte) (*Tree, error) {
-	d := decoder{b: data}
-	if string(d.bytes(len(snapMagic))) != snapMagic {
+	d := codec.NewDecoder(data, ErrCorruptSnapshot)
+	if string(d.Fixed(len(snapMagic))) != snapMagic {
 		return nil, errCorrupt("not a micra subnet snapshot (bad magic)")
 	}
-	if v := d.uvarint(); v != snapVersion {
-		if d.err != nil {
+	if v := d.Uvarint(); v != snapVersion {
+		if d.Err() != nil {
 			return nil, errCorrupt("truncated header")
 		}
 		return nil, errCorrupt(fmt.Sprintf("unsupported snapshot version %d (this build reads version %d)", v, snapVersion))
 	}
-	metaBytes := d.bytes(d.length())
+	metaBytes := d.Raw(noLimit)
 	var id SnapshotID
-	copy(id[:], d.bytes(len(id)))
-	bodyLen := d.uvarint()
-	if d.err != nil {
+	copy(id[:], d.Fixed(len(id)))
+	bodyLen := d.Uvarint()
+	if d.Err() != nil {
 		return nil, errCorrupt("truncated header")
 	}
 	if bodyLen > MaxSnapshotSize {
@@ -114,7 +112,7 @@ func DecodeSnapshot(data []byte) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	zr, err := zstd.NewReader(bytes.NewReader(d.b), zstd.WithDecoderMaxMemory(MaxSnapshotSize), zstd.WithDecoderConcurrency(1))
+	zr, err := zstd.NewReader(bytes.NewReader(d.Rest()), zstd.WithDecoderMaxMemory(MaxSnapshotSize), zstd.WithDecoderConcurrency(1))
 	if err != nil {
 		return nil, err
 	}
@@ -140,29 +138,29 @@ func DecodeSnapshot(data []byte) (*Tree, error) {
 }
 
 func (m Meta) encode() []byte {
-	var b []byte
-	b = binary.AppendVarint(b, m.Built.Unix())
-	b = binary.AppendUvarint(b, uint64(max(m.BuildTime, 0)))
-	b = binary.AppendUvarint(b, uint64(len(m.Sources)))
+	var e codec.Encoder
+	e.Varint(m.Built.Unix())
+	e.Uvarint(uint64(max(m.BuildTime, 0)))
+	e.Uvarint(uint64(len(m.Sources)))
 	for _, s := range m.Sources {
-		b = appendString(b, s)
+		e.Str(s)
 	}
-	return b
+	return e
 }
 
 func decodeMeta(b []byte) (Meta, error) {
-	d := decoder{b: b}
+	d := codec.NewDecoder(b, nil)
 	var m Meta
-	if sec := d.varint(); sec != 0 {
+	if sec := d.Varint(); sec != 0 {
 		m.Built = time.Unix(sec, 0).UTC()
 	}
-	m.BuildTime = time.Duration(d.uvarint())
-	n := d.count(1)
-	for i := 0; i < n && d.err == nil; i++ {
-		m.Sources = append(m.Sources, d.string())
+	m.BuildTime = time.Duration(d.Uvarint())
+	n := d.Count(noLimit, 1)
+	for i := 0; i < n && d.Err() == nil; i++ {
+		m.Sources = append(m.Sources, d.Str(noLimit))
 	}
-	if d.err != nil {
-		return Meta{}, errCorrupt("metadata: " + d.err.Error())
+	if err := d.Err(); err != nil {
+		return Meta{}, errCorrupt("metadata: " + err.Error())
 	}
 	return m, nil
 }
@@ -172,89 +170,89 @@ func (t *Tree) contentHash() SnapshotID { return sha256.Sum256(t.encodeBody()) }
 
 // encodeBody returns the canonical encoding of t's content.
 func (t *Tree) encodeBody() []byte {
-	b := make([]byte, 0, 16*len(t.start)+32*len(t.orgs))
-	b = append(b, bodyMagic...)
+	e := make(codec.Encoder, 0, 16*len(t.start)+32*len(t.orgs))
+	e = append(e, bodyMagic...)
 	for _, tab := range [][]string{t.registries, t.statuses} {
-		b = binary.AppendUvarint(b, uint64(len(tab)))
+		e.Uvarint(uint64(len(tab)))
 		for _, s := range tab {
-			b = appendString(b, s)
+			e.Str(s)
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(len(t.orgs)))
+	e.Uvarint(uint64(len(t.orgs)))
 	for _, o := range t.orgs {
-		b = appendString(b, o.key)
-		b = appendString(b, o.name)
+		e.Str(o.key)
+		e.Str(o.name)
 	}
 	for _, fam := range [2][2]int{{1, t.n4}, {t.n4 + 1, len(t.start)}} {
 		lo, hi := fam[0], fam[1]
 		is4 := lo == 1
-		b = binary.AppendUvarint(b, uint64(hi-lo))
+		e.Uvarint(uint64(hi - lo))
 		prev := key{}
 		for i := lo; i < hi; i++ {
-			b = appendKey(b, t.start[i].sub(prev), is4)
+			putKey(&e, t.start[i].sub(prev), is4)
 			prev = t.start[i]
 		}
 		for i := lo; i < hi; i++ {
-			b = appendKey(b, t.end[i].sub(t.start[i]), is4)
+			putKey(&e, t.end[i].sub(t.start[i]), is4)
 		}
 		for i := lo; i < hi; i++ {
-			b = binary.AppendUvarint(b, uint64(t.attrs[i].org+1))
+			e.Uvarint(uint64(t.attrs[i].org + 1))
 		}
 		for i := lo; i < hi; i++ {
-			b = binary.AppendUvarint(b, uint64(t.attrs[i].asn))
+			e.Uvarint(uint64(t.attrs[i].asn))
 		}
 		for i := lo; i < hi; i++ {
-			b = append(b, t.attrs[i].cc[:]...)
+			e = append(e, t.attrs[i].cc[:]...)
 		}
 		for i := lo; i < hi; i++ {
-			b = append(b, t.attrs[i].reg)
+			e.Byte(t.attrs[i].reg)
 		}
 		for i := lo; i < hi; i++ {
-			b = append(b, t.attrs[i].status)
+			e.Byte(t.attrs[i].status)
 		}
 		for i := lo; i < hi; i++ {
-			b = append(b, byte(t.attrs[i].layer))
+			e.Byte(byte(t.attrs[i].layer))
 		}
 	}
-	return b
+	return e
 }
 
 // decodeBody decodes the canonical encoding and rebuilds the derived arrays.
 func decodeBody(body []byte) (*Tree, error) {
-	d := decoder{b: body}
-	if string(d.bytes(len(bodyMagic))) != bodyMagic {
+	d := codec.NewDecoder(body, ErrCorruptSnapshot)
+	if string(d.Fixed(len(bodyMagic))) != bodyMagic {
 		return nil, errCorrupt("bad body magic")
 	}
 	t := &Tree{}
 	for _, tab := range []*[]string{&t.registries, &t.statuses} {
-		n := d.count(1)
+		n := d.Count(noLimit, 1)
 		if n > 256 {
 			return nil, errCorrupt("more than 256 registries or statuses")
 		}
-		for i := 0; i < n && d.err == nil; i++ {
-			*tab = append(*tab, d.string())
+		for i := 0; i < n && d.Err() == nil; i++ {
+			*tab = append(*tab, d.Str(noLimit))
 		}
 	}
-	if d.err == nil && (len(t.registries) == 0 || len(t.statuses) == 0) {
+	if d.Err() == nil && (len(t.registries) == 0 || len(t.statuses) == 0) {
 		return nil, errCorrupt("empty registry or status table")
 	}
-	n := d.count(2)
+	n := d.Count(noLimit, 2)
 	t.orgs = make([]org, 0, n)
-	for i := 0; i < n && d.err == nil; i++ {
-		o := org{key: d.string(), name: d.string()}
+	for i := 0; i < n && d.Err() == nil; i++ {
+		o := org{key: d.Str(noLimit), name: d.Str(noLimit)}
 		if o.key == "" || (i > 0 && t.orgs[i-1].key >= o.key) {
 			return nil, errCorrupt("organisation keys empty or not strictly sorted")
 		}
 		t.orgs = append(t.orgs, o)
 	}
-	for f := 0; f < 2 && d.err == nil; f++ {
+	for f := 0; f < 2 && d.Err() == nil; f++ {
 		is4 := f == 0
 		minNode := 9 // bytes per node at least, all columns together
 		if !is4 {
 			minNode = 11
 		}
-		n := d.count(minNode)
-		if d.err != nil {
+		n := d.Count(noLimit, minNode)
+		if d.Err() != nil {
 			break
 		}
 		base := len(t.start)
@@ -270,63 +268,60 @@ func decodeBody(body []byte) (*Tree, error) {
 		t.attrs = append(t.attrs, make([]attr, n)...)
 		prev := key{}
 		for i := base + 1; i <= base+n; i++ {
-			delta := d.key(is4)
+			delta := readKey(&d, is4)
 			s := prev.add(delta)
 			if s.less(prev) || maxKey(is4).less(s) {
-				d.fail("start beyond the address family")
+				d.Fail("start beyond the address family")
 			}
 			t.start[i], prev = s, s
 		}
 		for i := base + 1; i <= base+n; i++ {
-			size := d.key(is4)
+			size := readKey(&d, is4)
 			e := t.start[i].add(size)
 			if e.less(t.start[i]) || maxKey(is4).less(e) {
-				d.fail("end beyond the address family")
+				d.Fail("end beyond the address family")
 			}
 			t.end[i] = e
 		}
 		for i := base + 1; i <= base+n; i++ {
-			o := d.uvarint()
+			o := d.Uvarint()
 			if o > uint64(len(t.orgs)) {
-				d.fail("organisation index out of range")
+				d.Fail("organisation index out of range")
 			}
 			t.attrs[i].org = int32(o) - 1
 		}
 		for i := base + 1; i <= base+n; i++ {
-			a := d.uvarint()
+			a := d.Uvarint()
 			if a > 1<<32-1 {
-				d.fail("asn out of range")
+				d.Fail("asn out of range")
 			}
 			t.attrs[i].asn = uint32(a)
 		}
 		for i := base + 1; i <= base+n; i++ {
-			copy(t.attrs[i].cc[:], d.bytes(2))
+			copy(t.attrs[i].cc[:], d.Fixed(2))
 		}
 		for i := base + 1; i <= base+n; i++ {
-			t.attrs[i].reg = d.byte()
+			t.attrs[i].reg = d.Byte()
 			if int(t.attrs[i].reg) >= len(t.registries) {
-				d.fail("registry index out of range")
+				d.Fail("registry index out of range")
 			}
 		}
 		for i := base + 1; i <= base+n; i++ {
-			t.attrs[i].status = d.byte()
+			t.attrs[i].status = d.Byte()
 			if int(t.attrs[i].status) >= len(t.statuses) {
-				d.fail("status index out of range")
+				d.Fail("status index out of range")
 			}
 		}
 		for i := base + 1; i <= base+n; i++ {
-			l := Layer(d.byte())
+			l := Layer(d.Byte())
 			if l == LayerRoot || l >= numLayers {
-				d.fail("unknown layer")
+				d.Fail("unknown layer")
 			}
 			t.attrs[i].layer = l
 		}
 	}
-	if d.err != nil {
-		return nil, errCorrupt(d.err.Error())
-	}
-	if len(d.b) != 0 {
-		return nil, errCorrupt("trailing bytes after the body")
+	if err := d.Done(); err != nil {
+		return nil, err
 	}
 	if err := t.finish(); err != nil {
 		return nil, err
@@ -334,103 +329,27 @@ func decodeBody(body []byte) (*Tree, error) {
 	return t, nil
 }
 
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
+// noLimit bounds a count or a length by the input left alone.
+const noLimit = math.MaxInt
 
-func appendKey(b []byte, k key, is4 bool) []byte {
+// putKey appends a column value of a node: the high 64 bits of an IPv6
+// key and then the low ones, or an IPv4 key alone.
+func putKey(e *codec.Encoder, k key, is4 bool) {
 	if !is4 {
-		b = binary.AppendUvarint(b, k.hi)
+		e.Uvarint(k.hi)
 	}
-	return binary.AppendUvarint(b, k.lo)
+	e.Uvarint(k.lo)
 }
 
-// decoder reads from untrusted bytes; the first error sticks and later
-// reads return zero values.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(msg string) {
-	if d.err == nil {
-		d.err = errors.New(msg)
-	}
-	d.b = nil
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated or overlong varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("truncated or overlong varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// count reads a count of items that take at least minBytes each, rejecting
-// counts the remaining input cannot hold.
-func (d *decoder) count(minBytes int) int {
-	v := d.uvarint()
-	if d.err == nil && v > uint64(len(d.b)/minBytes) {
-		d.fail("count larger than the remaining data")
-		return 0
-	}
-	return int(v)
-}
-
-// length reads a byte length that must fit in the remaining input.
-func (d *decoder) length() int { return d.count(1) }
-
-func (d *decoder) bytes(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n < 0 || n > len(d.b) {
-		d.fail("truncated")
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) byte() byte {
-	b := d.bytes(1)
-	if b == nil {
-		return 0
-	}
-	return b[0]
-}
-
-func (d *decoder) string() string { return string(d.bytes(d.length())) }
-
-func (d *decoder) key(is4 bool) key {
+// readKey reads what putKey wrote; an IPv4 value over 32 bits fails.
+func readKey(d *codec.Decoder, is4 bool) key {
 	var k key
 	if !is4 {
-		k.hi = d.uvarint()
+		k.hi = d.Uvarint()
 	}
-	k.lo = d.uvarint()
+	k.lo = d.Uvarint()
 	if is4 && k.lo > 1<<32-1 {
-		d.fail("IPv4 value out of range")
+		d.Fail("IPv4 value out of range")
 	}
 	return k
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/codec"
 )
 
 // Anchor text. Only the indexer sees every link, so it describes each page
@@ -110,35 +111,35 @@ func (a anchorCounts) encode() []byte {
 		terms = append(terms, t)
 	}
 	slices.Sort(terms)
-	e := encoder{}
-	e.byte(1)
-	e.uvarint(uint64(len(terms)))
+	var e codec.Encoder
+	e.Byte(1)
+	e.Uvarint(uint64(len(terms)))
 	for _, t := range terms {
-		e.str(t)
-		e.uvarint(uint64(a[t]))
+		e.Str(t)
+		e.Uvarint(uint64(a[t]))
 	}
-	return e.b
+	return e
 }
 
 func decodeAnchorCounts(b []byte) (anchorCounts, error) {
-	d := decoder{b: b}
-	d.version(1)
-	n := d.count(maxAnchorTerms, 3)
+	d := newDecoder(b)
+	d.Version("anchor counts", 1)
+	n := d.Count(maxAnchorTerms, 3)
 	a := make(anchorCounts, n)
 	prev := ""
 	for i := range n {
-		t := d.str(maxTermBytes)
-		c := d.uvarint()
-		if d.err == nil && (!validAnchorTerm(t) || (i > 0 && t <= prev) || c == 0 || c > math.MaxUint32) {
-			d.fail("anchor term %q count %d", t, c)
+		t := d.Str(maxTermBytes)
+		c := d.Uvarint()
+		if d.Err() == nil && (!validAnchorTerm(t) || (i > 0 && t <= prev) || c == 0 || c > math.MaxUint32) {
+			d.Fail("anchor term %q count %d", t, c)
 		}
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
 		a[t] = uint32(c)
 		prev = t
 	}
-	if err := d.done(); err != nil {
+	if err := d.Done(); err != nil {
 		return nil, err
 	}
 	return a, nil

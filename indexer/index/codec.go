@@ -5,167 +5,16 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/micra-net/micra/internal/codec"
 )
 
-// encoder and decoder implement the compact binary encoding of stored
-// values: unsigned varints, zig-zag varints, length-prefixed strings. Every
-// value starts with a version byte. The decoder never panics and never
-// allocates more than its input justifies: each length is checked against
-// both a per-field limit and the remaining input.
+// The index's stored values are written with codec.Encoder and read with
+// a codec.Decoder; every value starts with a version byte.
 
-type encoder struct{ b []byte }
-
-func (e *encoder) byte(v byte)      { e.b = append(e.b, v) }
-func (e *encoder) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
-func (e *encoder) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
-func (e *encoder) u64(v uint64)     { e.b = binary.BigEndian.AppendUint64(e.b, v) }
-func (e *encoder) u16(v uint16)     { e.b = binary.BigEndian.AppendUint16(e.b, v) }
-func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.b = append(e.b, s...) }
-func (e *encoder) f64(v float64)    { e.u64(math.Float64bits(v)) }
-func (e *encoder) time(t time.Time) {
-	if t.IsZero() {
-		e.varint(0)
-		return
-	}
-	e.varint(t.UnixNano())
-}
-
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(format string, a ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", ErrCorruptValue, fmt.Sprintf(format, a...))
-	}
-}
-
-func (d *decoder) byte() byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 1 {
-		d.fail("short input")
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("bad uvarint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("bad varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) fixed(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if len(d.b) < n {
-		d.fail("short input")
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) u64() uint64 {
-	if p := d.fixed(8); p != nil {
-		return binary.BigEndian.Uint64(p)
-	}
-	return 0
-}
-
-func (d *decoder) u16() uint16 {
-	if p := d.fixed(2); p != nil {
-		return binary.BigEndian.Uint16(p)
-	}
-	return 0
-}
-
-func (d *decoder) str(limit int) string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(limit) || n > uint64(len(d.b)) {
-		d.fail("length %d over limit", n)
-		return ""
-	}
-	v := string(d.b[:n])
-	d.b = d.b[n:]
-	return v
-}
-
-// f64 reads a finite float64.
-func (d *decoder) f64() float64 {
-	v := math.Float64frombits(d.u64())
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		d.fail("non-finite number")
-		return 0
-	}
-	return v
-}
-
-func (d *decoder) time() time.Time {
-	v := d.varint()
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, v)
-}
-
-// count reads a collection length, bounded by limit and by the input left
-// (each element takes at least minSize bytes).
-func (d *decoder) count(limit, minSize int) int {
-	n := d.uvarint()
-	if d.err != nil {
-		return 0
-	}
-	if n > uint64(limit) || n*uint64(minSize) > uint64(len(d.b)) {
-		d.fail("count %d over limit", n)
-		return 0
-	}
-	return int(n)
-}
-
-func (d *decoder) version(want byte) {
-	if v := d.byte(); d.err == nil && v != want {
-		d.fail("version %d", v)
-	}
-}
-
-// done fails if input is left over.
-func (d *decoder) done() error {
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-	return d.err
-}
+// newDecoder returns a decoder of a stored value, whose failures wrap
+// ErrCorruptValue.
+func newDecoder(b []byte) codec.Decoder { return codec.NewDecoder(b, ErrCorruptValue) }
 
 // Bounds of decoded fields.
 const (
@@ -194,43 +43,36 @@ type docMeta struct {
 }
 
 func (m *docMeta) encode() []byte {
-	e := encoder{b: make([]byte, 0, 64+len(m.URL)+len(m.Prov.Node))}
-	e.byte(1)
-	if m.Gone {
-		e.byte(1)
-	} else {
-		e.byte(0)
-	}
-	e.time(m.Time)
-	e.u64(m.Hash)
-	e.str(m.URL)
-	e.str(m.Prov.Node)
-	e.uvarint(m.Prov.Seq)
-	e.time(m.Prov.Received)
-	return e.b
+	e := make(codec.Encoder, 0, 64+len(m.URL)+len(m.Prov.Node))
+	e.Byte(1)
+	e.Bool(m.Gone)
+	e.Time(m.Time)
+	e.U64(m.Hash)
+	e.Str(m.URL)
+	e.Str(m.Prov.Node)
+	e.Uvarint(m.Prov.Seq)
+	e.Time(m.Prov.Received)
+	return e
 }
 
 func decodeDocMeta(b []byte) (docMeta, error) {
-	d := decoder{b: b}
+	d := newDecoder(b)
 	var m docMeta
-	d.version(1)
-	switch d.byte() {
+	d.Version("page state", 1)
+	switch d.Byte() {
 	case 0:
 	case 1:
 		m.Gone = true
 	default:
-		d.fail("bad state")
+		d.Fail("bad state")
 	}
-	m.Time = d.time()
-	m.Hash = d.u64()
-	m.URL = d.str(maxURLBytes)
-	m.Prov.Node = d.str(maxNodeBytes)
-	m.Prov.Seq = d.uvarint()
-	m.Prov.Received = d.time()
-	if err := d.done(); err != nil {
-		return docMeta{}, err
-	}
-	return m, nil
+	m.Time = d.Time()
+	m.Hash = d.U64()
+	m.URL = d.Str(maxURLBytes)
+	m.Prov.Node = d.Str(maxNodeBytes)
+	m.Prov.Seq = d.Uvarint()
+	m.Prov.Received = d.Time()
+	return codec.Finish(&d, m)
 }
 
 // Posting flags: where else than the keywords a term was found.
@@ -288,32 +130,31 @@ type stored struct {
 }
 
 func (s *stored) encode() []byte {
-	e := encoder{b: make([]byte, 0, 2+len(s.Postings)*12+len(s.Record))}
-	e.byte(1)
-	e.uvarint(uint64(len(s.Postings)))
+	e := make(codec.Encoder, 0, 2+len(s.Postings)*12+len(s.Record))
+	e.Byte(1)
+	e.Uvarint(uint64(len(s.Postings)))
 	for _, p := range s.Postings {
-		e.str(p.Term)
-		e.u16(p.Weight)
-		e.byte(p.Flags)
+		e.Str(p.Term)
+		e.U16(p.Weight)
+		e.Byte(p.Flags)
 	}
-	e.b = append(e.b, s.Record...)
-	return e.b
+	return append(e, s.Record...)
 }
 
-// postings reads a page's own postings as stored.encode writes them.
-func (d *decoder) postings() []posting {
-	n := d.count(maxPostings, 4)
+// readPostings reads a page's own postings as stored.encode writes them.
+func readPostings(d *codec.Decoder) []posting {
+	n := d.Count(maxPostings, 4)
 	if n == 0 {
 		return nil
 	}
 	ps := make([]posting, n)
 	for i := range ps {
 		p := &ps[i]
-		p.Term = d.str(maxStoredTermBytes)
-		p.Weight = d.u16()
-		p.Flags = d.byte()
-		if d.err == nil && (p.Term == "" || p.Flags&^ownFlags != 0) {
-			d.fail("bad posting")
+		p.Term = d.Str(maxStoredTermBytes)
+		p.Weight = d.U16()
+		p.Flags = d.Byte()
+		if d.Err() == nil && (p.Term == "" || p.Flags&^ownFlags != 0) {
+			d.Fail("bad posting")
 		}
 	}
 	return ps
@@ -325,28 +166,25 @@ func (d *decoder) postings() []posting {
 func encodePostings(ps []posting) []byte { return (&stored{Postings: ps}).encode() }
 
 func decodePostings(b []byte) ([]posting, error) {
-	d := decoder{b: b}
-	d.version(1)
-	ps := d.postings()
-	if err := d.done(); err != nil {
-		return nil, err
-	}
-	return ps, nil
+	d := newDecoder(b)
+	d.Version("postings", 1)
+	ps := readPostings(&d)
+	return codec.Finish(&d, ps)
 }
 
 // decodeStored decodes a stored value; Record aliases b.
 func decodeStored(b []byte) (stored, error) {
-	d := decoder{b: b}
+	d := newDecoder(b)
 	var s stored
-	d.version(1)
-	s.Postings = d.postings()
-	if d.err != nil {
-		return stored{}, d.err
+	d.Version("stored record", 1)
+	s.Postings = readPostings(&d)
+	if d.Err() != nil {
+		return stored{}, d.Err()
 	}
-	if len(d.b) == 0 {
+	if len(d.Rest()) == 0 {
 		return stored{}, fmt.Errorf("%w: no record", ErrCorruptValue)
 	}
-	s.Record = d.b
+	s.Record = d.Rest()
 	return s, nil
 }
 
@@ -358,34 +196,31 @@ type match struct {
 }
 
 func (m *match) encode() []byte {
-	e := encoder{}
-	e.byte(1)
-	e.f64(m.Relevance)
-	e.uvarint(uint64(len(m.Terms)))
+	var e codec.Encoder
+	e.Byte(1)
+	e.F64(m.Relevance)
+	e.Uvarint(uint64(len(m.Terms)))
 	for _, t := range m.Terms {
-		e.str(t)
+		e.Str(t)
 	}
-	return e.b
+	return e
 }
 
 func decodeMatch(b []byte) (match, error) {
-	d := decoder{b: b}
+	d := newDecoder(b)
 	var m match
-	d.version(1)
-	m.Relevance = d.f64()
-	if d.err == nil && (m.Relevance < 0 || m.Relevance > 1) {
-		d.fail("relevance %v", m.Relevance)
+	d.Version("match", 1)
+	m.Relevance = d.F64()
+	if d.Err() == nil && (m.Relevance < 0 || m.Relevance > 1) {
+		d.Fail("relevance %v", m.Relevance)
 	}
-	if n := d.count(ceilProfileKeywords, 1); n > 0 {
+	if n := d.Count(ceilProfileKeywords, 1); n > 0 {
 		m.Terms = make([]string, n)
 		for i := range m.Terms {
-			m.Terms[i] = d.str(maxTermBytes)
+			m.Terms[i] = d.Str(maxTermBytes)
 		}
 	}
-	if err := d.done(); err != nil {
-		return match{}, err
-	}
-	return m, nil
+	return codec.Finish(&d, m)
 }
 
 // Profile states: a profile is written pending before its matches are
@@ -406,41 +241,38 @@ type profileValue struct {
 }
 
 func (p *profileValue) encode() []byte {
-	e := encoder{}
-	e.byte(1)
-	e.str(p.Name)
-	e.f64(p.Threshold)
-	e.time(p.Updated)
-	e.byte(p.State)
-	e.uvarint(uint64(len(p.Keywords)))
+	var e codec.Encoder
+	e.Byte(1)
+	e.Str(p.Name)
+	e.F64(p.Threshold)
+	e.Time(p.Updated)
+	e.Byte(p.State)
+	e.Uvarint(uint64(len(p.Keywords)))
 	for _, k := range p.Keywords {
-		e.str(k.Word)
-		e.f64(k.Weight)
+		e.Str(k.Word)
+		e.F64(k.Weight)
 	}
-	return e.b
+	return e
 }
 
 func decodeProfileValue(b []byte) (profileValue, error) {
-	d := decoder{b: b}
+	d := newDecoder(b)
 	var p profileValue
-	d.version(1)
-	p.Name = d.str(maxNameBytes)
-	p.Threshold = d.f64()
-	p.Updated = d.time()
-	p.State = d.byte()
-	if d.err == nil && p.State > profileDeleting {
-		d.fail("profile state %d", p.State)
+	d.Version("profile", 1)
+	p.Name = d.Str(maxNameBytes)
+	p.Threshold = d.F64()
+	p.Updated = d.Time()
+	p.State = d.Byte()
+	if d.Err() == nil && p.State > profileDeleting {
+		d.Fail("profile state %d", p.State)
 	}
-	if n := d.count(ceilProfileKeywords, 9); n > 0 {
+	if n := d.Count(ceilProfileKeywords, 9); n > 0 {
 		p.Keywords = make([]ProfileKeyword, n)
 		for i := range p.Keywords {
-			p.Keywords[i] = ProfileKeyword{Word: d.str(maxWordBytes), Weight: d.f64()}
+			p.Keywords[i] = ProfileKeyword{Word: d.Str(maxWordBytes), Weight: d.F64()}
 		}
 	}
-	if err := d.done(); err != nil {
-		return profileValue{}, err
-	}
-	return p, nil
+	return codec.Finish(&d, p)
 }
 
 // counts are the index's counters, persisted with every write.
@@ -451,37 +283,34 @@ type counts struct {
 }
 
 func (c *counts) encode() []byte {
-	e := encoder{}
-	e.byte(1)
+	var e codec.Encoder
+	e.Byte(1)
 	for _, v := range []int64{c.Docs, c.Tombstones, c.Terms, c.Postings, c.Matches} {
-		e.uvarint(uint64(max(v, 0)))
+		e.Uvarint(uint64(max(v, 0)))
 	}
 	for _, v := range []uint64{c.Added, c.Replaced, c.Removed, c.Duplicates, c.Stale, c.Rejected} {
-		e.uvarint(v)
+		e.Uvarint(v)
 	}
-	e.time(c.LastIngest)
-	return e.b
+	e.Time(c.LastIngest)
+	return e
 }
 
 func decodeCounts(b []byte) (counts, error) {
-	d := decoder{b: b}
+	d := newDecoder(b)
 	var c counts
-	d.version(1)
+	d.Version("counts", 1)
 	for _, p := range []*int64{&c.Docs, &c.Tombstones, &c.Terms, &c.Postings, &c.Matches} {
-		v := d.uvarint()
+		v := d.Uvarint()
 		if v > math.MaxInt64 {
-			d.fail("counter overflow")
+			d.Fail("counter overflow")
 		}
 		*p = int64(v)
 	}
 	for _, p := range []*uint64{&c.Added, &c.Replaced, &c.Removed, &c.Duplicates, &c.Stale, &c.Rejected} {
-		*p = d.uvarint()
+		*p = d.Uvarint()
 	}
-	c.LastIngest = d.time()
-	if err := d.done(); err != nil {
-		return counts{}, err
-	}
-	return c, nil
+	c.LastIngest = d.Time()
+	return codec.Finish(&d, c)
 }
 
 func encodeUvarint(v uint64) []byte { return binary.AppendUvarint(nil, v) }
