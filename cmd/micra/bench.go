@@ -13,7 +13,6 @@ import (
 
 	"github.com/micra-net/micra/internal/evaluate"
 	"github.com/micra-net/micra/internal/world"
-	"github.com/micra-net/micra/subnet"
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -55,34 +54,67 @@ func intList(s string) ([]int, error) {
 	return out, nil
 }
 
-type benchJSON struct {
-	World       world.Params      `json:"world"`
-	Geo         *benchGeo         `json:"geo,omitempty"` // a real-geo world (--geo)
-	Probes      string            `json:"probes"`
-	Latency     string            `json:"latency"` // world.LatencyMatrix or world.LatencyModel
-	WorldSites  int               `json:"world_sites"`
-	Seeds       []int64           `json:"seeds"`
-	SplitMS     int               `json:"split_ms"` // 0: whole ranges
-	Results     []evaluate.Result `json:"results"`
-	Progressive []evaluate.Curve  `json:"progressive"`
-	Paper       []evaluate.Paper  `json:"paper"`
-	Elapsed     float64           `json:"elapsed_s"`
-}
-
-// benchGeo describes a real-geo world in bench delegation's JSON.
-type benchGeo struct {
-	world.GeoFileStats
-	Dropped     int    `json:"dropped"`  // sites dropped: repeated addresses, no subnet
-	Snapshot    string `json:"snapshot"` // the hierarchy searched
-	Nodes       int    `json:"nodes"`    // nodes placed (the node sets are drawn from them)
-	Attribution string `json:"attribution,omitempty"`
-}
-
 // dbipAttribution is the credit DB-IP's licence (CC BY 4.0) asks for
 // wherever results derived from its data are shown.
 const dbipAttribution = "IP Geolocation by DB-IP (https://db-ip.com), CC BY 4.0"
 
+// attributionFor returns the credit the geolocation file at path asks
+// for: dbipAttribution for DB-IP's, else none.
+func attributionFor(path string) string {
+	if strings.Contains(strings.ToLower(path), "dbip") {
+		return dbipAttribution
+	}
+	return ""
+}
+
+// benchOutputs says how a benchmark prints its results (as JSON or as
+// text) and where it writes them besides ("": not).
+type benchOutputs struct {
+	asJSON    bool
+	csv, plot string // files of a CSV table and a PNG plot
+}
+
+// finish writes the CSV and the plot asked for through writeCSV and
+// writePlot, sets *elapsed to the seconds since start, and prints rep:
+// as JSON with --json, else as its text.
+func (o benchOutputs) finish(stdout io.Writer, start time.Time, elapsed *float64, rep interface{ WriteText(io.Writer) error }, writeCSV, writePlot func(io.Writer) error) error {
+	if o.csv != "" {
+		if err := writeFile(o.csv, writeCSV); err != nil {
+			return err
+		}
+	}
+	if o.plot != "" {
+		if err := writeFile(o.plot, writePlot); err != nil {
+			return err
+		}
+	}
+	*elapsed = time.Since(start).Seconds()
+	if o.asJSON {
+		return json.NewEncoder(stdout).Encode(rep)
+	}
+	return rep.WriteText(stdout)
+}
+
+// benchDelegation runs evaluate.RunDelegationBench and prints its report.
 func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	b, out, err := parseBenchDelegation(args, stderr)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	b.Log = stderr
+	rep, err := evaluate.RunDelegationBench(ctx, b)
+	if err != nil {
+		return err
+	}
+	return out.finish(stdout, start, &rep.Elapsed, &rep, func(f io.Writer) error { return evaluate.WriteCSV(f, rep.Results) },
+		func(f io.Writer) error { return evaluate.Plot(f, rep.Results, rep.Progressive) })
+}
+
+// parseBenchDelegation parses bench delegation's flags.
+func parseBenchDelegation(args []string, stderr io.Writer) (evaluate.DelegationBench, benchOutputs, error) {
+	var b evaluate.DelegationBench
+	var out benchOutputs
 	fs := newFlagSet("bench delegation", "[flags]", stderr)
 	seed := fs.Int64("seed", 1, "first `seed`: of the world (unless --world) and of the repetitions")
 	repeats := fs.Int("repeats", 5, "repetitions with seeds seed, seed+1, ...: node subsets and site orders differ")
@@ -107,24 +139,24 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	tolerance := fs.String("tolerance", "", "the guided search asks a node only if it may beat the best answer by more than `MS` milliseconds; density: an eighth of the median RTT between neighbouring nodes, within 2 ms and a fifth of the threshold (default: a fifth of the threshold)")
 	mapError := fs.Float64("map-error", 0, "with --map, the map's error: every RTT of the map is multiplied by e^x, x normal with standard deviation `SD` (0.1: about ±10 %)")
 	split := fs.Int("split", 10, "delegate parts of registry ranges apart: a site its range's holder measures more than `MS` slower than its probe of the range has the part holding it searched apart (0: whole ranges, as the paper)")
-	probes := fs.String("probes", "model", "what a probe answers: model (the true mean RTT) or jitter (the least of 3 samples of the world's per-request jitter, as a timed probe measures)")
-	asJSON := fs.Bool("json", false, "print the results as one JSON object")
-	csvOut := fs.String("csv", "", "write the results as CSV to `FILE`")
-	plotOut := fs.String("plot", "", "write a PNG plot to `FILE`")
+	probes := fs.String("probes", evaluate.ProbesModel, "what a probe answers: model (the true mean RTT) or jitter (the least of 3 samples of the world's per-request jitter, as a timed probe measures)")
+	fs.BoolVar(&out.asJSON, "json", false, "print the results as one JSON object")
+	fs.StringVar(&out.csv, "csv", "", "write the results as CSV to `FILE`")
+	fs.StringVar(&out.plot, "plot", "", "write a PNG plot to `FILE`")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return b, out, err
 	}
 	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+		return b, out, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	cfg := evaluate.DefaultConfig()
 	var err error
 	if cfg.Nodes, err = intList(*nodesFlag); err != nil {
-		return fmt.Errorf("%w: --nodes: %v", errUsage, err)
+		return b, out, fmt.Errorf("%w: --nodes: %v", errUsage, err)
 	}
 	ths, err := intList(*thFlag)
 	if err != nil {
-		return fmt.Errorf("%w: --threshold: %v", errUsage, err)
+		return b, out, fmt.Errorf("%w: --threshold: %v", errUsage, err)
 	}
 	cfg.Thresholds = nil
 	for _, t := range ths {
@@ -133,14 +165,14 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	cfg.Strategies = strings.Split(*stratFlag, ",")
 	for _, s := range cfg.Strategies {
 		if !slices.Contains(evaluate.AllStrategies, s) {
-			return fmt.Errorf("%w: --strategies: unknown %q", errUsage, s)
+			return b, out, fmt.Errorf("%w: --strategies: unknown %q", errUsage, s)
 		}
 	}
-	if *probes != "model" && *probes != "jitter" {
-		return fmt.Errorf("%w: --probes must be model or jitter, got %q", errUsage, *probes)
+	if *probes != evaluate.ProbesModel && *probes != evaluate.ProbesJitter {
+		return b, out, fmt.Errorf("%w: --probes must be model or jitter, got %q", errUsage, *probes)
 	}
 	if *repeats <= 0 {
-		return fmt.Errorf("%w: --repeats must be positive", errUsage)
+		return b, out, fmt.Errorf("%w: --repeats must be positive", errUsage)
 	}
 	cfg.Seeds = nil
 	for i := 0; i < *repeats; i++ {
@@ -148,11 +180,11 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	cfg.Progressive = *progressive
 	if *split < 0 {
-		return fmt.Errorf("%w: --split must not be negative", errUsage)
+		return b, out, fmt.Errorf("%w: --split must not be negative", errUsage)
 	}
 	cfg.Split = time.Duration(*split) * time.Millisecond
 	if *mapError < 0 || *mapError > 2 {
-		return fmt.Errorf("%w: --map-error %v must lie in [0, 2]", errUsage, *mapError)
+		return b, out, fmt.Errorf("%w: --map-error %v must lie in [0, 2]", errUsage, *mapError)
 	}
 	if *rttNoise < 0 || *rttNoise > 2 || *rttJitter < 0 || *rttJitter > 1000 {
 		return fmt.Errorf("%w: --rtt-noise %v must lie in [0, 2] and --rtt-jitter %v in [0, 1000]", errUsage, *rttNoise, *rttJitter)
@@ -171,106 +203,27 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 		cfg.Tolerance = time.Duration(ms * float64(time.Millisecond))
 	}
 	if *train < 0 || *train > 0.95 {
-		return fmt.Errorf("%w: --train %v must lie in [0, 0.95]", errUsage, *train)
+		return b, out, fmt.Errorf("%w: --train %v must lie in [0, 0.95]", errUsage, *train)
 	}
 	cfg.TrainFraction = *train
-
 	if *geoFile != "" && *worldDir != "" {
-		return fmt.Errorf("%w: --geo and --world exclude each other", errUsage)
+		return b, out, fmt.Errorf("%w: --geo and --world exclude each other", errUsage)
 	}
 	if *org != "" && *geoFile == "" {
-		return fmt.Errorf("%w: --org needs --geo", errUsage)
+		return b, out, fmt.Errorf("%w: --org needs --geo", errUsage)
 	}
+	b = evaluate.DelegationBench{Config: cfg, Seed: *seed, Probes: *probes, Dir: *worldDir, Data: *dataDir, Attribution: attributionFor(*geoFile),
+		Geo: evaluate.GeoConfig{Path: *geoFile, Sites: *sites, Strict: *strict, Seed: *seed, Nodes: slices.Max(cfg.Nodes), DataDir: *dataDir, Org: *org, Latency: latency}}
+	b.Params = world.DefaultParams()
+	b.Params.Seed, b.Params.Sites, b.Params.Nodes, b.Params.FromReal, b.Params.DataDir, b.Params.Latency = *seed, *sites, slices.Max(cfg.Nodes), *fromReal, *dataDir, latency
+	return b, out, nil
+}
 
-	start := time.Now()
-	var (
-		w      evaluate.World
-		tree   *subnet.Tree
-		params world.Params
-		geoOut *benchGeo
-	)
-	switch {
-	case *geoFile != "":
-		g, info, err := evaluate.LoadGeo(ctx, evaluate.GeoConfig{Path: *geoFile, Sites: *sites, Strict: *strict, Seed: *seed, Nodes: slices.Max(cfg.Nodes), DataDir: *dataDir, Org: *org, Latency: latency})
-		if err != nil {
-			return err
-		}
-		w, tree, latency = g, info.Tree, g.Latency()
-		geoOut = &benchGeo{GeoFileStats: info.File, Dropped: g.Dropped(), Snapshot: tree.ID().String(), Nodes: len(g.Nodes())}
-		if strings.Contains(strings.ToLower(*geoFile), "dbip") {
-			geoOut.Attribution = dbipAttribution
-		}
-		fmt.Fprintf(stderr, "real-geo world: %d sites of %d rows (%d kept) in %s (%d malformed rows skipped, %d sites dropped), %d nodes placed, real hierarchy %s\n",
-			len(g.Sites()), info.File.Rows, info.File.Kept, *geoFile, info.File.Skipped, g.Dropped(), len(g.Nodes()), tree.ID().Short())
-		for _, ex := range info.File.Examples {
-			fmt.Fprintf(stderr, "  skipped %s\n", ex)
-		}
-	default:
-		var gw *world.World
-		if *worldDir != "" {
-			gw, err = world.Load(ctx, *worldDir, *dataDir)
-		} else {
-			p := world.DefaultParams()
-			p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir, p.Latency = *seed, *sites, slices.Max(cfg.Nodes), *fromReal, *dataDir, latency
-			gw, err = world.Generate(ctx, p)
-		}
-		if err != nil {
-			return err
-		}
-		if tree, err = gw.Tree(ctx); err != nil {
-			return fmt.Errorf("loading the world's registry: %w", err)
-		}
-		w, params, latency = gw, gw.Params(), gw.Params().Latency
-		fmt.Fprintf(stderr, "world: %d sites, %d nodes, %d ranges (snapshot %s); latencies: %s\n", len(gw.Sites()), len(gw.Nodes()), tree.Len()-2, tree.ID().Short(), gw.DescribeLatency())
-	}
-	var prober evaluate.Prober = evaluate.ModelProber{World: w}
-	if *probes == "jitter" {
-		prober = evaluate.JitterProber{World: w, Seed: uint64(*seed)}
-	}
-	results, err := evaluate.Split(ctx, w, tree, prober, cfg)
-	if err != nil {
-		return err
-	}
-	var curves []evaluate.Curve
-	if cfg.Progressive > 0 {
-		k := 12
-		if !slices.Contains(cfg.Nodes, k) {
-			k = cfg.Nodes[0]
-		}
-		if curves, err = evaluate.Progressive(ctx, w, tree, prober, k, *seed, cfg); err != nil {
-			return err
-		}
-	}
-	if *csvOut != "" {
-		if err := writeFile(*csvOut, func(f io.Writer) error { return evaluate.WriteCSV(f, results) }); err != nil {
-			return err
-		}
-	}
-	if *plotOut != "" {
-		if err := writeFile(*plotOut, func(f io.Writer) error { return evaluate.Plot(f, results, curves) }); err != nil {
-			return err
-		}
-	}
-	if *asJSON {
-		return json.NewEncoder(stdout).Encode(benchJSON{World: params, Geo: geoOut, Probes: *probes, Latency: latency, SplitMS: *split, WorldSites: len(w.Sites()), Seeds: cfg.Seeds,
-			Results: results, Progressive: curves, Paper: evaluate.Published, Elapsed: time.Since(start).Seconds()})
-	}
-	fmt.Fprintf(stdout, "Training split (thesis 8.6): %.0f %% of the sites delegated optimally, the rest by each strategy; mean ± sd over %d seeds; probes: %s; latencies: %s.\n\n",
-		100*cfg.TrainFraction, len(cfg.Seeds), *probes, latency)
-	if err := evaluate.WriteTable(stdout, results); err != nil {
-		return err
-	}
-	if len(curves) > 0 {
-		fmt.Fprintf(stdout, "\nProgressive learning (thesis 7.7), IPMicra from a clean start:\n\n")
-		if err := evaluate.WriteCurves(stdout, curves); err != nil {
-			return err
-		}
-	}
-	if geoOut != nil && geoOut.Attribution != "" {
-		fmt.Fprintf(stdout, "\n%s\n", geoOut.Attribution)
-	}
-	fmt.Fprintf(stdout, "\n%.1f s\n", time.Since(start).Seconds())
-	return nil
+// printJSON writes v to w as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // writeFile writes a file through f, atomically.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,17 +13,54 @@ import (
 	"github.com/micra-net/micra/internal/evaluate"
 	"github.com/micra-net/micra/internal/swarm"
 	"github.com/micra-net/micra/internal/world"
+	"github.com/micra-net/micra/subnet"
 )
 
-// benchCrawlJSON is bench crawl's --json output.
-type benchCrawlJSON struct {
-	World world.Params `json:"world"`
-	Scale float64      `json:"scale"`
-	evaluate.CrawlReport
-	Elapsed float64 `json:"elapsed_s"`
+// benchCrawl runs evaluate.RunCrawlBench and prints its report; ipmicra+
+// decides in a network of micra nodes (internal/swarm) unless --decide
+// model.
+func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	b, out, inOverlay, err := parseBenchCrawl(args, stderr)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if inOverlay {
+		dir, err := os.MkdirTemp("", "micra-bench-crawl-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		b.Decider = overlayDecider(dir, b.Scale, b.Threshold, stderr)
+	}
+	b.Log = stderr
+	rep, err := evaluate.RunCrawlBench(ctx, b)
+	if err != nil {
+		return err
+	}
+	return out.finish(stdout, start, &rep.Elapsed, &rep, func(f io.Writer) error { return evaluate.WriteCrawlCSV(f, rep.CrawlReport) },
+		func(f io.Writer) error { return evaluate.PlotCrawl(f, rep.CrawlReport) })
 }
 
-func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// overlayDecider returns a Decider of evaluate.CrawlBench: the nodes
+// decide in a network of micra overlays at their addresses, their data
+// in dir.
+func overlayDecider(dir string, scale float64, threshold time.Duration, stderr io.Writer) func(*world.Running, *subnet.Tree) evaluate.Decider {
+	// Errors only: a node that did not stop cleanly, say.
+	sc := swarm.Config{Dir: dir, Scale: scale, Threshold: threshold,
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
+	return func(run *world.Running, tree *subnet.Tree) evaluate.Decider {
+		return func(ctx context.Context, nodes []netip.Addr, sites []world.Site) (map[int]netip.Addr, int64, error) {
+			sc.Nodes = nodes
+			a, err := swarm.Decide(ctx, run, tree, sc, sites)
+			return a.Node, a.Probes, err
+		}
+	}
+}
+
+// parseBenchCrawl parses bench crawl's flags; inOverlay says whether
+// ipmicra+ decides in a network of micra nodes (--decide overlay).
+func parseBenchCrawl(args []string, stderr io.Writer) (b evaluate.CrawlBench, out benchOutputs, inOverlay bool, err error) {
 	fs := newFlagSet("bench crawl", "[flags]", stderr)
 	seed := fs.Int64("seed", 1, "`seed` of the world, the node subset, the site order and the random assignment")
 	sites := fs.Int("sites", 1000, "sites of the world; with --geo, rows sampled from the file")
@@ -42,114 +78,46 @@ func benchCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
 	var latency string
 	latencyFlag(fs, &latency)
-	asJSON := fs.Bool("json", false, "print the results as one JSON object")
-	csvOut := fs.String("csv", "", "write the results as CSV to `FILE`")
-	plotOut := fs.String("plot", "", "write a PNG bar chart to `FILE`")
+	fs.BoolVar(&out.asJSON, "json", false, "print the results as one JSON object")
+	fs.StringVar(&out.csv, "csv", "", "write the results as CSV to `FILE`")
+	fs.StringVar(&out.plot, "plot", "", "write a PNG bar chart to `FILE`")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return b, out, false, err
 	}
 	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+		return b, out, false, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	switch {
 	case *mode != evaluate.ModeSequential && *mode != evaluate.ModeCrawl && *mode != "both":
-		return fmt.Errorf("%w: --mode %q: sequential, crawl or both", errUsage, *mode)
+		return b, out, false, fmt.Errorf("%w: --mode %q: sequential, crawl or both", errUsage, *mode)
 	case *maxPages < 20 || *maxPages > 400:
-		return fmt.Errorf("%w: --max-pages %d must lie in [20, 400]", errUsage, *maxPages)
+		return b, out, false, fmt.Errorf("%w: --max-pages %d must lie in [20, 400]", errUsage, *maxPages)
 	case *depth < 1 || *depth > 8:
-		return fmt.Errorf("%w: --depth %d must lie in [1, 8]", errUsage, *depth)
+		return b, out, false, fmt.Errorf("%w: --depth %d must lie in [1, 8]", errUsage, *depth)
 	case *decide != evaluate.DecidedByOverlay && *decide != evaluate.DecidedByModel:
-		return fmt.Errorf("%w: --decide %q: overlay or model", errUsage, *decide)
+		return b, out, false, fmt.Errorf("%w: --decide %q: overlay or model", errUsage, *decide)
 	case *nodes < 1 || *nodes > 1000:
-		return fmt.Errorf("%w: --nodes %d must lie in [1, 1000]", errUsage, *nodes)
+		return b, out, false, fmt.Errorf("%w: --nodes %d must lie in [1, 1000]", errUsage, *nodes)
 	case *sites < 1 || *sites > 5000:
-		return fmt.Errorf("%w: --sites %d must lie in [1, 5000]", errUsage, *sites)
+		return b, out, false, fmt.Errorf("%w: --sites %d must lie in [1, 5000]", errUsage, *sites)
 	case *crawled < 0 || *agreement < 0:
-		return fmt.Errorf("%w: --crawl-sites and --agreement must not be negative", errUsage)
+		return b, out, false, fmt.Errorf("%w: --crawl-sites and --agreement must not be negative", errUsage)
 	case *threshold < 1 || *threshold > 1000:
-		return fmt.Errorf("%w: --threshold %d must lie in [1, 1000] ms", errUsage, *threshold)
+		return b, out, false, fmt.Errorf("%w: --threshold %d must lie in [1, 1000] ms", errUsage, *threshold)
 	case *scale < 0.01 || *scale > 10:
-		return fmt.Errorf("%w: --scale %v must lie in [0.01, 10]", errUsage, *scale)
+		return b, out, false, fmt.Errorf("%w: --scale %v must lie in [0.01, 10]", errUsage, *scale)
 	}
-	cfg := evaluate.CrawlConfig{Nodes: *nodes, Seed: *seed, Threshold: time.Duration(*threshold) * time.Millisecond,
+	b.CrawlConfig = evaluate.CrawlConfig{Nodes: *nodes, Seed: *seed, Threshold: time.Duration(*threshold) * time.Millisecond,
 		Sites: *crawled, Agreement: *agreement, Depth: *depth}
 	if *mode != "both" {
-		cfg.Modes = []string{*mode}
+		b.Modes = []string{*mode}
 	}
 	for _, s := range strings.Split(*stratFlag, ",") {
-		cfg.Strategies = append(cfg.Strategies, strings.TrimSpace(s))
+		b.Strategies = append(b.Strategies, strings.TrimSpace(s))
 	}
-
-	start := time.Now()
-	p := world.DefaultParams()
-	p.Seed, p.Sites, p.Nodes, p.FromReal, p.DataDir, p.Port, p.Geo = *seed, *sites, *nodes, *geoFile == "", *dataDir, 0, *geoFile
-	p.MaxPages, p.Latency = *maxPages, latency
-	w, err := world.Generate(ctx, p)
-	if err != nil {
-		return err
-	}
-	tree, err := w.Tree(ctx)
-	if err != nil {
-		return fmt.Errorf("loading the world's registry: %w", err)
-	}
-	run, err := w.Start(ctx, world.TimeScale(*scale), world.Port(0), world.Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		return err
-	}
-	defer run.Close()
-	fmt.Fprintf(stderr, "world: %d sites, %d nodes, time scale %v; latencies: %s\n", len(w.Sites()), len(w.Nodes()), *scale, w.DescribeLatency())
-	if *decide == evaluate.DecidedByOverlay {
-		dir, err := os.MkdirTemp("", "micra-bench-crawl-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		// Errors only: a node that did not stop cleanly, say.
-		sc := swarm.Config{Dir: dir, Scale: *scale, Threshold: cfg.Threshold,
-			Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
-		cfg.Decide = func(ctx context.Context, nodes []netip.Addr, sites []world.Site) (map[int]netip.Addr, int64, error) {
-			sc.Nodes = nodes
-			a, err := swarm.Decide(ctx, run, tree, sc, sites)
-			return a.Node, a.Probes, err
-		}
-	}
-	rep, err := evaluate.Crawl(ctx, run, tree, cfg)
-	if err != nil {
-		return err
-	}
-	if *csvOut != "" {
-		if err := writeFile(*csvOut, func(f io.Writer) error { return evaluate.WriteCrawlCSV(f, rep) }); err != nil {
-			return err
-		}
-	}
-	if *plotOut != "" {
-		if err := writeFile(*plotOut, func(f io.Writer) error { return evaluate.PlotCrawl(f, rep) }); err != nil {
-			return err
-		}
-	}
-	if *asJSON {
-		return json.NewEncoder(stdout).Encode(benchCrawlJSON{World: w.Params(), Scale: *scale, CrawlReport: rep, Elapsed: time.Since(start).Seconds()})
-	}
-	fmt.Fprintf(stdout, "%d sites, each crawled by the node its strategy assigns; times modelled (measured / %v); latencies: %s.\n", len(rep.Results[0].Sites()), *scale, w.DescribeLatency())
-	if *mode != evaluate.ModeCrawl {
-		fmt.Fprintf(stdout, "  %s: the front pages, one connection at a time per node (thesis 8.4).\n", evaluate.ModeSequential)
-	}
-	if *mode != evaluate.ModeSequential {
-		fmt.Fprintf(stdout, "  %s: micra's crawler on every node, polite (1 s between requests to a host) and concurrent, each site from its front page to depth %d.\n", evaluate.ModeCrawl, *depth)
-	}
-	fmt.Fprintln(stdout)
-	for _, r := range rep.Results {
-		if r.Strategy == evaluate.Guided && r.DecidedBy == evaluate.DecidedByOverlay {
-			fmt.Fprintf(stdout, "%s decided in the overlay: %d micra nodes at the crawling nodes' addresses delegating the sites' subnets, as a running network does.\n", r.Strategy, r.Nodes)
-			break
-		}
-	}
-	if err := evaluate.WriteCrawlTable(stdout, rep); err != nil {
-		return err
-	}
-	if *geoFile != "" && strings.Contains(strings.ToLower(*geoFile), "dbip") {
-		fmt.Fprintf(stdout, "\n%s\n", dbipAttribution)
-	}
-	fmt.Fprintf(stdout, "\n%.1f s\n", time.Since(start).Seconds())
-	return nil
+	b.World = world.DefaultParams()
+	b.World.Seed, b.World.Sites, b.World.Nodes, b.World.FromReal, b.World.DataDir, b.World.Port, b.World.Geo = *seed, *sites, *nodes, *geoFile == "", *dataDir, 0, *geoFile
+	b.World.MaxPages, b.World.Latency = *maxPages, latency
+	b.Scale, b.Attribution = *scale, attributionFor(*geoFile)
+	return b, out, *decide == evaluate.DecidedByOverlay, nil
 }

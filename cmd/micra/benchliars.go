@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/micra-net/micra/internal/evaluate"
@@ -87,9 +86,7 @@ func benchLiars(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		w, tree, out.World = g, info.Tree, "geo "+path
-		if strings.Contains(strings.ToLower(path), "dbip") {
-			out.Attribution = dbipAttribution
-		}
+		out.Attribution = attributionFor(path)
 	}
 	sw := evaluate.LiarSweep{Nodes: *nodes, Liars: *liars, Sites: *sites, Fraction: *fraction,
 		Check: subnet.ClaimCheck{Factor: *factor, Slack: *slack, Agree: *agree, Extra: *extra, Floor: *floor}}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,38 +23,16 @@ import (
 // (internal/scale) and prints one row, or with --json an array of objects,
 // per size.
 func benchOverlay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench overlay", "[flags]", stderr)
-	sizes := fs.String("nodes", "100,300,1000", "network `SIZES`, comma-separated")
-	subnets := fs.Int("subnets", 10000, "distinct subnets delegated before the churn (a tenth as many after it)")
-	churn := fs.Float64("churn", 0.1, "share of the nodes that leave without a word, replaced by as many joining")
-	seed := fs.Int64("seed", 1, "the world's and the run's seed")
-	boot := fs.Int("boot", 3, "bootstrap peers every node joins through")
-	liveness := fs.Duration("liveness", 5*time.Minute, "the overlays' liveness timeout (heartbeats at a tenth of it)")
-	idle := fs.Duration("idle", 15*time.Minute, "virtual time the idle upkeep is measured over (at least an announcement round, 15 min)")
-	quic := fs.Bool("quic", false, "run the hosts on go-libp2p's QUIC over a simulated packet network (x/simlibp2p) instead of the in-memory transport: the same protocols at several times the cost")
-	asJSON := fs.Bool("json", false, "print the results as a JSON array")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof reads it)")
-	memProfile := fs.String("memprofile", "", "write a heap profile, taken after the delegations, to `FILE` (with several sizes, the last size's)")
-	if err := parseFlags(fs, args); err != nil {
+	o, err := parseBenchOverlay(args, stderr)
+	if err != nil {
 		return err
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if o.cpuProfile != "" {
+		stop, err := profileCPU(o.cpuProfile)
 		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile %s: %w", *cpuProfile, err)
-		}
-		defer pprof.StopCPUProfile()
-	}
-	ns, err := intList(*sizes)
-	if err != nil {
-		return fmt.Errorf("%w: --nodes: %v", errUsage, err)
-	}
-	if *subnets < 1 || *churn < 0 || *churn >= 1 || *boot < 1 {
-		return fmt.Errorf("%w: want --subnets ≥ 1, --churn in [0,1), --boot ≥ 1", errUsage)
+		defer stop()
 	}
 	// A thousand simulated nodes hold several gigabytes live; Go's heap
 	// target, twice that, would not fit beside other work. Unless the
@@ -67,48 +44,108 @@ func benchOverlay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	}
 	var out []scale.Result
-	for _, n := range ns {
-		began := realNow()
+	for _, n := range o.sizes {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		cfg := scale.Config{Nodes: n, Subnets: *subnets, Churn: *churn, Seed: *seed, Boot: *boot, Liveness: *liveness, Idle: *idle, QUIC: *quic, Stop: ctx.Done(),
-			Log: func(format string, a ...any) {
-				fmt.Fprintf(stderr, "[%d nodes, %4.0f s real] "+format+"\n", append([]any{n, realSince(began)}, a...)...)
-			}}
-		if *memProfile != "" {
-			f, err := os.Create(*memProfile)
+		cfg := o.cfg
+		cfg.Nodes, cfg.Stop = n, ctx.Done()
+		if o.memProfile != "" {
+			f, err := os.Create(o.memProfile)
 			if err != nil {
 				return fmt.Errorf("--memprofile: %w", err)
 			}
 			defer f.Close()
 			cfg.HeapProfile = f
 		}
-		var res scale.Result
-		var runErr error
-		err := virtual.Run(fmt.Sprintf("Overlay%d", n), func(t *testing.T) {
-			res, runErr = scale.Run(t, cfg)
-		})
-		if runErr != nil {
-			return runErr
-		}
+		res, err := runOverlaySize(cfg, stderr)
 		if err != nil {
 			return err
 		}
-		res.RealS = realSince(began)
 		out = append(out, res)
-		if !*asJSON {
+		if !o.asJSON {
 			fmt.Fprintf(stdout, "%5d nodes: converged %.1f s, %.1f messages and %.0f kB per delegation (%.2f probes), hops p50 %.0f, idle %.1f MB per node per hour (%.1f holding the delegations), %d left: %d lost, %d doubled, %.1f MB heap per node (%.0f s real)\n",
 				res.Nodes, res.ConvergeS, res.MessagesPerDelegation, res.BytesPerDelegation/1000, res.ProbesPerDelegation, res.HopsP50,
 				res.IdleBytesPerHour/1e6, res.IdleHeldBytesPerHour/1e6, res.Left, res.Lost, res.Doubled, res.HeapBytesPerNode/(1<<20), res.RealS)
 		}
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+	if o.asJSON {
+		return printJSON(stdout, out)
 	}
 	return nil
+}
+
+// overlayFlags are bench overlay's flags: a scale.Config for every size.
+type overlayFlags struct {
+	cfg                    scale.Config // but Nodes
+	sizes                  []int
+	asJSON                 bool
+	cpuProfile, memProfile string
+}
+
+// parseBenchOverlay parses bench overlay's flags.
+func parseBenchOverlay(args []string, stderr io.Writer) (overlayFlags, error) {
+	var o overlayFlags
+	fs := newFlagSet("bench overlay", "[flags]", stderr)
+	sizes := fs.String("nodes", "100,300,1000", "network `SIZES`, comma-separated")
+	fs.IntVar(&o.cfg.Subnets, "subnets", 10000, "distinct subnets delegated before the churn (a tenth as many after it)")
+	fs.Float64Var(&o.cfg.Churn, "churn", 0.1, "share of the nodes that leave without a word, replaced by as many joining")
+	fs.Int64Var(&o.cfg.Seed, "seed", 1, "the world's and the run's seed")
+	fs.IntVar(&o.cfg.Boot, "boot", 3, "bootstrap peers every node joins through")
+	fs.DurationVar(&o.cfg.Liveness, "liveness", 5*time.Minute, "the overlays' liveness timeout (heartbeats at a tenth of it)")
+	fs.DurationVar(&o.cfg.Idle, "idle", 15*time.Minute, "virtual time the idle upkeep is measured over (at least an announcement round, 15 min)")
+	fs.BoolVar(&o.cfg.QUIC, "quic", false, "run the hosts on go-libp2p's QUIC over a simulated packet network (x/simlibp2p) instead of the in-memory transport: the same protocols at several times the cost")
+	fs.BoolVar(&o.asJSON, "json", false, "print the results as a JSON array")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof reads it)")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile, taken after the delegations, to `FILE` (with several sizes, the last size's)")
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
+	}
+	var err error
+	if o.sizes, err = intList(*sizes); err != nil {
+		return o, fmt.Errorf("%w: --nodes: %v", errUsage, err)
+	}
+	if o.cfg.Subnets < 1 || o.cfg.Churn < 0 || o.cfg.Churn >= 1 || o.cfg.Boot < 1 {
+		return o, fmt.Errorf("%w: want --subnets ≥ 1, --churn in [0,1), --boot ≥ 1", errUsage)
+	}
+	return o, nil
+}
+
+// profileCPU starts a CPU profile to path; stop ends it and closes the
+// file.
+func profileCPU(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile %s: %w", path, err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// runOverlaySize runs cfg in virtual time (internal/virtual), its progress
+// lines to stderr marked with the size and the real seconds since it
+// began, and returns its result with the real time it took.
+func runOverlaySize(cfg scale.Config, stderr io.Writer) (scale.Result, error) {
+	began := realNow()
+	cfg.Log = func(format string, a ...any) {
+		fmt.Fprintf(stderr, "[%d nodes, %4.0f s real] "+format+"\n", append([]any{cfg.Nodes, realSince(began)}, a...)...)
+	}
+	var res scale.Result
+	var runErr error
+	err := virtual.Run(fmt.Sprintf("Overlay%d", cfg.Nodes), func(t *testing.T) {
+		res, runErr = scale.Run(t, cfg)
+	})
+	if runErr != nil {
+		return res, runErr
+	}
+	if err != nil {
+		return res, err
+	}
+	res.RealS = realSince(began)
+	return res, nil
 }
 
 // memTotal returns the machine's memory in bytes (Linux's /proc/meminfo).

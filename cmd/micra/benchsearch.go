@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -121,9 +120,7 @@ func benchSearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		for i, r := range reports {
 			out[i] = row{r, r.ResultRatio()}
 		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"corpora": out})
+		return printJSON(stdout, map[string]any{"corpora": out})
 	}
 	return nil
 }

@@ -86,98 +86,15 @@ type LiarResult struct {
 // own subnet) with the guided search and probes with the world's jitter,
 // cfg.Liars of the nodes lying, and reports who won what.
 func Liars(ctx context.Context, w World, tree *subnet.Tree, cfg LiarConfig) (LiarResult, error) {
-	if !slices.Contains(Lies, cfg.Lie) {
-		return LiarResult{}, fmt.Errorf("unknown lie %q", cfg.Lie)
-	}
-	if cfg.Lie == LieNone {
-		cfg.Liars = 0
-	}
-	if cfg.Liars < 0 || cfg.Liars > cfg.Nodes {
-		return LiarResult{}, fmt.Errorf("%d liars among %d nodes", cfg.Liars, cfg.Nodes)
-	}
-	if cfg.Fraction <= 0 {
-		cfg.Fraction = 0.5
-	}
-	if cfg.Threshold <= 0 {
-		cfg.Threshold = subnet.DefaultThreshold
-	}
-	if cfg.MaxProbes <= 0 {
-		cfg.MaxProbes = 16
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return LiarResult{}, err
 	}
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x11a25))
-	nodes, err := pickNodes(w, cfg.Nodes, rng)
+	r, err := newLiarRun(w, tree, cfg, rng)
 	if err != nil {
 		return LiarResult{}, err
 	}
-	liar := map[netip.Addr]bool{}
-	decoy := map[netip.Addr]netip.Addr{}
-	inRun := map[netip.Addr]bool{}
-	for _, n := range nodes {
-		inRun[n] = true
-	}
-	var others []netip.Addr // decoys: world nodes outside the run
-	for _, n := range w.Nodes() {
-		if !inRun[n.Addr] {
-			others = append(others, n.Addr)
-		}
-	}
-	for _, i := range rng.Perm(len(nodes))[:cfg.Liars] {
-		liar[nodes[i]] = true
-		if len(others) > 0 {
-			decoy[nodes[i]] = others[rng.IntN(len(others))]
-		} else {
-			decoy[nodes[i]] = nodes[rng.IntN(len(nodes))]
-		}
-	}
-	honest := JitterProber{World: w, Seed: uint64(cfg.Seed)}
-	lying := lyingProber{w: w, honest: honest, liar: liar, decoy: decoy, lie: cfg.Lie, fraction: cfg.Fraction}
-	e, err := newEnv(w, tree, nodes, lying)
-	if err != nil {
-		return LiarResult{}, err
-	}
-	// What a node measures of another: the true RTT, lengthened by a
-	// mimic to its decoy's.
-	measured := func(a, b string) (time.Duration, bool) {
-		x, err1 := netip.ParseAddr(a)
-		y, err2 := netip.ParseAddr(b)
-		if err1 != nil || err2 != nil {
-			return 0, false
-		}
-		d := w.RTTAddr(x, y)
-		if cfg.Lie == LieMimic {
-			switch {
-			case liar[x]:
-				// Its own word, consistent with its decoy's place.
-				d = w.RTTAddr(decoy[x], y)
-			case liar[y]:
-				d = max(d, w.RTTAddr(x, decoy[y]))
-			}
-		}
-		return d, true
-	}
-	sc := subnet.SearchConfig{Threshold: cfg.Threshold, Guided: true, Between: measured, Home: e.home, MaxProbes: cfg.MaxProbes}
-	// Each subnet's coordinator, trusted by the check as the overlay's
-	// coordinator trusts itself: an honest node chosen by the subnet (a
-	// lying coordinator can decide anything and is not this run's
-	// subject).
-	var honestNodes []netip.Addr
-	for _, n := range nodes {
-		if !liar[n] {
-			honestNodes = append(honestNodes, n)
-		}
-	}
-	coord := ""
-	var tally *subnet.ClaimTally
-	if cfg.Check != nil {
-		cc := *cfg.Check
-		cc.Measured = measured
-		tally = &subnet.ClaimTally{}
-		cc.Tally = tally
-		cc.Trusted = func(n string) bool { return n == coord }
-		sc.Claims = &cc
-	}
-	st := &subnet.IPMicra{Tree: tree, Table: e.table, Prober: e, Cache: e.cache, Config: sc}
-
 	sites := evalSites(w)
 	if len(sites) == 0 {
 		return LiarResult{}, errNoSites
@@ -195,60 +112,191 @@ func Liars(ctx context.Context, w World, tree *subnet.Tree, cfg LiarConfig) (Lia
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		a := s.Addrs[0]
-		if len(honestNodes) > 0 {
-			h := fnv.New64a()
-			h.Write([]byte(tree.Range(tree.SmallestNonUnary(a)).String()))
-			coord = honestNodes[h.Sum64()%uint64(len(honestNodes))].String()
-		}
-		d, err := st.Delegate(ctx, a)
-		for _, r := range d.Rejected {
-			if liar[netip.MustParseAddr(r.Node)] {
-				res.LiarsRejected++
-			} else {
-				res.HonestRejected++
-				if n, perr := netip.ParseAddr(d.Node); err != nil || perr != nil || w.RTT(n, s) > w.RTT(netip.MustParseAddr(r.Node), s) {
-					res.HonestLost++
-				}
-			}
-		}
-		if err != nil {
-			res.Failed++
-			continue
-		}
-		if d.Step == subnet.StepOwned {
-			continue
-		}
-		e.table.SetAt(d.Subnet, d.Node, a)
-		res.Subnets++
-		n := netip.MustParseAddr(d.Node)
-		best, nearest := subnet.Unreachable, netip.Addr{}
-		for _, m := range nodes {
-			if rtt := w.RTT(m, s); rtt < best {
-				best, nearest = rtt, m
-			}
-		}
-		if liar[n] {
-			res.LiarsWon++
-			if t := w.RTT(n, s); t > 2*best+20*time.Millisecond {
-				res.LiarsFar++
-			}
-		}
-		if liar[nearest] {
-			res.LiarsNearest++
-		}
-		if w.RTT(n, s) <= best+10*time.Microsecond {
+		if r.delegate(ctx, s, &res) {
 			optimal++
 		}
 	}
 	if res.Subnets > 0 {
 		res.Optimal = float64(optimal) / float64(res.Subnets)
-		res.ProbesPerNew = float64(e.issued) / float64(res.Subnets)
+		res.ProbesPerNew = float64(r.e.issued) / float64(res.Subnets)
 	}
-	if tally != nil {
-		res.Barred = len(tally.BarredNodes())
+	if r.tally != nil {
+		res.Barred = len(r.tally.BarredNodes())
 	}
 	return res, nil
+}
+
+// withDefaults returns cfg with its defaults set, or an error when it is
+// not a run Liars can make.
+func (cfg LiarConfig) withDefaults() (LiarConfig, error) {
+	if !slices.Contains(Lies, cfg.Lie) {
+		return cfg, fmt.Errorf("unknown lie %q", cfg.Lie)
+	}
+	if cfg.Lie == LieNone {
+		cfg.Liars = 0
+	}
+	if cfg.Liars < 0 || cfg.Liars > cfg.Nodes {
+		return cfg, fmt.Errorf("%d liars among %d nodes", cfg.Liars, cfg.Nodes)
+	}
+	if cfg.Fraction <= 0 {
+		cfg.Fraction = 0.5
+	}
+	if cfg.Threshold <= 0 {
+		cfg.Threshold = subnet.DefaultThreshold
+	}
+	if cfg.MaxProbes <= 0 {
+		cfg.MaxProbes = 16
+	}
+	return cfg, nil
+}
+
+// liarRun is one Liars run's nodes, liars and search.
+type liarRun struct {
+	w     World
+	tree  *subnet.Tree
+	nodes []netip.Addr
+	liar  map[netip.Addr]bool
+	// honest are the nodes that do not lie: the subnets' coordinators,
+	// trusted by the check as the overlay's coordinator trusts itself
+	// (a lying coordinator can decide anything and is not this run's
+	// subject).
+	honest []netip.Addr
+	coord  string // the coordinator of the subnet being delegated ("": none)
+	e      *env
+	st     *subnet.IPMicra
+	tally  *subnet.ClaimTally // nil without a check
+}
+
+// newLiarRun draws cfg's nodes and liars, each liar's decoy, and sets up
+// the guided search, with cfg's check when it has one.
+func newLiarRun(w World, tree *subnet.Tree, cfg LiarConfig, rng *rand.Rand) (*liarRun, error) {
+	nodes, err := pickNodes(w, cfg.Nodes, rng)
+	if err != nil {
+		return nil, err
+	}
+	liar, decoy := pickLiars(w, nodes, cfg.Liars, rng)
+	honest := JitterProber{World: w, Seed: uint64(cfg.Seed)}
+	lying := lyingProber{w: w, honest: honest, liar: liar, decoy: decoy, lie: cfg.Lie, fraction: cfg.Fraction}
+	e, err := newEnv(w, tree, nodes, lying)
+	if err != nil {
+		return nil, err
+	}
+	r := &liarRun{w: w, tree: tree, nodes: nodes, liar: liar, e: e}
+	measured := measuredRTT(w, cfg.Lie, liar, decoy)
+	sc := subnet.SearchConfig{Threshold: cfg.Threshold, Guided: true, Between: measured, Home: e.home, MaxProbes: cfg.MaxProbes}
+	for _, n := range nodes {
+		if !liar[n] {
+			r.honest = append(r.honest, n)
+		}
+	}
+	if cfg.Check != nil {
+		cc := *cfg.Check
+		cc.Measured = measured
+		r.tally = &subnet.ClaimTally{}
+		cc.Tally = r.tally
+		cc.Trusted = func(n string) bool { return n == r.coord }
+		sc.Claims = &cc
+	}
+	r.st = &subnet.IPMicra{Tree: tree, Table: e.table, Prober: e, Cache: e.cache, Config: sc}
+	return r, nil
+}
+
+// pickLiars draws n liars among nodes and a decoy for each: a world node
+// outside the run, or one of the run's when there is none.
+func pickLiars(w World, nodes []netip.Addr, n int, rng *rand.Rand) (liar map[netip.Addr]bool, decoy map[netip.Addr]netip.Addr) {
+	liar = map[netip.Addr]bool{}
+	decoy = map[netip.Addr]netip.Addr{}
+	inRun := map[netip.Addr]bool{}
+	for _, n := range nodes {
+		inRun[n] = true
+	}
+	var others []netip.Addr // decoys: world nodes outside the run
+	for _, n := range w.Nodes() {
+		if !inRun[n.Addr] {
+			others = append(others, n.Addr)
+		}
+	}
+	for _, i := range rng.Perm(len(nodes))[:n] {
+		liar[nodes[i]] = true
+		if len(others) > 0 {
+			decoy[nodes[i]] = others[rng.IntN(len(others))]
+		} else {
+			decoy[nodes[i]] = nodes[rng.IntN(len(nodes))]
+		}
+	}
+	return liar, decoy
+}
+
+// measuredRTT returns what a node measures of another: the true RTT,
+// lengthened by a mimic to its decoy's.
+func measuredRTT(w World, lie string, liar map[netip.Addr]bool, decoy map[netip.Addr]netip.Addr) func(a, b string) (time.Duration, bool) {
+	return func(a, b string) (time.Duration, bool) {
+		x, err1 := netip.ParseAddr(a)
+		y, err2 := netip.ParseAddr(b)
+		if err1 != nil || err2 != nil {
+			return 0, false
+		}
+		d := w.RTTAddr(x, y)
+		if lie == LieMimic {
+			switch {
+			case liar[x]:
+				// Its own word, consistent with its decoy's place.
+				d = w.RTTAddr(decoy[x], y)
+			case liar[y]:
+				d = max(d, w.RTTAddr(x, decoy[y]))
+			}
+		}
+		return d, true
+	}
+}
+
+// delegate delegates s's subnet, its coordinator an honest node chosen by
+// the subnet, counts the outcome into res, and reports whether the
+// subnet went to the node truly nearest to s.
+func (r *liarRun) delegate(ctx context.Context, s world.Site, res *LiarResult) (optimal bool) {
+	a := s.Addrs[0]
+	if len(r.honest) > 0 {
+		h := fnv.New64a()
+		h.Write([]byte(r.tree.Range(r.tree.SmallestNonUnary(a)).String()))
+		r.coord = r.honest[h.Sum64()%uint64(len(r.honest))].String()
+	}
+	d, err := r.st.Delegate(ctx, a)
+	for _, rej := range d.Rejected {
+		if r.liar[netip.MustParseAddr(rej.Node)] {
+			res.LiarsRejected++
+		} else {
+			res.HonestRejected++
+			if n, perr := netip.ParseAddr(d.Node); err != nil || perr != nil || r.w.RTT(n, s) > r.w.RTT(netip.MustParseAddr(rej.Node), s) {
+				res.HonestLost++
+			}
+		}
+	}
+	if err != nil {
+		res.Failed++
+		return false
+	}
+	if d.Step == subnet.StepOwned {
+		return false
+	}
+	r.e.table.SetAt(d.Subnet, d.Node, a)
+	res.Subnets++
+	n := netip.MustParseAddr(d.Node)
+	best, nearest := subnet.Unreachable, netip.Addr{}
+	for _, m := range r.nodes {
+		if rtt := r.w.RTT(m, s); rtt < best {
+			best, nearest = rtt, m
+		}
+	}
+	if r.liar[n] {
+		res.LiarsWon++
+		if t := r.w.RTT(n, s); t > 2*best+20*time.Millisecond {
+			res.LiarsFar++
+		}
+	}
+	if r.liar[nearest] {
+		res.LiarsNearest++
+	}
+	return r.w.RTT(n, s) <= best+10*time.Microsecond
 }
 
 // lyingProber answers the honest nodes' probes with honest and the liars'

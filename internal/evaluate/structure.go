@@ -46,16 +46,37 @@ const maxPairsPerGroup = 100
 
 // Describe computes the Structure of w's sites in tree.
 func Describe(w World, tree *subnet.Tree) Structure {
-	type site struct {
-		addr     netip.Addr
-		id       subnet.ID // smallest non-unary range
-		place    int       // location ID
-		country  string
-		lat, lon float64
-		alloc    subnet.ID
-		org      string
+	ss := placedSites(w, tree)
+	out := Structure{Sites: len(ss)}
+	if len(ss) == 0 {
+		return out
 	}
-	var ss []site
+	out.Orgs, out.OrgTopShare, out.OrgFarShare = orgShares(ss)
+	// Pairs within groups: siblings (one parent) and one allocation.
+	out.SiblingSamePlace, out.SiblingSameCountry, out.SiblingPairs = pairShares(ss, func(s placedSite) (subnet.ID, bool) {
+		p := tree.Parent(s.id)
+		return p, p != subnet.None && tree.Parent(p) != subnet.None
+	})
+	out.AllocSamePlace, _, out.AllocPairs = pairShares(ss, func(s placedSite) (subnet.ID, bool) { return s.alloc, s.alloc != subnet.None })
+	out.ConsecutiveKm, out.ConsecutiveFar = consecutiveAllocs(ss)
+	return out
+}
+
+// placedSite is a site of Describe: where it is and what holds it.
+type placedSite struct {
+	addr     netip.Addr
+	id       subnet.ID // smallest non-unary range
+	place    int       // location ID
+	country  string
+	lat, lon float64
+	alloc    subnet.ID
+	org      string
+}
+
+// placedSites returns w's sites that are not hostile and lie in a range
+// of tree, at their own coordinates when they have them.
+func placedSites(w World, tree *subnet.Tree) []placedSite {
+	var ss []placedSite
 	for _, s := range w.Sites() {
 		if len(s.Addrs) == 0 || s.Hostile != world.NotHostile {
 			continue
@@ -64,7 +85,7 @@ func Describe(w World, tree *subnet.Tree) Structure {
 		if id == subnet.None {
 			continue
 		}
-		x := site{addr: s.Addrs[0], id: id, place: s.Loc.ID, country: s.Loc.Country, lat: s.Loc.Lat, lon: s.Loc.Lon, alloc: allocOf(tree, id), org: world.OrgOf(tree, id)}
+		x := placedSite{addr: s.Addrs[0], id: id, place: s.Loc.ID, country: s.Loc.Country, lat: s.Loc.Lat, lon: s.Loc.Lon, alloc: allocOf(tree, id), org: world.OrgOf(tree, id)}
 		if s.Place != (world.Place{}) {
 			x.lat, x.lon = s.Place.Lat, s.Place.Lon
 			if s.Place.Country != "" {
@@ -73,11 +94,14 @@ func Describe(w World, tree *subnet.Tree) Structure {
 		}
 		ss = append(ss, x)
 	}
-	out := Structure{Sites: len(ss)}
-	if len(ss) == 0 {
-		return out
-	}
-	// Organisations.
+	return ss
+}
+
+// orgShares returns, over the organisations with at least five sites,
+// their number, the share of their sites at their most common place, and
+// the share of them with sites more than 3,000 km apart (Structure's
+// Orgs, OrgTopShare and OrgFarShare).
+func orgShares(ss []placedSite) (orgs int, topShare, farShare float64) {
 	byOrg := map[string][]int{}
 	for i, s := range ss {
 		if s.org != "" {
@@ -103,7 +127,7 @@ func Describe(w World, tree *subnet.Tree) Structure {
 				}
 			}
 		}
-		out.Orgs++
+		orgs++
 		top += best
 		total += len(idx)
 		if isFar {
@@ -111,49 +135,55 @@ func Describe(w World, tree *subnet.Tree) Structure {
 		}
 	}
 	if total > 0 {
-		out.OrgTopShare = float64(top) / float64(total)
-		out.OrgFarShare = float64(far) / float64(out.Orgs)
+		topShare = float64(top) / float64(total)
+		farShare = float64(far) / float64(orgs)
 	}
-	// Pairs within groups: siblings (one parent) and one allocation.
-	pairs := func(key func(site) (subnet.ID, bool)) (samePlace, sameCountry float64, n int) {
-		groups := map[subnet.ID][]int{}
-		for i, s := range ss {
-			if k, ok := key(s); ok {
-				groups[k] = append(groups[k], i)
-			}
+	return orgs, topShare, farShare
+}
+
+// pairShares groups ss by key (sites key rejects are left out) and
+// returns, over pairs of sites in one group but different smallest
+// ranges (at most maxPairsPerGroup a group), the shares at one place and
+// in one country, and the number of pairs.
+func pairShares(ss []placedSite, key func(placedSite) (subnet.ID, bool)) (samePlace, sameCountry float64, n int) {
+	groups := map[subnet.ID][]int{}
+	for i, s := range ss {
+		if k, ok := key(s); ok {
+			groups[k] = append(groups[k], i)
 		}
-		var sp, sc int
-		for _, idx := range groups {
-			k := 0
-			for a := 0; a < len(idx) && k < maxPairsPerGroup; a++ {
-				for b := a + 1; b < len(idx) && k < maxPairsPerGroup; b++ {
-					x, y := ss[idx[a]], ss[idx[b]]
-					if x.id == y.id {
-						continue
-					}
-					k++
-					if x.place == y.place {
-						sp++
-					}
-					if x.country == y.country {
-						sc++
-					}
+	}
+	var sp, sc int
+	for _, idx := range groups {
+		k := 0
+		for a := 0; a < len(idx) && k < maxPairsPerGroup; a++ {
+			for b := a + 1; b < len(idx) && k < maxPairsPerGroup; b++ {
+				x, y := ss[idx[a]], ss[idx[b]]
+				if x.id == y.id {
+					continue
+				}
+				k++
+				if x.place == y.place {
+					sp++
+				}
+				if x.country == y.country {
+					sc++
 				}
 			}
-			n += k
 		}
-		if n == 0 {
-			return 0, 0, 0
-		}
-		return float64(sp) / float64(n), float64(sc) / float64(n), n
+		n += k
 	}
-	out.SiblingSamePlace, out.SiblingSameCountry, out.SiblingPairs = pairs(func(s site) (subnet.ID, bool) {
-		p := tree.Parent(s.id)
-		return p, p != subnet.None && tree.Parent(p) != subnet.None
-	})
-	out.AllocSamePlace, _, out.AllocPairs = pairs(func(s site) (subnet.ID, bool) { return s.alloc, s.alloc != subnet.None })
-	// Consecutive allocations in address order.
-	slices.SortFunc(ss, func(a, b site) int { return a.addr.Compare(b.addr) })
+	if n == 0 {
+		return 0, 0, 0
+	}
+	return float64(sp) / float64(n), float64(sc) / float64(n), n
+}
+
+// consecutiveAllocs sorts ss by address and returns, over sites next to
+// each other in different allocations, the median distance and the share
+// more than 1,000 km apart (Structure's ConsecutiveKm and
+// ConsecutiveFar).
+func consecutiveAllocs(ss []placedSite) (medianKm, farShare float64) {
+	slices.SortFunc(ss, func(a, b placedSite) int { return a.addr.Compare(b.addr) })
 	var kms []float64
 	for i := 1; i < len(ss); i++ {
 		a, b := ss[i-1], ss[i]
@@ -162,18 +192,17 @@ func Describe(w World, tree *subnet.Tree) Structure {
 		}
 		kms = append(kms, world.DistanceKm(a.lat, a.lon, b.lat, b.lon))
 	}
-	if len(kms) > 0 {
-		slices.Sort(kms)
-		out.ConsecutiveKm = kms[len(kms)/2]
-		n := 0
-		for _, d := range kms {
-			if d > 1000 {
-				n++
-			}
-		}
-		out.ConsecutiveFar = float64(n) / float64(len(kms))
+	if len(kms) == 0 {
+		return 0, 0
 	}
-	return out
+	slices.Sort(kms)
+	n := 0
+	for _, d := range kms {
+		if d > 1000 {
+			n++
+		}
+	}
+	return kms[len(kms)/2], float64(n) / float64(len(kms))
 }
 
 // allocOf returns the registry allocation holding id: its highest

@@ -114,3 +114,32 @@ func (h *eventHandler) WithAttrs(as []slog.Attr) slog.Handler {
 }
 
 func (h *eventHandler) WithGroup(string) slog.Handler { return h }
+
+// rejectionLog is a slog handler that passes the delegators' "probe claim
+// rejected" records to logf, the first ten, and drops everything else.
+type rejectionLog struct {
+	logf func(format string, args ...any)
+	n    *atomic.Int64
+}
+
+func (h *rejectionLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h *rejectionLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "probe claim rejected" {
+		return nil
+	}
+	if h.n.Add(1) > 10 {
+		return nil
+	}
+	var b strings.Builder
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	h.logf("probe claim rejected:%s", b.String())
+	return nil
+}
+
+func (h *rejectionLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h *rejectionLog) WithGroup(string) slog.Handler { return h }
