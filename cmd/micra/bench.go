@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -132,12 +133,7 @@ func parseBenchDelegation(args []string, stderr io.Writer) (evaluate.DelegationB
 	latencyFlag(fs, &latency)
 	train := fs.Float64("train", 0.65, "share of the sites delegated optimally before the others are delegated by each strategy (thesis 8.6); 0: a cold start, as a new network")
 	progressive := fs.Int("progressive", 1000, "sites in the progressive-learning run (0 skips it)")
-	var useMap mapFlag
-	fs.Var(&useMap, "map", "give the guided search a latency map: --map (or --map=matrix) nodes know their own locations and the public RTT matrix, and estimate their access delays from the RTTs between them; --map=measured only the RTTs the nodes measure between themselves, every node a place")
-	rttNoise := fs.Float64("rtt-noise", 0, "the inter-node RTTs the guided search sees are multiplied by e^x, x normal with standard deviation `SD`, once per pair (0.05: about ±5 %)")
-	rttJitter := fs.Float64("rtt-jitter", 0, "and have |x| added, x normal with standard deviation `MS` milliseconds")
-	tolerance := fs.String("tolerance", "", "the guided search asks a node only if it may beat the best answer by more than `MS` milliseconds; density: an eighth of the median RTT between neighbouring nodes, within 2 ms and a fifth of the threshold (default: a fifth of the threshold)")
-	mapError := fs.Float64("map-error", 0, "with --map, the map's error: every RTT of the map is multiplied by e^x, x normal with standard deviation `SD` (0.1: about ±10 %)")
+	sf := addSearchFlags(fs)
 	split := fs.Int("split", 10, "delegate parts of registry ranges apart: a site its range's holder measures more than `MS` slower than its probe of the range has the part holding it searched apart (0: whole ranges, as the paper)")
 	probes := fs.String("probes", evaluate.ProbesModel, "what a probe answers: model (the true mean RTT) or jitter (the least of 3 samples of the world's per-request jitter, as a timed probe measures)")
 	fs.BoolVar(&out.asJSON, "json", false, "print the results as one JSON object")
@@ -183,24 +179,8 @@ func parseBenchDelegation(args []string, stderr io.Writer) (evaluate.DelegationB
 		return b, out, fmt.Errorf("%w: --split must not be negative", errUsage)
 	}
 	cfg.Split = time.Duration(*split) * time.Millisecond
-	if *mapError < 0 || *mapError > 2 {
-		return b, out, fmt.Errorf("%w: --map-error %v must lie in [0, 2]", errUsage, *mapError)
-	}
-	if *rttNoise < 0 || *rttNoise > 2 || *rttJitter < 0 || *rttJitter > 1000 {
-		return fmt.Errorf("%w: --rtt-noise %v must lie in [0, 2] and --rtt-jitter %v in [0, 1000]", errUsage, *rttNoise, *rttJitter)
-	}
-	cfg.Map, cfg.MeasuredMap, cfg.MapError = useMap != "", useMap == "measured", *mapError
-	cfg.RTTNoise, cfg.RTTJitter = *rttNoise, time.Duration(*rttJitter*float64(time.Millisecond))
-	switch *tolerance {
-	case "":
-	case "density":
-		cfg.Density = true
-	default:
-		ms, err := strconv.ParseFloat(*tolerance, 64)
-		if err != nil || !(ms > 0 && ms <= 1000) {
-			return fmt.Errorf("%w: --tolerance %q is neither density nor milliseconds in (0, 1000]", errUsage, *tolerance)
-		}
-		cfg.Tolerance = time.Duration(ms * float64(time.Millisecond))
+	if err := sf.apply(&cfg); err != nil {
+		return b, out, err
 	}
 	if *train < 0 || *train > 0.95 {
 		return b, out, fmt.Errorf("%w: --train %v must lie in [0, 0.95]", errUsage, *train)
@@ -262,6 +242,49 @@ func (m *mapFlag) Set(v string) error {
 		*m = "measured"
 	default:
 		return fmt.Errorf("%q is not matrix or measured", v)
+	}
+	return nil
+}
+
+// searchFlags are bench delegation's settings of the guided search: its
+// latency map, the noise of the inter-node RTTs it sees, its tolerance.
+type searchFlags struct {
+	useMap              mapFlag
+	mapError            *float64
+	rttNoise, rttJitter *float64
+	tolerance           *string
+}
+
+func addSearchFlags(fs *flag.FlagSet) *searchFlags {
+	sf := &searchFlags{}
+	fs.Var(&sf.useMap, "map", "give the guided search a latency map: --map (or --map=matrix) nodes know their own locations and the public RTT matrix, and estimate their access delays from the RTTs between them; --map=measured only the RTTs the nodes measure between themselves, every node a place")
+	sf.mapError = fs.Float64("map-error", 0, "with --map, the map's error: every RTT of the map is multiplied by e^x, x normal with standard deviation `SD` (0.1: about ±10 %)")
+	sf.rttNoise = fs.Float64("rtt-noise", 0, "the inter-node RTTs the guided search sees are multiplied by e^x, x normal with standard deviation `SD`, once per pair (0.05: about ±5 %)")
+	sf.rttJitter = fs.Float64("rtt-jitter", 0, "and have |x| added, x normal with standard deviation `MS` milliseconds")
+	sf.tolerance = fs.String("tolerance", "", "the guided search asks a node only if it may beat the best answer by more than `MS` milliseconds; density: an eighth of the median RTT between neighbouring nodes, within 2 ms and a fifth of the threshold (default: a fifth of the threshold)")
+	return sf
+}
+
+// apply checks the flags and sets them in cfg.
+func (sf *searchFlags) apply(cfg *evaluate.Config) error {
+	if *sf.mapError < 0 || *sf.mapError > 2 {
+		return fmt.Errorf("%w: --map-error %v must lie in [0, 2]", errUsage, *sf.mapError)
+	}
+	if *sf.rttNoise < 0 || *sf.rttNoise > 2 || *sf.rttJitter < 0 || *sf.rttJitter > 1000 {
+		return fmt.Errorf("%w: --rtt-noise %v must lie in [0, 2] and --rtt-jitter %v in [0, 1000]", errUsage, *sf.rttNoise, *sf.rttJitter)
+	}
+	cfg.Map, cfg.MeasuredMap, cfg.MapError = sf.useMap != "", sf.useMap == "measured", *sf.mapError
+	cfg.RTTNoise, cfg.RTTJitter = *sf.rttNoise, time.Duration(*sf.rttJitter*float64(time.Millisecond))
+	switch *sf.tolerance {
+	case "":
+	case "density":
+		cfg.Density = true
+	default:
+		ms, err := strconv.ParseFloat(*sf.tolerance, 64)
+		if err != nil || !(ms > 0 && ms <= 1000) {
+			return fmt.Errorf("%w: --tolerance %q is neither density nor milliseconds in (0, 1000]", errUsage, *sf.tolerance)
+		}
+		cfg.Tolerance = time.Duration(ms * float64(time.Millisecond))
 	}
 	return nil
 }
