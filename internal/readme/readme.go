@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"testing"
 )
 
 // Protocols returns the rows of the protocol table under README.md's
@@ -54,4 +55,22 @@ func Size(n int) string {
 		return fmt.Sprintf("%d MiB", n>>20)
 	}
 	return fmt.Sprintf("%d KiB", (n+512)>>10)
+}
+
+// CheckLimits fails t unless README.md (at path) lists every protocol of
+// limits with that frame limit (written as Size writes it), and returns
+// the table's rows for further checks.
+func CheckLimits(t testing.TB, path string, limits map[string]int) map[string]string {
+	t.Helper()
+	rows, err := Protocols(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, limit := range limits {
+		got, ok := rows[id]
+		if want := Size(limit); !ok || got != want {
+			t.Errorf("README's row of %s: limit %q (listed %v), the code's %s", id, got, ok, want)
+		}
+	}
+	return rows
 }
