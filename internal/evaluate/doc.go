@@ -15,12 +15,13 @@
 // trend of probes per site). Every node starts owning its own subnet
 // (paper III.D).
 //
-// Probes are answered by a Prober: the world's latency model (fast and
-// exactly reproducible) or, in package cmd, timed HTTP HEADs through a
-// running world. The same evaluation runs on real structure (LoadGeo):
-// real addresses from a geolocation file, in the built-in real hierarchy,
-// at their real places. The crawl-speed experiments (Crawl) crawl that
-// world's sites with micra's crawler.
+// Probes are answered by a Prober: the world's latency model (ModelProber:
+// fast and exactly reproducible) or the least of three samples of the
+// world's per-request jitter (JitterProber), what a timed probe measures.
+// The same evaluation runs on real structure (LoadGeo): real addresses from
+// a geolocation file, in the built-in real hierarchy, at their real places.
+// The crawl-speed experiments (Crawl) crawl that world's sites with micra's
+// crawler.
 //
 // The benchmarks micra bench delegation and crawl run here whole
 // (RunDelegationBench, RunCrawlBench): cmd/micra parses their flags and
