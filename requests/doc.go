@@ -50,8 +50,8 @@
 // under its Egress policy. Each refusal names the URL, the address and its
 // registry entry, and wraps egress.ErrSpecialPurpose.
 //
-// requests imports overlay, crawl, egress, subnet, internal/p2pstream and
-// libp2p; it must not import results, indexer, node or cmd: node passes in
-// what it needs of them (the indexers of a host's result shard, the
-// crawler's promises).
+// requests imports overlay, crawl, egress, subnet, internal/p2pstream,
+// internal/check and libp2p; it must not import results, indexer, node or
+// cmd: node passes in what it needs of them (the indexers of a host's
+// result shard, the crawler's promises).
 package requests

@@ -2,7 +2,6 @@ package requests
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/egress"
+	chk "github.com/micra-net/micra/internal/check"
 )
 
 // Option configures Submit, ServeCrawlRequests and ServeWatches. Each
@@ -69,13 +69,7 @@ func NetResolver(r crawl.Resolver) Resolver {
 
 // Logger sets the logger (default slog.Default with subsystem=requests).
 func Logger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return errors.New("nil logger")
-		}
-		c.log = l
-		return nil
-	}
+	return func(c *config) error { return chk.Set(&c.log, l, chk.NotNil("logger", l)) }
 }
 
 // Fresh makes Submit ask each subnet's coordinator for its owner instead of
@@ -115,11 +109,5 @@ func LocalCrawl(h CrawlHandler) Option {
 // Resolve sets how Submit finds the address of a URL's host (default: IP
 // literals as they are, names through the system resolver). Submit.
 func Resolve(r Resolver) Option {
-	return func(c *config) error {
-		if r == nil {
-			return errors.New("nil resolver")
-		}
-		c.resolve = r
-		return nil
-	}
+	return func(c *config) error { return chk.Set(&c.resolve, r, chk.NotNil("resolver", r)) }
 }

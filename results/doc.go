@@ -44,7 +44,8 @@
 // JoinTopic (the validator: OpenEnvelope), verifies what it takes against
 // the signed header and acknowledges it with SendAck.
 //
-// results imports overlay, crawl, subnet and libp2p; it must not import
-// requests, indexer, node or cmd (results/pb imports requests/pb: a
-// pending crawl stored by an indexer holds a crawl request).
+// results imports overlay, crawl, subnet, internal/p2pstream,
+// internal/check and libp2p; it must not import requests, indexer, node or
+// cmd (results/pb imports requests/pb: a pending crawl stored by an
+// indexer holds a crawl request).
 package results

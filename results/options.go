@@ -1,12 +1,12 @@
 package results
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/micra-net/micra/internal/check"
 )
 
 // Option configures NewOutbox and JoinTopic.
@@ -55,24 +55,12 @@ func defaultConfig() config {
 
 // Logger sets the logger (default slog.Default with subsystem=results).
 func Logger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return errors.New("nil logger")
-		}
-		c.log = l
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.log, l, check.NotNil("logger", l)) }
 }
 
 // Clock sets the time source (default time.Now), for tests.
 func Clock(now func() time.Time) Option {
-	return func(c *config) error {
-		if now == nil {
-			return errors.New("nil clock")
-		}
-		c.now = now
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.now, now, check.NotNil("clock", now)) }
 }
 
 // Shards sets the number of result shards, network-wide (default 1: one
