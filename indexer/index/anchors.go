@@ -298,7 +298,7 @@ func (x *Index) reweighAnchors(w *wtxn, id docID, before, after map[string]uint1
 		switch {
 		case had && !has:
 			err = w.del(k)
-			w.noteImpact(t, id, was, nil)
+			w.noteChange(t, id, was, nil)
 			w.df[t]--
 			w.cnt.Postings--
 		case has:
@@ -308,7 +308,7 @@ func (x *Index) reweighAnchors(w *wtxn, id docID, before, after map[string]uint1
 				w.df[t]++
 				w.cnt.Postings++
 			}
-			w.noteImpact(t, id, was, is)
+			w.noteChange(t, id, was, is)
 		}
 		if err != nil {
 			return err

@@ -63,12 +63,18 @@ func ingest(b *testing.B, x *Index, recs []crawl.Record) {
 
 // BenchmarkPut measures ingest: one op is one record, stored in batches of
 // 500 into an index that grows to b.N records, with one profile
-// registered; with impact lists for the terms of 1024 pages or more (the
-// default), and without any, side by side.
+// registered; with impact lists and posting blocks for the terms of 1024
+// pages or more (the default), without the blocks, and without either,
+// side by side.
 func BenchmarkPut(b *testing.B) {
-	b.Run("impact", func(b *testing.B) { benchPut(b, defaultImpactMin, false) })
-	b.Run("none", func(b *testing.B) { benchPut(b, math.MaxInt, false) })
-	b.Run("manual-anchors", func(b *testing.B) { benchPut(b, defaultImpactMin, true) })
+	b.Run("impact", func(b *testing.B) { benchPut(b, false) })
+	b.Run("no-blocks", func(b *testing.B) {
+		benchPut(b, false, withBlocks(math.MaxInt, defaultBlockLen, defaultDeltaMin, defaultDeltaMax))
+	})
+	b.Run("none", func(b *testing.B) {
+		benchPut(b, false, withImpactMin(math.MaxInt), withBlocks(math.MaxInt, defaultBlockLen, defaultDeltaMin, defaultDeltaMax))
+	})
+	b.Run("manual-anchors", func(b *testing.B) { benchPut(b, true) })
 }
 
 // manualAnchors are link texts of real manuals (Django, Python): words the
@@ -80,7 +86,7 @@ var manualAnchors = []string{"HttpRequest.GET", "the if tag", "Request and respo
 
 // benchPut stores b.N synthetic records; with manual, their titles and
 // anchors are manualAnchors.
-func benchPut(b *testing.B, impactMin int, manual bool) {
+func benchPut(b *testing.B, manual bool, opts ...Option) {
 	recs := benchRecords(b.N, 1)
 	if manual {
 		for i := range recs {
@@ -90,7 +96,7 @@ func benchPut(b *testing.B, impactMin int, manual bool) {
 			}
 		}
 	}
-	x := newTestIndex(b, benchDB(b), withImpactMin(impactMin))
+	x := newTestIndex(b, benchDB(b), opts...)
 	if _, err := x.PutProfile(b.Context(), Profile{Name: "p", Keywords: []ProfileKeyword{{"wbx", 1}, {"wcx", 2}, {"wdex", 3}}}); err != nil {
 		b.Fatal(err)
 	}

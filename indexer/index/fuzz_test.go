@@ -19,7 +19,8 @@ func FuzzValues(f *testing.F) {
 	mt := match{Relevance: 0.5, Terms: []string{"alpha", "beta"}}
 	pv := profileValue{Name: "p", Keywords: []ProfileKeyword{{"Java", 4}}, Threshold: 0.1, Updated: t0, State: profilePending}
 	c := counts{Docs: 1, Tombstones: 2, Terms: 3, Postings: 4, Matches: 5, Added: 6, Rejected: 7, LastIngest: t0}
-	for _, b := range [][]byte{m.encode(), s.encode(), mt.encode(), pv.encode(), c.encode(), encodePostingValue(7, inTitle, 0), encodePostingValue(0, 0, 300), encodeAnchorSample(), encodeUvarint(9), termState{df: 3, impact: true}.encode()} {
+	for _, b := range [][]byte{m.encode(), s.encode(), mt.encode(), pv.encode(), c.encode(), encodePostingValue(7, inTitle, 0), encodePostingValue(0, 0, 300), encodeAnchorSample(), encodeUvarint(9), termState{df: 3, impact: true}.encode(),
+		termState{df: 3000, gen: 2, delta: 17}.encode(), sampleBlock()} {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -63,6 +64,16 @@ func FuzzValues(f *testing.F) {
 				t.Fatalf("term state round trip: %+v %+v %v", v, w, err)
 			}
 		}
+		if v, err := decodeBlock(b); err == nil {
+			var w blockWriter
+			for i := range v.n {
+				wt, fl, a := v.attr(i)
+				w.add(v.id(i), wt, fl, a)
+			}
+			if u, err := decodeBlock(w.encode()); err != nil || !bytes.Equal(u.ids, v.ids) || !bytes.Equal(u.attrs, v.attrs) {
+				t.Fatalf("block %x re-encoded as %x: %v", b, w.encode(), err)
+			}
+		}
 		if v, err := decodeUvarint(b); err == nil && !bytes.Equal(encodeUvarint(v), b) && len(b) <= 10 {
 			// Non-minimal varints decode; they must still be the same number.
 			if w, _ := decodeUvarint(encodeUvarint(v)); w != v {
@@ -70,6 +81,13 @@ func FuzzValues(f *testing.F) {
 			}
 		}
 	})
+}
+
+func sampleBlock() []byte {
+	var w blockWriter
+	w.add(idOf("http://a/"), 65535, inKeyword|inTitle, 0)
+	w.add(idOf("http://b/"), 0, 0, 16384)
+	return w.encode()
 }
 
 func encodeAnchorSample() []byte { return anchorCounts{"manual": 3, "widget": 1}.encode() }

@@ -51,6 +51,15 @@ func withImpactMin(n int) Option {
 	return func(c *config) error { c.impactMin = n; return nil }
 }
 
+// withBlocks sets the document frequency from which terms have a run of
+// posting blocks, the postings of a block and the bounds of a delta.
+func withBlocks(min, size, deltaMin, deltaMax int) Option {
+	return func(c *config) error {
+		c.blockMin, c.blockLen, c.deltaMin, c.deltaMax = min, size, deltaMin, deltaMax
+		return nil
+	}
+}
+
 // withPGCount sets the postings up to which the PostgreSQL store counts
 // matches exactly.
 func withPGCount(n int) Option {

@@ -83,32 +83,78 @@ func parseImpactKey(prefix, k []byte) (float64, docID, bool) {
 }
 
 // termState is the value of a term's /index/t/ key: its document
-// frequency, and whether its impact list is complete and maintained.
+// frequency, whether its impact list is complete and maintained, and the
+// generation of its run of posting blocks (0: none; blocks.go) with the
+// changes its delta holds.
 type termState struct {
 	df     uint64
 	impact bool
+	gen    uint32
+	delta  uint64
 }
 
-// encode writes the frequency as a uvarint, followed by one byte 1 when
-// the term has an impact list (older schemas: the uvarint alone).
+// Bits of the byte after a term state's frequency.
+const (
+	stateImpact = 1 << 0
+	stateBlocks = 1 << 1
+)
+
+// encode writes the frequency as a uvarint, followed, when the term has an
+// impact list or blocks, by one byte of stateImpact and stateBlocks, and
+// with blocks the generation and the delta's changes as uvarints (older
+// schemas: the uvarint alone, or with the byte 1).
 func (s termState) encode() []byte {
 	b := binary.AppendUvarint(nil, s.df)
+	var f byte
 	if s.impact {
-		b = append(b, 1)
+		f |= stateImpact
+	}
+	if s.gen > 0 {
+		f |= stateBlocks
+	}
+	if f == 0 {
+		return b
+	}
+	b = append(b, f)
+	if s.gen > 0 {
+		b = binary.AppendUvarint(b, uint64(s.gen))
+		b = binary.AppendUvarint(b, s.delta)
 	}
 	return b
 }
 
 func decodeTermState(b []byte) (termState, error) {
+	bad := fmt.Errorf("%w: term state %x", ErrCorruptValue, b)
 	v, n := binary.Uvarint(b)
-	switch {
-	case n <= 0 || v == 0:
-	case n == len(b):
-		return termState{df: v}, nil
-	case n+1 == len(b) && b[n] == 1:
-		return termState{df: v, impact: true}, nil
+	if n <= 0 || v == 0 {
+		return termState{}, bad
 	}
-	return termState{}, fmt.Errorf("%w: term state %x", ErrCorruptValue, b)
+	s := termState{df: v}
+	if n == len(b) {
+		return s, nil
+	}
+	f := b[n]
+	if f == 0 || f&^(stateImpact|stateBlocks) != 0 {
+		return termState{}, bad
+	}
+	s.impact = f&stateImpact != 0
+	rest := b[n+1:]
+	if f&stateBlocks == 0 {
+		if len(rest) != 0 {
+			return termState{}, bad
+		}
+		return s, nil
+	}
+	g, k := binary.Uvarint(rest)
+	if k <= 0 || g == 0 || g > math.MaxUint32 {
+		return termState{}, bad
+	}
+	d, k2 := binary.Uvarint(rest[k:])
+	if k2 <= 0 || k+k2 != len(rest) {
+		return termState{}, bad
+	}
+	s.gen, s.delta = uint32(g), d
+	return s, nil
 }
 
 func getTermState(txn *badger.Txn, t string) (termState, error) {
@@ -137,8 +183,17 @@ type impactChange struct {
 	had, has bool // whether the posting was there before, and is after
 }
 
-// noteImpact records the change of a posting from old to new (nil: absent).
-func (w *wtxn) noteImpact(t string, id docID, old, new *posting) {
+// noteChange records the change of a posting from old to new (nil: absent)
+// for the term's impact list and its delta, should it have them.
+func (w *wtxn) noteChange(t string, id docID, old, new *posting) {
+	pc := postingChange{term: t, id: id, has: new != nil}
+	if new != nil {
+		pc.w, pc.fl, pc.a = new.Weight, new.Flags, new.Anchor
+	}
+	w.chg = append(w.chg, pc)
+	// Counted as if the term had a run.
+	w.size += int64(len(prefixDelta) + 1 + len(t) + idLen + 5 + 24)
+	w.count++
 	c := impactChange{term: t, id: id, had: old != nil, has: new != nil}
 	if old != nil {
 		c.old = impactOf(old.Weight, old.Flags, old.Anchor)
@@ -293,28 +348,7 @@ func (x *Index) buildImpacts(terms []string) error {
 // one. A crash leaves the terms built so far marked; the rest are built at
 // the next New.
 func (x *Index) migrate3to4() (int, error) {
-	var terms []string
-	err := x.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefixDF})
-		defer it.Close()
-		for it.Seek(prefixDF); it.ValidForPrefix(prefixDF); it.Next() {
-			item := it.Item()
-			err := item.Value(func(v []byte) error {
-				s, err := decodeTermState(v)
-				if err != nil {
-					return fmt.Errorf("term %q: %w", item.Key()[len(prefixDF):], err)
-				}
-				if s.df >= uint64(x.cfg.impactMin) && !s.impact {
-					terms = append(terms, string(item.Key()[len(prefixDF):]))
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	terms, err := x.termsWhere(func(s termState) bool { return s.df >= uint64(x.cfg.impactMin) && !s.impact })
 	if err != nil {
 		return 0, err
 	}

@@ -25,8 +25,10 @@ func TestThresholdAgreesWithJoin(t *testing.T) {
 	const vocabSize = 3000
 	vocab := vocabulary(vocabSize)
 	zipf := rand.NewZipf(rng, 1.07, 2, vocabSize-1)
-	ta := newTestIndex(t, nil, withImpactMin(64))
-	join := newTestIndex(t, nil, withImpactMin(1<<30))
+	// The threshold algorithm looks postings up in runs of blocks; the
+	// join reads the loose postings only.
+	ta := newTestIndex(t, nil, withImpactMin(64), withBlocks(64, 16, 8, 32))
+	join := newTestIndex(t, nil, withImpactMin(1<<30), withBlocks(1<<30, 16, 8, 32))
 	put := func(node string, recs []crawl.Record) {
 		for _, x := range []*Index{ta, join} {
 			if res, err := x.Put(t.Context(), Source{Node: node, Seq: 1}, recs); err != nil || res.Rejected > 0 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/ristretto/v2"
 	"github.com/micra-net/micra/crawl"
 )
 
@@ -32,6 +33,11 @@ type Index struct {
 	closeOnce sync.Once
 
 	impactQueries, impactFallbacks atomic.Uint64 // see Stats
+	packs                          atomic.Uint64 // see Stats
+
+	// runs caches the runs of posting blocks queries read (blocks.go),
+	// bounded by their bytes.
+	runs *ristretto.Cache[string, *runTable]
 	// Work of queries since New, for tests: postings read in order (joins
 	// and impact lists), and postings looked up one by one.
 	readPostings, lookups atomic.Uint64
@@ -75,17 +81,29 @@ func New(db *badger.DB, opts ...Option) (*Index, error) {
 	if need := int64(cfg.maxRecordBytes) + 64<<10; need > x.txnBytes {
 		return nil, fmt.Errorf("record size cap of %d bytes does not fit a transaction of this database (%d bytes); raise its MemTableSize or lower RecordLimits", cfg.maxRecordBytes, x.txnBytes)
 	}
-	if err := x.openSchema(); err != nil {
+	if x.runs, err = ristretto.NewCache(&ristretto.Config[string, *runTable]{
+		NumCounters: max(cfg.runCache/(16<<10), 1000), MaxCost: cfg.runCache, BufferItems: 64, IgnoreInternalCost: true,
+	}); err != nil {
 		return nil, err
 	}
-	if err := x.finishBuild(); err != nil {
-		return nil, fmt.Errorf("finishing an impact list: %w", err)
-	}
-	if err := x.loadProfiles(context.Background()); err != nil {
+	if err := x.open(); err != nil {
+		x.runs.Close()
 		return nil, err
 	}
 	x.log.Info("index opened", "docs", x.cnt.Docs, "terms", x.cnt.Terms, "profiles", len(x.profiles))
 	return x, nil
+}
+
+// open readies the stored index: its schema, an impact list a crash left
+// half built, and the profiles.
+func (x *Index) open() error {
+	if err := x.openSchema(); err != nil {
+		return err
+	}
+	if err := x.finishBuild(); err != nil {
+		return fmt.Errorf("finishing an impact list: %w", err)
+	}
+	return x.loadProfiles(context.Background())
 }
 
 // openSchema checks or writes the schema version, loads the counters and
@@ -157,6 +175,7 @@ func (x *Index) Close() error {
 		x.closed.Store(true)
 		x.wmu.Lock()
 		defer x.wmu.Unlock() // waits for the writer in progress
+		x.runs.Close()
 		x.log.Info("index closed")
 	})
 	return nil
@@ -185,6 +204,10 @@ type Stats struct {
 	// Queries since New that ran on impact lists (threshold.go), and
 	// those of them that ran out of budget there and were joined instead.
 	ImpactQueries, ImpactFallbacks uint64
+
+	// Packs counts the runs of posting blocks written since New
+	// (blocks.go).
+	Packs uint64
 }
 
 // Stats returns the current counters. It does not touch the database.
@@ -198,6 +221,7 @@ func (x *Index) Stats() Stats {
 		Added: c.Added, Replaced: c.Replaced, Removed: c.Removed, Duplicates: c.Duplicates,
 		Stale: c.Stale, Rejected: c.Rejected, LastIngest: c.LastIngest,
 		ImpactQueries: x.impactQueries.Load(), ImpactFallbacks: x.impactFallbacks.Load(),
+		Packs: x.packs.Load(),
 	}
 }
 

@@ -33,6 +33,12 @@ import (
 //	                                   impact s, a float64's bits (schema 4; empty
 //	                                   value, impact.go)
 //	/index/meta/building               the term whose impact list is being built
+//	/index/meta/gen                    the last generation of blocks given (schema 6)
+//	/index/b/<len><t><gen:4><last id>  a block of a frequent term's postings (schema 6;
+//	                                   value: block, blocks.go)
+//	/index/q/<len><t><id>              a change of such a term's posting since its
+//	                                   blocks were written (schema 6; posting value,
+//	                                   empty when removed)
 //	/index/a/<id>                      anchor terms of the links to a page, live or not,
 //	                                   with the number of linking pages (schema 3;
 //	                                   value: anchorCounts, anchors.go)
@@ -51,15 +57,34 @@ const KeyPrefix = "/index/"
 // to 255 bytes); version 3 counts the anchors of links for the pages they
 // point to (/index/a/) and merges them into their postings (inAnchor);
 // version 4 keeps impact lists of frequent terms (/index/i/); version 5
-// indexes the verbatim terms of titles and anchors (verbatim.go).
+// indexes the verbatim terms of titles and anchors (verbatim.go); version 6
+// packs the postings of frequent terms into blocks (blocks.go).
 // New migrates older indexes (migrate.go). Binaries that read an older
 // version only refuse a newer one (ErrSchema) instead of misreading it.
-const schemaVersion = 5
+const schemaVersion = 6
 
 const idLen = 16
 
 // docID identifies a page: the first 16 bytes of SHA-256 of its URL.
 type docID [idLen]byte
+
+// compareIDs orders ids as bytes.Compare orders their bytes, in two loads.
+func compareIDs(a, b *docID) int {
+	if x, y := binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(b[:8]); x != y {
+		if x < y {
+			return -1
+		}
+		return 1
+	}
+	x, y := binary.BigEndian.Uint64(a[8:]), binary.BigEndian.Uint64(b[8:])
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return 0
+}
 
 func idOf(url string) docID {
 	s := sha256.Sum256([]byte(url))
@@ -155,17 +180,27 @@ func parseMatchRankKey(prefix, k []byte) (float64, docID, bool) {
 
 // parsePostingKey splits any posting key into its term and id.
 func parsePostingKey(k []byte) (string, docID, bool) {
+	t, rest, ok := splitTermKey(prefixPosting, k)
 	var id docID
-	if !bytes.HasPrefix(k, prefixPosting) || len(k) < len(prefixPosting)+1 {
+	if !ok || len(rest) != idLen {
 		return "", id, false
 	}
-	rest := k[len(prefixPosting):]
+	copy(id[:], rest)
+	return t, id, true
+}
+
+// splitTermKey splits a key of prefix followed by a length-prefixed term
+// into the term and what follows it.
+func splitTermKey(prefix, k []byte) (string, []byte, bool) {
+	if !bytes.HasPrefix(k, prefix) || len(k) < len(prefix)+1 {
+		return "", nil, false
+	}
+	rest := k[len(prefix):]
 	n := int(rest[0])
-	if len(rest) != 1+n+idLen || n == 0 {
-		return "", id, false
+	if n == 0 || len(rest) < 1+n {
+		return "", nil, false
 	}
-	copy(id[:], rest[1+n:])
-	return string(rest[1 : 1+n]), id, true
+	return string(rest[1 : 1+n]), rest[1+n:], true
 }
 
 // parseMatchKey splits an annotation key into profile name and id.

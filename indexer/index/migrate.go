@@ -46,6 +46,13 @@ func (x *Index) migrate(from uint64) error {
 		}
 		x.log.Info("index schema migrated", "from", max(from, 4), "to", 5, "pages", n)
 	}
+	if from < 6 {
+		n, err := x.migrate5to6()
+		if err != nil {
+			return fmt.Errorf("migrating the index from schema 5 to 6: %w", err)
+		}
+		x.log.Info("index schema migrated", "from", max(from, 5), "to", 6, "runs", n)
+	}
 	return x.db.Update(func(txn *badger.Txn) error { return txn.Set(keySchema, encodeUvarint(schemaVersion)) })
 }
 

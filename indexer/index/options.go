@@ -30,7 +30,11 @@ type config struct {
 	maxWindow     int
 	maxScan       int
 	impactMin     int // document frequency from which a term has an impact list
-	pgCount       int // postings of its driving list the PostgreSQL store counts matches in exactly
+	// Posting blocks (blocks.go): the document frequency from which a
+	// term has a run, the postings of a block, and the bounds of a delta.
+	blockMin, blockLen, deltaMin, deltaMax int
+	runCache                               int64 // bytes of runs kept in memory
+	pgCount                                int   // postings of its driving list the PostgreSQL store counts matches in exactly
 
 	titleBoost float64
 
@@ -79,6 +83,11 @@ func defaults() *config {
 		maxWindow:          1000,
 		maxScan:            1_000_000,
 		impactMin:          defaultImpactMin,
+		blockMin:           defaultBlockMin,
+		blockLen:           defaultBlockLen,
+		deltaMin:           defaultDeltaMin,
+		deltaMax:           defaultDeltaMax,
+		runCache:           128 << 20,
 		pgCount:            4096,
 		titleBoost:         0.5,
 		maxProfiles:        256,
@@ -105,10 +114,20 @@ func (c *config) validate() error {
 		"result limits invalid: need 1 <= default %d <= max %d <= window %d <= %d", c.defaultLimit, c.maxLimit, c.maxWindow, ceilWindow)
 	check(c.maxScan >= 1000, "scan budget %d below 1000", c.maxScan)
 	check(c.impactMin >= 1, "impact list threshold %d below 1", c.impactMin)
+	check(c.blockMin >= 1 && c.blockLen >= 1 && c.blockLen <= maxBlockLen && c.deltaMin >= 1 && c.deltaMin <= c.deltaMax,
+		"posting blocks invalid: need threshold %d >= 1, 1 <= block %d <= %d, 1 <= delta %d <= %d", c.blockMin, c.blockLen, maxBlockLen, c.deltaMin, c.deltaMax)
+	check(c.runCache >= 1<<20, "block cache of %d bytes below 1 MiB", c.runCache)
 	check(c.titleBoost >= 0 && c.titleBoost <= 100 && !math.IsNaN(c.titleBoost), "title boost %v not in 0..100", c.titleBoost)
 	check(c.maxProfiles >= 0 && c.maxProfiles <= ceilProfiles, "profile cap %d not in 0..%d", c.maxProfiles, ceilProfiles)
 	check(c.maxProfileKeywords >= 1 && c.maxProfileKeywords <= ceilProfileKeywords, "profile keyword cap %d not in 1..%d", c.maxProfileKeywords, ceilProfileKeywords)
 	return errors.Join(errs...)
+}
+
+// BlockCache bounds the memory that keeps the postings of frequent terms,
+// read from their blocks, for the next queries (blocks.go). Default: 128
+// MiB, the blocks of about 60 terms on 100,000 pages each.
+func BlockCache(bytes int64) Option {
+	return func(c *config) error { c.runCache = bytes; return nil }
 }
 
 // Logger sets the logger. Default: slog.Default() with subsystem=index.

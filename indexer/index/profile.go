@@ -310,7 +310,10 @@ func (x *Index) rebuild(ctx context.Context, p *profileState) error {
 		}
 	}()
 	for i, t := range p.terms {
-		c := newCursor(rtxn, t.Term, i)
+		c, err := x.openTermCursor(rtxn, t.Term, i)
+		if err != nil {
+			return err
+		}
 		c.weight = t.Weight
 		cs = append(cs, c)
 	}

@@ -259,21 +259,27 @@ func randomQuery(rng *rand.Rand, vocab []string) Query {
 
 // TestIndexAgreesWithBruteForce drives random deliveries (duplicates, stale
 // and gone records, content ties) and random profiles, and compares every
-// search and profile listing with a scan of the model: on joins, and with
+// search and profile listing with a scan of the model: on joins, with
 // impact lists from a document frequency of 3 on, on the threshold
-// algorithm wherever every word of a query has one.
+// algorithm wherever every word of a query has one, with posting blocks of
+// four postings from a document frequency of 3 on, packed again every few
+// changes, and with both (the threshold algorithm's lookups in the runs).
 func TestIndexAgreesWithBruteForce(t *testing.T) {
-	for _, impactMin := range []int{defaultImpactMin, 3} {
+	for _, v := range []struct {
+		name string
+		opts []Option
+	}{
+		{"joins", nil},
+		{"impact", []Option{withImpactMin(3)}},
+		{"blocks", []Option{withBlocks(3, 4, 2, 4)}},
+		{"impact-blocks", []Option{withImpactMin(3), withBlocks(3, 4, 2, 4)}},
+	} {
 		for seed := range uint64(4) {
-			t.Run(fmt.Sprint("impact", impactMin, "/seed", seed), func(t *testing.T) {
-				agreesWithBruteForce(t, seed, impactMin)
+			t.Run(fmt.Sprint(v.name, "/seed", seed), func(t *testing.T) {
+				storeAgreesWithBruteForce(t, seed, newTestIndex(t, nil, v.opts...))
 			})
 		}
 	}
-}
-
-func agreesWithBruteForce(t *testing.T, seed uint64, impactMin int) {
-	storeAgreesWithBruteForce(t, seed, newTestIndex(t, nil, withImpactMin(impactMin)))
 }
 
 // storeAgreesWithBruteForce is the property test of any store.

@@ -187,6 +187,7 @@ type wtxn struct {
 	df          map[string]int64 // document frequency deltas
 	pc          map[string]int64 // profile match count deltas
 	imp         []impactChange   // changes of postings' impacts (impact.go)
+	chg         []postingChange  // changes of postings, for the deltas of runs (blocks.go)
 }
 
 func (x *Index) newWtxn() *wtxn {
@@ -237,45 +238,44 @@ func (x *Index) commit(w *wtxn) error {
 		state[t] = s
 		return s, nil
 	}
-	for _, c := range w.imp {
+	for _, c := range w.chg {
 		if _, err := load(c.term); err != nil {
 			return err
 		}
 	}
-	type dfv struct {
-		t string
-		s termState
+	added, err := applyDeltas(w, state)
+	if err != nil {
+		return err
 	}
-	dfs := make([]dfv, 0, len(w.df))
-	var build []string
+	changed := make([]string, 0, len(w.df)+len(added))
 	for t, d := range w.df {
-		if d == 0 {
-			continue
+		if d != 0 {
+			changed = append(changed, t)
 		}
+	}
+	for t := range added {
+		if w.df[t] == 0 {
+			changed = append(changed, t)
+		}
+	}
+	slices.Sort(changed) // a fixed order, whatever the maps'
+	dfs := make([]termEntry, 0, len(changed))
+	var build, pack []string
+	for _, t := range changed {
 		old, err := load(t)
 		if err != nil {
 			return err
 		}
-		k := dfKey(t)
-		v := int64(old.df) + d
-		switch {
-		case v < 0:
-			return fmt.Errorf("%w: document frequency of %q below zero", ErrCorruptValue, t)
-		case v == 0:
-			w.cnt.Terms--
-			err = w.del(k)
-		default:
-			if old.df == 0 {
-				w.cnt.Terms++
-			}
-			err = w.set(k, termState{df: uint64(v), impact: old.impact}.encode())
-		}
+		s, err := x.updateTerm(w, t, old, w.df[t], added[t])
 		if err != nil {
 			return err
 		}
-		dfs = append(dfs, dfv{t, termState{df: uint64(v), impact: old.impact && v > 0}})
-		if v >= int64(x.cfg.impactMin) && !old.impact {
+		dfs = append(dfs, termEntry{t, s})
+		if s.df >= uint64(x.cfg.impactMin) && !old.impact {
 			build = append(build, t)
+		}
+		if s.df >= uint64(x.cfg.blockMin) && s.gen == 0 || s.gen > 0 && s.delta > x.cfg.deltaLimit(s.df) {
+			pack = append(pack, t)
 		}
 	}
 	if err := applyImpacts(w, state); err != nil {
@@ -311,8 +311,44 @@ func (x *Index) commit(w *wtxn) error {
 		}
 	}
 	x.mu.Unlock()
-	slices.Sort(build) // a fixed order, whatever the map's
-	return x.buildImpacts(build)
+	if err := x.buildImpacts(build); err != nil {
+		return err
+	}
+	return x.packAll(pack)
+}
+
+// termEntry is a term with its state.
+type termEntry struct {
+	t string
+	s termState
+}
+
+// updateTerm writes the state of t after its document frequency changed
+// by d and its delta got added changes; a term no page has any longer
+// loses its key, its run and its delta. It returns the new state.
+func (x *Index) updateTerm(w *wtxn, t string, old termState, d int64, added uint64) (termState, error) {
+	v := int64(old.df) + d
+	s := termState{df: uint64(max(v, 0)), impact: old.impact, gen: old.gen, delta: old.delta + added}
+	k := dfKey(t)
+	switch {
+	case v < 0:
+		return s, fmt.Errorf("%w: document frequency of %q below zero", ErrCorruptValue, t)
+	case v == 0:
+		w.cnt.Terms--
+		if old.gen > 0 {
+			if err := deleteAll(w.txn, blockTermPrefix(t)); err != nil {
+				return s, err
+			}
+			if err := deleteAll(w.txn, deltaPrefix(t)); err != nil {
+				return s, err
+			}
+		}
+		return termState{}, w.del(k)
+	}
+	if old.df == 0 {
+		w.cnt.Terms++
+	}
+	return s, w.set(k, s.encode())
 }
 
 // cacheTerm remembers the committed state of a term (df 0: forgets it).
@@ -500,7 +536,7 @@ func (x *Index) updatePostings(w *wtxn, id docID, old, new []posting) error {
 			if err := w.del(postingKey(old[i].Term, id)); err != nil {
 				return err
 			}
-			w.noteImpact(old[i].Term, id, &old[i], nil)
+			w.noteChange(old[i].Term, id, &old[i], nil)
 			w.df[old[i].Term]--
 			w.cnt.Postings--
 			i++
@@ -508,7 +544,7 @@ func (x *Index) updatePostings(w *wtxn, id docID, old, new []posting) error {
 			if err := w.set(postingKey(new[j].Term, id), encodePostingValue(new[j].Weight, new[j].Flags, new[j].Anchor)); err != nil {
 				return err
 			}
-			w.noteImpact(new[j].Term, id, nil, &new[j])
+			w.noteChange(new[j].Term, id, nil, &new[j])
 			w.df[new[j].Term]++
 			w.cnt.Postings++
 			j++
@@ -517,7 +553,7 @@ func (x *Index) updatePostings(w *wtxn, id docID, old, new []posting) error {
 				if err := w.set(postingKey(new[j].Term, id), encodePostingValue(new[j].Weight, new[j].Flags, new[j].Anchor)); err != nil {
 					return err
 				}
-				w.noteImpact(new[j].Term, id, &old[i], &new[j])
+				w.noteChange(new[j].Term, id, &old[i], &new[j])
 			}
 			i++
 			j++

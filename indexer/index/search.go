@@ -57,14 +57,24 @@ type Hit struct {
 
 const hitKeywords = 8
 
-// cursor walks the postings of one term in id order.
+// cursor walks the postings of one term in id order: its loose postings,
+// or for a term with a run (blocks.go) the run and the delta merged.
 type cursor struct {
-	it     *badger.Iterator
+	it     *badger.Iterator // the loose postings, or the delta
 	prefix []byte
 	key    []byte // seek scratch
 	term   string
 	pos    int // index of the term in its query, for a fixed summing order
 	weight float64
+	run    *runTable // nil: the term has no run
+	ri     int       // the position in run
+
+	// the iterator's entry
+	lok    bool
+	lid    docID
+	lw, la uint16
+	lflags uint8
+	lgone  bool // a delta entry for a posting removed
 
 	ok    bool
 	id    docID
@@ -74,41 +84,123 @@ type cursor struct {
 	err   error
 }
 
-func newCursor(txn *badger.Txn, term string, pos int) *cursor {
-	p := postingPrefix(term)
-	c := &cursor{prefix: p, key: bytes.Clone(p), term: term, pos: pos}
-	c.it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: p})
-	c.it.Seek(p)
-	c.load()
+// openCursor opens a cursor on term t of state st, reading its run (if it
+// has one) through Index.runs.
+func (x *Index) openCursor(txn *badger.Txn, t string, st termState, pos int) (*cursor, error) {
+	var run *runTable
+	if st.gen > 0 {
+		var err error
+		if run, err = x.table(txn, t, st); err != nil {
+			return nil, err
+		}
+	}
+	return newCursor(txn, t, run, pos), nil
+}
+
+// openTermCursor reads the state of term t and opens a cursor on it.
+func (x *Index) openTermCursor(txn *badger.Txn, t string, pos int) (*cursor, error) {
+	st, err := getTermState(txn, t)
+	if err != nil {
+		return nil, err
+	}
+	return x.openCursor(txn, t, st, pos)
+}
+
+// newCursor opens a cursor on the loose postings of term, or with a run on
+// the run and the term's delta.
+func newCursor(txn *badger.Txn, term string, run *runTable, pos int) *cursor {
+	c := &cursor{term: term, pos: pos, prefix: postingPrefix(term), run: run}
+	if run != nil {
+		c.prefix = deltaPrefix(term)
+	}
+	c.key = bytes.Clone(c.prefix)
+	c.it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: c.prefix})
+	c.it.Seek(c.prefix)
+	c.read()
+	c.settle()
 	return c
 }
 
-func (c *cursor) load() {
+// read decodes the iterator's entry.
+func (c *cursor) read() {
 	if c.err != nil || !c.it.ValidForPrefix(c.prefix) {
-		c.ok = false
+		c.lok = false
 		return
 	}
 	item := c.it.Item()
 	id, ok := postingID(c.prefix, item.Key())
 	if !ok {
-		c.ok, c.err = false, fmt.Errorf("%w: posting key %q", ErrCorruptValue, item.Key())
+		c.lok, c.err = false, fmt.Errorf("%w: posting key %q", ErrCorruptValue, item.Key())
 		return
 	}
 	err := item.Value(func(v []byte) error {
+		c.lgone = c.run != nil && len(v) == 0
+		if c.lgone {
+			return nil
+		}
 		var err error
-		c.w, c.flags, c.a, err = decodePostingValue(v)
+		c.lw, c.lflags, c.la, err = decodePostingValue(v)
 		return err
 	})
 	if err != nil {
-		c.ok, c.err = false, err
+		c.lok, c.err = false, err
 		return
 	}
-	c.ok, c.id = true, id
+	c.lok, c.lid = true, id
+}
+
+// settle makes the cursor's posting the first of the iterator's entry and
+// the run's, the delta's where both have the page, past removed ones.
+func (c *cursor) settle() {
+	for {
+		if c.err != nil {
+			c.ok = false
+			return
+		}
+		var rid docID
+		runOK := c.run != nil && c.ri < c.run.blk.n
+		if runOK {
+			rid = c.run.blk.id(c.ri)
+		}
+		switch {
+		case !c.lok && !runOK:
+			c.ok = false
+			return
+		case !c.lok || runOK && compareIDs(&rid, &c.lid) < 0:
+			c.ok, c.id = true, rid
+			c.w, c.flags, c.a = c.run.blk.attr(c.ri)
+			return
+		case !c.lgone:
+			c.ok, c.id, c.w, c.flags, c.a = true, c.lid, c.lw, c.lflags, c.la
+			return
+		}
+		if runOK && rid == c.lid {
+			c.ri++
+		}
+		c.it.Next()
+		c.read()
+	}
 }
 
 func (c *cursor) next() {
-	c.it.Next()
-	c.load()
+	if r := c.run; r != nil && !c.lok && c.err == nil {
+		// A run without a delta ahead: its next posting.
+		if c.ri++; c.ri < r.blk.n {
+			c.id = r.blk.id(c.ri)
+			c.w, c.flags, c.a = r.blk.attr(c.ri)
+			return
+		}
+		c.ok = false
+		return
+	}
+	if c.lok && c.lid == c.id {
+		c.it.Next()
+		c.read()
+	}
+	if c.run != nil && c.ri < c.run.blk.n && c.run.blk.id(c.ri) == c.id {
+		c.ri++
+	}
+	c.settle()
 }
 
 // seekSteps is how many postings seek steps over before it seeks: in a
@@ -118,18 +210,27 @@ const seekSteps = 8
 
 // seek moves to the first posting with an id not below id.
 func (c *cursor) seek(id docID) {
-	for range seekSteps {
-		if !c.ok || bytes.Compare(c.id[:], id[:]) >= 0 {
-			return
-		}
-		c.next()
-	}
-	if !c.ok || bytes.Compare(c.id[:], id[:]) >= 0 {
+	if !c.ok || compareIDs(&c.id, &id) >= 0 {
 		return
 	}
-	c.key = append(c.key[:len(c.prefix)], id[:]...)
-	c.it.Seek(c.key)
-	c.load()
+	if c.run != nil {
+		c.ri = c.run.blk.search(c.ri, id)
+	}
+	// The loose postings are stepped over first; a delta is sparse, so
+	// its next entry is usually past id.
+	for range seekSteps {
+		if !c.lok || compareIDs(&c.lid, &id) >= 0 {
+			break
+		}
+		c.it.Next()
+		c.read()
+	}
+	if c.lok && compareIDs(&c.lid, &id) < 0 {
+		c.key = append(c.key[:len(c.prefix)], id[:]...)
+		c.it.Seek(c.key)
+		c.read()
+	}
+	c.settle()
 }
 
 func (c *cursor) close() { c.it.Close() }
@@ -145,7 +246,7 @@ func better(a, b scored) bool {
 	if a.score != b.score {
 		return a.score > b.score
 	}
-	return bytes.Compare(a.id[:], b.id[:]) < 0
+	return compareIDs(&a.id, &b.id) < 0
 }
 
 // topK keeps the k best candidates; its root is the worst kept.
@@ -365,7 +466,7 @@ func (x *Index) evaluate(ctx context.Context, txn *badger.Txn, pq parsedQuery, a
 	hidden := x.hiddenIn(txn)
 	j := joiner{qts: qts, ex: ex, hidden: hidden, any: any, coord: coord, n: len(pq.Terms)}
 	if budget, ok := x.cfg.plan(qts, any, cnt.Docs); ok {
-		th := threshold{ctx: ctx, txn: txn, qts: qts, ex: ex, hidden: hidden, any: any, coord: coord,
+		th := threshold{x: x, ctx: ctx, txn: txn, qts: qts, ex: ex, hidden: hidden, any: any, coord: coord,
 			boost: x.cfg.titleBoost, budget: budget, contrib: make([]float64, len(pq.Terms))}
 		top, done, err := th.run(k)
 		if err != nil {
@@ -477,12 +578,19 @@ func (x *Index) join(ctx context.Context, txn *badger.Txn, j joiner, k, budget i
 		}
 	}()
 	for _, q := range j.qts {
-		c := newCursor(txn, q.t, q.pos)
+		c, err := x.openCursor(txn, q.t, q.state, q.pos)
+		if err != nil {
+			return nil, err
+		}
 		c.weight = q.weight
 		cs = append(cs, c)
 	}
 	for _, t := range j.ex {
-		ex = append(ex, newCursor(txn, t, -1))
+		c, err := x.openTermCursor(txn, t, -1)
+		if err != nil {
+			return nil, err
+		}
+		ex = append(ex, c)
 	}
 	e := evaluator{
 		cs: cs, ex: ex, top: &topK{k: k}, budget: budget, hidden: j.hidden, coord: j.coord,

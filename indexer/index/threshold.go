@@ -24,12 +24,12 @@ import (
 // join must be long: its rarest list, or all lists for any term, of at
 // least config.impactMin postings. Every term needs an impact list, or few
 // enough postings (below config.impactMin) to sort them in memory. The
-// algorithm scores the pages it meets one lookup per word, about ten
-// times the cost of a posting the join reads in order; so for all words
-// they must be two at most (with three it reads deep into every list
-// before no page it has not met can rank, and the join is faster), the
-// pages with both a large share (an eighth, if the words were
-// independent) of those with the rarer, and it scores at most an eighth
+// algorithm scores the pages it meets one lookup per word (a binary
+// search in a term's blocks, read whole once, or a badger read for a term
+// without); so for all words they must be three at most (with more it
+// reads deep into every list before no page it has not met can rank),
+// the pages with all of them a large share (an eighth, if the words were
+// independent) of those with the rarest, and it scores at most an eighth
 // of the join's postings.
 func (c *config) plan(qts []qterm, any bool, docs int64) (budget int, ok bool) {
 	var sum, least uint64
@@ -49,10 +49,23 @@ func (c *config) plan(qts []qterm, any bool, docs int64) (budget int, ok bool) {
 	switch {
 	case cost < uint64(c.impactMin):
 		return 0, false
-	case !any && len(qts) > 2:
+	case !any && len(qts) > 3:
 		return 0, false
-	case !any && len(qts) == 2:
-		if float64(max(qts[0].state.df, qts[1].state.df))/float64(max(docs, 1)) < 1.0/8 {
+	case !any && len(qts) > 1:
+		// The share of the rarest term's pages that have the others, were
+		// the terms independent.
+		share, rarest := 1.0, 0
+		for i, q := range qts {
+			if q.state.df < qts[rarest].state.df {
+				rarest = i
+			}
+		}
+		for i, q := range qts {
+			if i != rarest {
+				share *= float64(q.state.df) / float64(max(docs, 1))
+			}
+		}
+		if share < 1.0/8 {
 			return 0, false
 		}
 	}
@@ -61,6 +74,7 @@ func (c *config) plan(qts []qterm, any bool, docs int64) (budget int, ok bool) {
 
 // threshold is one run of the threshold algorithm.
 type threshold struct {
+	x       *Index
 	ctx     context.Context
 	txn     *badger.Txn
 	qts     []qterm
@@ -69,8 +83,9 @@ type threshold struct {
 	any     bool
 	coord   int
 	boost   float64
-	budget  int       // pages to score before the join takes over
-	contrib []float64 // per query term, summed in query order as the join does
+	budget  int               // pages to score before the join takes over
+	contrib []float64         // per query term, summed in query order as the join does
+	runs    map[int]runLookup // the runs of the terms looked up, by position in the query
 
 	matches int // pages met that match
 	reads   int // postings read from the lists
@@ -98,14 +113,18 @@ type impactEntry struct {
 }
 
 // openImpactSource opens the postings of q by impact.
-func openImpactSource(txn *badger.Txn, q *qterm, boost float64) (*impactSource, error) {
+func (th *threshold) openImpactSource(q *qterm, boost float64) (*impactSource, error) {
+	txn := th.txn
 	s := &impactSource{q: q}
 	if q.state.impact {
 		s.prefix = impactPrefix(q.t)
 		s.it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: s.prefix})
 		s.it.Seek(s.prefix)
 	} else {
-		c := newCursor(txn, q.t, q.pos)
+		c, err := th.x.openCursor(txn, q.t, q.state, q.pos)
+		if err != nil {
+			return nil, err
+		}
 		for ; c.ok; c.next() {
 			s.mem = append(s.mem, impactEntry{s: impactOf(c.w, c.flags, c.a), id: c.id})
 		}
@@ -164,7 +183,7 @@ func (th *threshold) run(k int) ([]scored, bool, error) {
 		}
 	}()
 	for i := range th.qts {
-		s, err := openImpactSource(th.txn, &th.qts[i], th.boost)
+		s, err := th.openImpactSource(&th.qts[i], th.boost)
 		if err != nil {
 			return nil, false, err
 		}
@@ -294,7 +313,7 @@ func (th *threshold) score(id docID, order []*qterm) (float64, bool, error) {
 	clear(th.contrib)
 	on := 0
 	for _, q := range order {
-		w, fl, a, found, err := getPosting(th.txn, q.t, id)
+		w, fl, a, found, err := th.lookup(q, id)
 		th.lookups++
 		if err != nil {
 			return 0, false, err
@@ -325,6 +344,36 @@ func (th *threshold) score(id docID, order []*qterm) (float64, bool, error) {
 		s *= share * share
 	}
 	return s, true, nil
+}
+
+// runLookup is a term's run with its delta, read for lookups.
+type runLookup struct {
+	run   *runTable
+	delta delta
+}
+
+// lookup reads the posting of q for page id: from the term's run and
+// delta, read whole at its first lookup, or from badger for a term
+// without a run.
+func (th *threshold) lookup(q *qterm, id docID) (w uint16, flags uint8, anchor uint16, found bool, err error) {
+	if q.state.gen == 0 {
+		return getPosting(th.txn, q.t, id)
+	}
+	r, ok := th.runs[q.pos]
+	if !ok {
+		if r.run, err = th.x.table(th.txn, q.t, q.state); err != nil {
+			return 0, 0, 0, false, err
+		}
+		if r.delta, err = loadDelta(th.txn, q.t); err != nil {
+			return 0, 0, 0, false, err
+		}
+		if th.runs == nil {
+			th.runs = make(map[int]runLookup)
+		}
+		th.runs[q.pos] = r
+	}
+	w, flags, anchor, found = r.run.lookup(r.delta, id)
+	return w, flags, anchor, found, nil
 }
 
 func corruptImpactKey(k []byte) error { return fmt.Errorf("%w: impact key %q", ErrCorruptValue, k) }

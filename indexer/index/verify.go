@@ -1,17 +1,21 @@
 package index
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/micra-net/micra/crawl"
 )
 
 // Verify reads the whole index once and checks that its counters, document
-// frequencies, postings and profile annotations agree with the stored
-// records. It is meant for tests and for operators after an incident; it
+// frequencies, postings, impact lists, posting blocks and profile
+// annotations agree with the stored records. It is meant for tests and for operators after an incident; it
 // needs memory for one counter per distinct term.
 func (x *Index) Verify(ctx context.Context) error {
 	c, err := x.scanCounts(ctx)
@@ -31,10 +35,10 @@ func (x *Index) Verify(ctx context.Context) error {
 // scanCounts counts what the database holds, checking its structure on
 // the way. Run it while no writer is active for exact counters.
 func (x *Index) scanCounts(ctx context.Context) (counts, error) {
-	v := verifier{ctx: ctx}
+	v := verifier{ctx: ctx, x: x}
 	err := x.db.View(func(txn *badger.Txn) error {
 		v.txn = txn
-		for _, step := range []func() error{v.docs, v.records, v.anchors, v.postings, v.terms, v.impacts, v.matches} {
+		for _, step := range []func() error{v.docs, v.records, v.anchors, v.postings, v.terms, v.impacts, v.blocks, v.matches} {
 			if err := step(); err != nil {
 				return err
 			}
@@ -50,6 +54,7 @@ func (x *Index) scanCounts(ctx context.Context) (counts, error) {
 // verifier is one scan of scanCounts: each step reads one key space and
 // checks it against what the steps before it gathered.
 type verifier struct {
+	x    *Index
 	ctx  context.Context
 	txn  *badger.Txn
 	c    counts
@@ -60,6 +65,7 @@ type verifier struct {
 	linked     map[docID]anchorCounts // anchor terms per page, from the records' links
 	got        map[string]int64       // postings per term, as stored
 	listed     map[string]int64       // terms with an impact list → postings not yet met
+	packed     map[string]termState   // terms with a run of posting blocks
 	perProfile map[string]int64       // matches per profile
 }
 
@@ -214,6 +220,7 @@ func (v *verifier) postings() error {
 // postings and the records', and notes the terms with impact lists.
 func (v *verifier) terms() error {
 	v.listed = make(map[string]int64)
+	v.packed = make(map[string]termState)
 	err := v.each(prefixDF, func(k, b []byte) error {
 		t := string(k[len(prefixDF):])
 		st, err := decodeTermState(b)
@@ -222,6 +229,9 @@ func (v *verifier) terms() error {
 		}
 		if st.impact {
 			v.listed[t] = int64(st.df)
+		}
+		if st.gen > 0 {
+			v.packed[t] = st
 		}
 		v.c.Terms++
 		delete(v.got, t)
@@ -314,4 +324,91 @@ func (v *verifier) matches() error {
 		}
 		return nil
 	})
+}
+
+// blocks checks the runs of posting blocks and their deltas: blocks only
+// of the generation their term's state names, each well formed and named
+// by its last id, deltas only of terms with a run, and each run merged
+// with its delta the term's postings.
+func (v *verifier) blocks() error {
+	err := v.each(prefixBlock, func(k, b []byte) error {
+		t, rest, ok := splitTermKey(prefixBlock, k)
+		if !ok || len(rest) != 4+idLen {
+			v.bad("block key %x", k)
+			return nil
+		}
+		if gen := binary.BigEndian.Uint32(rest); gen != v.packed[t].gen {
+			v.bad("block of %q: generation %d, the term's %d", t, gen, v.packed[t].gen)
+			return nil
+		}
+		blk, err := decodeBlock(b)
+		if err != nil {
+			v.bad("block of %q: %v", t, err)
+			return nil
+		}
+		for i := 1; i < blk.n; i++ {
+			if a, b := blk.id(i-1), blk.id(i); bytes.Compare(a[:], b[:]) >= 0 {
+				v.bad("block of %q: ids out of order at %d", t, i)
+				return nil
+			}
+		}
+		if last := blk.id(blk.n - 1); !bytes.Equal(last[:], rest[4:]) {
+			v.bad("block of %q: key names %x, last id %x", t, rest[4:], last)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = v.each(prefixDelta, func(k, b []byte) error {
+		t, rest, ok := splitTermKey(prefixDelta, k)
+		switch {
+		case !ok || len(rest) != idLen:
+			v.bad("delta key %x", k)
+		case v.packed[t].gen == 0:
+			v.bad("delta of %q, which has no run", t)
+		case len(b) > 0:
+			if _, _, _, err := decodePostingValue(b); err != nil {
+				v.bad("delta of %q: %v", t, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, t := range slices.Sorted(maps.Keys(v.packed)) {
+		if err := v.ctx.Err(); err != nil {
+			return err
+		}
+		v.sameAsLoose(t, v.packed[t])
+	}
+	return nil
+}
+
+// sameAsLoose checks that the run and delta of t read as its postings.
+func (v *verifier) sameAsLoose(t string, st termState) {
+	loose := newCursor(v.txn, t, nil, 0)
+	defer loose.close()
+	packed, err := v.x.openCursor(v.txn, t, st, 0)
+	if err != nil {
+		v.bad("blocks of %q: %v", t, err)
+		return
+	}
+	defer packed.close()
+	for packed.ok && loose.ok {
+		if packed.id != loose.id || packed.w != loose.w || packed.flags != loose.flags || packed.a != loose.a {
+			v.bad("blocks of %q: %x (%d, %d, %d) where the postings have %x (%d, %d, %d)", t,
+				packed.id, packed.w, packed.flags, packed.a, loose.id, loose.w, loose.flags, loose.a)
+			return
+		}
+		packed.next()
+		loose.next()
+	}
+	switch {
+	case packed.err != nil || loose.err != nil:
+		v.bad("blocks of %q: %v", t, errors.Join(packed.err, loose.err))
+	case packed.ok != loose.ok:
+		v.bad("blocks of %q: a run and delta of other postings than the term's (ends: %v, %v)", t, packed.ok, loose.ok)
+	}
 }
