@@ -34,8 +34,8 @@ import (
 //
 // What it costs: the run holds 21 bytes a posting (its id and attributes),
 // and rewriting it every deltaLimit changes writes about 21·df/deltaLimit
-// bytes per change (168 bytes up to 16,384 pages, about a kilobyte for a
-// term on 100,000 pages); a query reads at most deltaLimit delta keys a
+// bytes per change (at most 168 bytes up to 16,384 pages, about a
+// kilobyte for a term on 100,000 pages); a query reads at most deltaLimit delta keys a
 // term beside the run.
 
 var (
@@ -62,13 +62,13 @@ func deltaKey(t string, id docID) []byte { return cat(prefixDelta, lp(t), id[:])
 
 // Defaults of the blocks: terms on 1024 pages or more, blocks of 1024
 // postings (about 21 KiB), and a delta of at most an eighth of the term's
-// pages, kept between 256 and 2048 changes: rewriting a term's run costs
+// pages, kept between 1024 and 2048 changes: rewriting a term's run costs
 // 21·df bytes, so a smaller delta costs ingest more, and a larger one
 // costs queries more (a delta key is read like a loose posting).
 const (
 	defaultBlockMin  = 1024
 	defaultBlockLen  = 1024
-	defaultDeltaMin  = 256
+	defaultDeltaMin  = 1024
 	defaultDeltaMax  = 2048
 	maxBlockLen      = 4096
 	blockPostingSize = idLen + 5

@@ -84,7 +84,7 @@
 // in blocks of 1024, each block one badger key, beside a delta of one key
 // per posting changed since the blocks were written (in the same
 // transaction as the posting). When the delta holds more than an eighth
-// of the term's pages (at least 256 changes, at most 2048) the term is
+// of the term's pages (at least 1024 changes, at most 2048) the term is
 // packed again, as a new generation. A generation never changes, so the
 // blocks read are kept in memory for the next queries (BlockCache, 128 MiB
 // by default); a cursor reads them merged with the delta, and seeks by
