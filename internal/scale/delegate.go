@@ -100,8 +100,18 @@ func (s *sim) quality(res *Result, todo []world.Site, chosen []netip.Addr) {
 	}
 	st := evaluate.Summarise(out)
 	res.OptimalPct, res.ExcessPerURLMS = st.OptimalPct, st.ExcessPerURLMS
-	s.logf("delegation quality: %.1f %% of %d optimal (%d sub-optimal, %.2f ms excess each), %.2f ms excess per URL; %d in a node's own subnet",
-		st.OptimalPct, st.URLs, st.Suboptimal, st.ExcessMS, st.ExcessPerURLMS, own)
+	var near, far int // sub-optimal ones within 5 ms of the best, and beyond 20 ms
+	for _, o := range out {
+		switch d := o.RTT - o.Optimal; {
+		case o.IsOptimal():
+		case d <= 5*time.Millisecond:
+			near++
+		case d > 20*time.Millisecond:
+			far++
+		}
+	}
+	s.logf("delegation quality: %.1f %% of %d optimal, %d sub-optimal (%d within 5 ms of the best, %d beyond 20 ms; %.2f ms excess each), %.2f ms excess per URL; %d in a node's own subnet",
+		st.OptimalPct, st.URLs, st.Suboptimal, near, far, st.ExcessMS, st.ExcessPerURLMS, own)
 }
 
 // drain waits until the coordinators' notice queues are empty, at most
