@@ -141,10 +141,13 @@ func (s *sim) drain() bool {
 func (s *sim) delegations(res *Result, todo []world.Site, idle rate) error {
 	cfg, nodes := s.cfg, s.nodes
 	b0, m0, p0, d0, k0 := s.bytesNow(), counters(nodes), s.probesNow(), time.Now(), kinds(nodes)
+	dec0, asked0 := s.searches()
 	failed, chosen := s.delegateAll(todo, nodes)
 	if s.stopped() {
 		return ErrStopped
 	}
+	dec, asked := s.searches()
+	s.logf("coordinators: %d searches, %d probes asked for (witnesses' included), %d answered", dec-dec0, asked-asked0, s.probesNow()-p0)
 	s.quality(res, todo, chosen)
 	// What decisions set off after their answer (notices, index updates,
 	// organisation records put after coalescing, replica pushes) counts
@@ -184,6 +187,17 @@ func (s *sim) delegations(res *Result, todo []world.Site, idle rate) error {
 		res.Delegations, failed, span*3600, res.MessagesPerDelegation, res.BytesPerDelegation, res.ProbesPerDelegation,
 		(phaseMsgs-idle.msgs*span)/nd, (phaseBytes-idle.bytes*span)/nd)
 	return nil
+}
+
+// searches returns the searches the coordinators ran and the probes they
+// asked for so far (a probe refused or timed out is asked for, not
+// answered).
+func (s *sim) searches() (decisions, probes int64) {
+	for _, d := range s.dels {
+		st := d.Stats()
+		decisions, probes = decisions+st.Decisions, probes+st.Probes
+	}
+	return decisions, probes
 }
 
 // hops resolves a sample of todo's subnets that miss every cache, one at
