@@ -64,8 +64,8 @@ func benchOverlay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		out = append(out, res)
 		if !o.asJSON {
-			fmt.Fprintf(stdout, "%5d nodes: converged %.1f s, %.1f messages and %.0f kB per delegation (%.2f probes), hops p50 %.0f, idle %.1f MB per node per hour (%.1f holding the delegations), %d left: %d lost, %d doubled, %.1f MB heap per node (%.0f s real)\n",
-				res.Nodes, res.ConvergeS, res.MessagesPerDelegation, res.BytesPerDelegation/1000, res.ProbesPerDelegation, res.HopsP50,
+			fmt.Fprintf(stdout, "%5d nodes: converged %.1f s, %.1f messages and %.0f kB per delegation (%.2f probes, %.1f %% optimal, %.2f ms excess per URL), hops p50 %.0f, idle %.1f MB per node per hour (%.1f holding the delegations), %d left: %d lost, %d doubled, %.1f MB heap per node (%.0f s real)\n",
+				res.Nodes, res.ConvergeS, res.MessagesPerDelegation, res.BytesPerDelegation/1000, res.ProbesPerDelegation, res.OptimalPct, res.ExcessPerURLMS, res.HopsP50,
 				res.IdleBytesPerHour/1e6, res.IdleHeldBytesPerHour/1e6, res.Left, res.Lost, res.Doubled, res.HeapBytesPerNode/(1<<20), res.RealS)
 		}
 	}

@@ -47,7 +47,7 @@ func (s *sim) churn(res *Result, todo, later []world.Site) error {
 		return ErrStopped
 	}
 	alive := live(s.nodes)
-	if res.FailedAfterChurn = s.delegateAll(later, alive); res.FailedAfterChurn > 0 {
+	if res.FailedAfterChurn, _ = s.delegateAll(later, alive); res.FailedAfterChurn > 0 {
 		s.logf("%d of %d delegations after the churn failed", res.FailedAfterChurn, len(later))
 	}
 	// Every subnet delegated before is asked for again, as a crawler
@@ -59,7 +59,7 @@ func (s *sim) churn(res *Result, todo, later []world.Site) error {
 			again = append(again, site)
 		}
 	}
-	if res.FailedAgain = s.delegateAll(again, alive); res.FailedAgain > 0 {
+	if res.FailedAgain, _ = s.delegateAll(again, alive); res.FailedAgain > 0 {
 		s.logf("%d of %d subnets asked for again after the churn failed", res.FailedAgain, len(again))
 	}
 	if s.wait(2 * s.heartbeat) { // heartbeats settle who holds what

@@ -2,12 +2,14 @@ package scale
 
 import (
 	"fmt"
+	"net/netip"
 	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/micra-net/micra/internal/evaluate"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/subnet"
 )
@@ -36,11 +38,13 @@ func (s *sim) pickSites() (todo, later []world.Site) {
 }
 
 // delegateAll delegates the subnet of each of ss, each asked by a random
-// node of from, inFlight at once, and returns how many failed.
-func (s *sim) delegateAll(ss []world.Site, from []*simNode) (failed int) {
+// node of from, inFlight at once, and returns how many failed and the
+// address of the node each was delegated to (invalid where it failed).
+func (s *sim) delegateAll(ss []world.Site, from []*simNode) (failed int, chosen []netip.Addr) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	sem := make(chan struct{}, inFlight)
+	chosen = make([]netip.Addr, len(ss))
 	picks := make([]*simNode, len(ss))
 	for i := range ss {
 		picks[i] = from[s.rng.IntN(len(from))]
@@ -52,17 +56,62 @@ func (s *sim) delegateAll(ss []world.Site, from []*simNode) (failed int) {
 			if s.stopped() {
 				return
 			}
-			if _, err := picks[i].o.Delegate(s.ctx, "http://"+site.Addrs[0].String()+"/", site.Addrs[0]); err != nil {
+			d, err := picks[i].o.Delegate(s.ctx, "http://"+site.Addrs[0].String()+"/", site.Addrs[0])
+			if err != nil {
 				mu.Lock()
 				if failed++; failed <= 3 {
 					s.logf("delegation of %s by %s failed: %v", site.Addrs[0], picks[i].addr, err)
 				}
 				mu.Unlock()
+				return
+			}
+			if a, ok := s.byPeer.Load(d.Node); ok {
+				chosen[i] = a.(netip.Addr)
 			}
 		})
 	}
 	wg.Wait()
-	return failed
+	return failed, chosen
+}
+
+// quality sets res's optimal share and excess per URL of the delegations
+// of todo to chosen (delegateAll's), by internal/evaluate's definitions
+// (evaluate.Outcome.IsOptimal, evaluate.Summarise): each site's chosen
+// node's RTT in the world's latency model (what its probes answer)
+// against the lowest of the nodes', over the delegations that succeeded.
+// Every node is live in the delegation phase (the churn comes after).
+func (s *sim) quality(res *Result, todo []world.Site, chosen []netip.Addr) {
+	out := make([]evaluate.Outcome, 0, len(todo))
+	own, nodes := 0, live(s.nodes)
+	for i, site := range todo {
+		if !chosen[i].IsValid() {
+			continue
+		}
+		best := subnet.Unreachable
+		for _, n := range nodes {
+			best = min(best, s.w.RTT(n.addr, site))
+		}
+		id := s.tree.SmallestNonUnary(site.Addrs[0])
+		isOwn := id == s.tree.SmallestNonUnary(chosen[i])
+		if isOwn {
+			own++
+		}
+		out = append(out, evaluate.Outcome{Site: site.ID, Node: chosen[i], RTT: s.w.RTT(chosen[i], site), Optimal: best, New: !isOwn})
+	}
+	st := evaluate.Summarise(out)
+	res.OptimalPct, res.ExcessPerURLMS = st.OptimalPct, st.ExcessPerURLMS
+	var near, far int // sub-optimal ones within 5 ms of the best, and beyond 20 ms
+	for _, o := range out {
+		switch d := o.RTT - o.Optimal; {
+		case o.IsOptimal():
+		case d <= 5*time.Millisecond:
+			near++
+		case d > 20*time.Millisecond:
+			far++
+		}
+	}
+	s.logf("delegation quality: %.1f %% of %d optimal, %d sub-optimal (%d within 5 ms of the best, %d beyond 20 ms; %.2f ms excess each), %.2f ms excess per URL; %d in a node's own subnet",
+		st.OptimalPct, st.URLs, st.Suboptimal, near, far, st.ExcessMS, st.ExcessPerURLMS, own)
 }
 
 // drain waits until the coordinators' notice queues are empty, at most
@@ -92,10 +141,14 @@ func (s *sim) drain() bool {
 func (s *sim) delegations(res *Result, todo []world.Site, idle rate) error {
 	cfg, nodes := s.cfg, s.nodes
 	b0, m0, p0, d0, k0 := s.bytesNow(), counters(nodes), s.probesNow(), time.Now(), kinds(nodes)
-	failed := s.delegateAll(todo, nodes)
+	dec0, asked0 := s.searches()
+	failed, chosen := s.delegateAll(todo, nodes)
 	if s.stopped() {
 		return ErrStopped
 	}
+	dec, asked := s.searches()
+	s.logf("coordinators: %d searches, %d probes asked for (witnesses' included), %d answered", dec-dec0, asked-asked0, s.probesNow()-p0)
+	s.quality(res, todo, chosen)
 	// What decisions set off after their answer (notices, index updates,
 	// organisation records put after coalescing, replica pushes) counts
 	// too: the phase ends when the coordinators' notice queues are empty
@@ -134,6 +187,17 @@ func (s *sim) delegations(res *Result, todo []world.Site, idle rate) error {
 		res.Delegations, failed, span*3600, res.MessagesPerDelegation, res.BytesPerDelegation, res.ProbesPerDelegation,
 		(phaseMsgs-idle.msgs*span)/nd, (phaseBytes-idle.bytes*span)/nd)
 	return nil
+}
+
+// searches returns the searches the coordinators ran and the probes they
+// asked for so far (a probe refused or timed out is asked for, not
+// answered).
+func (s *sim) searches() (decisions, probes int64) {
+	for _, d := range s.dels {
+		st := d.Stats()
+		decisions, probes = decisions+st.Decisions, probes+st.Probes
+	}
+	return decisions, probes
 }
 
 // hops resolves a sample of todo's subnets that miss every cache, one at

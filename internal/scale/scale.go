@@ -42,6 +42,8 @@ type Result struct {
 	MessagesPerDelegation float64 `json:"messages_per_delegation"` // micra requests and DHT queries per delegation, upkeep subtracted (measureIdle)
 	BytesPerDelegation    float64 `json:"bytes_per_delegation"`    // stream bytes per delegation, upkeep subtracted
 	ProbesPerDelegation   float64 `json:"probes_per_delegation"`   // probe requests per delegation
+	OptimalPct            float64 `json:"optimal_pct"`             // delegations to a node of the lowest RTT to the site among the live ones (evaluate.Outcome.IsOptimal), RTTs from the latency model that answers the probes
+	ExcessPerURLMS        float64 `json:"excess_per_url_ms"`       // mean over the delegations of the node's RTT less the lowest, ms, 0 where optimal (evaluate.Summarise)
 	HopsP50               float64 `json:"hops_p50"`                // RESOLVE requests and shard-key DHT queries of a resolve that misses every cache, median
 	HopsP90               float64 `json:"hops_p90"`
 	IdleBytesPerHour      float64 `json:"idle_bytes_per_hour"` // per node, joined and idle (heartbeats, maintenance, announcements, DHT refresh)

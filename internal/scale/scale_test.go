@@ -8,9 +8,10 @@ import (
 )
 
 // TestRun: a small network in virtual time converges, delegates every
-// subnet asked at a bounded cost in messages, idles at a bounded cost in
-// bytes, resolves, rejects no node's (true) probe claims, and after a
-// tenth of its nodes left without a word loses and doubles nothing.
+// subnet asked at a bounded cost in messages and mostly to the nearest
+// node, idles at a bounded cost in bytes, resolves, rejects no node's
+// (true) probe claims, and after a tenth of its nodes left without a word
+// loses and doubles nothing.
 func TestRun(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("a network of 20 overlays; not with -short or -race")
@@ -33,6 +34,13 @@ func TestRun(t *testing.T) {
 		// is not counted).
 		if res.HopsP90 > 6 {
 			t.Errorf("hops p90 %.0f, want ≤ 6", res.HopsP90)
+		}
+		// The decisions' quality against the latency model's oracle
+		// (internal/evaluate's definitions): 96 % optimal, 0.54 ms excess
+		// per URL when measured; the floor leaves room for the order in
+		// which concurrent decisions see each other's probes.
+		if res.OptimalPct < 85 || res.ExcessPerURLMS > 3 {
+			t.Errorf("%.1f %% optimal (want ≥ 85), %.2f ms excess per URL (want ≤ 3)", res.OptimalPct, res.ExcessPerURLMS)
 		}
 		if res.MessagesPerDelegation > 30 || res.IdleBytesPerHour > 5e6 || res.IdleHeldBytesPerHour > 10e6 {
 			t.Errorf("%.1f messages per delegation (want ≤ 30), %.0f idle bytes per node per hour (want ≤ 5 MB), %.0f holding the delegations (want ≤ 10 MB)",
