@@ -264,6 +264,11 @@ func (c SearchConfig) withDefaults() SearchConfig {
 	return c
 }
 
+// EffectiveTolerance returns the tolerance a search with c runs with: the
+// Tolerance, or when zero the density rule's with Nearest set, else a
+// fifth of the threshold; zero for none.
+func (c SearchConfig) EffectiveTolerance() time.Duration { return c.withDefaults().Tolerance }
+
 // MinTolerance is the least tolerance the density rule gives
 // (SearchConfig.Nearest): timed probes of nodes within about 2 ms of each
 // other order them by chance (three samples of a request's jitter each,

@@ -119,7 +119,7 @@ func TestDensityTolerance(t *testing.T) {
 		{3 * ms, 40 * ms, 3 * ms},
 		{-1, 40 * ms, 0},
 	} {
-		got := SearchConfig{Threshold: 50 * ms, Tolerance: c.tol, Nearest: c.nearest}.withDefaults().Tolerance
+		got := SearchConfig{Threshold: 50 * ms, Tolerance: c.tol, Nearest: c.nearest}.EffectiveTolerance()
 		if got != c.want {
 			t.Errorf("tolerance %v, nearest %v: %v, want %v", c.tol, c.nearest, got, c.want)
 		}

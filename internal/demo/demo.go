@@ -441,10 +441,13 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *wo
 		}
 	}
 	var probes, balanced int64
+	var nearest, tolerance span
 	for _, dn := range nodes {
 		st := dn.DelegationStats()
 		probes += st.Probes
 		balanced += st.HandOffs + st.SecondBest + st.Reruns
+		nearest.add(st.Nearest)
+		tolerance.add(st.Tolerance)
 	}
 	fmt.Fprintf(out, "Delegation quality: %d sites in %d subnets delegated by search, %d of them in parts delegated apart (not counting %d CDN sites, the nodes' own subnets, %d not delegated)\n",
 		judged, len(subnets), inParts, cdn, undelegated)
@@ -467,7 +470,14 @@ func delegationTable(ctx context.Context, out io.Writer, w *world.World, run *wo
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "(optimal: delegated to the node with the least RTT to the site; probes per new subnet: every probe the searches sent ÷ the subnets they delegated; excess: RTT beyond that node's)")
+	fmt.Fprintln(out, "(optimal: delegated to the node with the least RTT to the site; probes per new subnet: every probe the searches sent, the claim check's witnesses included, ÷ the subnets they delegated; excess: RTT beyond that node's)")
+	switch {
+	case nearest.n > 0:
+		fmt.Fprintf(out, "The guided search's tolerance: %s (the density rule: an eighth of the median RTT from a node to its nearest other, %s as the coordinators measured it, within 2 ms and a fifth of the threshold).\n",
+			tolerance, nearest)
+	case tolerance.n > 0:
+		fmt.Fprintf(out, "The guided search's tolerance: %s (a fifth of the threshold: no inter-node RTTs measured).\n", tolerance)
+	}
 	speed.print(out)
 	if balanced > 0 {
 		fmt.Fprintf(out, "Load balancing changed %d decisions (the chosen node was full: a held subnet handed off, the second-best node, or a search without the full nodes).\n", balanced)
@@ -533,4 +543,30 @@ func sampleSearch(ctx context.Context, out io.Writer, ri *node.Indexer, seeds []
 		}
 	}
 	fmt.Fprintln(out, "no page with structured data indexed yet")
+}
+
+// span is the least and greatest of the positive durations added.
+type span struct {
+	lo, hi time.Duration
+	n      int
+}
+
+func (s *span) add(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if s.n == 0 || d < s.lo {
+		s.lo = d
+	}
+	s.hi = max(s.hi, d)
+	s.n++
+}
+
+// String is "lo" or "lo–hi" in ms.
+func (s span) String() string {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	if s.lo == s.hi {
+		return fmt.Sprintf("%.1f ms", ms(s.lo))
+	}
+	return fmt.Sprintf("%.1f–%.1f ms", ms(s.lo), ms(s.hi))
 }

@@ -39,6 +39,11 @@ func TestDelegatorClaimCheck(t *testing.T) {
 		if st.ClaimsRejected != 1 || !slices.Equal(st.Barred, []peer.ID{"n1"}) {
 			t.Errorf("stats %+v; want 1 claim rejected and n1 barred", st)
 		}
+		// The search asked n1 and n2; every other probe was a witness's,
+		// and each counts.
+		if st.Probes != int64(len(e.asked)) || len(e.asked) <= 2 {
+			t.Errorf("%d probes counted, %v asked; want every witness counted", st.Probes, e.asked)
+		}
 		// The next decision does not ask n1 at all.
 		e2 := setup()
 		if _, err := d.Delegate(t.Context(), overlay.DelegateRequest{Subnet: e2.subnet, Addr: e2.tree.Range(e2.subnet).Start.Next()}, e2); err != nil {

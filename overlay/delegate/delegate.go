@@ -23,6 +23,7 @@ type Option func(*config) error
 
 type config struct {
 	threshold   time.Duration
+	tolerance   time.Duration // 0: the density rule (SearchConfig.Nearest)
 	guided      bool
 	between     func(a, b peer.ID) (time.Duration, bool)
 	latencyMap  func(nodes []peer.ID) []subnet.MapPlace
@@ -58,6 +59,18 @@ func defaultConfig() config {
 // Threshold sets the probing threshold (default 50 ms, the paper's).
 func Threshold(d time.Duration) Option {
 	return func(c *config) error { return check.Set(&c.threshold, d, check.Positive("threshold", d)) }
+}
+
+// Tolerance fixes the guided search's tolerance (subnet.SearchConfig.Tolerance:
+// how much better than the best answer a node must be able to be to be
+// asked). By default the tolerance follows the network's density, an
+// eighth of the median RTT from a peer to its nearest other peer within 2
+// ms and a fifth of the threshold (SearchConfig.Nearest), measured over
+// the decision's peers by the RTTs the guided search's bounds use
+// (Between) at most once a minute or when the number of peers moves by
+// more than a tenth.
+func Tolerance(d time.Duration) Option {
+	return func(c *config) error { return check.Set(&c.tolerance, d, check.Positive("tolerance", d)) }
 }
 
 // Pure runs the paper's IPMicra search instead of micra's guided one
@@ -158,18 +171,20 @@ type Delegator struct {
 	pending *pending
 	stats   counters
 	tally   *subnet.ClaimTally // claims checked, by node
+	density density            // the network's density, for the tolerance
 }
 
 var _ overlay.Delegator = (*Delegator)(nil)
 
 type counters struct {
 	decisions, probes, handOffs, second, reruns, over, own atomic.Int64
+	nearest, tolerance                                     atomic.Int64 // of the last guided search, in ns
 }
 
 // Stats are cumulative counters of one Delegator.
 type Stats struct {
 	Decisions  int64 // searches run (re-delegations and orphans included)
-	Probes     int64 // probe requests issued to nodes
+	Probes     int64 // probe requests issued to nodes, the claim check's witnesses included
 	HandOffs   int64 // load balancing: the chosen node handed a subnet on
 	SecondBest int64 // load balancing: the subnet went to the second-best node
 	Reruns     int64 // load balancing: searched again without the full nodes
@@ -179,6 +194,11 @@ type Stats struct {
 	// claims failed often enough that this Delegator asks them no more.
 	ClaimsRejected int64
 	Barred         []peer.ID
+	// Nearest is the network's density the last guided search saw (the
+	// median RTT from a peer to its nearest other peer; zero when
+	// unmeasured or with a fixed Tolerance), Tolerance that search's
+	// tolerance (subnet.SearchConfig).
+	Nearest, Tolerance time.Duration
 }
 
 // New returns a Delegator.
@@ -198,6 +218,7 @@ func (d *Delegator) Stats() Stats {
 		Decisions: d.stats.decisions.Load(), Probes: d.stats.probes.Load(), HandOffs: d.stats.handOffs.Load(),
 		SecondBest: d.stats.second.Load(), Reruns: d.stats.reruns.Load(), Over: d.stats.over.Load(),
 		ClaimsRejected: d.tally.Rejected(),
+		Nearest:        time.Duration(d.stats.nearest.Load()), Tolerance: time.Duration(d.stats.tolerance.Load()),
 	}
 	for _, n := range d.tally.BarredNodes() {
 		st.Barred = append(st.Barred, peer.ID(n))
@@ -273,10 +294,21 @@ func (d *Delegator) Delegate(ctx context.Context, req overlay.DelegateRequest, e
 }
 
 func (d *Delegator) search(ctx context.Context, v *view, addr netip.Addr) (subnet.Decision, error) {
-	cfg := subnet.SearchConfig{Threshold: d.cfg.threshold, Guided: d.cfg.guided, MaxProbes: d.cfg.maxProbes}
+	cfg := subnet.SearchConfig{Threshold: d.cfg.threshold, Guided: d.cfg.guided, MaxProbes: d.cfg.maxProbes, Tolerance: d.cfg.tolerance}
 	between := d.cfg.between
 	if between == nil {
 		between = v.env.Between
+	}
+	if cfg.Guided && cfg.Tolerance == 0 {
+		ids := make([]peer.ID, len(v.peers))
+		for i, p := range v.peers {
+			ids[i] = p.ID
+		}
+		cfg.Nearest = d.density.get(time.Now(), ids, between)
+	}
+	if cfg.Guided {
+		d.stats.nearest.Store(int64(cfg.Nearest))
+		d.stats.tolerance.Store(int64(cfg.EffectiveTolerance()))
 	}
 	cfg.Between = func(a, b string) (time.Duration, bool) { return between(peer.ID(a), peer.ID(b)) }
 	cfg.Home = v.home

@@ -25,11 +25,18 @@
 //     upwards until some level has probe results);
 //   - probe requests: one per node asked, each a stream to the node (which
 //     times HTTP HEADs from its own address) and one replicated write of
-//     the result in the shard; at most MaxProbes per decision;
+//     the result in the shard; at most MaxProbes per decision, the
+//     claim check's witnesses (subnet.ClaimCheck) included: a witness
+//     with a stored probe of the subnet is taken as it is, and the
+//     others asked are probes like any other, counted in Stats.Probes;
 //   - inter-node RTTs for the guided search's triangle-inequality bounds:
 //     overlay.DelegationEnv.Between (libp2p's peerstore latency EWMA, fed
 //     by the DHT and pings, and the RTTs peers announce), or the Between
-//     option;
+//     option; from the same RTTs, over the decision's peers, the
+//     network's density (subnet.NearestRTT, at most once a minute or when
+//     the peers' number moves by more than a tenth), which sets the
+//     guided search's tolerance (subnet.SearchConfig.Nearest) unless the
+//     Tolerance option fixes it;
 //   - load balancing: the declared capacity and load of peers (heartbeats
 //     and announcements, through DelegationEnv.Peers), and for a hand-off
 //     one REASSIGN request to the coordinator of the handed-off subnet.

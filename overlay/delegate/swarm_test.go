@@ -329,6 +329,7 @@ func modelRun(s *swarm, sites []world.Site, probe func(node netip.Addr, site wor
 	cfg := subnet.SearchConfig{Guided: true, Between: func(a, b string) (time.Duration, bool) {
 		return s.w.RTTAddr(netip.MustParseAddr(a), netip.MustParseAddr(b)), true
 	}}
+	cfg.Nearest = subnet.NearestRTT(tab.Nodes(), cfg.Between) // the overlay's tolerance: the density rule
 	var st subnet.Strategy = &subnet.IPMicra{Tree: s.tree, Table: tab, Prober: prober, Cache: &subnet.MemProbeCache{}, Config: cfg}
 	if brute {
 		st = &subnet.BruteForce{Tree: s.tree, Table: tab, Prober: prober, Cache: &subnet.MemProbeCache{}}
