@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -681,21 +680,20 @@ func (n *Node) crawlLocal(ctx context.Context, from peer.ID, reqs []crawl.Reques
 }
 
 // probe answers a coordinator's probe request: timed HTTP HEADs from this
-// node's address, the least of a few.
+// node's address, the least of a few, kept for the status by the subnet of
+// the address the probe reached (its own resolution of the host).
 func (n *Node) probe(ctx context.Context, u string) (time.Duration, error) {
 	n.probesRun.Add(1)
-	rtt, err := n.cr.Fetcher().Probe(ctx, u, crawl.DefaultProbeAttempts)
+	rtt, a, err := n.cr.Fetcher().ProbeAddr(ctx, u, crawl.DefaultProbeAttempts)
 	if err != nil {
 		return 0, err
 	}
 	if f := n.opt.probeScale; f > 0 {
 		rtt = time.Duration(float64(rtt) / f)
 	}
-	if pu, perr := url.Parse(u); perr == nil {
-		if a, aerr := n.resolve(ctx, pu.Hostname()); aerr == nil {
-			t := n.snapshot()
-			n.probeRTT.put(t.Range(t.SmallestNonUnary(a)), rtt)
-		}
+	if a.IsValid() {
+		t := n.snapshot()
+		n.probeRTT.put(t.Range(t.SmallestNonUnary(a)), rtt)
 	}
 	return rtt, nil
 }
