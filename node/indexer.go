@@ -127,16 +127,10 @@ func StartIndexer(ctx context.Context, cfg IndexerConfig) (x *Indexer, err error
 			x = nil
 		}
 	}()
-	tree := cfg.Tree
-	if tree == nil {
-		if tree, err = loadTree(cfg.Snapshot); err != nil {
-			return x, err
-		}
-	}
 	if err := x.start(peerConfig{
 		role: "indexer", dataDir: cfg.DataDir, db: index.BadgerOptions(filepath.Join(cfg.DataDir, "db")), listen: set.listen,
 		host: cfg.Host, delegate: cfg.Delegate, peers: cfg.Bootstrap, keys: set.keys, liveness: cfg.Liveness, grace: cfg.WithholdGrace,
-		private: cfg.AllowPrivateNetworks, tree: tree,
+		private: cfg.AllowPrivateNetworks, tree: cfg.Tree, snapshot: cfg.Snapshot,
 	}); err != nil {
 		return x, err
 	}

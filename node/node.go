@@ -201,13 +201,6 @@ func (n *Node) settle() (peerConfig, error) {
 		// Process-wide: one node per process, as "micra node" runs it.
 		debug.SetMemoryLimit(set.memoryLimit)
 	}
-	tree := n.opt.tree
-	if tree == nil {
-		var err error
-		if tree, err = loadTree(cfg.Snapshot); err != nil {
-			return peerConfig{}, err
-		}
-	}
 	n.own = set.source
 	for _, a := range set.listen {
 		if ip, err := manetIP(a); !n.own.IsValid() && err == nil && ip.IsGlobalUnicast() && egress.Classify(ip) == "" {
@@ -241,7 +234,7 @@ func (n *Node) settle() (peerConfig, error) {
 		db:       crawl.BadgerOptions(filepath.Join(cfg.DataDir, "db")).WithLogger(badgerLog{n.log.With("subsystem", "badger")}),
 		delegate: append([]delegate.Option{delegate.Threshold(set.threshold)}, n.opt.delegate...),
 		peers:    bootstrap.Merge(peers, filePeers, env, bootstrap.Defaults()),
-		keys:     set.releaseKeys, liveness: set.liveness, grace: set.withholdGrace, private: cfg.AllowPrivateNetworks, tree: tree,
+		keys:     set.releaseKeys, liveness: set.liveness, grace: set.withholdGrace, private: cfg.AllowPrivateNetworks, tree: n.opt.tree, snapshot: cfg.Snapshot,
 	}, nil
 }
 

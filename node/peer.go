@@ -47,7 +47,8 @@ type peerConfig struct {
 	// overlay's liveness; no withholding).
 	liveness, grace time.Duration
 	private         bool         // egress.Policy.AllowPrivate
-	tree            *subnet.Tree // the configured snapshot
+	tree            *subnet.Tree // the configured snapshot; nil: read from snapshot
+	snapshot        string       // a snapshot file; "" for the one built into micra
 }
 
 // assembly is what every peer, node or indexer, is built from: its
@@ -105,22 +106,27 @@ func (a *assembly) begin(log *slog.Logger) {
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 }
 
-// start opens the data directory (identity and database), finds the
-// snapshot to run, and starts the host, the delegator and pubsub. What it
+// start reads the configured snapshot, opens the data directory (identity
+// and database), finds the snapshot to run (resumeSnapshot), and starts the host, the delegator and pubsub. What it
 // opened is closed by shutdown, also when it fails partway.
 func (a *assembly) start(pc peerConfig) error {
 	a.dataDir, a.peers, a.base = pc.dataDir, pc.peers, pc.tree
+	var err error
+	if a.base == nil {
+		if a.base, err = loadTree(pc.snapshot); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(pc.dataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	var err error
 	if a.sk, err = overlay.LoadIdentity(filepath.Join(pc.dataDir, "identity.key")); err != nil {
 		return err
 	}
 	if a.db, err = badger.Open(pc.db); err != nil {
 		return fmt.Errorf("opening the database in %s (is another %s running on it?): %w", pc.dataDir, pc.role, err)
 	}
-	a.first, a.prev, a.prevAt = resumeSnapshot(a.db, pc.dataDir, pc.tree, a.log)
+	a.first, a.prev, a.prevAt = resumeSnapshot(a.db, pc.dataDir, a.base, a.log)
 	hopts := []overlay.HostOption{overlay.ListenAddrs(pc.listen...)}
 	if len(pc.relays) > 0 {
 		hopts = append(hopts, overlay.StaticRelays(pc.relays))
