@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
+	"net/netip"
 	"net/url"
 	"sync"
 	"time"
@@ -59,27 +60,36 @@ var ErrProbe = errors.New("probe failed")
 // that made a sample read short. Every attempt uses a fresh connection so
 // that it includes a handshake.
 func (f *Fetcher) Probe(ctx context.Context, rawURL string, attempts int) (time.Duration, error) {
+	rtt, _, err := f.ProbeAddr(ctx, rawURL, attempts)
+	return rtt, err
+}
+
+// ProbeAddr is Probe, and returns the server address the least round-trip
+// time was measured to as well: the name resolved by the probe's own dial,
+// so that a caller need not resolve it again.
+func (f *Fetcher) ProbeAddr(ctx context.Context, rawURL string, attempts int) (time.Duration, netip.Addr, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return 0, netip.Addr{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return 0, fmt.Errorf("%w: %q", ErrScheme, u.Scheme)
+		return 0, netip.Addr{}, fmt.Errorf("%w: %q", ErrScheme, u.Scheme)
 	}
 	if attempts < 1 {
 		attempts = DefaultProbeAttempts
 	}
 	attempts = min(attempts, MaxProbeAttempts)
 	best, failed := time.Duration(-1), 0
+	var at netip.Addr
 	var first error
 	for range attempts {
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return 0, netip.Addr{}, err
 		}
-		rtt, err := f.probeOnce(ctx, u)
+		rtt, a, err := f.probeOnce(ctx, u)
 		if err != nil {
 			if ctx.Err() != nil {
-				return 0, ctx.Err()
+				return 0, netip.Addr{}, ctx.Err()
 			}
 			if first == nil {
 				first = err
@@ -88,26 +98,34 @@ func (f *Fetcher) Probe(ctx context.Context, rawURL string, attempts int) (time.
 			continue
 		}
 		if best < 0 || rtt < best {
-			best = rtt
+			best, at = rtt, a
 		}
 	}
 	if failed >= attempts-attempts/2 {
-		return 0, fmt.Errorf("%w: %d of %d attempts failed: %w", ErrProbe, failed, attempts, first)
+		return 0, netip.Addr{}, fmt.Errorf("%w: %d of %d attempts failed: %w", ErrProbe, failed, attempts, first)
 	}
-	return best, nil
+	return best, at, nil
 }
 
 // probeOnce sends one HEAD on a fresh connection and returns half the time
 // from the start of the TCP connect (timed by the fetcher's dial, after the
-// name's resolution) to the first response byte.
-func (f *Fetcher) probeOnce(ctx context.Context, u *url.URL) (time.Duration, error) {
+// name's resolution) to the first response byte, and the address dialled.
+func (f *Fetcher) probeOnce(ctx context.Context, u *url.URL) (time.Duration, netip.Addr, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.connectTO+f.cfg.headerTO)
 	defer cancel()
 	tm := &Timing{Start: time.Now()}
 	var mu sync.Mutex // the hook runs on the transport's goroutines
 	var first time.Time
+	var remote netip.Addr
 	ctx = context.WithValue(ctx, timingKey, tm)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(ci httptrace.GotConnInfo) {
+			if ap, err := netip.ParseAddrPort(ci.Conn.RemoteAddr().String()); err == nil {
+				mu.Lock()
+				remote = ap.Addr().Unmap()
+				mu.Unlock()
+			}
+		},
 		GotFirstResponseByte: func() {
 			mu.Lock()
 			first = time.Now()
@@ -116,13 +134,13 @@ func (f *Fetcher) probeOnce(ctx context.Context, u *url.URL) (time.Duration, err
 	})
 	hr, err := http.NewRequestWithContext(ctx, http.MethodHead, u.String(), nil)
 	if err != nil {
-		return 0, fmt.Errorf("building request: %w", err)
+		return 0, netip.Addr{}, fmt.Errorf("building request: %w", err)
 	}
 	hr.Header.Set("User-Agent", f.cfg.userAgent())
 	hr.Close = true
 	resp, err := f.probe.Do(hr)
 	if err != nil {
-		return 0, fmt.Errorf("probing %s: %w", u.Redacted(), unwrapURLError(err))
+		return 0, netip.Addr{}, fmt.Errorf("probing %s: %w", u.Redacted(), unwrapURLError(err))
 	}
 	resp.Body.Close()
 	mu.Lock()
@@ -131,9 +149,9 @@ func (f *Fetcher) probeOnce(ctx context.Context, u *url.URL) (time.Duration, err
 	start := tm.connStart
 	tm.mu.Unlock()
 	if start.IsZero() || first.IsZero() || first.Before(start) {
-		return 0, fmt.Errorf("probing %s: no timing", u.Redacted())
+		return 0, netip.Addr{}, fmt.Errorf("probing %s: no timing", u.Redacted())
 	}
-	return first.Sub(start) / 2, nil
+	return first.Sub(start) / 2, remote, nil
 }
 
 // RTT estimates the round-trip time to the server from the fetch's last

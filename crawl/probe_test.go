@@ -85,6 +85,12 @@ func TestProbe(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("the address probed", func(t *testing.T) {
+		_, a, err := f.ProbeAddr(t.Context(), srv.URL+"/missing", 1)
+		if want := srv.Listener.Addr().(*net.TCPAddr).AddrPort().Addr(); err != nil || a != want {
+			t.Errorf("ProbeAddr = %v, %v; want %v", a, err, want)
+		}
+	})
 	t.Run("attempts are bounded", func(t *testing.T) {
 		before := heads.Load()
 		if _, err := f.Probe(t.Context(), srv.URL+"/missing", 100); err != nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/crawl"
@@ -275,10 +277,83 @@ func setField(f reflect.Value, s string) error {
 	return nil
 }
 
+// settings are a Config's values in the types the parts take. parse
+// checks every field and fills them once; New builds the node from them
+// and reads none of the Config's strings again.
+type settings struct {
+	level       slog.Level
+	listen      []ma.Multiaddr
+	relays      []peer.AddrInfo
+	source      netip.Addr     // SourceAddr; invalid for none
+	dns         netip.AddrPort // DNS; invalid for the system's resolver
+	loc         *time.Location
+	windows     []crawl.Window
+	releaseKeys []ed25519.PublicKey
+
+	bandwidth, dailyTransfer, outboxCap, diskCap, memoryLimit int64
+
+	threshold, liveness, withholdGrace, batchWait time.Duration
+}
+
+// Bounds of the durations a peer takes. Liveness and WithholdGrace bound
+// the same settings of a node (Config) and of an indexer (IndexerConfig).
+var (
+	thresholdRange = durationRange{time.Nanosecond, 10 * time.Second, "between 0 and 10s, like 50ms"}
+	livenessRange  = durationRange{2 * time.Second, 24 * time.Hour, "between 2s and 24h, like 5m"}
+	graceRange     = durationRange{time.Second, 24 * time.Hour, "between 1s and 24h, like 10m"}
+	batchWaitRange = durationRange{time.Second, time.Hour, "between 1s and 1h, like 5m"}
+)
+
+// durationRange is the bounds of a duration setting; text says them.
+type durationRange struct {
+	min, max time.Duration
+	text     string
+}
+
+// parse parses s, the value of setting key, as a duration within r.
+func (r durationRange) parse(key, s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < r.min || d > r.max {
+		return 0, &SettingError{Key: key, Err: fmt.Errorf("%q is not a duration %s", s, r.text)}
+	}
+	return d, nil
+}
+
+// check checks d, the value of setting key, against r.
+func (r durationRange) check(key string, d time.Duration) error {
+	if d < r.min || d > r.max {
+		return &SettingError{Key: key, Err: fmt.Errorf("%v is not a duration %s", d, r.text)}
+	}
+	return nil
+}
+
+// A SettingError is a setting whose value does not parse or is out of its
+// bounds. Key is the setting's key in the configuration file (the flag
+// with - for _).
+type SettingError struct {
+	Key string
+	Err error
+}
+
+func (e *SettingError) Error() string { return e.Key + " " + e.Err.Error() }
+func (e *SettingError) Unwrap() error { return e.Err }
+
 // Validate checks every field and returns all the problems found.
 func (c *Config) Validate() error {
+	_, err := c.parse()
+	return err
+}
+
+// parse checks every field, as Validate, and returns the values parsed.
+func (c *Config) parse() (settings, error) {
+	var s settings
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.DataDir == "" {
 		bad("data_dir is empty")
 	}
@@ -288,23 +363,27 @@ func (c *Config) Validate() error {
 	if c.Workers < 1 || c.Workers > maxWorkers {
 		bad("workers must be 1 to %d, got %d", maxWorkers, c.Workers)
 	}
-	if _, err := c.CrawlWindows(); err != nil {
-		errs = append(errs, err)
-	}
-	for name, s := range map[string]string{"bandwidth": c.Bandwidth, "daily_transfer": c.DailyTransfer, "outbox_cap": c.OutboxCap, "disk_cap": c.DiskCap, "memory_limit": c.MemoryLimit} {
-		if _, err := ParseSize(s); err != nil {
-			bad("%s: %v", name, err)
+	var err error
+	s.windows, err = c.CrawlWindows()
+	add(err)
+	for _, size := range []struct {
+		name, value string
+		to          *int64
+	}{
+		{"bandwidth", c.Bandwidth, &s.bandwidth}, {"daily_transfer", c.DailyTransfer, &s.dailyTransfer},
+		{"outbox_cap", c.OutboxCap, &s.outboxCap}, {"disk_cap", c.DiskCap, &s.diskCap}, {"memory_limit", c.MemoryLimit, &s.memoryLimit},
+	} {
+		if *size.to, err = ParseSize(size.value); err != nil {
+			bad("%s: %v", size.name, err)
 		}
 	}
 	if c.SourceAddr != "" {
-		if _, err := netip.ParseAddr(c.SourceAddr); err != nil {
+		if s.source, err = netip.ParseAddr(c.SourceAddr); err != nil {
 			bad("source_addr %q is not an IP address", c.SourceAddr)
 		}
 	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		bad("log_level %q is not debug, info, warn or error", c.LogLevel)
+	if s.level, err = ParseLogLevel(c.LogLevel); err != nil {
+		bad("log_level %v", err)
 	}
 	if c.Dashboard != "" {
 		ap, err := netip.ParseAddrPort(c.Dashboard)
@@ -315,52 +394,58 @@ func (c *Config) Validate() error {
 			bad("dashboard on %s, not loopback: dashboard_token of at least 16 characters required", ap.Addr())
 		}
 	}
-	if d, err := time.ParseDuration(c.Threshold); err != nil || d <= 0 || d > 10*time.Second {
-		bad("threshold %q is not a duration between 0 and 10s, like 50ms", c.Threshold)
-	}
-	if _, err := c.location(); err != nil {
-		errs = append(errs, err)
-	}
+	s.threshold, err = thresholdRange.parse("threshold", c.Threshold)
+	add(err)
+	s.loc, err = c.location()
+	add(err)
 	if c.DNS != "" {
-		if _, err := netip.ParseAddrPort(c.DNS); err != nil {
+		if s.dns, err = netip.ParseAddrPort(c.DNS); err != nil {
 			bad("dns %q is not an address:port like 127.0.0.53:53", c.DNS)
 		}
 	}
-	if _, err := c.releaseKeys(); err != nil {
-		errs = append(errs, err)
-	}
-	if _, err := c.relays(); err != nil {
-		errs = append(errs, err)
-	}
+	s.releaseKeys, err = parseReleaseKeys("snapshot_keys", c.SnapshotKeys)
+	add(err)
+	s.relays, err = bootstrap.ParseList("relays", strings.Join(c.Relays, ","))
+	add(err)
 	if c.ResultShards < 1 || c.ResultShards > 1024 {
 		bad("result_shards must be 1 to 1024, got %d", c.ResultShards)
 	}
 	if len(c.Listen) == 0 {
 		bad("listen is empty: a node needs at least one listen address")
 	}
+	s.listen, err = ParseListen(c.Listen)
+	add(err)
 	if c.Indexers < 1 || c.Indexers > 16 {
 		bad("indexers must be 1 to 16, got %d", c.Indexers)
 	}
-	if d, err := time.ParseDuration(c.Liveness); err != nil || d < 2*time.Second || d > 24*time.Hour {
-		bad("liveness %q is not a duration between 2s and 24h, like 5m", c.Liveness)
-	}
-	if d, err := time.ParseDuration(c.WithholdGrace); err != nil || d < time.Second || d > 24*time.Hour {
-		bad("withhold_grace %q is not a duration between 1s and 24h, like 10m", c.WithholdGrace)
-	}
-	if d, err := time.ParseDuration(c.BatchWait); err != nil || d < time.Second || d > time.Hour {
-		bad("batch_wait %q is not a duration between 1s and 1h, like 5m", c.BatchWait)
-	}
-	return errors.Join(errs...)
+	s.liveness, err = livenessRange.parse("liveness", c.Liveness)
+	add(err)
+	s.withholdGrace, err = graceRange.parse("withhold_grace", c.WithholdGrace)
+	add(err)
+	s.batchWait, err = batchWaitRange.parse("batch_wait", c.BatchWait)
+	add(err)
+	return s, errors.Join(errs...)
 }
 
-// releaseKeys parses SnapshotKeys.
-func (c *Config) releaseKeys() ([]ed25519.PublicKey, error) {
+// ParseLogLevel parses a log level: debug, info, warn or error.
+func ParseLogLevel(s string) (slog.Level, error) {
+	var level slog.Level
+	switch s {
+	case "debug", "info", "warn", "error":
+		return level, level.UnmarshalText([]byte(s))
+	}
+	return level, fmt.Errorf("%q is not debug, info, warn or error", s)
+}
+
+// parseReleaseKeys parses release keys ("ed25519:BASE64"), naming key in
+// each problem.
+func parseReleaseKeys(key string, ss []string) ([]ed25519.PublicKey, error) {
 	var keys []ed25519.PublicKey
 	var errs []error
-	for _, s := range c.SnapshotKeys {
+	for _, s := range ss {
 		k, err := subnet.ParseReleaseKey(s)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("snapshot_keys: %w", err))
+			errs = append(errs, fmt.Errorf("%s: %w", key, err))
 			continue
 		}
 		keys = append(keys, k)
@@ -368,9 +453,17 @@ func (c *Config) releaseKeys() ([]ed25519.PublicKey, error) {
 	return keys, errors.Join(errs...)
 }
 
-// relays parses Relays.
-func (c *Config) relays() ([]peer.AddrInfo, error) {
-	return bootstrap.ParseList("relays", strings.Join(c.Relays, ","))
+// ParseListen parses libp2p listen multiaddrs, naming the first bad one.
+func ParseListen(addrs []string) ([]ma.Multiaddr, error) {
+	var out []ma.Multiaddr
+	for _, s := range addrs {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("listen address %q: %w", s, err)
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
 
 // ParseSize parses a byte size such as "2MiB", "10GB" or "4096"; "" and

@@ -3,13 +3,19 @@
 // crawler and the coordination service, hands each package its parts, and
 // shuts them down in order.
 //
-// A Node is built from a Config (defaults, TOML file, MICRA_* environment,
-// flags) and Options for what embedding programs set (the demo's emulated
-// Internet: its tree, DNS, time scale). New opens the data directory
-// (identity.key and the badger database under db/) and builds, in order:
+// Both roles, node and indexer, are built from one assembly (peer.go): it
+// opens the data directory (identity.key and the badger database under
+// db/), starts the libp2p host (overlay.NewHost), the delegation procedure
+// (overlay/delegate) and pubsub, the overlay on the running snapshot with
+// the options every peer has (egress policy, bootstrap peers, release
+// keys, liveness and withholding), switches it to released snapshots,
+// joins, and closes everything in order, each part within a limit.
 //
-//   - the libp2p host (overlay.NewHost) on Config.Listen;
-//   - the delegation procedure (overlay/delegate) with Config.Threshold;
+// A Node is built from a Config (defaults, TOML file, MICRA_* environment,
+// flags), parsed and checked once (Validate), and Options for what
+// embedding programs set (the demo's emulated Internet: its tree, DNS, time
+// scale). On the assembly New builds, in order:
+//
 //   - the results outbox (results), the crawler's Sink;
 //   - the crawler, whose Router (requests.Router) keeps a discovered URL
 //     when the overlay knows its subnet is delegated here (answered at
@@ -27,16 +33,16 @@
 // Everything a peer can ask of the node exists before the overlay answers
 // peers, so no handler waits for the node to be built.
 //
-// StartIndexer wires the other role, an indexer (IndexerConfig): its own
-// database and identity, a host, the overlay with the delegation procedure
-// (it coordinates shards like any peer but does not crawl: overlay.NoCrawl),
-// and the indexer (the indexer package) with the index and the search page
-// and API.
+// StartIndexer builds the other role, an indexer (IndexerConfig), on its
+// own assembly: the overlay (it coordinates shards like any peer but does
+// not crawl: overlay.NoCrawl) and the indexer (the indexer package) with
+// the index and the search page and API.
 //
 // Join connects to the bootstrap peers and claims the node's own subnet;
 // Close stops everything in the reverse order of dependence (dashboard,
 // crawler, outbox, overlay, host, database), so that the crawler's last
-// batches reach the outbox and nothing stored is lost.
+// batches reach the outbox and nothing stored is lost; an indexer's Close
+// stops its HTTP API, indexer, overlay, host, index and database.
 //
 // node may import overlay, requests, results, indexer, crawl, bootstrap and subnet; nothing of
 // micra's imports node except cmd/micra and the rigs under internal/.

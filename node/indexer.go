@@ -6,26 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
-	"slices"
-	"sync/atomic"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
-	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 
-	"github.com/micra-net/micra/bootstrap"
-	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/indexer"
 	"github.com/micra-net/micra/indexer/index"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/overlay/delegate"
-	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/subnet"
 )
 
@@ -58,221 +49,160 @@ type IndexerConfig struct {
 	// (Config.SnapshotKeys, in the same "ed25519:BASE64" form); none: it
 	// runs Snapshot for good.
 	SnapshotKeys []string
-	Logger       *slog.Logger // nil: slog.Default()
-	Indexer      []indexer.Option
-	Overlay      []overlay.Option
-	Host         []overlay.HostOption
-	Delegate     []delegate.Option
+	// Liveness and WithholdGrace set the coordination of the shards the
+	// indexer coordinates, as Config.Liveness and Config.WithholdGrace
+	// do for a node, within the same bounds; zero keeps the overlay's
+	// liveness and leaves withholding off.
+	Liveness      time.Duration
+	WithholdGrace time.Duration
+	Logger        *slog.Logger // nil: slog.Default()
+	Indexer       []indexer.Option
+	Overlay       []overlay.Option
+	Host          []overlay.HostOption
+	Delegate      []delegate.Option
 	// JoinNow joins the overlay before StartIndexer returns; otherwise
 	// it joins in the background, bounded by StartIndexer's ctx.
 	JoinNow bool
 }
 
+// indexerSettings are an IndexerConfig's values in the types the parts
+// take: parse fills them once.
+type indexerSettings struct {
+	listen []ma.Multiaddr
+	keys   []ed25519.PublicKey
+}
+
+// Validate checks the configuration and returns all the problems found;
+// a setting out of its bounds is a *SettingError naming its key.
+func (c *IndexerConfig) Validate() error {
+	_, err := c.parse()
+	return err
+}
+
+// parse checks the configuration, as Validate, and returns the values
+// parsed.
+func (c *IndexerConfig) parse() (indexerSettings, error) {
+	var s indexerSettings
+	var errs []error
+	var err error
+	s.listen, err = ParseListen(c.Listen)
+	errs = append(errs, err)
+	s.keys, err = parseReleaseKeys("snapshot keys", c.SnapshotKeys)
+	errs = append(errs, err)
+	if c.Liveness != 0 {
+		errs = append(errs, livenessRange.check("liveness", c.Liveness))
+	}
+	if c.WithholdGrace != 0 {
+		errs = append(errs, graceRange.check("withhold_grace", c.WithholdGrace))
+	}
+	return s, errors.Join(errs...)
+}
+
 // Indexer is a running indexer.
 type Indexer struct {
-	h        host.Host
-	db       *badger.DB
-	idx      index.Store
-	log      *slog.Logger
-	cfg      IndexerConfig
-	base     subnet.SnapshotID // the configured snapshot
-	oopts    []overlay.Option
-	cur      atomic.Pointer[indexerLive]
-	httpAddr string
-	started  time.Time
-	queries  *queryLog
-	closers  []func() error // in closing order
-}
-
-// indexerLive is what an indexer runs on one snapshot.
-type indexerLive struct {
-	tree    *subnet.Tree
-	o       *overlay.Overlay
-	ix      *indexer.Indexer
-	handler http.Handler
-}
-
-// ParseListen parses libp2p listen multiaddrs, naming the first bad one.
-func ParseListen(addrs []string) ([]ma.Multiaddr, error) {
-	var out []ma.Multiaddr
-	for _, s := range addrs {
-		a, err := ma.NewMultiaddr(s)
-		if err != nil {
-			return nil, fmt.Errorf("listen address %q: %w", s, err)
-		}
-		out = append(out, a)
-	}
-	return out, nil
+	assembly
+	cfg     IndexerConfig
+	idx     index.Store
+	queries *queryLog
+	http    *httpServer // the search page and API
 }
 
 // StartIndexer opens the indexer's database, index, host and overlay,
 // starts the indexer and its HTTP API, and joins the overlay. On an error
 // it closes what it opened.
 func StartIndexer(ctx context.Context, cfg IndexerConfig) (x *Indexer, err error) {
-	x = &Indexer{started: time.Now(), queries: newQueryLog()}
-	var stack []func() error // closers, last opened first
+	set, err := cfg.parse()
+	if err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	x = &Indexer{cfg: cfg, queries: newQueryLog()}
+	x.begin(log)
 	defer func() {
-		slices.Reverse(stack)
-		x.closers = stack
 		if err != nil {
 			err = errors.Join(err, x.Close())
 			x = nil
 		}
 	}()
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
+	if err := x.start(peerConfig{
+		role: "indexer", dataDir: cfg.DataDir, db: index.BadgerOptions(filepath.Join(cfg.DataDir, "db")), listen: set.listen,
+		host: cfg.Host, delegate: cfg.Delegate, peers: cfg.Bootstrap, keys: set.keys, liveness: cfg.Liveness, grace: cfg.WithholdGrace,
+		private: cfg.AllowPrivateNetworks, tree: cfg.Tree, snapshot: cfg.Snapshot,
+	}); err != nil {
+		return x, err
 	}
-	listen, err := ParseListen(cfg.Listen)
+	if x.idx, err = x.openIndex(ctx); err != nil {
+		return x, err
+	}
+	l, err := x.startOverlay([]overlay.Option{overlay.Announce(5 * time.Minute), overlay.NoCrawl()}, cfg.Overlay)
 	if err != nil {
 		return x, err
 	}
-	tree := cfg.Tree
-	if tree == nil {
-		if tree, err = loadTree(cfg.Snapshot); err != nil {
-			return x, err
-		}
-	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return x, err
-	}
-	sk, err := overlay.LoadIdentity(filepath.Join(cfg.DataDir, "identity.key"))
-	if err != nil {
-		return x, err
-	}
-	db, err := badger.Open(index.BadgerOptions(filepath.Join(cfg.DataDir, "db")))
-	if err != nil {
-		return x, fmt.Errorf("opening the database in %s (is another indexer running on it?): %w", cfg.DataDir, err)
-	}
-	stack = append(stack, db.Close)
-	var idx index.Store
-	if cfg.Store != "" {
-		idx, err = index.OpenPostgres(ctx, cfg.Store, index.PostgresOptions{ReadOnly: cfg.ReadOnly}, index.Logger(log.With("subsystem", "index")))
-	} else {
-		idx, err = index.New(db, index.Logger(log.With("subsystem", "index")))
-	}
-	if err != nil {
-		return x, err
-	}
-	stack = append(stack, func() error { idx.Close(); return nil })
-	h, err := overlay.NewHost(sk, append([]overlay.HostOption{overlay.ListenAddrs(listen...)}, cfg.Host...)...)
-	if err != nil {
-		return x, err
-	}
-	x.h, x.db, x.idx, x.log, x.cfg, x.base = h, db, idx, log, cfg, tree.ID()
-	stack = append(stack, h.Close)
-	del, err := delegate.New(append([]delegate.Option{delegate.Logger(log.With("subsystem", "delegate"))}, cfg.Delegate...)...)
-	if err != nil {
-		return x, err
-	}
-	psCtx, psStop := context.WithCancel(context.Background())
-	stack = append(stack, func() error { psStop(); return nil })
-	ps, err := overlay.NewPubSub(psCtx, h, log.With("subsystem", "overlay"))
-	if err != nil {
-		return x, err
-	}
-	x.oopts = []overlay.Option{overlay.Egress(egress.Policy{AllowPrivate: cfg.AllowPrivateNetworks}), overlay.WithDelegator(del), overlay.WithPubSub(ps),
-		overlay.WithEvidenceOpener(overlay.EvidenceOpenerFunc(results.OpenEvidence)),
-		overlay.Announce(5 * time.Minute), overlay.NoCrawl(), overlay.BootstrapPeers(cfg.Bootstrap), overlay.Logger(log.With("subsystem", "overlay"))}
-	var keys []ed25519.PublicKey
-	for _, s := range cfg.SnapshotKeys {
-		k, err := subnet.ParseReleaseKey(s)
-		if err != nil {
-			return x, fmt.Errorf("snapshot keys: %w", err)
-		}
-		keys = append(keys, k)
-	}
-	if len(keys) > 0 {
-		x.oopts = append(x.oopts, overlay.ReleaseKeys(releaseDir(cfg.DataDir), keys...))
-	}
-	x.oopts = append(x.oopts, cfg.Overlay...)
-	first, prev, prevAt := resumeSnapshot(db, cfg.DataDir, tree, log)
-	oopts := x.oopts
 	var accept []subnet.SnapshotID
-	if prev != nil {
-		oopts = append(slices.Clip(oopts), overlay.Previous(prev, prevAt))
-		accept = append(accept, prev.ID())
+	if x.prev != nil {
+		accept = append(accept, x.prev.ID())
 	}
-	o, err := overlay.New(h, first, db, oopts...)
-	if err != nil {
-		return x, err
-	}
-	l := &indexerLive{tree: first, o: o}
-	x.cur.Store(l)
-	stack = append(stack, func() error { return x.cur.Load().o.Close() })
 	if err := x.attach(l, accept...); err != nil {
 		return x, err
 	}
-	stack = append(stack, func() error { return x.cur.Load().ix.Close() })
-	swCtx, swCancel := context.WithCancel(context.Background())
-	swDone := make(chan struct{})
-	go func() {
-		defer close(swDone)
-		switchLoop(swCtx, log, func() *overlay.Overlay { return x.cur.Load().o }, x.switchTo)
-	}()
-	stack = append(stack, func() error { swCancel(); <-swDone; return nil })
-
-	ln, err := net.Listen("tcp", cfg.HTTP)
-	if err != nil {
-		return x, fmt.Errorf("HTTP: %w", err)
+	x.runSwitches(x.switchTo)
+	if x.http, err = serveHTTP("HTTP", cfg.HTTP, &http.Server{Handler: x.indexerHTTP(), ReadHeaderTimeout: 10 * time.Second}); err != nil {
+		return x, err
 	}
-	x.httpAddr = ln.Addr().String()
-	srv := &http.Server{Handler: x.indexerHTTP(), ReadHeaderTimeout: 10 * time.Second}
-	httpDone := make(chan error, 1)
-	go func() { httpDone <- srv.Serve(ln) }()
-	stack = append(stack, func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err := srv.Shutdown(sctx)
-		if herr := <-httpDone; !errors.Is(herr, http.ErrServerClosed) {
-			err = errors.Join(err, herr)
-		}
-		return err
-	})
-
-	if len(cfg.Bootstrap) == 0 {
-		log.Warn("no bootstrap peers: waiting for nodes to connect to this indexer")
-		return x, nil
-	}
-	join := func() error {
-		if _, err := bootstrap.Join(ctx, h, h.ID(), cfg.Bootstrap); err != nil {
-			return fmt.Errorf("joining the overlay: %w", err)
-		}
-		if err := x.cur.Load().o.Bootstrap(ctx); err != nil {
-			return fmt.Errorf("DHT bootstrap: %w", err)
-		}
-		return nil
-	}
-	if cfg.JoinNow {
-		return x, join()
-	}
-	go func() {
-		if err := join(); err != nil && ctx.Err() == nil {
-			log.Error("joining the overlay failed", "error", err)
-		}
-	}()
-	return x, nil
+	return x, x.joinBootstrap(ctx)
 }
 
-// ID is the indexer's peer id.
-func (x *Indexer) ID() peer.ID { return x.h.ID() }
+// joinBootstrap joins the overlay through the configured bootstrap peers:
+// before it returns with JoinNow, else in the background, bounded by ctx.
+// Without bootstrap peers the indexer waits for nodes to connect to it.
+func (x *Indexer) joinBootstrap(ctx context.Context) error {
+	if len(x.cfg.Bootstrap) == 0 {
+		x.log.Warn("no bootstrap peers: waiting for nodes to connect to this indexer")
+		return nil
+	}
+	if x.cfg.JoinNow {
+		_, err := x.join(ctx, x.cfg.Bootstrap)
+		return err
+	}
+	go func() {
+		if _, err := x.join(ctx, x.cfg.Bootstrap); err != nil && ctx.Err() == nil {
+			x.log.Error("joining the overlay failed", "error", err)
+		}
+	}()
+	return nil
+}
 
-// Addrs are the indexer's listen multiaddrs with its peer id.
-func (x *Indexer) Addrs() []string { return p2pAddrs(x.h) }
+// openIndex opens the index: in PostgreSQL when the configuration names a
+// store, else in the indexer's database.
+func (x *Indexer) openIndex(ctx context.Context) (index.Store, error) {
+	ilog := index.Logger(x.log.With("subsystem", "index"))
+	if x.cfg.Store != "" {
+		pg, err := index.OpenPostgres(ctx, x.cfg.Store, index.PostgresOptions{ReadOnly: x.cfg.ReadOnly}, ilog)
+		if err != nil {
+			return nil, err // not a nil *Postgres in the Store
+		}
+		return pg, nil
+	}
+	ix, err := index.New(x.db, ilog)
+	if err != nil {
+		return nil, err
+	}
+	return ix, nil
+}
 
 // HTTPAddr is the address the search page and API listen on.
-func (x *Indexer) HTTPAddr() string { return x.httpAddr }
+func (x *Indexer) HTTPAddr() string { return x.http.addr }
 
 // Indexer is the running indexer (its index, audits and statistics); a
 // snapshot switch replaces it, and its counters start again.
 func (x *Indexer) Indexer() *indexer.Indexer { return x.cur.Load().ix }
 
-// Overlay is the indexer's running overlay.
-func (x *Indexer) Overlay() *overlay.Overlay { return x.cur.Load().o }
-
 // attach starts the indexer on l's overlay, taking batches of l's snapshot
 // and of accept.
-func (x *Indexer) attach(l *indexerLive, accept ...subnet.SnapshotID) error {
+func (x *Indexer) attach(l *live, accept ...subnet.SnapshotID) error {
 	opts := []indexer.Option{indexer.Logger(x.log.With("subsystem", "indexer"))}
 	if len(accept) > 0 {
 		opts = append(opts, indexer.AcceptSnapshots(accept...))
@@ -299,18 +229,18 @@ func (x *Indexer) switchTo(ctx context.Context, r subnet.Release) error {
 	if err := old.ix.Close(); err != nil {
 		x.log.Warn("closing the indexer for the switch", "error", err)
 	}
-	tree, o, err := reopen(ctx, x.log, x.h, x.db, old.tree, old.o, r, x.oopts)
+	tree, o, err := x.reopen(ctx, old, r)
 	if o == nil {
 		// The old overlay runs on (the new snapshot's file did not
 		// check, or it could not be closed): take batches on it again.
-		back := &indexerLive{tree: old.tree, o: old.o}
+		back := &live{tree: old.tree, o: old.o}
 		if aerr := x.attach(back); aerr != nil {
 			return errors.Join(err, aerr)
 		}
 		x.cur.Store(back)
 		return err
 	}
-	l := &indexerLive{tree: tree, o: o}
+	l := &live{tree: tree, o: o}
 	if aerr := x.attach(l, old.tree.ID()); aerr != nil {
 		return errors.Join(err, aerr)
 	}
@@ -318,19 +248,24 @@ func (x *Indexer) switchTo(ctx context.Context, r subnet.Release) error {
 	if err != nil {
 		return err
 	}
-	recordSwitch(x.db, x.log, x.base, old.tree, tree, r)
-	x.log.Info("switched snapshots", "from", old.tree.ID().Short(), "to", tree.ID().Short(),
-		"late", began.Sub(r.Activation).Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
+	x.switched(old.tree, tree, r, began)
 	return nil
 }
 
-// Close shuts the indexer down in order: HTTP, indexer, overlay, host,
-// index, database. Later calls return nil.
+// Close shuts the indexer down in order, each part within a limit
+// (assembly.shutdown): HTTP, background work, indexer, overlay, host,
+// index, database. It is idempotent: later calls return the first call's
+// error.
 func (x *Indexer) Close() error {
-	var err error
-	for _, c := range x.closers {
-		err = errors.Join(err, c())
+	var front, parts, stores []closeStep
+	if x.http != nil {
+		front = append(front, x.http.step("HTTP server", 5*time.Second))
 	}
-	x.closers = nil
-	return err
+	if l := x.cur.Load(); l != nil && l.ix != nil {
+		parts = append(parts, closeStep{"indexer", func() error { return x.cur.Load().ix.Close() }})
+	}
+	if x.idx != nil {
+		stores = append(stores, closeStep{"index", func() error { x.idx.Close(); return nil }})
+	}
+	return x.shutdown(front, parts, stores)
 }

@@ -4,24 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
-	"github.com/libp2p/go-libp2p/core/crypto"
-	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 
@@ -44,6 +39,7 @@ type Option func(*options)
 type options struct {
 	tree       *subnet.Tree
 	logger     *slog.Logger
+	logOut     io.Writer
 	resolver   crawl.Resolver
 	probeScale float64
 	split      *time.Duration
@@ -64,6 +60,10 @@ func Tree(t *subnet.Tree) Option { return func(o *options) { o.tree = t } }
 // Logger sets the node's logger (default: text on stderr at
 // Config.LogLevel).
 func Logger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// LogOutput sets where the node's own logger (the one it makes without
+// Logger: text at Config.LogLevel) writes, instead of stderr.
+func LogOutput(w io.Writer) Option { return func(o *options) { o.logOut = w } }
 
 // Resolver sets the resolver of the crawler, the probes and crawl
 // requests, instead of Config.DNS.
@@ -121,28 +121,14 @@ func WrapResults(f func(crawl.Sink) crawl.Sink) Option {
 // builds and starts it; Join connects it to the overlay; Close stops it in
 // order. Its methods are safe for concurrent use.
 type Node struct {
-	cfg       Config
-	opt       options
-	log       *slog.Logger
-	started   time.Time
-	base      *subnet.Tree // the configured snapshot
-	first     *subnet.Tree // the snapshot the node starts on: base, or the released one it switched to
-	own       netip.Addr   // the address this node crawls from, when known
-	peers     []peer.AddrInfo
-	threshold time.Duration
+	assembly
+	cfg Config
+	set settings // cfg, parsed
+	opt options
+	own netip.Addr // the address this node crawls from, when known
 
-	db  *badger.DB
-	sk  crypto.PrivKey
-	h   host.Host
-	del *delegate.Delegator
-	ob  *results.Outbox
-	cr  *crawl.Crawler
-
-	cur    atomic.Pointer[live] // the running snapshot and its overlay; swapped by a switch
-	psStop context.CancelFunc   // stops the pubsub router the node's overlays share
-	oopts  []overlay.Option     // the overlay's options, for the next snapshot's
-	prev   *subnet.Tree         // the snapshot before the running one, after a restart
-	prevAt time.Time            // and its release's activation
+	ob *results.Outbox
+	cr *crawl.Crawler
 
 	joined    chan struct{} // closed when Join succeeded
 	joinOnce  sync.Once
@@ -150,13 +136,7 @@ type Node struct {
 	removeReq func()
 	send      *requests.Sender  // crawl requests and watches from this node
 	resolve   requests.Resolver // a host's address: literals as they are, names through the configured DNS
-	dash      *http.Server
-	dashAddr  string
-	dashDone  chan error
-
-	ctx    context.Context // background work; cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	dash      *httpServer       // nil without a dashboard
 
 	probesRun  atomic.Int64
 	probeRTT   rttBook
@@ -165,8 +145,6 @@ type Node struct {
 	splitQ     chan crawl.Slow               // far servers waiting for their split
 	cal        *crawl.Calibrator             // the crawler's: its far test confirms a far server's probe
 	judgeEvery time.Duration                 // how often a judge has that room per host: half the withholding grace
-	closeOnce  sync.Once
-	closeErr   error
 }
 
 // New opens the node's database and identity in cfg.DataDir, builds every
@@ -174,34 +152,37 @@ type Node struct {
 // until Join. A second node on the same data directory fails with an
 // error naming it. On error everything opened is closed again.
 func New(cfg Config, opts ...Option) (n *Node, err error) {
-	if err := cfg.Validate(); err != nil {
+	set, err := cfg.parse()
+	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	n = &Node{cfg: cfg, started: time.Now(), joined: make(chan struct{}),
+	n = &Node{cfg: cfg, set: set, joined: make(chan struct{}),
 		recalAt: cooldown.New[subnet.Range](maxRecalibrations), splitQ: make(chan crawl.Slow, splitQueue)}
 	for _, o := range opts {
 		o(&n.opt)
 	}
-	n.log = n.opt.logger
-	if n.log == nil {
-		var level slog.Level
-		_ = level.UnmarshalText([]byte(cfg.LogLevel))
-		n.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := n.opt.logger
+	if log == nil {
+		var out io.Writer = os.Stderr
+		if n.opt.logOut != nil {
+			out = n.opt.logOut
+		}
+		log = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: set.level}))
 	}
-	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.begin(log)
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, n.Close())
 			n = nil
 		}
 	}()
-	if err := n.settle(); err != nil {
+	pc, err := n.settle()
+	if err != nil {
 		return n, err
 	}
-	if err := n.open(); err != nil {
+	if err := n.start(pc); err != nil {
 		return n, err
 	}
-	n.first, n.prev, n.prevAt = resumeSnapshot(n.db, cfg.DataDir, n.base, n.log)
 	if err := n.build(); err != nil {
 		return n, err
 	}
@@ -212,129 +193,83 @@ func New(cfg Config, opts ...Option) (n *Node, err error) {
 	return n, nil
 }
 
-// settle derives what the parts need from the configuration.
-func (n *Node) settle() error {
-	cfg := &n.cfg
-	if lim, _ := ParseSize(cfg.MemoryLimit); lim > 0 {
+// settle derives what the parts need from the parsed configuration: the
+// peer's assembly, the address the node crawls from and its resolver.
+func (n *Node) settle() (peerConfig, error) {
+	cfg, set := &n.cfg, &n.set
+	if set.memoryLimit > 0 {
 		// Process-wide: one node per process, as "micra node" runs it.
-		debug.SetMemoryLimit(lim)
+		debug.SetMemoryLimit(set.memoryLimit)
 	}
-	n.threshold, _ = time.ParseDuration(cfg.Threshold)
-	n.base = n.opt.tree
-	if n.base == nil {
-		var err error
-		if n.base, err = loadTree(cfg.Snapshot); err != nil {
-			return err
+	n.own = set.source
+	for _, a := range set.listen {
+		if ip, err := manetIP(a); !n.own.IsValid() && err == nil && ip.IsGlobalUnicast() && egress.Classify(ip) == "" {
+			n.own = ip
 		}
 	}
-	if cfg.SourceAddr != "" {
-		n.own = netip.MustParseAddr(cfg.SourceAddr)
-	}
-	for _, s := range cfg.Listen {
-		if !n.own.IsValid() {
-			if a, err := ma.NewMultiaddr(s); err == nil {
-				if ip, err := manetIP(a); err == nil && ip.IsGlobalUnicast() && egress.Classify(ip) == "" {
-					n.own = ip
-				}
-			}
-		}
-	}
-	peers, err := bootstrap.ParseList("bootstrap", joinList(cfg.Bootstrap))
+	peers, err := bootstrap.ParseList("bootstrap", strings.Join(cfg.Bootstrap, ","))
 	if err != nil {
-		return err
+		return peerConfig{}, err
 	}
 	env, err := bootstrap.FromEnv()
 	if err != nil {
-		return err
+		return peerConfig{}, err
 	}
 	var filePeers []peer.AddrInfo
 	if cfg.BootstrapFile != "" {
 		if filePeers, err = bootstrap.LoadFile(cfg.BootstrapFile); err != nil {
-			return err
+			return peerConfig{}, err
 		}
 	}
-	n.peers = bootstrap.Merge(peers, filePeers, env, bootstrap.Defaults())
-	if n.opt.resolver == nil && cfg.DNS != "" {
-		n.opt.resolver = crawl.DNSResolver(netip.MustParseAddrPort(cfg.DNS), n.own)
+	if n.opt.resolver == nil && set.dns.IsValid() {
+		n.opt.resolver = crawl.DNSResolver(set.dns, n.own)
 	}
 	var r crawl.Resolver = net.DefaultResolver
 	if n.opt.resolver != nil {
 		r = n.opt.resolver
 	}
 	n.resolve = requests.NetResolver(r)
-	return nil
+	return peerConfig{
+		role: "node", dataDir: cfg.DataDir, listen: set.listen, relays: set.relays, host: n.opt.host,
+		db:       crawl.BadgerOptions(filepath.Join(cfg.DataDir, "db")).WithLogger(badgerLog{n.log.With("subsystem", "badger")}),
+		delegate: append([]delegate.Option{delegate.Threshold(set.threshold)}, n.opt.delegate...),
+		peers:    bootstrap.Merge(peers, filePeers, env, bootstrap.Defaults()),
+		keys:     set.releaseKeys, liveness: set.liveness, grace: set.withholdGrace, private: cfg.AllowPrivateNetworks, tree: n.opt.tree, snapshot: cfg.Snapshot,
+	}, nil
 }
 
-// open opens the data directory: identity and database.
-func (n *Node) open() error {
-	if err := os.MkdirAll(n.cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data directory: %w", err)
-	}
-	var err error
-	if n.sk, err = overlay.LoadIdentity(filepath.Join(n.cfg.DataDir, "identity.key")); err != nil {
-		return err
-	}
-	opts := crawl.BadgerOptions(filepath.Join(n.cfg.DataDir, "db")).WithLogger(badgerLog{n.log.With("subsystem", "badger")})
-	if n.db, err = badger.Open(opts); err != nil {
-		return fmt.Errorf("opening the database in %s (is another node running on it?): %w", n.cfg.DataDir, err)
-	}
-	return nil
-}
-
-// build makes the parts, in the order their dependencies need: host,
-// delegator, outbox, crawler, overlay (which probes, refetches and takes
-// forwarded URLs through the crawler); then it starts the outbox, the
-// crawl-request protocol and the hand-on loop. Whatever a peer can ask of
-// the node exists before the overlay answers peers, so no handler waits.
+// build makes the node's parts on the assembly, in the order their
+// dependencies need: outbox, crawler, overlay (which probes, refetches
+// and takes forwarded URLs through the crawler); then it starts the
+// outbox, the crawl-request protocol and the hand-on loop. Whatever a peer
+// can ask of the node exists before the overlay answers peers, so no
+// handler waits.
 func (n *Node) build() error {
-	cfg := &n.cfg
-	listen, err := ParseListen(cfg.Listen)
-	if err != nil {
-		return err
-	}
-	hopts := []overlay.HostOption{overlay.ListenAddrs(listen...)}
-	if relays, _ := cfg.relays(); len(relays) > 0 { // validated
-		hopts = append(hopts, overlay.StaticRelays(relays))
-	}
-	if n.h, err = overlay.NewHost(n.sk, append(hopts, n.opt.host...)...); err != nil {
-		return err
-	}
+	set := &n.set
 	n.send = requests.NewSender(n.h, n.findPeer, n.log)
-	if n.del, err = delegate.New(append([]delegate.Option{delegate.Threshold(n.threshold),
-		delegate.Logger(n.log.With("subsystem", "delegate"))}, n.opt.delegate...)...); err != nil {
-		return err
-	}
-	outboxCap, _ := ParseSize(cfg.OutboxCap)
+	outboxCap := set.outboxCap
 	if outboxCap == 0 {
 		outboxCap = 512 << 20
 	}
+	var err error
 	if n.ob, err = results.NewOutbox(n.db, n.sk, n.first.ID(), append([]results.Option{
-		results.Acks(cfg.Indexers), results.OutboxCap(outboxCap, outboxCap/16), results.Shards(cfg.ResultShards),
+		results.Acks(n.cfg.Indexers), results.OutboxCap(outboxCap, outboxCap/16), results.Shards(n.cfg.ResultShards),
 		results.Logger(n.log.With("subsystem", "outbox")),
 	}, n.opt.results...)...); err != nil {
 		return err
 	}
-	loc, _ := cfg.location()
-	windows, _ := cfg.CrawlWindows()
-	sched, err := crawl.NewSchedule(loc, windows...)
+	sched, err := crawl.NewSchedule(set.loc, set.windows...)
 	if err != nil {
 		return err
 	}
-	if err := n.buildCrawler(loc, windows); err != nil {
+	if err := n.buildCrawler(); err != nil {
 		return err
 	}
 	oopts := []overlay.Option{
-		overlay.Egress(n.egressPolicy()),
-		overlay.WithDelegator(n.del), overlay.WithProber(overlay.ProberFunc(n.probe)),
-		overlay.WithLoad(n.load), overlay.BootstrapPeers(n.peers), overlay.ProbeWindows(sched, 20*time.Second),
-		// Result batches are verified (signature, sizes) before this node
-		// relays them, as indexers do.
+		overlay.WithProber(overlay.ProberFunc(n.probe)), overlay.WithLoad(n.load), overlay.ProbeWindows(sched, 20*time.Second),
 		// Audits: this node judges records of the shards it coordinates
 		// and refetches pages for other coordinators.
-		overlay.WithEvidenceOpener(overlay.EvidenceOpenerFunc(results.OpenEvidence)),
-		overlay.WithRefetcher(overlay.RefetcherFunc(n.refetch)),
-		overlay.AskCrawl(n.send.AskCrawl),
-		overlay.Logger(n.log.With("subsystem", "overlay")),
+		overlay.WithRefetcher(overlay.RefetcherFunc(n.refetch)), overlay.AskCrawl(n.send.AskCrawl),
 	}
 	if n.own.IsValid() {
 		oopts = append(oopts, overlay.OwnAddress(n.own))
@@ -343,43 +278,19 @@ func (n *Node) build() error {
 			n.log.Warn("own address is special-purpose: its subnet is not claimed", "error", err)
 		}
 	}
-	if keys, _ := cfg.releaseKeys(); len(keys) > 0 { // validated
-		oopts = append(oopts, overlay.ReleaseKeys(releaseDir(cfg.DataDir), keys...))
-	}
-	if grace, _ := time.ParseDuration(cfg.WithholdGrace); grace > 0 { // validated
-		oopts = append(oopts, overlay.Withholding(overlay.WithholdConfig{Grace: grace}))
-		n.judgeEvery = grace / 2
-	}
-	if live, _ := time.ParseDuration(cfg.Liveness); live > 0 {
-		oopts = append(oopts, overlay.Liveness(live/10, live))
-		if live/4 < defaultMaintenance {
-			oopts = append(oopts, overlay.Maintenance(live/4, overlay.DefaultClosestTTL))
-		}
-	}
-	psCtx, psStop := context.WithCancel(context.Background())
-	n.psStop = psStop
-	ps, err := overlay.NewPubSub(psCtx, n.h, n.log.With("subsystem", "overlay"))
+	n.judgeEvery = set.withholdGrace / 2
+	l, err := n.startOverlay(oopts, n.opt.overlay)
 	if err != nil {
 		return err
 	}
-	n.oopts = append(append(oopts, overlay.WithPubSub(ps)), n.opt.overlay...)
-	first := n.oopts
-	if n.prev != nil {
-		first = append(slices.Clip(first), overlay.Previous(n.prev, n.prevAt))
-	}
-	o, err := overlay.New(n.h, n.first, n.db, first...)
-	if err != nil {
-		return err
-	}
-	n.cur.Store(&live{tree: n.first, o: o})
-	if err := n.ob.Start(o); err != nil {
+	if err := n.ob.Start(l.o); err != nil {
 		return err
 	}
 	if err := n.serveRequests(); err != nil {
 		return err
 	}
 	n.wg.Go(func() { n.splitLoop(n.ctx) })
-	n.wg.Go(func() { switchLoop(n.ctx, n.log, n.ov, n.switchTo) })
+	n.runSwitches(n.switchTo)
 	return nil
 }
 
@@ -393,8 +304,8 @@ func (n *Node) egressPolicy() egress.Policy {
 
 // buildCrawler makes the crawler. Its Router knows nothing until the
 // overlay exists: links found before then wait in the outgoing store.
-func (n *Node) buildCrawler(loc *time.Location, windows []crawl.Window) error {
-	cfg := &n.cfg
+func (n *Node) buildCrawler() error {
+	cfg, set := &n.cfg, &n.set
 	var calCfg crawl.CalibrationConfig
 	if margin := crawl.DefaultFarIncrease; n.opt.split == nil || *n.opt.split > 0 {
 		if n.opt.split != nil {
@@ -413,19 +324,16 @@ func (n *Node) buildCrawler(loc *time.Location, windows []crawl.Window) error {
 		return err
 	}
 	n.cal = cal
-	bw, _ := ParseSize(cfg.Bandwidth)
-	daily, _ := ParseSize(cfg.DailyTransfer)
-	batchWait, _ := time.ParseDuration(cfg.BatchWait)
 	copts := []crawl.Option{
 		crawl.Workers(cfg.Workers, min(cfg.Workers, runtime.GOMAXPROCS(0)), defaultCrawlQueue),
-		crawl.Batching(defaultBatchBytes, batchWait),
-		crawl.Routing(requests.NewRouter(liveOverlay{n}, n.h.ID(), n.gone)), crawl.Windows(loc, windows...), crawl.Bandwidth(bw, daily),
+		crawl.Batching(defaultBatchBytes, set.batchWait),
+		crawl.Routing(requests.NewRouter(liveOverlay{n}, n.h.ID(), n.gone)), crawl.Windows(set.loc, set.windows...), crawl.Bandwidth(set.bandwidth, set.dailyTransfer),
 		crawl.Calibration(cal, n.onSlow), crawl.Logger(n.log.With("subsystem", "crawl")),
 	}
-	if limit, _ := ParseSize(cfg.DiskCap); limit > 0 { // validated
-		copts = append(copts, crawl.Hold((&diskCap{dir: cfg.DataDir, limit: limit, every: diskEvery}).check))
+	if set.diskCap > 0 {
+		copts = append(copts, crawl.Hold((&diskCap{dir: cfg.DataDir, limit: set.diskCap, every: diskEvery}).check))
 	}
-	if n.own.IsValid() && cfg.SourceAddr != "" {
+	if n.own.IsValid() && set.source.IsValid() {
 		copts = append(copts, crawl.SourceAddr(n.own))
 	}
 	if n.opt.resolver != nil {
@@ -463,11 +371,11 @@ func (n *Node) Join(ctx context.Context) error {
 		n.alone(ctx)
 		return nil
 	}
-	bopts := []bootstrap.Option{bootstrap.Logger(n.log.With("subsystem", "bootstrap"))}
+	var bopts []bootstrap.Option
 	if n.opt.joinWait > 0 {
 		bopts = append(bopts, bootstrap.Backoff(n.opt.joinWait, 4*n.opt.joinWait))
 	}
-	got, err := bootstrap.Join(ctx, n.h, n.h.ID(), peers, bopts...)
+	got, err := n.dial(ctx, peers, bopts...)
 	if err != nil {
 		if ctx.Err() != nil || len(known) == 0 {
 			return fmt.Errorf("joining the overlay: %w", err)
@@ -478,8 +386,8 @@ func (n *Node) Join(ctx context.Context) error {
 		}
 		return nil
 	}
-	if err := n.ov().Bootstrap(ctx); err != nil {
-		return fmt.Errorf("DHT bootstrap: %w", err)
+	if err := n.bootstrapDHT(ctx); err != nil {
+		return err
 	}
 	n.log.Info("joined the overlay", "peer", n.h.ID(), "peers", len(n.h.Network().Peers()), "answered", len(got))
 	n.joinOnce.Do(func() { close(n.joined) })
@@ -526,42 +434,6 @@ func (n *Node) Run(ctx context.Context) error {
 	return n.Close()
 }
 
-// ID is the node's peer id.
-func (n *Node) ID() peer.ID { return n.h.ID() }
-
-// Addrs are the node's listen multiaddrs with its peer id, as other nodes
-// give them to --bootstrap.
-func (n *Node) Addrs() []string { return p2pAddrs(n.h) }
-
-// p2pAddrs are h's listen multiaddrs, each ending in /p2p/<h's id>.
-func p2pAddrs(h host.Host) []string {
-	var out []string
-	for _, a := range h.Addrs() {
-		out = append(out, a.String()+"/p2p/"+h.ID().String())
-	}
-	return out
-}
-
-// Overlay is the node's running overlay (for tests and the demo's
-// measurements); a snapshot switch replaces it.
-func (n *Node) Overlay() *overlay.Overlay { return n.ov() }
-
-// ov returns the running overlay; nil before the node built it.
-func (n *Node) ov() *overlay.Overlay {
-	if l := n.cur.Load(); l != nil {
-		return l.o
-	}
-	return nil
-}
-
-// snapshot returns the running snapshot.
-func (n *Node) snapshot() *subnet.Tree {
-	if l := n.cur.Load(); l != nil {
-		return l.tree
-	}
-	return n.first
-}
-
 // DelegationStats are the counters of the delegation procedure this node
 // ran as a coordinator.
 func (n *Node) DelegationStats() delegate.Stats { return n.del.Stats() }
@@ -573,7 +445,12 @@ func (n *Node) CrawlStats() crawl.Stats { return n.cr.Stats() }
 func (n *Node) OutboxStats() results.OutboxStats { return n.ob.Stats() }
 
 // DashboardAddr is the address the dashboard listens on, "" without one.
-func (n *Node) DashboardAddr() string { return n.dashAddr }
+func (n *Node) DashboardAddr() string {
+	if n.dash == nil {
+		return ""
+	}
+	return n.dash.addr
+}
 
 // Submit sends seed URLs into the overlay: each goes to the node that owns
 // its subnet (delegating the subnet first when nobody does), this one
@@ -584,94 +461,26 @@ func (n *Node) Submit(ctx context.Context, reqs ...crawl.Request) (requests.Subm
 
 // Close stops the node in order — dashboard, background work, crawler
 // (whose last batches go to the outbox), outbox, overlay, host, database —
-// so that nothing stored is lost. It is idempotent.
+// each part within a limit (assembly.shutdown), so that nothing stored is
+// lost. It is idempotent.
 func (n *Node) Close() error {
-	n.closeOnce.Do(func() {
-		var errs []error
-		step := func(name string, f func() error) {
-			start := time.Now()
-			if err := f(); err != nil {
-				errs = append(errs, fmt.Errorf("closing the %s: %w", name, err))
-			}
-			n.log.Debug("closed", "part", name, "took", time.Since(start).Round(time.Millisecond))
-		}
-		if n.dash != nil {
-			step("dashboard", func() error {
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				defer cancel()
-				err := n.dash.Shutdown(ctx)
-				if herr := <-n.dashDone; !errors.Is(herr, http.ErrServerClosed) {
-					err = errors.Join(err, herr)
-				}
-				return err
-			})
-		}
-		if n.h != nil && n.db != nil && n.ctx.Err() == nil {
-			step("list of peers", n.saveKnown)
-		}
-		n.cancel()
-		n.wg.Wait()
-		if n.removeReq != nil {
-			n.removeReq()
-		}
-		if n.cr != nil {
-			step("crawler", n.cr.Close)
-		}
-		if n.ob != nil {
-			step("outbox", n.ob.Close)
-		}
-		if o := n.ov(); o != nil {
-			step("overlay", o.Close)
-		}
-		if n.psStop != nil {
-			n.psStop()
-		}
-		if n.h != nil {
-			step("host", func() error {
-				err := within(hostCloseLimit, n.h.Close)
-				if errors.Is(err, errLeftBehind) {
-					// Not a failure of the node: its state is closed
-					// below either way, and on a starved machine a
-					// healthy host can take this long too.
-					n.log.Warn("the libp2p host did not close in time; left behind", "limit", hostCloseLimit)
-					return nil
-				}
-				return err
-			})
-		}
-		if n.db != nil {
-			step("database", n.db.Close)
-		}
-		n.closeErr = errors.Join(errs...)
-	})
-	return n.closeErr
-}
-
-// hostCloseLimit bounds the libp2p host's Close. go-libp2p v0.51's host
-// can hang in it for good: an identify push that arrives while the host
-// closes blocks in the event bus, holding the lock that AutoNAT v2's Close
-// waits for (seen once, closing a swarm of 50 nodes in micra bench crawl). The node
-// then leaves the host's goroutines behind rather than never finishing, and
-// says so in its log; Close does not fail for it, since a host on a machine
-// starved of CPU can take as long (TestRollover under CI's load).
-const hostCloseLimit = 15 * time.Second
-
-// errLeftBehind is within's error when f did not return in time.
-var errLeftBehind = errors.New("left behind")
-
-// within runs f and returns its error, or one wrapping errLeftBehind once
-// limit passed without f returning; f then goes on in the background.
-func within(limit time.Duration, f func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	t := time.NewTimer(limit)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-t.C:
-		return fmt.Errorf("not done after %v: %w", limit, errLeftBehind)
+	var front, parts []closeStep
+	if n.dash != nil {
+		front = append(front, n.dash.step("dashboard", 3*time.Second))
 	}
+	if n.h != nil && n.db != nil && n.ctx.Err() == nil {
+		front = append(front, closeStep{"list of peers", n.saveKnown})
+	}
+	if n.removeReq != nil {
+		parts = append(parts, closeStep{"crawl-request handler", func() error { n.removeReq(); return nil }})
+	}
+	if n.cr != nil {
+		parts = append(parts, closeStep{"crawler", n.cr.Close})
+	}
+	if n.ob != nil {
+		parts = append(parts, closeStep{"outbox", n.ob.Close})
+	}
+	return n.shutdown(front, parts, nil)
 }
 
 // crawlLocal queues crawl requests (seeds, other nodes' crawl requests)
@@ -681,21 +490,20 @@ func (n *Node) crawlLocal(ctx context.Context, from peer.ID, reqs []crawl.Reques
 }
 
 // probe answers a coordinator's probe request: timed HTTP HEADs from this
-// node's address, the least of a few.
+// node's address, the least of a few, kept for the status by the subnet of
+// the address the probe reached (its own resolution of the host).
 func (n *Node) probe(ctx context.Context, u string) (time.Duration, error) {
 	n.probesRun.Add(1)
-	rtt, err := n.cr.Fetcher().Probe(ctx, u, crawl.DefaultProbeAttempts)
+	rtt, a, err := n.cr.Fetcher().ProbeAddr(ctx, u, crawl.DefaultProbeAttempts)
 	if err != nil {
 		return 0, err
 	}
 	if f := n.opt.probeScale; f > 0 {
 		rtt = time.Duration(float64(rtt) / f)
 	}
-	if pu, perr := url.Parse(u); perr == nil {
-		if a, aerr := n.resolve(ctx, pu.Hostname()); aerr == nil {
-			t := n.snapshot()
-			n.probeRTT.put(t.Range(t.SmallestNonUnary(a)), rtt)
-		}
+	if a.IsValid() {
+		t := n.snapshot()
+		n.probeRTT.put(t.Range(t.SmallestNonUnary(a)), rtt)
 	}
 	return rtt, nil
 }
@@ -786,8 +594,6 @@ func manetIP(a ma.Multiaddr) (netip.Addr, error) {
 	}
 	return netip.Addr{}, fmt.Errorf("%s has no IP address", a)
 }
-
-func joinList(s []string) string { return strings.Join(s, ",") }
 
 // badgerLog sends badger's log to slog at debug level (warnings and
 // errors at their level).

@@ -153,12 +153,12 @@ func (n *Node) keepJoined() {
 // rejoin dials peers and, when one answers, bootstraps the DHT and marks
 // the node joined.
 func (n *Node) rejoin(ctx context.Context, peers []peer.AddrInfo) error {
-	got, err := bootstrap.Join(ctx, n.h, n.h.ID(), peers, bootstrap.Attempts(2), bootstrap.Logger(n.log.With("subsystem", "bootstrap")))
+	got, err := n.dial(ctx, peers, bootstrap.Attempts(2))
 	if err != nil {
 		return err
 	}
-	if err := n.ov().Bootstrap(ctx); err != nil {
-		return fmt.Errorf("DHT bootstrap: %w", err)
+	if err := n.bootstrapDHT(ctx); err != nil {
+		return err
 	}
 	n.log.Info("joined the overlay again", "peers", len(got))
 	n.joinOnce.Do(func() { close(n.joined) })

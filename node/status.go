@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -157,22 +156,18 @@ func (n *Node) serveDashboard() error {
 	if n.cfg.Dashboard == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", n.cfg.Dashboard)
-	if err != nil {
-		return fmt.Errorf("dashboard: %w", err)
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), n.collector())
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: 10 * time.Second})
-	n.dash = &http.Server{
+	var err error
+	if n.dash, err = serveHTTP("dashboard", n.cfg.Dashboard, &http.Server{
 		Handler:           n.dashboardHandler(metrics),
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
 		IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
+	}); err != nil {
+		return err
 	}
-	n.dashAddr = ln.Addr().String()
-	n.dashDone = make(chan error, 1)
-	go func() { n.dashDone <- n.dash.Serve(ln) }()
-	n.log.Info("dashboard", "url", "http://"+n.dashAddr+"/")
+	n.log.Info("dashboard", "url", "http://"+n.dash.addr+"/")
 	return nil
 }
 

@@ -33,19 +33,6 @@ import (
 // runs the released snapshot again instead of the configured one, whose
 // overlay would take the delegations of the new snapshot for stale ones.
 
-// live is what runs on one snapshot: the tree, the overlay built on it,
-// and what this node held under the snapshot before (the ranges it no
-// longer crawls unless the carry brought them along).
-type live struct {
-	tree *subnet.Tree
-	o    *overlay.Overlay
-	// held are the ranges this node held under the previous snapshot,
-	// sorted by start; after settled, an address in one of them that the
-	// overlay does not place is no longer this node's to crawl.
-	held    []subnet.Range
-	settled time.Time
-}
-
 // gone reports whether a is in a range this node held under the previous
 // snapshot, the carry window being over.
 func (l *live) gone(a netip.Addr) bool {
@@ -236,7 +223,7 @@ func (n *Node) switchTo(ctx context.Context, r subnet.Release) error {
 		}
 	}
 	slices.SortFunc(held, func(a, b subnet.Range) int { return a.Start.Compare(b.Start) })
-	tree, o, err := reopen(ctx, n.log, n.h, n.db, old.tree, old.o, r, n.oopts)
+	tree, o, err := n.reopen(ctx, old, r)
 	if o == nil {
 		return err
 	}
@@ -251,10 +238,7 @@ func (n *Node) switchTo(ctx context.Context, r subnet.Release) error {
 	if err != nil {
 		return err
 	}
-	recordSwitch(n.db, n.log, n.base.ID(), old.tree, tree, r)
-	n.log.Info("switched snapshots", "from", old.tree.ID().Short(), "to", tree.ID().Short(),
-		"activation", r.Activation.Format(time.RFC3339), "late", began.Sub(r.Activation).Round(time.Millisecond),
-		"took", time.Since(began).Round(time.Millisecond), "held", len(held))
+	n.switched(old.tree, tree, r, began, "held", len(held))
 	return nil
 }
 

@@ -55,6 +55,12 @@ func sendCrawl(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request
 			return nil, fmt.Errorf("%s: %w", r.Link, err)
 		}
 	}
+	return sendFrames(ctx, h, p, reqs, check)
+}
+
+// sendFrames sends reqs, checked against the protocol's bounds already, to
+// p as sendCrawl does.
+func sendFrames(ctx context.Context, h host.Host, p peer.ID, reqs []crawl.Request, check receiptCheck) ([]Receipt, error) {
 	var out []Receipt
 	for len(reqs) > 0 {
 		chunk := reqs[:min(len(reqs), MaxCrawlRequests)]

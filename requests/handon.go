@@ -115,7 +115,7 @@ type HandOnConfig struct {
 
 // NewHandOn returns a hand-on loop over c; Run starts it.
 func NewHandOn(c HandOnConfig) *HandOn {
-	h := &HandOn{store: c.Store, ov: c.Overlay, send: c.Sender.Crawl, self: c.Sender.h.ID(), log: c.Log, joined: c.Joined,
+	h := &HandOn{store: c.Store, ov: c.Overlay, send: c.Sender.handOn, self: c.Sender.h.ID(), log: c.Log, joined: c.Joined,
 		watches: make(chan Watch, watchQueue), rng: rand.IntN,
 		queue: make(chan delegation, delegateQueue), wake: make(chan struct{}, 1),
 		asked: map[subnet.Range]time.Time{}, failed: map[peer.ID]backoff{}}

@@ -126,6 +126,14 @@ func (s *Sender) Crawl(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]
 	return SendCrawlReceipts(ctx, s.h, p, reqs)
 }
 
+// handOn sends reqs, which the hand-on loop checked against the protocol's
+// bounds as it read them (check), to their owner p as Crawl does, without
+// checking them again.
+func (s *Sender) handOn(ctx context.Context, p peer.ID, reqs []crawl.Request) ([]Receipt, error) {
+	s.findAddrs(ctx, p)
+	return sendFrames(ctx, s.h, p, reqs, spotReceipts)
+}
+
 // askCrawlTimeout bounds a coordinator's crawl request to a node that
 // refused an indexer's (overlay.AskCrawl).
 const askCrawlTimeout = 30 * time.Second

@@ -21,7 +21,6 @@ import (
 	"github.com/micra-net/micra/bootstrap"
 	"github.com/micra-net/micra/indexer"
 	"github.com/micra-net/micra/node"
-	"github.com/micra-net/micra/overlay"
 )
 
 // defaultIndexerAPI is where the indexer serves its HTTP API by default,
@@ -114,9 +113,6 @@ func indexerConfig(args []string, stderr io.Writer) (node.IndexerConfig, error) 
 		fs.Usage()
 		return none, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	if _, err := node.ParseListen(splitList(*listen)); err != nil {
-		return none, fmt.Errorf("%w: --listen: %v", errUsage, err)
-	}
 	peers, err := bootstrap.ParseList("--bootstrap", *boot)
 	if err != nil {
 		return none, fmt.Errorf("%w: %v", errUsage, err)
@@ -152,31 +148,43 @@ func indexerConfig(args []string, stderr io.Writer) (node.IndexerConfig, error) 
 		}
 		opts = append(opts, indexer.Take(ss...))
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil || !slices.Contains([]string{"debug", "info", "warn", "error"}, *logLevel) {
-		return none, fmt.Errorf("%w: --log-level %q is not debug, info, warn or error", errUsage, *logLevel)
+	level, err := node.ParseLogLevel(*logLevel)
+	if err != nil {
+		return none, fmt.Errorf("%w: --log-level %v", errUsage, err)
 	}
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if *liveness < 2*time.Second || *liveness > 24*time.Hour {
-		return none, fmt.Errorf("%w: --liveness %v is not between 2s and 24h", errUsage, *liveness)
-	}
-	// Indexers coordinate shards like nodes: the same liveness clock as
-	// node.Config.Liveness, heartbeats every tenth of it.
-	if *grace < time.Second || *grace > 24*time.Hour {
-		return none, fmt.Errorf("%w: --withhold-grace %v is not between 1s and 24h", errUsage, *grace)
-	}
-	oopts := []overlay.Option{overlay.Liveness(*liveness/10, *liveness), overlay.Withholding(overlay.WithholdConfig{Grace: *grace})}
-	if *liveness/4 < 15*time.Second {
-		oopts = append(oopts, overlay.Maintenance(*liveness/4, 30*time.Second))
-	}
-	return node.IndexerConfig{
+	cfg := node.IndexerConfig{
 		DataDir: *data, Listen: splitList(*listen), Bootstrap: peers, HTTP: *httpAddr, ReadOnly: *readOnly, Store: *store,
-		Snapshot: *snap, SnapshotKeys: splitList(*keys), Logger: logger, Indexer: opts, Overlay: oopts,
-		AllowPrivateNetworks: *private,
-	}, nil
+		Snapshot: *snap, SnapshotKeys: splitList(*keys), Indexer: opts, AllowPrivateNetworks: *private,
+		// Indexers coordinate shards like nodes: the nodes' liveness
+		// clock and withholding grace, in the same bounds.
+		Liveness: *liveness, WithholdGrace: *grace,
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
+	}
+	if err := cfg.Validate(); err != nil {
+		return none, fmt.Errorf("%w: %v", errUsage, asFlags(err))
+	}
+	return cfg, nil
+}
+
+// asFlags names each setting err names (node.SettingError) by its flag,
+// as the indexer's settings are given: --withhold-grace for
+// withhold_grace.
+func asFlags(err error) error {
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = slices.Clone(j.Unwrap())
+	} else {
+		errs = []error{err}
+	}
+	for i, e := range errs {
+		if se, ok := e.(*node.SettingError); ok {
+			errs[i] = fmt.Errorf("--%s %v", strings.ReplaceAll(se.Key, "_", "-"), se.Err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func defaultIndexerDir() string { return node.DefaultDataDir("indexer") }

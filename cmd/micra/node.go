@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -203,10 +202,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	n, err := node.New(cfg, node.Logger(logger))
+	n, err := node.New(cfg, node.LogOutput(stderr))
 	if err != nil {
 		return err
 	}
