@@ -46,8 +46,9 @@ var (
 // Keys:
 //
 //	/index/b/<len><t><gen:4><last id>  a block of the run of generation gen (value: block)
-//	/index/q/<len><t><id>              a posting changed since the run: its posting
-//	                                   value, or empty when the page no longer has it
+//	/index/q/<len><t><gen:4><id>       a posting changed since the run of generation gen:
+//	                                   its posting value, or empty when the page no
+//	                                   longer has it
 func blockTermPrefix(t string) []byte { return cat(prefixBlock, lp(t)) }
 
 func runPrefix(t string, gen uint32) []byte {
@@ -56,9 +57,16 @@ func runPrefix(t string, gen uint32) []byte {
 
 func blockKey(t string, gen uint32, last docID) []byte { return cat(runPrefix(t, gen), last[:]) }
 
-func deltaPrefix(t string) []byte { return cat(prefixDelta, lp(t)) }
+func deltaTermPrefix(t string) []byte { return cat(prefixDelta, lp(t)) }
 
-func deltaKey(t string, id docID) []byte { return cat(prefixDelta, lp(t), id[:]) }
+// deltaPrefix is the prefix of the delta of generation gen of t. Each
+// generation's delta has keys of its own, so that reading it never steps
+// over the deletions that emptied the deltas of the generations before.
+func deltaPrefix(t string, gen uint32) []byte {
+	return binary.BigEndian.AppendUint32(deltaTermPrefix(t), gen)
+}
+
+func deltaKey(t string, gen uint32, id docID) []byte { return cat(deltaPrefix(t, gen), id[:]) }
 
 // Defaults of the blocks: terms on 1024 pages or more, blocks of 1024
 // postings (about 21 KiB), and a delta of at most an eighth of the term's
@@ -170,7 +178,10 @@ func (b *block) search(i int, id docID) int {
 // attributes in order, as one block. A generation of a term is written
 // once and never changes (generations are never used twice), so tables
 // are shared between queries in Index.runs, whatever their snapshot.
-type runTable struct{ blk block }
+type runTable struct {
+	gen uint32
+	blk block
+}
 
 // runCacheKey names generation gen of t in Index.runs.
 func runCacheKey(t string, gen uint32) string {
@@ -183,7 +194,7 @@ func (x *Index) table(txn *badger.Txn, t string, st termState) (*runTable, error
 	if r, ok := x.runs.Get(key); ok {
 		return r, nil
 	}
-	r := &runTable{}
+	r := &runTable{gen: st.gen}
 	// The run holds about df postings: one allocation each.
 	n := min(st.df, maxRunTable)
 	r.blk.ids, r.blk.attrs = make([]byte, 0, n*idLen), make([]byte, 0, n*5)
@@ -229,10 +240,10 @@ type deltaEntry struct {
 	gone bool
 }
 
-// loadDelta reads the delta of t.
-func loadDelta(txn *badger.Txn, t string) (delta, error) {
+// loadDelta reads the delta of generation gen of t.
+func loadDelta(txn *badger.Txn, t string, gen uint32) (delta, error) {
 	d := make(delta)
-	c := &cursor{prefix: deltaPrefix(t), run: &runTable{}}
+	c := &cursor{prefix: deltaPrefix(t, gen), run: &runTable{gen: gen}}
 	c.it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: c.prefix})
 	defer c.it.Close()
 	for c.it.Seek(c.prefix); ; c.it.Next() {
@@ -319,7 +330,7 @@ func (x *Index) pack(t string) error {
 		if err := txn.Set(dfKey(t), st.encode()); err != nil {
 			return err
 		}
-		return deleteAll(txn, deltaPrefix(t))
+		return deleteAll(txn, deltaPrefix(t, was))
 	})
 	if err != nil {
 		return err
@@ -429,7 +440,7 @@ func applyDeltas(w *wtxn, state map[string]termState) (map[string]uint64, error)
 		if c.has {
 			v = encodePostingValue(c.w, c.fl, c.a)
 		}
-		if err := w.txn.Set(deltaKey(c.term, c.id), v); err != nil {
+		if err := w.txn.Set(deltaKey(c.term, state[c.term].gen, c.id), v); err != nil {
 			return nil, err
 		}
 		added[c.term]++

@@ -85,7 +85,7 @@ func TestBlocksFollowPostings(t *testing.T) {
 	}
 	mustPut(t, x, ends...)
 	checkInvariants(t, x)
-	if n := countKeys(t, db, blockTermPrefix("zzsolo")) + countKeys(t, db, deltaPrefix("zzsolo")); n != 0 {
+	if n := countKeys(t, db, blockTermPrefix("zzsolo")) + countKeys(t, db, deltaTermPrefix("zzsolo")); n != 0 {
 		t.Errorf("%d keys of zzsolo's run and delta left", n)
 	}
 }

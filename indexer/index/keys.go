@@ -36,9 +36,9 @@ import (
 //	/index/meta/gen                    the last generation of blocks given (schema 6)
 //	/index/b/<len><t><gen:4><last id>  a block of a frequent term's postings (schema 6;
 //	                                   value: block, blocks.go)
-//	/index/q/<len><t><id>              a change of such a term's posting since its
-//	                                   blocks were written (schema 6; posting value,
-//	                                   empty when removed)
+//	/index/q/<len><t><gen:4><id>       a change of such a term's posting since its
+//	                                   blocks of generation gen were written (schema 6;
+//	                                   posting value, empty when removed)
 //	/index/a/<id>                      anchor terms of the links to a page, live or not,
 //	                                   with the number of linking pages (schema 3;
 //	                                   value: anchorCounts, anchors.go)

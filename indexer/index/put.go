@@ -339,7 +339,7 @@ func (x *Index) updateTerm(w *wtxn, t string, old termState, d int64, added uint
 			if err := deleteAll(w.txn, blockTermPrefix(t)); err != nil {
 				return s, err
 			}
-			if err := deleteAll(w.txn, deltaPrefix(t)); err != nil {
+			if err := deleteAll(w.txn, deltaPrefix(t, old.gen)); err != nil {
 				return s, err
 			}
 		}

@@ -111,7 +111,7 @@ func (x *Index) openTermCursor(txn *badger.Txn, t string, pos int) (*cursor, err
 func newCursor(txn *badger.Txn, term string, run *runTable, pos int) *cursor {
 	c := &cursor{term: term, pos: pos, prefix: postingPrefix(term), run: run}
 	if run != nil {
-		c.prefix = deltaPrefix(term)
+		c.prefix = deltaPrefix(term, run.gen)
 	}
 	c.key = bytes.Clone(c.prefix)
 	c.it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: c.prefix})

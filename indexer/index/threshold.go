@@ -364,7 +364,7 @@ func (th *threshold) lookup(q *qterm, id docID) (w uint16, flags uint8, anchor u
 		if r.run, err = th.x.table(th.txn, q.t, q.state); err != nil {
 			return 0, 0, 0, false, err
 		}
-		if r.delta, err = loadDelta(th.txn, q.t); err != nil {
+		if r.delta, err = loadDelta(th.txn, q.t, q.state.gen); err != nil {
 			return 0, 0, 0, false, err
 		}
 		if th.runs == nil {

@@ -363,10 +363,12 @@ func (v *verifier) blocks() error {
 	err = v.each(prefixDelta, func(k, b []byte) error {
 		t, rest, ok := splitTermKey(prefixDelta, k)
 		switch {
-		case !ok || len(rest) != idLen:
+		case !ok || len(rest) != 4+idLen:
 			v.bad("delta key %x", k)
 		case v.packed[t].gen == 0:
 			v.bad("delta of %q, which has no run", t)
+		case binary.BigEndian.Uint32(rest) != v.packed[t].gen:
+			v.bad("delta of %q: generation %d, the term's %d", t, binary.BigEndian.Uint32(rest), v.packed[t].gen)
 		case len(b) > 0:
 			if _, _, _, err := decodePostingValue(b); err != nil {
 				v.bad("delta of %q: %v", t, err)
