@@ -16,27 +16,28 @@ import (
 // config.blockMin pages keeps its postings a second time, packed: a run of
 // blocks of config.blockLen postings in id order, each block one key named
 // by its last id, plus a delta of one key per posting changed since the run
-// was written. A cursor (search.go) reads the run and the delta merged, the
-// delta's entry winning where both have a page: a block is read as one
-// value and searched in place, so a seek inside it is a binary search.
+// was written. A query reads a run whole into memory once (runTable, kept
+// in Index.runs for the next queries), and a cursor (search.go) reads it
+// merged with the delta, the delta's entry winning where both have a page.
 //
-// The loose postings stay the truth that everything else reads (lookups,
-// profiles, Verify). Every change of a posting of a term with a run is
-// also written to its delta, in the same transaction (commit). When the
-// delta holds more changes than deltaLimit allows for the term's
-// frequency, the term is packed again: a new generation of blocks is
-// written from the merged run and delta, the term's state switches to it
-// and the delta is emptied in one transaction, and the old generation is
-// deleted. Writers hold Index.wmu, so nothing changes the term meanwhile;
-// readers keep reading the generation their snapshot names. Blocks of a
-// generation the state does not name (a crash between writing and
-// switching) are deleted by the next pack.
+// The loose postings stay the truth that everything else reads (lookups of
+// terms without a run, profiles, Verify). Every change of a posting of a
+// term with a run is also written to its delta, in the same transaction
+// (commit). When the delta holds more changes than deltaLimit allows for
+// the term's frequency, the term is packed again: a new generation of
+// blocks is written from the merged run and delta, the term's state
+// switches to it and the old generation's delta is deleted in one
+// transaction, and then the old generation's blocks. Writers hold
+// Index.wmu, so nothing changes the term meanwhile; readers keep reading
+// the generation their snapshot names. Blocks of a generation the state
+// does not name (a crash between writing and switching) are deleted by the
+// next pack.
 //
 // What it costs: the run holds 21 bytes a posting (its id and attributes),
 // and rewriting it every deltaLimit changes writes about 21·df/deltaLimit
-// bytes per change (at most 168 bytes up to 16,384 pages, about a
-// kilobyte for a term on 100,000 pages); a query reads at most deltaLimit delta keys a
-// term beside the run.
+// bytes per change (at most 168 bytes up to 16,384 pages, about a kilobyte
+// for a term on 100,000 pages); a query reads at most deltaLimit delta keys
+// a term beside the run.
 
 var (
 	prefixBlock = []byte(KeyPrefix + "b/")
