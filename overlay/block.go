@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -270,9 +271,9 @@ func (o *Overlay) handleBlockQuery(ctx context.Context, from peer.ID, req *pb.Me
 	}
 	slices.SortStableFunc(items, func(a, b item) int {
 		if a.dist[0] != b.dist[0] {
-			return cmpU64(a.dist[0], b.dist[0])
+			return cmp.Compare(a.dist[0], b.dist[0])
 		}
-		return cmpU64(a.dist[1], b.dist[1])
+		return cmp.Compare(a.dist[1], b.dist[1])
 	})
 	m := newMsg(pb.Message_BLOCK_ENTRIES)
 	m.BlockEntries = &pb.BlockEntries{}
@@ -348,14 +349,4 @@ func addrDist(a, b netip.Addr) [2]uint64 {
 		h--
 	}
 	return [2]uint64{h, l}
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

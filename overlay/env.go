@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -195,15 +196,7 @@ func (e *env) Peers() []PeerInfo {
 		}
 	}
 	out = o.shareByPlace(out)
-	slices.SortFunc(out, func(a, b PeerInfo) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b PeerInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 

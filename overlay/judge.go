@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"cmp"
 	"context"
 	"hash/fnv"
 	"slices"
@@ -133,14 +134,7 @@ func (c *coordinator) auditors(sh *shard, id subnet.ID, claim Claim) []peer.ID {
 			}
 			return 1
 		}
-		sa, sb := spread(a), spread(b)
-		switch {
-		case sa < sb:
-			return -1
-		case sa > sb:
-			return 1
-		}
-		return 0
+		return cmp.Compare(spread(a), spread(b))
 	})
 	return out
 }

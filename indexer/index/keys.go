@@ -2,6 +2,7 @@ package index
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"math"
@@ -70,20 +71,10 @@ type docID [idLen]byte
 
 // compareIDs orders ids as bytes.Compare orders their bytes, in two loads.
 func compareIDs(a, b *docID) int {
-	if x, y := binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(b[:8]); x != y {
-		if x < y {
-			return -1
-		}
-		return 1
+	if c := cmp.Compare(binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(b[:8])); c != 0 {
+		return c
 	}
-	x, y := binary.BigEndian.Uint64(a[8:]), binary.BigEndian.Uint64(b[8:])
-	switch {
-	case x < y:
-		return -1
-	case x > y:
-		return 1
-	}
-	return 0
+	return cmp.Compare(binary.BigEndian.Uint64(a[8:]), binary.BigEndian.Uint64(b[8:]))
 }
 
 func idOf(url string) docID {

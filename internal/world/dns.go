@@ -1,6 +1,7 @@
 package world
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -128,15 +129,7 @@ func (r *Running) orderedAddrs(s *siteRec, from netip.Addr) []netip.Addr {
 	for i, h := range s.hosts {
 		as[i] = ar{u32addr(h.addr), r.w.meanRTT(e, r.w.endpointU(h.addr))}
 	}
-	slices.SortStableFunc(as, func(x, y ar) int {
-		switch {
-		case x.rtt < y.rtt:
-			return -1
-		case x.rtt > y.rtt:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(as, func(x, y ar) int { return cmp.Compare(x.rtt, y.rtt) })
 	out := make([]netip.Addr, len(as))
 	for i, x := range as {
 		out[i] = x.a

@@ -2,6 +2,7 @@ package world
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -93,15 +94,7 @@ func (w *World) delegatedFile(reg string) []byte {
 			asns = append(asns, asnRow{o.asn, fmt.Sprintf("%s|%s|asn|%d|1|%s|%s|%s", reg, o.country, o.asn, o.date, b.status, o.opaque)})
 		}
 	}
-	slices.SortFunc(asns, func(a, b asnRow) int {
-		switch {
-		case a.asn < b.asn:
-			return -1
-		case a.asn > b.asn:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(asns, func(a, b asnRow) int { return cmp.Compare(a.asn, b.asn) })
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "2.3|%s|%s|%d|19840101|%s|+0000\n", reg, worldDate, len(asns)+len(ipv4), worldDate)
 	fmt.Fprintf(&buf, "%s|*|asn|*|%d|summary\n", reg, len(asns))

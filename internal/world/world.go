@@ -2,6 +2,7 @@ package world
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -157,17 +158,7 @@ func (w *World) assemble(g *gen) error {
 		}
 		kids := slices.Clone(b.kids)
 		slices.SortFunc(kids, func(x, y *block) int {
-			switch {
-			case x.start < y.start:
-				return -1
-			case x.start > y.start:
-				return 1
-			case x.size > y.size:
-				return -1
-			case x.size < y.size:
-				return 1
-			}
-			return 0
+			return cmp.Or(cmp.Compare(x.start, y.start), cmp.Compare(y.size, x.size))
 		})
 		for _, k := range kids {
 			walk(k, int32(idx), depth+1)

@@ -11,6 +11,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"compress/gzip"
 	"encoding/csv"
 	"encoding/json"
@@ -190,15 +191,7 @@ func countries(file string) (string, error) {
 		lon[rec[1]] = append(lon[rec[1]], wpt{lo, w})
 	}
 	median := func(s []wpt) float64 {
-		slices.SortFunc(s, func(a, b wpt) int {
-			switch {
-			case a.v < b.v:
-				return -1
-			case a.v > b.v:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(s, func(a, b wpt) int { return cmp.Compare(a.v, b.v) })
 		var total, run float64
 		for _, p := range s {
 			total += p.w
