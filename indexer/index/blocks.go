@@ -154,25 +154,15 @@ func (b *block) lastBelow(id docID) bool {
 // it gallops from i (in a dense join the target is a few postings ahead),
 // then searches the last stretch.
 func (b *block) search(i int, id docID) int {
-	lo, step := i, 1
-	for {
-		if lo >= b.n {
-			return b.n
-		}
-		at := b.id(lo)
-		if compareIDs(&at, &id) >= 0 {
-			return lo
-		}
-		hi := min(lo+step, b.n)
-		if hi == b.n {
-			break
-		}
-		if at := b.id(hi); compareIDs(&at, &id) >= 0 {
-			return lo + 1 + sort.Search(hi-lo-1, func(j int) bool { at := b.id(lo + 1 + j); return compareIDs(&at, &id) >= 0 })
-		}
-		lo, step = hi, step*2
+	notBelow := func(j int) bool { at := b.id(j); return compareIDs(&at, &id) >= 0 }
+	// Every position below lo is below id; hi is the next probed, twice
+	// as far each time.
+	lo, hi, step := i, i, 1
+	for hi < b.n && !notBelow(hi) {
+		lo, hi, step = hi+1, hi+step, step*2
 	}
-	return lo + 1 + sort.Search(b.n-lo-1, func(j int) bool { at := b.id(lo + 1 + j); return compareIDs(&at, &id) >= 0 })
+	hi = min(hi, b.n)
+	return lo + sort.Search(hi-lo, func(j int) bool { return notBelow(lo + j) })
 }
 
 // runTable is a run of blocks read whole: every block's ids and
@@ -244,6 +234,7 @@ type deltaEntry struct {
 // loadDelta reads the delta of generation gen of t.
 func loadDelta(txn *badger.Txn, t string, gen uint32) (delta, error) {
 	d := make(delta)
+	// A cursor of a term with a run reads an empty value as a removal.
 	c := &cursor{prefix: deltaPrefix(t, gen), run: &runTable{gen: gen}}
 	c.it = txn.NewIterator(badger.IteratorOptions{PrefetchValues: false, Prefix: c.prefix})
 	defer c.it.Close()
