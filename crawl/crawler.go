@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
 	"github.com/micra-net/micra/crawl/internal/urlnorm"
+	"github.com/micra-net/micra/internal/check"
 )
 
 // DefaultDepth in a Request means "use the crawler's MaxDepth".
@@ -189,12 +191,7 @@ func New(db *badger.DB, sink Sink, opts ...Option) (*Crawler, error) {
 		return nil, errors.New("crawl: db and sink are required")
 	}
 	cfg := defaults()
-	for _, o := range opts {
-		if err := o(cfg); err != nil {
-			return nil, err
-		}
-	}
-	if err := cfg.validate(); err != nil {
+	if err := check.Apply(cfg, opts, cfg.validate); err != nil {
 		return nil, err
 	}
 	var err error

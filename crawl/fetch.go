@@ -20,6 +20,8 @@ import (
 
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/micra-net/micra/internal/check"
 )
 
 // Fetcher is an HTTP/1.1 and HTTP/2 client for crawling and probing: every
@@ -112,12 +114,7 @@ var _ io.Closer = (*Fetcher)(nil)
 // MaxRedirects); other options are accepted and ignored.
 func NewFetcher(opts ...Option) (*Fetcher, error) {
 	c := defaults()
-	for _, o := range opts {
-		if err := o(c); err != nil {
-			return nil, err
-		}
-	}
-	if err := c.validate(); err != nil {
+	if err := check.Apply(c, opts, c.validate); err != nil {
 		return nil, err
 	}
 	return newFetcher(c), nil

@@ -1,7 +1,6 @@
 package crawl
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -14,6 +13,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/micra-net/micra/crawl/internal/urlnorm"
+	"github.com/micra-net/micra/internal/kv"
 )
 
 // frontier is the persistent crawl frontier: per-host queues in badger, a
@@ -82,23 +82,7 @@ func openFrontier(db *badger.DB, expected uint, leaseDur time.Duration, perHost 
 	f := &frontier{db: db, seq: uint64(time.Now().UnixNano()), lease: leaseDur, perHost: max(perHost, 1), outCap: defaultOutgoingCap,
 		leased: make(map[string]map[string]time.Time), processing: make(map[string]map[string]time.Time),
 		parked: make(map[string]bool), queueLow: make(map[string][]byte)}
-	err := db.Update(func(txn *badger.Txn) error {
-		it, err := txn.Get(keySchema)
-		switch {
-		case errors.Is(err, badger.ErrKeyNotFound):
-			return txn.Set(keySchema, be64(schemaVersion))
-		case err != nil:
-			return err
-		}
-		v, err := it.ValueCopy(nil)
-		if err != nil {
-			return err
-		}
-		if len(v) != 8 || bytes.Compare(v, be64(schemaVersion)) != 0 {
-			return fmt.Errorf("%w: %x", ErrSchema, v)
-		}
-		return nil
-	})
+	err := db.Update(func(txn *badger.Txn) error { return kv.Schema(txn, keySchema, be64(schemaVersion), ErrSchema) })
 	if err != nil {
 		return nil, fmt.Errorf("opening frontier: %w", err)
 	}
@@ -116,20 +100,8 @@ func openFrontier(db *badger.DB, expected uint, leaseDur time.Duration, perHost 
 }
 
 func getState(txn *badger.Txn, h [16]byte) (pageState, bool, error) {
-	it, err := txn.Get(urlKey(h))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return pageState{}, false, nil
-	}
-	if err != nil {
-		return pageState{}, false, err
-	}
-	var st pageState
-	err = it.Value(func(v []byte) error {
-		var derr error
-		st, derr = decodePageState(v)
-		return derr
-	})
-	return st, err == nil, err
+	st, found, err := kv.Decode(txn, urlKey(h), decodePageState)
+	return st, found && err == nil, err
 }
 
 // delta collects counter changes of one transaction; they are applied only
@@ -277,14 +249,8 @@ func (f *frontier) addTxn(txn *badger.Txn, e entry, u *url.URL, force bool, now 
 // wantRecord sets the Record flag of the queued entry at key k (a lease
 // already taken keeps its copy without it).
 func (f *frontier) wantRecord(txn *badger.Txn, k []byte) error {
-	it, err := txn.Get(k)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	v, err := it.ValueCopy(nil)
-	if err != nil {
+	v, found, err := kv.Copy(txn, k)
+	if err != nil || !found {
 		return err
 	}
 	e, err := decodeEntry(v)
@@ -312,14 +278,8 @@ func (f *frontier) rekey(txn *badger.Txn, host string, st *pageState, hops int) 
 	if _, busy := f.processing[host][string(st.Queued)]; busy {
 		return nil
 	}
-	old, err := txn.Get(st.Queued)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	v, err := old.ValueCopy(nil)
-	if err != nil {
+	v, found, err := kv.Copy(txn, st.Queued)
+	if err != nil || !found {
 		return err
 	}
 	nk := queueKey(host, np, seq)

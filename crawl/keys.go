@@ -1,6 +1,7 @@
 package crawl
 
 import (
+	"bytes"
 	"encoding/base32"
 	"encoding/binary"
 	"errors"
@@ -61,17 +62,8 @@ func bloomChunkKey(i uint32) []byte {
 	return binary.BigEndian.AppendUint32(cat(prefixBloom), i)
 }
 
-func cat(parts ...[]byte) []byte {
-	n := 0
-	for _, p := range parts {
-		n += len(p)
-	}
-	b := make([]byte, 0, n)
-	for _, p := range parts {
-		b = append(b, p...)
-	}
-	return b
-}
+// cat returns the parts joined in a new slice (never one of the parts).
+func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
 func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/internal/check"
+	"github.com/micra-net/micra/internal/kv"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results"
 	"github.com/micra-net/micra/results/pb"
@@ -641,14 +642,8 @@ func (ix *Indexer) refreshDistrust() {
 func (ix *Indexer) auditStats(node peer.ID) (*pb.AuditStats, error) {
 	st := &pb.AuditStats{}
 	err := ix.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(auditKey(node))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return it.Value(func(v []byte) error { return proto.Unmarshal(v, st) })
+		_, err := kv.Proto(txn, auditKey(node), st)
+		return err
 	})
 	return st, err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/indexer/index"
+	"github.com/micra-net/micra/internal/check"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/results"
@@ -205,10 +206,8 @@ func New(o *overlay.Overlay, x index.Store, db *badger.DB, opts ...Option) (ix *
 // replay table, storing and the ack queues.
 func newIndexer(x index.Store, db *badger.DB, sid subnet.SnapshotID, opts ...Option) (*Indexer, error) {
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := check.Apply(&cfg, opts); err != nil {
+		return nil, err
 	}
 	ix := &Indexer{
 		x: x, db: db, cfg: cfg, log: cfg.log, sid: sid,

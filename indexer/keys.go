@@ -1,11 +1,11 @@
 package indexer
 
 import (
-	"encoding/base32"
 	"encoding/binary"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/micra-net/micra/internal/kv"
 	"github.com/micra-net/micra/results"
 )
 
@@ -14,7 +14,7 @@ import (
 // schema; they are built only here.
 
 // b32 is the namespace's base32 of ids (RFC 4648, lowercase, unpadded).
-var b32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+var b32 = kv.B32
 
 func seenKey(node peer.ID, seq uint64) []byte {
 	k := []byte(results.Prefix + "seen/" + b32.EncodeToString([]byte(node)) + "/")

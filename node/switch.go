@@ -14,6 +14,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/host"
 
+	"github.com/micra-net/micra/internal/kv"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/subnet"
 )
@@ -153,19 +154,8 @@ func saveRunning(db *badger.DB, r running) error {
 // loadRunning returns the stored running snapshot; a value that does not
 // decode is reported and ignored (the configured snapshot runs).
 func loadRunning(db *badger.DB) (running, bool, error) {
-	var v []byte
-	err := db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(runningKey)
-		if err != nil {
-			return err
-		}
-		v, err = it.ValueCopy(nil)
-		return err
-	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return running{}, false, nil
-	}
-	if err != nil {
+	v, found, err := kv.Load(db, runningKey)
+	if err != nil || !found {
 		return running{}, false, err
 	}
 	if len(v) != 3*32+8 {

@@ -1,9 +1,9 @@
 package overlay
 
 import (
-	"encoding/base32"
-
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/internal/kv"
 )
 
 // Prefix is the overlay's badger namespace. Every key the overlay writes
@@ -26,7 +26,7 @@ const Prefix = "/overlay/"
 // schemaVersion is the layout above.
 const schemaVersion = 1
 
-var b32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+var b32 = kv.B32
 
 func schemaKey() []byte { return []byte(Prefix + "meta/schema") }
 

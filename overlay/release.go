@@ -20,6 +20,7 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/micra-net/micra/internal/kv"
 	"github.com/micra-net/micra/overlay/pb"
 	"github.com/micra-net/micra/subnet"
 )
@@ -233,19 +234,8 @@ func newerRelease(a, b subnet.Release) bool {
 // after a restart. The file was decoded when it was stored; its hash says
 // whether it is still the same.
 func (o *Overlay) loadReleases() error {
-	var raw []byte
-	err := o.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(releaseKey(o.sid))
-		if err != nil {
-			return err
-		}
-		raw, err = it.ValueCopy(nil)
-		return err
-	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil
-	}
-	if err != nil {
+	raw, found, err := kv.Load(o.db, releaseKey(o.sid))
+	if err != nil || !found {
 		return err
 	}
 	r, err := subnet.DecodeRelease(raw, o.cfg.releaseKeys)

@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/micra-net/micra/internal/kv"
 	"github.com/micra-net/micra/overlay/pb"
 )
 
@@ -47,38 +48,27 @@ func (s store) changed(key [32]byte) {
 	s.gens.mu.Unlock()
 }
 
+// errSchema: the store was written by a build with another layout.
+var errSchema = errors.New("unsupported overlay store schema")
+
 func (s store) checkSchema() error {
 	return s.db.Update(func(txn *badger.Txn) error {
-		it, err := txn.Get(schemaKey())
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return txn.Set(schemaKey(), []byte{schemaVersion})
-		}
-		if err != nil {
-			return err
-		}
-		return it.Value(func(v []byte) error {
-			if len(v) != 1 || v[0] != schemaVersion {
-				return fmt.Errorf("overlay store schema %v, this build reads %d", v, schemaVersion)
-			}
-			return nil
-		})
+		return kv.Schema(txn, schemaKey(), []byte{schemaVersion}, errSchema)
 	})
 }
 
 func (s store) loadMeta(key [32]byte) (*pb.ShardMeta, error) {
 	var m pb.ShardMeta
-	err := s.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(shardMetaKey(key))
-		if err != nil {
-			return err
-		}
-		return it.Value(func(v []byte) error { return proto.Unmarshal(v, &m) })
+	var found bool
+	err := s.db.View(func(txn *badger.Txn) (err error) {
+		found, err = kv.Proto(txn, shardMetaKey(key), &m)
+		return err
 	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("loading shard header: %w", err)
+	case !found:
+		return nil, nil
 	}
 	return &m, nil
 }
@@ -151,17 +141,12 @@ func (s store) dropShard(key [32]byte) error {
 
 func (s store) getEntry(key [32]byte, kind pb.Entry_Kind, ekey []byte) (*pb.Entry, error) {
 	var e pb.Entry
-	err := s.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(shardEntryKey(key, int32(kind), ekey))
-		if err != nil {
-			return err
-		}
-		return it.Value(func(v []byte) error { return proto.Unmarshal(v, &e) })
+	var found bool
+	err := s.db.View(func(txn *badger.Txn) (err error) {
+		found, err = kv.Proto(txn, shardEntryKey(key, int32(kind), ekey), &e)
+		return err
 	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
+	if err != nil || !found {
 		return nil, err
 	}
 	return &e, nil

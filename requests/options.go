@@ -49,12 +49,8 @@ func defaultConfig() config {
 
 func newConfig(opts []Option) (config, error) {
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return cfg, err
-		}
-	}
-	return cfg, nil
+	err := chk.Apply(&cfg, opts)
+	return cfg, err
 }
 
 var defaultResolve = NetResolver(net.DefaultResolver)

@@ -1,10 +1,11 @@
 package results
 
 import (
-	"encoding/base32"
 	"encoding/binary"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/internal/kv"
 )
 
 // Prefix is the package's badger namespace. Every key it writes starts
@@ -31,7 +32,7 @@ const Prefix = "/results/"
 // schemaVersion is the layout above.
 const schemaVersion = 1
 
-var b32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+var b32 = kv.B32
 
 func schemaKey() []byte { return []byte(Prefix + "meta/schema") }
 func seqKey() []byte    { return []byte(Prefix + "meta/seq") }

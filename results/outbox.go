@@ -19,6 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/check"
+	"github.com/micra-net/micra/internal/kv"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/results/pb"
 	"github.com/micra-net/micra/subnet"
@@ -100,10 +102,8 @@ func NewOutbox(db *badger.DB, sk crypto.PrivKey, sid subnet.SnapshotID, opts ...
 		return nil, errors.New("results: outbox needs a database and a key")
 	}
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	if err := check.Apply(&cfg, opts); err != nil {
+		return nil, err
 	}
 	if cfg.reserve == 0 {
 		cfg.reserve = cfg.outboxCap / 16
@@ -137,24 +137,13 @@ func NewOutbox(db *badger.DB, sk crypto.PrivKey, sid subnet.SnapshotID, opts ...
 	return ob, nil
 }
 
+// errSchema: the namespace was written by a build with another layout.
+var errSchema = errors.New("results: unsupported schema version")
+
 // CheckSchema writes the schema version into an empty namespace, or checks
 // it.
 func CheckSchema(txn *badger.Txn) error {
-	item, err := txn.Get(schemaKey())
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return txn.Set(schemaKey(), []byte{schemaVersion})
-	}
-	if err != nil {
-		return err
-	}
-	v, err := item.ValueCopy(nil)
-	if err != nil {
-		return err
-	}
-	if len(v) != 1 || v[0] != schemaVersion {
-		return fmt.Errorf("results: unsupported schema version %x under %s", v, Prefix)
-	}
-	return nil
+	return kv.Schema(txn, schemaKey(), []byte{schemaVersion}, errSchema)
 }
 
 // load reads the sequence counter, the outbox entries, their

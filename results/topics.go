@@ -11,6 +11,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/micra-net/micra/internal/check"
 	"github.com/micra-net/micra/results/pb"
 	"github.com/micra-net/micra/subnet"
 )
@@ -89,10 +90,8 @@ func joinTopic(ps *pubsub.PubSub, name string, v pubsub.ValidatorEx) (t *pubsub.
 // share it.
 func JoinTopic(ps *pubsub.PubSub, name string, rejected func(), opts ...Option) (t *pubsub.Topic, release func() error, err error) {
 	cfg := defaultConfig()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, nil, err
-		}
+	if err := check.Apply(&cfg, opts); err != nil {
+		return nil, nil, err
 	}
 	if name == TopicIndexers {
 		return joinTopic(ps, name, announceValidator(&cfg))

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/micra-net/micra/internal/check"
 )
 
 // Option configures a Builder.
@@ -39,36 +41,18 @@ func Strict() Option {
 
 // MaxInputSize bounds the decompressed size of each input in bytes.
 func MaxInputSize(n int64) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return fmt.Errorf("max input size must be positive, got %d", n)
-		}
-		c.maxInput = n
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.maxInput, n, check.Positive("max input size", n)) }
 }
 
 // MaxRanges bounds the number of ranges a Builder accepts over all inputs.
 func MaxRanges(n int) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return fmt.Errorf("max ranges must be positive, got %d", n)
-		}
-		c.maxRanges = n
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.maxRanges, n, check.Positive("max ranges", n)) }
 }
 
 // MaxIssues bounds how many skipped lines are kept in detail per input; all
 // of them are counted regardless.
 func MaxIssues(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return fmt.Errorf("max issues must not be negative, got %d", n)
-		}
-		c.maxIssues = n
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.maxIssues, n, check.AtLeast("max issues", n, 0)) }
 }
 
 // Progress registers a callback that receives the number of raw (possibly
@@ -174,10 +158,8 @@ func NewBuilder(opts ...Option) (*Builder, error) {
 		stIdx:  map[string]uint8{},
 		start:  time.Now(),
 	}
-	for _, o := range opts {
-		if err := o(&b.cfg); err != nil {
-			return nil, err
-		}
+	if err := check.Apply(&b.cfg, opts); err != nil {
+		return nil, err
 	}
 	b.internReg("")
 	b.internStatus("")

@@ -10,8 +10,10 @@ import (
 	"strings"
 
 	"github.com/dgraph-io/badger/v4"
+
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/internal/codec"
+	"github.com/micra-net/micra/internal/kv"
 )
 
 // Anchor text. Only the indexer sees every link, so it describes each page
@@ -146,21 +148,12 @@ func decodeAnchorCounts(b []byte) (anchorCounts, error) {
 }
 
 func getAnchorCounts(txn *badger.Txn, id docID) (anchorCounts, error) {
-	item, err := txn.Get(anchorKey(id))
-	if err == badger.ErrKeyNotFound {
-		return anchorCounts{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var a anchorCounts
-	err = item.Value(func(v []byte) error {
-		var err error
-		a, err = decodeAnchorCounts(v)
-		return err
-	})
-	if err != nil {
+	a, found, err := kv.Decode(txn, anchorKey(id), decodeAnchorCounts)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("anchors of %x: %w", id, err)
+	case !found:
+		return anchorCounts{}, nil
 	}
 	return a, nil
 }

@@ -126,13 +126,18 @@ func (x *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 
 type jsonKeywords []JSONKeyword
 
+// jsonPage is what a hit and a match say of the page, first in both.
+type jsonPage struct {
+	URL      string    `json:"url"`
+	FinalURL string    `json:"final_url"`
+	Title    string    `json:"title"`
+	Lang     string    `json:"lang"`
+	Type     string    `json:"type"`
+	Time     time.Time `json:"time"`
+}
+
 type jsonHit struct {
-	URL      string       `json:"url"`
-	FinalURL string       `json:"final_url"`
-	Title    string       `json:"title"`
-	Lang     string       `json:"lang"`
-	Type     string       `json:"type"`
-	Time     time.Time    `json:"time"`
+	jsonPage
 	Score    float64      `json:"score"`
 	Keywords jsonKeywords `json:"keywords"`
 	Matched  []string     `json:"matched"`
@@ -144,8 +149,8 @@ type jsonHit struct {
 }
 
 func toJSONHit(h *Hit) jsonHit {
-	j := jsonHit{URL: h.URL, FinalURL: h.FinalURL, Title: h.Title, Lang: h.Lang, Type: h.Type.String(),
-		Time: h.Time.UTC(), Score: h.Score, Keywords: make(jsonKeywords, len(h.Keywords)), Matched: h.Matched,
+	j := jsonHit{jsonPage: jsonPage{URL: h.URL, FinalURL: h.FinalURL, Title: h.Title, Lang: h.Lang, Type: h.Type.String(),
+		Time: h.Time.UTC()}, Score: h.Score, Keywords: make(jsonKeywords, len(h.Keywords)), Matched: h.Matched,
 		Types: append([]string{}, h.Types...), Statements: ToJSONStatements(h.Statements)}
 	if j.Matched == nil {
 		j.Matched = []string{}
@@ -452,12 +457,7 @@ func (x *server) serveDeleteProfile(w http.ResponseWriter, r *http.Request) {
 }
 
 type jsonMatch struct {
-	URL       string       `json:"url"`
-	FinalURL  string       `json:"final_url"`
-	Title     string       `json:"title"`
-	Lang      string       `json:"lang"`
-	Type      string       `json:"type"`
-	Time      time.Time    `json:"time"`
+	jsonPage
 	Keywords  jsonKeywords `json:"keywords"`
 	Relevance float64      `json:"relevance"`
 	Terms     []string     `json:"terms"` // the profile's terms the record has
@@ -485,8 +485,7 @@ func (x *server) serveMatches(w http.ResponseWriter, r *http.Request) {
 	for i := range page.Matches {
 		m := &page.Matches[i]
 		h := toJSONHit(&m.Hit)
-		ms[i] = jsonMatch{URL: h.URL, FinalURL: h.FinalURL, Title: h.Title, Lang: h.Lang, Type: h.Type,
-			Time: h.Time, Keywords: h.Keywords, Relevance: m.Relevance, Terms: m.Terms}
+		ms[i] = jsonMatch{jsonPage: h.jsonPage, Keywords: h.Keywords, Relevance: m.Relevance, Terms: m.Terms}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"profile": page.Profile, "total": page.Total, "offset": page.Offset, "limit": page.Limit, "matches": ms,

@@ -8,6 +8,8 @@ import (
 	"math"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/micra-net/micra/internal/kv"
 )
 
 // Impact lists: the postings of a frequent term a second time, ordered by
@@ -158,19 +160,7 @@ func decodeTermState(b []byte) (termState, error) {
 }
 
 func getTermState(txn *badger.Txn, t string) (termState, error) {
-	item, err := txn.Get(dfKey(t))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return termState{}, nil
-	}
-	if err != nil {
-		return termState{}, err
-	}
-	var s termState
-	err = item.Value(func(b []byte) error {
-		var err error
-		s, err = decodeTermState(b)
-		return err
-	})
+	s, _, err := kv.Decode(txn, dfKey(t), decodeTermState)
 	return s, err
 }
 

@@ -14,7 +14,9 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/ristretto/v2"
+
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/kv"
 )
 
 // Index stores keyword records and serves search, profiles and export. It
@@ -158,13 +160,7 @@ func readCounts(txn *badger.Txn) (counts, error) {
 	if err != nil {
 		return counts{}, fmt.Errorf("reading counters: %w", err)
 	}
-	var c counts
-	err = item.Value(func(v []byte) error {
-		var err error
-		c, err = decodeCounts(v)
-		return err
-	})
-	return c, err
+	return kv.Value(item, decodeCounts)
 }
 
 // Close stops the index: it waits for a write in progress and makes later
@@ -276,20 +272,8 @@ func (x *Index) Get(ctx context.Context, url string) (Doc, error) {
 }
 
 func getMeta(txn *badger.Txn, id docID) (docMeta, bool, error) {
-	item, err := txn.Get(docKey(id))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return docMeta{}, false, nil
-	}
-	if err != nil {
-		return docMeta{}, false, err
-	}
-	var m docMeta
-	err = item.Value(func(v []byte) error {
-		var err error
-		m, err = decodeDocMeta(v)
-		return err
-	})
-	return m, err == nil, err
+	m, found, err := kv.Decode(txn, docKey(id), decodeDocMeta)
+	return m, found && err == nil, err
 }
 
 // getStored reads the stored value of a live page; its Record is a copy.

@@ -98,17 +98,8 @@ var (
 	prefixMatchRank    = []byte(KeyPrefix + "mr/")
 )
 
-func cat(parts ...[]byte) []byte {
-	n := 0
-	for _, p := range parts {
-		n += len(p)
-	}
-	b := make([]byte, 0, n)
-	for _, p := range parts {
-		b = append(b, p...)
-	}
-	return b
-}
+// cat returns the parts joined in a new slice (never one of the parts).
+func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
 // lp is s preceded by its length; terms and names are at most 255 bytes.
 func lp(s string) []byte {

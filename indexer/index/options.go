@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math"
 	"time"
+
+	"github.com/micra-net/micra/internal/check"
 )
 
 // Option configures an Index.
@@ -56,12 +58,7 @@ const (
 // newConfig applies opts to the defaults and validates the result.
 func newConfig(opts []Option) (*config, error) {
 	cfg := defaults()
-	for _, o := range opts {
-		if err := o(cfg); err != nil {
-			return nil, err
-		}
-	}
-	if err := cfg.validate(); err != nil {
+	if err := check.Apply(cfg, opts, cfg.validate); err != nil {
 		return nil, err
 	}
 	return cfg, nil

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/kv"
 )
 
 // Profiles follow eRACE's Unified Resource Descriptions: a user's standing
@@ -469,12 +471,7 @@ func (x *Index) loadProfiles(ctx context.Context) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, Prefix: prefixProfile})
 		defer it.Close()
 		for it.Seek(prefixProfile); it.ValidForPrefix(prefixProfile); it.Next() {
-			var v profileValue
-			err := it.Item().Value(func(b []byte) error {
-				var err error
-				v, err = decodeProfileValue(b)
-				return err
-			})
+			v, err := kv.Value(it.Item(), decodeProfileValue)
 			if err != nil {
 				return fmt.Errorf("profile %q: %w", it.Item().Key(), err)
 			}

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/kv"
 )
 
 // Source identifies the delivery that carried records: the caller has
@@ -365,19 +367,7 @@ func (x *Index) cacheTerm(t string, s termState) {
 }
 
 func getUvarint(txn *badger.Txn, k []byte) (uint64, error) {
-	item, err := txn.Get(k)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	var v uint64
-	err = item.Value(func(b []byte) error {
-		var err error
-		v, err = decodeUvarint(b)
-		return err
-	})
+	v, _, err := kv.Decode(txn, k, decodeUvarint)
 	return v, err
 }
 

@@ -20,6 +20,26 @@ func Set[T any](dst *T, v T, err error) error {
 	return err
 }
 
+// Apply runs the options on cfg in order and then each final check (a
+// config's own validation across options), and returns the first error:
+// the constructor's "defaults, options, validate" in one call, as in
+//
+//	cfg := defaults()
+//	if err := check.Apply(cfg, opts, cfg.validate); err != nil {
+func Apply[C any, O ~func(*C) error](cfg *C, opts []O, final ...func() error) error {
+	for _, o := range opts {
+		if err := o(cfg); err != nil {
+			return err
+		}
+	}
+	for _, f := range final {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // NotNil returns the error "nil <name>" when v is nil: an untyped nil or a
 // nil pointer, func, interface, map, slice or channel.
 func NotNil(name string, v any) error {

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"errors"
 	"log/slog"
 	"math"
 	"testing"
@@ -56,5 +57,27 @@ func TestSet(t *testing.T) {
 	}
 	if err := Set(&n, 7, Range("n", 7, 1, 9)); err != nil || n != 7 {
 		t.Errorf("in range: error %v, n = %d; want none and 7", err, n)
+	}
+}
+
+func TestApply(t *testing.T) {
+	type config struct{ a, b int }
+	type option func(*config) error
+	set := func(n int) option { return func(c *config) error { return Set(&c.a, n, Range("a", n, 1, 9)) } }
+	double := option(func(c *config) error { c.b = 2 * c.a; return nil })
+
+	c := config{a: 1}
+	var checked int
+	final := func() error { checked = c.b; return nil }
+	if err := Apply(&c, []option{set(3), double}, final); err != nil || c.a != 3 || c.b != 6 || checked != 6 {
+		t.Errorf("in order: error %v, config %+v, final saw b = %d; want none, {3 6}, 6", err, c, checked)
+	}
+	ran := false
+	err := Apply(&c, []option{set(0), double}, func() error { ran = true; return nil })
+	if err == nil || c.b != 6 || ran {
+		t.Errorf("bad option: error %v, config %+v, final ran %v; want the error, the later option and final not run", err, c, ran)
+	}
+	if err := Apply(&c, []option(nil), func() error { return errors.New("cross-check") }); err == nil || err.Error() != "cross-check" {
+		t.Errorf("final check: error %v, want cross-check", err)
 	}
 }

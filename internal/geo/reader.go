@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/micra-net/micra/internal/check"
 )
 
 // Defaults and bounds of a Reader.
@@ -65,25 +67,13 @@ func Strict() Option { return func(c *config) error { c.strict = true; return ni
 // MaxRows bounds the data rows of a file: one more is an error wrapping
 // ErrLimit (default DefaultMaxRows).
 func MaxRows(n int) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return fmt.Errorf("max rows must be positive, got %d", n)
-		}
-		c.maxRows = n
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.maxRows, n, check.Positive("max rows", n)) }
 }
 
 // MaxBytes bounds the decompressed bytes of a file: more is an error
 // wrapping ErrLimit (default DefaultMaxBytes).
 func MaxBytes(n int64) Option {
-	return func(c *config) error {
-		if n <= 0 {
-			return fmt.Errorf("max bytes must be positive, got %d", n)
-		}
-		c.maxBytes = n
-		return nil
-	}
+	return func(c *config) error { return check.Set(&c.maxBytes, n, check.Positive("max bytes", n)) }
 }
 
 // columns are the positions of the columns a Reader uses; -1 when absent.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"math"
 	"os"
 	"path/filepath"
@@ -171,21 +172,9 @@ func openData(dir, rel string) (*os.File, error) {
 func (d *latencyData) readServers(r io.Reader) error {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
-	header := true
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for rec, err := range csvRows(cr, func(h []string) bool { return len(h) >= 10 && h[0] == "id" && h[5] == "country" }) {
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrBadData, err)
-		}
-		if header {
-			header = false
-			if len(rec) < 10 || rec[0] != "id" || rec[5] != "country" {
-				return fmt.Errorf("%w: unexpected header %q", ErrBadData, rec)
-			}
-			continue
+			return err
 		}
 		if len(rec) < 10 || strings.TrimSpace(rec[0]) == "" {
 			continue
@@ -241,21 +230,9 @@ func (d *latencyData) readPings(r io.Reader) error {
 	cr := csv.NewReader(zr)
 	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = true
-	header := true
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for rec, err := range csvRows(cr, func(h []string) bool { return len(h) >= 6 && h[0] == "source" && h[3] == "avg" }) {
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrBadData, err)
-		}
-		if header {
-			header = false
-			if len(rec) < 6 || rec[0] != "source" || rec[3] != "avg" {
-				return fmt.Errorf("%w: unexpected header %q", ErrBadData, rec)
-			}
-			continue
+			return err
 		}
 		if len(rec) < 6 {
 			return fmt.Errorf("%w: ping row %q", ErrBadData, rec)
@@ -301,6 +278,31 @@ func (d *latencyData) readPings(r io.Reader) error {
 		}
 	}
 	return nil
+}
+
+// csvRows yields the records of cr after its header, which header must
+// accept; a read error or a header refused is yielded as ErrBadData, last.
+func csvRows(cr *csv.Reader, header func([]string) bool) iter.Seq2[[]string, error] {
+	return func(yield func([]string, error) bool) {
+		for first := true; ; first = false {
+			rec, err := cr.Read()
+			switch {
+			case errors.Is(err, io.EOF):
+				return
+			case err != nil:
+				yield(nil, fmt.Errorf("%w: %v", ErrBadData, err))
+				return
+			case first && !header(rec):
+				yield(nil, fmt.Errorf("%w: unexpected header %q", ErrBadData, rec))
+				return
+			case first:
+				continue
+			}
+			if !yield(rec, nil) {
+				return
+			}
+		}
+	}
 }
 
 // estimateRTT estimates the RTT in ms between two places with no

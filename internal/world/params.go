@@ -1,8 +1,11 @@
 package world
 
 import (
+	"cmp"
 	"fmt"
 	"time"
+
+	"github.com/micra-net/micra/internal/check"
 )
 
 // Params describes a world. Generate gives the same world, byte for byte,
@@ -147,10 +150,6 @@ func (p *Params) Validate() error {
 		return fmt.Errorf("%w: %s", ErrParams, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case p.Sites < 1 || p.Sites > 100_000:
-		return bad("sites must be 1 to 100000, got %d", p.Sites)
-	case p.Nodes < 1 || p.Nodes > 10_000:
-		return bad("nodes must be 1 to 10000, got %d", p.Nodes)
 	case p.Latency != "" && p.Latency != LatencyMatrix && p.Latency != LatencyModel:
 		return bad("latency must be %q or %q, got %q", LatencyMatrix, LatencyModel, p.Latency)
 	case p.Geo != "" && p.FromReal:
@@ -159,34 +158,28 @@ func (p *Params) Validate() error {
 		return bad("geo org needs geo")
 	case len(p.GeoOrg) > 256:
 		return bad("geo org of %d bytes", len(p.GeoOrg))
-	case p.Port < 0 || p.Port > 65535:
-		return bad("port must be 0 to 65535, got %d", p.Port)
-	case p.MaxDepth < 4 || p.MaxDepth > 8:
-		return bad("max depth must be 4 to 8, got %d", p.MaxDepth)
-	case p.SharedSize < 1 || p.SharedSize > 1000:
-		return bad("shared size must be 1 to 1000, got %d", p.SharedSize)
-	case p.SitesPerAddr < 1 || p.SitesPerAddr > 100:
-		return bad("sites per address must be 1 to 100, got %d", p.SitesPerAddr)
-	case p.CDNPoPs < 2 || p.CDNPoPs > 32:
-		return bad("CDN points of presence must be 2 to 32, got %d", p.CDNPoPs)
-	case p.FarRTT < 0 || p.FarRTT > 400:
-		return bad("far RTT must be 0 to 400 ms, got %v", p.FarRTT)
-	case p.IntraCityRTT < 0 || p.IntraCityRTT > 50:
-		return bad("intra-city RTT must be 0 to 50 ms, got %v", p.IntraCityRTT)
-	case p.Jitter < 0 || p.Jitter > 10:
-		return bad("jitter must be 0 to 10, got %v", p.Jitter)
 	case p.MeanPages < 1 || p.MaxPages < 1 || p.MeanPages > p.MaxPages || p.MaxPages > 100_000:
 		return bad("mean pages (%d) must be 1 to max pages (%d), at most 100000", p.MeanPages, p.MaxPages)
-	case p.PageWeight < 0 || p.PageWeight > 1<<20:
-		return bad("page weight must be 0 to 1 MiB, got %d", p.PageWeight)
-	case p.CrossLinks < 0 || p.CrossLinks > 50:
-		return bad("cross links must be 0 to 50, got %v", p.CrossLinks)
-	case p.Popularity < 0 || p.Popularity > 3:
-		return bad("popularity exponent must be 0 to 3, got %v", p.Popularity)
-	case p.ChangePeriod < time.Minute:
-		return bad("change period must be at least a minute, got %v", p.ChangePeriod)
-	case p.Hostile < 0 || p.Hostile > p.Sites:
-		return bad("hostile sites must be 0 to the number of sites, got %d", p.Hostile)
+	}
+	err := cmp.Or(
+		check.Range("sites", p.Sites, 1, 100_000),
+		check.Range("nodes", p.Nodes, 1, 10_000),
+		check.Range("port", p.Port, 0, 65535),
+		check.Range("max depth", p.MaxDepth, 4, 8),
+		check.Range("shared size", p.SharedSize, 1, 1000),
+		check.Range("sites per address", p.SitesPerAddr, 1, 100),
+		check.Range("CDN points of presence", p.CDNPoPs, 2, 32),
+		check.Range("far RTT (ms)", p.FarRTT, 0, 400),
+		check.Range("intra-city RTT (ms)", p.IntraCityRTT, 0, 50),
+		check.Range("jitter", p.Jitter, 0, 10),
+		check.Range("page weight (bytes)", p.PageWeight, 0, 1<<20),
+		check.Range("cross links", p.CrossLinks, 0, 50),
+		check.Range("popularity exponent", p.Popularity, 0, 3),
+		check.AtLeast("change period", p.ChangePeriod, time.Minute),
+		check.Range("hostile sites", p.Hostile, 0, p.Sites),
+	)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrParams, err)
 	}
 	fr := []struct {
 		name string
