@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -40,20 +39,12 @@ const (
 // loadKnown returns the peers stored by an earlier run; a value that does
 // not parse is reported and ignored.
 func (n *Node) loadKnown() []peer.AddrInfo {
-	var v []byte
-	err := n.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(knownKey)
-		if err != nil {
-			return err
-		}
-		v, err = it.ValueCopy(nil)
-		return err
-	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil
-	}
+	v, ok, err := loadValue(n.db, knownKey)
 	if err != nil {
 		n.log.Warn("reading the peers of earlier runs", "error", err)
+		return nil
+	}
+	if !ok {
 		return nil
 	}
 	ps, err := bootstrap.Parse("stored peers", strings.NewReader(string(v)))

@@ -150,12 +150,12 @@ func saveRunning(db *badger.DB, r running) error {
 	return db.Update(func(txn *badger.Txn) error { return txn.Set(runningKey, r.encode()) })
 }
 
-// loadRunning returns the stored running snapshot; a value that does not
-// decode is reported and ignored (the configured snapshot runs).
-func loadRunning(db *badger.DB) (running, bool, error) {
+// loadValue returns a copy of the value stored at key, and false when
+// there is none.
+func loadValue(db *badger.DB, key []byte) ([]byte, bool, error) {
 	var v []byte
 	err := db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(runningKey)
+		it, err := txn.Get(key)
 		if err != nil {
 			return err
 		}
@@ -163,9 +163,16 @@ func loadRunning(db *badger.DB) (running, bool, error) {
 		return err
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return running{}, false, nil
+		return nil, false, nil
 	}
-	if err != nil {
+	return v, err == nil, err
+}
+
+// loadRunning returns the stored running snapshot; a value that does not
+// decode is reported and ignored (the configured snapshot runs).
+func loadRunning(db *badger.DB) (running, bool, error) {
+	v, ok, err := loadValue(db, runningKey)
+	if err != nil || !ok {
 		return running{}, false, err
 	}
 	if len(v) != 3*32+8 {
