@@ -77,6 +77,31 @@ func defaultConfig() config {
 	}
 }
 
+// newConfig returns the defaults with opts applied, or the first error
+// an option, or the options together, refuse with.
+func newConfig(opts ...Option) (config, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	for _, s := range cfg.take {
+		if s >= cfg.shards {
+			return cfg, fmt.Errorf("shard %d taken, but there are %d", s, cfg.shards)
+		}
+	}
+	return cfg, nil
+}
+
+// CheckOptions returns the error New refuses opts with, if any, without
+// starting anything: the one place the options' bounds are checked, for
+// callers that check a configuration before they use it.
+func CheckOptions(opts ...Option) error {
+	_, err := newConfig(opts...)
+	return err
+}
+
 // results are the results package's options the indexer's settings imply,
 // for the topics it joins.
 func (c *config) results() []results.Option {
