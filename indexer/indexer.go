@@ -17,7 +17,6 @@ import (
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/egress"
 	"github.com/micra-net/micra/indexer/index"
-	"github.com/micra-net/micra/internal/check"
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/requests"
 	"github.com/micra-net/micra/results"
@@ -205,8 +204,8 @@ func New(o *overlay.Overlay, x index.Store, db *badger.DB, opts ...Option) (ix *
 // newIndexer builds the network-free core: verification, reassembly,
 // replay table, storing and the ack queues.
 func newIndexer(x index.Store, db *badger.DB, sid subnet.SnapshotID, opts ...Option) (*Indexer, error) {
-	cfg := defaultConfig()
-	if err := check.Apply(&cfg, opts); err != nil {
+	cfg, err := newConfig(opts...)
+	if err != nil {
 		return nil, err
 	}
 	ix := &Indexer{
@@ -228,16 +227,12 @@ func newIndexer(x index.Store, db *badger.DB, sid subnet.SnapshotID, opts ...Opt
 	if len(cfg.take) > 0 {
 		ix.take = map[uint32]bool{}
 		for _, s := range cfg.take {
-			if s >= cfg.shards {
-				return nil, fmt.Errorf("indexer: shard %d taken, but there are %d", s, cfg.shards)
-			}
 			ix.take[s] = true
 		}
 	}
 	if err := db.Update(results.CheckSchema); err != nil {
 		return nil, err
 	}
-	var err error
 	if ix.aud, err = newAuditor(); err != nil {
 		return nil, err
 	}

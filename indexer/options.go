@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/micra-net/micra/crawl"
 	"github.com/micra-net/micra/internal/check"
 	"github.com/micra-net/micra/requests"
@@ -75,6 +76,29 @@ func defaultConfig() config {
 
 		withheldPerHour: 60, // notices about one node an hour: two per request (noted, judged), thirty requests
 	}
+}
+
+// newConfig returns the defaults with opts applied, or the first error
+// an option, or the options together, refuse with.
+func newConfig(opts ...Option) (config, error) {
+	cfg := defaultConfig()
+	if err := check.Apply(&cfg, opts); err != nil {
+		return cfg, err
+	}
+	for _, s := range cfg.take {
+		if s >= cfg.shards {
+			return cfg, fmt.Errorf("shard %d taken, but there are %d", s, cfg.shards)
+		}
+	}
+	return cfg, nil
+}
+
+// CheckOptions returns the error New refuses opts with, if any, without
+// starting anything: the one place the options' bounds are checked, for
+// callers that check a configuration before they use it.
+func CheckOptions(opts ...Option) error {
+	_, err := newConfig(opts...)
+	return err
 }
 
 // results are the results package's options the indexer's settings imply,

@@ -1,16 +1,13 @@
 package node
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"strconv"
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/micra-net/micra/internal/suggest"
 	"github.com/micra-net/micra/internal/tomlfile"
 )
 
@@ -21,17 +18,10 @@ import (
 // (with what the key takes), in file order. A syntax error stops the
 // reading, and c is then unchanged.
 func (c *Config) LoadFile(path string) error {
-	data, err := os.ReadFile(path)
+	var prims map[string]toml.Primitive
+	md, keys, err := tomlfile.Decode(path, &prims)
 	if err != nil {
 		return err
-	}
-	if len(data) > tomlfile.MaxSize {
-		return fmt.Errorf("%s: larger than 1 MiB", path)
-	}
-	var prims map[string]toml.Primitive
-	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&prims)
-	if err != nil {
-		return tomlfile.DecodeError(path, err)
 	}
 	fields := map[string]reflect.Value{}
 	v := reflect.ValueOf(c).Elem()
@@ -39,19 +29,11 @@ func (c *Config) LoadFile(path string) error {
 		fields[v.Type().Field(i).Tag.Get("toml")] = v.Field(i)
 	}
 	var errs []error
-	for _, k := range md.Keys() {
-		if len(k) != 1 {
-			continue // inside a table: reported with the table's key
-		}
-		key := k[0]
-		at := fmt.Sprintf("%s:%d", path, tomlfile.KeyLine(data, key))
+	for _, k := range keys {
+		key, at := k.Name, k.At
 		f, ok := fields[key]
 		if !ok {
-			hint := ""
-			if s, ok := suggest.Closest(key, Keys()); ok {
-				hint = fmt.Sprintf(" (did you mean %q?)", s)
-			}
-			errs = append(errs, fmt.Errorf("%s: unknown key %q%s", at, key, hint))
+			errs = append(errs, tomlfile.Unknown(k, Keys()))
 			continue
 		}
 		val := reflect.New(f.Type())

@@ -19,26 +19,33 @@ import (
 	"github.com/micra-net/micra/subnet"
 )
 
-// Status is everything the dashboard and "micra status" show about a
-// running node. The same value is served as JSON at /api/status and
-// rendered at /, so the page and the API cannot disagree.
-type Status struct {
+// PeerStatus is what the statuses of a node and of an indexer share: the
+// peer, its snapshot and its place in the network. Its fields stand
+// beside the role's in the JSON.
+type PeerStatus struct {
 	Peer     string    `json:"peer"`     // libp2p peer id
 	Addrs    []string  `json:"addrs"`    // listen multiaddrs
 	Snapshot string    `json:"snapshot"` // subnet snapshot id
 	Started  time.Time `json:"started"`  //
 	Now      time.Time `json:"now"`      //
 	Peers    int       `json:"peers"`    // connected peers
-	Shards   int       `json:"shards"`   // shards this node coordinates
-	Capacity int       `json:"capacity"` // pages per day offered
-	Load     int       `json:"load"`     // pages per day delegated
-	Window   Window    `json:"window"`   //
-	Crawl    Crawl     `json:"crawl"`    //
-	Outbox   Outbox    `json:"outbox"`   //
-	Probes   Probes    `json:"probes"`   //
-	Audits   Audits    `json:"audits"`   //
-	Trust    Trust     `json:"trust"`    // claims rejected and subnets taken back, as a coordinator
-	Subnets  []Subnet  `json:"subnets"`  // delegated to this node, nearest first
+	Shards   int       `json:"shards"`   // shards of the overlay this peer coordinates
+}
+
+// Status is everything the dashboard and "micra status" show about a
+// running node. The same value is served as JSON at /api/status and
+// rendered at /, so the page and the API cannot disagree.
+type Status struct {
+	PeerStatus
+	Capacity int      `json:"capacity"` // pages per day offered
+	Load     int      `json:"load"`     // pages per day delegated
+	Window   Window   `json:"window"`   //
+	Crawl    Crawl    `json:"crawl"`    //
+	Outbox   Outbox   `json:"outbox"`   //
+	Probes   Probes   `json:"probes"`   //
+	Audits   Audits   `json:"audits"`   //
+	Trust    Trust    `json:"trust"`    // claims rejected and subnets taken back, as a coordinator
+	Subnets  []Subnet `json:"subnets"`  // delegated to this node, nearest first
 	// Adopted counts the subnets this node took up because a
 	// coordinator's heartbeat acknowledgement listed them as its own
 	// while the ASSIGN had never reached it.
@@ -194,30 +201,39 @@ type StatusFunc func(ctx context.Context) (Status, error)
 // Bearer, or ?token= once, which sets a cookie).
 func Dashboard(status StatusFunc, token string, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
-		st, err := status(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(st)
-	})
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		st, err := status(r.Context())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if err := page.Execute(w, view(st)); err != nil {
-			http.Error(w, "rendering failed", http.StatusInternalServerError)
-		}
-	})
+	handleStatus(mux, "GET /{$}", status, func(w io.Writer, st Status) error { return page.Execute(w, view(st)) })
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
 	}
 	return secure(mux, token)
+}
+
+// handleStatus serves, on mux, a status read with status: as JSON at
+// GET /api/status and as the page render writes at pattern. When status
+// fails, both answer 503 with its error.
+func handleStatus[S any](mux *http.ServeMux, pattern string, status func(context.Context) (S, error), render func(io.Writer, S) error) {
+	read := func(w http.ResponseWriter, r *http.Request, contentType string) (S, bool) {
+		st, err := status(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return st, false
+		}
+		w.Header().Set("Content-Type", contentType)
+		w.Header().Set("Cache-Control", "no-store")
+		return st, true
+	}
+	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
+		if st, ok := read(w, r, "application/json"); ok {
+			_ = json.NewEncoder(w).Encode(st)
+		}
+	})
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if st, ok := read(w, r, "text/html; charset=utf-8"); ok {
+			if err := render(w, st); err != nil {
+				http.Error(w, "rendering failed", http.StatusInternalServerError)
+			}
+		}
+	})
 }
 
 // ReleaseFunc hands a signed snapshot release and its snapshot file to the

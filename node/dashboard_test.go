@@ -26,8 +26,9 @@ import (
 func sampleStatus() Status {
 	t0 := time.Date(2026, 11, 22, 1, 0, 0, 0, time.UTC)
 	st := Status{
-		Peer: "12D3KooWExample", Addrs: []string{"/ip4/127.0.0.1/tcp/4001"}, Snapshot: "b6a3ee1a0d96",
-		Started: t0, Now: t0.Add(90 * time.Minute), Peers: 7, Shards: 3, Capacity: 10000, Load: 1234,
+		PeerStatus: PeerStatus{Peer: "12D3KooWExample", Addrs: []string{"/ip4/127.0.0.1/tcp/4001"}, Snapshot: "b6a3ee1a0d96",
+			Started: t0, Now: t0.Add(90 * time.Minute), Peers: 7, Shards: 3},
+		Capacity: 10000, Load: 1234,
 		Window: Window{Open: true}, Crawl: Crawl{Fetched: 4321, Queued: 55, Records: 4000,
 			Crawling: []string{"docs.example.net:8080", "www.example.org"}, TodayBytes: 3 << 29, DailyCap: 10 << 30},
 		Outbox: Outbox{Batches: 2, Bytes: 3 << 20, Cap: 512 << 20}, Probes: Probes{Run: 17, Issued: 9},

@@ -55,8 +55,8 @@ type IndexerConfig struct {
 	// liveness and leaves withholding off.
 	Liveness      time.Duration
 	WithholdGrace time.Duration
-	Logger        *slog.Logger // nil: slog.Default()
-	Indexer       []indexer.Option
+	Logger        *slog.Logger     // nil: slog.Default()
+	Indexer       []indexer.Option // checked by Validate (indexer.CheckOptions)
 	Overlay       []overlay.Option
 	Host          []overlay.HostOption
 	Delegate      []delegate.Option
@@ -73,7 +73,8 @@ type indexerSettings struct {
 }
 
 // Validate checks the configuration and returns all the problems found;
-// a setting out of its bounds is a *SettingError naming its key.
+// a setting out of its bounds is a *SettingError naming its key, and the
+// indexer's options are checked by indexer.CheckOptions.
 func (c *IndexerConfig) Validate() error {
 	_, err := c.parse()
 	return err
@@ -95,6 +96,7 @@ func (c *IndexerConfig) parse() (indexerSettings, error) {
 	if c.WithholdGrace != 0 {
 		errs = append(errs, graceRange.check("withhold_grace", c.WithholdGrace))
 	}
+	errs = append(errs, indexer.CheckOptions(c.Indexer...))
 	return s, errors.Join(errs...)
 }
 

@@ -1,14 +1,13 @@
 package node
 
 import (
-	"encoding/json"
+	"context"
 	"html/template"
+	"io"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/micra-net/micra/indexer"
 	"github.com/micra-net/micra/indexer/index"
@@ -16,13 +15,7 @@ import (
 
 // IndexerStatus is what an indexer's /api/status and status page show.
 type IndexerStatus struct {
-	Peer     string    `json:"peer"`
-	Addrs    []string  `json:"addrs"`
-	Snapshot string    `json:"snapshot"`
-	Started  time.Time `json:"started"`
-	Now      time.Time `json:"now"`
-	Peers    int       `json:"peers"`
-	Shards   int       `json:"shards"` // shards of the overlay this indexer coordinates
+	PeerStatus
 	// Store is "embedded" (the indexer's own database) or "postgres".
 	Store    string `json:"store"`
 	ReadOnly bool   `json:"read_only"`
@@ -50,8 +43,7 @@ func (x *Indexer) Status() IndexerStatus {
 		store = "postgres"
 	}
 	st := IndexerStatus{
-		Peer: x.h.ID().String(), Addrs: x.Addrs(), Snapshot: l.tree.ID().String(), Started: x.started, Now: time.Now(),
-		Peers: len(x.h.Network().Peers()), Shards: l.o.Coordinating(), Store: store, ReadOnly: x.cfg.ReadOnly,
+		PeerStatus: x.peerStatus(time.Now()), Store: store, ReadOnly: x.cfg.ReadOnly,
 		Index: x.idx.Stats(), Delivery: l.ix.Stats(),
 	}
 	st.Queries.Count, st.Queries.P50ms, st.Queries.P99ms = x.queries.summary()
@@ -63,22 +55,10 @@ func (x *Indexer) Status() IndexerStatus {
 // metrics at /metrics; searches (/api/search, and the search page with a
 // query) are counted and timed.
 func (x *Indexer) indexerHTTP() http.Handler {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		x.queries.hist, &indexerCollector{x: x, descs: indexerDescs()})
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: 10 * time.Second}))
-	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(x.Status())
-	})
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if err := indexerPage.Execute(w, x.Status()); err != nil {
-			http.Error(w, "rendering failed", http.StatusInternalServerError)
-		}
-	})
+	mux.Handle("GET /metrics", metricsHandler(x.queries.hist, &statsCollector{descs: indexerDescs(), collect: x.collect}))
+	status := func(context.Context) (IndexerStatus, error) { return x.Status(), nil }
+	handleStatus(mux, "GET /status", status, func(w io.Writer, st IndexerStatus) error { return indexerPage.Execute(w, st) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h := x.cur.Load().handler
 		if r.URL.Path != "/api/search" && (r.URL.Path != "/" || r.URL.Query().Get("q") == "") {
@@ -110,23 +90,10 @@ func indexerDescs() map[string]*prometheus.Desc {
 	}
 }
 
-type indexerCollector struct {
-	x     *Indexer
-	descs map[string]*prometheus.Desc
-}
-
-func (c *indexerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.descs {
-		ch <- d
-	}
-}
-
-func (c *indexerCollector) Collect(ch chan<- prometheus.Metric) {
-	is := c.x.idx.Stats()
-	ds := c.x.cur.Load().ix.Stats()
-	put := func(k string, t prometheus.ValueType, v float64) {
-		ch <- prometheus.MustNewConstMetric(c.descs[k], t, v)
-	}
+// collect reports the indexer's own metrics (indexerDescs) with put.
+func (x *Indexer) collect(put putFunc) {
+	is := x.idx.Stats()
+	ds := x.cur.Load().ix.Stats()
 	put("pages", prometheus.GaugeValue, float64(is.Docs))
 	put("terms", prometheus.GaugeValue, float64(is.Terms))
 	put("added", prometheus.CounterValue, float64(is.Added))
@@ -135,7 +102,7 @@ func (c *indexerCollector) Collect(ch chan<- prometheus.Metric) {
 	put("acks", prometheus.CounterValue, float64(ds.Acks))
 	put("rejected", prometheus.CounterValue, float64(ds.Rejected))
 	put("pending", prometheus.GaugeValue, float64(ds.Pending))
-	put("peers", prometheus.GaugeValue, float64(len(c.x.h.Network().Peers())))
+	put("peers", prometheus.GaugeValue, float64(len(x.h.Network().Peers())))
 }
 
 var indexerPage = template.Must(template.New("indexer").Funcs(template.FuncMap{

@@ -12,8 +12,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/micra-net/micra/subnet"
 )
@@ -28,9 +26,8 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	ovs := o.Stats()
 	ds := n.del.Stats()
 	st := Status{
-		Peer: n.h.ID().String(), Addrs: n.Addrs(), Snapshot: n.snapshot().ID().String(),
-		Started: n.started, Now: now, Peers: len(n.h.Network().Peers()), Shards: o.Coordinating(),
-		Capacity: int(capacity), Load: int(load),
+		PeerStatus: n.peerStatus(now),
+		Capacity:   int(capacity), Load: int(load),
 		Crawl: Crawl{
 			Fetched: cs.Fetched, Records: cs.Records, Queued: cs.Queued, Outgoing: cs.Outgoing, Forwarded: cs.Forwarded, Hosts: cs.Hosts,
 			InFlight: cs.InFlight, Bytes: cs.WireBytes, Errors: cs.FetchErrors, RobotsDenied: cs.RobotsDenied, Paused: cs.Held,
@@ -109,6 +106,14 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
+// peerStatus returns the peer's part of its role's status, at now.
+func (a *assembly) peerStatus(now time.Time) PeerStatus {
+	return PeerStatus{
+		Peer: a.h.ID().String(), Addrs: a.Addrs(), Snapshot: a.snapshot().ID().String(),
+		Started: a.started, Now: now, Peers: len(a.h.Network().Peers()), Shards: a.ov().Coordinating(),
+	}
+}
+
 // reachabilityName is the status's word for r.
 func reachabilityName(r network.Reachability) string {
 	switch r {
@@ -156,9 +161,7 @@ func (n *Node) serveDashboard() error {
 	if n.cfg.Dashboard == "" {
 		return nil
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), n.collector())
-	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: 4, Timeout: 10 * time.Second})
+	metrics := metricsHandler(n.collector())
 	var err error
 	if n.dash, err = serveHTTP("dashboard", n.cfg.Dashboard, &http.Server{
 		Handler:           n.dashboardHandler(metrics),
@@ -184,7 +187,7 @@ func (n *Node) dashboardHandler(metrics http.Handler) http.Handler {
 
 // collector exports the node's counters and gauges, read when scraped.
 func (n *Node) collector() prometheus.Collector {
-	c := &nodeCollector{n: n}
+	c := &statsCollector{collect: n.collect}
 	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc("micra_"+name, help, nil, nil) }
 	c.descs = map[string]*prometheus.Desc{
 		"pages":       desc("pages_fetched_total", "Pages fetched by the crawler."),
@@ -220,24 +223,13 @@ func (n *Node) collector() prometheus.Collector {
 // exported for (overlay.Stats.TakenBack).
 var takenBackReasons = []string{"orphaned", "convicted", "withheld", "refused"}
 
-type nodeCollector struct {
-	n     *Node
-	descs map[string]*prometheus.Desc
-}
-
-func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.descs {
-		ch <- d
-	}
-}
-
-func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
-	n := c.n
+// collect reports the node's counters and gauges (collector) with put.
+func (n *Node) collect(put putFunc) {
 	cs := n.cr.Stats()
 	os := n.ob.Stats()
 	ds := n.del.Stats()
-	counter := func(k string, v float64) { ch <- prometheus.MustNewConstMetric(c.descs[k], prometheus.CounterValue, v) }
-	gauge := func(k string, v float64) { ch <- prometheus.MustNewConstMetric(c.descs[k], prometheus.GaugeValue, v) }
+	counter := func(k string, v float64) { put(k, prometheus.CounterValue, v) }
+	gauge := func(k string, v float64) { put(k, prometheus.GaugeValue, v) }
 	counter("pages", float64(cs.Fetched))
 	counter("errors", float64(cs.FetchErrors))
 	counter("bytes", float64(cs.WireBytes))
@@ -261,7 +253,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("claimsRejected", float64(ds.ClaimsRejected))
 	counter("adopted", float64(ovs.Adopted))
 	for _, r := range takenBackReasons {
-		ch <- prometheus.MustNewConstMetric(c.descs["takenBack"], prometheus.CounterValue, float64(ovs.TakenBack[r]), r)
+		put("takenBack", prometheus.CounterValue, float64(ovs.TakenBack[r]), r)
 	}
 }
 

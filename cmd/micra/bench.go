@@ -16,30 +16,26 @@ import (
 	"github.com/micra-net/micra/internal/world"
 )
 
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "delegation":
-			return benchDelegation(ctx, args[1:], stdout, stderr)
-		case "structure":
-			return benchStructure(ctx, args[1:], stdout, stderr)
-		case "crawl":
-			return benchCrawl(ctx, args[1:], stdout, stderr)
-		case "overlay":
-			return benchOverlay(ctx, args[1:], stdout, stderr)
-		case "footprint":
-			return benchFootprint(ctx, args[1:], stdout, stderr)
-		case "liars":
-			return benchLiars(ctx, args[1:], stdout, stderr)
-		case "search":
-			return benchSearch(ctx, args[1:], stdout, stderr)
-		}
-	}
-	fmt.Fprintln(stderr, "Usage: micra bench delegation|structure|crawl|overlay|footprint|liars|search [flags]   (run with -h for the flags)")
+// benchCommands are the benchmarks of micra bench.
+var benchCommands = []subcommand{
+	{"delegation", benchDelegation},
+	{"structure", benchStructure},
+	{"crawl", benchCrawl},
+	{"overlay", benchOverlay},
+	{"footprint", benchFootprint},
+	{"liars", benchLiars},
+	{"search", benchSearch},
+}
+
+// benchUsage is the run of micra bench without the name of a benchmark.
+func benchUsage(_ context.Context, args []string, _, stderr io.Writer) error {
+	names := subNames(benchCommands)
+	fmt.Fprintf(stderr, "Usage: micra bench %s [flags]   (run with -h for the flags)\n", strings.Join(names, "|"))
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 		return nil
 	}
-	return fmt.Errorf("%w: want a benchmark name: delegation, structure, crawl, overlay, footprint, liars or search", errUsage)
+	last := len(names) - 1
+	return fmt.Errorf("%w: want a benchmark name: %s or %s", errUsage, strings.Join(names[:last], ", "), names[last])
 }
 
 // intList parses "6,12,25".
@@ -139,11 +135,8 @@ func parseBenchDelegation(args []string, stderr io.Writer) (evaluate.DelegationB
 	fs.BoolVar(&out.asJSON, "json", false, "print the results as one JSON object")
 	fs.StringVar(&out.csv, "csv", "", "write the results as CSV to `FILE`")
 	fs.StringVar(&out.plot, "plot", "", "write a PNG plot to `FILE`")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return b, out, err
-	}
-	if fs.NArg() != 0 {
-		return b, out, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	cfg := evaluate.DefaultConfig()
 	var err error

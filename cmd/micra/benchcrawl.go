@@ -81,11 +81,8 @@ func parseBenchCrawl(args []string, stderr io.Writer) (b evaluate.CrawlBench, ou
 	fs.BoolVar(&out.asJSON, "json", false, "print the results as one JSON object")
 	fs.StringVar(&out.csv, "csv", "", "write the results as CSV to `FILE`")
 	fs.StringVar(&out.plot, "plot", "", "write a PNG bar chart to `FILE`")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return b, out, false, err
-	}
-	if fs.NArg() != 0 {
-		return b, out, false, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	switch {
 	case *mode != evaluate.ModeSequential && *mode != evaluate.ModeCrawl && *mode != "both":

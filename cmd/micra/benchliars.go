@@ -37,11 +37,8 @@ func benchLiars(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	extra := fs.Int("extra", 0, "witnesses a check may ask (0: the default, 3)")
 	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
 	asJSON := fs.Bool("json", false, "print the results as one JSON object")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	switch {
 	case *sites <= 0 || *nodes <= 1 || *repeats <= 0:

@@ -29,11 +29,8 @@ func benchSearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	addr := fs.String("addr", "127.0.0.1:0", "loopback `ADDRESS` to serve each site on")
 	asJSON := fs.Bool("json", false, "print the reports as one JSON object")
 	writeMisses := fs.String("write-misses", "", "write each query an engine ranked no relevant page of in its first 10 to `FILE` as JSON Lines, with the engine and the first three hits")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	if *maxQueries < 0 || *keywords < 0 || *keywords > 4096 {
 		return fmt.Errorf("%w: --max-queries must be at least 0 and --keywords in 0..4096", errUsage)
@@ -75,15 +72,7 @@ func benchSearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				return err
 			}
 		}
-		f, err := os.Create(*writeQueries)
-		if err != nil {
-			return err
-		}
-		if err := searcheval.WriteJudgments(f, js); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
+		if err := writeFile(*writeQueries, func(w io.Writer) error { return searcheval.WriteJudgments(w, js) }); err != nil {
 			return err
 		}
 	}

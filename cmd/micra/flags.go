@@ -50,3 +50,30 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	}
 	return fmt.Errorf("%w: %s; \"micra %s -h\" lists the flags", errUsage, msg, fs.Name())
 }
+
+// parseNoArgs parses args with parseFlags; an argument left after the
+// flags is a usage error.
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	if err := parseFlags(fs, args); err != nil || fs.NArg() == 0 {
+		return err
+	}
+	return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+}
+
+// parseArgs parses args with parseFlags and checks the arguments left
+// after the flags: unless valid(fs.NArg()), it prints the usage and
+// returns a usage error saying want.
+func parseArgs(fs *flag.FlagSet, args []string, valid func(n int) bool, want string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if !valid(fs.NArg()) {
+		fs.Usage()
+		return fmt.Errorf("%w: %s", errUsage, want)
+	}
+	return nil
+}
+
+// atLeast and exactly are parseArgs' checks of the number of arguments.
+func atLeast(k int) func(n int) bool { return func(n int) bool { return n >= k } }
+func exactly(k int) func(n int) bool { return func(n int) bool { return n == k } }

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -23,24 +20,12 @@ import (
 	"github.com/micra-net/micra/node"
 )
 
-// defaultIndexerAPI is where the indexer serves its HTTP API by default,
-// and where the client commands look for it.
-const defaultIndexerAPI = "127.0.0.1:7465"
-
-func runIndexer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "profiles":
-			return indexerProfiles(ctx, args[1:], stdout, stderr)
-		case "export":
-			return indexerExport(ctx, args[1:], stdout, stderr)
-		case "crawl":
-			return indexerCrawl(ctx, args[1:], stdout, stderr)
-		case "help":
-			args = []string{"-h"}
-		}
-	}
-	return indexerServe(ctx, args, stdout, stderr)
+// indexerCommands are the client forms of micra indexer; without one of
+// them it runs an indexer.
+var indexerCommands = []subcommand{
+	{"profiles", indexerProfiles},
+	{"export", indexerExport},
+	{"crawl", indexerCrawl},
 }
 
 const indexerSynopsis = `[flags]
@@ -55,7 +40,11 @@ The other forms talk to a running indexer's HTTP API.
 
 Flags of the indexer:`
 
+// indexerServe runs an indexer: micra indexer without a client form.
 func indexerServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "help" {
+		args = []string{"-h"}
+	}
 	cfg, err := indexerConfig(args, stderr)
 	if err != nil {
 		return err
@@ -122,12 +111,6 @@ func indexerConfig(args []string, stderr io.Writer) (node.IndexerConfig, error) 
 		return none, err
 	}
 	peers = bootstrap.Merge(peers, envPeers, bootstrap.Defaults())
-	if *auditShare < 0 || *auditShare > 1 {
-		return none, fmt.Errorf("%w: --audit-share %g is not between 0 and 1", errUsage, *auditShare)
-	}
-	if *patience < time.Second {
-		return none, fmt.Errorf("%w: --crawl-patience %v is under a second", errUsage, *patience)
-	}
 	opts := []indexer.Option{indexer.Shards(*shards), indexer.AnnounceEvery(*announce), indexer.Audits(*auditShare, 120),
 		indexer.CrawlPatience(*patience, 6)}
 	if *dns != "" {
@@ -141,7 +124,7 @@ func indexerConfig(args []string, stderr io.Writer) (node.IndexerConfig, error) 
 		var ss []int
 		for _, s := range splitList(*take) {
 			n, err := strconv.Atoi(s)
-			if err != nil || n < 0 || n >= *shards {
+			if err != nil {
 				return none, fmt.Errorf("%w: --take %q: shards are 0 to %d", errUsage, s, *shards-1)
 			}
 			ss = append(ss, n)
@@ -193,94 +176,6 @@ func splitList(s string) []string {
 	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
 }
 
-// apiFlag adds --api to a client command's flags.
-func apiFlag(fs interface {
-	String(name, value, usage string) *string
-}) *string {
-	def := os.Getenv("MICRA_INDEXER")
-	if def == "" {
-		def = "http://" + defaultIndexerAPI
-	}
-	return fs.String("api", def, "the indexer's HTTP `URL` (also $MICRA_INDEXER)")
-}
-
-// apiClient talks to an indexer's HTTP API.
-type apiClient struct {
-	base *url.URL
-	hc   *http.Client
-}
-
-func newAPIClient(raw string) (*apiClient, error) {
-	if !strings.Contains(raw, "://") {
-		raw = "http://" + raw
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("%w: --api %q is not an http(s) URL", errUsage, raw)
-	}
-	u.Path = strings.TrimSuffix(u.Path, "/")
-	return &apiClient{base: u, hc: &http.Client{Timeout: 2 * time.Minute}}, nil
-}
-
-// do sends a request to path (with query q) and decodes a JSON answer into
-// out (unless nil); an error status becomes an error carrying the API's
-// message.
-func (c *apiClient) do(ctx context.Context, method, path string, q url.Values, body any, out any) error {
-	resp, err := c.send(ctx, method, path, q, body)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if out == nil {
-		return nil
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
-	}
-	return nil
-}
-
-func (c *apiClient) send(ctx context.Context, method, path string, q url.Values, body any) (*http.Response, error) {
-	u := *c.base
-	u.Path += path
-	u.RawQuery = q.Encode()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return nil, fmt.Errorf("no indexer answers at %s (is \"micra indexer\" running, with --http %s? --api or $MICRA_INDEXER name another): %w", c.base, c.base.Host, err)
-		}
-		return nil, err
-	}
-	if resp.StatusCode >= 300 {
-		defer resp.Body.Close()
-		var e struct {
-			Error string `json:"error"`
-		}
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(b))
-		}
-		return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, e.Error)
-	}
-	return resp, nil
-}
-
 // apiProfile is a profile as the API returns it.
 type apiProfile struct {
 	Name     string `json:"name"`
@@ -307,12 +202,8 @@ func (p apiProfile) keywords() string {
 func indexerProfiles(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("indexer profiles", "[--api URL] list | show NAME | add [--threshold T] NAME WORD[:WEIGHT]... | delete NAME", stderr)
 	api := apiFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args, atLeast(1), "missing subcommand"); err != nil {
 		return err
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: missing subcommand", errUsage)
 	}
 	c, err := newAPIClient(*api)
 	if err != nil {
@@ -360,12 +251,8 @@ func indexerProfiles(ctx context.Context, args []string, stdout, stderr io.Write
 	case "add":
 		afs := newFlagSet("indexer profiles add", "[--threshold T] NAME WORD[:WEIGHT]...", stderr)
 		threshold := afs.Float64("threshold", 0, "least relevance in [0, 1] for a record to match")
-		if err := parseFlags(afs, rest); err != nil {
+		if err := parseArgs(afs, rest, atLeast(2), "profiles add needs NAME and at least one WORD"); err != nil {
 			return err
-		}
-		if afs.NArg() < 2 {
-			afs.Usage()
-			return fmt.Errorf("%w: profiles add needs NAME and at least one WORD", errUsage)
 		}
 		body := map[string]any{"threshold": *threshold}
 		var kws []map[string]any
@@ -424,25 +311,20 @@ func indexerExport(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer resp.Body.Close()
-	w := stdout
-	if *out != "" {
-		f, err := os.Create(*out)
-		if err != nil {
-			return err
+	var n int64
+	export := func(w io.Writer) error {
+		if n, err = io.Copy(w, resp.Body); err != nil {
+			return fmt.Errorf("export interrupted after %d bytes: %w", n, err)
 		}
-		defer f.Close()
-		w = f
+		return nil
 	}
-	n, err := io.Copy(w, resp.Body)
-	if err != nil {
-		return fmt.Errorf("export interrupted after %d bytes: %w", n, err)
+	if *out == "" {
+		return export(stdout)
 	}
-	if *out != "" {
-		fmt.Fprintf(stderr, "exported %d bytes to %s\n", n, *out)
-		if f, ok := w.(*os.File); ok {
-			return f.Close()
-		}
+	if err := writeFile(*out, export); err != nil {
+		return err
 	}
+	fmt.Fprintf(stderr, "exported %d bytes to %s\n", n, *out)
 	return nil
 }
 
@@ -451,12 +333,8 @@ func indexerCrawl(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	api := apiFlag(fs)
 	depth := fs.Int("depth", -1, "links to follow from each URL (-1: the crawlers' default)")
 	owner := fs.String("owner", "", "on whose behalf (kept with the records)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args, atLeast(1), "indexer crawl needs at least one URL"); err != nil {
 		return err
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: indexer crawl needs at least one URL", errUsage)
 	}
 	c, err := newAPIClient(*api)
 	if err != nil {

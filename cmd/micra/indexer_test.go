@@ -299,6 +299,9 @@ func TestIndexerServe(t *testing.T) {
 	}
 	for _, tc := range [][]string{
 		{"indexer", "--take", "7", "--shards", "4"},
+		{"indexer", "--data-dir", dir, "--audit-share", "1.5"},
+		{"indexer", "--data-dir", dir, "--crawl-patience", "10ms"},
+		{"indexer", "--data-dir", dir, "--shards", "0"},
 		{"indexer", "--listen", "not-a-multiaddr"},
 		{"indexer", "extra"},
 	} {

@@ -21,22 +21,85 @@ import (
 	"syscall"
 )
 
-// command is one subcommand of micra. run receives the arguments after the
-// command's name; it returns errUsage (possibly wrapped) when the arguments
-// are wrong, so that main prints the command's usage and exits with status 2.
+// runFunc runs a command or a subcommand of micra with the arguments after
+// its name; it returns errUsage (possibly wrapped) when the arguments are
+// wrong, so that main prints the command's usage and exits with status 2.
+type runFunc func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+// command is one subcommand of micra.
 type command struct {
 	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	run     runFunc
 }
 
 // commands is the table of subcommands. Each lives in its own file of this
 // package and adds itself here.
 var commands = map[string]command{
-	"bench":   {"benchmarks: delegation (the IPMicra evaluation, on the emulated Internet or real structure), structure (real against generated), crawl (download time by assignment), overlay (the overlay at network size, virtual time), footprint (a node's CPU and memory), liars (the claim check), search (search quality on real manuals beside PostgreSQL's full-text search)", runBench},
-	"indexer": {"run an indexer; manage its profiles, export, crawl requests", runIndexer},
+	"bench":   {"benchmarks: delegation (the IPMicra evaluation, on the emulated Internet or real structure), structure (real against generated), crawl (download time by assignment), overlay (the overlay at network size, virtual time), footprint (a node's CPU and memory), liars (the claim check), search (search quality on real manuals beside PostgreSQL's full-text search)", subcommands(benchCommands, benchUsage)},
+	"indexer": {"run an indexer; manage its profiles, export, crawl requests", subcommands(indexerCommands, indexerServe)},
 	"search":  {"search an indexer: micra search QUERY", runSearch},
-	"subnet":  {"the IP-address hierarchy: import, lookup, stats", runSubnet},
-	"world":   {"the emulated Internet on loopback: gen, serve, rtt", runWorld},
+	"subnet":  {"the IP-address hierarchy: import, lookup, stats", subcommands(subnetCommands, usageOnly(subnetUsage))},
+	"world":   {"the emulated Internet on loopback: gen, serve, rtt", subcommands(worldCommands, usageOnly(worldUsage))},
+}
+
+// subcommand is one form of a command that has several, named by the
+// command's first argument.
+type subcommand struct {
+	name string
+	run  runFunc
+}
+
+// findSub returns the run of the subcommand of subs that args[0] names.
+func findSub(subs []subcommand, args []string) (runFunc, bool) {
+	if len(args) == 0 {
+		return nil, false
+	}
+	for _, s := range subs {
+		if s.name == args[0] {
+			return s.run, true
+		}
+	}
+	return nil, false
+}
+
+// subNames returns the names of subs, in their order.
+func subNames(subs []subcommand) []string {
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.name
+	}
+	return names
+}
+
+// subcommands returns the run of a command made of subs: it runs the
+// subcommand args[0] names with the arguments after it, and else other
+// with all of args.
+func subcommands(subs []subcommand, other runFunc) runFunc {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		if run, ok := findSub(subs, args); ok {
+			return run(ctx, args[1:], stdout, stderr)
+		}
+		return other(ctx, args, stdout, stderr)
+	}
+}
+
+// usageOnly is the run of a command that is only its subcommands, for
+// arguments that name none of them: for -h, --help and help it prints
+// usage to stdout, else usage to stderr and a usage error.
+func usageOnly(usage string) runFunc {
+	return func(_ context.Context, args []string, stdout, stderr io.Writer) error {
+		if len(args) == 0 {
+			fmt.Fprintln(stderr, usage)
+			return fmt.Errorf("%w: missing subcommand", errUsage)
+		}
+		switch args[0] {
+		case "-h", "--help", "help":
+			fmt.Fprintln(stdout, usage)
+			return nil
+		}
+		fmt.Fprintln(stderr, usage)
+		return fmt.Errorf("%w: unknown subcommand %q", errUsage, args[0])
+	}
 }
 
 // errUsage marks an error caused by wrong command-line arguments.

@@ -80,7 +80,7 @@ func TestNodeConfigPrecedence(t *testing.T) {
 }
 
 func TestStatusCommand(t *testing.T) {
-	st := node.Status{Peer: "12D3KooWTest", Peers: 3, Shards: 2, Capacity: 1000, Load: 10,
+	st := node.Status{PeerStatus: node.PeerStatus{Peer: "12D3KooWTest", Peers: 3, Shards: 2}, Capacity: 1000, Load: 10,
 		Window: node.Window{Open: true}, Crawl: node.Crawl{Fetched: 42, TodayBytes: 3 << 20, DailyCap: 1 << 30, Crawling: []string{"a.example", "b.example"}},
 		Subnets:  []node.Subnet{{Range: "127.1.2.0/24", Org: "org:EX1", OrgName: "Example Ltd", RTTms: 12.5}},
 		Warnings: []string{"no indexer known: results wait in the outbox"}}

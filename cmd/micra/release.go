@@ -60,7 +60,7 @@ func rangeStrings(rs []subnet.Range) []string {
 	return out
 }
 
-func subnetDiff(args []string, stdout, stderr io.Writer) error {
+func subnetDiff(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("subnet diff", "[flags] OLD NEW   (snapshot files, or \"builtin\")", stderr)
 	asJSON := fs.Bool("json", false, "print the comparison as one JSON object")
 	examples := fs.Int("examples", 3, "show up to `N` examples of each kind of change")
@@ -116,15 +116,11 @@ func subnetDiff(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func subnetKeygen(args []string, stdout, stderr io.Writer) error {
+func subnetKeygen(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("subnet keygen", "--out FILE", stderr)
 	out := fs.String("out", "", "write the new release key to `FILE` (mode 0600; never overwritten)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args, func(n int) bool { return *out != "" && n == 0 }, "--out FILE and nothing else"); err != nil {
 		return err
-	}
-	if *out == "" || fs.NArg() != 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: --out FILE and nothing else", errUsage)
 	}
 	file, pub, err := subnet.NewReleaseKey()
 	if err != nil {
@@ -172,18 +168,14 @@ func parseActivation(s string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
-func subnetPublish(args []string, stdout, stderr io.Writer) error {
+func subnetPublish(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("subnet publish", "--key FILE --parent OLD [flags] SNAPSHOT", stderr)
 	keyFile := fs.String("key", "", "sign with the release key in `FILE` (micra subnet keygen)")
 	parent := fs.String("parent", "", "the snapshot the release replaces: a `file`, \"builtin\" or its id")
 	activate := fs.String("activate", "24h", "when nodes switch: an RFC 3339 `time` or a duration from now")
 	out := fs.String("out", "", "write the release to `FILE` (default: SNAPSHOT.release)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args, func(n int) bool { return n == 1 && *keyFile != "" && *parent != "" }, "--key, --parent and one snapshot are needed"); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 || *keyFile == "" || *parent == "" {
-		fs.Usage()
-		return fmt.Errorf("%w: --key, --parent and one snapshot are needed", errUsage)
 	}
 	now := time.Now()
 	act, err := parseActivation(*activate, now)
@@ -225,12 +217,8 @@ func subnetOffer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := newFlagSet("subnet offer", "[flags] RELEASE SNAPSHOT", stderr)
 	addr := fs.String("dashboard", node.DefaultConfig().Dashboard, "`ADDR` of the dashboard of the node that spreads the release (also $MICRA_DASHBOARD)")
 	token := fs.String("token", "", "the dashboard's `TOKEN`, if it has one (also $MICRA_DASHBOARD_TOKEN)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args, exactly(2), "a release and its snapshot file are needed"); err != nil {
 		return err
-	}
-	if fs.NArg() != 2 {
-		fs.Usage()
-		return fmt.Errorf("%w: a release and its snapshot file are needed", errUsage)
 	}
 	a, tok := dashboardTarget(fs, *addr, *token)
 	rel, err := readBounded(fs.Arg(0), subnet.ReleaseSize)
@@ -270,15 +258,11 @@ func printRelease(w io.Writer, r subnet.Release) {
 		r.Activation.Format(time.RFC3339), subnet.FormatReleaseKey(r.Key))
 }
 
-func subnetVerify(args []string, stdout, stderr io.Writer) error {
+func subnetVerify(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("subnet verify", "--keys KEY[,KEY...] RELEASE [SNAPSHOT]", stderr)
 	keyList := fs.String("keys", "", "trusted release `keys`, comma-separated (ed25519:BASE64, as keygen prints)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args, func(n int) bool { return n >= 1 && n <= 2 && *keyList != "" }, "--keys and a release (and optionally its snapshot) are needed"); err != nil {
 		return err
-	}
-	if fs.NArg() < 1 || fs.NArg() > 2 || *keyList == "" {
-		fs.Usage()
-		return fmt.Errorf("%w: --keys and a release (and optionally its snapshot) are needed", errUsage)
 	}
 	var keys []ed25519.PublicKey
 	for _, s := range strings.Split(*keyList, ",") {

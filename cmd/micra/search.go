@@ -28,12 +28,8 @@ Flags:`, stderr)
 	offset := fs.Int("offset", 0, "results to skip")
 	anyWord := fs.Bool("any", false, "match any word instead of all")
 	asJSON := fs.Bool("json", false, "print the API's JSON answer")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args, atLeast(1), "search needs a QUERY"); err != nil {
 		return err
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: search needs a QUERY", errUsage)
 	}
 	c, err := newAPIClient(*api)
 	if err != nil {

@@ -1,17 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 
-	"github.com/BurntSushi/toml"
-
-	"github.com/micra-net/micra/internal/suggest"
 	"github.com/micra-net/micra/internal/tomlfile"
 )
 
@@ -56,31 +51,16 @@ func applySettings(fs *flag.FlagSet, file string, environ []string, envPrefix st
 }
 
 func applyFile(fs *flag.FlagSet, file string, keys []string, given map[string]bool) []error {
-	data, err := os.ReadFile(file)
+	var values map[string]any
+	_, fileKeys, err := tomlfile.Decode(file, &values)
 	if err != nil {
 		return []error{err}
 	}
-	if len(data) > tomlfile.MaxSize {
-		return []error{fmt.Errorf("%s: larger than 1 MiB", file)}
-	}
-	var values map[string]any
-	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&values)
-	if err != nil {
-		return []error{tomlfile.DecodeError(file, err)}
-	}
 	var errs []error
-	for _, k := range md.Keys() {
-		if len(k) != 1 {
-			continue // inside a table: reported with the table's key
-		}
-		key := k[0]
-		at := fmt.Sprintf("%s:%d", file, tomlfile.KeyLine(data, key))
+	for _, k := range fileKeys {
+		key, at := k.Name, k.At
 		if !slices.Contains(keys, key) {
-			hint := ""
-			if s, ok := suggest.Closest(key, keys); ok {
-				hint = fmt.Sprintf(" (did you mean %q?)", s)
-			}
-			errs = append(errs, fmt.Errorf("%s: unknown key %q%s", at, key, hint))
+			errs = append(errs, tomlfile.Unknown(k, keys))
 			continue
 		}
 		flagName := strings.ReplaceAll(key, "_", "-")

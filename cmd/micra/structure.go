@@ -34,11 +34,8 @@ func benchStructure(ctx context.Context, args []string, stdout, stderr io.Writer
 	seed := fs.Int64("seed", 1, "`seed` of the sample and of the generated world")
 	dataDir := fs.String("data", "", "the shared data `DIR` (default: ../shared/data or $MICRA_DATA)")
 	asJSON := fs.Bool("json", false, "print the statistics as one JSON object")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	if *rows <= 0 || *sites <= 0 {
 		return fmt.Errorf("%w: --rows and --sites must be positive", errUsage)

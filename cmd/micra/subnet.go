@@ -21,9 +21,8 @@ import (
 	"github.com/micra-net/micra/subnet/embedded"
 )
 
-func runSubnet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	usage := func(w io.Writer) {
-		fmt.Fprintln(w, `Usage: micra subnet <command> [arguments]
+// subnetUsage is the usage of micra subnet.
+const subnetUsage = `Usage: micra subnet <command> [arguments]
 
 Commands:
   import [--out FILE] [--strict] [--format F] [--progress WHEN] INPUT...
@@ -44,35 +43,18 @@ Commands:
          hand a release to a running node, which checks it and spreads it over the network
 
 Without --snapshot, lookup and stats use the snapshot built into micra; "builtin"
-names it where a command takes snapshot files.`)
-	}
-	if len(args) == 0 {
-		usage(stderr)
-		return fmt.Errorf("%w: missing subcommand", errUsage)
-	}
-	switch args[0] {
-	case "import":
-		return subnetImport(ctx, args[1:], stdout, stderr)
-	case "lookup":
-		return subnetLookup(args[1:], stdout, stderr)
-	case "stats":
-		return subnetStats(args[1:], stdout, stderr)
-	case "diff":
-		return subnetDiff(args[1:], stdout, stderr)
-	case "keygen":
-		return subnetKeygen(args[1:], stdout, stderr)
-	case "publish":
-		return subnetPublish(args[1:], stdout, stderr)
-	case "verify":
-		return subnetVerify(args[1:], stdout, stderr)
-	case "offer":
-		return subnetOffer(ctx, args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		usage(stdout)
-		return nil
-	}
-	usage(stderr)
-	return fmt.Errorf("%w: unknown subcommand %q", errUsage, args[0])
+names it where a command takes snapshot files.`
+
+// subnetCommands are the subcommands of micra subnet.
+var subnetCommands = []subcommand{
+	{"import", subnetImport},
+	{"lookup", subnetLookup},
+	{"stats", subnetStats},
+	{"diff", subnetDiff},
+	{"keygen", subnetKeygen},
+	{"publish", subnetPublish},
+	{"verify", subnetVerify},
+	{"offer", subnetOffer},
 }
 
 func subnetImport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -81,12 +63,8 @@ func subnetImport(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	strict := fs.Bool("strict", false, "stop at the first malformed line, naming file and line (default: skip and count)")
 	format := fs.String("format", "auto", "input `format` for all inputs: auto, delegated, rpsl, ip2asn")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always, never")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args, atLeast(1), "no inputs"); err != nil {
 		return err
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: no inputs", errUsage)
 	}
 	f, err := subnet.ParseFormat(*format)
 	if err != nil {
@@ -256,16 +234,12 @@ func toJSONRange(n subnet.Node) jsonRange {
 	return j
 }
 
-func subnetLookup(args []string, stdout, stderr io.Writer) error {
+func subnetLookup(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("subnet lookup", "[flags] ADDR...", stderr)
 	snap := fs.String("snapshot", "", "read the hierarchy from `FILE` (default: the built-in snapshot)")
 	asJSON := fs.Bool("json", false, "print one JSON object per address")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args, atLeast(1), "no addresses"); err != nil {
 		return err
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: no addresses", errUsage)
 	}
 	addrs := make([]netip.Addr, 0, fs.NArg())
 	for _, s := range fs.Args() {
@@ -357,15 +331,12 @@ type jsonStats struct {
 	Sources     []string       `json:"sources"`
 }
 
-func subnetStats(args []string, stdout, stderr io.Writer) error {
+func subnetStats(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("subnet stats", "[flags]", stderr)
 	snap := fs.String("snapshot", "", "read the hierarchy from `FILE` (default: the built-in snapshot)")
 	asJSON := fs.Bool("json", false, "print the statistics as one JSON object")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	t0 := time.Now()
 	t, err := loadSnapshot(*snap)

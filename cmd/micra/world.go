@@ -14,9 +14,8 @@ import (
 	"github.com/micra-net/micra/internal/world"
 )
 
-func runWorld(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	usage := func(w io.Writer) {
-		fmt.Fprintln(w, `Usage: micra world <command> [arguments]
+// worldUsage is the usage of micra world.
+const worldUsage = `Usage: micra world <command> [arguments]
 
 Commands:
   gen   --out DIR [--seed N] [--sites M] [--nodes K] [--from-real | --geo FILE] [flags]
@@ -29,25 +28,13 @@ Commands:
 Everything binds inside 127.0.0.0/8. The latencies are the real RTT matrix
 of the data directory (--data, $MICRA_DATA, or shared/data beside the
 checkout) when it is found, else the embedded latency model; --latency
-chooses.`)
-	}
-	if len(args) == 0 {
-		usage(stderr)
-		return fmt.Errorf("%w: missing subcommand", errUsage)
-	}
-	switch args[0] {
-	case "gen":
-		return worldGen(ctx, args[1:], stdout, stderr)
-	case "serve":
-		return worldServe(ctx, args[1:], stdout, stderr)
-	case "rtt":
-		return worldRTT(ctx, args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		usage(stdout)
-		return nil
-	}
-	usage(stderr)
-	return fmt.Errorf("%w: unknown subcommand %q", errUsage, args[0])
+chooses.`
+
+// worldCommands are the subcommands of micra world.
+var worldCommands = []subcommand{
+	{"gen", worldGen},
+	{"serve", worldServe},
+	{"rtt", worldRTT},
 }
 
 func worldGen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -73,12 +60,8 @@ func worldGen(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&p.MeanPages, "mean-pages", p.MeanPages, "mean pages per site")
 	fs.DurationVar(&p.ChangePeriod, "change-period", p.ChangePeriod, "median period of changing pages")
 	fs.Float64Var(&p.Jitter, "jitter", p.Jitter, "multiplier of the per-request RTT jitter (0: none)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args, func(n int) bool { return *out != "" && n == 0 }, "world gen needs --out DIR and no arguments"); err != nil {
 		return err
-	}
-	if *out == "" || fs.NArg() != 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: world gen needs --out DIR and no arguments", errUsage)
 	}
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -104,12 +87,8 @@ func worldServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	port := fs.Int("port", -1, "serve on this port instead of the spec's (0: any free port)")
 	data := fs.String("data", "", "data `DIR` (default: $MICRA_DATA or shared/data beside the checkout)")
 	verbose := fs.Bool("v", false, "log at debug level")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args, exactly(1), "world serve needs one DIR"); err != nil {
 		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return fmt.Errorf("%w: world serve needs one DIR", errUsage)
 	}
 	dir := fs.Arg(0)
 	w, err := world.Load(ctx, dir, *data)
@@ -154,12 +133,8 @@ func worldServe(ctx context.Context, args []string, stdout, stderr io.Writer) er
 func worldRTT(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("world rtt", "[flags] DIR [SITE...]", stderr)
 	data := fs.String("data", "", "data `DIR` (default: $MICRA_DATA or shared/data beside the checkout)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseArgs(fs, args, atLeast(1), "world rtt needs DIR"); err != nil {
 		return err
-	}
-	if fs.NArg() < 1 {
-		fs.Usage()
-		return fmt.Errorf("%w: world rtt needs DIR", errUsage)
 	}
 	w, err := world.Load(ctx, fs.Arg(0), *data)
 	if err != nil {

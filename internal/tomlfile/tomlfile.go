@@ -3,16 +3,61 @@
 package tomlfile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/micra-net/micra/internal/suggest"
 )
 
 // MaxSize bounds a configuration file in bytes.
 const MaxSize = 1 << 20
+
+// Key is a top-level key of a file and where it is set: FILE:LINE.
+type Key struct {
+	Name string
+	At   string
+}
+
+// Decode reads the TOML file at path, of at most MaxSize bytes, into v and
+// returns its metadata and its top-level keys in file order; the keys set
+// inside a table are left to the table's key. Its errors name the file,
+// and a syntax error its line (DecodeError).
+func Decode(path string, v any) (toml.MetaData, []Key, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return toml.MetaData{}, nil, err
+	}
+	if len(data) > MaxSize {
+		return toml.MetaData{}, nil, fmt.Errorf("%s: larger than 1 MiB", path)
+	}
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(v)
+	if err != nil {
+		return md, nil, DecodeError(path, err)
+	}
+	var keys []Key
+	for _, k := range md.Keys() {
+		if len(k) == 1 {
+			keys = append(keys, Key{Name: k[0], At: fmt.Sprintf("%s:%d", path, KeyLine(data, k[0]))})
+		}
+	}
+	return md, keys, nil
+}
+
+// Unknown is the error of k, a key that is none of known: FILE:LINE:
+// unknown key "k", with the key it was probably meant to be.
+func Unknown(k Key, known []string) error {
+	hint := ""
+	if s, ok := suggest.Closest(k.Name, known); ok {
+		hint = fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	return fmt.Errorf("%s: unknown key %q%s", k.At, k.Name, hint)
+}
 
 // KeyLine is the line of data on which the top-level key is set (bare or
 // quoted), 0 when not found.
