@@ -122,25 +122,14 @@ func (ix *Indexer) loadAudits() error {
 	now := ix.cfg.now()
 	var flagged []string
 	err := ix.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: auditPrefix(), PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			node, ok := parseAuditKey(it.Item().Key())
-			if !ok {
-				continue
-			}
-			var st pb.AuditStats
-			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &st) }); err != nil {
-				ix.log.Warn("stored audit tally unreadable; ignored", "node", node, "error", err)
-				continue
-			}
+		eachStored(ix, txn, auditPrefix(), parseAuditKey, "stored audit tally", func(node peer.ID, st *pb.AuditStats) {
 			if st.GetDisagreed() > 0 {
 				ix.aud.suspect[node] = true
 			}
-			if ix.flagged(&st, now) {
+			if ix.flagged(st, now) {
 				flagged = append(flagged, node.String())
 			}
-		}
+		})
 		return nil
 	})
 	ix.x.Distrust(flagged...)
@@ -442,6 +431,30 @@ func (ix *Indexer) saveDisputes(changed map[peer.ID][]overlay.AuditPrior) {
 	}
 }
 
+// eachStored calls f with each node's message stored under prefix, whose
+// keys parse gives the node of; a key that does not parse is skipped, and
+// a value that does not decode is logged (what: the kind of value) and
+// skipped.
+func eachStored[T any, M interface {
+	*T
+	proto.Message
+}](ix *Indexer, txn *badger.Txn, prefix []byte, parse func([]byte) (peer.ID, bool), what string, f func(peer.ID, M)) {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+	defer it.Close()
+	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+		node, ok := parse(it.Item().Key())
+		if !ok {
+			continue
+		}
+		m := M(new(T))
+		if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, m) }); err != nil {
+			ix.log.Warn(what+" unreadable; ignored", "node", node, "error", err)
+			continue
+		}
+		f(node, m)
+	}
+}
+
 // loadDisputes restores the stored disputed records, within the bounds
 // dispute keeps (a node's newest maxDisputes; maxDispBytes in all, nodes
 // beyond it dropped), and makes their nodes suspects.
@@ -449,19 +462,7 @@ func (ix *Indexer) loadDisputes() error {
 	a := ix.aud
 	var over []peer.ID
 	err := ix.db.View(func(txn *badger.Txn) error {
-		p := disputePrefix()
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: p, PrefetchValues: true})
-		defer it.Close()
-		for it.Seek(p); it.ValidForPrefix(p); it.Next() {
-			node, ok := parseDisputeKey(it.Item().Key())
-			if !ok {
-				continue
-			}
-			var m pb.Disputes
-			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &m) }); err != nil {
-				ix.log.Warn("stored disputed records unreadable; ignored", "node", node, "error", err)
-				continue
-			}
+		eachStored(ix, txn, disputePrefix(), parseDisputeKey, "stored disputed records", func(node peer.ID, m *pb.Disputes) {
 			recs := m.GetRecords()
 			var ds []overlay.AuditPrior
 			var size int64
@@ -483,7 +484,7 @@ func (ix *Indexer) loadDisputes() error {
 			if !fits {
 				over = append(over, node)
 			}
-		}
+		})
 		return nil
 	})
 	if err != nil {

@@ -75,10 +75,7 @@ func (ix *Indexer) keepPending(reqs []crawl.Request) {
 			FirstMs: now.UnixMilli(), NextMs: now.Add(ix.cfg.patience).UnixMilli(), Attempts: 1,
 		})
 	}
-	ix.pend.mu.Lock()
-	defer ix.pend.mu.Unlock()
-	added, lost, err := ix.pend.keep(ids, pcs)
-	ix.stats.pendingLost.Add(uint64(lost))
+	added, err := ix.keep(ids, pcs)
 	if err != nil {
 		ix.log.Warn("keeping crawl requests failed; they are sent once", "error", err)
 		return
@@ -86,6 +83,16 @@ func (ix *Indexer) keepPending(reqs []crawl.Request) {
 	if n := ix.stats.pendingLost.Load(); n > 0 && added == 0 && len(reqs) > 0 {
 		ix.log.Warn("pending crawl requests at their bound; new ones are sent once", "bound", maxPending)
 	}
+}
+
+// keep stores pending crawl requests (new ones or updates) under the
+// table's lock and counts those its bound drops.
+func (ix *Indexer) keep(ids [][16]byte, pcs []*pb.PendingCrawl) (added int, err error) {
+	ix.pend.mu.Lock()
+	defer ix.pend.mu.Unlock()
+	added, lost, err := ix.pend.keep(ids, pcs)
+	ix.stats.pendingLost.Add(uint64(lost))
+	return added, err
 }
 
 // allowedHosts returns the requests whose host the overlay's egress policy

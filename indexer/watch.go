@@ -90,10 +90,7 @@ func (ix *Indexer) keepWatched(ws []requests.Watch, now time.Time) {
 		setHolder(pc, w.Holder, r.Link, w.Receipt, w.Receipt.At)
 		ids, pcs = append(ids, pendingID(r.Link)), append(pcs, pc)
 	}
-	ix.pend.mu.Lock()
-	defer ix.pend.mu.Unlock()
-	added, lost, err := ix.pend.keep(ids, pcs)
-	ix.stats.pendingLost.Add(uint64(lost))
+	added, err := ix.keep(ids, pcs)
 	if err != nil {
 		ix.log.Warn("keeping watched links failed", "error", err)
 		return

@@ -114,15 +114,7 @@ func (s store) dropShard(key [32]byte) error {
 	defer s.changed(key)
 	prefix := shardPrefix(key)
 	for {
-		var keys [][]byte
-		err := s.db.View(func(txn *badger.Txn) error {
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-			defer it.Close()
-			for it.Seek(prefix); it.ValidForPrefix(prefix) && len(keys) < 1000; it.Next() {
-				keys = append(keys, it.Item().KeyCopy(nil))
-			}
-			return nil
-		})
+		keys, err := kv.Keys(s.db, prefix, 1000)
 		if err != nil || len(keys) == 0 {
 			return err
 		}

@@ -59,15 +59,8 @@ func (ob *Outbox) HandleAck(ctx context.Context, from peer.ID, refs []BatchRef) 
 				}
 				continue
 			}
-			for _, k := range [][]byte{outKey(c.e.seq), dataKey(c.e.seq)} {
-				if err := txn.Delete(k); err != nil {
-					return err
-				}
-			}
-			for _, p := range c.e.acks {
-				if err := txn.Delete(ackKey(c.e.seq, p)); err != nil {
-					return err
-				}
+			if err := deleteEntry(txn, *c.e); err != nil {
+				return err
 			}
 		}
 		return nil

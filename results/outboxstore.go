@@ -154,17 +154,7 @@ func (ob *Outbox) reseal() error {
 			if err := txn.Set(seqKey(), binary.BigEndian.AppendUint64(nil, ss[len(ss)-1].hdr.Seq+1)); err != nil {
 				return err
 			}
-			for _, k := range [][]byte{outKey(o.e.seq), dataKey(o.e.seq)} {
-				if err := txn.Delete(k); err != nil {
-					return err
-				}
-			}
-			for _, p := range o.e.acks {
-				if err := txn.Delete(ackKey(o.e.seq, p)); err != nil {
-					return err
-				}
-			}
-			return nil
+			return deleteEntry(txn, o.e)
 		}); err != nil {
 			return fmt.Errorf("results: resealing batch %d: %w", o.e.seq, err)
 		}
@@ -268,4 +258,19 @@ func (ob *Outbox) add(s *sealed) {
 	ob.nextSeq = max(ob.nextSeq, e.seq+1)
 	ob.mu.Unlock()
 	ob.stats.stored.Add(1)
+}
+
+// deleteEntry deletes a batch's keys: its header, its data and its
+// acknowledgements.
+func deleteEntry(txn *badger.Txn, e entry) error {
+	keys := [][]byte{outKey(e.seq), dataKey(e.seq)}
+	for _, p := range e.acks {
+		keys = append(keys, ackKey(e.seq, p))
+	}
+	for _, k := range keys {
+		if err := txn.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/kv"
 )
 
 // JSONRecord is the JSON form of a stored record, used by Export (one per
@@ -172,14 +174,8 @@ func (x *Index) eachRecord(ctx context.Context, f func(docID, *Doc) error) error
 				return fmt.Errorf("%w: record key %q", ErrCorruptValue, it.Item().Key())
 			}
 			var d Doc
-			err := it.Item().Value(func(v []byte) error {
-				s, err := decodeStored(v)
-				if err != nil {
-					return err
-				}
-				d.Record, err = crawl.DecodeRecord(s.Record)
-				return err
-			})
+			var err error
+			d.Record, err = kv.Value(it.Item(), decodeStoredRecord)
 			if err != nil {
 				return fmt.Errorf("record %x: %w", id, err)
 			}

@@ -289,6 +289,15 @@ func getStored(txn *badger.Txn, id docID) (stored, error) {
 	return decodeStored(v)
 }
 
+// decodeStoredRecord decodes a stored value's record.
+func decodeStoredRecord(v []byte) (crawl.Record, error) {
+	s, err := decodeStored(v)
+	if err != nil {
+		return crawl.Record{}, err
+	}
+	return crawl.DecodeRecord(s.Record)
+}
+
 // getRecord reads and decodes the record of a live page.
 func getRecord(txn *badger.Txn, id docID) (crawl.Record, []posting, error) {
 	s, err := getStored(txn, id)

@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"github.com/dgraph-io/badger/v4"
+
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/kv"
 )
 
 // migrate brings an index of schema version from up to schemaVersion, then
@@ -18,40 +20,27 @@ import (
 func (x *Index) migrate(from uint64) error {
 	x.wmu.Lock()
 	defer x.wmu.Unlock()
-	if from < 2 {
-		n, err := x.migrate1to2()
-		if err != nil {
-			return fmt.Errorf("migrating the index from schema 1 to 2: %w", err)
-		}
-		x.log.Info("index schema migrated", "from", from, "to", 2, "pages", n)
+	// steps[i] migrates schema i+1 to i+2; counted says what its count is of.
+	steps := []struct {
+		run     func() (int, error)
+		counted string
+	}{
+		{x.migrate1to2, "pages"},
+		{x.migrate2to3, "pages"},
+		{x.migrate3to4, "impact lists"},
+		{x.migrate4to5, "pages"},
+		{x.migrate5to6, "runs"},
 	}
-	if from < 3 {
-		n, err := x.migrate2to3()
-		if err != nil {
-			return fmt.Errorf("migrating the index from schema 2 to 3: %w", err)
+	for i, st := range steps {
+		to := uint64(i + 2)
+		if from >= to {
+			continue
 		}
-		x.log.Info("index schema migrated", "from", max(from, 2), "to", 3, "pages", n)
-	}
-	if from < 4 {
-		n, err := x.migrate3to4()
+		n, err := st.run()
 		if err != nil {
-			return fmt.Errorf("migrating the index from schema 3 to 4: %w", err)
+			return fmt.Errorf("migrating the index from schema %d to %d: %w", to-1, to, err)
 		}
-		x.log.Info("index schema migrated", "from", max(from, 3), "to", 4, "impact lists", n)
-	}
-	if from < 5 {
-		n, err := x.migrate4to5()
-		if err != nil {
-			return fmt.Errorf("migrating the index from schema 4 to 5: %w", err)
-		}
-		x.log.Info("index schema migrated", "from", max(from, 4), "to", 5, "pages", n)
-	}
-	if from < 6 {
-		n, err := x.migrate5to6()
-		if err != nil {
-			return fmt.Errorf("migrating the index from schema 5 to 6: %w", err)
-		}
-		x.log.Info("index schema migrated", "from", max(from, 5), "to", 6, "runs", n)
+		x.log.Info("index schema migrated", "from", max(from, to-1), "to", to, st.counted, n)
 	}
 	return x.db.Update(func(txn *badger.Txn) error { return txn.Set(keySchema, encodeUvarint(schemaVersion)) })
 }
@@ -295,20 +284,11 @@ func (x *Index) recordsWithStatements(ctx context.Context, from []byte) ([]docID
 			if !ok {
 				return fmt.Errorf("%w: record key %q", ErrCorruptValue, it.Item().Key())
 			}
-			var has bool
-			err := it.Item().Value(func(v []byte) error {
-				s, err := decodeStored(v)
-				if err != nil {
-					return err
-				}
-				r, err := crawl.DecodeRecord(s.Record)
-				has = err == nil && len(r.Statements) > 0
-				return err
-			})
+			r, err := kv.Value(it.Item(), decodeStoredRecord)
 			if err != nil {
 				return fmt.Errorf("record %x: %w", id, err)
 			}
-			if has {
+			if len(r.Statements) > 0 {
 				ids = append(ids, id)
 			}
 		}

@@ -392,15 +392,7 @@ func (x *Index) clearMatches(ctx context.Context, name string) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			var keys [][]byte
-			err := x.db.View(func(txn *badger.Txn) error {
-				it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-				defer it.Close()
-				for it.Seek(prefix); it.ValidForPrefix(prefix) && len(keys) < 4096; it.Next() {
-					keys = append(keys, it.Item().KeyCopy(nil))
-				}
-				return nil
-			})
+			keys, err := kv.Keys(x.db, prefix, 4096)
 			if err != nil || len(keys) == 0 {
 				if err != nil {
 					return err

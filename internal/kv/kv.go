@@ -36,6 +36,21 @@ func Schema(txn *badger.Txn, key, want []byte, mismatch error) error {
 	return nil
 }
 
+// Keys returns copies of the first keys under prefix, at most n: a batch of
+// what a delete by prefix removes in one transaction.
+func Keys(db *badger.DB, prefix []byte, n int) ([][]byte, error) {
+	var keys [][]byte
+	err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix) && len(keys) < n; it.Next() {
+			keys = append(keys, it.Item().KeyCopy(nil))
+		}
+		return nil
+	})
+	return keys, err
+}
+
 // Get reads key in txn and hands its value to read, which must not keep
 // the slice past the call. An absent key is not an error: found is false
 // and read is not called. An error from read is returned as it is.

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"bytes"
 	"errors"
 	"strconv"
 	"testing"
@@ -66,6 +67,31 @@ func TestReads(t *testing.T) {
 	}
 	if string(v) != "42" {
 		t.Errorf("Load's value changed to %q when the key was written again: not a copy", v)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	db, err := badger.Open(badger.DefaultOptions("").WithInMemory(true).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	err = db.Update(func(txn *badger.Txn) error {
+		return errors.Join(txn.Set([]byte("/a/1"), nil), txn.Set([]byte("/a/2"), nil), txn.Set([]byte("/a/3"), nil), txn.Set([]byte("/b/1"), nil))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		prefix string
+		n      int
+		want   string
+	}{{"/a/", 2, "/a/1 /a/2"}, {"/a/", 10, "/a/1 /a/2 /a/3"}, {"/c/", 10, ""}} {
+		keys, err := Keys(db, []byte(tc.prefix), tc.n)
+		got := string(bytes.Join(keys, []byte(" ")))
+		if err != nil || got != tc.want {
+			t.Errorf("Keys(%s, %d) = %q, %v; want %q", tc.prefix, tc.n, got, err, tc.want)
+		}
 	}
 }
 
