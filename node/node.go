@@ -42,6 +42,7 @@ type options struct {
 	logOut     io.Writer
 	resolver   crawl.Resolver
 	probeScale float64
+	onProbe    func(self peer.ID, reached netip.Addr, rtt time.Duration)
 	split      *time.Duration
 	delegate   []delegate.Option
 	overlay    []overlay.Option
@@ -73,6 +74,14 @@ func Resolver(r crawl.Resolver) Option { return func(o *options) { o.resolver = 
 // emulated Internet served at time scale f, the coordinators then compare
 // unscaled RTTs with their threshold.
 func ProbeScale(f float64) Option { return func(o *options) { o.probeScale = f } }
+
+// ProbeObserver has f called after each probe this node answers that
+// reached a server, with the node's id, the address reached and the RTT
+// it reports (after ProbeScale): what the demo fits its probes' noise to.
+// f must be quick and safe for concurrent use.
+func ProbeObserver(f func(self peer.ID, reached netip.Addr, rtt time.Duration)) Option {
+	return func(o *options) { o.onProbe = f }
+}
 
 // SplitMargin sets how much slower than the probe this node won a range
 // with a server's first fetches, and then a probe of the server, must be
@@ -504,6 +513,9 @@ func (n *Node) probe(ctx context.Context, u string) (time.Duration, error) {
 	if a.IsValid() {
 		t := n.snapshot()
 		n.probeRTT.put(t.Range(t.SmallestNonUnary(a)), rtt)
+		if n.opt.onProbe != nil {
+			n.opt.onProbe(n.h.ID(), a, rtt)
+		}
 	}
 	return rtt, nil
 }

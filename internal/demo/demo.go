@@ -114,6 +114,11 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) (err error) {
 	if err := delegationTable(ctx, stdout, d.w, d.run, d.tree, d.nodes, d.seeds, d.trace); err != nil {
 		return err
 	}
+	nodeAddrs := map[peer.ID]netip.Addr{}
+	for _, dn := range d.nodes {
+		nodeAddrs[dn.ID()] = dn.Addr
+	}
+	d.noise.fit(d.w.RTTAddr, nodeAddrs).print(stdout)
 	fmt.Fprintln(stdout)
 	sampleSearch(ctx, stdout, d.ri, d.seeds, d.run)
 	if !c.Linger {
@@ -134,6 +139,7 @@ type demo struct {
 	log         *slog.Logger
 	logName     string
 	trace       *decisionTrace
+	noise       probeNoise
 
 	w     *world.World
 	run   *world.Running
@@ -175,7 +181,8 @@ func (d *demo) startWorld(ctx context.Context, _ string) (func() error, error) {
 // startNodes starts the volunteers, each bootstrapping from the first.
 func (d *demo) startNodes(ctx context.Context, dir string) (func() error, error) {
 	sw, err := swarm.Start(ctx, d.run, d.tree, swarm.Config{Dir: dir, Scale: d.c.Scale, Threshold: d.c.Threshold, Split: d.c.Split,
-		LatencyMap: d.c.LatencyMap, Dashboards: true, Logger: d.log, Trace: traceHandler(d.trace)})
+		LatencyMap: d.c.LatencyMap, Dashboards: true, Logger: d.log, Trace: traceHandler(d.trace),
+		NodeOptions: []node.Option{node.ProbeObserver(d.noise.observe)}})
 	if err != nil {
 		return nil, err
 	}
