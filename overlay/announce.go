@@ -10,7 +10,6 @@ import (
 	"time"
 
 	kb "github.com/libp2p/go-libp2p-kbucket"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 
@@ -314,19 +313,26 @@ func (o *Overlay) ownAnnounce(p peer.ID) *pb.Announce {
 }
 
 // expireAnnounced forgets peers silent for three announcement intervals,
-// and exchanges as old, and RTTs announced longer ago than rttMaxAge.
+// with their RTTs and the RTTs others announced of them, exchanges as
+// old, and RTTs announced longer ago than rttMaxAge.
 func (o *Overlay) expireAnnounced() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	var gone []peer.ID
 	for id, pi := range o.peers {
 		if time.Since(pi.Seen) > 3*o.cfg.announce {
 			delete(o.peers, id)
 			delete(o.rtts, id)
+			gone = append(gone, id)
 		}
 	}
 	for id, a := range o.rtts {
 		if time.Since(a.at) > o.rttMaxAge() {
 			delete(o.rtts, id)
+			continue
+		}
+		for _, g := range gone {
+			delete(a.us, g)
 		}
 	}
 	for id, t := range o.told {
@@ -417,9 +423,10 @@ type announcedRTTs struct {
 // (subnet.ClaimCheck):
 //   - it is fresh: a peer sends its RTTs every rttEvery-th exchange, and
 //     the last ones stand for rttMaxAge, twice that;
-//   - the pair's other end is live to this node (it announced itself
-//     within three intervals, or is connected): an RTT to a peer gone is
-//     no place in the network;
+//   - the pair's other end has not gone as far as this node knows: a peer
+//     silent for three intervals takes the RTTs others announced of it
+//     along when it is forgotten (expireAnnounced), and the author's next
+//     announcement lists only peers it is connected to;
 //   - the triangle inequality with this node's own measurements r1, r2 to
 //     the two ends (peerstore EWMAs) allows it: the pair's RTT lies within
 //     [|r1−r2|, r1+r2], widened by rttFactor and rttSlack because the
@@ -442,9 +449,9 @@ const (
 // announcing them again.
 func (o *Overlay) rttMaxAge() time.Duration { return 2 * rttEvery * o.cfg.announce }
 
-// announcedRTT returns the RTT from a to b that a announced, when fresh,
-// about a live b, and not refuted by this node's own measurements (nor,
-// with symmetric set, by b's announcement of the pair). o.mu is held.
+// announcedRTT returns the RTT from a to b that a announced, when fresh
+// and not refuted by this node's own measurements (nor, with symmetric
+// set, by b's announcement of the pair). o.mu is held.
 func (o *Overlay) announcedRTT(a, b peer.ID, symmetric bool) (time.Duration, bool) {
 	ann, ok := o.rtts[a]
 	us, ok2 := ann.us[b]
@@ -452,10 +459,6 @@ func (o *Overlay) announcedRTT(a, b peer.ID, symmetric bool) (time.Duration, boo
 		return 0, false
 	}
 	d := time.Duration(us) * time.Microsecond
-	self := o.h.ID()
-	if _, live := o.peers[b]; !live && b != self && o.h.Network().Connectedness(b) != network.Connected {
-		return 0, false
-	}
 	if r1, r2 := o.ownRTT(a), o.ownRTT(b); r1 > 0 && r2 > 0 {
 		if d < ((r1-r2).Abs()-rttSlack)/rttFactor || d > rttFactor*(r1+r2)+rttSlack {
 			return 0, false

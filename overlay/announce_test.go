@@ -340,7 +340,7 @@ func TestAnnouncedRTTsBounded(t *testing.T) {
 // TestAnnouncedRTTsStale: an announced RTT stops being used, and leaves
 // the map, when its author has not announced RTTs for rttMaxAge though it
 // still announces its state; an RTT to a peer gone (silent for three
-// rounds, not connected) stops being used at once.
+// rounds) leaves the map with the peer.
 func TestAnnouncedRTTsStale(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
 		const every = time.Hour
