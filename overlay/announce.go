@@ -124,7 +124,7 @@ func (o *Overlay) noteAnnounce(author peer.ID, a announcement) {
 	if _, ok := o.peers[author]; ok || len(o.peers) < maxAnnouncedPeers {
 		o.peers[author] = PeerInfo{ID: author, Capacity: a.capacity, Load: a.load, Subnets: a.subnets, LoadAt: a.at, Seen: time.Now()}
 		if a.rtts != nil {
-			o.rtts[author] = a.rtts
+			o.rtts[author] = announcedRTTs{us: a.rtts, at: time.Now()}
 		}
 	}
 }
@@ -313,14 +313,26 @@ func (o *Overlay) ownAnnounce(p peer.ID) *pb.Announce {
 }
 
 // expireAnnounced forgets peers silent for three announcement intervals,
-// and exchanges as old.
+// with their RTTs and the RTTs others announced of them, exchanges as
+// old, and RTTs announced longer ago than rttMaxAge.
 func (o *Overlay) expireAnnounced() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	var gone []peer.ID
 	for id, pi := range o.peers {
 		if time.Since(pi.Seen) > 3*o.cfg.announce {
 			delete(o.peers, id)
 			delete(o.rtts, id)
+			gone = append(gone, id)
+		}
+	}
+	for id, a := range o.rtts {
+		if time.Since(a.at) > o.rttMaxAge() {
+			delete(o.rtts, id)
+			continue
+		}
+		for _, g := range gone {
+			delete(a.us, g)
 		}
 	}
 	for id, t := range o.told {
@@ -396,14 +408,94 @@ func (o *Overlay) Peers() []PeerInfo {
 	return out
 }
 
+// announcedRTTs is what one peer last announced of its measured RTTs
+// (µs, by peer; at most maxAnnouncedRTTs) and when this node received it.
+type announcedRTTs struct {
+	us map[peer.ID]int64
+	at time.Time
+}
+
+// The checks of announced RTTs. A node announces whatever it likes, and an
+// RTT it invents moves the guided search's triangle bounds: a short one
+// keeps it a candidate everywhere, a long one prunes an honest rival. An
+// announced RTT is used only when nothing this node measured or heard
+// refutes it, as a probe claim is checked against the witnesses' own RTTs
+// (subnet.ClaimCheck):
+//   - it is fresh: a peer sends its RTTs every rttEvery-th exchange, and
+//     the last ones stand for rttMaxAge, twice that;
+//   - the pair's other end has not gone as far as this node knows: a peer
+//     silent for three intervals takes the RTTs others announced of it
+//     along when it is forgotten (expireAnnounced), and the author's next
+//     announcement lists only peers it is connected to;
+//   - the triangle inequality with this node's own measurements r1, r2 to
+//     the two ends (peerstore EWMAs) allows it: the pair's RTT lies within
+//     [|r1−r2|, r1+r2], widened by rttFactor and rttSlack because the
+//     Internet's routes break the inequality by detours (most violations
+//     are within a factor of two) and EWMAs are noisy;
+//   - for Between, the other end's own announcement of the pair, when it
+//     has one, agrees within rttFactor and rttSlack: RTTs are symmetric,
+//     and of two ends that disagree either may lie, so neither is taken.
+//     MeasuredBy never takes the other end's word (the claim check asks
+//     what a witness measured of a claimant), so it skips this one.
+//
+// A refuted RTT is not used: the pair is unknown, and the search asks
+// rather than prunes.
+const (
+	rttFactor = 2
+	rttSlack  = 5 * time.Millisecond
+)
+
+// rttMaxAge is how long the RTTs a peer announced are used without its
+// announcing them again.
+func (o *Overlay) rttMaxAge() time.Duration { return 2 * rttEvery * o.cfg.announce }
+
+// announcedRTT returns the RTT from a to b that a announced, when fresh
+// and not refuted by this node's own measurements (nor, with symmetric
+// set, by b's announcement of the pair). o.mu is held.
+func (o *Overlay) announcedRTT(a, b peer.ID, symmetric bool) (time.Duration, bool) {
+	ann, ok := o.rtts[a]
+	us, ok2 := ann.us[b]
+	if !ok || !ok2 || time.Since(ann.at) > o.rttMaxAge() {
+		return 0, false
+	}
+	d := time.Duration(us) * time.Microsecond
+	if r1, r2 := o.ownRTT(a), o.ownRTT(b); r1 > 0 && r2 > 0 {
+		if d < ((r1-r2).Abs()-rttSlack)/rttFactor || d > rttFactor*(r1+r2)+rttSlack {
+			return 0, false
+		}
+	}
+	if symmetric {
+		if other, ok := o.rtts[b]; ok && time.Since(other.at) <= o.rttMaxAge() {
+			if us2, ok := other.us[a]; ok {
+				lo, hi := min(us, us2), max(us, us2)
+				if time.Duration(hi)*time.Microsecond > rttFactor*time.Duration(lo)*time.Microsecond+rttSlack {
+					return 0, false
+				}
+			}
+		}
+	}
+	return d, true
+}
+
+// ownRTT returns this node's measured RTT to p (0 for itself; the
+// peerstore's EWMA, 0 when unmeasured).
+func (o *Overlay) ownRTT(p peer.ID) time.Duration {
+	if p == o.h.ID() {
+		return 0
+	}
+	return o.h.Peerstore().LatencyEWMA(p)
+}
+
 // Between returns the round-trip time between peers a and b as the overlay
 // measured it: this node's own latency to a peer is libp2p's peerstore
 // EWMA (fed by the DHT's requests and by pings, see announcements); other
 // pairs come from the RTTs peers announced to this node (its neighbours,
-// see announce.go), which are their peerstore EWMAs (either direction). ok is false when nobody measured the pair. The
-// guided search bounds candidates with it (triangle inequality); on the
-// emulated Internet, where libp2p's own traffic does not see the world's
-// latencies, tests substitute the world's model.
+// see announce.go), which are their peerstore EWMAs (either direction),
+// as far as the checks above leave them. ok is false when nobody measured
+// the pair, or what was announced of it is refuted. The guided search
+// bounds candidates with it (triangle inequality); on the emulated
+// Internet, where libp2p's own traffic does not see the world's latencies,
+// tests substitute the world's model.
 func (o *Overlay) Between(a, b peer.ID) (time.Duration, bool) {
 	if a == b {
 		return 0, true
@@ -414,41 +506,35 @@ func (o *Overlay) Between(a, b peer.ID) (time.Duration, bool) {
 		if a == self {
 			other = b
 		}
-		if d := o.h.Peerstore().LatencyEWMA(other); d > 0 {
+		if d := o.ownRTT(other); d > 0 {
 			return d, true
 		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if us, ok := o.rtts[a][b]; ok {
-		return time.Duration(us) * time.Microsecond, true
+	if d, ok := o.announcedRTT(a, b, true); ok {
+		return d, true
 	}
-	if us, ok := o.rtts[b][a]; ok {
-		return time.Duration(us) * time.Microsecond, true
-	}
-	return 0, false
+	return o.announcedRTT(b, a, true)
 }
 
 // MeasuredBy returns the round-trip time from peer by to peer of as by
 // measured it: this node's peerstore EWMA when by is this node, else the
-// RTT by announced to this node (announce.go). Unlike Between it never
-// takes of's word: a node can lengthen the RTTs others measure to it, by
-// delaying its answers, but not shorten them, while what it announces is
-// anything it likes.
+// RTT by announced to this node (announce.go), when the checks above
+// leave it. Unlike Between it never takes of's word: a node can lengthen
+// the RTTs others measure to it, by delaying its answers, but not shorten
+// them, while what it announces is anything it likes.
 func (o *Overlay) MeasuredBy(by, of peer.ID) (time.Duration, bool) {
 	if by == of {
 		return 0, true
 	}
 	if by == o.h.ID() {
-		if d := o.h.Peerstore().LatencyEWMA(of); d > 0 {
+		if d := o.ownRTT(of); d > 0 {
 			return d, true
 		}
 		return 0, false
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if us, ok := o.rtts[by][of]; ok {
-		return time.Duration(us) * time.Microsecond, true
-	}
-	return 0, false
+	return o.announcedRTT(by, of, false)
 }

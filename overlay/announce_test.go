@@ -276,3 +276,155 @@ func FuzzAnnounceFrame(f *testing.F) {
 		}
 	})
 }
+
+// announceRTTs has author announce its RTTs (ms, by peer) to o, through
+// the checks of a received announcement; nil announces none.
+func announceRTTs(t *testing.T, o *Overlay, author peer.ID, ms map[peer.ID]int) {
+	t.Helper()
+	a := &pb.Announce{Version: wireVersion, Snapshot: o.sid[:], Capacity: 1, AtMs: time.Now().UnixMilli()}
+	for p, d := range ms {
+		a.Rtts = append(a.Rtts, &pb.PeerRTT{Peer: []byte(p), RttMicros: int64(d) * 1000})
+	}
+	got, err := checkAnnounce(o.sid[:], a, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.noteAnnounce(author, got)
+}
+
+// between and measuredBy read o's RTT map as the guided search and the
+// claim check do, in ms, -1 when unknown.
+func between(o *Overlay, a, b peer.ID) int {
+	d, ok := o.Between(a, b)
+	if !ok {
+		return -1
+	}
+	return int(d / time.Millisecond)
+}
+
+func measuredBy(o *Overlay, by, of peer.ID) int {
+	d, ok := o.MeasuredBy(by, of)
+	if !ok {
+		return -1
+	}
+	return int(d / time.Millisecond)
+}
+
+// TestAnnouncedRTTsBounded: the RTT map holds at most maxAnnouncedRTTs
+// of each peer and the RTTs of at most maxAnnouncedPeers peers, however
+// many announce and however much each announces.
+func TestAnnouncedRTTsBounded(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		o := r.swarm(1, Announce(time.Hour))[0].o
+		others := randomPeers(t, 2*maxAnnouncedRTTs, 1)
+		ms := map[peer.ID]int{}
+		for _, p := range others {
+			ms[p] = 20
+		}
+		for _, author := range randomPeers(t, maxAnnouncedPeers+50, 2) {
+			announceRTTs(t, o, author, ms)
+		}
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if len(o.rtts) != maxAnnouncedPeers || len(o.peers) != maxAnnouncedPeers {
+			t.Errorf("RTTs of %d peers, %d peers, want %d", len(o.rtts), len(o.peers), maxAnnouncedPeers)
+		}
+		for p, a := range o.rtts {
+			if len(a.us) != maxAnnouncedRTTs {
+				t.Fatalf("%d RTTs kept of %s, want %d", len(a.us), p, maxAnnouncedRTTs)
+			}
+		}
+	})
+}
+
+// TestAnnouncedRTTsStale: an announced RTT stops being used, and leaves
+// the map, when its author has not announced RTTs for rttMaxAge though it
+// still announces its state; an RTT to a peer gone (silent for three
+// rounds) leaves the map with the peer.
+func TestAnnouncedRTTsStale(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		const every = time.Hour
+		o := r.swarm(1, Announce(every))[0].o
+		ps := randomPeers(t, 3, 3)
+		a, b, c := ps[0], ps[1], ps[2]
+		t0 := time.Now()
+		announceRTTs(t, o, a, map[peer.ID]int{b: 30, c: 40})
+		announceRTTs(t, o, b, nil)
+		announceRTTs(t, o, c, nil)
+		if got := [...]int{between(o, a, b), between(o, b, a), between(o, a, c), measuredBy(o, a, b)}; got != [...]int{30, 30, 40, 30} {
+			t.Fatalf("fresh RTTs a–b, b–a, a–c, a's of b: %v ms, want 30, 30, 40, 30", got)
+		}
+		// c falls silent; a and b go on announcing their state (no RTTs)
+		// every round.
+		for range 4 {
+			time.Sleep(every)
+			announceRTTs(t, o, a, nil)
+			announceRTTs(t, o, b, nil)
+		}
+		o.expireAnnounced()
+		if got := [...]int{between(o, a, b), between(o, a, c), measuredBy(o, a, c)}; got != [...]int{30, -1, -1} {
+			t.Errorf("c gone: a–b, a–c, a's of c %v ms, want 30, -1, -1", got)
+		}
+		// a's RTTs stand until rttMaxAge, then age out though a still
+		// announces its state.
+		for time.Since(t0) <= o.rttMaxAge()-every {
+			time.Sleep(every)
+			announceRTTs(t, o, a, nil)
+			announceRTTs(t, o, b, nil)
+			if got := between(o, a, b); got != 30 {
+				t.Fatalf("a–b announced %v ago: %d ms, want 30", time.Since(t0), got)
+			}
+		}
+		time.Sleep(every + time.Second)
+		announceRTTs(t, o, a, nil)
+		announceRTTs(t, o, b, nil)
+		if got := between(o, a, b); got != -1 {
+			t.Errorf("a–b announced %v ago: %d ms, want unknown", time.Since(t0), got)
+		}
+		o.expireAnnounced()
+		o.mu.Lock()
+		_, kept := o.rtts[a]
+		o.mu.Unlock()
+		if kept {
+			t.Error("a's stale RTTs are still in the map")
+		}
+		announceRTTs(t, o, a, map[peer.ID]int{b: 35})
+		if got := between(o, a, b); got != 35 {
+			t.Errorf("a–b announced again: %d ms, want 35", got)
+		}
+	})
+}
+
+// TestAnnouncedRTTsChecked: an announced RTT that the triangle inequality
+// with this node's own measurements to both ends refutes is not used, nor,
+// by Between, one that the other end's announcement of the pair
+// contradicts; MeasuredBy never takes the other end's word.
+func TestAnnouncedRTTsChecked(t *testing.T) {
+	simulate(t, func(t *testing.T, r *rig) {
+		o := r.swarm(1, Announce(time.Hour))[0].o
+		ps := randomPeers(t, 3, 4)
+		a, b, c := ps[0], ps[1], ps[2]
+		o.h.Peerstore().RecordLatency(a, 10*time.Millisecond)
+		o.h.Peerstore().RecordLatency(b, 100*time.Millisecond)
+		announceRTTs(t, o, b, nil)
+		// Measured here: a at 10 ms, b at 100 ms, so a–b lies in [90, 110]
+		// ms, widened by rttFactor and rttSlack to [42.5, 225].
+		for claim, want := range map[int]int{20: -1, 42: -1, 45: 45, 80: 80, 220: 220, 230: -1, 400: -1} {
+			announceRTTs(t, o, a, map[peer.ID]int{b: claim})
+			if got := [...]int{between(o, a, b), measuredBy(o, a, b)}; got != [...]int{want, want} {
+				t.Errorf("a claims a–b %d ms: Between, MeasuredBy %v, want %d", claim, got, want)
+			}
+		}
+		// c is not measured here: the ends' announcements are checked
+		// against each other.
+		announceRTTs(t, o, a, map[peer.ID]int{c: 50})
+		announceRTTs(t, o, c, map[peer.ID]int{a: 200})
+		if got := [...]int{between(o, a, c), between(o, c, a), measuredBy(o, a, c), measuredBy(o, c, a)}; got != [...]int{-1, -1, 50, 200} {
+			t.Errorf("a says a–c 50 ms, c says 200: Between both ways, a's of c, c's of a %v, want -1, -1, 50, 200", got)
+		}
+		announceRTTs(t, o, c, map[peer.ID]int{a: 60})
+		if got := [...]int{between(o, a, c), between(o, c, a)}; got != [...]int{50, 60} {
+			t.Errorf("a says a–c 50 ms, c says 60: Between a–c, c–a %v, want 50, 60 (the first end's word)", got)
+		}
+	})
+}

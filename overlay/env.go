@@ -150,6 +150,8 @@ func (e *env) MeasuredBy(by, of peer.ID) (time.Duration, bool) { return e.c.o.Me
 
 func (e *env) Self() peer.ID { return e.c.self }
 
+func (e *env) MayCrawl(p peer.ID) bool { return e.c.o.mayCrawl(p) }
+
 // Peers merges the shard's heartbeating crawlers and stored loads, the
 // announced peers and the DHT routing table, self included.
 func (e *env) Peers() []PeerInfo {

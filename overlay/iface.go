@@ -130,6 +130,10 @@ type DelegationEnv interface {
 	// Self returns the coordinator's own peer id: the one witness whose
 	// probes the claim check need not doubt.
 	Self() peer.ID
+	// MayCrawl reports whether p may be given subnets as far as the
+	// coordinator knows (Overlay.MayCrawl): a node named in stored probes
+	// but not among Peers is a candidate only then.
+	MayCrawl(p peer.ID) bool
 }
 
 // IndexedDelegation is a delegation as a block shard indexes it: with the

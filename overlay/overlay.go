@@ -67,7 +67,7 @@ type Overlay struct {
 	askQ       chan Delegation                  // dropped subnets to ask about again (askAgainLoop)
 	unheld     map[[32]byte][]string            // by shard: range keys its last heartbeat ack listed as this node's that it did not hold
 	peers      map[peer.ID]PeerInfo             // announced peers, bounded
-	rtts       map[peer.ID]map[peer.ID]int64    // announced peers' measured RTTs to others, µs
+	rtts       map[peer.ID]announcedRTTs        // announced peers' measured RTTs to others (announce.go)
 	told       map[peer.ID]told                 // announcements exchanged, by peer, bounded
 	// nonCrawlers are peers that announced they do not crawl (NoCrawl,
 	// capacity 0): never delegation candidates. Bounded like peers.
@@ -173,7 +173,7 @@ func newOverlay(h host.Host, sk crypto.PrivKey, tree *subnet.Tree, db *badger.DB
 		askQ:          make(chan Delegation, maxAskAgain),
 		unheld:        map[[32]byte][]string{},
 		peers:         map[peer.ID]PeerInfo{},
-		rtts:          map[peer.ID]map[peer.ID]int64{},
+		rtts:          map[peer.ID]announcedRTTs{},
 		told:          map[peer.ID]told{},
 		coordFor:      map[[32]byte]peer.ID{},
 		probeSlots:    newPeerSlots(probeStreamsPerPeer),

@@ -83,6 +83,7 @@ func (s *sim) delegateAll(ss []world.Site, from []*simNode) (failed int, chosen 
 func (s *sim) quality(res *Result, todo []world.Site, chosen []netip.Addr) {
 	out := make([]evaluate.Outcome, 0, len(todo))
 	own, nodes := 0, live(s.nodes)
+	var seen, peers, unknown, asNear int // decisions with their peers recorded (known), peers summed, and as logged below
 	for i, site := range todo {
 		if !chosen[i].IsValid() {
 			continue
@@ -96,9 +97,25 @@ func (s *sim) quality(res *Result, todo []world.Site, chosen []netip.Addr) {
 		if isOwn {
 			own++
 		}
+		if kb, n, ok := s.known.get(site.Addrs[0]); ok {
+			seen, peers = seen+1, peers+n
+			if kb-best > 10*time.Microsecond {
+				unknown++
+			}
+			if s.w.RTT(chosen[i], site) <= kb+10*time.Microsecond {
+				asNear++
+			}
+		}
 		out = append(out, evaluate.Outcome{Site: site.ID, Node: chosen[i], RTT: s.w.RTT(chosen[i], site), Optimal: best, New: !isOwn})
 	}
 	st := evaluate.Summarise(out)
+	// The coordinators' neighbours (DelegationEnv.Peers) against the
+	// nodes their searches chose (view.Nodes adds the nodes named in
+	// stored probes).
+	if seen > 0 {
+		s.logf("coordinators' peers: %.0f per decision; %d of %d decisions had no node of the lowest RTT among them; %d chose a node at least as near as their peers' nearest",
+			float64(peers)/float64(seen), unknown, seen, asNear)
+	}
 	res.OptimalPct, res.ExcessPerURLMS = st.OptimalPct, st.ExcessPerURLMS
 	var near, far int // sub-optimal ones within 5 ms of the best, and beyond 20 ms
 	for _, o := range out {

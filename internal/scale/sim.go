@@ -63,6 +63,7 @@ type sim struct {
 	// probes truly here), the first ten.
 	rejections  *slog.Logger
 	evs         events // ownership records from the churn on
+	known       known  // what each decision's search could choose from
 	dbs         []*badger.DB
 	dels        []*delegate.Delegator
 	opened      atomic.Int64 // connections opened, counted at both ends
@@ -220,7 +221,7 @@ func (s *sim) start(a netip.Addr) (*simNode, error) {
 	db := p2ptest.SimDB(s.t)
 	s.dbs = append(s.dbs, db)
 	s.dels = append(s.dels, del)
-	o, err := overlay.New(h, s.tree, db, overlay.WithDelegator(del), overlay.WithProber(s.prober(a)),
+	o, err := overlay.New(h, s.tree, db, overlay.WithDelegator(candidates{del, s}), overlay.WithProber(s.prober(a)),
 		overlay.OwnAddress(a), overlay.Logger(s.evs.logger(a)), overlay.OnDHTRequest(s.onQuery), overlay.Liveness(s.heartbeat, s.liveness),
 		// Every emulated address is in 127/8: a /16 group here stands
 		// for many of the real Internet's, and private networks are

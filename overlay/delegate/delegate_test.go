@@ -65,6 +65,7 @@ type fakeEnv struct {
 	failMove  bool
 	self      peer.ID            // the coordinator
 	announced map[[2]peer.ID]int // RTTs the first peer announced of the second
+	barred    map[peer.ID]bool   // nodes that may not crawl (MayCrawl)
 }
 
 func (e *fakeEnv) Tree() *subnet.Tree { return e.tree }
@@ -153,7 +154,8 @@ func (e *fakeEnv) MeasuredBy(by, of peer.ID) (time.Duration, bool) {
 	}
 	return 0, false
 }
-func (e *fakeEnv) Self() peer.ID { return e.self }
+func (e *fakeEnv) Self() peer.ID           { return e.self }
+func (e *fakeEnv) MayCrawl(p peer.ID) bool { return !e.barred[p] }
 
 var _ overlay.DelegationEnv = (*fakeEnv)(nil)
 

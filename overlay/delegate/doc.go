@@ -23,6 +23,14 @@
 //     the search climbs into, at most one per level per CacheTTL, and only
 //     when the search gets there (the guided search's predictions look
 //     upwards until some level has probe results);
+//   - candidates: the coordinator's peers (DelegationEnv.Peers: its
+//     routing table, the peers that announce to it, the crawlers that
+//     heartbeat its shards: 86 of 100 nodes, 150 of 300 in micra bench
+//     overlay), and the nodes named in the stored probes the decision
+//     reads and in the Delegator's places that may crawl
+//     (DelegationEnv.MayCrawl): the guided search's predictions point at
+//     nodes anywhere, and a probe to a node this coordinator has no
+//     address of starts with a DHT lookup of it (Overlay.Probe);
 //   - probe requests: one per node asked, each a stream to the node (which
 //     times HTTP HEADs from its own address) and one replicated write of
 //     the result in the shard; at most MaxProbes per decision, the

@@ -2,9 +2,12 @@ package delegate
 
 import (
 	"cmp"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
+
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/overlay"
 	"github.com/micra-net/micra/subnet"
@@ -26,6 +29,9 @@ type places struct {
 	seq uint64
 	// by range, sorted by start then by end descending
 	es []placeEntry
+	// nodes counts the entries whose probes name each node: the nodes
+	// this Delegator has seen answer probes (view.Nodes).
+	nodes map[peer.ID]int
 }
 
 type placeEntry struct {
@@ -51,8 +57,10 @@ func (p *places) add(t *subnet.Tree, ix overlay.IndexedDelegation) {
 	defer p.mu.Unlock()
 	p.seq++
 	e := placeEntry{r: ix.Subnet, cc: cc, probes: ps, seq: p.seq}
+	p.count(e, 1)
 	i, found := slices.BinarySearchFunc(p.es, ix.Subnet, func(e placeEntry, r subnet.Range) int { return compareRanges(e.r, r) })
 	if found {
+		p.count(p.es[i], -1)
 		p.es[i] = e
 		return
 	}
@@ -64,8 +72,28 @@ func (p *places) add(t *subnet.Tree, ix overlay.IndexedDelegation) {
 				oldest = j
 			}
 		}
+		p.count(p.es[oldest], -1)
 		p.es = slices.Delete(p.es, oldest, oldest+1)
 	}
+}
+
+// count adds by to the count of each node e's probes name. p.mu is held.
+func (p *places) count(e placeEntry, by int) {
+	if p.nodes == nil {
+		p.nodes = map[peer.ID]int{}
+	}
+	for _, pr := range e.probes {
+		if p.nodes[pr.Peer] += by; p.nodes[pr.Peer] <= 0 {
+			delete(p.nodes, pr.Peer)
+		}
+	}
+}
+
+// named returns the nodes the entries' probes name.
+func (p *places) named() []peer.ID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Collect(maps.Keys(p.nodes))
 }
 
 // within returns the entries whose subnets lie inside r, in address order.

@@ -95,11 +95,47 @@ func TestPlaces(t *testing.T) {
 	if c := p.country("DE", netip.MustParseAddr("127.1.0.0")); len(c) != 0 {
 		t.Errorf("country DE: %v", got(c))
 	}
-	// Bounded: the oldest go.
+	named := func() []peer.ID { ns := p.named(); slices.Sort(ns); return ns }
+	if ns := named(); !slices.Equal(ns, []peer.ID{"n1", "n2"}) {
+		t.Errorf("named %v, want n1, n2", ns)
+	}
+	// Bounded: the oldest go, and the nodes only they named.
 	for i := range maxPlaces + 10 {
 		p.add(tr, ix(netip.AddrFrom4([4]byte{127, 5, byte(i >> 8), byte(i)}).String()+"/32", "n3"))
 	}
 	if len(p.es) != maxPlaces || len(p.within(r("127.0.0.0/16"))) != 0 {
 		t.Errorf("%d entries kept, the oldest still there: %v", len(p.es), got(p.within(r("127.0.0.0/16"))))
+	}
+	if ns := named(); !slices.Equal(ns, []peer.ID{"n3"}) {
+		t.Errorf("named %v after the eviction, want n3", ns)
+	}
+}
+
+// TestDelegatorAsksNodesNamedInProbes: a node that is none of the
+// coordinator's peers but answered a stored probe of a neighbouring subnet
+// is a candidate: the search asks it where its probe predicts it nearest,
+// unless it may not crawl or is excluded.
+func TestDelegatorAsksNodesNamedInProbes(t *testing.T) {
+	rtts := map[peer.ID]int{"n1": 80, "n2": 30, "n3": 20, "n4": 90, "n5": 120, "far": 4}
+	setup := func() *fakeEnv {
+		e := newEnv(t, "127.0.3.0/24", rtts)
+		sib := subnet.RangeOf(netip.MustParsePrefix("127.0.2.0/24"))
+		e.delegate(t, "127.0.2.0/24", "n3")
+		for n, ms := range rtts {
+			e.stored = append(e.stored, overlay.ProbeResult{Subnet: sib, Peer: n, RTT: time.Duration(ms+1) * time.Millisecond, At: time.Now()})
+		}
+		return e
+	}
+	if n, _ := run(t, setup(), overlay.DelegateRequest{}); n != "far" {
+		t.Errorf("chose %s, want far, named in the sibling's probes", n)
+	}
+	e := setup()
+	e.barred = map[peer.ID]bool{"far": true}
+	if n, _ := run(t, e, overlay.DelegateRequest{}); n == "far" || slices.Contains(e.asked, "far") {
+		t.Errorf("chose %s after asking %v: far may not crawl", n, e.asked)
+	}
+	e = setup()
+	if n, _ := run(t, e, overlay.DelegateRequest{Exclude: []peer.ID{"far"}}); n == "far" || slices.Contains(e.asked, "far") {
+		t.Errorf("chose %s after asking %v: far is excluded", n, e.asked)
 	}
 }

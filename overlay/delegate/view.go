@@ -204,14 +204,34 @@ func (v *view) Owned(from, to subnet.ID) iter.Seq2[subnet.ID, string] {
 }
 
 // Nodes implements subnet.Table: the live peers the coordinator knows,
-// excluded ones left out, in peer-id order.
+// and the nodes named in the stored probes the decision read or the
+// Delegator's places hold that may crawl (DelegationEnv.MayCrawl), excluded
+// ones left out, in peer-id order. A coordinator's peers are its
+// neighbours, a few hundred at most, while the probes it reads were
+// answered by nodes anywhere: the guided search's predictions point at
+// them, and the nearest node to a site is often one of them.
 func (v *view) Nodes() []string {
+	seen := make(map[peer.ID]bool, len(v.peers))
 	out := make([]string, 0, len(v.peers))
+	add := func(p peer.ID, check bool) {
+		if seen[p] || v.excluded[p] || check && !v.env.MayCrawl(p) {
+			return
+		}
+		seen[p] = true
+		out = append(out, string(p))
+	}
 	for _, p := range v.peers {
-		if !v.excluded[p.ID] {
-			out = append(out, string(p.ID))
+		add(p.ID, false)
+	}
+	for _, m := range v.probes {
+		for n := range m {
+			add(peer.ID(n), true)
 		}
 	}
+	for _, p := range v.d.places.named() {
+		add(p, true)
+	}
+	slices.Sort(out)
 	return out
 }
 
