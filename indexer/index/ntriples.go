@@ -136,29 +136,17 @@ func appendNTString(b []byte, s string) []byte {
 	}
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '"':
-			b = append(b, '\\', '"')
-		case '\\':
-			b = append(b, '\\', '\\')
-		case '\t':
-			b = append(b, '\\', 't')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\f':
-			b = append(b, '\\', 'f')
+		switch c := s[i]; {
+		case ntEscape[c] != 0:
+			b = append(b, '\\', ntEscape[c])
+		case c < 0x20 || c == 0x7f:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&15])
 		default:
-			if c < 0x20 || c == 0x7f {
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&15])
-			} else {
-				b = append(b, c)
-			}
+			b = append(b, c)
 		}
 	}
 	return append(b, '"')
 }
+
+// ntEscape holds the letter of each byte's ECHAR escape (0: none).
+var ntEscape = [256]byte{'"': '"', '\\': '\\', '\t': 't', '\n': 'n', '\r': 'r', '\b': 'b', '\f': 'f'}
