@@ -6,12 +6,10 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 
 	"github.com/micra-net/micra/overlay/pb"
 )
@@ -139,7 +137,7 @@ const firstAnnounce = 10 * time.Second
 // rttEvery is how often a node sends a peer its measured RTTs: in its
 // first two rounds (the first comes seconds after the start, when few are
 // measured), then about every rttEvery-th exchange with that peer. They
-// are nine tenths of an announcement's bytes (48 peers of 45 bytes), and
+// are nine tenths of an announcement's bytes (up to 96 peers of 45 bytes), and
 // RTTs between nodes change slowly; peers keep the last ones they heard.
 const rttEvery = 4
 
@@ -192,7 +190,7 @@ func (o *Overlay) announceSoon() {
 // force is set), then forgets peers silent for three intervals.
 func (o *Overlay) announceRound(ctx context.Context, round int, force bool) {
 	if !force && (round < 2 || round%rttEvery == 0) {
-		o.pingUnmeasured(ctx)
+		o.pingPeers(ctx)
 	}
 	targets := o.announceTargets()
 	now := time.Now()
@@ -342,60 +340,6 @@ func (o *Overlay) expireAnnounced() {
 	}
 }
 
-// Inter-node RTTs: every node sends its neighbours its peerstore's latency
-// EWMA to up to maxAnnouncedRTTs connected peers; the DHT's requests feed
-// the EWMA, and before each RTT round up to pingsPerRound connected peers
-// without a measurement are pinged (libp2p's ping protocol, one round trip
-// each).
-const (
-	maxAnnouncedRTTs = 48
-	pingsPerRound    = 8
-	pingTimeout      = 5 * time.Second
-)
-
-// measuredRTTs lists this node's measured RTTs to connected peers, by peer
-// id, at most maxAnnouncedRTTs.
-func (o *Overlay) measuredRTTs() []*pb.PeerRTT {
-	ps := o.h.Network().Peers()
-	slices.Sort(ps)
-	var out []*pb.PeerRTT
-	for _, p := range ps {
-		if d := o.h.Peerstore().LatencyEWMA(p); d > 0 {
-			out = append(out, &pb.PeerRTT{Peer: []byte(p), RttMicros: max(d.Microseconds(), 1)})
-			if len(out) == maxAnnouncedRTTs {
-				break
-			}
-		}
-	}
-	return out
-}
-
-// pingUnmeasured pings a few connected peers whose RTT is not yet known;
-// ping records each result in the peerstore.
-func (o *Overlay) pingUnmeasured(ctx context.Context) {
-	var todo []peer.ID
-	for _, p := range o.h.Network().Peers() {
-		if o.h.Peerstore().LatencyEWMA(p) == 0 {
-			todo = append(todo, p)
-			if len(todo) == pingsPerRound {
-				break
-			}
-		}
-	}
-	var wg sync.WaitGroup
-	for _, p := range todo {
-		wg.Go(func() {
-			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
-			defer cancel()
-			select {
-			case <-ping.Ping(pctx, o.h, p):
-			case <-pctx.Done():
-			}
-		})
-	}
-	wg.Wait()
-}
-
 // Peers returns the peers that announced themselves to this node (its
 // routing table's, the crawlers that heartbeat it as a coordinator, and
 // the peers that have it in their routing tables; see announce.go), with
@@ -428,10 +372,10 @@ type announcedRTTs struct {
 //     along when it is forgotten (expireAnnounced), and the author's next
 //     announcement lists only peers it is connected to;
 //   - the triangle inequality with this node's own measurements r1, r2 to
-//     the two ends (peerstore EWMAs) allows it: the pair's RTT lies within
+//     the two ends (ownRTT) allows it: the pair's RTT lies within
 //     [|r1−r2|, r1+r2], widened by rttFactor and rttSlack because the
 //     Internet's routes break the inequality by detours (most violations
-//     are within a factor of two) and EWMAs are noisy;
+//     are within a factor of two) and measurements are noisy;
 //   - for Between, the other end's own announcement of the pair, when it
 //     has one, agrees within rttFactor and rttSlack: RTTs are symmetric,
 //     and of two ends that disagree either may lie, so neither is taken.
@@ -477,25 +421,17 @@ func (o *Overlay) announcedRTT(a, b peer.ID, symmetric bool) (time.Duration, boo
 	return d, true
 }
 
-// ownRTT returns this node's measured RTT to p (0 for itself; the
-// peerstore's EWMA, 0 when unmeasured).
-func (o *Overlay) ownRTT(p peer.ID) time.Duration {
-	if p == o.h.ID() {
-		return 0
-	}
-	return o.h.Peerstore().LatencyEWMA(p)
-}
-
 // Between returns the round-trip time between peers a and b as the overlay
-// measured it: this node's own latency to a peer is libp2p's peerstore
-// EWMA (fed by the DHT's requests and by pings, see announcements); other
-// pairs come from the RTTs peers announced to this node (its neighbours,
-// see announce.go), which are their peerstore EWMAs (either direction),
-// as far as the checks above leave them. ok is false when nobody measured
-// the pair, or what was announced of it is refuted. The guided search
-// bounds candidates with it (triangle inequality); on the emulated
-// Internet, where libp2p's own traffic does not see the world's latencies,
-// tests substitute the world's model.
+// measured it: this node's own RTT to a peer is the least of its pings
+// (ownRTT, pingrtt.go); other pairs come from the RTTs peers announced to
+// this node (its neighbours, see announce.go), their own RTTs (either
+// direction), as far as the checks above leave them. ok is false when
+// nobody measured the pair, or what was announced of it is refuted. The
+// guided search bounds candidates with it (triangle inequality). On
+// loopback, where libp2p's traffic does not see an emulated Internet's
+// latencies, tests substitute the world's model (delegate.Between); the
+// demo and bench overlay carry the traffic over links with the world's
+// latencies and use this.
 func (o *Overlay) Between(a, b peer.ID) (time.Duration, bool) {
 	if a == b {
 		return 0, true
@@ -519,7 +455,7 @@ func (o *Overlay) Between(a, b peer.ID) (time.Duration, bool) {
 }
 
 // MeasuredBy returns the round-trip time from peer by to peer of as by
-// measured it: this node's peerstore EWMA when by is this node, else the
+// measured it: this node's own RTT (ownRTT) when by is this node, else the
 // RTT by announced to this node (announce.go), when the checks above
 // leave it. Unlike Between it never takes of's word: a node can lengthen
 // the RTTs others measure to it, by delaying its answers, but not shorten

@@ -404,8 +404,10 @@ func TestAnnouncedRTTsChecked(t *testing.T) {
 		o := r.swarm(1, Announce(time.Hour))[0].o
 		ps := randomPeers(t, 3, 4)
 		a, b, c := ps[0], ps[1], ps[2]
-		o.h.Peerstore().RecordLatency(a, 10*time.Millisecond)
-		o.h.Peerstore().RecordLatency(b, 100*time.Millisecond)
+		o.pingMu.Lock()
+		o.pings[a] = pinged{least: 10 * time.Millisecond, at: time.Now()}
+		o.pings[b] = pinged{least: 100 * time.Millisecond, at: time.Now()}
+		o.pingMu.Unlock()
 		announceRTTs(t, o, b, nil)
 		// Measured here: a at 10 ms, b at 100 ms, so a–b lies in [90, 110]
 		// ms, widened by rttFactor and rttSlack to [42.5, 225].

@@ -37,6 +37,7 @@ type hostConfig struct {
 	portMapping  bool
 	userAgent    string
 	gater        coreconnmgr.ConnectionGater
+	transport    any // replaces TCP and QUIC when set (Transport)
 }
 
 // DefaultPort is the TCP and UDP port a node listens on by default: next
@@ -119,6 +120,21 @@ func BindAddress(a netip.Addr, port int) HostOption {
 			ma.StringCast(fmt.Sprintf("/%s/%s/tcp/%d", fam, a, port)),
 			ma.StringCast(fmt.Sprintf("/%s/%s/udp/%d/quic-v1", fam, a, port)),
 		}
+		return nil
+	}
+}
+
+// Transport replaces the host's TCP and QUIC transports with ctor, a
+// constructor as libp2p.Transport takes it: an emulated network under a
+// demo or a simulation (internal/memnet), whose links carry the latencies
+// of the Internet it emulates. The listen addresses must be ones ctor's
+// transport takes.
+func Transport(ctor any) HostOption {
+	return func(c *hostConfig) error {
+		if ctor == nil {
+			return errors.New("nil transport constructor")
+		}
+		c.transport = ctor
 		return nil
 	}
 }
@@ -265,8 +281,6 @@ func NewHost(sk crypto.PrivKey, opts ...HostOption) (host.Host, error) {
 	lopts := []libp2p.Option{
 		libp2p.Identity(sk),
 		libp2p.ListenAddrs(cfg.listen...),
-		libp2p.Transport(tcp.NewTCPTransport),
-		libp2p.Transport(quic.NewTransport),
 		libp2p.DefaultSecurity,
 		libp2p.DefaultMuxers,
 		libp2p.ResourceManager(rm),
@@ -277,6 +291,11 @@ func NewHost(sk crypto.PrivKey, opts ...HostOption) (host.Host, error) {
 		libp2p.EnableNATService(),
 		libp2p.EnableAutoNATv2(),
 		libp2p.DisableMetrics(),
+	}
+	if cfg.transport != nil {
+		lopts = append(lopts, libp2p.Transport(cfg.transport))
+	} else {
+		lopts = append(lopts, libp2p.Transport(tcp.NewTCPTransport), libp2p.Transport(quic.NewTransport))
 	}
 	if cfg.gater != nil {
 		lopts = append(lopts, libp2p.ConnectionGater(cfg.gater))

@@ -40,6 +40,7 @@ type config struct {
 	publish       bool // delegation records in the DHT
 	publishOrgs   bool // organisation index records in the DHT
 	announce      time.Duration
+	rttScale      float64 // RTTScale; 0: 1
 	noCrawl       bool
 	ownAddr       netip.Addr
 	policy        egress.Policy // which server addresses may be delegated, resolved and probed (special.go)
@@ -222,6 +223,20 @@ func OrgRecords(every, refresh time.Duration) Option {
 func Announce(every time.Duration) Option {
 	return func(c *config) error {
 		return check.Set(&c.announce, every, check.AtLeast("announce interval", every, time.Second))
+	}
+}
+
+// RTTScale divides every RTT this node measures to its peers (the
+// peerstore's latencies: Between, MeasuredBy and the RTTs it announces) by
+// f, as node.ProbeScale divides its probes: on an emulated network whose
+// time runs f times the real one. Default 1.
+func RTTScale(f float64) Option {
+	return func(c *config) error {
+		if !(f > 0 && f <= 1000) {
+			return fmt.Errorf("RTT scale must be in (0, 1000], got %v", f)
+		}
+		c.rttScale = f
+		return nil
 	}
 }
 

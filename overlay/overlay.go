@@ -69,6 +69,8 @@ type Overlay struct {
 	peers      map[peer.ID]PeerInfo             // announced peers, bounded
 	rtts       map[peer.ID]announcedRTTs        // announced peers' measured RTTs to others (announce.go)
 	told       map[peer.ID]told                 // announcements exchanged, by peer, bounded
+	pingMu     sync.Mutex                       // guards pings alone: ownRTT runs under mu
+	pings      map[peer.ID]pinged               // least ping RTTs to connected peers (pingrtt.go)
 	// nonCrawlers are peers that announced they do not crawl (NoCrawl,
 	// capacity 0): never delegation candidates. Bounded like peers.
 	nonCrawlers   map[peer.ID]time.Time
@@ -175,6 +177,7 @@ func newOverlay(h host.Host, sk crypto.PrivKey, tree *subnet.Tree, db *badger.DB
 		peers:         map[peer.ID]PeerInfo{},
 		rtts:          map[peer.ID]announcedRTTs{},
 		told:          map[peer.ID]told{},
+		pings:         map[peer.ID]pinged{},
 		coordFor:      map[[32]byte]peer.ID{},
 		probeSlots:    newPeerSlots(probeStreamsPerPeer),
 		auditLimit:    newPeerLimiter(cfg.audit.AuditRate, float64(cfg.audit.AuditBurst)),

@@ -245,6 +245,7 @@ type searchFlags struct {
 	useMap              mapFlag
 	mapError            *float64
 	rttNoise, rttJitter *float64
+	rttKnown            *float64
 	tolerance           *string
 }
 
@@ -254,6 +255,7 @@ func addSearchFlags(fs *flag.FlagSet) *searchFlags {
 	sf.mapError = fs.Float64("map-error", 0, "with --map, the map's error: every RTT of the map is multiplied by e^x, x normal with standard deviation `SD` (0.1: about ±10 %)")
 	sf.rttNoise = fs.Float64("rtt-noise", 0, "the inter-node RTTs the guided search sees are multiplied by e^x, x normal with standard deviation `SD`, once per pair (0.05: about ±5 %)")
 	sf.rttJitter = fs.Float64("rtt-jitter", 0, "and have |x| added, x normal with standard deviation `MS` milliseconds")
+	sf.rttKnown = fs.Float64("rtt-known", 1, "the share of inter-node pairs whose RTT the guided search knows, drawn once per pair (a running coordinator's map of measured RTTs lacks some: bench overlay logs how many)")
 	sf.tolerance = fs.String("tolerance", "", "the guided search asks a node only if it may beat the best answer by more than `MS` milliseconds; density: an eighth of the median RTT between neighbouring nodes, within 2 ms and a fifth of the threshold (default: a fifth of the threshold)")
 	return sf
 }
@@ -268,6 +270,10 @@ func (sf *searchFlags) apply(cfg *evaluate.Config) error {
 	}
 	cfg.Map, cfg.MeasuredMap, cfg.MapError = sf.useMap != "", sf.useMap == "measured", *sf.mapError
 	cfg.RTTNoise, cfg.RTTJitter = *sf.rttNoise, time.Duration(*sf.rttJitter*float64(time.Millisecond))
+	if !(*sf.rttKnown > 0 && *sf.rttKnown <= 1) {
+		return fmt.Errorf("%w: --rtt-known %v must lie in (0, 1]", errUsage, *sf.rttKnown)
+	}
+	cfg.RTTKnown = *sf.rttKnown
 	switch *sf.tolerance {
 	case "":
 	case "density":

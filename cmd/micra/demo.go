@@ -48,6 +48,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&c.Org, "org", "", "with --geo: only the rows whose organisation in the real hierarchy has a name containing `TEXT` (one organisation's prefixes, e.g. Amazon's)")
 	fs.StringVar(&c.Keep, "keep", "", "keep the nodes' and the indexer's data in `DIR` (default: a temporary directory, removed)")
 	fs.BoolVar(&c.LatencyMap, "map", false, "give the guided search a latency map: the nodes' locations (the emulated Internet's) and the RTT matrix (see micra bench delegation --map)")
+	fs.BoolVar(&c.WorldRTTs, "world-rtts", false, "give the guided search the world's RTTs between the nodes instead of what the nodes measure (the nodes' libp2p traffic crosses emulated links with the world's latencies, and the overlays measure it, as a real network does)")
 	fs.IntVar(&c.Submitters, "submitters", 4, "seeds submitted at once, each through another node")
 	fs.StringVar(&c.Store, "store", "", "keep the indexer's index in the PostgreSQL database `DSN` (postgres://user@host/db; its micra schema must be empty or micra's) instead of its own database")
 	fs.BoolVar(&c.Linger, "linger", false, "after the summary, keep everything running until interrupted")

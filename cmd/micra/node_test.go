@@ -160,7 +160,7 @@ func TestDemo(t *testing.T) {
 	if !reached {
 		t.Errorf("node 0's dashboard did not answer while the demo ran:\n%s", text)
 	}
-	for _, want := range []string{"latencies: ", "4 nodes and the indexer joined", "sites delegated", "Delegation quality", "optimal", "excess per URL", "IPMicra paper", "by random assignment", "Indexer:"} {
+	for _, want := range []string{"latencies: ", "4 nodes and the indexer joined", "sites delegated", "Delegation quality", "optimal", "excess per URL", "IPMicra paper", "by random assignment", "Inter-node RTTs the coordinators measured", "Indexer:"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, text)
 		}

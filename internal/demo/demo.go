@@ -55,6 +55,7 @@ type Config struct {
 	Keep       string        // keep the data here; "" for a temporary directory
 	Linger     bool          // keep running after the summary until ctx ends
 	LatencyMap bool          // give the guided search a latency map
+	WorldRTTs  bool          // give the guided search the world's RTTs between nodes instead of what the nodes measure over emulated links (swarm.Config.Links)
 	Submitters int           // seeds submitted at once
 	Store      string        // the indexer's PostgreSQL DSN (node.IndexerConfig.Store); "": its own database
 	Verbose    bool          // log at debug level
@@ -119,6 +120,9 @@ func Run(ctx context.Context, c Config, stdout, stderr io.Writer) (err error) {
 		nodeAddrs[dn.ID()] = dn.Addr
 	}
 	d.noise.fit(d.w.RTTAddr, nodeAddrs).print(stdout)
+	if !c.WorldRTTs {
+		betweenNoise(d.nodes, d.w.RTTAddr, stdout)
+	}
 	fmt.Fprintln(stdout)
 	sampleSearch(ctx, stdout, d.ri, d.seeds, d.run)
 	if !c.Linger {
@@ -181,7 +185,7 @@ func (d *demo) startWorld(ctx context.Context, _ string) (func() error, error) {
 // startNodes starts the volunteers, each bootstrapping from the first.
 func (d *demo) startNodes(ctx context.Context, dir string) (func() error, error) {
 	sw, err := swarm.Start(ctx, d.run, d.tree, swarm.Config{Dir: dir, Scale: d.c.Scale, Threshold: d.c.Threshold, Split: d.c.Split,
-		LatencyMap: d.c.LatencyMap, Dashboards: true, Logger: d.log, Trace: traceHandler(d.trace),
+		LatencyMap: d.c.LatencyMap, Links: !d.c.WorldRTTs, Dashboards: true, Logger: d.log, Trace: traceHandler(d.trace),
 		NodeOptions: []node.Option{node.ProbeObserver(d.noise.observe)}})
 	if err != nil {
 		return nil, err
@@ -203,12 +207,13 @@ func (d *demo) startIndexer(ctx context.Context, dir string) (func() error, erro
 		DataDir: filepath.Join(dir, "indexer"), Listen: []string{"/ip4/127.0.0.1/tcp/0"}, AllowPrivateNetworks: true, // the emulated Internet is on loopback
 		Bootstrap: []peer.AddrInfo{{ID: h0.ID(), Addrs: h0.Addrs()}}, HTTP: "127.0.0.1:0",
 		Tree: d.tree, Logger: d.log.With("subsystem", "indexer"), JoinNow: true, Store: d.c.Store,
-		Host:    []overlay.HostOption{overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()},
-		Overlay: []overlay.Option{overlay.Announce(2 * time.Second), overlay.NoCrawl()},
-		// The indexer coordinates shards too and delegates their subnets:
-		// it needs the world's latencies between nodes like every node
-		// (with libp2p's loopback RTTs its triangle-inequality bounds
-		// pruned the nearest nodes: 200 ms misses).
+		// The indexer reaches the nodes over the swarm's links, and it
+		// coordinates shards too and delegates their subnets: it needs
+		// what the nodes have of the RTTs between them (with libp2p's
+		// loopback RTTs its triangle-inequality bounds pruned the nearest
+		// nodes: 200 ms misses).
+		Host:     append(d.sw.HostOptions(), overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()),
+		Overlay:  append(d.sw.OverlayOptions(), overlay.Announce(2*time.Second), overlay.NoCrawl()),
 		Delegate: d.sw.DelegateOptions("indexer"),
 		Indexer: []indexer.Option{indexer.AnnounceEvery(2 * time.Second), indexer.Logger(d.log.With("subsystem", "indexer")),
 			indexer.DNS(indexerDNS)},

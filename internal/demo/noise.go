@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/micra-net/micra/internal/swarm"
 )
 
 // maxNoiseSamples bounds the probes kept for the fit.
@@ -128,6 +130,44 @@ func (f noiseFit) print(out io.Writer) {
 		return
 	}
 	fmt.Fprintf(out, ", +|N(0, (%.2f ms)²)| from the %d nearer (bench delegation --rtt-noise %.3f --rtt-jitter %.2f)\n", ms(f.Jitter), f.Near, f.Sigma, ms(f.Jitter))
+}
+
+// betweenNoise compares the RTTs between nodes that the coordinators'
+// guided search sees (Overlay.Between, from each node) with the world's:
+// the own measurements of each node to the others, and how many pairs
+// between two others each knows from announcements.
+func betweenNoise(nodes []*swarm.Node, trueRTT func(a, b netip.Addr) time.Duration, out io.Writer) {
+	var own probeNoise
+	addrs := map[peer.ID]netip.Addr{}
+	for _, n := range nodes {
+		addrs[n.ID()] = n.Addr
+	}
+	heard, pairs := 0, 0
+	for _, n := range nodes {
+		o := n.Overlay()
+		for i, a := range nodes {
+			if a != n {
+				if d, ok := o.Between(n.ID(), a.ID()); ok {
+					own.observe(n.ID(), a.Addr, d)
+				}
+			}
+			for _, b := range nodes[i+1:] {
+				if a != n && b != n {
+					pairs++
+					if _, ok := o.Between(a.ID(), b.ID()); ok {
+						heard++
+					}
+				}
+			}
+		}
+	}
+	f := own.fit(trueRTT, addrs)
+	if f.N == 0 {
+		return
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	fmt.Fprintf(out, "Inter-node RTTs the coordinators measured (%d of %d ordered pairs; of the pairs between two others, %d of %d known from announcements): measured − true %.2f / %.2f / %.2f ms (p10 / p50 / p90), ×e^N(%.3f, %.3f²) over the %d pairs ≥ %v\n",
+		f.N, len(nodes)*(len(nodes)-1), heard, pairs, ms(f.Excess[0]), ms(f.Excess[1]), ms(f.Excess[2]), f.Bias, f.Sigma, f.Far, farProbe)
 }
 
 func median[T float64 | time.Duration](v []T) T {

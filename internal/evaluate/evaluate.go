@@ -67,6 +67,11 @@ type Config struct {
 	// run. Zero: the world's exact RTTs.
 	RTTNoise  float64
 	RTTJitter time.Duration
+	// RTTKnown is the share of the inter-node pairs the search knows at
+	// all, drawn once per pair; the others are unknown to it, as pairs
+	// nobody measured or announced are to a running coordinator. Zero
+	// or one: every pair.
+	RTTKnown float64
 	// Tolerance is the guided search's (subnet.SearchConfig.Tolerance):
 	// how much better than the best answer a node must be able to be to
 	// be asked. Zero: a fifth of the threshold, or with Density the
@@ -196,6 +201,7 @@ type env struct {
 	nodeMap bool                        // Config.MeasuredMap
 	noise   float64                     // Config.RTTNoise
 	jitter  time.Duration               // Config.RTTJitter
+	known   float64                     // Config.RTTKnown
 	tol     time.Duration               // Config.Tolerance
 	density bool                        // Config.Density
 	seen    map[[2]string]time.Duration // the noisy inter-node RTTs drawn so far
@@ -231,7 +237,7 @@ func newEnv(w World, tree *subnet.Tree, nodes []netip.Addr, p Prober) (*env, err
 // configure takes the searches' settings from cfg.
 func (e *env) configure(cfg Config) {
 	e.split, e.useMap, e.mapErr = cfg.Split, cfg.Map, cfg.MapError
-	e.nodeMap, e.noise, e.jitter, e.tol, e.density = cfg.MeasuredMap, cfg.RTTNoise, cfg.RTTJitter, cfg.Tolerance, cfg.Density
+	e.nodeMap, e.noise, e.jitter, e.known, e.tol, e.density = cfg.MeasuredMap, cfg.RTTNoise, cfg.RTTJitter, cfg.RTTKnown, cfg.Tolerance, cfg.Density
 }
 
 func first(seq func(func(subnet.ID, string) bool)) (string, bool) {
@@ -299,18 +305,24 @@ func (e *env) between(a, b string) (time.Duration, bool) {
 
 // measured returns the RTT between nodes a and b as the nodes measured it:
 // the world's, with the noise of Config.RTTNoise and RTTJitter drawn once
-// per pair.
+// per pair; false for the pairs Config.RTTKnown leaves unknown.
 func (e *env) measured(a, b string) (time.Duration, bool) {
 	d, ok := e.between(a, b)
-	if !ok || (e.noise == 0 && e.jitter == 0) {
+	if !ok || a == b || (e.noise == 0 && e.jitter == 0 && (e.known == 0 || e.known == 1)) {
 		return d, ok
 	}
 	k := [2]string{min(a, b), max(a, b)}
+	h := fnv.New64a()
+	h.Write([]byte(k[0] + " " + k[1]))
+	if e.known > 0 && e.known < 1 && float64(h.Sum64()>>11)/(1<<53) >= e.known {
+		return 0, false
+	}
+	if e.noise == 0 && e.jitter == 0 {
+		return d, true
+	}
 	if m, ok := e.seen[k]; ok {
 		return m, true
 	}
-	h := fnv.New64a()
-	h.Write([]byte(k[0] + " " + k[1]))
 	rng := rand.New(rand.NewPCG(h.Sum64(), uint64(len(e.names))))
 	m := time.Duration(float64(d)*math.Exp(e.noise*rng.NormFloat64())) + time.Duration(math.Abs(rng.NormFloat64())*float64(e.jitter))
 	if e.seen == nil {

@@ -100,6 +100,52 @@ func (s *sim) measureIdle(name string) (rate, bool) {
 	return r, true
 }
 
+// logBetween logs what the coordinators' guided search knows of the RTTs
+// between nodes (Overlay.Between) against the world's: each live node's
+// own RTTs to the others (measured ÷ true, p10/p50/p90), and of the pairs
+// between two others among at most 50 live nodes, how many it knows.
+func (s *sim) logBetween() {
+	var live []*simNode
+	for _, n := range s.nodes {
+		if n != nil && !n.gone {
+			live = append(live, n)
+		}
+	}
+	sample := live[:min(len(live), 50)]
+	var ratios []float64
+	known, pairs := 0, 0
+	for _, n := range live {
+		self := n.o.Host().ID()
+		for _, m := range live {
+			if m == n {
+				continue
+			}
+			if d, ok := n.o.Between(self, m.o.Host().ID()); ok {
+				if t := s.w.RTTAddr(n.addr, m.addr); t > 0 {
+					ratios = append(ratios, float64(d)/float64(t))
+				}
+			}
+		}
+		for i, a := range sample {
+			for _, b := range sample[i+1:] {
+				if a != n && b != n {
+					pairs++
+					if _, ok := n.o.Between(a.o.Host().ID(), b.o.Host().ID()); ok {
+						known++
+					}
+				}
+			}
+		}
+	}
+	if len(ratios) == 0 || pairs == 0 {
+		return
+	}
+	slices.Sort(ratios)
+	q := func(f float64) float64 { return ratios[int(f*float64(len(ratios)-1))] }
+	s.logf("inter-node RTTs the overlays measured: %d of %d ordered pairs own, measured ÷ true %.2f / %.2f / %.2f (p10 / p50 / p90); of the pairs between two others, %.1f %% known from announcements",
+		len(ratios), len(live)*(len(live)-1), q(0.1), q(0.5), q(0.9), 100*float64(known)/float64(pairs))
+}
+
 // finish sets res's rejected claims and logs them and how far the
 // databases grew: the figures read once the run is over.
 func (s *sim) finish(res *Result) {
@@ -107,6 +153,7 @@ func (s *sim) finish(res *Result) {
 		res.ClaimsRejected += d.Stats().ClaimsRejected
 	}
 	s.logf("probe claims rejected: %d (every node answers truly: false rejections)", res.ClaimsRejected)
+	s.logBetween()
 	// The databases run without compaction (p2ptest.SimDB): how far
 	// level 0 grew.
 	var tables, most int

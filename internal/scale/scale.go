@@ -23,6 +23,13 @@ type Config struct {
 	// instead of internal/memnet's in-memory transport: the protocols'
 	// figures are the same, the cost to run them several times higher.
 	QUIC bool
+	// WorldRTTs gives the coordinators' guided search the world's RTTs
+	// between nodes (delegate.Between) instead of what the overlay
+	// measured (Overlay.Between: the peerstore's latencies, fed by the
+	// DHT's requests and pings over the transport's emulated links, and
+	// the RTTs neighbours announce): an oracle a real network lacks, for
+	// comparison.
+	WorldRTTs bool
 	// Stop, when closed, ends the run at the next phase or virtual
 	// second with ErrStopped (nil: never). It may come from outside the
 	// bubble (a command's interrupt).

@@ -133,8 +133,8 @@ func (s *sim) wait(d time.Duration) bool {
 	return s.stopped()
 }
 
-// between is the delegators' RTT between two nodes: their places' in the
-// world.
+// between is the delegators' RTT between two nodes with Config.WorldRTTs:
+// their places' in the world.
 func (s *sim) between(a, b peer.ID) (time.Duration, bool) {
 	x, ok1 := s.byPeer.Load(a)
 	y, ok2 := s.byPeer.Load(b)
@@ -214,7 +214,11 @@ func (s *sim) start(a netip.Addr) (*simNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	del, err := delegate.New(delegate.Threshold(threshold), delegate.Between(s.between), delegate.Logger(s.rejections))
+	opts := []delegate.Option{delegate.Threshold(threshold), delegate.Logger(s.rejections)}
+	if s.cfg.WorldRTTs {
+		opts = append(opts, delegate.Between(s.between))
+	}
+	del, err := delegate.New(opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -2,9 +2,12 @@
 // Internet, all in one process: the rig of `micra demo` and of the crawl
 // benchmark's overlay-decided assignment. Each node is a whole node.Node
 // (badger, libp2p host, overlay, delegation, crawler, results), bound to
-// its world address, resolving names through the world's DNS, and given
-// the world's latencies between nodes (libp2p measures its own traffic,
-// which on loopback does not see the emulated latencies).
+// its world address and resolving names through the world's DNS. The
+// coordinators' guided search learns the RTTs between nodes either from
+// the world (libp2p's traffic on loopback does not see the emulated
+// latencies) or, with Config.Links, as a real network does: the nodes'
+// libp2p traffic crosses emulated links with the world's latencies, and
+// the overlays measure it.
 //
 // swarm is a rig: it imports node and internal/world and is imported only
 // by cmd/micra and tests.
@@ -24,6 +27,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/micra-net/micra/crawl"
+	"github.com/micra-net/micra/internal/memnet"
 	"github.com/micra-net/micra/internal/world"
 	"github.com/micra-net/micra/node"
 	"github.com/micra-net/micra/overlay"
@@ -50,6 +54,14 @@ type Config struct {
 	// LatencyMap gives the guided search a latency map of the nodes' world
 	// locations (delegate.LatencyMap; demo --map).
 	LatencyMap bool
+	// Links carries the nodes' libp2p traffic over emulated links with
+	// the world's RTTs times Scale (internal/memnet, in real time)
+	// instead of loopback TCP, and leaves the coordinators' guided search
+	// the RTTs the overlays measure over them (Overlay.Between: the DHT's
+	// requests, pings and the RTTs neighbours announce, divided by Scale)
+	// instead of the world's. Another peer that joins the swarm must take
+	// HostOptions and OverlayOptions.
+	Links bool
 	// Dashboards starts each node's dashboard on a loopback port.
 	Dashboards bool
 	// SnapshotKeys are the nodes' release keys (node.Config.SnapshotKeys):
@@ -80,7 +92,8 @@ type Swarm struct {
 
 	w      *world.World
 	cfg    Config
-	byPeer sync.Map // peer.ID → netip.Addr
+	byPeer sync.Map        // peer.ID → netip.Addr
+	links  *memnet.Network // Config.Links; nil without
 }
 
 // joinTimeout bounds one node's join.
@@ -116,6 +129,9 @@ func Start(ctx context.Context, run *world.Running, tree *subnet.Tree, cfg Confi
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Swarm{Nodes: make([]*Node, len(cfg.Nodes)), w: w, cfg: cfg}
+	if cfg.Links {
+		s.links = memnet.New(s.oneWay(at), 0)
+	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, s.Close())
@@ -258,9 +274,9 @@ func (s *Swarm) newNode(run *world.Running, tree *subnet.Tree, i int, a netip.Ad
 	}
 	opts = append(opts,
 		node.Logger(s.cfg.Logger.With("node", i)),
-		node.HostOptions(overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService()),
+		node.HostOptions(append(s.HostOptions(), overlay.Reachability(network.ReachabilityPublic), overlay.NoRelayService())...),
 		node.DelegateOptions(s.DelegateOptions(i)...),
-		node.OverlayOptions(overlay.Announce(2*time.Second)),
+		node.OverlayOptions(append(s.OverlayOptions(), overlay.Announce(2*time.Second))...),
 		// Batches sealed within seconds, so that an indexer fills while
 		// the swarm runs (a volunteer's default waits up to 5 minutes).
 		node.CrawlOptions(crawl.Batching(256<<10, 3*time.Second)),
@@ -269,11 +285,14 @@ func (s *Swarm) newNode(run *world.Running, tree *subnet.Tree, i int, a netip.Ad
 }
 
 // DelegateOptions are the delegation options of the swarm's nodes: the
-// world's latencies between them, the latency map when configured, and
-// the trace logger (attribute node=who). Another peer that joins the
-// swarm and coordinates shards (an indexer) needs them too.
+// world's latencies between them (without Config.Links), the latency map
+// when configured, and the trace logger (attribute node=who). Another peer
+// that joins the swarm and coordinates shards (an indexer) needs them too.
 func (s *Swarm) DelegateOptions(who any) []delegate.Option {
-	opts := []delegate.Option{delegate.Between(s.Between)}
+	var opts []delegate.Option
+	if s.links == nil {
+		opts = append(opts, delegate.Between(s.Between))
+	}
 	if s.cfg.LatencyMap {
 		opts = append(opts, delegate.LatencyMap(s.latencyMap))
 	}
@@ -281,6 +300,41 @@ func (s *Swarm) DelegateOptions(who any) []delegate.Option {
 		opts = append(opts, delegate.Logger(slog.New(s.cfg.Trace).With("node", who, "subsystem", "delegate")))
 	}
 	return opts
+}
+
+// HostOptions are the host options a peer needs to reach the swarm's
+// nodes: with Config.Links, the emulated links' transport (listen on
+// /ip4/A/tcp/P addresses).
+func (s *Swarm) HostOptions() []overlay.HostOption {
+	if s.links == nil {
+		return nil
+	}
+	return []overlay.HostOption{overlay.Transport(s.links.Transport())}
+}
+
+// OverlayOptions are the overlay options of every peer in the swarm: with
+// Config.Links, the RTTs measured over the links divided by Scale, as the
+// probes are (node.ProbeScale).
+func (s *Swarm) OverlayOptions() []overlay.Option {
+	if s.links == nil {
+		return nil
+	}
+	return []overlay.Option{overlay.RTTScale(s.cfg.Scale)}
+}
+
+// oneWay is the links' latency (Config.Links): half the world's RTT
+// between the two addresses, times Scale. A peer that is not one of the
+// world's nodes (an indexer on 127.0.0.1) is where the first node is.
+func (s *Swarm) oneWay(at map[netip.Addr]world.Location) func(from, to netip.Addr) time.Duration {
+	place := func(a netip.Addr) netip.Addr {
+		if _, ok := at[a]; ok {
+			return a
+		}
+		return s.cfg.Nodes[0]
+	}
+	return func(from, to netip.Addr) time.Duration {
+		return time.Duration(float64(s.w.RTTAddr(place(from), place(to))) * s.cfg.Scale / 2)
+	}
 }
 
 // Between returns the world's RTT between two of the swarm's nodes; false

@@ -38,9 +38,8 @@
 //     with a stored probe of the subnet is taken as it is, and the
 //     others asked are probes like any other, counted in Stats.Probes;
 //   - inter-node RTTs for the guided search's triangle-inequality bounds:
-//     overlay.DelegationEnv.Between (libp2p's peerstore latency EWMA, fed
-//     by the DHT and pings, and the RTTs peers announce), or the Between
-//     option; from the same RTTs, over the decision's peers, the
+//     overlay.DelegationEnv.Between (the least of a node's pings to its
+//     peers, and the RTTs peers announce), or the Between option; from the same RTTs, over the decision's peers, the
 //     network's density (subnet.NearestRTT, at most once a minute or when
 //     the peers' number moves by more than a tenth), which sets the
 //     guided search's tolerance (subnet.SearchConfig.Nearest) unless the
