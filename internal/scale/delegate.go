@@ -151,6 +151,22 @@ func (s *sim) drain() bool {
 	return !s.wait(settle)
 }
 
+// tolerances describes the guided search's density rule as the
+// coordinators last measured it: the nearest RTT and the tolerance, least
+// and greatest over the coordinators that searched.
+func (s *sim) tolerances() string {
+	var near, tol []time.Duration
+	for _, d := range s.dels {
+		if st := d.Stats(); st.Nearest > 0 {
+			near, tol = append(near, st.Nearest), append(tol, st.Tolerance)
+		}
+	}
+	if len(near) == 0 {
+		return "no density measured"
+	}
+	return fmt.Sprintf("density: nearest RTT %v–%v, tolerance %v–%v", slices.Min(near).Round(time.Millisecond/10), slices.Max(near).Round(time.Millisecond/10), slices.Min(tol).Round(time.Millisecond/10), slices.Max(tol).Round(time.Millisecond/10))
+}
+
 // delegations delegates todo, each asked by a random node, measures the
 // upkeep of the network holding them, and sets res's figures per
 // delegation: the phase's traffic less the upkeep, the mean of idle's
@@ -164,7 +180,7 @@ func (s *sim) delegations(res *Result, todo []world.Site, idle rate) error {
 		return ErrStopped
 	}
 	dec, asked := s.searches()
-	s.logf("coordinators: %d searches, %d probes asked for (witnesses' included), %d answered", dec-dec0, asked-asked0, s.probesNow()-p0)
+	s.logf("coordinators: %d searches, %d probes asked for (witnesses' included), %d answered; %s", dec-dec0, asked-asked0, s.probesNow()-p0, s.tolerances())
 	s.quality(res, todo, chosen)
 	// What decisions set off after their answer (notices, index updates,
 	// organisation records put after coalescing, replica pushes) counts
