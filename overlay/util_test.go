@@ -135,6 +135,16 @@ func simulate(t *testing.T, f func(t *testing.T, r *rig)) {
 // loopback makes nodes on real loopback hosts (TCP and QUIC).
 func loopback(t testing.TB) *rig { return &rig{t: t} }
 
+// db opens a node's database. In virtual time it is p2ptest.SimDB, without
+// compaction: badger's compactors wake every 50 ms of the bubble's clock,
+// which in a test of idle hours is most of its CPU.
+func (r *rig) db() *badger.DB {
+	if r.net != nil {
+		return p2ptest.SimDB(r.t)
+	}
+	return memDB(r.t)
+}
+
 func (r *rig) node(i int, extra ...Option) *node {
 	r.t.Helper()
 	return r.nodeWith(nodeAddr(i), nil, nil, extra...)
@@ -169,7 +179,7 @@ func (r *rig) nodeWith(a netip.Addr, sk crypto.PrivKey, gater connmgr.Connection
 			t.Fatal(err)
 		}
 	}
-	n := &node{h: h, addr: a, db: memDB(t), del: &requesterDelegator{}}
+	n := &node{h: h, addr: a, db: r.db(), del: &requesterDelegator{}}
 	opts := append(append(swarmOpts(), WithDelegator(n.del), WithProber(fixedProber{10 * time.Millisecond})), extra...)
 	if lg := testLogger(); lg != nil {
 		opts = append(opts, Logger(lg))

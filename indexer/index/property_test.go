@@ -265,6 +265,10 @@ func randomQuery(rng *rand.Rand, vocab []string) Query {
 // four postings from a document frequency of 3 on, packed again every few
 // changes, and with both (the threshold algorithm's lookups in the runs).
 func TestIndexAgreesWithBruteForce(t *testing.T) {
+	seeds := uint64(4)
+	if raceEnabled {
+		seeds = 1 // every variant once: the race detector's slowdown; the plain run has them all
+	}
 	for _, v := range []struct {
 		name string
 		opts []Option
@@ -274,7 +278,7 @@ func TestIndexAgreesWithBruteForce(t *testing.T) {
 		{"blocks", []Option{withBlocks(3, 4, 2, 4)}},
 		{"impact-blocks", []Option{withImpactMin(3), withBlocks(3, 4, 2, 4)}},
 	} {
-		for seed := range uint64(4) {
+		for seed := range seeds {
 			t.Run(fmt.Sprint(v.name, "/seed", seed), func(t *testing.T) {
 				storeAgreesWithBruteForce(t, seed, newTestIndex(t, nil, v.opts...))
 			})

@@ -123,6 +123,7 @@ func TestGeoFile(t *testing.T) {
 // TestGeoSplit runs every strategy on real structure: sites sampled from
 // DB-IP City Lite in the real hierarchy, 12 and 100 nodes.
 func TestGeoSplit(t *testing.T) {
+	t.Parallel()
 	dir, dbip := geoData(t)
 	g, info, err := LoadGeo(context.Background(), GeoConfig{Path: dbip, Sites: 400, Seed: 3, Nodes: 100, DataDir: dir})
 	if err != nil {
@@ -144,6 +145,7 @@ func TestGeoSplit(t *testing.T) {
 // TestStructure bounds the figures docs/delegation.md publishes of real
 // structure against a generated world's (micra bench structure).
 func TestStructure(t *testing.T) {
+	t.Parallel()
 	dir, dbip := geoData(t)
 	g, info, err := LoadGeo(context.Background(), GeoConfig{Path: dbip, Sites: 100_000, Seed: 1, Nodes: 1, DataDir: dir})
 	if err != nil {
@@ -202,6 +204,7 @@ func TestStructure(t *testing.T) {
 // repetitions, as "micra bench delegation --geo ... --nodes 12
 // --threshold 50" runs them.
 func TestGeoHeadline(t *testing.T) {
+	t.Parallel()
 	dir, dbip := geoData(t)
 	g, info, err := LoadGeo(context.Background(), GeoConfig{Path: dbip, Sites: 1000, Seed: 1, Nodes: 12, DataDir: dir})
 	if err != nil {
@@ -235,6 +238,7 @@ func TestGeoHeadline(t *testing.T) {
 // in DB-IP City Lite). Whole registry ranges cap any search well below
 // 100 % optimal; parts searched apart lift the cap (docs/delegation.md).
 func TestGeoOrg(t *testing.T) {
+	t.Parallel()
 	dir, dbip := geoData(t)
 	g, info, err := LoadGeo(context.Background(), GeoConfig{Path: dbip, Sites: 600, Seed: 1, Nodes: 12, DataDir: dir, Org: "amazon"})
 	if err != nil {
@@ -299,6 +303,7 @@ func TestGeoOrg(t *testing.T) {
 // delegations and saves probes; the density tolerance buys most near ties
 // within the probe goal.
 func TestGeoLatencyMap(t *testing.T) {
+	t.Parallel()
 	dir, dbip := geoData(t)
 	g, info, err := LoadGeo(context.Background(), GeoConfig{Path: dbip, Sites: 1000, Seed: 1, Nodes: 100, DataDir: dir})
 	if err != nil {

@@ -33,6 +33,7 @@ const (
 // differ from another's by more than the margins, on either latency. It
 // skips without the matrix (fails under CI).
 func TestLatencyModelMargin(t *testing.T) {
+	t.Parallel()
 	realdata.Need(t, "latency/wonderproxy-2020-07-19/servers-2020-07-19.csv", "latency/wonderproxy-2020-07-19/pings-2020-07-19-2020-07-20-grouped.csv.gz")
 	if testing.Short() || raceEnabled {
 		t.Skip("generates and searches eight worlds of 1,000 sites; the race detector finds nothing here a normal run does not")

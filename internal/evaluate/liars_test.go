@@ -14,6 +14,7 @@ import (
 // nodes, 5 of them liars, on real addresses in the real hierarchy with the
 // real RTT matrix, and on a generated world, two seeds each.
 func TestLiars(t *testing.T) {
+	t.Parallel()
 	dir, dbip := geoData(t)
 	g, info, err := LoadGeo(context.Background(), GeoConfig{Path: dbip, Sites: 1000, Seed: 1, Nodes: 100, DataDir: dir})
 	if err != nil {
