@@ -14,6 +14,7 @@ import (
 // Published: 86.4 % optimal, 2.52 probes per new subnet, 1.50 ms excess
 // per URL.
 func TestGeoMeasured(t *testing.T) {
+	t.Parallel()
 	dir, dbip := geoData(t)
 	g, info, err := LoadGeo(context.Background(), GeoConfig{Path: dbip, Sites: 1000, Seed: 1, Nodes: 100, DataDir: dir})
 	if err != nil {
