@@ -57,8 +57,8 @@ type Config struct {
 	// Links carries the nodes' libp2p traffic over emulated links with
 	// the world's RTTs times Scale (internal/memnet, in real time)
 	// instead of loopback TCP, and leaves the coordinators' guided search
-	// the RTTs the overlays measure over them (Overlay.Between: the DHT's
-	// requests, pings and the RTTs neighbours announce, divided by Scale)
+	// the RTTs the overlays measure over them (Overlay.Between: the least
+	// of their pings and the RTTs neighbours announce, divided by Scale)
 	// instead of the world's. Another peer that joins the swarm must take
 	// HostOptions and OverlayOptions.
 	Links bool
