@@ -95,7 +95,7 @@ func parseBenchOverlay(args []string, stderr io.Writer) (overlayFlags, error) {
 	fs.DurationVar(&o.cfg.Liveness, "liveness", 5*time.Minute, "the overlays' liveness timeout (heartbeats at a tenth of it)")
 	fs.DurationVar(&o.cfg.Idle, "idle", 15*time.Minute, "virtual time the idle upkeep is measured over (at least an announcement round, 15 min)")
 	fs.BoolVar(&o.cfg.QUIC, "quic", false, "run the hosts on go-libp2p's QUIC over a simulated packet network (x/simlibp2p) instead of the in-memory transport: the same protocols at several times the cost")
-	fs.BoolVar(&o.cfg.WorldRTTs, "world-rtts", false, "give the coordinators' guided search the world's RTTs between nodes instead of what the overlay measured (the peerstore's latencies over the emulated links and the RTTs neighbours announce): an oracle a real network lacks")
+	fs.BoolVar(&o.cfg.WorldRTTs, "world-rtts", false, "give the coordinators' guided search the world's RTTs between nodes instead of what the overlays measure (the least of each node's pings over the emulated links, and the RTTs neighbours announce): an oracle a real network lacks")
 	fs.BoolVar(&o.asJSON, "json", false, "print the results as a JSON array")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof reads it)")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile, taken after the delegations, to `FILE` (with several sizes, the last size's)")
