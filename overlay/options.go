@@ -226,10 +226,10 @@ func Announce(every time.Duration) Option {
 	}
 }
 
-// RTTScale divides every RTT this node measures to its peers (the
-// peerstore's latencies: Between, MeasuredBy and the RTTs it announces) by
-// f, as node.ProbeScale divides its probes: on an emulated network whose
-// time runs f times the real one. Default 1.
+// RTTScale divides every RTT this node measures to its peers (its pings,
+// pingrtt.go: in Between, MeasuredBy and the RTTs it announces) by f, as
+// node.ProbeScale divides its probes: on an emulated network whose time
+// runs f times the real one. Default 1.
 func RTTScale(f float64) Option {
 	return func(c *config) error {
 		if !(f > 0 && f <= 1000) {

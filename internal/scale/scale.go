@@ -25,10 +25,9 @@ type Config struct {
 	QUIC bool
 	// WorldRTTs gives the coordinators' guided search the world's RTTs
 	// between nodes (delegate.Between) instead of what the overlay
-	// measured (Overlay.Between: the peerstore's latencies, fed by the
-	// DHT's requests and pings over the transport's emulated links, and
-	// the RTTs neighbours announce): an oracle a real network lacks, for
-	// comparison.
+	// measured (Overlay.Between: each node's least of three pings over
+	// the transport's emulated links, and the RTTs neighbours announce):
+	// an oracle a real network lacks, for comparison.
 	WorldRTTs bool
 	// Stop, when closed, ends the run at the next phase or virtual
 	// second with ErrStopped (nil: never). It may come from outside the
