@@ -17,7 +17,13 @@ func TestRun(t *testing.T) {
 		t.Skip("a network of 20 overlays; not with -short or -race")
 	}
 	p2ptest.Bubble(t, func(t *testing.T) {
-		res, err := Run(t, Config{Nodes: 20, Subnets: 100, Churn: 0.1, Seed: 1, Liveness: time.Minute, Idle: 2 * time.Minute, Log: t.Logf})
+		// The world's RTTs between nodes (WorldRTTs), which the quality
+		// bound below is set for: with what the overlays measure, the
+		// default, the 20 nodes of the embedded latency model (a clone
+		// without the data) got 77 % optimal and 16 ms excess per URL,
+		// while on the real matrix it met the bound; docs/delegation.md, "The
+		// running overlay against the benchmark".
+		res, err := Run(t, Config{Nodes: 20, Subnets: 100, Churn: 0.1, Seed: 1, Liveness: time.Minute, Idle: 2 * time.Minute, WorldRTTs: true, Log: t.Logf})
 		if err != nil {
 			t.Fatal(err)
 		}
