@@ -232,6 +232,19 @@ func (c *cluster) addNode(i int) *proc {
 	return p
 }
 
+// nearerCount is how many of the world's sites world node i is nearer to
+// than world node j.
+func (c *cluster) nearerCount(i, j int) int {
+	ns := c.w.Nodes()
+	n := 0
+	for _, s := range c.w.Sites() {
+		if c.w.RTT(ns[i].Addr, s) < c.w.RTT(ns[j].Addr, s) {
+			n++
+		}
+	}
+	return n
+}
+
 // bootstrapFor lists up to four running nodes other than p.
 func (c *cluster) bootstrapFor(p *proc) []string {
 	var out []string
