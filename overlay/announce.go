@@ -66,12 +66,13 @@ type announcement struct {
 	noCrawl        bool // the peer does not crawl (NoCrawl: an indexer)
 	at             time.Time
 	rtts           map[peer.ID]int64 // its measured RTTs, µs; nil: none carried, the last ones stand
+	wholeRow       bool              // rtts is the peer's whole row (an answer to want_rtts)
 	release        []byte            // the snapshot id of a release file it holds, or nil
 }
 
 // checkAnnounce checks an announcement of snapshot sid received at now:
 // this build's version, our snapshot, a time within announceSkew. Of its
-// RTTs it keeps the well-formed ones, at most maxAnnouncedRTTs.
+// RTTs it keeps the well-formed ones, at most maxRowRTTs.
 func checkAnnounce(sid []byte, a *pb.Announce, now time.Time) (announcement, error) {
 	if a.GetVersion() != wireVersion {
 		return announcement{}, fmt.Errorf("%w %d", ErrUnsupportedVersion, a.GetVersion())
@@ -89,7 +90,7 @@ func checkAnnounce(sid []byte, a *pb.Announce, now time.Time) (announcement, err
 	out := announcement{capacity: a.GetCapacity(), load: a.GetLoad(), subnets: a.GetSubnets(),
 		noCrawl: a.GetIndexer() && a.GetCapacity() == 0, at: at, release: a.GetRelease()}
 	for _, r := range a.GetRtts() {
-		if len(out.rtts) == maxAnnouncedRTTs {
+		if len(out.rtts) == maxRowRTTs {
 			break
 		}
 		if p, err := peer.IDFromBytes(r.GetPeer()); err == nil && r.GetRttMicros() > 0 {
@@ -122,7 +123,7 @@ func (o *Overlay) noteAnnounce(author peer.ID, a announcement) {
 	if _, ok := o.peers[author]; ok || len(o.peers) < maxAnnouncedPeers {
 		o.peers[author] = PeerInfo{ID: author, Capacity: a.capacity, Load: a.load, Subnets: a.subnets, LoadAt: a.at, Seen: time.Now()}
 		if a.rtts != nil {
-			o.rtts[author] = announcedRTTs{us: a.rtts, at: time.Now()}
+			o.keepRTTRow(author, a.rtts, a.wholeRow)
 		}
 	}
 }
@@ -202,7 +203,7 @@ func (o *Overlay) announceRound(ctx context.Context, round int, force bool) {
 		}
 	}
 	o.mu.Unlock()
-	if parallel(ctx, announceParallel, todo, func(p peer.ID) { o.exchangeAnnounce(ctx, p) }) {
+	if parallel(ctx, announceParallel, todo, func(p peer.ID) { o.exchangeAnnounce(ctx, p, false) }) {
 		o.expireAnnounced()
 	}
 }
@@ -251,10 +252,11 @@ func (o *Overlay) announceTargets() []peer.ID {
 }
 
 // exchangeAnnounce sends this node's announcement to p and keeps p's
-// answer.
-func (o *Overlay) exchangeAnnounce(ctx context.Context, p peer.ID) {
+// answer; with wantRow set it asks p for its whole row of RTTs.
+func (o *Overlay) exchangeAnnounce(ctx context.Context, p peer.ID, wantRow bool) {
 	req := newMsg(pb.Message_ANNOUNCE)
-	req.Announce = o.ownAnnounce(p)
+	req.Announce = o.ownAnnounce(p, false)
+	req.Announce.WantRtts = wantRow
 	o.stats.requests.Add(1)
 	resp, err := o.request(ctx, p, announceSpec, req, pb.Message_ANNOUNCE)
 	if err != nil {
@@ -266,11 +268,13 @@ func (o *Overlay) exchangeAnnounce(ctx context.Context, p peer.ID) {
 		o.log.Debug("announcement answer rejected", "peer", p, "error", err)
 		return
 	}
+	a.wholeRow = wantRow
 	o.noteAnnounce(p, a)
 }
 
 // handleAnnounce keeps a peer's announcement and answers with this node's
-// own. A peer beyond its budget (announceRate) is refused as overloaded.
+// own, with its whole row of RTTs when the peer asks (want_rtts). A peer
+// beyond its budget (announceRate) is refused as overloaded.
 func (o *Overlay) handleAnnounce(ctx context.Context, from peer.ID, req *pb.Message) (*pb.Message, error) {
 	if !o.announceLimit.allow(from, 1) {
 		return nil, fmt.Errorf("%w: announcement rate limit of %d a second reached", ErrOverloaded, announceRate)
@@ -281,19 +285,20 @@ func (o *Overlay) handleAnnounce(ctx context.Context, from peer.ID, req *pb.Mess
 	}
 	o.noteAnnounce(from, a)
 	m := newMsg(pb.Message_ANNOUNCE)
-	m.Announce = o.ownAnnounce(from)
+	m.Announce = o.ownAnnounce(from, req.GetAnnounce().GetWantRtts())
 	return m, nil
 }
 
-// ownAnnounce builds this node's announcement to p, with its measured
-// RTTs when they are due to p (rttEvery), and notes the exchange.
-func (o *Overlay) ownAnnounce(p peer.ID) *pb.Announce {
+// ownAnnounce builds this node's announcement to p, with a sample of its
+// measured RTTs when they are due to p (rttEvery), or its whole row when
+// wholeRow is set, and notes the exchange.
+func (o *Overlay) ownAnnounce(p peer.ID, wholeRow bool) *pb.Announce {
 	now := time.Now()
 	capacity, load := o.cfg.load()
 	o.mu.Lock()
 	subnets := uint32(len(o.owned))
 	t := o.told[p]
-	withRTTs := o.announceRounds.Load() <= 2 || now.Sub(t.rtts) >= rttEvery*o.cfg.announce-o.cfg.announce/2
+	withRTTs := wholeRow || o.announceRounds.Load() <= 2 || now.Sub(t.rtts) >= rttEvery*o.cfg.announce-o.cfg.announce/2
 	if _, ok := o.told[p]; ok || len(o.told) < maxAnnouncedPeers {
 		t.at = now
 		if withRTTs {
@@ -303,8 +308,11 @@ func (o *Overlay) ownAnnounce(p peer.ID) *pb.Announce {
 	}
 	o.mu.Unlock()
 	var rtts []*pb.PeerRTT
-	if withRTTs {
-		rtts = o.measuredRTTs()
+	switch {
+	case wholeRow:
+		rtts = o.measuredRTTs(maxRowRTTs)
+	case withRTTs:
+		rtts = o.measuredRTTs(maxAnnouncedRTTs)
 	}
 	return &pb.Announce{Version: wireVersion, Snapshot: o.sid[:], Capacity: capacity, Load: load, Indexer: o.cfg.noCrawl,
 		AtMs: now.UnixMilli(), Subnets: subnets, Rtts: rtts, Release: o.releaseAnnounce()}
@@ -320,17 +328,20 @@ func (o *Overlay) expireAnnounced() {
 	for id, pi := range o.peers {
 		if time.Since(pi.Seen) > 3*o.cfg.announce {
 			delete(o.peers, id)
-			delete(o.rtts, id)
+			o.dropRTTRow(id)
 			gone = append(gone, id)
 		}
 	}
 	for id, a := range o.rtts {
 		if time.Since(a.at) > o.rttMaxAge() {
-			delete(o.rtts, id)
+			o.dropRTTRow(id)
 			continue
 		}
 		for _, g := range gone {
-			delete(a.us, g)
+			if _, ok := a.us[g]; ok {
+				delete(a.us, g)
+				o.rttEntries--
+			}
 		}
 	}
 	for id, t := range o.told {
@@ -353,10 +364,12 @@ func (o *Overlay) Peers() []PeerInfo {
 }
 
 // announcedRTTs is what one peer last announced of its measured RTTs
-// (µs, by peer; at most maxAnnouncedRTTs) and when this node received it.
+// (µs, by peer; at most maxRowRTTs) and when this node received it;
+// whole when it is the peer's whole row (rttrow.go).
 type announcedRTTs struct {
-	us map[peer.ID]int64
-	at time.Time
+	us    map[peer.ID]int64
+	at    time.Time
+	whole bool
 }
 
 // The checks of announced RTTs. A node announces whatever it likes, and an
@@ -365,12 +378,14 @@ type announcedRTTs struct {
 // announced RTT is used only when nothing this node measured or heard
 // refutes it, as a probe claim is checked against the witnesses' own RTTs
 // (subnet.ClaimCheck):
-//   - it is fresh: a peer sends its RTTs every rttEvery-th exchange, and
-//     the last ones stand for rttMaxAge, twice that;
+//   - it is fresh: a peer sends its RTTs every rttEvery-th exchange (or
+//     its whole row when asked, rttrow.go), and the last ones stand for
+//     rttMaxAge, twice that;
 //   - the pair's other end has not gone as far as this node knows: a peer
 //     silent for three intervals takes the RTTs others announced of it
 //     along when it is forgotten (expireAnnounced), and the author's next
-//     announcement lists only peers it is connected to;
+//     announcement lists only peers it still knows and pinged within two
+//     pingFresh;
 //   - the triangle inequality with this node's own measurements r1, r2 to
 //     the two ends (ownRTT) allows it: the pair's RTT lies within
 //     [|r1−r2|, r1+r2], widened by rttFactor and rttSlack because the

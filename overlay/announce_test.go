@@ -232,12 +232,12 @@ func TestAnnounceRefusals(t *testing.T) {
 		if refused != 4 {
 			t.Errorf("%d of %d announcements at once refused, want 4", refused, announceBurst+4)
 		}
-		// A full announcement (maxAnnouncedRTTs RTTs to peers with the
-		// longest usual ids, a release) fits in a frame.
+		// A full announcement (a whole row, maxRowRTTs RTTs to peers
+		// with the longest usual ids, and a release) fits in a frame.
 		a := good()
 		a.Release = o.sid[:]
 		a.Capacity, a.Load = 1<<62, 1<<62
-		for range maxAnnouncedRTTs {
+		for range maxRowRTTs {
 			a.Rtts = append(a.Rtts, &pb.PeerRTT{Peer: make([]byte, 70), RttMicros: 1 << 40})
 		}
 		if size := proto.Size(msg(a)) + 3; size > maxAnnounceMsg {
@@ -266,7 +266,7 @@ func FuzzAnnounceFrame(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(a.rtts) > maxAnnouncedRTTs || a.at.Sub(now).Abs() > announceSkew || len(a.release) > len(sid) {
+		if len(a.rtts) > maxRowRTTs || a.at.Sub(now).Abs() > announceSkew || len(a.release) > len(sid) {
 			t.Fatalf("accepted an announcement out of bounds: %+v", a)
 		}
 		for _, us := range a.rtts {
@@ -310,28 +310,45 @@ func measuredBy(o *Overlay, by, of peer.ID) int {
 	return int(d / time.Millisecond)
 }
 
-// TestAnnouncedRTTsBounded: the RTT map holds at most maxAnnouncedRTTs
-// of each peer and the RTTs of at most maxAnnouncedPeers peers, however
-// many announce and however much each announces.
+// TestAnnouncedRTTsBounded: the RTT map holds at most maxRowRTTs of each
+// peer, the RTTs of at most maxAnnouncedPeers peers and maxRTTEntries RTTs
+// in all, the newest rows kept, however many announce and however much
+// each announces.
 func TestAnnouncedRTTsBounded(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
 		o := r.swarm(1, Announce(time.Hour))[0].o
-		others := randomPeers(t, 2*maxAnnouncedRTTs, 1)
+		others := randomPeers(t, 2*maxRowRTTs, 1)
 		ms := map[peer.ID]int{}
 		for _, p := range others {
 			ms[p] = 20
 		}
-		for _, author := range randomPeers(t, maxAnnouncedPeers+50, 2) {
+		authors := randomPeers(t, maxAnnouncedPeers+50, 2)
+		for _, author := range authors {
+			time.Sleep(time.Millisecond) // rows apart in time: the oldest go first
 			announceRTTs(t, o, author, ms)
 		}
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		if len(o.rtts) != maxAnnouncedPeers || len(o.peers) != maxAnnouncedPeers {
-			t.Errorf("RTTs of %d peers, %d peers, want %d", len(o.rtts), len(o.peers), maxAnnouncedPeers)
+		if len(o.peers) != maxAnnouncedPeers {
+			t.Errorf("%d peers, want %d", len(o.peers), maxAnnouncedPeers)
 		}
+		sum := 0
 		for p, a := range o.rtts {
-			if len(a.us) != maxAnnouncedRTTs {
-				t.Fatalf("%d RTTs kept of %s, want %d", len(a.us), p, maxAnnouncedRTTs)
+			sum += len(a.us)
+			if len(a.us) > maxRowRTTs {
+				t.Fatalf("%d RTTs kept of %s, over %d", len(a.us), p, maxRowRTTs)
+			}
+		}
+		if sum != o.rttEntries || sum > maxRTTEntries {
+			t.Errorf("%d RTTs held, counted %d, bound %d", sum, o.rttEntries, maxRTTEntries)
+		}
+		// The peer table filled with the first maxAnnouncedPeers authors;
+		// of those, the rows of the newest fill the entries left.
+		rows := maxRTTEntries / maxRowRTTs
+		for i, author := range authors[:maxAnnouncedPeers] {
+			_, kept := o.rtts[author]
+			if want := i >= maxAnnouncedPeers-rows; kept != want {
+				t.Fatalf("the row of author %d of %d kept: %v, want %v", i, maxAnnouncedPeers, kept, want)
 			}
 		}
 	})

@@ -48,7 +48,15 @@ func (e *env) Probe(ctx context.Context, p peer.ID, url string, r subnet.Range) 
 	if id, _, ok := rangeOrPart(e.c.tree, r); !ok || e.c.rangeShard(id).key(e.c.sid) != e.sh.key {
 		return 0, fmt.Errorf("%w: probe for %s outside the shard", ErrNotFound, r)
 	}
+	// The search bounds its candidates by p's row of RTTs: ask for it
+	// beside the probe when this node holds no fresh copy (rttrow.go).
+	pulled := make(chan struct{})
+	go func() {
+		defer close(pulled)
+		e.c.o.PullRTTs(ctx, p)
+	}()
 	rtt, err := e.c.o.Probe(ctx, p, url)
+	<-pulled
 	ran := err == nil || errors.Is(err, ErrProbeFailed)
 	if !ran && (isRemote(err) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrForbidden) || errors.Is(err, ErrTooLarge)) {
 		// p, or this node for itself, refused (it does not probe, is

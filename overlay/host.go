@@ -343,7 +343,7 @@ func addServiceLimits(l *rcmgr.ScalingLimitConfig) {
 		{svcReplicate, 128, 16, 128 << 20, 32 << 20},          // shard state chunks up to 2 MiB
 		{svcAudit, 32, 4, 64 << 20, 16 << 20},                 // evidence up to 4 MiB; audits are sampled
 		{svcRelease, 32, 4, 32 << 20, 4 << 20},                // snapshot chunks of 512 KiB, fetched one at a time
-		{svcAnnounce, 128, 4, 4 << 20, 64 << 10},              // one 4 KiB exchange per neighbour and round
+		{svcAnnounce, 128, 4, 32 << 20, 1 << 20},              // one 4 KiB exchange per neighbour and round; a row of 96 KiB when asked
 	} {
 		l.AddServiceLimit(s.svc, rcmgr.BaseLimit{Streams: s.streams, StreamsInbound: s.streams, StreamsOutbound: s.streams, Memory: s.memory}, rcmgr.BaseLimitIncrease{})
 		l.AddServicePeerLimit(s.svc, rcmgr.BaseLimit{Streams: s.perPeer, StreamsInbound: s.perPeer, StreamsOutbound: s.perPeer, Memory: s.memPerPeer}, rcmgr.BaseLimitIncrease{})

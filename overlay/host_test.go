@@ -10,6 +10,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	ma "github.com/multiformats/go-multiaddr"
 )
 
@@ -170,4 +171,22 @@ func TestTakenPortRefused(t *testing.T) {
 		t.Fatalf("after the first host closed: %v", err)
 	}
 	b.Close()
+}
+
+// TestServiceLimitsFitMessages: each protocol's per-peer memory limit
+// holds what serving one of its streams reserves (twice its largest
+// message, up to streamMemory), or every request to it is reset.
+func TestServiceLimitsFitMessages(t *testing.T) {
+	var l rcmgr.ScalingLimitConfig
+	addServiceLimits(&l)
+	for _, sp := range []spec{probeSpec, coordSpec, replicateSpec, auditSpec, releaseSpec, announceSpec} {
+		lim, ok := l.ServicePeerLimits[sp.service]
+		if !ok {
+			t.Errorf("%s: no per-peer limit for service %s", sp.id, sp.service)
+			continue
+		}
+		if need := int64(min(2*sp.maxMsg, streamMemory)); lim.BaseLimit.Memory < need {
+			t.Errorf("%s: a stream reserves %d bytes, over the per-peer limit of %d", sp.id, need, lim.BaseLimit.Memory)
+		}
+	}
 }

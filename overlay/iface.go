@@ -89,7 +89,8 @@ type DelegationEnv interface {
 	// and is stored as failed; any other error means p did not probe:
 	// when p could not be asked (gone, unreachable) that is stored as a
 	// failed probe too, when it refused (it does not probe, is
-	// overloaded) nothing is stored.
+	// overloaded) nothing is stored. Beside the probe it asks p for its
+	// row of measured RTTs when it holds no fresh copy (PullRTTs).
 	Probe(ctx context.Context, p peer.ID, url string, r subnet.Range) (time.Duration, error)
 	// Probes returns the stored probe results for subnet s.
 	Probes(s subnet.ID) []ProbeResult

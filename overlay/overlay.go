@@ -68,6 +68,8 @@ type Overlay struct {
 	unheld     map[[32]byte][]string            // by shard: range keys its last heartbeat ack listed as this node's that it did not hold
 	peers      map[peer.ID]PeerInfo             // announced peers, bounded
 	rtts       map[peer.ID]announcedRTTs        // announced peers' measured RTTs to others (announce.go)
+	rttEntries int                              // RTTs over all of rtts, bounded by maxRTTEntries (rttrow.go)
+	pulled     map[peer.ID]time.Time            // when this node last asked a peer for its row (PullRTTs)
 	told       map[peer.ID]told                 // announcements exchanged, by peer, bounded
 	pingMu     sync.Mutex                       // guards pings alone: ownRTT runs under mu
 	pings      map[peer.ID]pinged               // least ping RTTs to connected peers (pingrtt.go)
@@ -176,6 +178,7 @@ func newOverlay(h host.Host, sk crypto.PrivKey, tree *subnet.Tree, db *badger.DB
 		unheld:        map[[32]byte][]string{},
 		peers:         map[peer.ID]PeerInfo{},
 		rtts:          map[peer.ID]announcedRTTs{},
+		pulled:        map[peer.ID]time.Time{},
 		told:          map[peer.ID]told{},
 		pings:         map[peer.ID]pinged{},
 		coordFor:      map[[32]byte]peer.ID{},

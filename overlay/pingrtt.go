@@ -2,7 +2,9 @@ package overlay
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -16,26 +18,35 @@ import (
 // what the path's propagation and the two ends' access give, without the
 // queueing and processing that only lengthen a sample. So an own RTT is
 // the least of pingSamples pings (libp2p's ping protocol: an echo of 32
-// bytes on an open connection), and nothing else: the peerstore's EWMA,
-// which the DHT's requests feed with their whole duration (the first
-// with the dial's handshakes, then the remote's handling and a busy
-// machine's scheduling), reads long, and a long RTT between two nodes
-// prunes the nearer of them wrongly where an unknown one only costs a
-// probe. Before each RTT round up to pingsPerRound connected peers
-// without a ping less than pingFresh old are pinged, pingParallel at a
-// time.
+// bytes), and nothing else: the peerstore's EWMA, which the DHT's
+// requests feed with their whole duration (the first with the dial's
+// handshakes, then the remote's handling and a busy machine's
+// scheduling), reads long, and a long RTT between two nodes prunes the
+// nearer of them wrongly where an unknown one only costs a probe.
+//
+// A node pings every crawler it knows, not only those it is connected
+// to: the peers that announced themselves to it and its connections. A
+// coordinator's search bounds candidates by the rows of the nodes it
+// probed (rttrow.go), so a row must cover the network, not the few dozen
+// peers a node keeps connections to; at 300 nodes the connected ones were
+// a third of the pairs. A ping to an unconnected peer dials it; the
+// connection manager trims such connections as any other. Before each RTT
+// round up to pingsPerRound peers without a ping less than pingFresh old
+// are pinged, never-pinged ones first, pingParallel at a time; the table
+// holds at most maxRowRTTs peers.
 const (
 	pingSamples   = 3
-	pingsPerRound = DefaultConnHigh
+	pingsPerRound = 256
 	pingParallel  = 16
 	pingTimeout   = 5 * time.Second
 	pingFresh     = 6 * time.Hour
-	// maxAnnouncedRTTs bounds the RTTs an announcement carries: as many
-	// as the connection manager keeps connections (DefaultConnHigh), so
-	// that a node announces the whole row it measured and a coordinator's
-	// map holds, of each neighbour, every pair it knows. The RTT table's
-	// bound is then maxAnnouncedPeers × 96 entries, about 30 MB.
+	// maxAnnouncedRTTs bounds the RTTs a routine announcement carries
+	// to a neighbour, a random sample of the row (up to 96 peers of 45
+	// bytes, about 4 kB, every rttEvery-th exchange).
 	maxAnnouncedRTTs = DefaultConnHigh
+	// maxRowRTTs bounds a node's row: the peers it keeps ping RTTs of,
+	// and the RTTs it answers a want_rtts request with (about 46 kB).
+	maxRowRTTs = 1024
 )
 
 // pinged is this node's least ping RTT to a peer and when it was taken.
@@ -44,26 +55,51 @@ type pinged struct {
 	at    time.Time
 }
 
-// pingPeers pings up to pingsPerRound connected peers without a fresh
-// ping RTT, pingSamples times each, and keeps the least of each peer's.
-// The table holds connected peers only: the others' entries are dropped.
+// pingPeers pings up to pingsPerRound known peers without a fresh ping
+// RTT, pingSamples times each, and keeps the least of each peer's. Known
+// peers are the connected ones and the crawlers that announced
+// themselves (Peers); the others' entries, and entries two pingFresh
+// old, are dropped, and the table keeps at most maxRowRTTs peers, the
+// connected ones first.
 func (o *Overlay) pingPeers(ctx context.Context) {
-	connected := o.h.Network().Peers()
-	var todo []peer.ID
+	known := o.h.Network().Peers()
+	seen := make(map[peer.ID]bool, len(known))
+	for _, p := range known {
+		seen[p] = true
+	}
+	others := o.Peers()
+	rand.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+	for _, pi := range others {
+		if !seen[pi.ID] && pi.ID != o.h.ID() {
+			seen[pi.ID] = true
+			known = append(known, pi.ID)
+		}
+	}
+	known = known[:min(len(known), maxRowRTTs)]
+	now := time.Now()
+	var never, stale []peer.ID
 	o.pingMu.Lock()
-	keep := make(map[peer.ID]pinged, len(connected))
-	for _, p := range connected {
+	keep := make(map[peer.ID]pinged, len(known))
+	for _, p := range known {
 		e, ok := o.pings[p]
-		if ok {
+		if ok && now.Sub(e.at) <= 2*pingFresh {
 			keep[p] = e
 		}
-		if (!ok || time.Since(e.at) > pingFresh) && len(todo) < pingsPerRound {
-			todo = append(todo, p)
+		switch {
+		case !ok:
+			never = append(never, p)
+		case now.Sub(e.at) > pingFresh:
+			stale = append(stale, p)
 		}
 	}
 	o.pings = keep
 	o.pingMu.Unlock()
+	todo := append(never, stale...)
+	todo = todo[:min(len(todo), pingsPerRound)]
 	parallel(ctx, pingParallel, todo, func(p peer.ID) {
+		if err := o.findAddrs(ctx, p); err != nil {
+			return
+		}
 		if d, ok := o.pingLeast(ctx, p); ok {
 			o.pingMu.Lock()
 			o.pings[p] = pinged{least: d, at: time.Now()}
@@ -110,21 +146,23 @@ func (o *Overlay) ownRTT(p peer.ID) time.Duration {
 	return d
 }
 
-// measuredRTTs lists this node's measured RTTs to connected peers, at
-// most maxAnnouncedRTTs of them, a fresh random sample each time when
-// there are more (the connection manager lets connections pass its high
-// mark until it trims): each receiver, and each round, then gets
-// different pairs of the author's rather than the first by id.
-func (o *Overlay) measuredRTTs() []*pb.PeerRTT {
+// measuredRTTs lists this node's measured RTTs, at most limit of them, a
+// fresh random sample each time when there are more: each receiver, and
+// each round, then gets different pairs of the author's rather than the
+// first by id.
+func (o *Overlay) measuredRTTs(limit int) []*pb.PeerRTT {
+	o.pingMu.Lock()
+	ids := slices.Collect(maps.Keys(o.pings))
+	o.pingMu.Unlock()
 	var out []*pb.PeerRTT
-	for _, p := range o.h.Network().Peers() {
+	for _, p := range ids {
 		if d := o.ownRTT(p); d > 0 {
 			out = append(out, &pb.PeerRTT{Peer: []byte(p), RttMicros: max(d.Microseconds(), 1)})
 		}
 	}
-	if len(out) > maxAnnouncedRTTs {
+	if len(out) > limit {
 		rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-		out = out[:maxAnnouncedRTTs]
+		out = out[:limit]
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,11 +35,44 @@ func TestOwnRTTLeastOfPings(t *testing.T) {
 			t.Errorf("Between self and the peer: %v %v, want %v", d, ok, got)
 		}
 		announced := map[peer.ID]int64{}
-		for _, pr := range o.measuredRTTs() {
+		for _, pr := range o.measuredRTTs(maxAnnouncedRTTs) {
 			announced[peer.ID(pr.Peer)] = pr.RttMicros
 		}
 		if announced[b] != got.Microseconds() {
 			t.Errorf("announced RTT to the peer: %d µs, want %d", announced[b], got.Microseconds())
+		}
+	})
+}
+
+// TestPingsUnconnectedPeers: a node pings the crawlers that announced
+// themselves to it though it holds no connection to them, and its row
+// (what it answers want_rtts with) carries them.
+func TestPingsUnconnectedPeers(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
+		const oneWay = 20 * time.Millisecond
+		net := p2ptest.NewNetWith(t, func(from, to netip.Addr) time.Duration { return oneWay })
+		r := &rig{t: t, net: net}
+		nodes := r.swarm(3, Announce(time.Hour))
+		a, c := nodes[0].o, nodes[2]
+		if err := a.h.Network().ClosePeer(c.h.ID()); err != nil {
+			t.Fatal(err)
+		}
+		a.mu.Lock()
+		a.peers[c.h.ID()] = PeerInfo{ID: c.h.ID(), Capacity: 1, Seen: time.Now()}
+		a.mu.Unlock()
+		if slices.Contains(a.h.Network().Peers(), c.h.ID()) {
+			t.Fatal("still connected to the peer")
+		}
+		a.pingPeers(t.Context())
+		if got, want := a.ownRTT(c.h.ID()), 2*oneWay; got < want || got > want+want/10 {
+			t.Fatalf("own RTT to an unconnected peer that announced itself: %v, want %v (+10 %%)", got, want)
+		}
+		row := map[peer.ID]bool{}
+		for _, pr := range a.measuredRTTs(maxRowRTTs) {
+			row[peer.ID(pr.Peer)] = true
+		}
+		if !row[c.h.ID()] {
+			t.Error("the row does not carry the unconnected peer")
 		}
 	})
 }

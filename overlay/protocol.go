@@ -70,7 +70,7 @@ const (
 	maxProbeMsg     = 4 << 10              // one URL (browsers cap URLs near 2 KiB) and a result
 	maxCoordMsg     = 256 << 10            // a heartbeat answer lists up to 4096 subnets of ~40 bytes
 	maxReplicateMsg = 2 << 20              // a chunk of up to maxEntriesPerMsg entries
-	maxAnnounceMsg  = 8 << 10              // an ANNOUNCE is ~70 bytes and up to 96 RTTs of ~45 (81 with the longest usual ids)
+	maxAnnounceMsg  = 96 << 10             // an ANNOUNCE is ~70 bytes and up to 1,024 RTTs (a whole row, rttrow.go) of ~45 (81 with the longest usual ids)
 	maxRecordSize   = 64 << 10             // a DHT record: an org index of up to maxOrgEntries entries
 	maxAuditMsg     = 4 << 20              // an AUDIT carries a whole signed result batch as evidence (node default: 256 KiB of records before compression)
 	maxReleaseMsg   = releaseChunk + 1<<10 // a CHUNK of a snapshot file

@@ -40,7 +40,7 @@ func (o *Overlay) noteNonCrawler(p peer.ID) {
 	}
 	o.nonCrawlers[p] = time.Now()
 	delete(o.peers, p)
-	delete(o.rtts, p)
+	o.dropRTTRow(p)
 }
 
 // MayCrawl reports whether p may be given subnets as far as this node

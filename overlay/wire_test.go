@@ -247,7 +247,7 @@ func FuzzCheckAnnounce(f *testing.F) {
 			return
 		}
 		a, err := checkAnnounce(sid, &m, now)
-		if err == nil && (len(a.rtts) > maxAnnouncedRTTs || a.at.Sub(now).Abs() > announceSkew) {
+		if err == nil && (len(a.rtts) > maxRowRTTs || a.at.Sub(now).Abs() > announceSkew) {
 			t.Fatal("accepted a bad announcement")
 		}
 	})

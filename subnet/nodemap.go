@@ -91,24 +91,38 @@ const nearestSample = 256
 // NearestRTT returns the median, over nodes, of the RTT to the nearest
 // other node as between measures it: how densely the network covers the
 // places its nodes are at. Of a larger network it measures from
-// nearestSample nodes spread over the list. Zero when no two nodes are
-// measured.
+// nearestSample nodes spread over the list. A node whose measured pairs
+// cover fewer than half the others is left out while any node's cover
+// that much: its nearest measured node is likely not its nearest (in a
+// running network of 300 nodes, whose coordinators knew a third of the
+// pairs, such nodes read 35–133 ms where the truth was about 15). Zero
+// when no two nodes are measured.
 func NearestRTT(nodes []string, between func(a, b string) (time.Duration, bool)) time.Duration {
 	step := max(1, len(nodes)/nearestSample)
-	var nn []time.Duration
+	var all, covered []time.Duration
 	for i := 0; i < len(nodes); i += step {
-		best := time.Duration(-1)
+		best, known := time.Duration(-1), 0
 		for j, m := range nodes {
 			if j == i {
 				continue
 			}
-			if d, ok := between(nodes[i], m); ok && d > 0 && (best < 0 || d < best) {
-				best = d
+			if d, ok := between(nodes[i], m); ok && d > 0 {
+				known++
+				if best < 0 || d < best {
+					best = d
+				}
 			}
 		}
 		if best > 0 {
-			nn = append(nn, best)
+			all = append(all, best)
+			if 2*known >= len(nodes)-1 {
+				covered = append(covered, best)
+			}
 		}
+	}
+	nn := covered
+	if len(nn) == 0 {
+		nn = all
 	}
 	if len(nn) == 0 {
 		return 0

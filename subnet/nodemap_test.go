@@ -105,6 +105,27 @@ func TestNearestRTT(t *testing.T) {
 	if got := NearestRTT(names[:1], between); got != 0 {
 		t.Errorf("one node: %v, want 0", got)
 	}
+	// Nine nodes 10 ms apart on a line; only the pairs with n0, n1 or n2
+	// are measured. The others' nearest measured node is one of those
+	// three, 10 to 60 ms away (median over all nine 20 ms); they cover
+	// fewer than half the others and are left out: the median is the
+	// three's 10 ms.
+	pos = nil
+	acc = nil
+	for i := range 9 {
+		pos, acc = append(pos, time.Duration(10*i)*ms), append(acc, 0)
+	}
+	names, between = lineMetric(pos, acc)
+	known := map[string]bool{names[0]: true, names[1]: true, names[2]: true}
+	sparse := func(a, b string) (time.Duration, bool) {
+		if !known[a] && !known[b] {
+			return 0, false
+		}
+		return between(a, b)
+	}
+	if got := NearestRTT(names, sparse); got != 10*ms {
+		t.Errorf("sparse pairs: NearestRTT = %v, want 10ms from the well-covered nodes", got)
+	}
 }
 
 func TestDensityTolerance(t *testing.T) {

@@ -2701,16 +2701,20 @@ func (x *OrgEntry) GetNode() []byte {
 // with its routing-table neighbours and the coordinators it heartbeats
 // (AnnounceID); formerly published on the announcement topic.
 type Announce struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Snapshot      []byte                 `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	Capacity      uint64                 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"` // pages per day
-	Load          uint64                 `protobuf:"varint,4,opt,name=load,proto3" json:"load,omitempty"`         // pages per day
-	Indexer       bool                   `protobuf:"varint,5,opt,name=indexer,proto3" json:"indexer,omitempty"`
-	AtMs          int64                  `protobuf:"varint,6,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
-	Subnets       uint32                 `protobuf:"varint,7,opt,name=subnets,proto3" json:"subnets,omitempty"` // subnets the node crawls
-	Rtts          []*PeerRTT             `protobuf:"bytes,8,rep,name=rtts,proto3" json:"rtts,omitempty"`        // its measured RTTs to other peers, at most 48
-	Release       []byte                 `protobuf:"bytes,9,opt,name=release,proto3" json:"release,omitempty"`  // the snapshot id of a release whose file the node holds and serves (CHUNK_QUERY)
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Version  uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Snapshot []byte                 `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Capacity uint64                 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"` // pages per day
+	Load     uint64                 `protobuf:"varint,4,opt,name=load,proto3" json:"load,omitempty"`         // pages per day
+	Indexer  bool                   `protobuf:"varint,5,opt,name=indexer,proto3" json:"indexer,omitempty"`
+	AtMs     int64                  `protobuf:"varint,6,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	Subnets  uint32                 `protobuf:"varint,7,opt,name=subnets,proto3" json:"subnets,omitempty"` // subnets the node crawls
+	Rtts     []*PeerRTT             `protobuf:"bytes,8,rep,name=rtts,proto3" json:"rtts,omitempty"`        // its measured RTTs to other peers: at most 96, or 1,024 in an answer to want_rtts
+	Release  []byte                 `protobuf:"bytes,9,opt,name=release,proto3" json:"release,omitempty"`  // the snapshot id of a release whose file the node holds and serves (CHUNK_QUERY)
+	// want_rtts asks the receiver to answer with its whole row of measured
+	// RTTs: a coordinator asks the nodes it probes (their rows bound the
+	// guided search's candidates).
+	WantRtts      bool `protobuf:"varint,10,opt,name=want_rtts,json=wantRtts,proto3" json:"want_rtts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2806,6 +2810,13 @@ func (x *Announce) GetRelease() []byte {
 		return x.Release
 	}
 	return nil
+}
+
+func (x *Announce) GetWantRtts() bool {
+	if x != nil {
+		return x.WantRtts
+	}
+	return false
 }
 
 type SignedRecord struct {
@@ -4678,7 +4689,7 @@ const file_overlay_proto_rawDesc = "" +
 	"\tORG_INDEX\x10\x02\"L\n" +
 	"\bOrgEntry\x12,\n" +
 	"\x06subnet\x18\x01 \x01(\v2\x14.micra.overlay.RangeR\x06subnet\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\fR\x04node\"\xff\x01\n" +
+	"\x04node\x18\x02 \x01(\fR\x04node\"\x9c\x02\n" +
 	"\bAnnounce\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1a\n" +
 	"\bsnapshot\x18\x02 \x01(\fR\bsnapshot\x12\x1a\n" +
@@ -4688,7 +4699,9 @@ const file_overlay_proto_rawDesc = "" +
 	"\x05at_ms\x18\x06 \x01(\x03R\x04atMs\x12\x18\n" +
 	"\asubnets\x18\a \x01(\rR\asubnets\x12*\n" +
 	"\x04rtts\x18\b \x03(\v2\x16.micra.overlay.PeerRTTR\x04rtts\x12\x18\n" +
-	"\arelease\x18\t \x01(\fR\arelease\"D\n" +
+	"\arelease\x18\t \x01(\fR\arelease\x12\x1b\n" +
+	"\twant_rtts\x18\n" +
+	" \x01(\bR\bwantRtts\"D\n" +
 	"\fSignedRecord\x12\x16\n" +
 	"\x06record\x18\x01 \x01(\fR\x06record\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\"<\n" +
