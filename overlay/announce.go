@@ -106,7 +106,8 @@ func checkAnnounce(sid []byte, a *pb.Announce, now time.Time) (announcement, err
 // noteAnnounce keeps what author announced: a peer that does not crawl
 // is no candidate (noteNonCrawler); a crawler's state and RTTs go in the
 // peer table (bounded: when full, only peers already in it are updated),
-// and the release file it holds in the release state.
+// and the release file it holds in the release state. A crawler new to
+// the table is queued for a ping (queueNewPing).
 func (o *Overlay) noteAnnounce(author peer.ID, a announcement) {
 	if author == o.h.ID() {
 		return
@@ -119,12 +120,16 @@ func (o *Overlay) noteAnnounce(author peer.ID, a announcement) {
 		o.noteReleaseHolder(author, a.release)
 	}
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	if _, ok := o.peers[author]; ok || len(o.peers) < maxAnnouncedPeers {
+	_, known := o.peers[author]
+	if known || len(o.peers) < maxAnnouncedPeers {
 		o.peers[author] = PeerInfo{ID: author, Capacity: a.capacity, Load: a.load, Subnets: a.subnets, LoadAt: a.at, Seen: time.Now()}
 		if a.rtts != nil {
 			o.keepRTTRow(author, a.rtts, a.wholeRow)
 		}
+	}
+	o.mu.Unlock()
+	if !known {
+		o.queueNewPing(author)
 	}
 }
 

@@ -72,7 +72,8 @@ type Overlay struct {
 	pulled     map[peer.ID]time.Time            // when this node last asked a peer for its row (PullRTTs)
 	told       map[peer.ID]told                 // announcements exchanged, by peer, bounded
 	pingMu     sync.Mutex                       // guards pings alone: ownRTT runs under mu
-	pings      map[peer.ID]pinged               // least ping RTTs to connected peers (pingrtt.go)
+	pings      map[peer.ID]pinged               // least ping RTTs to known peers (pingrtt.go)
+	newPings   chan peer.ID                     // peers queued for their first ping (queueNewPing)
 	// nonCrawlers are peers that announced they do not crawl (NoCrawl,
 	// capacity 0): never delegation candidates. Bounded like peers.
 	nonCrawlers   map[peer.ID]time.Time
@@ -181,6 +182,7 @@ func newOverlay(h host.Host, sk crypto.PrivKey, tree *subnet.Tree, db *badger.DB
 		pulled:        map[peer.ID]time.Time{},
 		told:          map[peer.ID]told{},
 		pings:         map[peer.ID]pinged{},
+		newPings:      make(chan peer.ID, newPingQueue),
 		coordFor:      map[[32]byte]peer.ID{},
 		probeSlots:    newPeerSlots(probeStreamsPerPeer),
 		auditLimit:    newPeerLimiter(cfg.audit.AuditRate, float64(cfg.audit.AuditBurst)),
@@ -296,6 +298,7 @@ func (o *Overlay) startLoops() error {
 	o.wg.Go(func() { o.every(o.cfg.maintain, o.coord.maintain) })
 	o.wg.Go(func() { o.every(o.cfg.heartbeat, o.heartbeatAll) })
 	o.wg.Go(o.announceLoop)
+	o.wg.Go(o.pingNewLoop)
 	o.wg.Go(func() { o.every(o.cfg.orgPublish, o.coord.publishOrgs) })
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -32,8 +33,9 @@ import (
 // a third of the pairs. A ping to an unconnected peer dials it; the
 // connection manager trims such connections as any other. Before each RTT
 // round up to pingsPerRound peers without a ping less than pingFresh old
-// are pinged, never-pinged ones first, pingParallel at a time; the table
-// holds at most maxRowRTTs peers.
+// are pinged, never-pinged ones first, pingParallel at a time, and a peer
+// that announces itself for the first time is pinged at once
+// (queueNewPing); the table holds at most maxRowRTTs peers.
 const (
 	pingSamples   = 3
 	pingsPerRound = 256
@@ -57,22 +59,36 @@ type pinged struct {
 
 // pingPeers pings up to pingsPerRound known peers without a fresh ping
 // RTT, pingSamples times each, and keeps the least of each peer's. Known
-// peers are the connected ones and the crawlers that announced
-// themselves (Peers); the others' entries, and entries two pingFresh
-// old, are dropped, and the table keeps at most maxRowRTTs peers, the
-// connected ones first.
+// peers are the connected ones, the crawlers that announced themselves
+// (Peers) and the peers with addresses that speak AnnounceID and are not
+// known not to crawl; the others' entries, and entries two pingFresh old,
+// are dropped, and the table keeps at most maxRowRTTs peers, in that
+// order.
 func (o *Overlay) pingPeers(ctx context.Context) {
 	known := o.h.Network().Peers()
 	seen := make(map[peer.ID]bool, len(known))
 	for _, p := range known {
 		seen[p] = true
 	}
-	others := o.Peers()
+	var others []peer.ID
+	for _, pi := range o.Peers() {
+		others = append(others, pi.ID)
+	}
 	rand.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
-	for _, pi := range others {
-		if !seen[pi.ID] && pi.ID != o.h.ID() {
-			seen[pi.ID] = true
-			known = append(known, pi.ID)
+	// Then the peers met in the DHT's queries that speak the overlay's
+	// protocols (identify told), crawlers as far as this node knows: a
+	// routing table and the announcers hold some of a large network.
+	var met []peer.ID
+	for _, p := range o.h.Peerstore().PeersWithAddrs() {
+		if ok, err := o.h.Peerstore().SupportsProtocols(p, AnnounceID); err == nil && len(ok) > 0 && o.mayCrawl(p) {
+			met = append(met, p)
+		}
+	}
+	rand.Shuffle(len(met), func(i, j int) { met[i], met[j] = met[j], met[i] })
+	for _, p := range append(others, met...) {
+		if !seen[p] && p != o.h.ID() {
+			seen[p] = true
+			known = append(known, p)
 		}
 	}
 	known = known[:min(len(known), maxRowRTTs)]
@@ -96,16 +112,66 @@ func (o *Overlay) pingPeers(ctx context.Context) {
 	o.pingMu.Unlock()
 	todo := append(never, stale...)
 	todo = todo[:min(len(todo), pingsPerRound)]
-	parallel(ctx, pingParallel, todo, func(p peer.ID) {
-		if err := o.findAddrs(ctx, p); err != nil {
+	parallel(ctx, pingParallel, todo, func(p peer.ID) { o.pingOne(ctx, p) })
+}
+
+// pingOne pings p, looking its addresses up first when it has none, and
+// keeps the least RTT.
+func (o *Overlay) pingOne(ctx context.Context, p peer.ID) {
+	if err := o.findAddrs(ctx, p); err != nil {
+		return
+	}
+	if d, ok := o.pingLeast(ctx, p); ok {
+		o.pingMu.Lock()
+		o.pings[p] = pinged{least: d, at: time.Now()}
+		o.pingMu.Unlock()
+	}
+}
+
+// newPingQueue bounds the peers waiting for their first ping
+// (pingNewLoop); a peer that finds it full waits for the next RTT round.
+const newPingQueue = 256
+
+// queueNewPing queues p for a ping at once (pingNewLoop) when this node
+// has no ping RTT of it: a crawler that announced itself for the first
+// time enters this node's row within seconds, not at the next RTT round,
+// up to an hour later. It does not block.
+func (o *Overlay) queueNewPing(p peer.ID) {
+	o.pingMu.Lock()
+	_, ok := o.pings[p]
+	full := len(o.pings) >= maxRowRTTs
+	o.pingMu.Unlock()
+	if ok || full {
+		return
+	}
+	select {
+	case o.newPings <- p:
+	default:
+	}
+}
+
+// pingNewLoop pings the peers queueNewPing queues, pingParallel at a
+// time, until Close.
+func (o *Overlay) pingNewLoop() {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, pingParallel)
+	for {
+		select {
+		case <-o.ctx.Done():
 			return
+		case p := <-o.newPings:
+			select {
+			case slots <- struct{}{}:
+			case <-o.ctx.Done():
+				return
+			}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				o.pingOne(o.ctx, p)
+			})
 		}
-		if d, ok := o.pingLeast(ctx, p); ok {
-			o.pingMu.Lock()
-			o.pings[p] = pinged{least: d, at: time.Now()}
-			o.pingMu.Unlock()
-		}
-	})
+	}
 }
 
 // pingLeast pings p pingSamples times and returns the least RTT; false

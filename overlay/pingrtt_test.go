@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -44,35 +45,58 @@ func TestOwnRTTLeastOfPings(t *testing.T) {
 	})
 }
 
-// TestPingsUnconnectedPeers: a node pings the crawlers that announced
-// themselves to it though it holds no connection to them, and its row
-// (what it answers want_rtts with) carries them.
+// TestPingsUnconnectedPeers: a node pings the crawlers it knows though it
+// holds no connection to them: one that announces itself for the first
+// time at once, one already in its table at the next RTT round; and its
+// row (what it answers want_rtts with) carries them.
 func TestPingsUnconnectedPeers(t *testing.T) {
 	p2ptest.Bubble(t, func(t *testing.T) {
 		const oneWay = 20 * time.Millisecond
 		net := p2ptest.NewNetWith(t, func(from, to netip.Addr) time.Duration { return oneWay })
 		r := &rig{t: t, net: net}
-		nodes := r.swarm(3, Announce(time.Hour))
-		a, c := nodes[0].o, nodes[2]
-		if err := a.h.Network().ClosePeer(c.h.ID()); err != nil {
-			t.Fatal(err)
-		}
+		nodes := r.swarm(4, Announce(time.Hour))
+		a, c, d := nodes[0].o, nodes[2].h.ID(), nodes[3].h.ID()
+		// Past the first RTT round (firstAnnounce), which pings every
+		// peer; the next is half an hour away. a forgets its pings and
+		// the peers' announcements.
+		time.Sleep(firstAnnounce)
+		a.pingMu.Lock()
+		clear(a.pings)
+		a.pingMu.Unlock()
 		a.mu.Lock()
-		a.peers[c.h.ID()] = PeerInfo{ID: c.h.ID(), Capacity: 1, Seen: time.Now()}
+		clear(a.peers)
 		a.mu.Unlock()
-		if slices.Contains(a.h.Network().Peers(), c.h.ID()) {
-			t.Fatal("still connected to the peer")
+		for _, p := range []peer.ID{c, d} {
+			if err := a.h.Network().ClosePeer(p); err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(a.h.Network().Peers(), p) {
+				t.Fatal("still connected to the peer")
+			}
 		}
+		want := 2 * oneWay
+		// c announces itself: pinged at once, without a round.
+		a.noteAnnounce(c, announcement{capacity: 1, at: time.Now()})
+		eventually(t, 10*time.Second, func() error {
+			if got := a.ownRTT(c); got < want || got > want+want/10 {
+				return fmt.Errorf("own RTT to an unconnected peer that announced itself: %v, want %v (+10 %%)", got, want)
+			}
+			return nil
+		})
+		// d is in the table already: the round pings it.
+		a.mu.Lock()
+		a.peers[d] = PeerInfo{ID: d, Capacity: 1, Seen: time.Now()}
+		a.mu.Unlock()
 		a.pingPeers(t.Context())
-		if got, want := a.ownRTT(c.h.ID()), 2*oneWay; got < want || got > want+want/10 {
-			t.Fatalf("own RTT to an unconnected peer that announced itself: %v, want %v (+10 %%)", got, want)
+		if got := a.ownRTT(d); got < want || got > want+want/10 {
+			t.Fatalf("own RTT to an unconnected known peer after a round: %v, want %v (+10 %%)", got, want)
 		}
 		row := map[peer.ID]bool{}
 		for _, pr := range a.measuredRTTs(maxRowRTTs) {
 			row[peer.ID(pr.Peer)] = true
 		}
-		if !row[c.h.ID()] {
-			t.Error("the row does not carry the unconnected peer")
+		if !row[c] || !row[d] {
+			t.Errorf("the row carries c %v, d %v; want both", row[c], row[d])
 		}
 	})
 }

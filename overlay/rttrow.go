@@ -74,9 +74,12 @@ func (o *Overlay) dropRTTRow(id peer.ID) {
 // PullRTTs asks p for its row of measured RTTs (want_rtts) when this node
 // holds no whole row of it younger than rttMaxAge/2 and has not asked p in the
 // last rttMaxAge/2 (a failed or empty answer is not asked again at every
-// probe). It returns when the exchange is done or refused; the row, if
-// any, is then what Between and MeasuredBy read. A coordinator's
-// delegation environment calls it beside each probe it sends.
+// probe). A row shorter than half the peers this node knows is a node
+// still measuring (a young network, or a node just joined): it is asked
+// again after a quarter of an announcement interval instead. It returns
+// when the exchange is done or refused; the row, if any, is then what
+// Between and MeasuredBy read. A coordinator's delegation environment
+// calls it beside each probe it sends.
 func (o *Overlay) PullRTTs(ctx context.Context, p peer.ID) {
 	if p == o.h.ID() {
 		return
@@ -85,6 +88,9 @@ func (o *Overlay) PullRTTs(ctx context.Context, p peer.ID) {
 	again := o.rttMaxAge() / 2
 	o.mu.Lock()
 	a, ok := o.rtts[p]
+	if 2*len(a.us) < len(o.peers) {
+		again = o.cfg.announce / 4
+	}
 	if ok && a.whole && now.Sub(a.at) < again || now.Sub(o.pulled[p]) < again {
 		o.mu.Unlock()
 		return

@@ -12,7 +12,8 @@ import (
 // whole row of RTTs beside the probe, beyond the 96 a routine
 // announcement carries, keeps it, and does not ask again while it is
 // fresh; a routine sample that follows updates the row's entries without
-// cutting it.
+// cutting it; a row short of the peers the coordinator knows is asked for
+// again sooner.
 func TestProbePullsRow(t *testing.T) {
 	simulate(t, func(t *testing.T, r *rig) {
 		const rowLen = 2 * maxAnnouncedRTTs
@@ -93,6 +94,19 @@ func TestProbePullsRow(t *testing.T) {
 		}
 		if d, ok := w.o.MeasuredBy(b.h.ID(), fakes[rowLen-1]); !ok || d != time.Duration(10+rowLen-1)*time.Millisecond {
 			t.Errorf("an RTT the sample did not carry: %v %v, want %v", d, ok, time.Duration(10+rowLen-1)*time.Millisecond)
+		}
+		// Once the coordinator knows more than twice as many peers as the
+		// row holds, the row is a node still measuring: asked for again
+		// after a quarter of an announcement interval, not an hour.
+		w.o.mu.Lock()
+		for _, p := range randomPeers(t, 2*len(now.us)+1, 9) {
+			w.o.peers[p] = PeerInfo{ID: p, Capacity: 1, Seen: time.Now()}
+		}
+		w.o.mu.Unlock()
+		time.Sleep(time.Hour / 4)
+		w.o.PullRTTs(t.Context(), b.h.ID())
+		if again := row(); !again.at.After(now.at) {
+			t.Errorf("a short row was not asked for again a quarter of an interval later")
 		}
 	})
 }
