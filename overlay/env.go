@@ -50,13 +50,18 @@ func (e *env) Probe(ctx context.Context, p peer.ID, url string, r subnet.Range) 
 	}
 	// The search bounds its candidates by p's row of RTTs: ask for it
 	// beside the probe when this node holds no fresh copy (rttrow.go).
-	pulled := make(chan struct{})
-	go func() {
-		defer close(pulled)
-		e.c.o.PullRTTs(ctx, p)
-	}()
+	var pulled chan struct{}
+	if e.c.o.rowWanted(p) {
+		pulled = make(chan struct{})
+		go func() {
+			defer close(pulled)
+			e.c.o.exchangeAnnounce(ctx, p, true)
+		}()
+	}
 	rtt, err := e.c.o.Probe(ctx, p, url)
-	<-pulled
+	if pulled != nil {
+		<-pulled
+	}
 	ran := err == nil || errors.Is(err, ErrProbeFailed)
 	if !ran && (isRemote(err) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrForbidden) || errors.Is(err, ErrTooLarge)) {
 		// p, or this node for itself, refused (it does not probe, is

@@ -90,7 +90,7 @@ type DelegationEnv interface {
 	// when p could not be asked (gone, unreachable) that is stored as a
 	// failed probe too, when it refused (it does not probe, is
 	// overloaded) nothing is stored. Beside the probe it asks p for its
-	// row of measured RTTs when it holds no fresh copy (PullRTTs).
+	// row of measured RTTs when it holds no fresh copy (rttrow.go).
 	Probe(ctx context.Context, p peer.ID, url string, r subnet.Range) (time.Duration, error)
 	// Probes returns the stored probe results for subnet s.
 	Probes(s subnet.ID) []ProbeResult

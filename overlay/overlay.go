@@ -69,7 +69,7 @@ type Overlay struct {
 	peers      map[peer.ID]PeerInfo             // announced peers, bounded
 	rtts       map[peer.ID]announcedRTTs        // announced peers' measured RTTs to others (announce.go)
 	rttEntries int                              // RTTs over all of rtts, bounded by maxRTTEntries (rttrow.go)
-	pulled     map[peer.ID]time.Time            // when this node last asked a peer for its row (PullRTTs)
+	pulled     map[peer.ID]time.Time            // when this node last asked a peer for its row (rowWanted)
 	told       map[peer.ID]told                 // announcements exchanged, by peer, bounded
 	pingMu     sync.Mutex                       // guards pings alone: ownRTT runs under mu
 	pings      map[peer.ID]pinged               // least ping RTTs to known peers (pingrtt.go)

@@ -1,7 +1,6 @@
 package overlay
 
 import (
-	"context"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -15,7 +14,7 @@ import (
 // nodes a coordinator knew 12 % of the pairs between two others that way.
 // So when a coordinator probes a node whose row it holds no fresh copy
 // of, it asks for the row alongside the probe: one ANNOUNCE exchange with
-// want_rtts set, answered with up to maxRowRTTs RTTs (PullRTTs). The row
+// want_rtts set, answered with up to maxRowRTTs RTTs (rowWanted). The row
 // is checked and kept as any announced RTTs are (announce.go), and a later
 // decision reuses it for rttMaxAge/2 before asking again.
 //
@@ -71,42 +70,43 @@ func (o *Overlay) dropRTTRow(id peer.ID) {
 	}
 }
 
-// PullRTTs asks p for its row of measured RTTs (want_rtts) when this node
-// holds no whole row of it younger than rttMaxAge/2 and has not asked p in the
+// rowWanted reports whether to ask p for its row of measured RTTs
+// (want_rtts) now, and notes the ask when it does: when this node holds
+// no whole row of p younger than rttMaxAge/2 and has not asked p in the
 // last rttMaxAge/2 (a failed or empty answer is not asked again at every
 // probe). A row shorter than half the peers this node knows is a node
 // still measuring (a young network, or a node just joined): it is asked
-// again after a quarter of an announcement interval instead. It returns
-// when the exchange is done or refused; the row, if any, is then what
-// Between and MeasuredBy read. A coordinator's delegation environment
-// calls it beside each probe it sends.
-func (o *Overlay) PullRTTs(ctx context.Context, p peer.ID) {
+// again after a quarter of an announcement interval instead. A
+// coordinator's delegation environment asks it at each probe it sends,
+// and sends the ask (exchangeAnnounce with wantRow) beside the probe when
+// it reports true; the row, if any, is then what Between and MeasuredBy
+// read.
+func (o *Overlay) rowWanted(p peer.ID) bool {
 	if p == o.h.ID() {
-		return
+		return false
 	}
 	now := time.Now()
-	again := o.rttMaxAge() / 2
+	longest := o.rttMaxAge() / 2
+	again := longest
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	a, ok := o.rtts[p]
 	if 2*len(a.us) < len(o.peers) {
 		again = o.cfg.announce / 4
 	}
 	if ok && a.whole && now.Sub(a.at) < again || now.Sub(o.pulled[p]) < again {
-		o.mu.Unlock()
-		return
+		return false
 	}
 	if len(o.pulled) >= maxAnnouncedPeers {
 		for id, at := range o.pulled {
-			if now.Sub(at) >= again {
+			if now.Sub(at) >= longest {
 				delete(o.pulled, id)
 			}
 		}
 		if len(o.pulled) >= maxAnnouncedPeers {
-			o.mu.Unlock()
-			return
+			return false
 		}
 	}
 	o.pulled[p] = now
-	o.mu.Unlock()
-	o.exchangeAnnounce(ctx, p, true)
+	return true
 }

@@ -67,17 +67,14 @@ func TestProbePullsRow(t *testing.T) {
 		if d, ok := w.o.MeasuredBy(b.h.ID(), fakes[0]); !ok || d != 10*time.Millisecond {
 			t.Errorf("the probed node's RTT to a peer, as the coordinator reads it: %v %v, want 10ms", d, ok)
 		}
-		// Another probe of b by w does not ask again.
+		// While the row is fresh, a probe of b by w does not ask again.
 		at := got.at
 		time.Sleep(time.Minute)
-		for i := 64; i < 128; i++ {
-			target := netip.AddrFrom4([4]byte{127, byte(i), 77, 7})
-			if d, err := b.o.Delegate(t.Context(), "http://"+target.String()+"/", target); err == nil && d.Writer == w.h.ID() {
-				break
-			}
+		if w.o.rowWanted(b.h.ID()) {
+			t.Error("a fresh whole row is wanted again a minute later")
 		}
 		if now := row(); !now.at.Equal(at) || len(now.us) < rowLen {
-			t.Errorf("after a second probe the row is of %v with %d RTTs, want the first pull's, of %v", now.at, len(now.us), at)
+			t.Errorf("a minute later the row is of %v with %d RTTs, want the pull's, of %v", now.at, len(now.us), at)
 		}
 		// A routine sample updates the row's entries, and keeps the rest.
 		sample := map[peer.ID]int{}
@@ -104,7 +101,10 @@ func TestProbePullsRow(t *testing.T) {
 		}
 		w.o.mu.Unlock()
 		time.Sleep(time.Hour / 4)
-		w.o.PullRTTs(t.Context(), b.h.ID())
+		if !w.o.rowWanted(b.h.ID()) {
+			t.Fatal("a short row is not wanted again a quarter of an interval later")
+		}
+		w.o.exchangeAnnounce(t.Context(), b.h.ID(), true)
 		if again := row(); !again.at.After(now.at) {
 			t.Errorf("a short row was not asked for again a quarter of an interval later")
 		}
