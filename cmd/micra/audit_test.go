@@ -163,24 +163,48 @@ func TestAuditsConvictFabricator(t *testing.T) {
 	}
 	defer ri.Close()
 
+	// Every site's subnet is delegated before anything is crawled, and
+	// the node delegated the most sites in shards that other nodes
+	// coordinate turns bad before its first page: a coordinator counts
+	// each URL once, so a page it audited while the node was honest
+	// cannot convict it later (a re-crawl of it comes back
+	// inconclusive), and a fabrication found only among pages the node
+	// had not yet delivered would depend on how far the crawl got first.
+	// (In a network of five, a node often coordinates the shard of most
+	// of its own sites, where it would judge itself; among thousands, a
+	// shard's coordinator is its crawler one time in thousands.)
 	var seeds []crawl.Request
+	var seeded []world.Site
 	for _, s := range w.Sites() {
 		if s.Hostile == world.NotHostile && !s.Flaky {
 			seeds = append(seeds, crawl.Request{Link: run.URL(s), Depth: 1})
+			seeded = append(seeded, s)
 		}
 	}
-	if res, err := ns[0].Submit(ctx, seeds...); err != nil || len(res.Failed) > 0 {
-		t.Fatalf("submitting %d seeds: %+v, %v", len(seeds), res, err)
+	var (
+		dmu      sync.Mutex
+		derrs    []error
+		dwg      sync.WaitGroup
+		dworkers = make(chan struct{}, 8)
+	)
+	for i, s := range seeded {
+		dworkers <- struct{}{}
+		dwg.Go(func() {
+			defer func() { <-dworkers }()
+			if _, err := ns[0].Overlay().Delegate(ctx, seeds[i].Link, s.Addrs[0]); err != nil {
+				dmu.Lock()
+				derrs = append(derrs, fmt.Errorf("%s: %w", s.Name, err))
+				dmu.Unlock()
+			}
+		})
 	}
-
-	// The node delegated the most sites in shards that other nodes
-	// coordinate turns bad. (In a network of five, a node often
-	// coordinates the shard of most of its own sites, where it would judge
-	// itself; among thousands, a shard's coordinator is its crawler one
-	// time in thousands.)
+	dwg.Wait()
+	if len(derrs) > 0 {
+		t.Fatalf("delegating the sites' subnets: %v", derrs)
+	}
 	sites := map[peer.ID]map[string]netip.Addr{}
 	judged := map[peer.ID]int{} // sites in shards coordinated by another node
-	for _, s := range w.Sites() {
+	for _, s := range seeded {
 		id := tree.SmallestNonUnary(s.Addrs[0])
 		if d, ok, err := ns[0].Overlay().Resolve(ctx, s.Addrs[0]); err == nil && ok {
 			if sites[d.Node] == nil {
@@ -204,18 +228,8 @@ func TestAuditsConvictFabricator(t *testing.T) {
 	}
 	bad[fab].Store(true)
 	t.Logf("node %d, delegated %d sites (%d in shards others coordinate), fabricates from now on", fab, len(fabSites), judged[fabID])
-	// Its sites are crawled again, each page making a record whether it
-	// changed or not: the crawl of the seeds may have ended before the
-	// node turned bad (on a loaded machine the delegations above take
-	// longer than the crawl), and its fabrications must reach the indexer.
-	var again []crawl.Request
-	for _, s := range w.Sites() {
-		if _, ok := fabSites[s.Name]; ok && s.Hostile == world.NotHostile && !s.Flaky {
-			again = append(again, crawl.Request{Link: run.URL(s), Depth: 1, Record: true})
-		}
-	}
-	if res, err := ns[0].Submit(ctx, again...); err != nil || len(res.Failed) > 0 {
-		t.Fatalf("submitting the fabricator's %d sites again: %+v, %v", len(again), res, err)
+	if res, err := ns[0].Submit(ctx, seeds...); err != nil || len(res.Failed) > 0 {
+		t.Fatalf("submitting %d seeds: %+v, %v", len(seeds), res, err)
 	}
 	audits := func() map[peer.ID]indexer.NodeAudits {
 		m := map[peer.ID]indexer.NodeAudits{}
