@@ -198,6 +198,9 @@ func (o *Overlay) announceRound(ctx context.Context, round int, force bool) {
 	if !force && (round < 2 || round%rttEvery == 0) {
 		o.pingPeers(ctx)
 	}
+	if !force {
+		o.confirmPings(ctx)
+	}
 	targets := o.announceTargets()
 	now := time.Now()
 	var todo []peer.ID

@@ -36,12 +36,21 @@ import (
 // are pinged, never-pinged ones first, pingParallel at a time, and a peer
 // that announces itself for the first time is pinged at once
 // (queueNewPing); the table holds at most maxRowRTTs peers.
+//
+// Pings under load read long: a link busy with a joining node's state
+// transfer queues them, and three pings within a second share the queue.
+// So an own RTT is the least over the peer's last pingRounds rounds, taken
+// apart in time, not one round's: a peer pinged once is pinged again one
+// announcement interval later (confirmPings), and a later round replaces
+// only the oldest. An RTT that grows for good (the peer moved) shows in
+// full once the rounds before it aged out, pingRounds × pingFresh.
 const (
 	pingSamples   = 3
 	pingsPerRound = 256
 	pingParallel  = 16
 	pingTimeout   = 5 * time.Second
 	pingFresh     = 6 * time.Hour
+	pingRounds    = 3
 	// maxAnnouncedRTTs bounds the RTTs a routine announcement carries
 	// to a neighbour, a random sample of the row (up to 96 peers of 45
 	// bytes, about 4 kB, every rttEvery-th exchange).
@@ -51,10 +60,20 @@ const (
 	maxRowRTTs = 1024
 )
 
-// pinged is this node's least ping RTT to a peer and when it was taken.
+// pinged is this node's ping RTT to a peer: the least over its last
+// rounds (each round's least, oldest first, at most pingRounds), and when
+// the last round was taken.
 type pinged struct {
-	least time.Duration
-	at    time.Time
+	least  time.Duration
+	at     time.Time
+	rounds []time.Duration
+}
+
+// withRound returns e with a round whose least was d, taken at at.
+func (e pinged) withRound(d time.Duration, at time.Time) pinged {
+	rounds := append(slices.Clone(e.rounds), d)
+	rounds = rounds[max(len(rounds)-pingRounds, 0):]
+	return pinged{least: slices.Min(rounds), at: at, rounds: rounds}
 }
 
 // pingPeers pings up to pingsPerRound known peers without a fresh ping
@@ -123,9 +142,26 @@ func (o *Overlay) pingOne(ctx context.Context, p peer.ID) {
 	}
 	if d, ok := o.pingLeast(ctx, p); ok {
 		o.pingMu.Lock()
-		o.pings[p] = pinged{least: d, at: time.Now()}
+		o.pings[p] = o.pings[p].withRound(d, time.Now())
 		o.pingMu.Unlock()
 	}
+}
+
+// confirmPings pings again, pingParallel at a time, up to pingsPerRound
+// peers pinged in one round only, at least half an announcement interval
+// ago: a first round taken while the peer joined, or while its link was
+// busy, is not the only one for pingFresh.
+func (o *Overlay) confirmPings(ctx context.Context) {
+	now := time.Now()
+	var todo []peer.ID
+	o.pingMu.Lock()
+	for p, e := range o.pings {
+		if len(e.rounds) == 1 && now.Sub(e.at) >= o.cfg.announce/2 && len(todo) < pingsPerRound {
+			todo = append(todo, p)
+		}
+	}
+	o.pingMu.Unlock()
+	parallel(ctx, pingParallel, todo, func(p peer.ID) { o.pingOne(ctx, p) })
 }
 
 // newPingQueue bounds the peers waiting for their first ping

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,6 +98,57 @@ func TestPingsUnconnectedPeers(t *testing.T) {
 		}
 		if !row[c] || !row[d] {
 			t.Errorf("the row carries c %v, d %v; want both", row[c], row[d])
+		}
+	})
+}
+
+// TestPingsLeastOverRounds: a peer pinged once, while its link was slow
+// (a joining node's state transfer queues pings), is pinged again at the
+// next announcement round, and its own RTT is the least over its last
+// pingRounds rounds: a slow later round does not raise it, and an RTT that
+// grew for good shows once the earlier rounds aged out.
+func TestPingsLeastOverRounds(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
+		var oneWay atomic.Int64
+		oneWay.Store(int64(50 * time.Millisecond))
+		net := p2ptest.NewNetWith(t, func(from, to netip.Addr) time.Duration { return time.Duration(oneWay.Load()) })
+		r := &rig{t: t, net: net}
+		const every = time.Hour
+		nodes := r.swarm(2, Announce(every))
+		a, b := nodes[0].o, nodes[1].h.ID()
+		within := func(want time.Duration) error {
+			if got := a.ownRTT(b); got < want || got > want+want/10 {
+				return fmt.Errorf("own RTT %v, want %v (+10 %%)", got, want)
+			}
+			return nil
+		}
+		// The first round (firstAnnounce) pings the peer on the slow link.
+		eventually(t, time.Minute, func() error { return within(100 * time.Millisecond) })
+		// The link is quick now: the next round confirms the first ping.
+		oneWay.Store(int64(20 * time.Millisecond))
+		time.Sleep(every + time.Minute)
+		if err := within(40 * time.Millisecond); err != nil {
+			t.Fatalf("after the next announcement round: %v", err)
+		}
+		a.pingMu.Lock()
+		rounds := len(a.pings[b].rounds)
+		a.pingMu.Unlock()
+		if rounds != 2 {
+			t.Fatalf("%d rounds kept, want 2 (a confirmed peer is not pinged again until pingFresh)", rounds)
+		}
+		a.confirmPings(t.Context())
+		// Slower rounds from now: the least holds until the quick one is
+		// among the last pingRounds no more.
+		oneWay.Store(int64(30 * time.Millisecond))
+		for i := range pingRounds {
+			a.pingOne(t.Context(), b)
+			want := 40 * time.Millisecond
+			if i == pingRounds-1 {
+				want = 60 * time.Millisecond
+			}
+			if err := within(want); err != nil {
+				t.Fatalf("after %d slower rounds: %v", i+1, err)
+			}
 		}
 	})
 }

@@ -67,8 +67,9 @@ func attributionFor(path string) string {
 // benchOutputs says how a benchmark prints its results (as JSON or as
 // text) and where it writes them besides ("": not).
 type benchOutputs struct {
-	asJSON    bool
-	csv, plot string // files of a CSV table and a PNG plot
+	asJSON     bool
+	csv, plot  string // files of a CSV table and a PNG plot
+	cpuProfile string // a CPU profile of the run (--cpuprofile)
 }
 
 // finish writes the CSV and the plot asked for through writeCSV and
@@ -97,6 +98,13 @@ func benchDelegation(ctx context.Context, args []string, stdout, stderr io.Write
 	b, out, err := parseBenchDelegation(args, stderr)
 	if err != nil {
 		return err
+	}
+	if out.cpuProfile != "" {
+		stop, err := profileCPU(out.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	start := time.Now()
 	b.Log = stderr
@@ -135,6 +143,7 @@ func parseBenchDelegation(args []string, stderr io.Writer) (evaluate.DelegationB
 	fs.BoolVar(&out.asJSON, "json", false, "print the results as one JSON object")
 	fs.StringVar(&out.csv, "csv", "", "write the results as CSV to `FILE`")
 	fs.StringVar(&out.plot, "plot", "", "write a PNG plot to `FILE`")
+	fs.StringVar(&out.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof reads it)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return b, out, err
 	}
