@@ -40,9 +40,10 @@ import (
 // Pings under load read long: a link busy with a joining node's state
 // transfer queues them, and three pings within a second share the queue.
 // So an own RTT is the least over the peer's last pingRounds rounds, taken
-// apart in time, not one round's: a peer pinged once is pinged again one
-// announcement interval later (confirmPings), and a later round replaces
-// only the oldest. An RTT that grows for good (the peer moved) shows in
+// apart in time, not one round's: a crawler pinged at once when it first
+// announced itself is pinged again pingConfirm later, any peer pinged once
+// again at the next announcement round (confirmPings), and a later round
+// replaces only the oldest. An RTT that grows for good (the peer moved) shows in
 // full once the rounds before it aged out, pingRounds × pingFresh.
 const (
 	pingSamples   = 3
@@ -147,6 +148,10 @@ func (o *Overlay) pingOne(ctx context.Context, p peer.ID) {
 	}
 }
 
+// pingConfirm is how long after a crawler's first ping round
+// (pingNewLoop) it is pinged again.
+const pingConfirm = time.Minute
+
 // confirmPings pings again, pingParallel at a time, up to pingsPerRound
 // peers pinged in one round only, at least half an announcement interval
 // ago: a first round taken while the peer joined, or while its link was
@@ -187,7 +192,7 @@ func (o *Overlay) queueNewPing(p peer.ID) {
 }
 
 // pingNewLoop pings the peers queueNewPing queues, pingParallel at a
-// time, until Close.
+// time, each again pingConfirm after its first round, until Close.
 func (o *Overlay) pingNewLoop() {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -205,6 +210,20 @@ func (o *Overlay) pingNewLoop() {
 			wg.Go(func() {
 				defer func() { <-slots }()
 				o.pingOne(o.ctx, p)
+				o.pingMu.Lock()
+				first := len(o.pings[p].rounds) == 1
+				o.pingMu.Unlock()
+				if first {
+					// The second round, a minute on: a peer that
+					// announces itself for the first time has often just
+					// joined, its links busy with the state it receives.
+					time.AfterFunc(pingConfirm, func() {
+						select {
+						case o.newPings <- p:
+						default: // the next announcement round confirms it
+						}
+					})
+				}
 			})
 		}
 	}

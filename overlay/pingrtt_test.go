@@ -152,3 +152,32 @@ func TestPingsLeastOverRounds(t *testing.T) {
 		}
 	})
 }
+
+// TestNewAnnouncerPingedAgain: a crawler pinged at once when it first
+// announces itself, while its link is slow (it has just joined), is pinged
+// again pingConfirm later, well before the next announcement round.
+func TestNewAnnouncerPingedAgain(t *testing.T) {
+	p2ptest.Bubble(t, func(t *testing.T) {
+		var oneWay atomic.Int64
+		oneWay.Store(int64(20 * time.Millisecond))
+		net := p2ptest.NewNetWith(t, func(from, to netip.Addr) time.Duration { return time.Duration(oneWay.Load()) })
+		r := &rig{t: t, net: net}
+		nodes := r.swarm(2, Announce(time.Hour))
+		a, b := nodes[0].o, nodes[1].h.ID()
+		time.Sleep(firstAnnounce)
+		a.pingMu.Lock()
+		clear(a.pings)
+		a.pingMu.Unlock()
+		oneWay.Store(int64(80 * time.Millisecond))
+		a.queueNewPing(b)
+		time.Sleep(pingTimeout)
+		if got := a.ownRTT(b); got < 160*time.Millisecond {
+			t.Fatalf("own RTT after the first ping round %v, want the slow link's 160 ms", got)
+		}
+		oneWay.Store(int64(20 * time.Millisecond))
+		time.Sleep(pingConfirm + pingTimeout)
+		if got, want := a.ownRTT(b), 40*time.Millisecond; got < want || got > want+want/10 {
+			t.Fatalf("own RTT a confirmation later %v, want %v (+10 %%)", got, want)
+		}
+	})
+}
