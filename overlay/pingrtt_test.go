@@ -109,11 +109,8 @@ func TestPingsUnconnectedPeers(t *testing.T) {
 // grew for good shows once the earlier rounds aged out.
 func TestPingsLeastOverRounds(t *testing.T) {
 	p2ptest.Bubble(t, func(t *testing.T) {
-		var oneWay atomic.Int64
-		oneWay.Store(int64(50 * time.Millisecond))
-		net := p2ptest.NewNetWith(t, func(from, to netip.Addr) time.Duration { return time.Duration(oneWay.Load()) })
-		r := &rig{t: t, net: net}
 		const every = time.Hour
+		oneWay, r := varyingLinks(t, 50*time.Millisecond)
 		nodes := r.swarm(2, Announce(every))
 		a, b := nodes[0].o, nodes[1].h.ID()
 		within := func(want time.Duration) error {
@@ -158,10 +155,7 @@ func TestPingsLeastOverRounds(t *testing.T) {
 // again pingConfirm later, well before the next announcement round.
 func TestNewAnnouncerPingedAgain(t *testing.T) {
 	p2ptest.Bubble(t, func(t *testing.T) {
-		var oneWay atomic.Int64
-		oneWay.Store(int64(20 * time.Millisecond))
-		net := p2ptest.NewNetWith(t, func(from, to netip.Addr) time.Duration { return time.Duration(oneWay.Load()) })
-		r := &rig{t: t, net: net}
+		oneWay, r := varyingLinks(t, 20*time.Millisecond)
 		nodes := r.swarm(2, Announce(time.Hour))
 		a, b := nodes[0].o, nodes[1].h.ID()
 		time.Sleep(firstAnnounce)
@@ -180,4 +174,13 @@ func TestNewAnnouncerPingedAgain(t *testing.T) {
 			t.Fatalf("own RTT a confirmation later %v, want %v (+10 %%)", got, want)
 		}
 	})
+}
+
+// varyingLinks returns a rig whose links all take *oneWay each way,
+// initially initial, for a test to change.
+func varyingLinks(t *testing.T, initial time.Duration) (*atomic.Int64, *rig) {
+	oneWay := new(atomic.Int64)
+	oneWay.Store(int64(initial))
+	net := p2ptest.NewNetWith(t, func(from, to netip.Addr) time.Duration { return time.Duration(oneWay.Load()) })
+	return oneWay, &rig{t: t, net: net}
 }
