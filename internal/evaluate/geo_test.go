@@ -305,7 +305,8 @@ func TestGeoOrg(t *testing.T) {
 // network sees it": the density tolerance, the inter-node RTTs with the
 // noise the demo's measurements fit, ×e^N(0, 0.012²) + |N(0, (1.5 ms)²)|,
 // and each probe the least of three samples of the world's jitter) the
-// figures are bounded as published.
+// figures are bounded as published, without a map and with the map of
+// measured RTTs.
 func TestGeoLatencyMap(t *testing.T) {
 	t.Parallel()
 	dir, dbip := geoData(t)
@@ -332,6 +333,9 @@ func TestGeoLatencyMap(t *testing.T) {
 	measured := run("as a running network measures", JitterProber{World: g, Seed: 1}, func(c *Config) {
 		c.Density, c.RTTNoise, c.RTTJitter = true, 0.012, 1500*time.Microsecond
 	})
+	measuredMap := run("the same, with the map of measured RTTs", JitterProber{World: g, Seed: 1}, func(c *Config) {
+		c.Density, c.RTTNoise, c.RTTJitter, c.Map, c.MeasuredMap = true, 0.012, 1500*time.Microsecond, true, true
+	})
 	// Published: 82.2 %, 2.02; 85.3 %, 1.72; 89.9 %, 2.44.
 	if on.OptimalPct < off.OptimalPct+1.5 || on.ProbesPerNew > off.ProbesPerNew-0.15 || on.ExcessPerURLMS > off.ExcessPerURLMS {
 		t.Errorf("the exact map gains too little: %+v against %+v", on, off)
@@ -342,5 +346,9 @@ func TestGeoLatencyMap(t *testing.T) {
 	// Published: 86.4 %, 2.52, 1.50 ms.
 	if measured.OptimalPct < 85 || measured.ProbesPerNew > 2.6 || measured.ExcessPerURLMS > 1.7 {
 		t.Errorf("100 nodes as a running network measures: %.1f %% optimal, %.2f probes per new subnet, %.2f ms per URL; want ≥ 85 %%, ≤ 2.6, ≤ 1.7 ms", measured.OptimalPct, measured.ProbesPerNew, measured.ExcessPerURLMS)
+	}
+	// Published: 84.7 %, 2.47, 1.87 ms.
+	if mm := measuredMap; mm.OptimalPct < 83 || mm.ProbesPerNew > 2.6 || mm.ExcessPerURLMS > 2.1 {
+		t.Errorf("100 nodes with the map of measured RTTs: %.1f %% optimal, %.2f probes per new subnet, %.2f ms per URL; want ≥ 83 %%, ≤ 2.6, ≤ 2.1 ms", mm.OptimalPct, mm.ProbesPerNew, mm.ExcessPerURLMS)
 	}
 }
