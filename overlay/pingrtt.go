@@ -43,8 +43,8 @@ import (
 // apart in time, not one round's: a crawler pinged at once when it first
 // announced itself is pinged again pingConfirm later, any peer pinged once
 // again at the next announcement round (confirmPings), and a later round
-// replaces only the oldest. An RTT that grows for good (the peer moved) shows in
-// full once the rounds before it aged out, pingRounds × pingFresh.
+// replaces only the oldest. An RTT that grows for good (the peer moved)
+// shows in full once the rounds before it aged out, pingRounds × pingFresh.
 const (
 	pingSamples   = 3
 	pingsPerRound = 256
@@ -135,17 +135,20 @@ func (o *Overlay) pingPeers(ctx context.Context) {
 	parallel(ctx, pingParallel, todo, func(p peer.ID) { o.pingOne(ctx, p) })
 }
 
-// pingOne pings p, looking its addresses up first when it has none, and
-// keeps the least RTT.
-func (o *Overlay) pingOne(ctx context.Context, p peer.ID) {
-	if err := o.findAddrs(ctx, p); err != nil {
-		return
+// pingOne pings p, looking its addresses up first when it has none, keeps
+// the round's least RTT, and returns how many rounds of p the table now
+// holds (0 when no ping came back and none was held).
+func (o *Overlay) pingOne(ctx context.Context, p peer.ID) int {
+	d, ok := time.Duration(0), o.findAddrs(ctx, p) == nil
+	if ok {
+		d, ok = o.pingLeast(ctx, p)
 	}
-	if d, ok := o.pingLeast(ctx, p); ok {
-		o.pingMu.Lock()
+	o.pingMu.Lock()
+	defer o.pingMu.Unlock()
+	if ok {
 		o.pings[p] = o.pings[p].withRound(d, time.Now())
-		o.pingMu.Unlock()
 	}
+	return len(o.pings[p].rounds)
 }
 
 // pingConfirm is how long after a crawler's first ping round
@@ -209,11 +212,7 @@ func (o *Overlay) pingNewLoop() {
 			}
 			wg.Go(func() {
 				defer func() { <-slots }()
-				o.pingOne(o.ctx, p)
-				o.pingMu.Lock()
-				first := len(o.pings[p].rounds) == 1
-				o.pingMu.Unlock()
-				if first {
+				if o.pingOne(o.ctx, p) == 1 {
 					// The second round, a minute on: a peer that
 					// announces itself for the first time has often just
 					// joined, its links busy with the state it receives.
